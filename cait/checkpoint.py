@@ -1,0 +1,182 @@
+"""Reading and writing weights: official deit .pth, timm .pth/.safetensors, a local Hugging Face cache,
+and our own safetensors files that carry their config in the metadata.
+
+Nothing here downloads, and `.pth` files are read with `torch.load(weights_only=True)`: a pickle that
+tries to build arbitrary objects (and so run code) is refused, never executed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from .config import VARIANTS, CaiTConfig
+
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+CONFIG_KEY = "cait_config"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or does not fit the model; the message says why."""
+
+
+def save_weights(model: torch.nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """Write `model`'s weights as safetensors with its config in the metadata, atomically."""
+    meta = {CONFIG_KEY: json.dumps(model.cfg.to_dict()), **(metadata or {})}
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], CaiTConfig | None]:
+    """State dict (prefixes stripped) and, for our own files, the config stored with it."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    config = None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+        if path.suffix == ".safetensors" or _looks_like_safetensors(head):
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+            state = load_file(str(path))
+            if CONFIG_KEY in meta:
+                config = CaiTConfig.from_dict(json.loads(meta[CONFIG_KEY]))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{path.name}: refused to load. It is a pickle that holds more than tensors "
+                              f"(weights_only=True blocked it, so none of its code ran): {str(e).splitlines()[0]}")
+    except CheckpointError:
+        raise
+    except Exception as e:  # truncated files, random bytes, wrong format
+        raise CheckpointError(f"{path.name}: not a readable checkpoint ({type(e).__name__}: {e})") from None
+    return _unwrap(state, path.name), config
+
+
+def _looks_like_safetensors(head: bytes) -> bool:
+    # safetensors starts with a little-endian u64 header length followed by '{'
+    return len(head) == 8 and 0 < int.from_bytes(head, "little") < 100_000_000 and not head.startswith(b"PK")
+
+
+def _unwrap(obj: Any, name: str) -> dict[str, torch.Tensor]:
+    # Official deit files are {"model": state_dict, ...}; DDP-saved ones prefix keys with "module.".
+    for key in ("model", "state_dict", "model_ema"):
+        if isinstance(obj, dict) and key in obj and isinstance(obj[key], dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{name}: expected a state dict of tensors, found {type(obj).__name__}")
+    return {re.sub(r"^module\.", "", k): v for k, v in obj.items()}
+
+
+def infer_config(state: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Architecture read off a state dict's shapes (what the weights are, whatever the file says)."""
+    def count(prefix: str) -> int:
+        return len({k.split(".")[1] for k in state if k.startswith(prefix + ".")})
+    out: dict[str, int] = {"depth": count("blocks"), "depth_token_only": count("blocks_token_only")}
+    if "cls_token" in state:
+        out["embed_dim"] = state["cls_token"].shape[-1]
+    if "patch_embed.proj.weight" in state:
+        w = state["patch_embed.proj.weight"]
+        out["patch_size"], out["in_chans"] = w.shape[-1], w.shape[1]
+    if "pos_embed" in state:
+        out["grid"] = int(round(state["pos_embed"].shape[1] ** 0.5))
+    if "head.weight" in state:
+        out["num_classes"] = state["head.weight"].shape[0]
+    if "blocks.0.attn.proj_l.weight" in state:
+        out["num_heads"] = state["blocks.0.attn.proj_l.weight"].shape[0]
+    return out
+
+
+def closest_variant(state: dict[str, torch.Tensor]) -> str:
+    """The known variant whose architecture matches the state dict best (ties: lower resolution)."""
+    found = infer_config(state)
+
+    def score(cfg: CaiTConfig) -> int:
+        want = {"depth": cfg.depth, "depth_token_only": cfg.depth_token_only, "embed_dim": cfg.embed_dim,
+                "patch_size": cfg.patch_size, "in_chans": cfg.in_chans, "grid": cfg.grid_size,
+                "num_classes": cfg.num_classes, "num_heads": cfg.num_heads}
+        return sum(found.get(k) == v for k, v in want.items())
+    return max(VARIANTS, key=lambda n: score(VARIANTS[n]))
+
+
+def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    """Load `state` into `model` strictly, resampling the position embedding if only the grid differs.
+    Anything else that does not fit raises one CheckpointError naming the likely variant and the diff."""
+    from .model import resize_pos_embed
+    state = dict(state)
+    target = model.state_dict()
+    pe = state.get("pos_embed")
+    if pe is not None and pe.shape[-1] == target["pos_embed"].shape[-1] and pe.shape != target["pos_embed"].shape:
+        state["pos_embed"] = resize_pos_embed(pe, model.cfg.grid_size)
+    missing = sorted(set(target) - set(state))
+    unexpected = sorted(set(state) - set(target))
+    shapes = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
+              for k in target if k in state and state[k].shape != target[k].shape]
+    if missing or unexpected or shapes:
+        lines = [f"{source} does not fit this model ({_describe(model.cfg)}).",
+                 f"It looks like '{closest_variant(state)}' ({_describe_found(infer_config(state))})."]
+        for label, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", shapes)):
+            if items:
+                more = f" ... (+{len(items) - 8} more)" if len(items) > 8 else ""
+                lines.append(f"{label} ({len(items)}): {', '.join(items[:8])}{more}")
+        raise CheckpointError("\n".join(lines))
+    model.load_state_dict(state, strict=True)
+
+
+def _describe(cfg: CaiTConfig) -> str:
+    return (f"depth {cfg.depth}+{cfg.depth_token_only}, dim {cfg.embed_dim}, heads {cfg.num_heads}, "
+            f"patch {cfg.patch_size}, {cfg.img_size}px, {cfg.num_classes} classes")
+
+
+def _describe_found(found: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in found.items())
+
+
+def hf_cache_dirs() -> list[Path]:
+    """Where a Hugging Face hub cache may live on this machine (the env vars the hub itself reads)."""
+    dirs = [os.environ.get("HF_HUB_CACHE"), os.environ.get("HUGGINGFACE_HUB_CACHE")]
+    if os.environ.get("HF_HOME"):
+        dirs.append(os.path.join(os.environ["HF_HOME"], "hub"))
+    dirs.append(os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub"))
+    return [Path(d) for d in dirs if d]
+
+
+def find_in_hf_cache(name: str) -> Path | None:
+    """A timm checkpoint for `name` (e.g. timm/cait_xxs24_224.fb_dist_in1k) already in a local cache."""
+    for root in hf_cache_dirs():
+        for repo in sorted(root.glob(f"models--timm--{name}.*")) + sorted(root.glob(f"models--timm--{name}")):
+            for fname in ("model.safetensors", "pytorch_model.bin"):
+                hits = sorted(repo.glob(f"snapshots/*/{fname}"))
+                if hits:
+                    return hits[-1]
+    return None
+
+
+def pretrained_path(name: str, cfg: CaiTConfig) -> Path:
+    """The file `create_model(name, pretrained=True)` loads, or a CheckpointError saying where to get it."""
+    if cfg.pretrained:
+        path = WEIGHTS_DIR / cfg.pretrained
+        if path.is_file():
+            return path
+        raise CheckpointError(f"the shipped weights of '{name}' are missing from the package ({path}); "
+                              f"reinstall the package or train them with `python -m cait.train`")
+    cached = find_in_hf_cache(name)
+    if cached is not None:
+        return cached
+    raise CheckpointError(
+        f"no offline weights for '{name}'. Official weights cannot be downloaded here: pass the file with "
+        f"checkpoint=PATH (the official deit .pth or a timm .pth/.safetensors), or put timm's "
+        f"'timm/{name}.*' in the local Hugging Face cache (searched: "
+        f"{', '.join(str(d) for d in hf_cache_dirs())})")

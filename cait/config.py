@@ -1,0 +1,138 @@
+"""Model configuration and the table of named variants.
+
+Every variant is one line in VARIANTS; `cait.create_model(name)` builds it.
+The paper variants use the hyper-parameters of the official deit `cait_models.py`
+(LayerScale eps, uniform stochastic depth) as listed in the paper's Table 4 / appendix.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+
+
+@dataclass(frozen=True)
+class CaiTConfig:
+    img_size: int = 224            # square input side in pixels the position embedding is built for
+    patch_size: int = 16           # side of the square patches cut by the conv patch embedding
+    in_chans: int = 3              # input channels (3 for RGB; 1 for grey Fashion-MNIST)
+    num_classes: int = 1000        # size of the linear head on the class token
+    embed_dim: int = 192           # token width d
+    depth: int = 24                # number of self-attention (SA) blocks, patches only
+    num_heads: int = 4             # heads in SA and CA; the paper keeps head dim 48
+    depth_token_only: int = 2      # number of class-attention (CA) blocks
+    mlp_ratio: float = 4.0         # FFN hidden width / d in SA blocks
+    mlp_ratio_token_only: float = 4.0  # FFN hidden width / d in CA blocks
+    qkv_bias: bool = True          # bias in q/k/v projections (official: True)
+    init_values: float = 1e-5      # LayerScale eps: initial value of every gamma
+    drop_path_rate: float = 0.0    # stochastic depth, the SAME rate in every SA block (paper: uniform)
+    drop_rate: float = 0.0         # dropout before the head
+    residual_scale: str = "layerscale"  # "layerscale" (per-channel gamma), "scalar" (one alpha=eps per
+                                        # branch), "rezero" (alpha=0, no pre-norm) or "none" (plain residual);
+                                        # the alternatives exist for the paper's Table 1 / Figure 4 ablations
+    talking_heads: bool = True     # mix heads before/after the softmax in SA (proj_l / proj_w)
+    mean: tuple[float, ...] = IMAGENET_MEAN  # per-channel normalisation of the eval transform
+    std: tuple[float, ...] = IMAGENET_STD
+    crop_pct: float = 1.0          # eval transform: resize then centre crop this fraction (CaiT: 1.0)
+    labels: tuple[str, ...] | str = "imagenet"  # class names, or "imagenet" for timm's ImageNet-1k names
+    pretrained: str | None = None  # file name under cait/weights/ shipped with the package, if any
+
+    def replace(self, **overrides: Any) -> "CaiTConfig":
+        unknown = set(overrides) - set(self.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown config field(s) {sorted(unknown)}; "
+                            f"known: {sorted(self.__dataclass_fields__)}")
+        return replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CaiTConfig":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key in ("mean", "std", "labels"):
+            if isinstance(known.get(key), list):
+                known[key] = tuple(known[key])
+        return cls(**known)
+
+    @property
+    def grid_size(self) -> int:
+        return self.img_size // self.patch_size
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid_size ** 2
+
+
+def _paper(img_size: int, dim: int, depth: int, eps: float, drop_path: float) -> CaiTConfig:
+    # Paper variants: patch 16, head dim 48, MLP ratio 4, ImageNet-1k.
+    return CaiTConfig(img_size=img_size, embed_dim=dim, depth=depth, num_heads=dim // 48,
+                      init_values=eps, drop_path_rate=drop_path)
+
+
+def _small(img_size: int, patch: int, dim: int, depth: int, heads: int, in_chans: int = 3,
+           pretrained: str | None = None) -> CaiTConfig:
+    # Small configs for 28-64 px inputs (Fashion-MNIST and its scenes): LayerScale eps 0.1 is the
+    # paper's rule for depth <= 18.
+    return CaiTConfig(img_size=img_size, patch_size=patch, in_chans=in_chans, num_classes=10,
+                      embed_dim=dim, depth=depth, num_heads=heads, init_values=0.1,
+                      drop_path_rate=0.05, mean=(0.5,) * in_chans, std=(0.5,) * in_chans,
+                      labels=FASHION_MNIST_CLASSES, pretrained=pretrained)
+
+
+# name: config. eps and stochastic depth as in the official deit cait_models.py (its XXS-36 uses
+# eps 1e-5 where the paper's table says 1e-6; we follow the released weights).
+VARIANTS: dict[str, CaiTConfig] = {
+    "cait_xxs24_224": _paper(224, 192, 24, 1e-5, 0.05),
+    "cait_xxs24_384": _paper(384, 192, 24, 1e-5, 0.05),
+    "cait_xxs36_224": _paper(224, 192, 36, 1e-5, 0.1),
+    "cait_xxs36_384": _paper(384, 192, 36, 1e-5, 0.1),
+    "cait_xs24_384": _paper(384, 288, 24, 1e-5, 0.05),
+    "cait_xs36_224": _paper(224, 288, 36, 1e-6, 0.1),
+    "cait_xs36_384": _paper(384, 288, 36, 1e-6, 0.1),
+    "cait_s24_224": _paper(224, 384, 24, 1e-5, 0.1),
+    "cait_s24_384": _paper(384, 384, 24, 1e-5, 0.1),
+    "cait_s36_224": _paper(224, 384, 36, 1e-6, 0.2),
+    "cait_s36_384": _paper(384, 384, 36, 1e-6, 0.2),
+    "cait_s48_224": _paper(224, 384, 48, 1e-6, 0.3),
+    "cait_m24_224": _paper(224, 768, 24, 1e-5, 0.2),
+    "cait_m24_384": _paper(384, 768, 24, 1e-5, 0.2),
+    "cait_m36_224": _paper(224, 768, 36, 1e-6, 0.3),
+    "cait_m36_384": _paper(384, 768, 36, 1e-6, 0.3),
+    "cait_m48_448": _paper(448, 768, 48, 1e-6, 0.4),
+    # small configs for our own training and tests
+    "cait_nano_28": _small(28, 4, 96, 6, 3, in_chans=1, pretrained="cait_nano_28.safetensors"),
+    "cait_nano_64": _small(64, 8, 128, 6, 4, pretrained="cait_nano_64.safetensors"),
+    "cait_pico_32": _small(32, 8, 32, 2, 2),
+}
+
+# The ten variants released with the paper (timm's names); the others are paper sizes without weights.
+RELEASED = ("cait_xxs24_224", "cait_xxs24_384", "cait_xxs36_224", "cait_xxs36_384", "cait_xs24_384",
+            "cait_s24_224", "cait_s24_384", "cait_s36_384", "cait_m36_384", "cait_m48_448")
+
+# The default model of the app and the analysis scripts: trained by us on Fashion-MNIST scenes.
+DEFAULT_MODEL = "cait_nano_64"
+
+
+def is_paper_variant(name: str) -> bool:
+    return VARIANTS[name].labels == "imagenet"
+
+
+def list_models() -> list[str]:
+    """Names accepted by `cait.create_model`."""
+    return list(VARIANTS)
+
+
+def get_config(name: str, **overrides: Any) -> CaiTConfig:
+    if name not in VARIANTS:
+        import difflib
+        close = difflib.get_close_matches(name, VARIANTS, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown model '{name}'.{hint} Known: {', '.join(VARIANTS)}")
+    return VARIANTS[name].replace(**overrides)

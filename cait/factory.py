@@ -1,0 +1,49 @@
+"""`create_model`: the one builder behind every variant name and checkpoint format."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import CheckpointError, find_in_hf_cache, load_into, pretrained_path, read_checkpoint
+from .config import CaiTConfig, get_config
+from .model import CaiT
+
+
+def create_model(name: str | None = None, checkpoint: str | os.PathLike | None = None, *,
+                 pretrained: bool = False, **overrides: Any) -> CaiT:
+    """Build a CaiT by variant name (see `list_models()`), optionally loading weights.
+
+    checkpoint: an official deit .pth, a timm .pth/.safetensors, or one of our safetensors files
+        (which carry their own config, so `name` may then be None).
+    pretrained: load the weights shipped with this package (our Fashion-MNIST models), or for a
+        paper variant timm's weights from the local Hugging Face cache; never downloads.
+    overrides: config fields to change, e.g. img_size=384 (the position embedding is resampled),
+        num_classes=10 or drop_path_rate=0.1.
+    """
+    stored: CaiTConfig | None = None
+    state = None
+    source = None
+    if checkpoint is None and pretrained:
+        if name is None:
+            raise ValueError("pretrained=True needs a model name")
+        checkpoint = pretrained_path(name, get_config(name))
+    if checkpoint is not None:
+        state, stored = read_checkpoint(checkpoint)
+        source = Path(checkpoint).name
+    if stored is not None:
+        cfg = stored.replace(**overrides)
+    elif name is not None:
+        cfg = get_config(name, **overrides)
+    else:
+        raise ValueError("give a model name (see cait.list_models()) or a checkpoint that carries its config")
+    model = CaiT(cfg)
+    if state is not None:
+        load_into(model, state, source)
+    model.source = source or "random init"  # shown by the app and the analysis figures
+    return model.eval()
+
+
+__all__ = ["create_model", "CheckpointError", "find_in_hf_cache"]

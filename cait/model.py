@@ -1,0 +1,292 @@
+"""CaiT: LayerScale + talking-heads self-attention + a class-attention stage (Touvron et al. 2021).
+
+Parameter names follow the official deit `cait_models.py` and timm's `cait.py`, so published
+checkpoints load with strict=True. `forward` is the lean path; `forward_insights` returns the
+same logits plus what the paper analyses (class attention, residual ratios, LayerScale).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import CaiTConfig
+
+
+@dataclass
+class Insights:
+    """What `CaiT.forward_insights` returns; every tensor is detached except `logits`."""
+    logits: torch.Tensor                        # [B, classes]
+    class_attention: tuple[torch.Tensor, ...]   # per CA layer [B, heads, 1+N]; index 0 = class token itself
+    residual_ratios: dict[str, torch.Tensor]    # "sa", "ffn": [B, depth]; "ca", "ca_ffn": [B, depth_token_only]
+    layerscale: dict[str, torch.Tensor]         # "sa_gamma_1", "sa_gamma_2": [depth, d]; "ca_gamma_1/2": [2, d]
+    self_attention: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # SA layer -> (attention before head mixing = softmax(proj_l(logits)), after mixing = proj_w(...)),
+    # each [B, heads, N, N]; only for the layers asked for.
+
+
+class _Probe:
+    """Collects per-block measurements during `forward_insights` (None on the lean path)."""
+
+    def __init__(self, sa_layers: tuple[int, ...] = ()):
+        self.sa_layers = set(sa_layers)
+        self.ratios: dict[str, list[torch.Tensor]] = {"sa": [], "ffn": [], "ca": [], "ca_ffn": []}
+        self.class_attention: list[torch.Tensor] = []
+        self.self_attention: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.layer = 0
+
+    def ratio(self, kind: str, branch: torch.Tensor, residual: torch.Tensor) -> None:
+        # ||LayerScale-scaled branch output|| / ||residual input||, per token, then averaged over tokens.
+        r = branch.detach().norm(dim=-1) / residual.detach().norm(dim=-1).clamp_min(1e-12)
+        self.ratios[kind].append(r.mean(dim=1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class TalkingHeadAttn(nn.Module):
+    """Self-attention whose heads are mixed by linear maps before (proj_l) and after (proj_w) the softmax."""
+
+    def __init__(self, dim: int, *, num_heads: int, qkv_bias: bool, talking_heads: bool = True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        # Without talking heads the mixing is the identity (kept as modules so ablations share code).
+        self.proj_l = nn.Linear(num_heads, num_heads) if talking_heads else nn.Identity()
+        self.proj_w = nn.Linear(num_heads, num_heads) if talking_heads else nn.Identity()
+
+    def _mix(self, proj: nn.Module, attn: torch.Tensor) -> torch.Tensor:
+        # Heads are dim 1; nn.Linear mixes the last dim, so move heads there and back.
+        return proj(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    def forward(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        before = self._mix(self.proj_l, attn).softmax(dim=-1)
+        attn = self._mix(self.proj_w, before)
+        if probe is not None and probe.layer in probe.sa_layers:
+            probe.self_attention[probe.layer] = (before.detach(), attn.detach())
+        x = (attn @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj(x)
+
+
+class ClassAttn(nn.Module):
+    """Attention where only the class token (index 0) queries; keys/values come from all tokens."""
+
+    def __init__(self, dim: int, *, num_heads: int, qkv_bias: bool):
+        super().__init__()
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.k = nn.Linear(dim, dim, bias=qkv_bias)
+        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, u: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        B, N, C = u.shape
+        heads = lambda t: t.reshape(B, -1, self.num_heads, C // self.num_heads).transpose(1, 2)
+        q, k, v = heads(self.q(u[:, :1])), heads(self.k(u)), heads(self.v(u))
+        if probe is None:  # lean path: fused kernel, the attention matrix is never materialised
+            x_cls = F.scaled_dot_product_attention(q, k, v)
+        else:
+            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, heads, 1, N]
+            probe.class_attention.append(attn[:, :, 0].detach())
+            x_cls = attn @ v
+        return self.proj(x_cls.transpose(1, 2).reshape(B, 1, C))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a whole residual branch per sample during training."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = x.new_empty(x.shape[0], *([1] * (x.dim() - 1))).bernoulli_(1 - self.p)
+        return x * keep / (1 - self.p)
+
+
+def _residual_weight(block: nn.Module, name: str, cfg: CaiTConfig) -> None:
+    """Register the branch weight `name` (gamma_1 / gamma_2) as `cfg.residual_scale` asks."""
+    kind = cfg.residual_scale
+    if kind == "layerscale":
+        block.register_parameter(name, nn.Parameter(cfg.init_values * torch.ones(cfg.embed_dim)))
+    elif kind in ("scalar", "rezero"):
+        block.register_parameter(name, nn.Parameter(torch.full((1,), cfg.init_values if kind == "scalar" else 0.0)))
+    elif kind == "none":
+        block.register_buffer(name, torch.ones(1), persistent=False)
+    else:
+        raise ValueError(f"residual_scale must be layerscale|scalar|rezero|none, got {kind!r}")
+
+
+class _ScaledResidualBlock(nn.Module):
+    """Shared body of SA and CA blocks: norm1 -> attn and norm2 -> mlp, each scaled by gamma."""
+
+    def __init__(self, cfg: CaiTConfig, attn: nn.Module, mlp_ratio: float, drop_path: float):
+        super().__init__()
+        norm = (lambda: nn.Identity()) if cfg.residual_scale == "rezero" else (lambda: nn.LayerNorm(cfg.embed_dim, eps=1e-6))
+        self.norm1 = norm()
+        self.attn = attn
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = norm()
+        self.mlp = Mlp(cfg.embed_dim, int(cfg.embed_dim * mlp_ratio))
+        _residual_weight(self, "gamma_1", cfg)
+        _residual_weight(self, "gamma_2", cfg)
+
+
+class LayerScaleBlock(_ScaledResidualBlock):
+    """Self-attention block over the patch tokens."""
+
+    def __init__(self, cfg: CaiTConfig):
+        attn = TalkingHeadAttn(cfg.embed_dim, num_heads=cfg.num_heads, qkv_bias=cfg.qkv_bias,
+                               talking_heads=cfg.talking_heads)
+        super().__init__(cfg, attn, cfg.mlp_ratio, cfg.drop_path_rate)
+
+    def forward(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        branch = self.gamma_1 * self.attn(self.norm1(x), probe)
+        if probe is not None:
+            probe.ratio("sa", branch, x)
+        x = x + self.drop_path(branch)
+        branch = self.gamma_2 * self.mlp(self.norm2(x))
+        if probe is not None:
+            probe.ratio("ffn", branch, x)
+            probe.layer += 1
+        return x + self.drop_path(branch)
+
+
+class LayerScaleBlockClassAttn(_ScaledResidualBlock):
+    """Class-attention block: updates only the class token; patches are read, never changed."""
+
+    def __init__(self, cfg: CaiTConfig):
+        attn = ClassAttn(cfg.embed_dim, num_heads=cfg.num_heads, qkv_bias=cfg.qkv_bias)
+        super().__init__(cfg, attn, cfg.mlp_ratio_token_only, 0.0)  # no stochastic depth in CA (official)
+
+    def forward(self, x: torch.Tensor, x_cls: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        u = torch.cat((x_cls, x), dim=1)
+        branch = self.gamma_1 * self.attn(self.norm1(u), probe)
+        if probe is not None:
+            probe.ratio("ca", branch, x_cls)
+        x_cls = x_cls + self.drop_path(branch)
+        branch = self.gamma_2 * self.mlp(self.norm2(x_cls))
+        if probe is not None:
+            probe.ratio("ca_ffn", branch, x_cls)
+        return x_cls + self.drop_path(branch)
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, cfg: CaiTConfig):
+        super().__init__()
+        self.proj = nn.Conv2d(cfg.in_chans, cfg.embed_dim, kernel_size=cfg.patch_size, stride=cfg.patch_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)  # [B, N, d]
+
+
+class CaiT(nn.Module):
+    def __init__(self, cfg: CaiTConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.embed_dim
+        self.patch_embed = PatchEmbed(cfg)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_patches, d))  # patches only: the class token
+        self.blocks = nn.ModuleList([LayerScaleBlock(cfg) for _ in range(cfg.depth)])  # joins after SA
+        self.blocks_token_only = nn.ModuleList([LayerScaleBlockClassAttn(cfg) for _ in range(cfg.depth_token_only)])
+        self.norm = nn.LayerNorm(d, eps=1e-6)
+        self.head_drop = nn.Dropout(cfg.drop_rate)
+        self.head = nn.Linear(d, cfg.num_classes)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        if self.pos_embed.is_meta:
+            return
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def forward_features(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        """Image [B, C, H, W] -> normalised tokens [B, 1+N, d] (class token first)."""
+        x = self.patch_embed(x) + self.pos_embed
+        for blk in self.blocks:
+            x = blk(x, probe)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        for blk in self.blocks_token_only:
+            cls = blk(x, cls, probe)
+        return self.norm(torch.cat((cls, x), dim=1))
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.head_drop(x[:, 0])
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_insights(self, x: torch.Tensor, *, sa_layers: tuple[int, ...] = ()) -> Insights:
+        """Logits plus class-attention maps, residual-branch ratios, LayerScale weights and, for the
+        SA layers in `sa_layers`, the self-attention before and after talking-heads mixing."""
+        probe = _Probe(sa_layers)
+        logits = self.forward_head(self.forward_features(x, probe))
+        ratios = {k: torch.stack(v, dim=1) if v else x.new_zeros(x.shape[0], 0) for k, v in probe.ratios.items()}
+        return Insights(logits=logits, class_attention=tuple(probe.class_attention), residual_ratios=ratios,
+                        layerscale=self.layerscale(), self_attention=probe.self_attention)
+
+    @torch.no_grad()
+    def layerscale(self) -> dict[str, torch.Tensor]:
+        """LayerScale weights per depth: {"sa_gamma_1": [depth, d'], ...} (d'=1 for scalar ablations)."""
+        def stack(blocks: nn.ModuleList, name: str) -> torch.Tensor:
+            if not len(blocks):
+                return torch.zeros(0, 1)
+            return torch.stack([getattr(b, name).detach().float().cpu() for b in blocks])
+        return {f"{stage}_{g}": stack(blocks, g)
+                for stage, blocks in (("sa", self.blocks), ("ca", self.blocks_token_only))
+                for g in ("gamma_1", "gamma_2")}
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def flops(self, img_size: int | None = None) -> int:
+        """Multiply-accumulates of one forward pass (the paper's / fvcore's FLOPs convention), counting
+        linear layers, convolutions and attention matmuls; norms, softmax and activations are ignored."""
+        cfg = self.cfg
+        d, h, n = cfg.embed_dim, cfg.num_heads, ((img_size or cfg.img_size) // cfg.patch_size) ** 2
+        patch = n * d * cfg.in_chans * cfg.patch_size ** 2
+        mix = 2 * h * h * n * n if cfg.talking_heads else 0
+        sa = n * 3 * d * d + 2 * n * n * d + mix + n * d * d + 2 * n * d * int(d * cfg.mlp_ratio)
+        # CA: q and the output projection on the class token; k, v over 1+N tokens; one query row.
+        ca = d * d + 2 * (n + 1) * d * d + 2 * (n + 1) * d + d * d + 2 * d * int(d * cfg.mlp_ratio_token_only)
+        return patch + cfg.depth * sa + cfg.depth_token_only * ca + d * cfg.num_classes
+
+
+def resize_pos_embed(pos_embed: torch.Tensor, new_grid: int) -> torch.Tensor:
+    """Bicubic resampling of a patch position embedding [1, g*g, d] to [1, new_grid^2, d] (DeiT's rule
+    for fine-tuning or testing at another resolution)."""
+    old_grid = int(round(pos_embed.shape[1] ** 0.5))
+    if old_grid == new_grid:
+        return pos_embed
+    grid = pos_embed.reshape(1, old_grid, old_grid, -1).permute(0, 3, 1, 2).float()
+    grid = F.interpolate(grid, size=(new_grid, new_grid), mode="bicubic", align_corners=False)
+    return grid.permute(0, 2, 3, 1).reshape(1, new_grid * new_grid, -1).to(pos_embed.dtype)
