@@ -1,0 +1,48 @@
+"""Evaluation transform and class names for a model config."""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Callable
+
+import torch
+from PIL import Image
+from torchvision.transforms import v2 as T
+
+from .config import CaiTConfig
+
+
+@lru_cache(maxsize=1)
+def imagenet_class_names() -> tuple[str, ...]:
+    """ImageNet-1k class descriptions as shipped by timm (no network)."""
+    from timm.data import ImageNetInfo
+    info = ImageNetInfo()
+    return tuple(info.index_to_description(i) for i in range(info.num_classes()))
+
+
+def class_names(cfg: CaiTConfig) -> tuple[str, ...]:
+    names = imagenet_class_names() if cfg.labels == "imagenet" else tuple(cfg.labels)
+    if len(names) != cfg.num_classes:  # e.g. a re-headed model: fall back to indices, never mislabel
+        return tuple(f"class {i}" for i in range(cfg.num_classes))
+    return names
+
+
+def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:
+    """The variant's evaluation transform: bicubic resize of the short side to img_size / crop_pct,
+    centre crop img_size (CaiT uses crop_pct 1.0), colour mode to in_chans, normalise."""
+    mode = "RGB" if cfg.in_chans == 3 else "L"
+    resize = math.floor(cfg.img_size / cfg.crop_pct)
+    pipeline = T.Compose([
+        T.Resize(resize, interpolation=T.InterpolationMode.BICUBIC, antialias=True),
+        T.CenterCrop(cfg.img_size),
+        T.PILToTensor(),
+        T.ToDtype(torch.float32, scale=True),
+        T.Normalize(cfg.mean, cfg.std),
+    ])
+    return lambda image: pipeline(image.convert(mode))
+
+
+def to_batch(images: list[Image.Image], cfg: CaiTConfig) -> torch.Tensor:
+    """PIL images -> normalised batch [B, C, H, W] ready for the model."""
+    tf = eval_transform(cfg)
+    return torch.stack([tf(im) for im in images])
