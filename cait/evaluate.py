@@ -1,0 +1,155 @@
+"""Evaluate a CaiT: top-1 accuracy and, on data with boxes, where its explanations point.
+
+    python -m cait.evaluate --model cait_nano_64 --data fashion-mnist-scenes --json results.json
+
+Localization scores every map against the garment's box with the class being the TRUE label:
+the pointing game (is the map's top patch inside the box?) and the share of the map's mass inside
+the box. The row "chance" is what a map with its maximum at a random place would score (the box's
+share of the image). Gradient and perturbation methods are costly, so they run on the first
+`--attribution-subset` images; the table says how many images each row saw.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from . import explain
+from .checkpoint import CheckpointError
+from .data import DataError, build_dataset
+from .factory import create_model
+from .model import CaiT
+from .preprocess import eval_transform
+
+CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_before_mixing", "rollout_after_mixing")
+
+
+class _Transformed(Dataset):
+    """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images."""
+
+    def __init__(self, base: Dataset, model: CaiT):
+        self.base, self.tf = base, eval_transform(model.cfg)
+        boxes = getattr(base, "boxes", None)
+        # Scenes are square, so the eval resize scales both axes alike and crop_pct 1.0 crops nothing.
+        self.boxes = None if boxes is None else torch.as_tensor(boxes) * (model.cfg.img_size / base.canvas)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int):
+        image, label = self.base[i]
+        box = self.boxes[i] if self.boxes is not None else torch.full((4,), float("nan"))
+        return self.tf(image), label, box
+
+
+class _Tally:
+    """Running sums of pointing-game hits and mass-in-box shares per explanation row."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, float] = defaultdict(float)
+        self.mass: dict[str, float] = defaultdict(float)
+        self.count: dict[str, int] = defaultdict(int)
+
+    def add(self, name: str, heat: torch.Tensor, boxes: torch.Tensor, img_size: int) -> None:
+        self.hits[name] += explain.pointing_game(heat, boxes, img_size).float().sum().item()
+        self.mass[name] += explain.mass_in_box(heat, boxes, img_size).sum().item()
+        self.count[name] += len(boxes)
+
+    def rows(self) -> list[dict]:
+        return [{"method": k, "pointing_game": self.hits[k] / self.count[k],
+                 "mass_in_box": self.mass[k] / self.count[k], "images": self.count[k]} for k in self.count]
+
+
+def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int = 1,
+             attribution_subset: int = 500, methods: tuple[str, ...] | None = None,
+             device: torch.device = torch.device("cpu")) -> dict:
+    """Accuracy on `data` and, when it carries boxes, the localization of every explanation method."""
+    model = model.to(device).eval()
+    ds = _Transformed(data, model)
+    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
+    methods = tuple(explain.METHODS) if methods is None else methods
+    img_size, heads = model.cfg.img_size, model.cfg.num_heads
+    correct, seen = 0, 0
+    tally = _Tally()
+    for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
+        x, y = x.to(device), y.to(device)
+        ca = explain.class_attention(model, x)
+        correct += (ca.logits.argmax(-1) == y).sum().item()
+        if ds.boxes is not None:
+            box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size ** 2
+            tally.hits["chance"] += box_area.sum().item()
+            tally.mass["chance"] += box_area.sum().item()
+            tally.count["chance"] += len(y)
+            for layer in range(ca.maps.shape[1]):
+                for h in range(heads):
+                    tally.add(f"ca{layer + 1}_head{h}", ca.maps[:, layer, h], boxes, img_size)
+            tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
+            for name in methods:
+                todo = len(y) if name in CHEAP_METHODS else max(0, min(len(y), attribution_subset - seen))
+                if todo:
+                    heat = explain.METHODS[name](model, x[:todo], y[:todo]).detach()
+                    tally.add(name, heat.cpu(), boxes[:todo], img_size)
+        seen += len(y)
+    return {"images": seen, "top1": correct / max(seen, 1), "localization": tally.rows()}
+
+
+def format_table(result: dict) -> str:
+    lines = [f"top-1 accuracy: {100 * result['top1']:.2f}% on {result['images']} images"]
+    if result["localization"]:
+        lines.append(f"{'method':<26}{'pointing game':>15}{'mass in box':>13}{'images':>8}")
+        for row in sorted(result["localization"], key=lambda r: -r["pointing_game"]):
+            lines.append(f"{row['method']:<26}{100 * row['pointing_game']:>14.1f}%"
+                         f"{100 * row['mass_in_box']:>12.1f}%{row['images']:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cait.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="variant name (see cait.list_models()); optional when "
+                   "--checkpoint is one of our safetensors files, which carry their config")
+    p.add_argument("--checkpoint", default=None, help="weights file; default: the model's shipped weights")
+    p.add_argument("--data", default="fashion-mnist-scenes",
+                   help="fashion-mnist-scenes (has boxes), fashion-mnist, or an ImageFolder root (its val/ split)")
+    p.add_argument("--subset", type=int, default=None, help="evaluate only the first N images")
+    p.add_argument("--attribution-subset", type=int, default=500,
+                   help="images for the costly methods (captum, occlusion); default 500")
+    p.add_argument("--methods", nargs="*", default=None, help=f"explanations to score; default all of "
+                   f"{', '.join(explain.METHODS)}")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--json", default=None, help="also write the results as JSON to this path")
+    args = p.parse_args(argv)
+    if args.methods:
+        unknown = set(args.methods) - set(explain.METHODS)
+        if unknown:
+            p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
+    if args.batch_size <= 0:
+        p.error("--batch-size must be positive")
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    try:
+        model = create_model(args.model, args.checkpoint, pretrained=args.checkpoint is None)
+        data = build_dataset(args.data, "val", subset=args.subset)
+    except (CheckpointError, DataError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = evaluate(model, data, batch_size=args.batch_size, workers=args.workers,
+                      attribution_subset=args.attribution_subset,
+                      methods=tuple(args.methods) if args.methods else None, device=device)
+    result.update(model=args.model or "from checkpoint", checkpoint=model.source, data=args.data)
+    print(format_table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
