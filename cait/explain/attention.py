@@ -1,0 +1,175 @@
+"""What CaiT's own attention says: class-attention maps, their class-specific (gradient-weighted)
+version, attention rollout adapted to the SA + CA split, and the talking-heads inspector.
+
+Token order everywhere: the class-attention rows from `forward_insights` are [class token, patch 0,
+..., patch N-1] with patches in row-major grid order, so `row[1:].reshape(g, g)` is the image layout.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ClassAttention:
+    """Class-token attention of every CA layer, split into the patch maps and the self share."""
+    logits: torch.Tensor      # [B, K]
+    maps: torch.Tensor        # [B, L, heads, g, g]: class token -> patch attention of each CA layer
+    self_share: torch.Tensor  # [B, L, heads]: attention the class token gives itself (maps + self = 1)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Head mean [B, L, g, g]."""
+        return self.maps.mean(dim=2)
+
+
+def _grid(rows: torch.Tensor) -> torch.Tensor:
+    """[..., N] patch scores in row-major order -> [..., g, g]."""
+    g = int(round(rows.shape[-1] ** 0.5))
+    if g * g != rows.shape[-1]:
+        raise ValueError(f"{rows.shape[-1]} patches do not form a square grid")
+    return rows.reshape(*rows.shape[:-1], g, g)
+
+
+def _check_input(model: nn.Module, x: torch.Tensor) -> None:
+    cfg = model.cfg
+    expected = (cfg.in_chans, cfg.img_size, cfg.img_size)
+    if x.dim() != 4 or tuple(x.shape[1:]) != expected:
+        raise ValueError(f"expected a normalised batch [B, {', '.join(map(str, expected))}] for this model, "
+                         f"got {list(x.shape)}")
+
+
+@torch.no_grad()
+def class_attention(model: nn.Module, x: torch.Tensor) -> ClassAttention:
+    """Class-attention maps of each CA layer, straight from the model's softmax (no gradients)."""
+    _check_input(model, x)
+    ins = model.forward_insights(x)
+    rows = torch.stack(ins.class_attention, dim=1)  # [B, L, heads, 1+N]
+    return ClassAttention(logits=ins.logits.detach(), maps=_grid(rows[..., 1:]), self_share=rows[..., 0])
+
+
+@contextmanager
+def frozen(model: nn.Module) -> Iterator[None]:
+    """Parameters stop requiring grad for the duration: gradient explanations need d(output)/d(input)
+    only, and without weight gradients autograd saves fewer activations and does half the backward."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Class attention weighted by the gradient of the target logit, Grad-CAM style: for each CA layer
+    l and head h, E_h[A_lh * relu(dy_target / dA_lh)] over patches, summed over the CA layers [B, g, g].
+
+    Only the CA stage needs a graph: the patch tokens entering it become a fresh leaf, so the backward
+    pass never enters the SA stage. dy/dA is exact without touching the model code: the CA output of
+    head h is o_h = sum_j A_hj v_hj, hence dy/dA_hj = <dy/do_h, v_hj>; o (the input of attn.proj) and v
+    (the output of attn.v) are read with hooks.
+    """
+    _check_input(model, x)
+    ca_blocks = model.blocks_token_only
+    heads = ca_blocks[0].attn.num_heads
+    seen: dict[tuple[str, int], torch.Tensor] = {}
+
+    def leaf_patches(module, args):  # patch tokens entering the CA stage: cut the SA graph here
+        return (args[0].detach().requires_grad_(True), *args[1:])
+
+    def keep(kind: str, i: int):
+        def hook(module, args, output=None):
+            seen[kind, i] = output if output is not None else args[0]
+        return hook
+
+    handles = [ca_blocks[0].register_forward_pre_hook(leaf_patches)]
+    for i, blk in enumerate(ca_blocks):
+        handles.append(blk.attn.v.register_forward_hook(keep("v", i)))
+        handles.append(blk.attn.proj.register_forward_pre_hook(keep("o", i)))
+    try:
+        with frozen(model), torch.enable_grad():
+            ins = model.forward_insights(x)
+            score = ins.logits.gather(1, target.view(-1, 1).to(ins.logits.device)).sum()
+            grads = torch.autograd.grad(score, [seen["o", i] for i in range(len(ca_blocks))])
+    finally:
+        for h in handles:
+            h.remove()
+    B, N1, C = seen["v", 0].shape
+    maps = []
+    for i, (attn, grad_o) in enumerate(zip(ins.class_attention, grads)):
+        v = seen["v", i].detach().reshape(B, N1, heads, C // heads)          # [B, 1+N, h, c]
+        grad_attn = torch.einsum("bhc,bjhc->bhj", grad_o.reshape(B, heads, C // heads), v)
+        maps.append((attn * grad_attn.clamp_min(0)).mean(dim=1)[:, 1:])    # [B, N]
+    return _grid(torch.stack(maps).sum(dim=0))
+
+
+def _normalise_rows(a: torch.Tensor) -> torch.Tensor:
+    return a / a.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def rollout(model: nn.Module, x: torch.Tensor, *, mixing: str = "before") -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema 2020) adapted to CaiT, class token -> patch relevance [B, g, g].
+
+    SA stage: per layer the head-mean attention A, the residual folded in as (A + I) / 2 with rows
+    renormalised, multiplied through the depth: R_SA = Â_D ... Â_1 (rows: output patch, cols: input).
+      mixing="before": A = softmax(proj_l(q k^T)), already row-stochastic per head.
+      mixing="after": A = proj_w(softmax(...)), the weights that really multiply the values; they can
+        be negative and rows need not sum to 1, so each head is clamped at 0 (a negative weight
+        subtracts a value, it does not route relevance) before the head mean and rows are renormalised.
+    CA stage: tokens [cls, patches]. Patches are never updated there, so their rows are [0 | R_SA]; the
+    class token starts as a learned constant (row e_0) and each CA layer l replaces its row by
+    (e_0 + a_l) / 2 applied to the current rows, a_l being the head-mean class-attention row over
+    [cls, patches]. After the two layers, the class-token row over the patch columns is the map; its
+    column 0 (relevance left on the learned class-token constant) is dropped, so a map sums to < 1.
+    """
+    if mixing not in ("before", "after"):
+        raise ValueError(f"mixing must be 'before' or 'after', got {mixing!r}")
+    _check_input(model, x)
+    with torch.no_grad():
+        ins = model.forward_insights(x, sa_layers=tuple(range(model.cfg.depth)))
+        B, n = x.shape[0], model.cfg.num_patches
+        eye = torch.eye(n, device=x.device, dtype=ins.logits.dtype)
+        relevance = eye.expand(B, n, n)
+        for layer in range(model.cfg.depth):
+            before, after = ins.self_attention[layer]
+            a = before.mean(dim=1) if mixing == "before" else _normalise_rows(after.clamp_min(0).mean(dim=1))
+            relevance = _normalise_rows(a + eye) @ relevance  # (A + I) / 2 once rows are renormalised
+        # Class-token relevance over [cls source, input patches]; patch rows are [0 | R_SA].
+        cls_row = torch.zeros(B, 1 + n, device=x.device, dtype=relevance.dtype)
+        cls_row[:, 0] = 1.0
+        for attn in ins.class_attention:
+            a = attn.mean(dim=1)  # [B, 1+N]
+            mixed = a[:, :1] * cls_row
+            mixed[:, 1:] += (a[:, 1:].unsqueeze(1) @ relevance).squeeze(1)
+            cls_row = (cls_row + mixed) / 2
+    return _grid(cls_row[:, 1:])
+
+
+@dataclass
+class TalkingHeads:
+    """One SA layer's attention around the head mixing, and the mixing matrices themselves."""
+    before: torch.Tensor  # [B, h, N, N] softmax(proj_l(q k^T)): rows sum to 1
+    after: torch.Tensor   # [B, h, N, N] proj_w(before): what multiplies the values
+    proj_l: torch.Tensor  # [h, h] mixes the logits before the softmax (out head x in head)
+    proj_w: torch.Tensor  # [h, h] mixes the weights after it
+
+
+@torch.no_grad()
+def talking_heads(model: nn.Module, x: torch.Tensor, layer: int) -> TalkingHeads:
+    """Attention of SA layer `layer` (0-based) before and after talking-heads mixing, with the mixing
+    weights (identity matrices for a model built with talking_heads=False)."""
+    _check_input(model, x)
+    depth = model.cfg.depth
+    if not 0 <= layer < depth:
+        raise ValueError(f"SA layer must be in 0..{depth - 1}, got {layer}")
+    before, after = model.forward_insights(x, sa_layers=(layer,)).self_attention[layer]
+    attn = model.blocks[layer].attn
+    h = attn.num_heads
+    weight = lambda proj: proj.weight.detach().clone() if isinstance(proj, nn.Linear) else torch.eye(h)
+    return TalkingHeads(before=before, after=after, proj_l=weight(attn.proj_l), proj_w=weight(attn.proj_w))

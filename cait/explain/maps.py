@@ -1,0 +1,85 @@
+"""Patch-grid heat maps to pixels: upsampling, colour overlays and the paper's regions of focus."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from ..config import DEFAULT_MODEL, VARIANTS
+
+# Regions of focus keep the smallest set of patches holding half of the CA-layer-1 mass: enough to
+# outline the object on a trained model, small enough that a diffuse (untrained) map gives a big box.
+DEFAULT_SHARE = 0.5
+
+
+def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def upsample(heat: torch.Tensor, size: int | tuple[int, int]) -> torch.Tensor:
+    """[..., g, g] -> [..., H, W] by bilinear interpolation with align_corners=False: each patch value
+    sits at its patch centre, pixels between centres blend linearly, and the outer half patch is flat."""
+    lead = heat.shape[:-2]
+    flat = heat.reshape(-1, 1, *heat.shape[-2:]).float()
+    out = F.interpolate(flat, size=_pair(size), mode="bilinear", align_corners=False)
+    return out.reshape(*lead, *out.shape[-2:])
+
+
+def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno", alpha: float = 0.5) -> Image.Image:
+    """`image` blended with the colour-mapped heat map (min-max scaled, upsampled to the image size);
+    alpha is the opacity of the heat layer (0 = image only, 1 = heat only)."""
+    import matplotlib
+
+    if heat_2d.dim() != 2:
+        raise ValueError(f"overlay takes one 2-D heat map, got shape {list(heat_2d.shape)}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    base = image.convert("RGB")
+    heat = upsample(heat_2d.detach().cpu(), (base.height, base.width))
+    lo, hi = heat.min(), heat.max()
+    heat = (heat - lo) / (hi - lo) if hi > lo else torch.zeros_like(heat)
+    colours = matplotlib.colormaps[cmap](heat.numpy())[..., :3]  # RGBA floats in [0, 1]
+    blended = (1 - alpha) * np.asarray(base, dtype=np.float32) / 255 + alpha * colours
+    return Image.fromarray((blended.clip(0, 1) * 255).round().astype(np.uint8))
+
+
+def mask_to_boxes(mask: torch.Tensor, img_size: int | tuple[int, int]) -> torch.Tensor:
+    """Bounding boxes [B, 4] (x0, y0, x1, y1, input pixels) of the True patches of mask [B, g, g];
+    an empty mask gives the whole image."""
+    H, W = _pair(img_size)
+    B, g, _ = mask.shape
+    rows, cols = mask.any(dim=2), mask.any(dim=1)  # [B, g] occupied grid rows / columns
+    idx = torch.arange(g, device=mask.device)
+    first = lambda occupied: torch.where(occupied, idx, g).min(dim=1).values
+    last = lambda occupied: torch.where(occupied, idx, -1).max(dim=1).values
+    empty = ~mask.flatten(1).any(dim=1)
+    x0, x1 = first(cols).masked_fill(empty, 0), (last(cols) + 1).masked_fill(empty, g)
+    y0, y1 = first(rows).masked_fill(empty, 0), (last(rows) + 1).masked_fill(empty, g)
+    return torch.stack((x0 * W / g, y0 * H / g, x1 * W / g, y1 * H / g), dim=1).float()
+
+
+def regions_of_focus(heat: torch.Tensor, share: float = DEFAULT_SHARE, *,
+                     img_size: int | tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paper Fig. 7 style regions: the smallest set of patches holding `share` of the map's mass
+    (negative values count as 0), as a mask [B, g, g] and its bounding box [B, 4] in input pixels.
+
+    heat: [B, g, g], usually `class_attention(model, x).mean[:, 0]` (CA layer 1, head mean).
+    img_size: input side in pixels (x.shape[-1]); default the default model's size. Pass it for any
+        other model, since a patch grid alone does not know its pixel size.
+    """
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    if heat.dim() != 3:
+        raise ValueError(f"heat must be [B, g, g], got shape {list(heat.shape)}")
+    B, g, _ = heat.shape
+    mass = heat.detach().flatten(1).clamp_min(0).float()
+    order = mass.argsort(dim=1, descending=True)
+    cumulative = mass.gather(1, order).cumsum(dim=1)
+    total = cumulative[:, -1:].clamp_min(1e-12)
+    # number of top patches needed: first position where the running share reaches `share`
+    keep = (cumulative / total < share - 1e-6).sum(dim=1, keepdim=True) + 1
+    ranks = torch.empty_like(order).scatter_(1, order, torch.arange(g * g, device=heat.device).expand(B, -1))
+    mask = (ranks < keep).reshape(B, g, g)
+    size = img_size if img_size is not None else VARIANTS[DEFAULT_MODEL].img_size
+    return mask, mask_to_boxes(mask, size)

@@ -1,0 +1,86 @@
+"""How good is a heat map: localization against boxes, and faithfulness by deleting / inserting patches."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .maps import _pair
+
+
+def _patch_edges(g: int, img_size: int | tuple[int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    H, W = _pair(img_size)
+    steps = torch.arange(g + 1, device=device, dtype=torch.float32)
+    return steps * W / g, steps * H / g  # x edges, y edges
+
+
+def pointing_game(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple[int, int]) -> torch.Tensor:
+    """Hit [B] when the centre of the highest patch lies inside the box (edges included).
+
+    Ties are broken uniformly at random (fixed seed), so a constant map scores the chance level (the
+    share of patch centres inside the box) rather than always pointing at the top-left patch."""
+    B, g, _ = heat.shape
+    flat = heat.detach().flatten(1).float()
+    top = flat == flat.max(dim=1, keepdim=True).values
+    noise = torch.rand(flat.shape, generator=torch.Generator().manual_seed(0)).to(flat.device)
+    best = torch.where(top, noise, -1.0).argmax(dim=1)
+    xs, ys = _patch_edges(g, img_size, heat.device)
+    cx, cy = (xs[:-1] + xs[1:])[best % g] / 2, (ys[:-1] + ys[1:])[best // g] / 2
+    boxes = boxes.to(heat.device).float()
+    return (cx >= boxes[:, 0]) & (cx <= boxes[:, 2]) & (cy >= boxes[:, 1]) & (cy <= boxes[:, 3])
+
+
+def mass_in_box(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple[int, int]) -> torch.Tensor:
+    """Share [B] of the map's positive mass inside the box, each patch's mass spread evenly over its
+    pixels (exact partial-patch overlap, no resampling). A uniform map scores box area / image area."""
+    B, g, _ = heat.shape
+    mass = heat.detach().clamp_min(0).float()
+    xs, ys = _patch_edges(g, img_size, heat.device)
+    boxes = boxes.to(heat.device).float()
+
+    def overlap(edges: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        # fraction [B, g] of each patch interval [e_i, e_i+1] covered by [lo, hi]
+        inter = torch.minimum(edges[1:], hi[:, None]) - torch.maximum(edges[:-1], lo[:, None])
+        return inter.clamp_min(0) / (edges[1:] - edges[:-1])
+
+    fx, fy = overlap(xs, boxes[:, 0], boxes[:, 2]), overlap(ys, boxes[:, 1], boxes[:, 3])
+    inside = (mass * fy[:, :, None] * fx[:, None, :]).sum(dim=(1, 2))
+    return inside / mass.sum(dim=(1, 2)).clamp_min(1e-12)
+
+
+@torch.no_grad()
+def deletion_insertion(model: nn.Module, x: torch.Tensor, target: torch.Tensor, heat: torch.Tensor,
+                       steps: int | None = None, *, baseline: float = 0.0, batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """Deletion and insertion curves (Petsiuk et al. 2018) on whole patches, with their AUC.
+
+    Patches are ranked by `heat` (highest first). At step i of `steps` (default: one patch per step,
+    at most 32 steps) the top round(i * N / steps) patches are replaced by `baseline` (deletion; 0 is
+    the dataset mean in normalised space) or are the only ones kept from x (insertion), and the
+    softmax probability of `target` is recorded. Curves are [B, steps + 1] from 0 to all patches; the
+    AUC is the trapezoid area over the fraction of patches in [0, 1]. Low deletion AUC and high
+    insertion AUC mean a faithful ranking. All perturbed images are evaluated in batches of batch_size.
+    """
+    B, C, H, W = x.shape
+    g = heat.shape[-1]
+    n = g * g
+    p = H // g
+    steps = steps or min(n, 32)
+    if not 1 <= steps <= n:
+        raise ValueError(f"steps must be in 1..{n} (number of patches), got {steps}")
+    order = heat.detach().flatten(1).argsort(dim=1, descending=True).to(x.device)
+    ranks = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=x.device).expand(B, -1))
+    counts = torch.round(torch.arange(steps + 1, device=x.device) * n / steps)  # patches hidden per step
+    hidden = ranks[:, None, :] < counts[None, :, None]                          # [B, S+1, N]
+    pixels = hidden.reshape(B, steps + 1, 1, g, g).repeat_interleave(p, 3).repeat_interleave(p, 4)
+    target = target.to(x.device).long()
+
+    def curve(keep_original: torch.Tensor) -> torch.Tensor:
+        images = torch.where(keep_original, x[:, None], torch.full_like(x[:, None], baseline))
+        images = images.flatten(0, 1)  # [B * (S+1), C, H, W]
+        logits = torch.cat([model(chunk) for chunk in images.split(batch_size)])
+        probs = logits.float().softmax(dim=-1).reshape(B, steps + 1, -1)
+        return probs.gather(2, target.view(B, 1, 1).expand(B, steps + 1, 1)).squeeze(2)
+
+    deletion, insertion = curve(~pixels), curve(pixels)
+    fraction = counts / n
+    auc = lambda c: torch.trapezoid(c, fraction.to(c.dtype), dim=1)
+    return dict(deletion=deletion, insertion=insertion, deletion_auc=auc(deletion), insertion_auc=auc(insertion))
