@@ -1,0 +1,259 @@
+"""`python -m cait.train`: outputs, exact resume, NaN stop, signals, bad arguments, ImageFolder, distillation, DDP.
+
+Runs use the tiny cait_pico_32 on a few hundred Fashion-MNIST images with one torch thread, mostly in
+process (importing torch and timm in a subprocess costs seconds); the CLI-level behaviours (no traceback,
+signals, torchrun) run as real subprocesses.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+
+import cait
+import cait.train as train_mod
+from cait.config import FASHION_MNIST_CLASSES, CaiTConfig
+from cait.train import main, teacher_view
+
+TINY = ["--model", "cait_pico_32", "--data", "fashion-mnist", "--batch-size", "32", "--workers", "0",
+        "--threads", "1", "--val-subset", "64", "--warmup-epochs", "1", "--lr", "2e-3"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, timeout: float = 240, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "cait.train", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env, **kw)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("smoke")
+    assert main([*TINY, "--subset", "128", "--epochs", "2", "--ema", "0.9", "--amp", "none", "--output", str(out)]) == 0
+    return out
+
+
+def test_smoke_run_writes_every_file_and_metric(smoke_run):
+    names = {p.name for p in smoke_run.iterdir()}
+    assert {"last.safetensors", "best.safetensors", "ema.safetensors", "state.pt", "metrics.jsonl", "args.json"} <= names
+    assert not [n for n in names if n.endswith(".tmp")]
+    lines = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in lines] == [1, 2]
+    m = lines[-1]
+    for key in ("train_loss", "val_top1", "val_top1_ema", "lr", "images_per_s", "epoch_seconds"):
+        assert isinstance(m[key], float) and np.isfinite(m[key]), key
+    cfg = cait.get_config("cait_pico_32")
+    # LayerScale: one row per block x gamma for every SA and CA block
+    rows = {(r["stage"], r["layer"], r["gamma"]) for r in m["layerscale"]}
+    expected = {(s, i, g) for s, n in (("sa", cfg.depth), ("ca", cfg.depth_token_only))
+                for i in range(n) for g in ("gamma_1", "gamma_2")}
+    assert rows == expected
+    for r in m["layerscale"]:
+        assert 0 <= r["p10"] <= r["median"] <= r["p90"]
+        assert r["p10"] <= r["mean"] <= r["p90"] + 1e-6
+    # after training, gamma has moved away from its init eps (0.1 for this config)
+    assert any(abs(r["mean"] - cfg.init_values) > 1e-4 for r in m["layerscale"])
+    ratios = m["residual_ratios"]
+    assert {k: len(v) for k, v in ratios.items()} == {"sa": cfg.depth, "ffn": cfg.depth, "ca": 2, "ca_ffn": 2}
+    assert all(v > 0 for vs in ratios.values() for v in vs)
+    # class-attention entropy per CA layer and head, at most log(1 + N) nats
+    entropy = np.array(m["ca_entropy"])
+    assert entropy.shape == (cfg.depth_token_only, cfg.num_heads)
+    assert (entropy > 0).all() and (entropy <= np.log(1 + cfg.num_patches) + 1e-4).all()
+    saved = json.loads((smoke_run / "args.json").read_text())
+    assert saved["args"]["model"] == "cait_pico_32" and "--subset 128" in saved["commands"][0]
+
+
+def test_checkpoints_load_with_create_model(smoke_run):
+    for name in ("last", "best", "ema"):
+        model = cait.create_model(None, checkpoint=smoke_run / f"{name}.safetensors")
+        assert model.cfg.labels == FASHION_MNIST_CLASSES and model.cfg.num_classes == 10
+    state = torch.load(smoke_run / "state.pt", map_location="cpu", weights_only=True)
+    assert state["epoch"] == 2 and state["batch"] == 0 and state["step"] == 8  # 128 images / 32 per step x 2
+    last = load_file(smoke_run / "last.safetensors")
+    assert all(torch.equal(last[k], v) for k, v in state["model"].items())
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(path)
+
+
+@pytest.mark.parametrize("amp,workers", [("bf16", "0"), ("none", "2")])
+def test_resume_is_exact(tmp_path, amp, workers):
+    """2 epochs in one go == stop mid-epoch, resume, stop at the epoch boundary, resume to the end."""
+    args = [*TINY, "--subset", "192", "--epochs", "2", "--ema", "0.9", "--amp", amp, "--workers", workers]
+    assert main([*args, "--output", str(tmp_path / "once")]) == 0
+    assert main([*args, "--output", str(tmp_path / "split"), "--stop-after", "4"]) == 0
+    state = torch.load(tmp_path / "split" / "state.pt", weights_only=True)
+    assert (state["epoch"], state["batch"], state["step"]) == (0, 4, 4)
+    assert main(["--resume", str(tmp_path / "split"), "--stop-after", "6"]) == 0  # 6 steps = 1 epoch
+    assert main(["--resume", str(tmp_path / "split")]) == 0
+    for name in ("last.safetensors", "ema.safetensors"):
+        once, split = _weights(tmp_path / "once" / name), _weights(tmp_path / "split" / name)
+        assert once.keys() == split.keys()
+        assert all(torch.equal(once[k], split[k]) for k in once), name
+    m_once = (tmp_path / "once" / "metrics.jsonl").read_text().splitlines()
+    m_split = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(a)["train_loss"] for a in m_once] == [json.loads(b)["train_loss"] for b in m_split]
+    assert len(json.loads((tmp_path / "split" / "args.json").read_text())["commands"]) == 3
+
+
+def test_different_seed_gives_different_weights(tmp_path):
+    # guards the resume test against passing because nothing random happens at all
+    args = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none"]
+    assert main([*args, "--output", str(tmp_path / "a"), "--seed", "1"]) == 0
+    assert main([*args, "--output", str(tmp_path / "b"), "--seed", "2"]) == 0
+    a, b = _weights(tmp_path / "a" / "last.safetensors"), _weights(tmp_path / "b" / "last.safetensors")
+    assert not torch.equal(a["head.weight"], b["head.weight"])
+
+
+def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    # the loss turns NaN on step 6, inside epoch 2 (4 steps per epoch)
+    real = train_mod.build_criterion
+
+    def poisoned(args, num_classes):
+        mixup, loss_fn = real(args, num_classes)
+        calls = {"n": 0}
+
+        def loss(logits, target):
+            calls["n"] += 1
+            value = loss_fn(logits, target)
+            return value * float("nan") if calls["n"] == 6 else value
+        return mixup, loss
+    monkeypatch.setattr(train_mod, "build_criterion", poisoned)
+    out = tmp_path / "run"
+    assert main([*TINY, "--subset", "128", "--epochs", "3", "--amp", "none", "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "loss is nan at epoch 2, batch 2, step 6" in err and "last.safetensors (end of epoch 1)" in err
+    assert "Traceback" not in err
+    state = torch.load(out / "state.pt", weights_only=True)
+    assert (state["epoch"], state["step"]) == (1, 4)
+    last = cait.create_model(None, checkpoint=out / "last.safetensors")
+    assert all(torch.isfinite(p).all() for p in last.parameters())
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_huge_lr_diverges_into_the_nan_stop(tmp_path, capsys):
+    code = main([*TINY, "--subset", "256", "--epochs", "1", "--amp", "none", "--warmup-epochs", "0",
+                 "--lr", "1e30", "--output", str(tmp_path)])
+    assert code == 1
+    assert "at epoch 1, batch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "cait_nope"], "unknown model 'cait_nope'"),
+    (["--batch-size", "0"], "--batch-size must be positive"),
+    (["--epochs", "-1"], "--epochs must be positive"),
+    (["--batch-size", "33"], "need an even --batch-size"),
+    (["--data", "/no/such/dir"], "unknown dataset '/no/such/dir'"),
+    (["--resume", "/no/such/run"], "not a run directory"),
+    (["--subset", "16"], "cannot fill one batch of 32"),
+    (["--teacher", "/no/teacher.safetensors"], "checkpoint not found"),
+])
+def test_bad_arguments_get_one_line(argv, message, capsys, tmp_path):
+    try:
+        code = main([*TINY, "--output", str(tmp_path), *argv])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("python -m cait.train: error:")
+
+
+def test_directory_without_images_is_a_clear_error(tmp_path, capsys):
+    for split in ("train", "val"):
+        (tmp_path / "data" / split / "cat").mkdir(parents=True)
+    assert main([*TINY, "--data", str(tmp_path / "data"), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds no usable images" in err and len(err.splitlines()) == 1
+
+
+def test_cli_bad_model_exits_2_without_traceback():
+    proc = run_cli("--model", "cait_nope", "--output", "/tmp/never")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "unknown model 'cait_nope'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_help_explains_every_flag():
+    text = train_mod.build_parser().format_help()
+    for action in train_mod.build_parser()._actions:
+        assert action.help, action.dest
+    for flag in ("--resume", "--teacher", "--randaug", "--ema", "--amp", "--drop-path", "--clip-grad", "--subset"):
+        assert flag in text
+
+
+def _image_folder(root: Path) -> Path:
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 8), ("val", 3)):
+        for k, cls in enumerate(("circle", "square")):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 255, (40, 30, 3), dtype=np.uint8) // (k + 1)
+                Image.fromarray(pixels).save(root / split / cls / f"{i}.png")
+    return root
+
+
+def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
+    data = _image_folder(tmp_path / "shapes")
+    # the teacher sees another resolution and channel count: teacher_view adapts the batch
+    teacher = cait.create_model("cait_nano_28", num_classes=2, labels=("circle", "square"))
+    cait.save_weights(teacher, tmp_path / "teacher.safetensors")
+    out = tmp_path / "run"
+    argv = ["--model", "cait_pico_32", "--data", str(data), "--batch-size", "4", "--workers", "0", "--threads", "1",
+            "--epochs", "1", "--amp", "none", "--teacher", str(tmp_path / "teacher.safetensors"), "--output", str(out)]
+    assert main(argv) == 0
+    model = cait.create_model(None, checkpoint=out / "last.safetensors")
+    assert model.cfg.num_classes == 2 and model.cfg.labels == ("circle", "square")
+    assert json.loads((out / "metrics.jsonl").read_text())["val_top1"] is not None
+
+
+def test_teacher_view_converts_size_channels_and_normalisation():
+    student = cait.get_config("cait_pico_32")                    # 32 px, RGB, mean/std 0.5
+    teacher = CaiTConfig(img_size=28, patch_size=4, in_chans=1, mean=(0.2,), std=(0.4,))
+    grey = torch.full((2, 3, 32, 32), 0.6)                       # raw value 0.6*0.5+0.5 = 0.8 everywhere
+    out = teacher_view(grey, student, teacher)
+    assert out.shape == (2, 1, 28, 28)
+    torch.testing.assert_close(out, torch.full_like(out, (0.8 - 0.2) / 0.4))
+    assert teacher_view(grey, student, student) is grey
+
+
+def test_sigint_saves_state_and_exits_cleanly(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "cait.train", *TINY, "--subset", "256", "--epochs", "200",
+                             "--amp", "none", "--output", str(out)], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 180
+    while not (out / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "interrupted: saved" in err and f"--resume {out}" in err and "Traceback" not in err
+    state = torch.load(out / "state.pt", weights_only=True)
+    assert state["step"] >= 8 and state["epoch"] >= 1
+    assert torch.equal(load_file(out / "last.safetensors")["head.weight"], state["model"]["head.weight"])
+
+
+def test_torchrun_two_processes_trains_and_checkpoint_loads(tmp_path):
+    out = tmp_path / "ddp"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "cait.train", *TINY,
+                           "--subset", "256", "--epochs", "1", "--amp", "none", "--output", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 process(es)" in proc.stderr and proc.stderr.count("done: best val top-1") == 1  # rank 0 only logs
+    state = torch.load(out / "state.pt", weights_only=True)
+    assert state["step"] == 4  # 256 images / (2 ranks x 32)
+    model = cait.create_model(None, checkpoint=out / "last.safetensors")
+    assert model.cfg.num_classes == 10
