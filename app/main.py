@@ -51,7 +51,7 @@ STATE_TTL = 3600             # seconds a session's analysis is kept
 FILE_TTL = 900               # seconds our download files are kept (Gradio copies them into its cache)
 IMAGENET_PHOTOS = ("skimage/data/chelsea.png", "skimage/data/astronaut.png", "skimage/data/coffee.png",
                    "skimage/data/rocket.jpg", "gradio/media_assets/images/cheetah.jpg",
-                   "gradio/media_assets/images/lion.jpg", "gradio/media_assets/images/bus.png",
+                   "gradio/media_assets/images/lion.jpg", "skimage/data/motorcycle_left.png",
                    "gradio/media_assets/images/tower.jpg")
 SALIENCY_DEFAULT = ("class_specific", "rollout_before_mixing", "saliency")
 WORK_DIR = Path(tempfile.mkdtemp(prefix="cait-app-"))
@@ -148,21 +148,12 @@ def _copy_examples(files: list[tuple[Path, str]], folder: str) -> list[tuple[str
 
 
 def _shipped_captions() -> dict[str, str]:
-    # examples.json: {"file.png": {"label": ...}} or [{"file": ..., "label": ...}]; label: name or index
-    path = EXAMPLES_DIR / "examples.json"
+    # examples.json: {"examples": [{"file": ..., "class": ..., "label": ..., "box_xyxy": ...}, ...]}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        entries = json.loads((EXAMPLES_DIR / "examples.json").read_text()).get("examples", [])
+        return {e["file"]: f"true: {e.get('class', e.get('label'))}" for e in entries}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):  # missing or odd file: plain names
         return {}
-    entries = data.items() if isinstance(data, dict) else (
-        (e.get("file") or e.get("path") or e.get("name") or "", e) for e in data if isinstance(e, dict))
-    captions = {}
-    for fname, entry in entries:
-        label = entry.get("label_name", entry.get("label")) if isinstance(entry, dict) else entry
-        if isinstance(label, int) and 0 <= label < len(cait.config.FASHION_MNIST_CLASSES):
-            label = cait.config.FASHION_MNIST_CLASSES[label]
-        captions[Path(str(fname)).name] = f"true: {label}" if label is not None else Path(str(fname)).stem
-    return captions
 
 
 def find_examples(cfg: cait.CaiTConfig) -> list[tuple[str, str]]:
@@ -336,7 +327,7 @@ def build_app(store: ModelStore) -> gr.Blocks:
         png = figures.grid_png(tiles, columns, request_dir() / "class_attention.png",
                                title=f"{loaded.name}: class attention (rows: CA layers; columns: heads, mean)")
         big = big_tile(a, cmap, alpha, selected)
-        return gr.Gallery(value=tiles, columns=columns), png, big
+        return gr.Gallery(value=tiles, columns=columns), str(png), big
 
     def big_tile(a: Analysis, cmap: str, alpha: float, selected: int | None):
         if selected is None:
@@ -489,7 +480,8 @@ def build_app(store: ModelStore) -> gr.Blocks:
         header = gr.Markdown(header_markdown(first))
         with gr.Row():
             with gr.Column(scale=2):
-                image_in = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=300)
+                image_in = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=300,
+                                    elem_id="image_in")
                 examples = gr.Gallery(value=first.examples, label="Examples (click one)", columns=8, height=150,
                                       allow_preview=False, show_label=True, elem_id="examples")
             with gr.Column(scale=3):

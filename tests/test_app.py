@@ -1,0 +1,356 @@
+"""The app: safe decoding of every odd upload, model loading, and the running server's /analyze API
+(answers equal a direct model call, 8 simultaneous requests each get their own answer, bad files get
+a message and the server keeps serving)."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import cait
+from cait import explain
+from conftest import randomise_
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the app is a folder of the repo, not part of the installed package
+
+from app import images  # noqa: E402
+from app.images import ImageInputError, load_image  # noqa: E402
+from app.main import analyse, find_examples, load_model, pick_device  # noqa: E402
+
+
+# ------------------------------------------------------------------------------ odd image files
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A tiny valid PNG whose header claims width x height (a decompression bomb's header)."""
+    buf = io.BytesIO()
+    Image.new("L", (1, 1)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    data[16:24] = struct.pack(">II", width, height)                      # IHDR width, height
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))      # IHDR CRC over type + data
+    return bytes(data)
+
+
+def save(image: Image.Image, path: Path, **kw) -> Path:
+    image.save(path, **kw)
+    return path
+
+
+def gradient(w: int, h: int) -> np.ndarray:
+    return np.add.outer(np.arange(h), np.arange(w)).astype(np.float64) / (w + h - 2)
+
+
+def test_grey_cmyk_and_palette_become_rgb(tmp_path):
+    grey = save(Image.fromarray((gradient(40, 30) * 255).astype(np.uint8), "L"), tmp_path / "grey.png")
+    cmyk = save(Image.new("CMYK", (30, 30), (0, 255, 255, 0)), tmp_path / "cmyk.jpg", quality=95)  # red
+    palette = save(Image.new("RGB", (30, 30), (0, 0, 255)).convert("P"), tmp_path / "palette.png")
+    for path in (grey, cmyk, palette):
+        out = load_image(path)
+        assert out.image.mode == "RGB" and out.image.size == Image.open(path).size
+    r, g, b = load_image(cmyk).image.getpixel((15, 15))
+    assert r > 200 and g < 60 and b < 60
+    assert load_image(palette).image.getpixel((3, 3)) == (0, 0, 255)
+    assert load_image(grey, mode="L").image.mode == "L"
+
+
+def test_transparency_goes_on_white(tmp_path):
+    rgba = Image.new("RGBA", (20, 20), (255, 0, 0, 0))  # fully transparent red: must not show as red
+    rgba.paste((0, 0, 255, 255), (0, 0, 10, 20))
+    out = load_image(save(rgba, tmp_path / "rgba.png"))
+    assert out.image.getpixel((15, 5)) == (255, 255, 255)
+    assert out.image.getpixel((5, 5)) == (0, 0, 255)
+    assert any("transparent" in n for n in out.notes)
+    palette = rgba.convert("P")  # palette with a transparent index
+    palette.info["transparency"] = palette.getpixel((15, 5))
+    assert load_image(save(palette, tmp_path / "p.png", transparency=palette.info["transparency"])
+                      ).image.getpixel((15, 5)) == (255, 255, 255)
+
+
+def test_16_bit_is_rescaled_not_clipped(tmp_path):
+    data = (gradient(64, 16) * 65535).astype(np.uint16)
+    out = load_image(save(Image.fromarray(data), tmp_path / "deep.png"))
+    values = np.asarray(out.image.convert("L"), dtype=float)
+    assert values.min() <= 1 and values.max() >= 254            # full range kept
+    assert abs(values[8, 32] - 255 * gradient(64, 16)[8, 32]) < 2  # middle grey stays middle grey
+    assert any("bit depth" in n for n in out.notes)
+
+
+def test_exif_rotation_is_applied(tmp_path):
+    image = Image.new("RGB", (40, 20), (0, 200, 0))
+    image.paste((200, 0, 0), (0, 0, 10, 20))  # red band on the left
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display"
+    out = load_image(save(image, tmp_path / "rot.jpg", exif=exif, quality=95))
+    assert out.image.size == (20, 40)
+    r, g, _ = out.image.getpixel((10, 3))  # the left band is now at the top
+    assert r > 150 and g < 80
+    assert any("EXIF" in n for n in out.notes)
+
+
+def test_animated_gif_uses_first_frame(tmp_path):
+    frames = [Image.new("RGB", (16, 16), c) for c in ((255, 0, 0), (0, 255, 0), (0, 0, 255))]
+    path = tmp_path / "anim.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=50, loop=0)
+    out = load_image(path)
+    r, g, b = out.image.getpixel((8, 8))
+    assert r > 200 and g < 50 and b < 50
+    assert any("3 frames" in n for n in out.notes)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (3000, 2), (2, 3000), (3000, 2000)])
+def test_tiny_huge_and_elongated_images_give_bounded_model_input(tmp_path, size):
+    out = load_image(save(Image.new("RGB", size, (10, 120, 200)), tmp_path / "odd.png"))
+    w, h = out.image.size
+    assert max(w, h) <= images.MAX_SIDE and max(w, h) <= images.MAX_ASPECT * min(w, h) + 1
+    x = cait.preprocess.to_batch([out.image], cait.get_config("cait_pico_32"))
+    assert x.shape == (1, 3, 32, 32)
+    assert torch.allclose(x[0, 2], x[0, 2, 0, 0])  # a flat colour stays flat
+    if min(size) == 1:
+        assert any("upscaled" in n for n in out.notes)
+
+
+def test_elongated_crop_keeps_what_the_model_sees(tmp_path):
+    """Cropping to MAX_ASPECT first must not change the model input (the eval transform keeps the
+    central square anyway)."""
+    rng = np.random.default_rng(0)
+    strip = Image.fromarray(rng.integers(0, 255, (40, 400, 3), dtype=np.uint8))
+    cfg = cait.get_config("cait_pico_32")
+    direct = cait.preprocess.to_batch([strip], cfg)
+    via_app = cait.preprocess.to_batch([load_image(save(strip, tmp_path / "strip.png")).image], cfg)
+    assert (direct - via_app).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.png", b"", "empty"),
+    ("text.png", b"this is not an image\n" * 50, "not an image"),
+    ("bomb.png", png_claiming(10_000, 10_000), "megapixels"),        # above our limit
+    ("giant.png", png_claiming(40_000, 40_000), "megapixels"),       # above Pillow's own bomb limit
+])
+def test_unreadable_files_get_a_clear_message(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ImageInputError, match=message):
+        load_image(path)
+
+
+def test_truncated_file_gets_a_clear_message(tmp_path):
+    rng = np.random.default_rng(0)
+    full = save(Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)), tmp_path / "full.png")
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(ImageInputError, match="truncated"):
+        load_image(cut)
+
+
+# ------------------------------------------------------------------------------- model loading
+
+def test_model_without_weights_is_flagged_untrained_and_reproducible():
+    a, b = load_model("cait_pico_32", None, torch.device("cpu")), load_model("cait_pico_32", None, torch.device("cpu"))
+    assert a.notice.startswith("Untrained") and a.source.startswith("random init")
+    for (k, va), vb in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        assert torch.equal(va, vb), k
+
+
+def test_checkpoint_loading_and_bad_checkpoint(tmp_path):
+    model = randomise_(cait.create_model("cait_pico_32"))
+    path = tmp_path / "pico.safetensors"
+    cait.save_weights(model, path)
+    loaded = load_model(None, str(path), torch.device("cpu"))
+    assert loaded.notice == "" and "pico.safetensors" in loaded.source
+    assert torch.equal(loaded.model.head.weight, model.head.weight)
+    bad = tmp_path / "bad.pth"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(cait.CheckpointError):
+        load_model("cait_pico_32", str(bad), torch.device("cpu"))
+
+
+def test_imagenet_models_get_bundled_photos():
+    examples = find_examples(cait.get_config("cait_xxs24_224"))
+    names = {Path(p).stem for p, _ in examples}
+    assert {"chelsea", "astronaut", "coffee", "rocket"} <= names and len(examples) >= 6
+    for path, _ in examples:
+        assert Image.open(path).size[0] > 100
+
+
+def test_device_auto_follows_cuda():
+    assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pick_device("cpu").type == "cpu"
+
+
+# -------------------------------------------------------------------------- the running server
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    """`python app/main.py ARGS` on a free port; returns (process, url) once it answers."""
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app" / "main.py"), "--port", str(port), "--device", "cpu",
+                             *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"app did not answer within 180 s:\n{log.read_text()[-3000:]}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The real app with known random weights (non-uniform attention), plus the same model here."""
+    tmp = tmp_path_factory.mktemp("app")
+    model = randomise_(cait.create_model("cait_nano_64"))
+    ckpt = tmp / "nano.safetensors"
+    cait.save_weights(model, ckpt)
+    proc, url = start_server(["--model", "cait_nano_64", "--checkpoint", str(ckpt)], tmp / "server.log")
+    from gradio_client import Client
+    try:
+        yield {"client": Client(url, verbose=False), "url": url, "proc": proc,
+               "loaded": load_model(None, str(ckpt), torch.device("cpu")), "tmp": tmp}
+    finally:
+        stop_server(proc)
+
+
+def test_server_binds_localhost_and_documents_analyze(server):
+    assert server["url"].startswith("http://127.0.0.1:")
+    api = server["client"].view_api(return_format="dict", print_info=False)
+    assert "/analyze" in api["named_endpoints"]
+    assert [p["parameter_name"] for p in api["named_endpoints"]["/analyze"]["parameters"]][:2] == ["image", "method"]
+
+
+def scene_images(tmp: Path, n: int) -> list[Path]:
+    """n different test images: the shipped examples if any, padded with random colour scenes."""
+    shipped = sorted((Path(cait.__file__).parent / "examples").glob("*.png"))[:n]
+    rng = np.random.default_rng(1)
+    extra = []
+    for i in range(n - len(shipped)):
+        extra.append(save(Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)), tmp / f"rand{i}.png"))
+    return shipped + extra
+
+
+def direct(loaded, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Probabilities [K] and class-attention maps [L, h, g, g] by calling the model directly."""
+    x = cait.preprocess.to_batch([load_image(path).image], loaded.cfg)
+    with torch.no_grad():
+        ca = explain.class_attention(loaded.model, x)
+        probs = loaded.model(x).softmax(-1)[0]
+    return probs.numpy(), ca.maps[0].numpy()
+
+
+def check_answer(answer: dict, loaded, path: Path) -> None:
+    probs, maps = direct(loaded, path)
+    np.testing.assert_allclose(answer["probabilities"], probs, atol=1e-5)
+    np.testing.assert_allclose(np.array(answer["class_attention"]["maps"]), maps, atol=1e-5)
+    top = answer["predictions"]
+    assert len(top) == 5 and top[0]["index"] == int(probs.argmax())
+    assert top[0]["label"] == loaded.labels[top[0]["index"]]
+
+
+def test_analyze_equals_a_direct_model_call(server):
+    from gradio_client import handle_file
+    path = scene_images(server["tmp"], 1)[0]
+    answer = server["client"].predict(handle_file(str(path)), api_name="/analyze")
+    check_answer(answer, server["loaded"], path)
+    cfg = server["loaded"].cfg
+    assert np.array(answer["class_attention"]["maps"]).shape == (2, cfg.num_heads, cfg.grid_size, cfg.grid_size)
+    assert "attribution" not in answer  # only what was asked for
+    # the same answer as the in-process analysis the UI uses
+    a = analyse(server["loaded"], str(path))
+    np.testing.assert_allclose(answer["residual_ratios"]["sa"], a.ratios["sa"], rtol=1e-5)
+
+
+def test_analyze_runs_the_asked_attribution(server):
+    from gradio_client import handle_file
+    path = scene_images(server["tmp"], 1)[0]
+    answer = server["client"].predict(handle_file(str(path)), "saliency", 3, 32, api_name="/analyze")
+    loaded = server["loaded"]
+    x = cait.preprocess.to_batch([load_image(path).image], loaded.cfg)
+    expected = explain.METHODS["saliency"](loaded.model, x, torch.tensor([3]))[0]
+    assert answer["attribution"]["method"] == "saliency" and answer["attribution"]["target"] == 3
+    np.testing.assert_allclose(np.array(answer["attribution"]["patch"]), expected.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(Exception, match="unknown method"):
+        server["client"].predict(handle_file(str(path)), "telepathy", api_name="/analyze")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def test_eight_simultaneous_requests_get_their_own_answers(server):
+    from gradio_client import handle_file
+    paths = scene_images(server["tmp"], 8)
+    client = server["client"]
+
+    def burst() -> list[dict]:
+        jobs = [client.submit(handle_file(str(p)), api_name="/analyze") for p in paths]
+        return [job.result(timeout=120) for job in jobs]
+
+    first = burst()
+    rss_after_first = rss_mb(server["proc"].pid)
+    for answer, path in zip(first, paths):
+        check_answer(answer, server["loaded"], path)
+    with ThreadPoolExecutor(8) as pool:  # also from 8 threads at once
+        second = list(pool.map(lambda p: client.predict(handle_file(str(p)), api_name="/analyze"), paths))
+    for answer, path in zip(second, paths):
+        check_answer(answer, server["loaded"], path)
+    # memory is bounded: a second round of the same load does not keep growing the server
+    assert rss_mb(server["proc"].pid) - rss_after_first < 200
+
+
+def test_bad_uploads_get_messages_and_the_server_keeps_serving(server):
+    from gradio_client import handle_file
+    tmp, client = server["tmp"], server["client"]
+    cases = {"empty.png": (b"", "empty"), "notes.jpg": (b"hello " * 100, "not an image"),
+             "bomb.png": (png_claiming(12_000, 12_000), "megapixels")}
+    for name, (content, message) in cases.items():
+        (tmp / name).write_bytes(content)
+        with pytest.raises(Exception, match=message):
+            client.predict(handle_file(str(tmp / name)), api_name="/analyze")
+    rgba = save(Image.new("RGBA", (30, 50), (0, 0, 0, 0)), tmp / "clear.png")
+    answer = client.predict(handle_file(str(rgba)), api_name="/analyze")
+    assert any("transparent" in n for n in answer["image"]["notes"])
+    check_answer(answer, server["loaded"], rgba)
+
+
+def test_uploads_above_the_size_limit_are_refused(server):
+    from gradio_client import handle_file
+    big = server["tmp"] / "big.png"
+    big.write_bytes(b"\0" * (21 * 1024 * 1024))
+    with pytest.raises(Exception, match="(?i)size|large|exceed|413"):
+        server["client"].predict(handle_file(str(big)), api_name="/analyze")
+    path = scene_images(server["tmp"], 1)[0]  # and the next request is served
+    check_answer(server["client"].predict(handle_file(str(path)), api_name="/analyze"), server["loaded"], path)
