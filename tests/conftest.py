@@ -1,0 +1,56 @@
+"""Shared fixtures: timm's CaiT (the independent oracle) with the same random weights as ours."""
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+import cait
+from cait.config import CaiTConfig
+
+
+def timm_cait(cfg: CaiTConfig) -> torch.nn.Module:
+    """timm's Cait with the architecture of `cfg`, in eval mode (timm's own random init)."""
+    return timm.models.cait.Cait(
+        img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
+        embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads, init_values=cfg.init_values,
+        depth_token_only=cfg.depth_token_only, mlp_ratio=cfg.mlp_ratio,
+        mlp_ratio_token_only=cfg.mlp_ratio_token_only, qkv_bias=cfg.qkv_bias).eval()
+
+
+@torch.no_grad()
+def randomise_(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Weights that exercise every path: LayerScale gammas far from their tiny init, talking-heads mixing
+    far from zero, linear weights at 1/sqrt(fan_in) so attention is not near uniform."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        noise = torch.randn(p.shape, generator=gen)
+        if name.endswith(("gamma_1", "gamma_2")):
+            p.copy_(0.05 + 0.25 * noise.abs())
+        elif "norm" in name and name.endswith("weight"):
+            p.copy_(1 + 0.1 * noise)
+        elif p.dim() >= 2 and name not in ("pos_embed", "cls_token"):
+            p.copy_(noise / p[0].numel() ** 0.5)  # fan-in scaling (also for the conv and proj_l/proj_w)
+        else:
+            p.copy_(0.1 * noise)
+    return model
+
+
+@pytest.fixture(scope="session")
+def twins():
+    """twins(name_or_cfg, seed=0) -> (ours, timm's), eval mode, the same random weights loaded into both.
+    Built once per session (xxs24 takes seconds to build on a busy CPU): tests must not modify them."""
+    cache: dict = {}
+
+    def make(spec: str | CaiTConfig, seed: int = 0):
+        cfg = cait.get_config(spec) if isinstance(spec, str) else spec
+        if (cfg, seed) not in cache:
+            # Both inits are overwritten anyway, so build on meta and skip them.
+            with torch.device("meta"):
+                theirs, ours = timm_cait(cfg), cait.CaiT(cfg)
+            theirs = randomise_(theirs.to_empty(device="cpu"), seed).eval()
+            ours = ours.to_empty(device="cpu").eval()
+            ours.load_state_dict(theirs.state_dict(), strict=True)
+            cache[(cfg, seed)] = ours, theirs
+        return cache[(cfg, seed)]
+    return make
