@@ -53,14 +53,16 @@ def class_attention(model: nn.Module, x: torch.Tensor) -> ClassAttention:
 
 
 @contextmanager
-def frozen(model: nn.Module) -> Iterator[None]:
-    """Parameters stop requiring grad for the duration: gradient explanations need d(output)/d(input)
-    only, and without weight gradients autograd saves fewer activations and does half the backward."""
+def input_gradients(model: nn.Module) -> Iterator[None]:
+    """Gradients on, also inside a caller's no_grad / inference_mode, with the parameters frozen:
+    explanations need d(output)/d(input) only, and without weight gradients autograd saves fewer
+    activations and does half the backward work. Clone inputs made under inference_mode inside it."""
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
     try:
-        yield
+        with torch.inference_mode(False), torch.enable_grad():
+            yield
     finally:
         for p in params:
             p.requires_grad_(True)
@@ -93,9 +95,9 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
         handles.append(blk.attn.v.register_forward_hook(keep("v", i)))
         handles.append(blk.attn.proj.register_forward_pre_hook(keep("o", i)))
     try:
-        with frozen(model), torch.enable_grad():
-            ins = model.forward_insights(x)
-            score = ins.logits.gather(1, target.view(-1, 1).to(ins.logits.device)).sum()
+        with input_gradients(model):
+            ins = model.forward_insights(x.clone())
+            score = ins.logits.gather(1, target.view(-1, 1).to(ins.logits.device).clone()).sum()
             grads = torch.autograd.grad(score, [seen["o", i] for i in range(len(ca_blocks))])
     finally:
         for h in handles:

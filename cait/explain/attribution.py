@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .attention import _check_input, frozen
+from .attention import _check_input, input_gradients
 
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
@@ -47,11 +47,11 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
     _check_input(model, x)
     if method not in CAPTUM_METHODS:
         raise ValueError(f"unknown attribution method {method!r}; choose from {', '.join(CAPTUM_METHODS)}")
-    target = target.to(x.device).long()
-    x = x.detach().requires_grad_(method != "occlusion")  # captum would set it anyway, with a warning
     B, C = x.shape[:2]
     p = model.cfg.patch_size
-    with frozen(model), torch.enable_grad():
+    with input_gradients(model):
+        x = x.detach().clone().requires_grad_(method != "occlusion")  # captum would set it, with a warning
+        target = target.to(x.device).long().clone()  # clones: the caller may be in inference_mode
         if method == "integrated_gradients":
             n_steps = kw.pop("n_steps", 32)
             kw.setdefault("internal_batch_size", min(B * n_steps, 128))
