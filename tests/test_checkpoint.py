@@ -1,0 +1,197 @@
+"""Checkpoint formats in, our format round trip, the offline HF cache, and files that must be refused."""
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import cait
+from cait.checkpoint import CheckpointError, load_into
+from cait.config import VARIANTS
+
+SMALL = "cait_pico_32"
+
+
+def images(cfg: cait.CaiTConfig, batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size, generator=torch.Generator().manual_seed(0))
+
+
+def assert_reproduces(model: cait.CaiT, timm_model: torch.nn.Module) -> None:
+    x = images(model.cfg)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), timm_model(x), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["deit", "deit-ddp", "timm-pth", "timm-safetensors"])
+def test_published_formats_load_strict_and_reproduce_timm(tmp_path, twins, layout):
+    _, theirs = twins(SMALL, seed=3)
+    state = theirs.state_dict()
+    if layout == "timm-safetensors":
+        path = tmp_path / "model.safetensors"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    else:
+        path = tmp_path / "checkpoint.pth"
+        if layout == "deit":      # official deit release: {"model": state_dict, ...}
+            obj = {"model": state}
+        elif layout == "deit-ddp":  # saved from DistributedDataParallel: keys prefixed with "module."
+            obj = {"model": {f"module.{k}": v for k, v in state.items()}, "epoch": 299}
+        else:
+            obj = state
+        torch.save(obj, path)
+    model = cait.create_model(SMALL, checkpoint=path)
+    assert not model.training and model.source == path.name
+    assert_reproduces(model, theirs)
+
+
+def test_our_weights_round_trip_with_their_config(tmp_path, twins):
+    ours, _ = twins(SMALL, seed=4)
+    # A config that differs from the named variant: the file alone must be enough to rebuild it.
+    model = cait.CaiT(ours.cfg.replace(num_classes=3, labels=("a", "b", "c"))).eval()
+    path = tmp_path / "mine.safetensors"
+    cait.save_weights(model, path, {"note": "test"})
+    back = cait.create_model(None, checkpoint=path)
+    assert back.cfg == model.cfg
+    assert back.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+    x = images(model.cfg)
+    with torch.no_grad():
+        assert torch.equal(back(x), model(x))
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # the atomic write cleaned up
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    """An empty Hugging Face cache in tmp_path, and no other cache reachable."""
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    for var in ("HUGGINGFACE_HUB_CACHE", "HF_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.cache/huggingface is searched too
+    return cache
+
+
+def test_pretrained_found_in_local_hf_cache(hf_home, twins):
+    name = "cait_xxs24_224"
+    _, theirs = twins(name)
+    snapshot = hf_home / f"models--timm--{name}.fb_dist_in1k" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, str(snapshot / "model.safetensors"))
+    model = cait.create_model(name, pretrained=True)
+    mine, ref = model.state_dict(), theirs.state_dict()
+    assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref)
+
+
+def test_pretrained_without_cache_is_a_clear_error(hf_home):
+    with pytest.raises(CheckpointError) as err:
+        cait.create_model("cait_xxs24_224", pretrained=True)
+    msg = str(err.value)
+    assert "cait_xxs24_224" in msg and "checkpoint=" in msg and str(hf_home) in msg
+
+
+def _empty_state(name: str) -> dict[str, torch.Tensor]:
+    # Right names and shapes, no init (torch.empty does not touch the memory): cheap even for S-24.
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in cait.CaiT(VARIANTS[name]).state_dict().items()}
+    return {k: torch.empty(s) for k, s in shapes.items()}
+
+
+@pytest.mark.parametrize("source, target, sections", [
+    ("cait_s24_224", "cait_xxs24_224", ["shape mismatches"]),
+    ("cait_xxs36_224", "cait_xxs24_224", ["unexpected keys"]),
+    ("cait_xxs24_224", "cait_xxs36_224", ["missing keys"]),
+])
+def test_wrong_variant_names_the_likely_one(source, target, sections):
+    with torch.device("meta"):
+        model = cait.CaiT(VARIANTS[target])
+    with pytest.raises(CheckpointError) as err:
+        load_into(model, _empty_state(source), "weights.pth")
+    msg = str(err.value)
+    assert f"'{source}'" in msg and "weights.pth" in msg
+    for section in ("missing keys", "unexpected keys", "shape mismatches"):
+        assert (section in msg) == (section in sections), msg
+    if "shape mismatches" in sections:
+        assert "cls_token: checkpoint (1, 1, 384) vs model (1, 1, 192)" in msg
+    if "unexpected keys" in sections:
+        assert "blocks.24." in msg
+
+
+def test_wrong_file_through_create_model(tmp_path):
+    path = tmp_path / "nano.pth"
+    torch.save({"model": cait.create_model("cait_nano_64").state_dict()}, path)
+    with pytest.raises(CheckpointError, match="'cait_nano_64'"):
+        cait.create_model(SMALL, checkpoint=path)
+
+
+class _Payload:
+    """Pickles to a call of os.system: unpickling it would run the command."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
+def test_malicious_pickle_is_refused_and_never_runs(tmp_path, writer):
+    marker = tmp_path / "pwned"
+    payload = {"model": {"w": torch.zeros(1)}, "evil": _Payload(f"touch {marker}")}
+    path = tmp_path / "evil.pth"
+    if writer == "torch.save":
+        torch.save(payload, path)
+    else:
+        with open(path, "wb") as f:
+            pickle.dump(payload, f, protocol=2)  # torch.load warns about newer protocols
+    with pytest.raises(CheckpointError, match="refused"):
+        cait.create_model(SMALL, checkpoint=path)
+    assert not marker.exists()
+
+
+@pytest.fixture
+def real_files(tmp_path):
+    model = cait.create_model(SMALL)
+    pth, st = tmp_path / "w.pth", tmp_path / "w.safetensors"
+    torch.save(model.state_dict(), pth)
+    cait.save_weights(model, st)
+    return pth, st
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["pth", "safetensors"])
+@pytest.mark.parametrize("keep", [0.5, 0.01])
+def test_truncated_files_are_a_checkpoint_error(tmp_path, real_files, which, keep):
+    good = real_files[which]
+    bad = tmp_path / f"truncated{good.suffix}"
+    data = good.read_bytes()
+    bad.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CheckpointError, match=bad.name):
+        cait.create_model(SMALL if which == 0 else None, checkpoint=bad)
+
+
+@pytest.mark.parametrize("content, suffix", [
+    (os.urandom(4096), ".pth"),
+    (b"\x00" * 64, ".safetensors"),
+    (b"", ".pth"),
+    (b"not a checkpoint at all\n", ".bin"),
+])
+def test_garbage_files_are_a_checkpoint_error(tmp_path, content, suffix):
+    path = tmp_path / f"garbage{suffix}"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=path.name):
+        cait.create_model(SMALL, checkpoint=path)
+
+
+@pytest.mark.parametrize("obj", [{"model": [1, 2, 3]}, {"a": torch.zeros(1), "b": "text"}, torch.zeros(3)])
+def test_pickles_that_are_not_state_dicts(tmp_path, obj):
+    path = tmp_path / "odd.pth"
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError, match="odd.pth"):
+        cait.create_model(SMALL, checkpoint=path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        cait.create_model(SMALL, checkpoint=tmp_path / "nope.pth")
