@@ -1,0 +1,99 @@
+"""Ship a finished training run inside the package: copy its weights to cait/weights/<name>.safetensors,
+its metrics.jsonl beside them, and write the model card from the run's own files and an evaluation.
+
+    python scripts/ship_model.py runs/nano64_scenes --weights ema --eval eval.json [--plain-eval fm.json]
+
+Everything in the card is read from files the run and `python -m cait.evaluate --json` wrote.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from safetensors import safe_open
+
+import cait
+from cait.checkpoint import WEIGHTS_DIR, save_weights
+from cait.evaluate import format_table
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def card(name: str, run: Path, weights: str, evaluation: dict, model: cait.CaiT) -> str:
+    args = json.loads((run / "args.json").read_text())
+    epochs = read_jsonl(run / "metrics.jsonl")
+    last = epochs[-1]
+    hours = sum(e["epoch_seconds"] for e in epochs) / 3600
+    cfg = model.cfg
+    commands = "\n".join("    " + c for c in args["commands"])
+    resumed = " (one line per start: the run was resumed)" if len(args["commands"]) > 1 else ""
+    rows = "\n".join(f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
+                     f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
+                     f"{e['lr']:.2e} | {e['images_per_s']:.0f} |" for e in epochs)
+    return f"""# Model card: `{name}`
+
+A small CaiT (talking-heads self-attention, a 2-layer class-attention stage, LayerScale on every
+residual branch) trained from scratch by this project, shipped so that the app and the analysis
+scripts show a real trained model offline. It is **not** an ImageNet model and none of its numbers
+are the paper's.
+
+| | |
+|---|---|
+| architecture | {cfg.depth} SA + {cfg.depth_token_only} CA layers, dim {cfg.embed_dim}, {cfg.num_heads} heads, patch {cfg.patch_size}, {cfg.img_size}x{cfg.img_size}x{cfg.in_chans} input, LayerScale eps {cfg.init_values} |
+| parameters / FLOPs | {model.num_params() / 1e6:.2f} M / {model.flops() / 1e6:.1f} M multiply-accumulates |
+| data | `{args['args']['data']}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
+| weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
+| seed | {args['args']['seed']} |
+| training time | {hours:.2f} h on a 2-core CPU shared with other work, bf16 autocast ({args['args']['amp']}) |
+| final test top-1 | {last['val_top1']:.2f}% (raw weights), {last.get('val_top1_ema') or float('nan'):.2f}% (EMA) |
+
+Exact command{resumed}:
+
+{commands}
+
+## Training curve (from `{name}.metrics.jsonl`, one line per epoch)
+
+| epoch | train loss | test top-1 | test top-1 (EMA) | lr | img/s |
+|---|---|---|---|---|---|
+{rows}
+
+## Evaluation (`python -m cait.evaluate --model {name}`)
+
+Localization uses the garment's box and the true class. "chance" is what a map whose maximum falls at
+a random place scores. Costly methods ran on fewer images, as the last column says.
+
+```
+{format_table(evaluation)}
+```
+"""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", type=Path, help="training output directory")
+    p.add_argument("--weights", choices=("last", "ema"), default="ema")
+    p.add_argument("--eval", type=Path, required=True, help="JSON written by python -m cait.evaluate --json")
+    p.add_argument("--extra", type=Path, action="append", default=[],
+                   help="markdown file(s) appended to the card (e.g. the companion model's results)")
+    args = p.parse_args()
+    model = cait.create_model(None, checkpoint=args.run / f"{args.weights}.safetensors")
+    run_args = json.loads((args.run / "args.json").read_text())
+    name = run_args["args"]["model"]
+    if cait.get_config(name).pretrained != f"{name}.safetensors":
+        raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
+    run_meta = {"run_command": run_args["commands"][-1]}
+    save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
+    shutil.copy(args.run / "metrics.jsonl", WEIGHTS_DIR / f"{name}.metrics.jsonl")
+    text = card(name, args.run, args.weights, json.loads(args.eval.read_text()), model)
+    for extra in args.extra:
+        text += "\n" + extra.read_text()
+    (WEIGHTS_DIR / f"{name}.md").write_text(text)
+    print(f"shipped {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl)")
+
+
+if __name__ == "__main__":
+    main()
