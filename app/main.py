@@ -477,7 +477,7 @@ def build_app(store: ModelStore) -> gr.Blocks:
     with gr.Blocks(title="CaiT lens", delete_cache=(FILE_TTL, FILE_TTL)) as demo:
         state = gr.State(None, time_to_live=STATE_TTL)
         selected = gr.State(None)
-        header = gr.Markdown(header_markdown(first))
+        header = gr.Markdown(header_markdown(first), elem_id="header")
         with gr.Row():
             with gr.Column(scale=2):
                 image_in = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=300,
