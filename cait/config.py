@@ -37,6 +37,9 @@ class CaiTConfig:
                                         # branch), "rezero" (alpha=0, no pre-norm) or "none" (plain residual);
                                         # the alternatives exist for the paper's Table 1 / Figure 4 ablations
     talking_heads: bool = True     # mix heads before/after the softmax in SA (proj_l / proj_w)
+    class_token_at: int | None = None  # None: CaiT (class token joins in the CA stage). k: ViT-style, the class
+                                       # token is inserted before SA block k (0 = from the start; paper Table 2)
+    global_pool: str = "token"     # "token": head on the class token; "avg": on the mean patch token (Table 2)
     mean: tuple[float, ...] = IMAGENET_MEAN  # per-channel normalisation of the eval transform
     std: tuple[float, ...] = IMAGENET_STD
     crop_pct: float = 1.0          # eval transform: resize then centre crop this fraction (CaiT: 1.0)

@@ -231,15 +231,20 @@ class CaiT(nn.Module):
     def forward_features(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
         """Image [B, C, H, W] -> normalised tokens [B, 1+N, d] (class token first)."""
         x = self.patch_embed(x) + self.pos_embed
-        for blk in self.blocks:
-            x = blk(x, probe)
         cls = self.cls_token.expand(x.shape[0], -1, -1)
+        insert_at = self.cfg.class_token_at
+        for i, blk in enumerate(self.blocks):
+            if i == insert_at:  # ablation only: ViT-style class token, processed by the SA blocks from here on
+                x = torch.cat((cls, x), dim=1)
+            x = blk(x, probe)
+        if insert_at is not None:
+            return self.norm(x if insert_at < len(self.blocks) else torch.cat((cls, x), dim=1))
         for blk in self.blocks_token_only:
             cls = blk(x, cls, probe)
         return self.norm(torch.cat((cls, x), dim=1))
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = self.head_drop(x[:, 0])
+        x = self.head_drop(x[:, 1:].mean(dim=1) if self.cfg.global_pool == "avg" else x[:, 0])
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -274,11 +279,16 @@ class CaiT(nn.Module):
         cfg = self.cfg
         d, h, n = cfg.embed_dim, cfg.num_heads, ((img_size or cfg.img_size) // cfg.patch_size) ** 2
         patch = n * d * cfg.in_chans * cfg.patch_size ** 2
-        mix = 2 * h * h * n * n if cfg.talking_heads else 0
-        sa = n * 3 * d * d + 2 * n * n * d + mix + n * d * d + 2 * n * d * int(d * cfg.mlp_ratio)
+
+        def sa(t: int) -> int:  # one SA block over t tokens
+            mix = 2 * h * h * t * t if cfg.talking_heads else 0
+            return t * 3 * d * d + 2 * t * t * d + mix + t * d * d + 2 * t * d * int(d * cfg.mlp_ratio)
+        # A ViT-style class token (ablations) makes every SA block from `class_token_at` on see 1+N tokens.
+        insert_at = cfg.depth if cfg.class_token_at is None else cfg.class_token_at
+        sa_total = sum(sa(n if i < insert_at else n + 1) for i in range(cfg.depth))
         # CA: q and the output projection on the class token; k, v over 1+N tokens; one query row.
         ca = d * d + 2 * (n + 1) * d * d + 2 * (n + 1) * d + d * d + 2 * d * int(d * cfg.mlp_ratio_token_only)
-        return patch + cfg.depth * sa + cfg.depth_token_only * ca + d * cfg.num_classes
+        return patch + sa_total + cfg.depth_token_only * ca + d * cfg.num_classes
 
 
 def resize_pos_embed(pos_embed: torch.Tensor, new_grid: int) -> torch.Tensor:
