@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))  # the app is a folder of the repo, not part of th
 
 from app import images  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
-from app.main import analyse, find_examples, load_model, pick_device  # noqa: E402
+from app.main import ModelStore, analyse, load_model, pick_device  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ odd image files
@@ -177,12 +177,18 @@ def test_checkpoint_loading_and_bad_checkpoint(tmp_path):
         load_model("cait_pico_32", str(bad), torch.device("cpu"))
 
 
-def test_imagenet_models_get_bundled_photos():
-    examples = find_examples(cait.get_config("cait_xxs24_224"))
-    names = {Path(p).stem for p, _ in examples}
-    assert {"chelsea", "astronaut", "coffee", "rocket"} <= names and len(examples) >= 6
-    for path, _ in examples:
-        assert Image.open(path).size[0] > 100
+def test_swapping_to_an_imagenet_model_switches_labels_and_examples():
+    store = ModelStore(load_model("cait_pico_32", None, torch.device("cpu")))
+    before = store.current
+    loaded = store.swap("cait_xxs24_224", None)
+    assert store.current is loaded and before.uid != loaded.uid
+    assert len(loaded.labels) == 1000 and loaded.labels[281].startswith("tabby")
+    names = {Path(p).stem for p, _ in loaded.examples}
+    assert {"chelsea", "astronaut", "coffee", "rocket"} <= names and len(loaded.examples) >= 6
+    for path, _ in loaded.examples:
+        assert min(Image.open(path).size) > 200  # real photos, not icons
+    a = analyse(loaded, next(p for p, _ in loaded.examples if "chelsea" in p))
+    assert a.ca_maps.shape == (2, 4, 14, 14) and a.view.size == (224, 224)
 
 
 def test_device_auto_follows_cuda():

@@ -63,12 +63,15 @@ def test_example_gives_predictions_and_attention_grid(page):
     page.screenshot(path="/tmp/cait_app_class_attention.png", full_page=True)
 
 
-def test_colormap_switch_updates_the_grid(page):
+def test_colormap_switch_and_enlarging_a_head(page):
     before = grid_images(page).first.get_attribute("src")
     page.locator("#cmap input").click()
     page.get_by_role("option", name="viridis").click()
     page.wait_for_function("(old) => { const i = document.querySelector('#ca_grid img'); return i && i.src !== old "
                            "&& i.complete && i.naturalWidth > 100; }", arg=before)
+    grid_images(page).nth(1).click()  # CA1 head 1: enlarged below the grid
+    page.wait_for_function("() => { const i = document.querySelector('#ca_big img'); return i && i.complete "
+                           "&& i.naturalWidth >= 448; }")
     page.screenshot(path="/tmp/cait_app_viridis.png", full_page=True)
 
 
