@@ -1,0 +1,85 @@
+"""Training throughput of our CaiT against timm's Cait: same config, same weights, same batches, same run.
+
+    python benchmarks/train_speed.py --model cait_nano_64 --batch-size 64
+
+One step = forward + cross-entropy + backward + AdamW step, with bf16 autocast and in fp32. The two
+models alternate in short rounds so that load from other processes hits both alike; the figure per
+model is the median round. Prints images/s and the ratio ours / timm (goal: >= 1.0).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import timm
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import cait
+
+
+def timm_twin(model: cait.CaiT) -> nn.Module:
+    """timm's Cait with our model's architecture and our weights (parameter names are the same)."""
+    cfg = model.cfg
+    twin = timm.models.cait.Cait(
+        img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
+        embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads, init_values=cfg.init_values,
+        depth_token_only=cfg.depth_token_only, mlp_ratio=cfg.mlp_ratio, mlp_ratio_token_only=cfg.mlp_ratio_token_only,
+        qkv_bias=cfg.qkv_bias, drop_path_rate=cfg.drop_path_rate)
+    twin.load_state_dict(model.state_dict(), strict=True)
+    return twin
+
+
+def timed_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                steps: int, amp: torch.dtype | None) -> float:
+    """Images per second over `steps` training steps."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return steps * len(x) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=cait.DEFAULT_MODEL, help="variant from cait.list_models()")
+    p.add_argument("--batch-size", type=int, default=64, help="images per step")
+    p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds per model and precision")
+    p.add_argument("--steps", type=int, default=5, help="training steps per round")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    torch.manual_seed(0)
+    ours = cait.create_model(args.model)
+    theirs = timm_twin(ours)
+    cfg = ours.cfg
+    x = torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size)
+    y = torch.randint(0, cfg.num_classes, (args.batch_size,))
+    with torch.no_grad():  # same function before timing anything
+        gap = (ours.eval()(x) - theirs.eval()(x)).abs().max().item()
+    print(f"{args.model}, batch {args.batch_size}, {torch.get_num_threads()} threads; "
+          f"max |logit difference| ours vs timm: {gap:.2e}")
+
+    print(f"{'precision':<10}{'ours img/s':>12}{'timm img/s':>12}{'ratio':>8}")
+    for label, amp in (("bf16", torch.bfloat16), ("fp32", None)):
+        rates: dict[str, list[float]] = {"ours": [], "timm": []}
+        models = {"ours": ours.train(), "timm": theirs.train()}
+        opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
+        for name, m in models.items():  # warm-up: kernel selection, allocator, optimizer state
+            timed_steps(m, opts[name], x, y, 2, amp)
+        for _ in range(args.rounds):
+            for name, m in models.items():
+                rates[name].append(timed_steps(m, opts[name], x, y, args.steps, amp))
+        a, b = statistics.median(rates["ours"]), statistics.median(rates["timm"])
+        print(f"{label:<10}{a:>12.1f}{b:>12.1f}{a / b:>8.3f}")
+
+
+if __name__ == "__main__":
+    main()
