@@ -47,6 +47,7 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError, save_weights
 from .config import DEFAULT_MODEL, CaiTConfig, get_config, list_models
 from .data import DataError, build_dataset
+from .explain import layerscale_stats
 from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform
@@ -335,21 +336,6 @@ def teacher_view(x: torch.Tensor, student: CaiTConfig, teacher: CaiTConfig) -> t
 # ----------------------------------------------------------------------------------------------------
 # what the paper analyses, measured once per epoch
 
-def quantiles(values: torch.Tensor) -> dict[str, float]:
-    v = values.float().abs().flatten()
-    q = torch.quantile(v, torch.tensor([0.1, 0.5, 0.9]))
-    return {"mean": v.mean().item(), "median": q[1].item(), "p10": q[0].item(), "p90": q[2].item()}
-
-
-def layerscale_rows(model: CaiT) -> list[dict[str, Any]]:
-    """|gamma| statistics: one row per block x gamma (stage sa|ca, layer, gamma gamma_1|gamma_2)."""
-    rows = []
-    for key, weights in model.layerscale().items():
-        stage, gamma = key.split("_", 1)
-        rows += [{"stage": stage, "layer": i, "gamma": gamma, **quantiles(w)} for i, w in enumerate(weights)]
-    return rows
-
-
 @torch.no_grad()
 def insight_stats(model: CaiT, batch: torch.Tensor) -> dict[str, Any]:
     """Residual ratios per layer and class-attention entropy (nats) per CA layer and head, averaged over a
@@ -526,7 +512,9 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        # the schedule is a function of (flags, step): rebuilt, not loaded, so that resuming with another
+        # --epochs stretches or shortens the cosine instead of keeping the old length
+        scheduler.step_update(num_updates=state["step"])
         scaler.load_state_dict(state["scaler"])
         if ema is not None and state["ema"] is not None:
             ema.module.load_state_dict(state["ema"])
@@ -561,7 +549,7 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
 
     def save_weights_as(name: str, net: nn.Module, **meta: Any) -> None:
         if rank == 0:
-            info = {"epoch": str(epoch + 1), "data": str(args.data), "step": str(step), **{k: str(v) for k, v in meta.items()}}
+            info = {"epochs_completed": str(epoch), "data": str(args.data), "step": str(step), **{k: str(v) for k, v in meta.items()}}
             save_weights(net, out / name, info)
 
     def stop_now(why: str) -> int:
@@ -609,7 +597,8 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
             if flags[0] > 0:
                 bar.close()
                 last = f"{out}/last.safetensors (end of epoch {epoch})" if epoch else "none (no epoch finished)"
-                raise NonFiniteLoss(f"loss is {loss.item()} at epoch {epoch + 1}, batch {batch_done + 1}, step {step + 1}; "
+                value = loss.item() if not torch.isfinite(loss) else "non-finite on another rank"
+                raise NonFiniteLoss(f"loss is {value} at epoch {epoch + 1}, batch {batch_done + 1}, step {step + 1}; "
                                     f"this step was not applied. Last good checkpoint: {last}. Try a lower --lr "
                                     f"(now {lr:g}) or --clip-grad")
             scaler.scale(loss).backward()
@@ -654,7 +643,7 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
                     "train_top1": 100 * partial["correct"] / max(partial["seen"], 1), "val_top1": top1,
                     "val_top1_ema": top1_ema, "lr": optimizer.param_groups[0]["lr"],
                     "images_per_s": partial["seen"] * world / max(partial["seconds"], 1e-9),
-                    "epoch_seconds": time.time() - epoch_start, "layerscale": layerscale_rows(model),
+                    "epoch_seconds": time.time() - epoch_start, "layerscale": layerscale_stats(model),
                     **insight_stats(model, insight_batch)}
             save_weights_as("last.safetensors", model, val_top1=top1)
             if ema is not None:
@@ -669,9 +658,7 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
                 f"{line['epoch_seconds']:.0f}s")
         partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
         batch_done = 0
-        save_state(epoch, 0)
-        if stop.signum:
-            return stop_now("interrupted")
+        save_state(epoch, 0)  # a signal during evaluation is honoured at the next step, where ranks agree
     log(f"done: best val top-1 {best:.2f}%; weights in {out}")
     return 0
 

@@ -257,3 +257,12 @@ def test_torchrun_two_processes_trains_and_checkpoint_loads(tmp_path):
     assert state["step"] == 4  # 256 images / (2 ranks x 32)
     model = cait.create_model(None, checkpoint=out / "last.safetensors")
     assert model.cfg.num_classes == 10
+
+
+def test_resume_with_more_epochs_stretches_the_schedule(tmp_path):
+    args = [*TINY, "--subset", "128", "--amp", "none", "--output", str(tmp_path)]
+    assert main([*args, "--epochs", "2", "--stop-after", "4"]) == 0   # one epoch of a 2-epoch schedule
+    assert main(["--resume", str(tmp_path), "--epochs", "4", "--stop-after", "8"]) == 0
+    state = torch.load(tmp_path / "state.pt", weights_only=True)
+    # a 2-epoch cosine is at --min-lr (1e-5) after step 8; stretched to 4 epochs it is still near its middle
+    assert state["step"] == 8 and state["optimizer"]["param_groups"][0]["lr"] > 100 * 1e-5
