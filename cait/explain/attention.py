@@ -133,22 +133,24 @@ def rollout(model: nn.Module, x: torch.Tensor, *, mixing: str = "before") -> tor
     if mixing not in ("before", "after"):
         raise ValueError(f"mixing must be 'before' or 'after', got {mixing!r}")
     _check_input(model, x)
+    depth = model.cfg.depth
     with torch.no_grad():
-        ins = model.forward_insights(x, sa_layers=tuple(range(model.cfg.depth)))
-        B, n = x.shape[0], model.cfg.num_patches
-        eye = torch.eye(n, device=x.device, dtype=ins.logits.dtype)
-        relevance = eye.expand(B, n, n)
-        for layer in range(model.cfg.depth):
+        ins = model.forward_insights(x, sa_layers=tuple(range(depth)))
+        ca = torch.stack([attn.mean(dim=1) for attn in ins.class_attention], dim=1)  # [B, L, 1+N]
+        # Only class-token rows are ever needed, so push the CA rows' patch parts back through the SA
+        # stage, a R_SA = ((a Â_D) Â_D-1) ... Â_1: vector-matrix products, O(D N^2) not O(D N^3).
+        through_sa = ca[..., 1:]
+        eye = torch.eye(through_sa.shape[-1], device=x.device, dtype=through_sa.dtype)
+        for layer in reversed(range(depth)):
             before, after = ins.self_attention[layer]
             a = before.mean(dim=1) if mixing == "before" else _normalise_rows(after.clamp_min(0).mean(dim=1))
-            relevance = _normalise_rows(a + eye) @ relevance  # (A + I) / 2 once rows are renormalised
-        # Class-token relevance over [cls source, input patches]; patch rows are [0 | R_SA].
-        cls_row = torch.zeros(B, 1 + n, device=x.device, dtype=relevance.dtype)
+            through_sa = through_sa @ _normalise_rows(a + eye)  # (A + I) / 2 once rows are renormalised
+        # Class-token row over [cls source, input patches]; patch rows are [0 | R_SA].
+        cls_row = torch.zeros_like(ca[:, 0])
         cls_row[:, 0] = 1.0
-        for attn in ins.class_attention:
-            a = attn.mean(dim=1)  # [B, 1+N]
-            mixed = a[:, :1] * cls_row
-            mixed[:, 1:] += (a[:, 1:].unsqueeze(1) @ relevance).squeeze(1)
+        for l in range(ca.shape[1]):
+            mixed = ca[:, l, :1] * cls_row
+            mixed[:, 1:] += through_sa[:, l]
             cls_row = (cls_row + mixed) / 2
     return _grid(cls_row[:, 1:])
 

@@ -29,11 +29,18 @@ def patch_sum(pixel: torch.Tensor, patch_size: int) -> torch.Tensor:
     return pixel.reshape(B, H // p, p, W // p, p).sum(dim=(2, 4))
 
 
+def _images_per_pass(batch: int, n_steps: int, num_patches: int) -> int:
+    # Activations saved for the backward grow with tokens^2 (attention): bound the tokens per pass so
+    # a 224 px model stays near a GB, while small models run all steps in one pass. Whole steps only.
+    steps_per_pass = max(1, min(n_steps, 4096 // num_patches // batch))
+    return batch * steps_per_pass
+
+
 def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, **kw: Any) -> Attribution:
     """captum attribution of the target logits to the input, for `method` in CAPTUM_METHODS.
 
-    integrated_gradients: n_steps=32 Gauss-Legendre steps from the zero baseline, all steps of a sample
-        batched together (internal_batch_size, default min(B * n_steps, 128) images per pass).
+    integrated_gradients: n_steps=32 Gauss-Legendre steps from the zero baseline, many steps per pass
+        (internal_batch_size: by default as many images as fit 4096 tokens, at least B, at most B*n_steps).
     saliency: |d logit / d x|.
     smoothgrad: NoiseTunnel(Saliency), nt_samples=16 noisy copies with stdevs=0.15 (normalised units),
         batched by nt_samples_batch_size (default all).
@@ -54,7 +61,7 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         target = target.to(x.device).long().clone()  # clones: the caller may be in inference_mode
         if method == "integrated_gradients":
             n_steps = kw.pop("n_steps", 32)
-            kw.setdefault("internal_batch_size", min(B * n_steps, 128))
+            kw.setdefault("internal_batch_size", _images_per_pass(B, n_steps, model.cfg.num_patches))
             raw = IntegratedGradients(model).attribute(x, baselines=torch.zeros_like(x), target=target,
                                                        n_steps=n_steps, **kw)
         elif method == "saliency":

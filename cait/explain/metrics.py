@@ -60,9 +60,11 @@ def deletion_insertion(model: nn.Module, x: torch.Tensor, target: torch.Tensor, 
     insertion AUC mean a faithful ranking. All perturbed images are evaluated in batches of batch_size.
     """
     B, C, H, W = x.shape
-    g = heat.shape[-1]
+    g = model.cfg.grid_size
+    if tuple(heat.shape) != (B, g, g):
+        raise ValueError(f"heat must be [B, g, g] = [{B}, {g}, {g}] (the model's patch grid), got {list(heat.shape)}")
     n = g * g
-    p = H // g
+    p = model.cfg.patch_size
     steps = steps or min(n, 32)
     if not 1 <= steps <= n:
         raise ValueError(f"steps must be in 1..{n} (number of patches), got {steps}")

@@ -1,0 +1,93 @@
+"""Cost of each explanation relative to one plain forward pass of the same batch, in the same run.
+
+    .venv/bin/python benchmarks/explain_speed.py                      # cait_xxs24_224 (B=4), cait_nano_64 (B=16)
+    .venv/bin/python benchmarks/explain_speed.py --models cait_pico_32:8 --repeats 5
+
+Random weights (speed does not depend on them). Each timed run of a method alternates with a timed
+forward pass, so that load from other processes drifts both alike, and the reported times are the
+minimum over --repeats runs (the least disturbed run: on a shared CPU noise only ever adds time).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Callable
+
+import torch
+from tqdm import tqdm
+
+import cait
+from cait import explain
+
+# Goals of issue 4 (x one forward pass); methods without a goal are reported only.
+GOALS = {"ca_maps": 1.2, "regions": 1.2, "integrated_gradients": 40.0,
+         "rollout_before_mixing": 1.5, "rollout_after_mixing": 1.5}
+
+
+def seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def paired_minimum(fn: Callable[[], object], reference: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Minimum time of fn and of the reference over `repeats` alternating runs."""
+    runs = [(seconds(fn), seconds(reference)) for _ in range(repeats)]
+    return min(t for t, _ in runs), min(r for _, r in runs)
+
+
+def benchmark(name: str, batch: int, repeats: int) -> list[tuple[str, float, float]]:
+    torch.manual_seed(0)
+    model = cait.create_model(name)
+    cfg = model.cfg
+    x = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size)
+    target = torch.zeros(batch, dtype=torch.long)
+
+    def forward():
+        with torch.no_grad():
+            model(x)
+
+    def regions():
+        explain.regions_of_focus(explain.class_attention(model, x).mean[:, 0], img_size=cfg.img_size)
+
+    methods: dict[str, Callable[[], object]] = {
+        "ca_maps": lambda: explain.class_attention(model, x),
+        "regions": regions,
+        **{m: (lambda fn=fn: fn(model, x, target)) for m, fn in explain.METHODS.items() if m not in ("ca1_mean", "ca2_mean")},
+    }
+    forward(), forward()  # warm-up: allocator, thread pool, lazy imports
+    rows = []
+    for method, fn in tqdm(methods.items(), desc=f"{name} B={batch}", unit="method"):
+        fn()  # warm-up (captum import, first-call paths)
+        rows.append((method, *paired_minimum(fn, forward, repeats)))
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=["cait_xxs24_224:4", "cait_nano_64:16"],
+                   help="name:batch pairs (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per method (minimum)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = []
+    for spec in args.models:
+        name, _, batch = spec.partition(":")
+        if name not in cait.list_models():
+            p.error(f"unknown model {name!r}; known: {', '.join(cait.list_models())}")
+        if not batch.isdigit():
+            p.error(f"give a batch size as name:batch, got {spec!r}")
+        results.append((name, int(batch), benchmark(name, int(batch), args.repeats)))
+    print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads, CPU; ratio = method time / forward time\n")
+    print(f"{'model':<16} {'B':>3} {'method':<24} {'forward ms':>10} {'method ms':>10} {'ratio':>8} {'goal':>6}")
+    for name, batch, rows in results:
+        for method, t, ref in rows:
+            goal = GOALS.get(method)
+            verdict = "" if goal is None else f"{'<=' if t / ref <= goal else '> '}{goal:g}"
+            print(f"{name:<16} {batch:>3} {method:<24} {ref * 1e3:>10.1f} {t * 1e3:>10.1f} {t / ref:>8.2f} {verdict:>6}")
+
+
+if __name__ == "__main__":
+    main()
