@@ -1,0 +1,53 @@
+"""python -m cait.evaluate: accuracy and localization table on real scenes."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+import cait
+from cait import explain
+from cait.data import FashionMNISTScenes
+from cait.evaluate import evaluate, format_table
+
+
+def test_evaluate_scores_every_head_and_method(tmp_path):
+    torch.manual_seed(0)
+    model = cait.create_model("cait_nano_64", depth=1)  # untrained: the table, not its values, is under test
+    scenes = FashionMNISTScenes("val", subset=24)
+    result = evaluate(model, scenes, batch_size=12, workers=0, attribution_subset=4,
+                      methods=("ca1_mean", "rollout_before_mixing", "saliency"))
+    rows = {r["method"]: r for r in result["localization"]}
+    heads = model.cfg.num_heads
+    assert {f"ca{l}_head{h}" for l in (1, 2) for h in range(heads)} <= set(rows)
+    assert rows["ca1_mean"]["images"] == 24 and rows["saliency"]["images"] == 4  # costly methods on a subset
+    boxes = scenes.boxes
+    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64 ** 2).mean()
+    assert np.isclose(rows["chance"]["pointing_game"], area, atol=1e-6)
+    # the table's numbers are the metrics of the maps themselves
+    x = torch.stack([cait.preprocess.eval_transform(model.cfg)(scenes[i][0]) for i in range(24)])
+    ca = explain.class_attention(model, x)
+    hits = explain.pointing_game(ca.mean[:, 0], torch.as_tensor(boxes), 64).float().mean().item()
+    assert np.isclose(rows["ca1_mean"]["pointing_game"], hits)
+    logits = model(x)
+    assert np.isclose(result["top1"], (logits.argmax(-1) == torch.as_tensor(scenes.labels)).float().mean().item())
+    assert "pointing game" in format_table(result)
+
+
+def test_cli_writes_json_and_refuses_bad_input(tmp_path):
+    model = cait.create_model("cait_pico_32", img_size=64)
+    ckpt = tmp_path / "m.safetensors"
+    cait.save_weights(model, ckpt)
+    out = tmp_path / "r.json"
+    run = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(ckpt), "--subset", "16",
+                          "--methods", "ca1_mean", "--workers", "0", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "top-1 accuracy" in run.stdout and json.loads(out.read_text())["images"] == 16
+    bad = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(tmp_path / "nope.pth")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
+    unknown = subprocess.run([sys.executable, "-m", "cait.evaluate", "--model", "cait_pico_32", "--methods", "magic"],
+                             capture_output=True, text=True, timeout=300)
+    assert unknown.returncode == 2 and "unknown method" in unknown.stderr
