@@ -1,0 +1,235 @@
+"""Shared plumbing of the analysis scripts: arguments, loading the model and saying what a figure was
+made from, the example images, and writing PNG (matplotlib) + HTML (plotly, self-contained) + numbers.
+
+Every figure carries a "made from" line: architecture only, which checkpoint (and what it was trained
+on, from its metadata), random init when the shipped weights are missing, or a miniature retraining.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, NoReturn
+
+import torch
+from PIL import Image
+
+import cait
+from cait.checkpoint import CONFIG_KEY, CheckpointError, pretrained_path
+from cait.config import DEFAULT_MODEL, CaiTConfig, get_config, is_paper_variant
+
+EXAMPLES_DIR = Path(cait.__file__).resolve().parent / "examples"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fail(message: str) -> NoReturn:
+    """Bad input: one line on stderr and exit code 2, no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParser:
+    """The common flags: --out and --quick, and with model=True --checkpoint / --model."""
+    p = argparse.ArgumentParser(prog=f"python analysis/{name}.py", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    if model:
+        p.add_argument("--checkpoint", default=None,
+                       help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL} "
+                            f"(random init, said on every figure, while its weights are not there)")
+        p.add_argument("--model", default=None, help="variant name (see cait.list_models()); needed with a "
+                       "checkpoint that does not carry its config (timm/deit files)")
+    p.add_argument("--out", type=Path, default=Path("out") / name, help=f"output directory (default: out/{name})")
+    p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")
+    return p
+
+
+# ----------------------------------------------------------------------------------------------------
+# model and provenance
+
+@dataclass
+class Loaded:
+    model: cait.CaiT
+    made_from: str   # one line stating what the numbers come from, printed on every figure
+    trained: bool    # False for random init
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    """Our safetensors metadata (config, epochs, data, val_top1); {} for other formats."""
+    try:
+        from safetensors import safe_open
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception:  # timm/deit .pth files have no metadata; the loader reports real problems
+        return {}
+
+
+def describe_architecture(cfg: CaiTConfig) -> str:
+    return (f"{cfg.img_size}px, patch {cfg.patch_size}, dim {cfg.embed_dim}, {cfg.depth} SA + "
+            f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}")
+
+
+def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
+    """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
+    meta = _metadata(path)
+    training = []
+    epochs = meta.get("epochs_completed", meta.get("epoch"))
+    if epochs:
+        training.append(f"{epochs} epochs")
+    if meta.get("data"):
+        training.append(f"on {meta['data']}")
+    if meta.get("val_top1") not in (None, "None"):
+        training.append(f"val top-1 {float(meta['val_top1']):.1f}%")
+    trained = f"; trained {' '.join(training)}" if training else ""
+    return f"{path.name} ({describe_architecture(cfg)}{trained})"
+
+
+def load_model(args: argparse.Namespace) -> Loaded:
+    """The model the flags ask for. Without --checkpoint: the shipped weights of --model (default
+    cait_nano_64); when they are missing, random init, loudly, rather than no figure at all."""
+    name = args.model
+    try:
+        if args.checkpoint is not None:
+            model = cait.create_model(name, args.checkpoint)
+            path = Path(args.checkpoint)
+            made = f"checkpoint {describe_checkpoint(path, model.cfg)}"
+            return Loaded(model, made + _scale_note(model.cfg), trained=True)
+        name = name or DEFAULT_MODEL
+        cfg = get_config(name)
+        try:
+            path = pretrained_path(name, cfg)
+        except CheckpointError:
+            torch.manual_seed(0)
+            model = cait.create_model(name)
+            print(f"WARNING: no shipped weights for {name}; using RANDOM INIT (figures say so)", file=sys.stderr)
+            return Loaded(model, f"RANDOM INIT {name} ({describe_architecture(cfg)}): shipped weights not found, "
+                                 f"NOT a trained model", trained=False)
+        model = cait.create_model(name, path)
+        what = "cached timm" if is_paper_variant(name) else "shipped"
+        made = f"{what} {name} weights {describe_checkpoint(path, model.cfg)}"
+        return Loaded(model, made + _scale_note(model.cfg), trained=True)
+    except (CheckpointError, ValueError, TypeError) as e:
+        fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+def _scale_note(cfg: CaiTConfig) -> str:
+    # Our Fashion-MNIST models are miniatures: never let their figures pass for the paper's.
+    return "" if cfg.labels == "imagenet" else " - a miniature model, not the paper's ImageNet one"
+
+
+def run_config(run_dir: Path) -> CaiTConfig | None:
+    """The config a training run saved with its weights (last/best.safetensors), if any."""
+    for name in ("last.safetensors", "best.safetensors"):
+        meta = _metadata(run_dir / name)
+        if CONFIG_KEY in meta:
+            return CaiTConfig.from_dict(json.loads(meta[CONFIG_KEY]))
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# images
+
+@dataclass
+class Example:
+    name: str                     # file stem
+    image: Image.Image            # RGB, as the model sees it (resized and centre-cropped, not normalised)
+    label: int | None             # true class, when the image comes with an examples.json entry
+    box: torch.Tensor | None      # [4] x0, y0, x1, y1 in model-input pixels, when known
+
+
+def _annotations(directory: Path) -> dict[str, dict]:
+    index = directory / "examples.json"
+    if not index.is_file():
+        return {}
+    data = json.loads(index.read_text())
+    canvas = data.get("canvas")
+    return {e["file"]: {**e, "canvas": canvas} for e in data.get("examples", [])}
+
+
+def load_examples(paths: Iterable[str | os.PathLike] | None, cfg: CaiTConfig, *, limit: int | None = None) -> list[Example]:
+    """Images to explain: `paths`, or the shipped example scenes. Labels and boxes come from an
+    examples.json next to an image (as shipped in cait/examples), boxes rescaled to the model input."""
+    from torchvision.transforms import v2 as T
+
+    files = sorted(EXAMPLES_DIR.glob("*.png")) if not paths else [Path(p) for p in paths]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        fail(f"image(s) not found: {', '.join(missing)}")
+    files = files[:limit] if limit else files
+    view = T.Compose([T.Resize(int(cfg.img_size / cfg.crop_pct), interpolation=T.InterpolationMode.BICUBIC,
+                               antialias=True), T.CenterCrop(cfg.img_size)])
+    out = []
+    for f in files:
+        try:
+            with Image.open(f) as im:
+                original = im.convert("RGB")
+        except Exception as e:
+            fail(f"{f}: not a readable image ({type(e).__name__})")
+        note = _annotations(f.parent).get(f.name, {})
+        box = None
+        # A box is only valid if the image is square (the eval resize then scales both axes alike).
+        if "box_xyxy" in note and original.width == original.height:
+            box = torch.tensor(note["box_xyxy"], dtype=torch.float32) * (cfg.img_size / original.width)
+        out.append(Example(f.stem, view(original), note.get("label"), box))
+    return out
+
+
+def batch_of(examples: list[Example], cfg: CaiTConfig) -> torch.Tensor:
+    from cait.preprocess import to_batch
+    return to_batch([e.image for e in examples], cfg)
+
+
+# ----------------------------------------------------------------------------------------------------
+# writing
+
+def out_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"cannot create output directory {path}: {e.strerror}")
+    return path
+
+
+def save_png(fig, path: Path, made_from: str, *, dpi: int = 110) -> Path:
+    """Matplotlib figure -> PNG with the provenance line along the bottom."""
+    import matplotlib.pyplot as plt
+    fig.text(0.005, 0.004, f"made from: {made_from}", fontsize=7, color="#444", ha="left", va="bottom", wrap=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def save_html(fig, path: Path, made_from: str) -> Path:
+    """Plotly figure -> one self-contained HTML file (plotly.js embedded: works offline), with the
+    provenance line under the title."""
+    title = fig.layout.title.text or ""
+    fig.update_layout(title=dict(text=f"{title}<br><sup>made from: {made_from}</sup>"))
+    fig.write_html(path, include_plotlyjs=True, full_html=True)
+    return path
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def matplotlib_pyplot():
+    """pyplot on the file-only backend (the scripts run headless)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
