@@ -1,0 +1,175 @@
+"""Regions of focus (the paper's Figure 7) and, where boxes exist, the localization of every explanation.
+
+    python analysis/saliency.py [--checkpoint FILE] [--images a.png ...] [--out DIR]
+
+Regions of focus: the smallest set of patches holding half of the first class-attention layer's mass
+(head mean, `cait.explain.regions_of_focus`), shown bright with its bounding box, captioned with the
+predicted class and its probability. On images with a known garment box (the shipped example scenes
+list theirs in cait/examples/examples.json) the same run scores every method of cait.explain.METHODS
+with `cait.evaluate.evaluate` (pointing game and mass in box, true class as target) and writes the table.
+Few images means a noisy table: for a real measurement run `python -m cait.evaluate` on the test split.
+
+Writes regions_of_focus.png/.html/.json and, with boxes, localization.csv/.json/.png/.html.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from _common import (Example, batch_of, load_examples, load_model, matplotlib_pyplot, out_dir, parser, save_html,
+                     save_png, write_csv, write_json)
+from cait import explain
+from cait.evaluate import CHEAP_METHODS, evaluate
+from cait.preprocess import class_names
+
+
+class BoxedExamples(Dataset):
+    """The examples with a box and a label, in the shape cait.evaluate reads: (PIL image, label) items
+    and `.boxes` in `.canvas` pixels (here the model input, since the images are already resized)."""
+
+    def __init__(self, examples: list[Example], canvas: int):
+        self.examples = [e for e in examples if e.box is not None and e.label is not None]
+        self.canvas = canvas
+        self.boxes = np.stack([e.box.numpy() for e in self.examples]) if self.examples else None
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int):
+        return self.examples[i].image, self.examples[i].label
+
+
+def regions_png(examples, masks, boxes, captions, made_from, path) -> None:
+    plt = matplotlib_pyplot()
+    from matplotlib.patches import Rectangle
+    cols = min(6, len(examples))
+    rows = -(-len(examples) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.3 * cols, 2.6 * rows + 0.8), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, ex, mask, box, caption in zip(axes.flat, examples, masks, boxes, captions):
+        ax.imshow(_dim_outside(ex.image, mask))
+        x0, y0, x1, y1 = box.tolist()
+        ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, ec="yellow", lw=1.5))
+        if ex.box is not None:
+            gx0, gy0, gx1, gy1 = ex.box.tolist()
+            ax.add_patch(Rectangle((gx0 - 0.5, gy0 - 0.5), gx1 - gx0, gy1 - gy0, fill=False, ec="cyan", lw=1, ls="--"))
+        ax.set_title(caption, fontsize=8)
+    fig.suptitle(f"Regions of focus of CA layer 1 (head mean, {int(100 * explain.DEFAULT_SHARE)}% of the mass; "
+                 f"yellow: its box, cyan dashed: garment box)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    save_png(fig, path, made_from)
+
+
+def _dim_outside(image, mask: torch.Tensor) -> np.ndarray:
+    """The image with the patches outside the region darkened to a third."""
+    arr = np.asarray(image, dtype=np.float32) / 255
+    # nearest, not explain.upsample: a region is a set of whole patches, not a smooth map
+    keep = F.interpolate(mask.float()[None, None], size=arr.shape[:2], mode="nearest")[0, 0].numpy() > 0.5
+    return np.where(keep[..., None], arr, arr / 3)
+
+
+def regions_html(examples, masks, boxes, captions, made_from, path) -> None:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    cols = min(6, len(examples))
+    rows = -(-len(examples) // cols)
+    fig = make_subplots(rows, cols, subplot_titles=captions, horizontal_spacing=0.01, vertical_spacing=0.06)
+    for i, (ex, mask, box) in enumerate(zip(examples, masks, boxes)):
+        r, c = i // cols + 1, i % cols + 1
+        fig.add_trace(go.Image(z=(_dim_outside(ex.image, mask) * 255).astype(np.uint8), name=ex.name), row=r, col=c)
+        x0, y0, x1, y1 = box.tolist()
+        fig.add_shape(type="rect", x0=x0 - 0.5, y0=y0 - 0.5, x1=x1 - 0.5, y1=y1 - 0.5, line=dict(color="yellow"),
+                      row=r, col=c)
+        if ex.box is not None:
+            gx0, gy0, gx1, gy1 = ex.box.tolist()
+            fig.add_shape(type="rect", x0=gx0 - 0.5, y0=gy0 - 0.5, x1=gx1 - 0.5, y1=gy1 - 0.5,
+                          line=dict(color="cyan", dash="dash"), row=r, col=c)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False)
+    fig.update_annotations(font_size=10)
+    fig.update_layout(title="Regions of focus, CA layer 1 (yellow: region box, cyan dashed: garment box)",
+                      height=260 * rows + 140, width=220 * cols + 60)
+    save_html(fig, path, made_from)
+
+
+def localization_figures(table: list[dict], made_from: str, out) -> None:
+    rows = sorted(table, key=lambda r: -r["pointing_game"])
+    names = [f"{r['method']} (n={r['images']})" for r in rows]
+    plt = matplotlib_pyplot()
+    fig, ax = plt.subplots(figsize=(10, 0.28 * len(rows) + 1.8))
+    y = np.arange(len(rows))
+    ax.barh(y - 0.2, [100 * r["pointing_game"] for r in rows], 0.4, label="pointing game %")
+    ax.barh(y + 0.2, [100 * r["mass_in_box"] for r in rows], 0.4, label="mass in box %")
+    ax.set_yticks(y, names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("% of images (pointing game) / % of map mass (in the garment box)")
+    ax.set_title("Localization of each explanation against the garment box (true class)")
+    ax.legend(fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    save_png(fig, out / "localization.png", made_from)
+
+    import plotly.graph_objects as go
+    figp = go.Figure()
+    figp.add_bar(y=names, x=[100 * r["pointing_game"] for r in rows], orientation="h", name="pointing game %")
+    figp.add_bar(y=names, x=[100 * r["mass_in_box"] for r in rows], orientation="h", name="mass in box %")
+    figp.update_yaxes(autorange="reversed")
+    figp.update_layout(title="Localization of each explanation against the garment box", barmode="group",
+                       height=22 * len(rows) + 220)
+    save_html(figp, out / "localization.html", made_from)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("saliency", __doc__)
+    p.add_argument("--images", nargs="+", default=None, help="image files (default: the shipped example scenes)")
+    p.add_argument("--methods", nargs="*", default=None,
+                   help=f"explanations to score (default: all; --quick: {', '.join(CHEAP_METHODS)})")
+    args = p.parse_args(argv)
+    unknown = set(args.methods or ()) - set(explain.METHODS)
+    if unknown:
+        p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
+    loaded = load_model(args)
+    model, cfg = loaded.model, loaded.model.cfg
+    examples = load_examples(args.images, cfg, limit=4 if args.quick else None)
+    out = out_dir(args.out)
+
+    ca = explain.class_attention(model, batch_of(examples, cfg))
+    heat = ca.mean[:, 0]  # first CA layer, head mean: the paper's Fig. 7 maps
+    masks, boxes = explain.regions_of_focus(heat, img_size=cfg.img_size)
+    probs = ca.logits.softmax(-1)
+    names = class_names(cfg)
+    top = probs.argmax(-1)
+    captions = [f"{names[k]} {100 * probs[b, k]:.0f}%" for b, k in enumerate(top.tolist())]
+    regions_png(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.png")
+    regions_html(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.html")
+    write_json(out / "regions_of_focus.json", {"made_from": loaded.made_from, "share": explain.DEFAULT_SHARE,
+                                               "images": [{"image": e.name, "predicted": names[k],
+                                                           "probability": probs[b, k].item(),
+                                                           "patches": int(masks[b].sum()),
+                                                           "region_box": boxes[b].tolist(), "mask": masks[b].tolist()}
+                                                          for b, (e, k) in enumerate(zip(examples, top.tolist()))]})
+    for e, caption, m in zip(examples, captions, masks):
+        print(f"{e.name}: {caption}, region of {int(m.sum())}/{m.numel()} patches")
+    written = "regions_of_focus.png/.html/.json"
+
+    boxed = BoxedExamples(examples, cfg.img_size)
+    if len(boxed):
+        methods = tuple(args.methods) if args.methods else (CHEAP_METHODS if args.quick else None)
+        result = evaluate(model, boxed, batch_size=len(boxed), workers=0, methods=methods,
+                          attribution_subset=len(boxed))
+        made = f"{loaded.made_from}; {len(boxed)} example images with boxes"
+        write_csv(out / "localization.csv", result["localization"])
+        write_json(out / "localization.json", {"made_from": made, **result})
+        localization_figures(result["localization"], made, out)
+        print(f"localization on {len(boxed)} images (top-1 {100 * result['top1']:.0f}%):")
+        for r in sorted(result["localization"], key=lambda r: -r["pointing_game"]):
+            print(f"  {r['method']:<26}pointing {100 * r['pointing_game']:5.1f}%  mass in box {100 * r['mass_in_box']:5.1f}%")
+        written += ", localization.csv/.json/.png/.html"
+    print(f"{loaded.made_from}\nwrote {written} to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
