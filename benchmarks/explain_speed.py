@@ -23,6 +23,8 @@ from cait import explain
 GOALS = {"ca_maps": 1.2, "regions": 1.2, "integrated_gradients": 40.0,
          "rollout_before_mixing": 1.5, "rollout_after_mixing": 1.5}
 
+SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
+
 
 def seconds(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
@@ -31,12 +33,15 @@ def seconds(fn: Callable[[], object]) -> float:
 
 
 def paired_minimum(fn: Callable[[], object], reference: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Minimum time of fn and of the reference over `repeats` alternating runs."""
-    runs = [(seconds(fn), seconds(reference)) for _ in range(repeats)]
+    """Minimum time of fn and of the reference over `repeats` alternating runs, after a warm-up run of
+    fn (imports, first-call paths) that counts as one of them when it is long enough for those to vanish."""
+    warm_up = seconds(fn)
+    runs = [(warm_up, seconds(reference))] if warm_up > 2.0 else []
+    runs += [(seconds(fn), seconds(reference)) for _ in range(repeats - len(runs))]
     return min(t for t, _ in runs), min(r for _, r in runs)
 
 
-def benchmark(name: str, batch: int, repeats: int) -> list[tuple[str, float, float]]:
+def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> list[tuple[str, float, float]]:
     torch.manual_seed(0)
     model = cait.create_model(name)
     cfg = model.cfg
@@ -53,14 +58,22 @@ def benchmark(name: str, batch: int, repeats: int) -> list[tuple[str, float, flo
     methods: dict[str, Callable[[], object]] = {
         "ca_maps": lambda: explain.class_attention(model, x),
         "regions": regions,
-        **{m: (lambda fn=fn: fn(model, x, target)) for m, fn in explain.METHODS.items() if m not in ("ca1_mean", "ca2_mean")},
+        **{m: (lambda fn=fn: fn(model, x, target)) for m, fn in explain.METHODS.items() if m not in SAME_AS_CA_MAPS},
     }
+    if only:
+        methods = {m: fn for m, fn in methods.items() if m in only}
     forward(), forward()  # warm-up: allocator, thread pool, lazy imports
     rows = []
     for method, fn in tqdm(methods.items(), desc=f"{name} B={batch}", unit="method"):
-        fn()  # warm-up (captum import, first-call paths)
         rows.append((method, *paired_minimum(fn, forward, repeats)))
+        tqdm.write(row(name, batch, *rows[-1]))  # partial results survive an interrupted run
     return rows
+
+
+def row(name: str, batch: int, method: str, t: float, ref: float) -> str:
+    goal = GOALS.get(method)
+    verdict = "" if goal is None else f"{'<=' if t / ref <= goal else '> '}{goal:g}"
+    return f"{name:<16} {batch:>3} {method:<24} {ref * 1e3:>10.1f} {t * 1e3:>10.1f} {t / ref:>8.2f} {verdict:>6}"
 
 
 def main() -> None:
@@ -68,8 +81,13 @@ def main() -> None:
     p.add_argument("--models", nargs="+", default=["cait_xxs24_224:4", "cait_nano_64:16"],
                    help="name:batch pairs (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per method (minimum)")
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="only these (ca_maps, regions and the names of cait.explain.METHODS)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = p.parse_args()
+    known = {"ca_maps", "regions", *explain.METHODS} - set(SAME_AS_CA_MAPS)
+    if args.methods and set(args.methods) - known:
+        p.error(f"unknown method(s) {sorted(set(args.methods) - known)}; choose from {', '.join(sorted(known))}")
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []
@@ -79,14 +97,12 @@ def main() -> None:
             p.error(f"unknown model {name!r}; known: {', '.join(cait.list_models())}")
         if not batch.isdigit():
             p.error(f"give a batch size as name:batch, got {spec!r}")
-        results.append((name, int(batch), benchmark(name, int(batch), args.repeats)))
+        results.append((name, int(batch), benchmark(name, int(batch), args.repeats, args.methods)))
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads, CPU; ratio = method time / forward time\n")
     print(f"{'model':<16} {'B':>3} {'method':<24} {'forward ms':>10} {'method ms':>10} {'ratio':>8} {'goal':>6}")
     for name, batch, rows in results:
-        for method, t, ref in rows:
-            goal = GOALS.get(method)
-            verdict = "" if goal is None else f"{'<=' if t / ref <= goal else '> '}{goal:g}"
-            print(f"{name:<16} {batch:>3} {method:<24} {ref * 1e3:>10.1f} {t * 1e3:>10.1f} {t / ref:>8.2f} {verdict:>6}")
+        for r in rows:
+            print(row(name, batch, *r))
 
 
 if __name__ == "__main__":

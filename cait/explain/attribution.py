@@ -29,11 +29,11 @@ def patch_sum(pixel: torch.Tensor, patch_size: int) -> torch.Tensor:
     return pixel.reshape(B, H // p, p, W // p, p).sum(dim=(2, 4))
 
 
-def _images_per_pass(batch: int, n_steps: int, num_patches: int) -> int:
-    # Activations saved for the backward grow with tokens^2 (attention): bound the tokens per pass so
-    # a 224 px model stays near a GB, while small models run all steps in one pass. Whole steps only.
-    steps_per_pass = max(1, min(n_steps, 4096 // num_patches // batch))
-    return batch * steps_per_pass
+def _copies_per_pass(batch: int, copies: int, num_patches: int) -> int:
+    # How many of a method's `copies` of the batch (IG steps, SmoothGrad samples) go through one
+    # forward/backward pass. Activations saved for the backward grow with tokens^2 (attention): bound
+    # the tokens per pass so a 224 px model stays near a GB, while small models do all in one pass.
+    return max(1, min(copies, 4096 // num_patches // batch))
 
 
 def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, **kw: Any) -> Attribution:
@@ -43,7 +43,7 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         (internal_batch_size: by default as many images as fit 4096 tokens, at least B, at most B*n_steps).
     saliency: |d logit / d x|.
     smoothgrad: NoiseTunnel(Saliency), nt_samples=16 noisy copies with stdevs=0.15 (normalised units),
-        batched by nt_samples_batch_size (default all).
+        batched like IG's steps (nt_samples_batch_size).
     occlusion: patch-aligned windows (C, p, p) with stride p replaced by the baseline; the value is the
         drop of the target logit, so it keeps its sign (a patch whose removal helps the class is < 0).
     The gradient methods' pixel map is |attribution| summed over channels.
@@ -61,7 +61,7 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         target = target.to(x.device).long().clone()  # clones: the caller may be in inference_mode
         if method == "integrated_gradients":
             n_steps = kw.pop("n_steps", 32)
-            kw.setdefault("internal_batch_size", _images_per_pass(B, n_steps, model.cfg.num_patches))
+            kw.setdefault("internal_batch_size", B * _copies_per_pass(B, n_steps, model.cfg.num_patches))
             raw = IntegratedGradients(model).attribute(x, baselines=torch.zeros_like(x), target=target,
                                                        n_steps=n_steps, **kw)
         elif method == "saliency":
@@ -69,10 +69,10 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         elif method == "smoothgrad":
             kw.setdefault("nt_samples", 16)
             kw.setdefault("stdevs", 0.15)
-            kw.setdefault("nt_samples_batch_size", kw["nt_samples"])
+            kw.setdefault("nt_samples_batch_size", _copies_per_pass(B, kw["nt_samples"], model.cfg.num_patches))
             raw = NoiseTunnel(Saliency(model)).attribute(x, nt_type="smoothgrad", target=target, abs=True, **kw)
         else:
-            # all g*g windows of a sample in one batch of forward passes (no gradients needed)
+            # up to 256 occluded images per forward pass; no gradients needed
             kw.setdefault("perturbations_per_eval", max(1, 256 // B))
             with torch.no_grad():
                 raw = Occlusion(model).attribute(x, sliding_window_shapes=(C, p, p), strides=(C, p, p),
