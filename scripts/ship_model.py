@@ -77,6 +77,7 @@ def main() -> None:
     p.add_argument("run", type=Path, help="training output directory")
     p.add_argument("--weights", choices=("last", "ema"), default="ema")
     p.add_argument("--eval", type=Path, required=True, help="JSON written by python -m cait.evaluate --json")
+    p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument("--extra", type=Path, action="append", default=[],
                    help="markdown file(s) appended to the card (e.g. the companion model's results)")
     args = p.parse_args()
@@ -89,6 +90,9 @@ def main() -> None:
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
     shutil.copy(args.run / "metrics.jsonl", WEIGHTS_DIR / f"{name}.metrics.jsonl")
     text = card(name, args.run, args.weights, json.loads(args.eval.read_text()), model)
+    if args.note:
+        title, rest = text.split("\n", 1)
+        text = f"{title}\n\n> **{args.note}**\n{rest}"
     for extra in args.extra:
         text += "\n" + extra.read_text()
     (WEIGHTS_DIR / f"{name}.md").write_text(text)

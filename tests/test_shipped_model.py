@@ -1,0 +1,70 @@
+"""The trained model shipped in the package: loads offline, is really trained, and its attention is faithful."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import cait
+from cait import explain
+from cait.checkpoint import WEIGHTS_DIR, CheckpointError
+from cait.data import FashionMNISTScenes
+from cait.preprocess import eval_transform
+
+N = 96  # test scenes used here: enough to separate a trained model from chance, quick on 2 cores
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    model = cait.create_model("cait_nano_64", pretrained=True)
+    scenes = FashionMNISTScenes("val", subset=N)
+    tf = eval_transform(model.cfg)
+    x = torch.stack([tf(scenes[i][0]) for i in range(N)])
+    return model, x, torch.as_tensor(scenes.labels), torch.as_tensor(scenes.boxes)
+
+
+def test_shipped_files_are_complete():
+    assert "cait_nano_64" in cait.list_models()
+    for suffix in (".safetensors", ".md", ".metrics.jsonl"):
+        assert (WEIGHTS_DIR / f"cait_nano_64{suffix}").is_file()
+    assert (WEIGHTS_DIR / "cait_nano_64.safetensors").stat().st_size < 20 * 2 ** 20
+    card = (WEIGHTS_DIR / "cait_nano_64.md").read_text()
+    assert "python -m cait.train" in card and "pointing game" in card
+
+
+def test_model_is_trained_well_above_chance(shipped):
+    model, x, y, _ = shipped
+    with torch.no_grad():
+        top1 = (model(x).argmax(-1) == y).float().mean().item()
+    last = json.loads((WEIGHTS_DIR / "cait_nano_64.metrics.jsonl").read_text().splitlines()[-1])
+    assert top1 > 0.25, f"shipped model scores {top1:.1%} on {N} test scenes (chance 10%)"
+    reported = max(v for v in (last["val_top1"], last.get("val_top1_ema")) if v is not None) / 100
+    assert abs(top1 - reported) < 0.2  # same ballpark as the card's full-test-set figure
+
+
+def test_class_attention_points_at_the_garment(shipped):
+    model, x, _, boxes = shipped
+    heat = explain.class_attention(model, x).mean[:, 0]
+    hits = explain.pointing_game(heat, boxes, model.cfg.img_size).float().mean().item()
+    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64 ** 2).mean().item()
+    assert hits > 2 * area, f"pointing game {hits:.1%} vs chance {area:.1%}"
+
+
+def test_deletion_of_the_attention_ranking_beats_random(shipped):
+    model, x, y, _ = shipped
+    x, y = x[:48], y[:48]
+    heat = explain.class_attention(model, x).mean[:, 0]
+    random_heat = torch.rand(heat.shape, generator=torch.Generator().manual_seed(0))
+    ours = explain.deletion_insertion(model, x, y, heat, steps=16)
+    rand = explain.deletion_insertion(model, x, y, random_heat, steps=16)
+    assert ours["deletion_auc"].mean() < rand["deletion_auc"].mean()
+    assert ours["insertion_auc"].mean() > rand["insertion_auc"].mean()
+
+
+def test_paper_variant_without_weights_says_where_to_get_them(monkeypatch, tmp_path):
+    for var in ("HF_HOME", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(CheckpointError, match="checkpoint=PATH"):
+        cait.create_model("cait_s24_224", pretrained=True)
