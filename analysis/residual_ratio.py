@@ -1,0 +1,208 @@
+"""Residual-branch ratios per layer (the paper's Figure 4 analysis), with LayerScale and without it.
+
+For each layer, ||gamma * branch(x)|| / ||x|| for the SA and FFN branches (gamma = 1 without
+LayerScale), measured by training on a fixed validation batch at the end of every epoch and stored in
+the run's metrics.jsonl; one line per epoch, darker = later. Always a MINIATURE (our small models on
+Fashion-MNIST scenes), never the paper's ImageNet runs; the figure says which runs it shows.
+
+    python analysis/residual_ratio.py                                   # the shipped miniature pair
+    python analysis/residual_ratio.py --with runs/ls --without runs/plain
+    python analysis/residual_ratio.py --retrain [--epochs 10 --subset 10000] [--ship]
+    python analysis/residual_ratio.py --retrain --quick                 # seconds, for tests
+
+--retrain trains the pair itself (`python -m cait.train`, same seed and recipe, only --residual-scale
+differs) into OUT/runs/{layerscale,none}; --ship copies the two metrics.jsonl + args.json into
+analysis/data/residual_ratio/, the data this script shows by default.
+Writes residual_ratio.csv/.json/.png/.html.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from _common import REPO, fail, matplotlib_pyplot, out_dir, parser, run_config, save_html, save_png, write_csv, write_json
+
+SHIPPED = REPO / "analysis" / "data" / "residual_ratio"
+KINDS = {"layerscale": "with LayerScale", "none": "without (plain residual)"}
+BRANCHES = {"sa": "SA branch", "ffn": "FFN branch"}
+# The recipe of both runs: short and light (small data, no mixup) so that a CPU does the pair in minutes.
+RECIPE = ["--data", "fashion-mnist-scenes", "--lr", "1e-3", "--warmup-epochs", "1", "--mixup", "0", "--cutmix", "0",
+          "--randaug", "none", "--reprob", "0", "--amp", "none", "--seed", "0"]
+QUICK = dict(model="cait_pico_32", epochs=2, subset=64, val_subset=32, batch_size=32)
+
+
+def read_run(run: Path) -> dict:
+    """{'epochs': [...], 'sa': [[per layer] per epoch], 'ffn': ..., 'description': str} from a run dir."""
+    metrics = run / "metrics.jsonl" if run.is_dir() else run
+    run = metrics.parent
+    if not metrics.is_file():
+        fail(f"no metrics.jsonl in {run} (a run directory of `python -m cait.train`)")
+    out = {"epochs": [], **{k: [] for k in ("sa", "ffn", "ca", "ca_ffn")}}
+    for number, line in enumerate(metrics.read_text().splitlines(), start=1):
+        try:
+            record = json.loads(line) if line.strip() else {}
+        except json.JSONDecodeError:
+            fail(f"{metrics}:{number} is not valid JSON")
+        ratios = record.get("residual_ratios") if isinstance(record, dict) else None
+        if ratios:
+            out["epochs"].append(record.get("epoch", len(out["epochs"]) + 1))
+            for k in ("sa", "ffn", "ca", "ca_ffn"):
+                out[k].append(ratios.get(k, []))
+    if not out["epochs"]:
+        fail(f"{metrics} has no 'residual_ratios' lines (written by cait.train at the end of each epoch)")
+    cfg = run_config(run)
+    args_file = run / "args.json"
+    recorded = json.loads(args_file.read_text()).get("args", {}) if args_file.is_file() else {}
+    kind = (cfg.residual_scale if cfg else recorded.get("residual_scale")) or "layerscale"
+    model = recorded.get("model", "?")
+    shape = f"{cfg.img_size}px dim {cfg.embed_dim} depth {cfg.depth}" if cfg else f"depth {len(out['sa'][0])}"
+    data = recorded.get("data", "?")
+    subset = recorded.get("subset")
+    out["residual_scale"] = kind
+    out["description"] = (f"{model} ({shape}), residual {kind}, {data}"
+                          f"{f' first {subset} train images' if subset else ''}, {len(out['epochs'])} epochs")
+    return out
+
+
+def train_flags(parser_args) -> list[str]:
+    """Model flags for cait.train; --depth/--embed-dim only if this version of cait.train accepts them."""
+    from cait.train import build_parser
+    flags = ["--model", parser_args.model]
+    for name, value in (("--depth", parser_args.depth), ("--embed-dim", parser_args.embed_dim)):
+        if value is None:
+            continue
+        _, unknown = build_parser().parse_known_args([name, str(value)])
+        if unknown:
+            fail(f"this cait.train has no {name} flag; drop {name} or choose a --model of the wanted size")
+        flags += [name, str(value)]
+    return flags
+
+
+def retrain(args, out: Path) -> dict[str, Path]:
+    """Train the pair, identical except for --residual-scale; returns {kind: run dir}."""
+    runs = {}
+    for kind in KINDS:
+        run = out / "runs" / kind
+        if run.exists():
+            shutil.rmtree(run)  # a fresh run each time: never mix epochs of two trainings
+        cmd = [sys.executable, "-m", "cait.train", *train_flags(args), *RECIPE, "--residual-scale", kind,
+               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--output", str(run),
+               "--workers", "0", "--threads", str(args.threads)]
+        if args.subset:
+            cmd += ["--subset", str(args.subset)]
+        if args.val_subset:
+            cmd += ["--val-subset", str(args.val_subset)]
+        print("running:", " ".join(cmd[1:]), flush=True)
+        # --quick keeps the training log out of the way unless the run fails
+        done = subprocess.run(cmd, cwd=REPO, capture_output=args.quick, text=True)
+        if done.returncode != 0:
+            if args.quick:
+                print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+            fail(f"training the {kind} run failed (exit {done.returncode}); see its output above")
+        runs[kind] = run
+    return runs
+
+
+def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
+    plt = matplotlib_pyplot()
+    cmap = {"layerscale": plt.get_cmap("Blues"), "none": plt.get_cmap("Oranges")}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    for ax, (branch, title) in zip(axes, BRANCHES.items()):
+        for kind, run in data.items():
+            n = len(run["epochs"])
+            for i, (epoch, values) in enumerate(zip(run["epochs"], run[branch])):
+                last = i == n - 1
+                ax.plot(range(1, len(values) + 1), values, "o-" if last else "-", ms=3, lw=1.8 if last else 1,
+                        color=cmap[kind](0.3 + 0.7 * (i + 1) / n),
+                        label=f"{KINDS[kind]}, epoch {epoch}" if i in (0, n - 1) else None)
+        ax.set_yscale("log")
+        ax.set_xlabel("SA layer")
+        ax.set_title(f"{title}: ||gamma * branch|| / ||residual||")
+    axes[0].set_ylabel("ratio (log)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle("Residual-branch ratio per layer across training (darker = later) - miniature retraining")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    save_png(fig, out / "residual_ratio.png", made_from)
+
+    from plotly.subplots import make_subplots
+    figp = make_subplots(1, 2, shared_yaxes=True, subplot_titles=list(BRANCHES.values()))
+    colours = {"layerscale": (31, 119, 180), "none": (255, 127, 14)}
+    for col, branch in enumerate(BRANCHES, start=1):
+        for kind, run in data.items():
+            n = len(run["epochs"])
+            for i, (epoch, values) in enumerate(zip(run["epochs"], run[branch])):
+                shade = 0.25 + 0.75 * (i + 1) / n  # opacity: darker = later
+                r, g, b = colours[kind]
+                figp.add_scatter(x=list(range(1, len(values) + 1)), y=values, mode="lines+markers",
+                                 name=f"{KINDS[kind]}, epoch {epoch}", legendgroup=f"{kind}{epoch}",
+                                 showlegend=col == 1, line=dict(color=f"rgba({r},{g},{b},{shade:.2f})"), row=1, col=col)
+    figp.update_yaxes(type="log", title="||gamma * branch|| / ||residual||", col=1)
+    figp.update_xaxes(title="SA layer")
+    figp.update_layout(title="Residual-branch ratio per layer across training (miniature retraining)", height=540)
+    save_html(figp, out / "residual_ratio.html", made_from)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("residual_ratio", __doc__, model=False)
+    p.add_argument("--with", dest="with_run", type=Path, default=None, help="run directory trained with LayerScale")
+    p.add_argument("--without", dest="without_run", type=Path, default=None,
+                   help="run directory trained with --residual-scale none")
+    p.add_argument("--retrain", action="store_true", help="train the pair first (python -m cait.train)")
+    p.add_argument("--ship", action="store_true", help="with --retrain: store the pair's metrics as the shipped data")
+    g = p.add_argument_group("--retrain settings")
+    g.add_argument("--model", default="cait_nano_64", help="variant to train (default cait_nano_64; --quick: pico)")
+    g.add_argument("--depth", type=int, default=None, help="SA depth override (if cait.train supports --depth)")
+    g.add_argument("--embed-dim", type=int, default=None, help="width override (if cait.train supports it)")
+    g.add_argument("--epochs", type=int, default=10)
+    g.add_argument("--subset", type=int, default=10000, help="training images (0 = all)")
+    g.add_argument("--val-subset", type=int, default=2000)
+    g.add_argument("--batch-size", type=int, default=128)
+    g.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+        args.threads = 1
+    if (args.with_run is None) != (args.without_run is None):
+        p.error("give both --with and --without (or neither)")
+    out = out_dir(args.out)
+
+    if args.retrain:
+        runs = retrain(args, out)
+    elif args.with_run is not None:
+        runs = {"layerscale": args.with_run, "none": args.without_run}
+    else:
+        runs = {kind: SHIPPED / kind for kind in KINDS}
+        if not all((r / "metrics.jsonl").is_file() for r in runs.values()):
+            fail(f"no shipped run pair in {SHIPPED}; pass --with/--without run directories, or --retrain")
+    data = {kind: read_run(run) for kind, run in runs.items()}
+    if args.retrain and args.ship:
+        for kind, run in runs.items():
+            (SHIPPED / kind).mkdir(parents=True, exist_ok=True)
+            for name in ("metrics.jsonl", "args.json"):
+                shutil.copy(run / name, SHIPPED / kind / name)
+        print(f"shipped the pair's metrics to {SHIPPED}")
+
+    made_from = "miniature retraining: " + " | ".join(f"{KINDS[k]}: {d['description']}" for k, d in data.items())
+    rows = [{"residual_scale": kind, "epoch": epoch, "branch": branch, "layer": layer, "ratio": value}
+            for kind, d in data.items() for i, epoch in enumerate(d["epochs"])
+            for branch in ("sa", "ffn", "ca", "ca_ffn") for layer, value in enumerate(d[branch][i])]
+    write_csv(out / "residual_ratio.csv", rows)
+    write_json(out / "residual_ratio.json", {"made_from": made_from, "runs": {k: str(v) for k, v in runs.items()},
+                                             "data": data})
+    plot(data, made_from, out)
+    print(made_from)
+    for kind, d in data.items():
+        for branch in BRANCHES:
+            last = d[branch][-1]
+            print(f"{KINDS[kind]:<26}{branch:<4} epoch {d['epochs'][-1]}: mean ratio {sum(last) / len(last):.3g} "
+                  f"(layers {', '.join(f'{v:.2g}' for v in last)})")
+    print(f"wrote residual_ratio.csv/.json/.png/.html to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
