@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported: no outside calls
+os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: no outside calls
 
 import argparse
 import importlib.util
@@ -302,7 +302,7 @@ def model_markdown(loaded: LoadedModel) -> str:
             ("classes", f"{cfg.num_classes} ({'ImageNet-1k' if cfg.labels == 'imagenet' else ', '.join(loaded.labels)})")]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     warn = f"\n\n**⚠ {loaded.notice}**" if loaded.notice else ""
-    return f"| | |\n|---|---|\n{table}{warn}"
+    return f"| model | |\n|---|---|\n{table}{warn}"
 
 
 def header_markdown(loaded: LoadedModel) -> str:
@@ -482,7 +482,7 @@ def build_app(store: ModelStore) -> gr.Blocks:
             with gr.Column(scale=2):
                 image_in = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=300,
                                     elem_id="image_in")
-                examples = gr.Gallery(value=first.examples, label="Examples (click one)", columns=8, height=150,
+                examples = gr.Gallery(value=first.examples, label="Examples (click one)", columns=4, height="auto",
                                       allow_preview=False, show_label=True, elem_id="examples")
             with gr.Column(scale=3):
                 top5 = gr.Label(num_top_classes=5, label="Top-5 predictions", elem_id="top5")

@@ -4,13 +4,10 @@ a message and the server keeps serving)."""
 from __future__ import annotations
 
 import io
-import os
 import socket
 import struct
-import subprocess
 import sys
 import time
-import urllib.request
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +26,7 @@ sys.path.insert(0, str(ROOT))  # the app is a folder of the repo, not part of th
 
 from app import images  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
-from app.main import ModelStore, analyse, load_model, pick_device  # noqa: E402
+from app.main import ModelStore, analyse, build_app, launch, load_model, pick_device  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ odd image files
@@ -204,48 +201,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    """`python app/main.py ARGS` on a free port; returns (process, url) once it answers."""
-    port = free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app" / "main.py"), "--port", str(port), "--device", "cpu",
-                             *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"app did not answer within 180 s:\n{log.read_text()[-3000:]}")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The real app with known random weights (non-uniform attention), plus the same model here."""
-    tmp = tmp_path_factory.mktemp("app")
-    model = randomise_(cait.create_model("cait_nano_64"))
-    ckpt = tmp / "nano.safetensors"
-    cait.save_weights(model, ckpt)
-    proc, url = start_server(["--model", "cait_nano_64", "--checkpoint", str(ckpt)], tmp / "server.log")
+    """The real app (uvicorn on a free port, in a thread of this process) with known random weights
+    (non-uniform attention); `loaded` is the same model for direct calls. The browser test starts it
+    as a user does, `python app/main.py`."""
     from gradio_client import Client
+    tmp = tmp_path_factory.mktemp("app")
+    ckpt = tmp / "nano.safetensors"
+    cait.save_weights(randomise_(cait.create_model("cait_nano_64")), ckpt)
+    loaded = load_model(None, str(ckpt), torch.device("cpu"))
+    demo = build_app(ModelStore(loaded))
+    port = free_port()
+    launch(demo, port=port, block=False)
     try:
-        yield {"client": Client(url, verbose=False), "url": url, "proc": proc,
-               "loaded": load_model(None, str(ckpt), torch.device("cpu")), "tmp": tmp}
+        url = f"http://127.0.0.1:{port}/"
+        yield {"client": Client(url, verbose=False), "url": url, "loaded": loaded, "tmp": tmp}
     finally:
-        stop_server(proc)
+        demo.close()
 
 
 def test_server_binds_localhost_and_documents_analyze(server):
@@ -309,8 +282,8 @@ def test_analyze_runs_the_asked_attribution(server):
         server["client"].predict(handle_file(str(path)), "telepathy", api_name="/analyze")
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
@@ -326,7 +299,7 @@ def test_eight_simultaneous_requests_get_their_own_answers(server):
         return [job.result(timeout=120) for job in jobs]
 
     first = burst()
-    rss_after_first = rss_mb(server["proc"].pid)
+    rss_after_first = rss_mb()
     for answer, path in zip(first, paths):
         check_answer(answer, server["loaded"], path)
     with ThreadPoolExecutor(8) as pool:  # also from 8 threads at once
@@ -334,7 +307,7 @@ def test_eight_simultaneous_requests_get_their_own_answers(server):
     for answer, path in zip(second, paths):
         check_answer(answer, server["loaded"], path)
     # memory is bounded: a second round of the same load does not keep growing the server
-    assert rss_mb(server["proc"].pid) - rss_after_first < 200
+    assert rss_mb() - rss_after_first < 200
 
 
 def test_bad_uploads_get_messages_and_the_server_keeps_serving(server):

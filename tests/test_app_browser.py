@@ -4,20 +4,54 @@ a bad file and see the message; the page makes no request outside this machine.
 Screenshots go to /tmp/cait_app_*.png."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
 import cait
-from test_app import start_server, stop_server
+from test_app import ROOT, free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 TIMEOUT = 90_000  # ms; generous because the test machine is shared
 expect.set_options(timeout=TIMEOUT)
+
+
+def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    """`python app/main.py ARGS` on a free port; returns (process, url) once it answers."""
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app" / "main.py"), "--port", str(port), "--device", "cpu",
+                             *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"app did not answer within 300 s:\n{log.read_text()[-3000:]}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +92,8 @@ def test_example_gives_predictions_and_attention_grid(page):
     assert sum(label in top5_text for label in labels) >= 5
     page.wait_for_function("() => [...document.querySelectorAll('#ca_grid img')].every(i => i.complete && i.naturalWidth > 100)")
     expect(page.locator("#ca_grid")).to_contain_text("CA2 mean")
-    expect(page.locator("#grid_png")).to_contain_text("class_attention.png")
-    expect(page.locator("#numbers_json")).to_contain_text("cait_analysis.json")
+    expect(page.locator("#grid_png")).to_contain_text("class_attention")
+    expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
     page.screenshot(path="/tmp/cait_app_class_attention.png", full_page=True)
 
 
@@ -94,7 +128,7 @@ def test_saliency_and_layerscale_render(page):
 
 def test_bad_file_shows_a_message(page):
     page.get_by_role("tab", name="Class attention").click()
-    page.locator("#image_in button[aria-label='Clear']").click()
+    page.locator("#image_in button[aria-label='Remove Image']").click()
     expect(grid_images(page)).to_have_count(0)
     bad = page.tmp / "holiday.png"
     bad.write_text("not really a picture\n" * 20)
@@ -103,7 +137,7 @@ def test_bad_file_shows_a_message(page):
     expect(page.locator("#status")).to_contain_text("not an image")
     page.screenshot(path="/tmp/cait_app_bad_file.png", full_page=True)
     # the server keeps serving
-    page.locator("#image_in button[aria-label='Clear']").click()
+    page.locator("#image_in button[aria-label='Remove Image']").click()
     page.locator("#examples button.thumbnail-item").nth(1).click()
     expect(page.locator("#status")).to_contain_text("Top-1")
 
