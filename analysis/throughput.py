@@ -43,6 +43,11 @@ def timm_twin(model: cait.CaiT) -> torch.nn.Module:
     return twin.eval()
 
 
+def _sig(value: float) -> float:
+    """Four significant digits: throughput on a busy CPU can be well below 1 image/s."""
+    return float(f"{value:.4g}")
+
+
 def time_interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int,
                      min_seconds: float, desc: str) -> dict[str, float]:
     """Median seconds per call of each function, timed in interleaved rounds."""
@@ -86,8 +91,8 @@ def compare(names: list[str], batch_sizes: list[int], *, repeats: int, warmup: i
                     repeats=repeats, warmup=warmup, min_seconds=min_seconds, desc=f"{name} batch {batch}")
             rows.append(dict(
                 model=name, batch=batch, gflops_per_image=round(ours.flops() / 1e9, 3),
-                timm_img_s=round(batch / sec["timm"], 2), ours_img_s=round(batch / sec["ours"], 2),
-                insights_img_s=round(batch / sec["ours_insights"], 2),
+                timm_img_s=_sig(batch / sec["timm"]), ours_img_s=_sig(batch / sec["ours"]),
+                insights_img_s=_sig(batch / sec["ours_insights"]),
                 speed_ratio_ours_over_timm=round(sec["timm"] / sec["ours"], 3),
                 insights_cost_over_forward=round(sec["ours_insights"] / sec["ours"], 3)))
     return rows
@@ -112,8 +117,8 @@ def heads_table(heads: list[int], batch: int, *, repeats: int, warmup: int, min_
         paper = quoted.get(h, {})
         rows.append(dict(
             heads=h, head_dim=HEADS_DIM // h, batch=batch,
-            img_s=round(batch / sec["plain"], 2), gflops=round(plain.flops() / 1e9, 3),
-            talking_heads_img_s=round(batch / sec["talking"], 2), talking_heads_gflops=round(talking.flops() / 1e9, 3),
+            img_s=_sig(batch / sec["plain"]), gflops=round(plain.flops() / 1e9, 3),
+            talking_heads_img_s=_sig(batch / sec["talking"]), talking_heads_gflops=round(talking.flops() / 1e9, 3),
             paper_top1_quoted=paper.get("top1"), paper_img_s_gpu_quoted=paper.get("throughput_gpu"),
             paper_gflops_quoted=paper.get("flops_g")))
     return rows
@@ -131,7 +136,7 @@ def figure(rows: list[dict], heads: bool):
                         mode="lines+markers", line=dict(dash="dash"), secondary_y=True)
         fig.update_xaxes(title="heads (12 layers, dim 384)", type="category")
         fig.update_yaxes(title=f"images/s on this CPU, batch {rows[0]['batch']}", secondary_y=False)
-        fig.update_yaxes(title="ImageNet top-1 % (paper, quoted)", secondary_y=True)
+        fig.update_yaxes(title="ImageNet top-1 % (paper, quoted)", tickformat=".1f", secondary_y=True)
         fig.update_layout(title="Number of heads: our throughput vs the paper's accuracy", barmode="group")
     else:
         labels = [f"{r['model']}<br>batch {r['batch']}" for r in rows]
@@ -139,7 +144,7 @@ def figure(rows: list[dict], heads: bool):
         for key, label in (("timm_img_s", "timm forward"), ("ours_img_s", "ours forward"),
                            ("insights_img_s", "ours forward_insights")):
             fig.add_bar(x=labels, y=[r[key] for r in rows], name=label,
-                        text=[f"{r[key]:.1f}" for r in rows], textposition="outside")
+                        text=[f"{r[key]:.3g}" for r in rows], textposition="outside")
         fig.update_yaxes(title="images/s on this CPU (median round)", type="log")
         fig.update_layout(title="Inference throughput, same weights, same run", barmode="group")
     return fig
