@@ -76,8 +76,9 @@ def test_gallery_links_resolve(gallery):
     for link in links:
         assert not link.startswith(("/", "http")), link
         assert (gallery / link).is_file(), link
-    for name in ("model_table", "layerscale_stats", "attention_maps", "saliency"):
-        assert f"{name}/{name if name != 'saliency' else 'regions_of_focus'}.png" in index
+    for png in ("model_table/model_table.png", "layerscale_stats/layerscale_stats.png",
+                "attention_maps/attention_scene_00000_ankle_boot.png", "saliency/regions_of_focus.png"):
+        assert f"src='{png}'" in index
 
 
 def test_model_table_matches_the_paper(gallery):
