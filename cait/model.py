@@ -68,8 +68,14 @@ class TalkingHeadAttn(nn.Module):
         self.proj_w = nn.Linear(num_heads, num_heads) if talking_heads else nn.Identity()
 
     def _mix(self, proj: nn.Module, attn: torch.Tensor) -> torch.Tensor:
-        # Heads are dim 1; nn.Linear mixes the last dim, so move heads there and back.
-        return proj(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        """Apply the [heads, heads] Linear `proj` across the head dim of attn [B, h, N, M]."""
+        if isinstance(proj, nn.Identity):
+            return attn
+        B, h, N, M = attn.shape
+        # One batched [h, h] @ [h, N*M] matmul keeps the maps contiguous; permuting heads to the last dim
+        # for nn.Linear (timm's way) leaves strided maps that make the softmax slow (~2x on this step).
+        return torch.baddbmm(proj.bias.view(1, h, 1).expand(B, h, 1), proj.weight.expand(B, h, h),
+                             attn.reshape(B, h, N * M)).view(B, h, N, M)
 
     def forward(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
         B, N, C = x.shape
