@@ -119,6 +119,7 @@ def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
                         color=cmap[kind](0.3 + 0.7 * (i + 1) / n),
                         label=f"{KINDS[kind]}, epoch {epoch}" if i in (0, n - 1) else None)
         ax.set_yscale("log")
+        ax.set_xticks(range(1, 1 + max(len(v) for d in data.values() for v in d[branch])))
         ax.set_xlabel("SA layer")
         ax.set_title(f"{title}: ||gamma * branch|| / ||residual||")
     axes[0].set_ylabel("ratio (log)")
