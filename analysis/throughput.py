@@ -22,25 +22,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import timm
 import torch
 from tqdm import tqdm
 
 import cait
+from cait.reference import timm_cait
 from cait.paper import HEADS_DEPTH, HEADS_DIM, HEADS_TABLE
-
-
-def timm_twin(model: cait.CaiT) -> torch.nn.Module:
-    """timm's Cait with our model's architecture, holding our model's weights."""
-    cfg = model.cfg
-    with torch.device("meta"):  # its init is overwritten by our weights below
-        twin = timm.models.cait.Cait(
-            img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans,
-            num_classes=cfg.num_classes, embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
-            init_values=cfg.init_values, depth_token_only=cfg.depth_token_only, mlp_ratio=cfg.mlp_ratio,
-            mlp_ratio_token_only=cfg.mlp_ratio_token_only, qkv_bias=cfg.qkv_bias)
-    twin.load_state_dict(model.state_dict(), strict=True, assign=True)
-    return twin.eval()
 
 
 def _sig(value: float) -> float:
@@ -79,7 +66,7 @@ def compare(names: list[str], batch_sizes: list[int], *, repeats: int, warmup: i
     for name in names:
         torch.manual_seed(0)
         ours = cait.create_model(name)
-        theirs = timm_twin(ours)
+        theirs = timm_cait(ours.cfg, ours.state_dict())
         for batch in batch_sizes:
             cfg = ours.cfg
             x = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size)

@@ -12,24 +12,12 @@ import argparse
 import statistics
 import time
 
-import timm
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import cait
-
-
-def timm_twin(model: cait.CaiT) -> nn.Module:
-    """timm's Cait with our model's architecture and our weights (parameter names are the same)."""
-    cfg = model.cfg
-    twin = timm.models.cait.Cait(
-        img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
-        embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads, init_values=cfg.init_values,
-        depth_token_only=cfg.depth_token_only, mlp_ratio=cfg.mlp_ratio, mlp_ratio_token_only=cfg.mlp_ratio_token_only,
-        qkv_bias=cfg.qkv_bias, drop_path_rate=cfg.drop_path_rate)
-    twin.load_state_dict(model.state_dict(), strict=True)
-    return twin
+from cait.reference import timm_cait
 
 
 def timed_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -58,7 +46,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     ours = cait.create_model(args.model)
-    theirs = timm_twin(ours)
+    theirs = timm_cait(ours.cfg, ours.state_dict())
     cfg = ours.cfg
     x = torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size)
     y = torch.randint(0, cfg.num_classes, (args.batch_size,))

@@ -2,20 +2,11 @@
 from __future__ import annotations
 
 import pytest
-import timm
 import torch
 
 import cait
 from cait.config import CaiTConfig
-
-
-def timm_cait(cfg: CaiTConfig) -> torch.nn.Module:
-    """timm's Cait with the architecture of `cfg`, in eval mode (timm's own random init)."""
-    return timm.models.cait.Cait(
-        img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, num_classes=cfg.num_classes,
-        embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads, init_values=cfg.init_values,
-        depth_token_only=cfg.depth_token_only, mlp_ratio=cfg.mlp_ratio,
-        mlp_ratio_token_only=cfg.mlp_ratio_token_only, qkv_bias=cfg.qkv_bias).eval()
+from cait.reference import timm_cait
 
 
 @torch.no_grad()
