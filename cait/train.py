@@ -382,11 +382,12 @@ def write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def read_metrics(path: Path, before_epoch: int) -> list[str]:
-    """metrics.jsonl lines of the epochs a resumed run keeps (a crash can leave one line past the state)."""
+def read_metrics(path: Path, epoch_index: int) -> list[str]:
+    """metrics.jsonl lines a run resumed in epoch `epoch_index` (0-based) keeps: those of the epochs before
+    it, which are numbered from 1 (a crash can leave one line past the state; that one is dropped)."""
     if not path.is_file():
         return []
-    return [line for line in path.read_text().splitlines() if line and json.loads(line)["epoch"] < before_epoch]
+    return [line for line in path.read_text().splitlines() if line and json.loads(line)["epoch"] <= epoch_index]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -97,6 +97,7 @@ def test_resume_is_exact(tmp_path, amp, workers):
     state = torch.load(tmp_path / "split" / "state.pt", weights_only=True)
     assert (state["epoch"], state["batch"], state["step"]) == (0, 4, 4)
     assert main(["--resume", str(tmp_path / "split"), "--stop-after", "6"]) == 0  # 6 steps = 1 epoch
+    assert main(["--resume", str(tmp_path / "split"), "--stop-after", "9"]) == 0  # mid-epoch 2: keeps epoch 1's line
     assert main(["--resume", str(tmp_path / "split")]) == 0
     for name in ("last.safetensors", "ema.safetensors"):
         once, split = _weights(tmp_path / "once" / name), _weights(tmp_path / "split" / name)
@@ -104,8 +105,9 @@ def test_resume_is_exact(tmp_path, amp, workers):
         assert all(torch.equal(once[k], split[k]) for k in once), name
     m_once = (tmp_path / "once" / "metrics.jsonl").read_text().splitlines()
     m_split = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(b)["epoch"] for b in m_split] == [1, 2]
     assert [json.loads(a)["train_loss"] for a in m_once] == [json.loads(b)["train_loss"] for b in m_split]
-    assert len(json.loads((tmp_path / "split" / "args.json").read_text())["commands"]) == 3
+    assert len(json.loads((tmp_path / "split" / "args.json").read_text())["commands"]) == 4
 
 
 def test_different_seed_gives_different_weights(tmp_path):
