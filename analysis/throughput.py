@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import timm
 import torch
 from tqdm import tqdm
 
