@@ -50,7 +50,6 @@ def plot_model(rows: list[dict], depth: int, ca_depth: int, eps: float, made_fro
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     save_png(fig, out / "layerscale_stats.png", made_from)
 
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     figp = make_subplots(1, 2, shared_yaxes=True, subplot_titles=list(BRANCH.values()))
     for col, gamma in enumerate(BRANCH, start=1):
@@ -96,7 +95,6 @@ def plot_epochs(rows: list[dict], depth: int, ca_depth: int, eps: float | None, 
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     save_png(fig, out / "layerscale_epochs.png", made_from)
 
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     figp = make_subplots(1, 2, shared_yaxes=True, subplot_titles=list(BRANCH.values()))
     for col, gamma in enumerate(BRANCH, start=1):

@@ -6,7 +6,7 @@ The paper variants use the hyper-parameters of the official deit `cait_models.py
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -5,9 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from .checkpoint import CheckpointError, find_in_hf_cache, load_into, pretrained_path, read_checkpoint
+from .checkpoint import load_into, pretrained_path, read_checkpoint
 from .config import CaiTConfig, get_config
 from .model import CaiT
 
@@ -45,5 +43,3 @@ def create_model(name: str | None = None, checkpoint: str | os.PathLike | None =
     model.source = source or "random init"  # shown by the app and the analysis figures
     return model.eval()
 
-
-__all__ = ["create_model", "CheckpointError", "find_in_hf_cache"]

@@ -12,8 +12,6 @@ import json
 import shutil
 from pathlib import Path
 
-from safetensors import safe_open
-
 import cait
 from cait.checkpoint import WEIGHTS_DIR, save_weights
 from cait.evaluate import format_table

@@ -7,7 +7,6 @@ import io
 import socket
 import struct
 import sys
-import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

@@ -1,6 +1,5 @@
 """The trained model shipped in the package: loads offline, is really trained, and its attention is faithful."""
 import json
-from pathlib import Path
 
 import pytest
 import torch

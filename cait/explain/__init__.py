@@ -6,7 +6,6 @@ pixels. `METHODS[name](model, x, target)` runs any method by name (target: LongT
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable
 
 import torch
