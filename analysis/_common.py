@@ -233,3 +233,109 @@ def matplotlib_pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+# ----------------------------------------------------------------------------------------------------
+# miniature retraining (residual_ratio, depth_stability, class_attention_ablation)
+
+# The miniature these scripts train: CaiT blocks at a width and input size that a CPU trains in minutes
+# (32 px input from the 64 px scenes, 4x4 patches of 8 px, dim 96, 2 heads of 48 like the paper's).
+MINIATURE = ["--model", "cait_nano_64", "--img-size", "32", "--patch-size", "8", "--embed-dim", "96", "--num-heads", "2"]
+QUICK_MINIATURE = ["--model", "cait_pico_32"]  # seconds per run, for tests
+# One light recipe for every run of a comparison, so that only the ablated setting differs between runs.
+RECIPE = ["--data", "fashion-mnist-scenes", "--warmup-epochs", "1", "--mixup", "0", "--cutmix", "0",
+          "--randaug", "none", "--reprob", "0", "--crop-scale", "0.8", "--seed", "0", "--workers", "0"]
+
+
+def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int) -> None:
+    """The training budget, the same for every run of a sweep."""
+    g = p.add_argument_group("training budget (the same for every run)")
+    g.add_argument("--epochs", type=int, default=epochs, help=f"epochs per run (default {epochs})")
+    g.add_argument("--subset", type=int, default=subset, help=f"training scenes per run (default {subset})")
+    g.add_argument("--val-subset", type=int, default=2000, help="validation scenes (default 2000)")
+    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    g.add_argument("--fresh", action="store_true", help="retrain runs that already finished in OUT/runs")
+
+
+def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> list[str]:
+    """The cait.train flags of the budget; --quick shrinks it to seconds."""
+    if args.quick:
+        args.epochs, args.subset, args.val_subset, args.batch_size = quick_epochs, 64, 32, 32
+    return ["--epochs", str(args.epochs), "--subset", str(args.subset), "--val-subset", str(args.val_subset),
+            "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--threads", str(args.threads)]
+
+
+def budget_note(args: argparse.Namespace) -> str:
+    return (f"Fashion-MNIST scenes, first {args.subset} training scenes, {args.epochs} epoch(s), batch {args.batch_size}, "
+            f"lr {args.lr:g}, seed 0, val on {args.val_subset} scenes")
+
+
+@dataclass
+class RunResult:
+    name: str
+    run: Path
+    flags: list[str]        # the cait.train flags that made it
+    diverged: bool          # stopped on a non-finite loss (the paper's dagger)
+    val_top1: list[float]   # per finished epoch
+    params: int = 0
+    macs: int = 0           # multiply-accumulates of one forward
+
+    @property
+    def final_top1(self) -> float | None:
+        return self.val_top1[-1] if self.val_top1 else None
+
+
+def _finished(run: Path, flags: list[str]) -> dict | None:
+    try:
+        record = json.loads((run / "sweep.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if record.get("flags") == flags else None
+
+
+def _train_one(name: str, flags: list[str], run: Path, fresh: bool) -> RunResult:
+    import contextlib
+    import shutil
+
+    from cait import train
+
+    record = None if fresh else _finished(run, flags)
+    if record is None:
+        if run.exists():
+            shutil.rmtree(run)  # never mix the epochs of two trainings
+        run.mkdir(parents=True)
+        # In this process (one torch import for the whole sweep), its output into the run's log.
+        with open(run / "train.log", "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
+            try:
+                code = train.main([*flags, "--output", str(run)])
+            except SystemExit as e:  # a flag cait.train refuses
+                code = e.code if isinstance(e.code, int) else 2
+        tail = (run / "train.log").read_text()[-3000:]
+        diverged = code == 1 and "error: loss is" in tail
+        if code != 0 and not diverged:
+            fail(f"training run {name} failed (exit {code}); its log {run / 'train.log'} ends:\n{tail[-1500:]}")
+        record = {"flags": flags, "diverged": diverged}
+        write_json(run / "sweep.json", record)
+    metrics = run / "metrics.jsonl"
+    lines = [json.loads(l) for l in metrics.read_text().splitlines() if l.strip()] if metrics.is_file() else []
+    result = RunResult(name, run, flags, record["diverged"], [l["val_top1"] for l in lines if l.get("val_top1") is not None])
+    model = cait.CaiT(train.model_config(train.parse_args(flags)))  # also for a run that diverged in epoch 1
+    result.params, result.macs = model.num_params(), model.flops()
+    return result
+
+
+def train_runs(plan: dict[str, list[str]], out: Path, args: argparse.Namespace) -> dict[str, RunResult]:
+    """Train every run of `plan` (name -> cait.train flags) into OUT/runs/NAME, one after another, each
+    run's log in its train.log. A run that finished before with the same flags is reused, so an interrupted
+    sweep continues where it stopped (--fresh retrains). A run that stops on a non-finite loss is a result:
+    diverged."""
+    from tqdm import tqdm
+
+    results = {}
+    with tqdm(plan.items(), desc="runs", unit="run", file=sys.stderr) as bar:
+        for name, flags in bar:
+            bar.set_postfix_str(f"training {name} (log: {out / 'runs' / name / 'train.log'})")
+            results[name] = _train_one(name, flags, out / "runs" / name, args.fresh)
+    return results

@@ -7,11 +7,12 @@ Fashion-MNIST scenes), never the paper's ImageNet runs; the figure says which ru
 
     python analysis/residual_ratio.py                                   # the shipped miniature pair
     python analysis/residual_ratio.py --with runs/ls --without runs/plain
-    python analysis/residual_ratio.py --retrain [--epochs 10 --subset 10000] [--ship]
+    python analysis/residual_ratio.py --retrain [--depth 12 --epochs 4 --subset 6000] [--ship]
     python analysis/residual_ratio.py --retrain --quick                 # seconds, for tests
 
---retrain trains the pair itself (`python -m cait.train`, same seed and recipe, only --residual-scale
-differs) into OUT/runs/{layerscale,none}; --ship copies the two metrics.jsonl + args.json into
+--retrain trains the pair itself (cait.train, the miniature and recipe of depth_stability.py, only
+--residual-scale differs) into OUT/runs/{layerscale,none}; the depth-12 "layerscale" and "baseline" runs
+of depth_stability.py are such a pair too. --ship copies the pair's metrics.jsonl + args.json into
 analysis/data/residual_ratio/, the data this script shows by default.
 Writes residual_ratio.csv/.json/.png/.html.
 """
@@ -19,19 +20,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-from _common import REPO, fail, matplotlib_pyplot, out_dir, parser, run_config, save_html, save_png, write_csv, write_json
+from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, REPO, add_budget_flags, budget, fail, matplotlib_pyplot,
+                     out_dir, parser, run_config, save_html, save_png, train_runs, write_csv, write_json)
 
 SHIPPED = REPO / "analysis" / "data" / "residual_ratio"
 KINDS = {"layerscale": "with LayerScale", "none": "without (plain residual)"}
 BRANCHES = {"sa": "SA branch", "ffn": "FFN branch"}
-# The recipe of both runs: short and light (small data, no mixup) so that a CPU does the pair in minutes.
-RECIPE = ["--data", "fashion-mnist-scenes", "--lr", "1e-3", "--warmup-epochs", "1", "--mixup", "0", "--cutmix", "0",
-          "--randaug", "none", "--reprob", "0", "--amp", "none", "--seed", "0"]
-QUICK = dict(model="cait_pico_32", epochs=2, subset=64, val_subset=32, batch_size=32)
 
 
 def read_run(run: Path) -> dict:
@@ -67,43 +63,12 @@ def read_run(run: Path) -> dict:
     return out
 
 
-def train_flags(parser_args) -> list[str]:
-    """Model flags for cait.train; --depth/--embed-dim only if this version of cait.train accepts them."""
-    from cait.train import build_parser
-    flags = ["--model", parser_args.model]
-    for name, value in (("--depth", parser_args.depth), ("--embed-dim", parser_args.embed_dim)):
-        if value is None:
-            continue
-        _, unknown = build_parser().parse_known_args([name, str(value)])
-        if unknown:
-            fail(f"this cait.train has no {name} flag; drop {name} or choose a --model of the wanted size")
-        flags += [name, str(value)]
-    return flags
-
-
 def retrain(args, out: Path) -> dict[str, Path]:
     """Train the pair, identical except for --residual-scale; returns {kind: run dir}."""
-    runs = {}
-    for kind in KINDS:
-        run = out / "runs" / kind
-        if run.exists():
-            shutil.rmtree(run)  # a fresh run each time: never mix epochs of two trainings
-        cmd = [sys.executable, "-m", "cait.train", *train_flags(args), *RECIPE, "--residual-scale", kind,
-               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--output", str(run),
-               "--workers", "0", "--threads", str(args.threads)]
-        if args.subset:
-            cmd += ["--subset", str(args.subset)]
-        if args.val_subset:
-            cmd += ["--val-subset", str(args.val_subset)]
-        print("running:", " ".join(cmd[1:]), flush=True)
-        # --quick keeps the training log out of the way unless the run fails
-        done = subprocess.run(cmd, cwd=REPO, capture_output=args.quick, text=True)
-        if done.returncode != 0:
-            if args.quick:
-                print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
-            fail(f"training the {kind} run failed (exit {done.returncode}); see its output above")
-        runs[kind] = run
-    return runs
+    base = QUICK_MINIATURE if args.quick else MINIATURE
+    common = [*base, *RECIPE, *budget(args, quick_epochs=2), "--depth", str(2 if args.quick else args.depth)]
+    results = train_runs({kind: [*common, "--residual-scale", kind] for kind in KINDS}, out, args)
+    return {kind: r.run for kind, r in results.items()}
 
 
 def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
@@ -152,21 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--without", dest="without_run", type=Path, default=None,
                    help="run directory trained with --residual-scale none")
     p.add_argument("--retrain", action="store_true", help="train the pair first (python -m cait.train)")
-    p.add_argument("--ship", action="store_true", help="with --retrain: store the pair's metrics as the shipped data")
-    g = p.add_argument_group("--retrain settings")
-    g.add_argument("--model", default="cait_nano_64", help="variant to train (default cait_nano_64; --quick: pico)")
-    g.add_argument("--depth", type=int, default=None, help="SA depth override (if cait.train supports --depth)")
-    g.add_argument("--embed-dim", type=int, default=None, help="width override (if cait.train supports it)")
-    g.add_argument("--epochs", type=int, default=10)
-    g.add_argument("--subset", type=int, default=10000, help="training images (0 = all)")
-    g.add_argument("--val-subset", type=int, default=2000)
-    g.add_argument("--batch-size", type=int, default=128)
-    g.add_argument("--threads", type=int, default=2)
+    p.add_argument("--ship", action="store_true", help="store the pair's metrics as the shipped data")
+    p.add_argument("--depth", type=int, default=12, help="--retrain: SA depth of both runs (default 12)")
+    add_budget_flags(p, epochs=4, subset=6000)
     args = p.parse_args(argv)
-    if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
-        args.threads = 1
     if (args.with_run is None) != (args.without_run is None):
         p.error("give both --with and --without (or neither)")
     out = out_dir(args.out)
@@ -180,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if not all((r / "metrics.jsonl").is_file() for r in runs.values()):
             fail(f"no shipped run pair in {SHIPPED}; pass --with/--without run directories, or --retrain")
     data = {kind: read_run(run) for kind, run in runs.items()}
-    if args.retrain and args.ship:
+    if args.ship:
         for kind, run in runs.items():
             (SHIPPED / kind).mkdir(parents=True, exist_ok=True)
             for name in ("metrics.jsonl", "args.json"):

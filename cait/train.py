@@ -51,6 +51,11 @@ from .model import CaiT
 from .preprocess import eval_transform
 
 RESIDUAL_KINDS = ("layerscale", "scalar", "rezero", "none")
+# flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
+MODEL_OVERRIDES = {"img_size": "img_size", "patch_size": "patch_size", "embed_dim": "embed_dim", "depth": "depth",
+                   "depth_token_only": "depth_token_only", "num_heads": "num_heads", "class_token_at": "class_token_at",
+                   "global_pool": "global_pool", "residual_scale": "residual_scale", "init_values": "init_values",
+                   "drop_path": "drop_path_rate"}
 INSIGHT_BATCH = 64  # fixed validation images on which residual ratios and class-attention entropy are measured
 
 
@@ -107,10 +112,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cutmix", type=float, default=1.0, help="cutmix alpha (0 = off)")
     g.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
     g.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate (default: the model config's)")
-    g = p.add_argument_group("model overrides and distillation")
+    g = p.add_argument_group("model overrides (default: the --model config's) and distillation")
+    g.add_argument("--img-size", type=int, default=None, help="input side in pixels (images are resized to it)")
+    g.add_argument("--patch-size", type=int, default=None, help="patch side in pixels")
+    g.add_argument("--embed-dim", type=int, default=None, help="token width")
+    g.add_argument("--depth", type=int, default=None, help="number of self-attention blocks")
+    g.add_argument("--depth-token-only", type=int, default=None, help="number of class-attention blocks")
+    g.add_argument("--num-heads", type=int, default=None, help="attention heads (must divide --embed-dim)")
+    g.add_argument("--class-token-at", type=int, default=None,
+                   help="ViT-style class token inserted before SA block K (paper Table 2; use with "
+                        "--depth-token-only 0)")
+    g.add_argument("--global-pool", default=None, choices=("token", "avg"),
+                   help="classify from the class token or from the mean patch token (paper Table 2)")
     g.add_argument("--residual-scale", default=None, choices=RESIDUAL_KINDS,
-                   help="residual branch weighting (paper Table 1 ablations; default: the config's, layerscale)")
-    g.add_argument("--init-values", type=float, default=None, help="LayerScale eps (default: the config's)")
+                   help="residual branch weighting (paper Table 1 ablations)")
+    g.add_argument("--init-values", type=float, default=None, help="LayerScale eps")
     g.add_argument("--teacher", default=None, metavar="CHECKPOINT",
                    help="hard distillation from this checkpoint (any file cait.create_model reads), through the "
                         "class token")
@@ -145,16 +161,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--lr must be positive, got {args.lr}")
     if (args.mixup > 0 or args.cutmix > 0) and args.batch_size % 2:
         parser.error(f"mixup/cutmix need an even --batch-size, got {args.batch_size}")
-    if args.model not in list_models():
-        try:
-            get_config(args.model)
-        except ValueError as e:
-            parser.error(str(e))
+    try:
+        model_config(args)
+    except ValueError as e:
+        parser.error(str(e))
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     if not 0 <= args.ema < 1:
         parser.error(f"--ema is a decay in [0, 1), got {args.ema}")
     return args
+
+
+def model_config(args: argparse.Namespace, **fields: Any) -> CaiTConfig:
+    """The --model config with the override flags applied; ValueError says what does not fit."""
+    overrides = {field: getattr(args, flag) for flag, field in MODEL_OVERRIDES.items()
+                 if getattr(args, flag, None) is not None}
+    cfg = get_config(args.model, **overrides, **fields)
+    for name in ("img_size", "patch_size", "embed_dim", "depth", "num_heads"):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
+    if cfg.depth_token_only < 0:
+        raise ValueError(f"--depth-token-only must be >= 0, got {cfg.depth_token_only}")
+    if cfg.img_size % cfg.patch_size:
+        raise ValueError(f"--img-size {cfg.img_size} is not a multiple of --patch-size {cfg.patch_size}")
+    if cfg.embed_dim % cfg.num_heads:
+        raise ValueError(f"--num-heads {cfg.num_heads} does not divide --embed-dim {cfg.embed_dim}")
+    if cfg.class_token_at is not None and not 0 <= cfg.class_token_at <= cfg.depth:
+        raise ValueError(f"--class-token-at must be in [0, depth={cfg.depth}], got {cfg.class_token_at}")
+    if cfg.class_token_at is None and cfg.depth_token_only == 0 and cfg.global_pool == "token":
+        raise ValueError("with --depth-token-only 0 the class token needs --class-token-at K to take part (or use "
+                         "--global-pool avg)")
+    return cfg
 
 
 def _explicit_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
@@ -476,12 +513,7 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
     if state is not None:
         cfg = CaiTConfig.from_dict(state["config"])
     else:
-        overrides = {"num_classes": len(classes), "labels": classes}
-        for flag, field in (("drop_path", "drop_path_rate"), ("residual_scale", "residual_scale"),
-                            ("init_values", "init_values")):
-            if getattr(args, flag) is not None:
-                overrides[field] = getattr(args, flag)
-        cfg = get_config(args.model, **overrides)
+        cfg = model_config(args, num_classes=len(classes), labels=classes)
     seed_everything(args.seed)
     model = CaiT(cfg).to(device).train()
     teacher = None

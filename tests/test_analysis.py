@@ -172,3 +172,64 @@ def test_random_init_is_said_and_bad_input_is_one_line(tmp_path):
     assert "RANDOM INIT" in done.stdout
     bad = run("attention_maps.py", "--checkpoint", tmp_path / "missing.safetensors", "--out", tmp_path, ok=False)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and "Traceback" not in bad.stderr
+
+
+def _runs_of(out: Path) -> dict[str, tuple[cait.CaiTConfig, list[float]]]:
+    """Each run's saved config and the val top-1 of every epoch in its own metrics.jsonl."""
+    found = {}
+    for run in sorted((out / "runs").iterdir()):
+        cfg = cait.create_model(None, checkpoint=run / "last.safetensors").cfg
+        found[run.name] = cfg, [json.loads(l)["val_top1"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    return found
+
+
+def test_depth_stability_grid_trains_what_it_says_and_reuses_finished_runs(tmp_path):
+    done = run("depth_stability.py", "--quick", "--out", tmp_path)
+    data = json.loads((tmp_path / "depth_stability.json").read_text())
+    assert data["made_from"].startswith("miniature retraining") and data["scale"] == "miniature"
+    runs = _runs_of(tmp_path)
+    kinds = {"baseline": "none", "scalar": "scalar", "rezero": "rezero", "layerscale": "layerscale"}
+    assert len(data["rows"]) == len(runs) == 2 * 4
+    for row in data["rows"]:
+        cfg, curve = runs[f"depth{row['depth']}-{row['method']}"]
+        # the flags reached the model: depth, residual weighting, eps by the paper's depth rule
+        assert (cfg.depth, cfg.residual_scale, cfg.init_values) == (row["depth"], kinds[row["method"]], 0.1)
+        assert row["final_top1"] == curve[-1] and not row["diverged"]
+        assert row["params"] == cait.CaiT(cfg).num_params()
+        assert row["paper_top1_quoted"] is None  # depths 2 and 3 are not in the paper: nothing to quote
+    for ext in ("png", "html"):
+        assert (tmp_path / f"depth_stability.{ext}").stat().st_size > 1000
+    assert len((tmp_path / "depth_stability.csv").read_text().splitlines()) == 1 + 8
+    assert "miniature" in done.stdout
+    logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
+    run("depth_stability.py", "--quick", "--out", tmp_path)
+    assert logs == {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
+
+
+def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
+    run("class_attention_ablation.py", "--quick", "--out", tmp_path)
+    data = json.loads((tmp_path / "class_attention_ablation.json").read_text())
+    runs = _runs_of(tmp_path)
+    shape = {name: (cfg.depth, cfg.depth_token_only, cfg.class_token_at, cfg.global_pool)
+             for name, (cfg, _) in runs.items()}
+    assert shape == {"token_at_0": (3, 0, 0, "token"), "token_late": (3, 0, 1, "token"),
+                     "avg_pool": (3, 0, None, "avg"), "class_attention": (1, 2, None, "token")}
+    for row in data["rows"]:
+        cfg, curve = runs[row["name"]]
+        assert row["final_top1"] == curve[-1] and row["params"] == cait.CaiT(cfg).num_params()
+    quoted = {r["name"]: r["paper_top1_quoted"] for r in data["rows"]}
+    assert quoted == {"token_at_0": 79.9, "token_late": 80.5, "avg_pool": 80.3, "class_attention": 80.3}
+    for ext in ("png", "html"):
+        assert (tmp_path / f"class_attention_ablation.{ext}").stat().st_size > 1000
+    assert len((tmp_path / "class_attention_ablation.csv").read_text().splitlines()) == 1 + 4
+
+
+def test_a_diverging_run_is_a_result_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ANALYSIS))
+    import argparse
+    import _common
+    flags = [*_common.QUICK_MINIATURE, *_common.RECIPE, "--epochs", "2", "--subset", "64", "--val-subset", "32",
+             "--batch-size", "16", "--threads", "1", "--warmup-epochs", "0", "--lr", "1e9"]
+    result = _common.train_runs({"boom": flags}, tmp_path, argparse.Namespace(fresh=False))["boom"]
+    assert result.diverged and result.val_top1 == [] and result.params > 0
+    assert "loss is nan" in (tmp_path / "runs" / "boom" / "train.log").read_text()

@@ -161,6 +161,11 @@ def test_huge_lr_diverges_into_the_nan_stop(tmp_path, capsys):
     (["--resume", "/no/such/run"], "not a run directory"),
     (["--subset", "16"], "cannot fill one batch of 32"),
     (["--teacher", "/no/teacher.safetensors"], "checkpoint not found"),
+    (["--embed-dim", "48", "--num-heads", "5"], "--num-heads 5 does not divide --embed-dim 48"),
+    (["--img-size", "30"], "--img-size 30 is not a multiple of --patch-size 8"),
+    (["--depth", "0"], "--depth must be positive"),
+    (["--depth-token-only", "0"], "needs --class-token-at K"),
+    (["--depth-token-only", "0", "--class-token-at", "3"], "--class-token-at must be in [0, depth=2]"),
 ])
 def test_bad_arguments_get_one_line(argv, message, capsys, tmp_path):
     try:

@@ -1,0 +1,126 @@
+"""Table 2 of the paper in miniature: where should the class token enter?
+
+Four runs of the same width, total depth and budget that differ only in how the image is summarised:
+  - class token from the start (ViT/DeiT): it goes through every SA block;
+  - class token inserted late, before the second-to-last SA block;
+  - average pooling of the patch tokens, no class token;
+  - CaiT: SA blocks on patches only, then the 2-layer class-attention stage (same total depth).
+This is a MINIATURE on Fashion-MNIST scenes (LayerScale and talking heads in every run); the paper's
+numbers (DeiT-S on ImageNet) are quoted beside it, never mixed with it.
+
+    python analysis/class_attention_ablation.py                 # 4 runs (about 15 min on 2 cores)
+    python analysis/class_attention_ablation.py --depth 8       # another total depth
+    python analysis/class_attention_ablation.py --quick         # tiny model, seconds per run (tests)
+
+Runs go to OUT/runs/<name> (each with its train.log and metrics.jsonl); rerunning reuses finished runs.
+Writes class_attention_ablation.csv/.json/.png/.html.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, RunResult, add_budget_flags, budget, budget_note,
+                     matplotlib_pyplot, out_dir, parser, save_html, save_png, train_runs, write_csv, write_json)
+
+from cait.paper import TABLE2
+
+
+def settings(depth: int) -> dict[str, tuple[str, list[str], dict]]:
+    """name -> (label, cait.train flags, the paper's Table 2 row it mirrors) at total depth `depth`."""
+    late, ca = depth - 2, 2
+    paper = lambda setting, **k: next(r for r in TABLE2 if r["setting"] == setting and all(r[a] == b for a, b in k.items()))
+    return {
+        "token_at_0": ("class token from the start (ViT/DeiT)",
+                       ["--depth", str(depth), "--depth-token-only", "0", "--class-token-at", "0"],
+                       paper("DeiT-S baseline")),
+        "token_late": (f"class token inserted at layer {late}",
+                       ["--depth", str(depth), "--depth-token-only", "0", "--class-token-at", str(late)],
+                       paper("late insertion", insert_layer=10)),
+        "avg_pool": ("average pooling, no class token",
+                     ["--depth", str(depth), "--depth-token-only", "0", "--global-pool", "avg"],
+                     paper("average pooling")),
+        "class_attention": (f"CaiT: {depth - ca} SA + {ca} CA",
+                            ["--depth", str(depth - ca), "--depth-token-only", str(ca)],
+                            paper("class attention", sa=10, ca=2)),
+    }
+
+
+def plot(rows: list[dict], results: dict[str, RunResult], made_from: str, out: Path) -> None:
+    plt = matplotlib_pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    labels = [r["label"] for r in rows]
+    values = [r["final_top1"] or 0 for r in rows]
+    bars = left.barh(labels, values, color=["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"][:len(rows)])
+    for bar, r in zip(bars, rows):
+        text = "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%  ({r['params'] / 1e6:.2f}M, {r['macs'] / 1e6:.0f}M MACs)"
+        left.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + text, va="center", fontsize=8)
+    left.invert_yaxis()
+    left.set_xlim(0, max(values + [1]) * 1.45)
+    left.set_xlabel("final val top-1 (%)")
+    left.set_title("final accuracy, same budget")
+    for r in rows:
+        curve = results[r["name"]].val_top1
+        right.plot(range(1, len(curve) + 1), curve, "o-", label=r["label"])
+    right.set_xlabel("epoch")
+    right.set_ylabel("val top-1 (%)")
+    right.set_title("training curves")
+    right.legend(fontsize=8)
+    fig.suptitle("Where the class token enters - MINIATURE on Fashion-MNIST scenes (paper: Table 2)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    save_png(fig, out / "class_attention_ablation.png", made_from)
+
+    from plotly.subplots import make_subplots
+    figp = make_subplots(1, 2, subplot_titles=["final val top-1, same budget", "val top-1 per epoch"])
+    figp.add_bar(y=labels, x=values, orientation="h", showlegend=False, row=1, col=1,
+                 text=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in rows],
+                 customdata=[[r["params"], r["macs"], r["paper_top1_quoted"]] for r in rows],
+                 hovertemplate="%{y}: %{x:.2f}%<br>params %{customdata[0]:,}<br>MACs %{customdata[1]:,}"
+                               "<br>paper (ImageNet, quoted): %{customdata[2]}%<extra></extra>")
+    for r in rows:
+        curve = results[r["name"]].val_top1
+        figp.add_scatter(x=list(range(1, len(curve) + 1)), y=curve, mode="lines+markers", name=r["label"], row=1, col=2)
+    figp.update_yaxes(autorange="reversed", row=1, col=1)
+    figp.update_xaxes(title="val top-1 (%)", row=1, col=1)
+    figp.update_xaxes(title="epoch", row=1, col=2)
+    figp.update_layout(title="Where the class token enters - miniature (paper: Table 2)", height=520)
+    save_html(figp, out / "class_attention_ablation.html", made_from)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("class_attention_ablation", __doc__, model=False)
+    p.add_argument("--depth", type=int, default=12, help="total depth SA + CA of every run (default 12)")
+    add_budget_flags(p, epochs=4, subset=6000)
+    args = p.parse_args(argv)
+    depth = 3 if args.quick else args.depth
+    if depth < 3:
+        p.error("--depth must be at least 3 (the CaiT run needs 1 SA + 2 CA)")
+    out = out_dir(args.out)
+    base = QUICK_MINIATURE if args.quick else MINIATURE
+    plan = settings(depth)
+    results = train_runs({name: [*base, *RECIPE, *budget(args), *flags] for name, (_, flags, _) in plan.items()},
+                         out, args)
+
+    made_from = (f"miniature retraining: {'cait_pico_32' if args.quick else 'CaiT 32px, patch 8, dim 96, 2 heads'}"
+                 f", total depth {depth}; {budget_note(args)}")
+    rows = [{"name": name, "label": label, "flags": " ".join(flags), "diverged": results[name].diverged,
+             "final_top1": results[name].final_top1, "params": results[name].params, "macs": results[name].macs,
+             "paper_setting_quoted": f"{quoted['sa']}+{quoted['ca']}, {quoted['setting']}"
+                                     + (f" at {quoted['insert_layer']}" if quoted["insert_layer"] is not None else ""),
+             "paper_top1_quoted": quoted["top1"]}
+            for name, (label, flags, quoted) in plan.items()]
+    write_csv(out / "class_attention_ablation.csv", rows)
+    write_json(out / "class_attention_ablation.json", {"made_from": made_from, "scale": "miniature", "rows": rows,
+                                                        "curves": {n: r.val_top1 for n, r in results.items()}})
+    plot(rows, results, made_from, out)
+
+    print(made_from)
+    for r in rows:
+        acc = "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%"
+        print(f"{r['label']:<40} {acc:>9}  {r['params'] / 1e6:5.2f}M params  "
+              f"(paper, ImageNet, quoted: {r['paper_top1_quoted']}%)")
+    print(f"wrote class_attention_ablation.csv/.json/.png/.html to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
