@@ -5,8 +5,8 @@ Four runs of the same width, total depth and budget that differ only in how the 
   - class token inserted late, before the second-to-last SA block;
   - average pooling of the patch tokens, no class token;
   - CaiT: SA blocks on patches only, then the 2-layer class-attention stage (same total depth).
-This is a MINIATURE on Fashion-MNIST scenes (LayerScale and talking heads in every run); the paper's
-numbers (DeiT-S on ImageNet) are quoted beside it, never mixed with it.
+This is a MINIATURE on Fashion-MNIST (or, with --data fashion-mnist-scenes, the scenes), with LayerScale and
+talking heads in every run; the paper's numbers (DeiT-S on ImageNet) are quoted beside it, never mixed with it.
 
     python analysis/class_attention_ablation.py                 # 4 runs (about 15 min on 2 cores)
     python analysis/class_attention_ablation.py --depth 8       # another total depth
@@ -65,7 +65,7 @@ def plot(rows: list[dict], results: dict[str, RunResult], made_from: str, out: P
     right.set_ylabel("val top-1 (%)")
     right.set_title("training curves")
     right.legend(fontsize=8)
-    fig.suptitle("Where the class token enters - MINIATURE on Fashion-MNIST scenes (paper: Table 2)")
+    fig.suptitle("Where the class token enters - MINIATURE retraining (paper: Table 2)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     save_png(fig, out / "class_attention_ablation.png", made_from)
 

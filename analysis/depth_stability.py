@@ -4,11 +4,12 @@ For each depth (12, 24, 36 SA blocks, small width) four runs that differ only in
 are weighted: the plain residual (baseline), one scalar alpha = eps per branch, ReZero (alpha = 0, no
 pre-norm) and LayerScale (a per-channel gamma = eps). eps follows the paper's rule: 0.1 up to depth 18,
 1e-5 at 24, 1e-6 deeper. Every run has the same budget (data, epochs, batch, lr, seed). A run that hits a
-non-finite loss is reported as diverged (the paper's dagger). This is a MINIATURE on Fashion-MNIST scenes:
-the paper's numbers (DeiT-S on ImageNet, 300 epochs) are quoted beside it, never mixed with it.
+non-finite loss is reported as diverged (the paper's dagger). This is a MINIATURE on Fashion-MNIST (or,
+with --data fashion-mnist-scenes, the scenes): the paper's numbers (DeiT-S on ImageNet, 300 epochs) are
+quoted beside it, never mixed with it.
 
     python analysis/depth_stability.py                         # the full grid (an hour or so on 2 cores)
-    python analysis/depth_stability.py --depths 12 24 --jobs 2 # fewer depths, two runs at once
+    python analysis/depth_stability.py --depths 12 24 --threads 2  # fewer depths, 2 threads per run
     python analysis/depth_stability.py --quick                 # tiny model, seconds per run (tests)
 
 Runs go to OUT/runs/<name> (each with its train.log and metrics.jsonl); rerunning reuses finished runs.
@@ -65,7 +66,7 @@ def plot(results: dict[str, RunResult], depths: list[int], made_from: str, out: 
     right.set_xlabel("epoch")
     right.set_ylabel("val top-1 (%)")
     right.set_title(f"training curves at depth {depths[-1]}")
-    fig.suptitle("Depth stability by residual weighting - MINIATURE on Fashion-MNIST scenes (paper: Table 1)")
+    fig.suptitle("Depth stability by residual weighting - MINIATURE retraining (paper: Table 1)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     save_png(fig, out / "depth_stability.png", made_from)
 

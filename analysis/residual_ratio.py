@@ -3,7 +3,7 @@
 For each layer, ||gamma * branch(x)|| / ||x|| for the SA and FFN branches (gamma = 1 without
 LayerScale), measured by training on a fixed validation batch at the end of every epoch and stored in
 the run's metrics.jsonl; one line per epoch, darker = later. Always a MINIATURE (our small models on
-Fashion-MNIST scenes), never the paper's ImageNet runs; the figure says which runs it shows.
+Fashion-MNIST or its scenes), never the paper's ImageNet runs; the figure says which runs it shows.
 
     python analysis/residual_ratio.py                                   # the shipped miniature pair
     python analysis/residual_ratio.py --with runs/ls --without runs/plain
