@@ -4,13 +4,15 @@
 
 Runs model_table, layerscale_stats, attention_maps, saliency, residual_ratio (from the shipped miniature
 run pair, when present) and throughput (not in --quick: it has no quick mode and takes minutes), each into
-its own sub-folder, then writes OUT/index.html linking every PNG, HTML and data file (relative links, so
-the folder can be moved or zipped).
+its own sub-folder, copies the shipped results of the miniature retrainings (depth_stability,
+class_attention_ablation in analysis/data/) beside them, then writes OUT/index.html linking every PNG,
+HTML and data file (relative links, so the folder can be moved or zipped).
 """
 from __future__ import annotations
 
 import html
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -30,7 +32,10 @@ TITLES = {
     "saliency": "Regions of focus and localization (paper Fig. 7)",
     "residual_ratio": "Residual-branch ratios with and without LayerScale (paper Fig. 4, miniature)",
     "throughput": "Inference throughput on this machine",
+    "depth_stability": "Depth stability by residual weighting (paper Table 1, miniature retraining, shipped results)",
+    "class_attention_ablation": "Where the class token enters (paper Table 2, miniature retraining, shipped results)",
 }
+SHIPPED_RESULTS = REPO / "analysis" / "data"  # sweeps too long to redo here: their committed figures and numbers
 
 
 def jobs(args) -> dict[str, list[str] | None]:
@@ -118,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {name}: {why}")
             continue
         results[name] = run(name, script_args, out)
+    for name in ("depth_stability", "class_attention_ablation"):
+        if (SHIPPED_RESULTS / name / f"{name}.json").is_file():
+            shutil.copytree(SHIPPED_RESULTS / name, out / name, dirs_exist_ok=True)
+            results[name] = None
+        else:
+            print(f"== {name}: no shipped results in {SHIPPED_RESULTS / name} (run analysis/{name}.py)")
     index = gallery(out, results)
     failed = [n for n, e in results.items() if e]
     print(f"gallery: {index} ({len(results) - len(failed)} of {len(results)} scripts ok"

@@ -87,6 +87,7 @@ def main() -> None:
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
     shutil.copy(args.run / "metrics.jsonl", WEIGHTS_DIR / f"{name}.metrics.jsonl")
+    shutil.copy(args.eval, WEIGHTS_DIR / f"{name}.eval.json")
     text = card(name, args.run, args.weights, json.loads(args.eval.read_text()), model)
     if args.note:
         title, rest = text.split("\n", 1)
@@ -94,7 +95,7 @@ def main() -> None:
     for extra in args.extra:
         text += "\n" + extra.read_text()
     (WEIGHTS_DIR / f"{name}.md").write_text(text)
-    print(f"shipped {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl)")
+    print(f"shipped {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl, .eval.json)")
 
 
 if __name__ == "__main__":

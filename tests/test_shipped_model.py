@@ -1,4 +1,4 @@
-"""The trained model shipped in the package: loads offline, is really trained, and its attention is faithful."""
+"""The trained models shipped in the package: loads offline, is really trained, and its attention is faithful."""
 import json
 
 import pytest
@@ -7,38 +7,52 @@ import torch
 import cait
 from cait import explain
 from cait.checkpoint import WEIGHTS_DIR, CheckpointError
-from cait.data import FashionMNISTScenes
+from cait.data import FashionMNISTScenes, build_dataset
 from cait.preprocess import eval_transform
 
 N = 96  # test scenes used here: enough to separate a trained model from chance, quick on 2 cores
 
 
+# shipped model -> (data it was trained on, accuracy floor on N test images: far above chance, 10%)
+SHIPPED = {"cait_nano_64": ("fashion-mnist-scenes", 0.25), "cait_nano_28": ("fashion-mnist", 0.7)}
+
+
+def _test_batch(model: cait.CaiT, data: str) -> tuple[torch.Tensor, torch.Tensor]:
+    images = build_dataset(data, "val", subset=N)
+    tf = eval_transform(model.cfg)
+    return torch.stack([tf(images[i][0]) for i in range(N)]), torch.as_tensor(images.labels[:N])
+
+
 @pytest.fixture(scope="module")
 def shipped():
     model = cait.create_model("cait_nano_64", pretrained=True)
-    scenes = FashionMNISTScenes("val", subset=N)
-    tf = eval_transform(model.cfg)
-    x = torch.stack([tf(scenes[i][0]) for i in range(N)])
-    return model, x, torch.as_tensor(scenes.labels), torch.as_tensor(scenes.boxes)
+    x, y = _test_batch(model, "fashion-mnist-scenes")
+    return model, x, y, torch.as_tensor(FashionMNISTScenes("val", subset=N).boxes)
 
 
-def test_shipped_files_are_complete():
-    assert "cait_nano_64" in cait.list_models()
-    for suffix in (".safetensors", ".md", ".metrics.jsonl"):
-        assert (WEIGHTS_DIR / f"cait_nano_64{suffix}").is_file()
-    assert (WEIGHTS_DIR / "cait_nano_64.safetensors").stat().st_size < 20 * 2 ** 20
-    card = (WEIGHTS_DIR / "cait_nano_64.md").read_text()
-    assert "python -m cait.train" in card and "pointing game" in card
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_files_are_complete(name):
+    assert name in cait.list_models()
+    for suffix in (".safetensors", ".md", ".metrics.jsonl", ".eval.json"):
+        assert (WEIGHTS_DIR / f"{name}{suffix}").is_file()
+    assert (WEIGHTS_DIR / f"{name}.safetensors").stat().st_size < 20 * 2 ** 20
+    card = (WEIGHTS_DIR / f"{name}.md").read_text()
+    assert "python -m cait.train" in card and "top-1" in card
 
 
-def test_model_is_trained_well_above_chance(shipped):
-    model, x, y, _ = shipped
+@pytest.mark.parametrize("name", SHIPPED)
+def test_model_is_trained_well_above_chance(name):
+    data, floor = SHIPPED[name]
+    model = cait.create_model(name, pretrained=True)
+    x, y = _test_batch(model, data)
     with torch.no_grad():
         top1 = (model(x).argmax(-1) == y).float().mean().item()
-    last = json.loads((WEIGHTS_DIR / "cait_nano_64.metrics.jsonl").read_text().splitlines()[-1])
-    assert top1 > 0.25, f"shipped model scores {top1:.1%} on {N} test scenes (chance 10%)"
+    last = json.loads((WEIGHTS_DIR / f"{name}.metrics.jsonl").read_text().splitlines()[-1])
+    assert top1 > floor, f"shipped {name} scores {top1:.1%} on {N} test images (chance 10%)"
     reported = max(v for v in (last["val_top1"], last.get("val_top1_ema")) if v is not None) / 100
     assert abs(top1 - reported) < 0.2  # same ballpark as the card's full-test-set figure
+    evaluation = json.loads((WEIGHTS_DIR / f"{name}.eval.json").read_text())
+    assert evaluation["model"] == name and abs(evaluation["top1"] - top1) < 0.2
 
 
 def test_class_attention_points_at_the_garment(shipped):
