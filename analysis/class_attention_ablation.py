@@ -89,7 +89,7 @@ def plot(rows: list[dict], results: dict[str, RunResult], made_from: str, out: P
 def main(argv: list[str] | None = None) -> int:
     p = parser("class_attention_ablation", __doc__, model=False)
     p.add_argument("--depth", type=int, default=12, help="total depth SA + CA of every run (default 12)")
-    add_budget_flags(p, epochs=4, subset=6000)
+    add_budget_flags(p, epochs=3, subset=6000)
     args = p.parse_args(argv)
     depth = 3 if args.quick else args.depth
     if depth < 3:

@@ -7,7 +7,7 @@ Fashion-MNIST or its scenes), never the paper's ImageNet runs; the figure says w
 
     python analysis/residual_ratio.py                                   # the shipped miniature pair
     python analysis/residual_ratio.py --with runs/ls --without runs/plain
-    python analysis/residual_ratio.py --retrain [--depth 12 --epochs 4 --subset 6000] [--ship]
+    python analysis/residual_ratio.py --retrain [--depth 12 --epochs 3 --subset 6000] [--ship]
     python analysis/residual_ratio.py --retrain --quick                 # seconds, for tests
 
 --retrain trains the pair itself (cait.train, the miniature and recipe of depth_stability.py, only
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retrain", action="store_true", help="train the pair first (python -m cait.train)")
     p.add_argument("--ship", action="store_true", help="store the pair's metrics as the shipped data")
     p.add_argument("--depth", type=int, default=12, help="--retrain: SA depth of both runs (default 12)")
-    add_budget_flags(p, epochs=4, subset=6000)
+    add_budget_flags(p, epochs=3, subset=6000)
     args = p.parse_args(argv)
     if (args.with_run is None) != (args.without_run is None):
         p.error("give both --with and --without (or neither)")

@@ -75,12 +75,14 @@ def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int 
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
     methods = tuple(explain.METHODS) if methods is None else methods
     img_size, heads = model.cfg.img_size, model.cfg.num_heads
-    correct, seen = 0, 0
+    seen, classes = 0, model.cfg.num_classes
+    confusion = torch.zeros(classes, classes, dtype=torch.long)  # [true, predicted]
     tally = _Tally()
     for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
         x, y = x.to(device), y.to(device)
         ca = explain.class_attention(model, x)
-        correct += (ca.logits.argmax(-1) == y).sum().item()
+        pairs = y.cpu() * classes + ca.logits.argmax(-1).cpu()
+        confusion += torch.bincount(pairs, minlength=classes * classes).view(classes, classes)
         if ds.boxes is not None:
             box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size ** 2
             tally.hits["chance"] += box_area.sum().item()
@@ -96,11 +98,18 @@ def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int 
                     heat = explain.METHODS[name](model, x[:todo], y[:todo]).detach()
                     tally.add(name, heat.cpu(), boxes[:todo], img_size)
         seen += len(y)
-    return {"images": seen, "top1": correct / max(seen, 1), "localization": tally.rows()}
+    names = [str(c) for c in getattr(data, "classes", range(classes))]
+    per_class = {name: (confusion[i, i] / confusion[i].sum()).item() if confusion[i].sum() else None
+                 for i, name in enumerate(names)}
+    return {"images": seen, "top1": confusion.diag().sum().item() / max(seen, 1), "per_class_top1": per_class,
+            "confusion": confusion.tolist(), "localization": tally.rows()}
 
 
 def format_table(result: dict) -> str:
     lines = [f"top-1 accuracy: {100 * result['top1']:.2f}% on {result['images']} images"]
+    if result.get("per_class_top1"):
+        lines.append("per class: " + ", ".join(f"{name} {'-' if v is None else f'{100 * v:.0f}%'}"
+                                               for name, v in result["per_class_top1"].items()))
     if result["localization"]:
         lines.append(f"{'method':<26}{'pointing game':>15}{'mass in box':>13}{'images':>8}")
         for row in sorted(result["localization"], key=lambda r: -r["pointing_game"]):

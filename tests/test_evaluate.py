@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 import cait
@@ -31,8 +32,16 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     hits = explain.pointing_game(ca.mean[:, 0], torch.as_tensor(boxes), 64).float().mean().item()
     assert np.isclose(rows["ca1_mean"]["pointing_game"], hits)
     logits = model(x)
-    assert np.isclose(result["top1"], (logits.argmax(-1) == torch.as_tensor(scenes.labels)).float().mean().item())
-    assert "pointing game" in format_table(result)
+    labels, predicted = torch.as_tensor(scenes.labels), logits.argmax(-1)
+    assert np.isclose(result["top1"], (predicted == labels).float().mean().item())
+    confusion = torch.as_tensor(result["confusion"])
+    for true, guess in zip(labels, predicted):  # each image counted once, in its (true, predicted) cell
+        confusion[true, guess] -= 1
+    assert (confusion == 0).all()
+    shirts = labels == scenes.classes.index("Shirt")
+    expected = (predicted[shirts] == 6).float().mean().item() if shirts.any() else None
+    assert result["per_class_top1"]["Shirt"] == (expected if expected is None else pytest.approx(expected))
+    assert "pointing game" in format_table(result) and "per class: T-shirt/top" in format_table(result)
 
 
 def test_cli_writes_json_and_refuses_bad_input(tmp_path):
