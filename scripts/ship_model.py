@@ -21,6 +21,12 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+LOCALIZATION_NOTE = """
+Localization uses the garment's box and the true class. "chance" is what a map whose maximum falls at
+a random place scores. Costly methods ran on fewer images, as the last column says.
+"""
+
+
 def card(name: str, run: Path, weights: str, evaluation: dict, model: cait.CaiT) -> str:
     args = json.loads((run / "args.json").read_text())
     epochs = read_jsonl(run / "metrics.jsonl")
@@ -59,11 +65,8 @@ Exact command{resumed}:
 |---|---|---|---|---|---|
 {rows}
 
-## Evaluation (`python -m cait.evaluate --model {name}`)
-
-Localization uses the garment's box and the true class. "chance" is what a map whose maximum falls at
-a random place scores. Costly methods ran on fewer images, as the last column says.
-
+## Evaluation (`python -m cait.evaluate --model {name} --data {args['args']['data']}`)
+{LOCALIZATION_NOTE if evaluation.get("localization") else ""}
 ```
 {format_table(evaluation)}
 ```
