@@ -94,7 +94,7 @@ def plot(results: dict[str, RunResult], depths: list[int], made_from: str, out: 
 def main(argv: list[str] | None = None) -> int:
     p = parser("depth_stability", __doc__, model=False)
     p.add_argument("--depths", type=int, nargs="+", default=[12, 24, 36], help="SA depths (default 12 24 36)")
-    add_budget_flags(p, epochs=3, subset=6000)
+    add_budget_flags(p, epochs=3, subset=4000)
     args = p.parse_args(argv)
     if any(d <= 0 for d in args.depths):
         p.error("--depths must be positive")

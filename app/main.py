@@ -157,12 +157,17 @@ def _shipped_captions() -> dict[str, str]:
 
 
 def find_examples(cfg: cait.CaiTConfig) -> list[tuple[str, str]]:
-    """Example images for this model: real photos for ImageNet models; for Fashion-MNIST models the
-    shipped scenes in cait/examples/, else a few validation scenes generated now."""
+    """Example images for this model: real photos for ImageNet models; test images of plain Fashion-MNIST
+    for grey models (cait_nano_28); for colour Fashion-MNIST models the shipped scenes in cait/examples/,
+    else a few validation scenes generated now."""
     if cfg.labels == "imagenet":
         roots = [Path(importlib.util.find_spec(pkg).origin).parents[1] for pkg in ("skimage", "gradio")]
         photos = [(root / rel, Path(rel).stem) for rel in IMAGENET_PHOTOS for root in roots if (root / rel).is_file()]
         return _copy_examples(photos, "imagenet")
+    if cfg.in_chans == 1:  # trained on plain 28x28 garments: the colour scenes would be out of its world
+        generated = generated_examples(cfg)
+        if generated:
+            return generated
     shipped = sorted(EXAMPLES_DIR.glob("*.png"))
     if shipped:
         captions = _shipped_captions()

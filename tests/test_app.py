@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))  # the app is a folder of the repo, not part of th
 
 from app import images  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
+from app import main  # noqa: E402
 from app.main import ModelStore, analyse, build_app, launch, load_model, pick_device  # noqa: E402
 
 
@@ -332,3 +333,13 @@ def test_uploads_above_the_size_limit_are_refused(server):
         server["client"].predict(handle_file(str(big)), api_name="/analyze")
     path = scene_images(server["tmp"], 1)[0]  # and the next request is served
     check_answer(server["client"].predict(handle_file(str(path)), api_name="/analyze"), server["loaded"], path)
+
+
+def test_examples_match_the_model_kind():
+    scenes = main.find_examples(cait.get_config("cait_nano_64"))
+    grey = main.find_examples(cait.get_config("cait_nano_28"))
+    assert len(scenes) == 12 and all("scene_" in Path(p).name for p, _ in scenes)
+    assert grey and all(Path(p).name.startswith("fashion-mnist-") for p, _ in grey)
+    with Image.open(grey[0][0]) as im:
+        assert im.size == (28, 28) and im.mode == "L"
+    assert all(caption.startswith("true: ") for _, caption in scenes + grey)
