@@ -25,6 +25,9 @@ from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, RunResult, add_budget_f
 from cait.paper import TABLE2
 
 
+COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in the order of settings()
+
+
 def settings(depth: int) -> dict[str, tuple[str, list[str], dict]]:
     """name -> (label, cait.train flags, the paper's Table 2 row it mirrors) at total depth `depth`."""
     late, ca = depth - 2, 2
@@ -50,17 +53,19 @@ def plot(rows: list[dict], results: dict[str, RunResult], made_from: str, out: P
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     labels = [r["label"] for r in rows]
     values = [r["final_top1"] or 0 for r in rows]
-    bars = left.barh(labels, values, color=["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"][:len(rows)])
+    bars = left.barh(labels, values, color=COLOURS[:len(rows)])
     for bar, r in zip(bars, rows):
         text = "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%  ({r['params'] / 1e6:.2f}M, {r['macs'] / 1e6:.0f}M MACs)"
-        left.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + text, va="center", fontsize=8)
+        text += f"\n paper, ImageNet (quoted): {r['paper_top1_quoted']}%"
+        left.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + text, va="center", fontsize=7)
     left.invert_yaxis()
-    left.set_xlim(0, max(values + [1]) * 1.45)
+    left.set_xlim(0, max(values + [1]) * 1.9)
     left.set_xlabel("final val top-1 (%)")
     left.set_title("final accuracy, same budget")
-    for r in rows:
+    for r, colour in zip(rows, COLOURS):
         curve = results[r["name"]].val_top1
-        right.plot(range(1, len(curve) + 1), curve, "o-", label=r["label"])
+        right.plot(range(1, len(curve) + 1), curve, "o-", color=colour, label=r["label"])
+    right.xaxis.get_major_locator().set_params(integer=True)
     right.set_xlabel("epoch")
     right.set_ylabel("val top-1 (%)")
     right.set_title("training curves")
@@ -71,14 +76,15 @@ def plot(rows: list[dict], results: dict[str, RunResult], made_from: str, out: P
 
     from plotly.subplots import make_subplots
     figp = make_subplots(1, 2, subplot_titles=["final val top-1, same budget", "val top-1 per epoch"])
-    figp.add_bar(y=labels, x=values, orientation="h", showlegend=False, row=1, col=1,
+    figp.add_bar(y=labels, x=values, orientation="h", showlegend=False, row=1, col=1, marker_color=COLOURS[:len(rows)],
                  text=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in rows],
                  customdata=[[r["params"], r["macs"], r["paper_top1_quoted"]] for r in rows],
                  hovertemplate="%{y}: %{x:.2f}%<br>params %{customdata[0]:,}<br>MACs %{customdata[1]:,}"
                                "<br>paper (ImageNet, quoted): %{customdata[2]}%<extra></extra>")
-    for r in rows:
+    for r, colour in zip(rows, COLOURS):
         curve = results[r["name"]].val_top1
-        figp.add_scatter(x=list(range(1, len(curve) + 1)), y=curve, mode="lines+markers", name=r["label"], row=1, col=2)
+        figp.add_scatter(x=list(range(1, len(curve) + 1)), y=curve, mode="lines+markers", name=r["label"],
+                         line=dict(color=colour), row=1, col=2)
     figp.update_yaxes(autorange="reversed", row=1, col=1)
     figp.update_xaxes(title="val top-1 (%)", row=1, col=1)
     figp.update_xaxes(title="epoch", row=1, col=2)
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                          out, args)
 
     made_from = (f"miniature retraining: {'cait_pico_32' if args.quick else 'CaiT 32px, patch 8, dim 96, 2 heads'}"
-                 f", total depth {depth}; {budget_note(args)}")
+                 f", total depth {depth}; {budget_note(args)}; one seed per setting")
     rows = [{"name": name, "label": label, "flags": " ".join(flags), "diverged": results[name].diverged,
              "final_top1": results[name].final_top1, "params": results[name].params, "macs": results[name].macs,
              "paper_setting_quoted": f"{quoted['sa']}+{quoted['ca']}, {quoted['setting']}"

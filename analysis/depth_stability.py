@@ -63,6 +63,7 @@ def plot(results: dict[str, RunResult], depths: list[int], made_from: str, out: 
     left.set_ylabel("final val top-1 (%)")
     left.set_title("final accuracy per depth (x = diverged)")
     left.legend(fontsize=8)
+    right.xaxis.get_major_locator().set_params(integer=True)
     right.set_xlabel("epoch")
     right.set_ylabel("val top-1 (%)")
     right.set_title(f"training curves at depth {depths[-1]}")
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     results = train_runs(plan(depths, base, budget(args)), out, args)
 
     made_from = (f"miniature retraining: {'cait_pico_32' if args.quick else 'CaiT 32px, patch 8, dim 96, 2 heads, 2 CA'}"
-                 f" at depths {', '.join(map(str, depths))}; {budget_note(args)}")
+                 f" at depths {', '.join(map(str, depths))}; {budget_note(args)}; one seed per run")
     paper = {row["depth"]: row for row in TABLE1}
     rows = []
     for d in depths:
