@@ -283,8 +283,8 @@ class RunResult:
     flags: list[str]        # the cait.train flags that made it
     diverged: bool          # stopped on a non-finite loss (the paper's dagger)
     val_top1: list[float]   # per finished epoch
-    params: int = 0
-    macs: int = 0           # multiply-accumulates of one forward
+    params: int
+    macs: int               # multiply-accumulates of one forward
 
     @property
     def final_top1(self) -> float | None:
@@ -324,10 +324,9 @@ def _train_one(name: str, flags: list[str], run: Path, fresh: bool) -> RunResult
         write_json(run / "sweep.json", record)
     metrics = run / "metrics.jsonl"
     lines = [json.loads(l) for l in metrics.read_text().splitlines() if l.strip()] if metrics.is_file() else []
-    result = RunResult(name, run, flags, record["diverged"], [l["val_top1"] for l in lines if l.get("val_top1") is not None])
     model = cait.CaiT(train.model_config(train.parse_args(flags)))  # also for a run that diverged in epoch 1
-    result.params, result.macs = model.num_params(), model.flops()
-    return result
+    return RunResult(name, run, flags, record["diverged"], [l["val_top1"] for l in lines if l.get("val_top1") is not None],
+                     model.num_params(), model.flops())
 
 
 def train_runs(plan: dict[str, list[str]], out: Path, args: argparse.Namespace) -> dict[str, RunResult]:

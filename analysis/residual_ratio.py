@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.with_run is None) != (args.without_run is None):
         p.error("give both --with and --without (or neither)")
+    if args.ship and not (args.retrain or args.with_run):
+        p.error("--ship stores a new pair: give --retrain or --with/--without")
     out = out_dir(args.out)
 
     if args.retrain:
