@@ -273,3 +273,46 @@ def test_resume_with_more_epochs_stretches_the_schedule(tmp_path):
     state = torch.load(tmp_path / "state.pt", weights_only=True)
     # a 2-epoch cosine is at --min-lr (1e-5) after step 8; stretched to 4 epochs it is still near its middle
     assert state["step"] == 8 and state["optimizer"]["param_groups"][0]["lr"] > 100 * 1e-5
+
+
+def test_init_starts_from_the_given_weights(smoke_run, tmp_path):
+    # lr 1e-9 for one step: the weights after it are the --init weights (a fresh init would be far away)
+    init = smoke_run / "ema.safetensors"
+    assert main([*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--warmup-epochs", "0", "--lr", "1e-9",
+                 "--init", str(init), "--stop-after", "1", "--output", str(tmp_path)]) == 0
+    start, after = _weights(init), _weights(tmp_path / "last.safetensors")
+    assert all(torch.allclose(start[k], after[k], atol=1e-6) for k in start)
+    assert "--init" in json.loads((tmp_path / "args.json").read_text())["commands"][0]
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: cait.create_model("cait_nano_28"), "does not fit this model"),
+    (lambda: cait.create_model("cait_pico_32", num_classes=3), "has 3 classes, the data 10"),
+])
+def test_init_from_weights_that_do_not_fit_is_one_line(tmp_path, capsys, make, message):
+    cait.save_weights(make(), tmp_path / "other.safetensors")
+    code = main([*TINY, "--init", str(tmp_path / "other.safetensors"), "--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and message in err[-1] and "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("bf16_native,expected", [(True, torch.bfloat16), (False, None)])
+def test_amp_auto_takes_bf16_only_where_the_cpu_computes_it(monkeypatch, bf16_native, expected):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_native, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert train_mod.autocast_dtype("auto", torch.device("cpu")) is expected
+    assert train_mod.autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
+    assert train_mod.autocast_dtype("none", torch.device("cpu")) is None
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.4])
+def test_color_jitter_flag_reaches_the_transform(jitter):
+    # a uniform grey image stays uniform under crop and flip; only colour jitter moves its value
+    args = train_mod.parse_args([*TINY, "--randaug", "none", "--reprob", "0", "--color-jitter", str(jitter)])
+    transform = train_mod.train_transform(cait.get_config("cait_pico_32"), args)
+    grey = Image.new("RGB", (32, 32), (128, 128, 128))
+    moved = 0.0
+    for seed in range(4):
+        with train_mod.seeded(seed):
+            moved = max(moved, (transform(grey) - (128 / 255 - 0.5) / 0.5).abs().max().item())
+    assert (moved > 1e-3) is (jitter > 0)
