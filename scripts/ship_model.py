@@ -1,9 +1,12 @@
 """Ship a finished training run inside the package: copy its weights to cait/weights/<name>.safetensors,
 its metrics.jsonl beside them, and write the model card from the run's own files and an evaluation.
 
-    python scripts/ship_model.py runs/nano64_scenes --weights ema --eval eval.json [--plain-eval fm.json]
+    python scripts/ship_model.py runs/nano64_scenes --weights ema --eval eval.json
+    python scripts/ship_model.py runs/stage2 --continues runs/stage1 --eval eval.json   # stage2 used --init
 
-Everything in the card is read from files the run and `python -m cait.evaluate --json` wrote.
+Everything in the card is read from files the run(s) and `python -m cait.evaluate --json` wrote. A run
+that started from an earlier run's weights (`cait.train --init`) is shipped with `--continues` that run's
+directory: the earlier epochs come first in the metrics and the card, so the history is the whole one.
 """
 from __future__ import annotations
 
@@ -27,14 +30,29 @@ a random place scores. Costly methods ran on fewer images, as the last column sa
 """
 
 
-def card(name: str, run: Path, weights: str, evaluation: dict, model: cait.CaiT) -> str:
-    args = json.loads((run / "args.json").read_text())
-    epochs = read_jsonl(run / "metrics.jsonl")
+def history(runs: list[Path]) -> tuple[list[dict], list[str], list[str]]:
+    """(metrics, commands, --amp values) of runs that continue one another, oldest first; epochs and steps
+    are counted on from the earlier runs, so the metrics read as one training."""
+    epochs, commands, amps = [], [], []
+    for run in runs:
+        args = json.loads((run / "args.json").read_text())
+        offset = {"epoch": epochs[-1]["epoch"], "step": epochs[-1]["step"]} if epochs else {"epoch": 0, "step": 0}
+        epochs += [{**e, "epoch": e["epoch"] + offset["epoch"], "step": e["step"] + offset["step"]}
+                   for e in read_jsonl(run / "metrics.jsonl")]
+        commands += args["commands"]
+        amps.append(args["args"]["amp"])
+    return epochs, commands, amps
+
+
+def card(name: str, runs: list[Path], weights: str, evaluation: dict, model: cait.CaiT) -> str:
+    args = json.loads((runs[-1] / "args.json").read_text())
+    epochs, commands, amps = history(runs)
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
-    commands = "\n".join("    " + c for c in args["commands"])
-    resumed = " (one line per start: the run was resumed)" if len(args["commands"]) > 1 else ""
+    resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
+    commands = "\n".join("    " + c for c in commands)
+    amp = " then ".join(dict.fromkeys(f"`--amp {a}`" for a in amps))
     rows = "\n".join(f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
                      f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
                      f"{e['lr']:.2e} | {e['images_per_s']:.0f} |" for e in epochs)
@@ -52,7 +70,7 @@ are the paper's.
 | data | `{args['args']['data']}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {args['args']['seed']} |
-| training time | {hours:.2f} h on a 2-core CPU shared with other work, bf16 autocast ({args['args']['amp']}) |
+| training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
 | final test top-1 | {last['val_top1']:.2f}% (raw weights), {last.get('val_top1_ema') or float('nan'):.2f}% (EMA) |
 
 Exact command{resumed}:
@@ -78,6 +96,8 @@ def main() -> None:
     p.add_argument("run", type=Path, help="training output directory")
     p.add_argument("--weights", choices=("last", "ema"), default="ema")
     p.add_argument("--eval", type=Path, required=True, help="JSON written by python -m cait.evaluate --json")
+    p.add_argument("--continues", type=Path, action="append", default=[], metavar="RUN",
+                   help="earlier run directory whose weights this run started from (--init), oldest first")
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument("--extra", type=Path, action="append", default=[],
                    help="markdown file(s) appended to the card (e.g. the companion model's results)")
@@ -89,9 +109,11 @@ def main() -> None:
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
-    shutil.copy(args.run / "metrics.jsonl", WEIGHTS_DIR / f"{name}.metrics.jsonl")
+    runs = [*args.continues, args.run]
+    epochs, _, _ = history(runs)
+    (WEIGHTS_DIR / f"{name}.metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
     shutil.copy(args.eval, WEIGHTS_DIR / f"{name}.eval.json")
-    text = card(name, args.run, args.weights, json.loads(args.eval.read_text()), model)
+    text = card(name, runs, args.weights, json.loads(args.eval.read_text()), model)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"
