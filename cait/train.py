@@ -620,7 +620,7 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
             partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
         batch_done = skip // args.batch_size
         skip = 0
-        epoch_start = time.time()
+        epoch_start = time.time() - partial["seconds"]  # a resumed epoch counts its time before the stop too
         tick = time.time()
         bar = tqdm(total=steps_per_epoch, initial=batch_done, desc=f"epoch {epoch + 1}/{args.epochs}",
                    disable=rank != 0, dynamic_ncols=True, mininterval=1.0, file=sys.stderr)

@@ -316,3 +316,15 @@ def test_color_jitter_flag_reaches_the_transform(jitter):
         with train_mod.seeded(seed):
             moved = max(moved, (transform(grey) - (128 / 255 - 0.5) / 0.5).abs().max().item())
     assert (moved > 1e-3) is (jitter > 0)
+
+
+def test_resumed_epoch_counts_its_time_before_the_stop(tmp_path, monkeypatch):
+    # a clock that advances one second per reading: epoch_seconds counts readings, not the machine's speed
+    clock = iter(range(10 ** 6))
+    monkeypatch.setattr(train_mod.time, "time", lambda: float(next(clock)))
+    args = [*TINY, "--subset", "192", "--epochs", "1", "--amp", "none"]
+    assert main([*args, "--output", str(tmp_path / "once")]) == 0
+    assert main([*args, "--output", str(tmp_path / "split"), "--stop-after", "3"]) == 0
+    assert main(["--resume", str(tmp_path / "split")]) == 0
+    seconds = [json.loads((tmp_path / run / "metrics.jsonl").read_text())["epoch_seconds"] for run in ("once", "split")]
+    assert seconds[1] >= 0.8 * seconds[0], seconds  # without the stop's share it would be about half
