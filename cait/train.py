@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from .checkpoint import CheckpointError, load_into, save_weights
+from .checkpoint import CheckpointError, load_into, read_checkpoint, save_weights
 from .config import DEFAULT_MODEL, CaiTConfig, get_config, list_models
 from .data import DataError, build_dataset
 from .explain import layerscale_stats
@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "AVX512-BF16/AMX: ~1.7x faster), else fp32 (on an AVX2-only CPU bf16 is ~12x slower)")
     g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and always after the last)")
     g.add_argument("--init", default=None, metavar="CHECKPOINT",
-                   help="start from these weights (any file cait.create_model reads, e.g. a shipped model or "
-                        "another run's ema.safetensors) with a fresh optimizer and schedule: fine-tuning, or "
+                   help="start from these weights (our safetensors, e.g. a shipped model or another run's "
+                        "ema.safetensors, or an official deit / timm file) with a fresh optimizer and schedule: fine-tuning, or "
                         "continuing a finished run under a new recipe")
     g.add_argument("--stop-after", type=int, default=None, metavar="STEPS",
                    help="save and stop after this many optimizer steps in total, as if interrupted; "
@@ -153,7 +153,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         given = _explicit_flags(parser, argv)
         # what to stop at is a property of one invocation, not of the run
         inherited = {k: v for k, v in json.loads(saved.read_text())["args"].items() if k not in ("stop_after", "threads")}
-        args = argparse.Namespace(**{**inherited, "stop_after": None, "threads": None, **given})
+        # flags added after the run was saved take their defaults
+        defaults = vars(parser.parse_args([]))
+        args = argparse.Namespace(**{**defaults, **inherited, "stop_after": None, "threads": None, **given})
         args.output = given.get("output", args.resume)
     if args.output is None:
         args.output = str(Path("runs") / args.model)
@@ -271,7 +273,7 @@ def train_transform(cfg: CaiTConfig, args: argparse.Namespace):
     primary, secondary, _ = create_transform(
         cfg.img_size, is_training=True, scale=(args.crop_scale, 1.0), hflip=args.hflip,
         auto_augment=None if args.randaug == "none" else args.randaug, interpolation="bicubic",
-        color_jitter=getattr(args, "color_jitter", 0.4) or None,  # runs saved before the flag used timm's 0.4
+        color_jitter=args.color_jitter or None,
         mean=rgb_mean, std=rgb_std, separate=True)
     mode = "RGB" if cfg.in_chans == 3 else "L"
     final = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(cfg.mean, cfg.std),
@@ -525,10 +527,11 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
     seed_everything(args.seed)
     model = CaiT(cfg)
     if state is None and args.init:
-        init = create_model(None, checkpoint=args.init)
-        if init.cfg.num_classes != cfg.num_classes:
-            raise CheckpointError(f"--init {args.init} has {init.cfg.num_classes} classes, the data {cfg.num_classes}")
-        load_into(model, init.state_dict(), Path(args.init).name)
+        weights, _ = read_checkpoint(args.init)
+        head = weights.get("head.weight")
+        if head is not None and head.shape[0] != cfg.num_classes:
+            raise CheckpointError(f"--init {args.init} has {head.shape[0]} classes, the data {cfg.num_classes}")
+        load_into(model, weights, Path(args.init).name)
         log(f"initialised from {args.init}")
     model = model.to(device).train()
     teacher = None

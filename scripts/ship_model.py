@@ -44,9 +44,11 @@ def history(runs: list[Path]) -> tuple[list[dict], list[str], list[str]]:
     return epochs, commands, amps
 
 
-def card(name: str, runs: list[Path], weights: str, evaluation: dict, model: cait.CaiT) -> str:
-    args = json.loads((runs[-1] / "args.json").read_text())
-    epochs, commands, amps = history(runs)
+def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], weights: str, evaluation: dict,
+         model: cait.CaiT) -> str:
+    """The card of `run` (the last one), with `past` = history() of all the runs that led to it."""
+    args = json.loads((run / "args.json").read_text())
+    epochs, commands, amps = past
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
@@ -109,11 +111,10 @@ def main() -> None:
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
-    runs = [*args.continues, args.run]
-    epochs, _, _ = history(runs)
-    (WEIGHTS_DIR / f"{name}.metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in epochs))
+    past = history([*args.continues, args.run])
+    (WEIGHTS_DIR / f"{name}.metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in past[0]))
     shutil.copy(args.eval, WEIGHTS_DIR / f"{name}.eval.json")
-    text = card(name, runs, args.weights, json.loads(args.eval.read_text()), model)
+    text = card(name, args.run, past, args.weights, json.loads(args.eval.read_text()), model)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"

@@ -328,3 +328,15 @@ def test_resumed_epoch_counts_its_time_before_the_stop(tmp_path, monkeypatch):
     assert main(["--resume", str(tmp_path / "split")]) == 0
     seconds = [json.loads((tmp_path / run / "metrics.jsonl").read_text())["epoch_seconds"] for run in ("once", "split")]
     assert seconds[1] >= 0.8 * seconds[0], seconds  # without the stop's share it would be about half
+
+
+def test_resume_of_a_run_saved_before_newer_flags_takes_their_defaults(tmp_path):
+    assert main([*TINY, "--subset", "64", "--epochs", "2", "--amp", "none", "--stop-after", "1",
+                 "--output", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "args.json").read_text())
+    for flag in ("color_jitter", "init"):  # as written by a cait.train that had no such flags
+        del saved["args"][flag]
+    (tmp_path / "args.json").write_text(json.dumps(saved))
+    args = train_mod.parse_args(["--resume", str(tmp_path)])
+    assert (args.color_jitter, args.init, args.subset) == (0.4, None, 64)
+    assert main(["--resume", str(tmp_path)]) == 0
