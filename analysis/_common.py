@@ -19,10 +19,12 @@ import torch
 from PIL import Image
 
 import cait
-from cait.checkpoint import CONFIG_KEY, CheckpointError, pretrained_path
-from cait.config import DEFAULT_MODEL, CaiTConfig, get_config, is_paper_variant
+from cait.checkpoint import CONFIG_KEY, CheckpointError
+from cait.config import DEFAULT_MODEL, CaiTConfig
+from cait.data import read_examples
+from cait.preprocess import model_view
+from cait.provenance import SourcedModel, checkpoint_metadata, load_or_init
 
-EXAMPLES_DIR = Path(cait.__file__).resolve().parent / "examples"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -50,80 +52,22 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
 # ----------------------------------------------------------------------------------------------------
 # model and provenance
 
-@dataclass
-class Loaded:
-    model: cait.CaiT
-    made_from: str   # one line stating what the numbers come from, printed on every figure
-    trained: bool    # False for random init
-
-
-def _metadata(path: Path) -> dict[str, str]:
-    """Our safetensors metadata (config, epochs, data, val_top1); {} for other formats."""
-    try:
-        from safetensors import safe_open
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception:  # timm/deit .pth files have no metadata; the loader reports real problems
-        return {}
-
-
-def describe_architecture(cfg: CaiTConfig) -> str:
-    return (f"{cfg.img_size}px, patch {cfg.patch_size}, dim {cfg.embed_dim}, {cfg.depth} SA + "
-            f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}")
-
-
-def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
-    """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
-    meta = _metadata(path)
-    training = []
-    epochs = meta.get("epochs_completed", meta.get("epoch"))
-    if epochs:
-        training.append(f"{epochs} epochs")
-    if meta.get("data"):
-        training.append(f"on {meta['data']}")
-    if meta.get("val_top1") not in (None, "None"):
-        training.append(f"val top-1 {float(meta['val_top1']):.1f}%")
-    trained = f"; trained {' '.join(training)}" if training else ""
-    return f"{path.name} ({describe_architecture(cfg)}{trained})"
-
-
-def load_model(args: argparse.Namespace) -> Loaded:
+def load_model(args: argparse.Namespace) -> SourcedModel:
     """The model the flags ask for. Without --checkpoint: the shipped weights of --model (default
     cait_nano_64); when they are missing, random init, loudly, rather than no figure at all."""
-    name = args.model
     try:
-        if args.checkpoint is not None:
-            model = cait.create_model(name, args.checkpoint)
-            path = Path(args.checkpoint)
-            made = f"checkpoint {describe_checkpoint(path, model.cfg)}"
-            return Loaded(model, made + _scale_note(model.cfg), trained=True)
-        name = name or DEFAULT_MODEL
-        cfg = get_config(name)
-        try:
-            path = pretrained_path(name, cfg)
-        except CheckpointError:
-            torch.manual_seed(0)
-            model = cait.create_model(name)
-            print(f"WARNING: no shipped weights for {name}; using RANDOM INIT (figures say so)", file=sys.stderr)
-            return Loaded(model, f"RANDOM INIT {name} ({describe_architecture(cfg)}): shipped weights not found, "
-                                 f"NOT a trained model", trained=False)
-        model = cait.create_model(name, path)
-        what = "cached timm" if is_paper_variant(name) else "shipped"
-        made = f"{what} {name} weights {describe_checkpoint(path, model.cfg)}"
-        return Loaded(model, made + _scale_note(model.cfg), trained=True)
+        loaded = load_or_init(args.model if args.checkpoint else args.model or DEFAULT_MODEL, args.checkpoint)
     except (CheckpointError, ValueError, TypeError) as e:
         fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-
-
-def _scale_note(cfg: CaiTConfig) -> str:
-    # Our Fashion-MNIST models are miniatures: never let their figures pass for the paper's.
-    return "" if cfg.labels == "imagenet" else " - a miniature model, not the paper's ImageNet one"
+    if not loaded.trained:
+        print(f"WARNING: {loaded.notice}; using RANDOM INIT (figures say so)", file=sys.stderr)
+    return loaded
 
 
 def run_config(run_dir: Path) -> CaiTConfig | None:
     """The config a training run saved with its weights (last/best.safetensors), if any."""
     for name in ("last.safetensors", "best.safetensors"):
-        meta = _metadata(run_dir / name)
+        meta = checkpoint_metadata(run_dir / name)
         if CONFIG_KEY in meta:
             return CaiTConfig.from_dict(json.loads(meta[CONFIG_KEY]))
     return None
@@ -135,45 +79,30 @@ def run_config(run_dir: Path) -> CaiTConfig | None:
 @dataclass
 class Example:
     name: str                     # file stem
-    image: Image.Image            # RGB, as the model sees it (resized and centre-cropped, not normalised)
+    image: Image.Image            # RGB, as the model sees it (`cait.preprocess.model_view`: resized, centre-cropped)
     label: int | None             # true class, when the image comes with an examples.json entry
     box: torch.Tensor | None      # [4] x0, y0, x1, y1 in model-input pixels, when known
-
-
-def _annotations(directory: Path) -> dict[str, dict]:
-    index = directory / "examples.json"
-    if not index.is_file():
-        return {}
-    data = json.loads(index.read_text())
-    canvas = data.get("canvas")
-    return {e["file"]: {**e, "canvas": canvas} for e in data.get("examples", [])}
 
 
 def load_examples(paths: Iterable[str | os.PathLike] | None, cfg: CaiTConfig, *, limit: int | None = None) -> list[Example]:
     """Images to explain: `paths`, or the shipped example scenes. Labels and boxes come from an
     examples.json next to an image (as shipped in cait/examples), boxes rescaled to the model input."""
-    from torchvision.transforms import v2 as T
-
-    files = sorted(EXAMPLES_DIR.glob("*.png")) if not paths else [Path(p) for p in paths]
-    missing = [str(f) for f in files if not f.is_file()]
+    files = read_examples(paths or None)
+    missing = [str(f.path) for f in files if not f.path.is_file()]
     if missing:
         fail(f"image(s) not found: {', '.join(missing)}")
-    files = files[:limit] if limit else files
-    view = T.Compose([T.Resize(int(cfg.img_size / cfg.crop_pct), interpolation=T.InterpolationMode.BICUBIC,
-                               antialias=True), T.CenterCrop(cfg.img_size)])
     out = []
-    for f in files:
+    for f in files[:limit] if limit else files:
         try:
-            with Image.open(f) as im:
+            with Image.open(f.path) as im:
                 original = im.convert("RGB")
         except Exception as e:
-            fail(f"{f}: not a readable image ({type(e).__name__})")
-        note = _annotations(f.parent).get(f.name, {})
+            fail(f"{f.path}: not a readable image ({type(e).__name__})")
         box = None
         # A box is only valid if the image is square (the eval resize then scales both axes alike).
-        if "box_xyxy" in note and original.width == original.height:
-            box = torch.tensor(note["box_xyxy"], dtype=torch.float32) * (cfg.img_size / original.width)
-        out.append(Example(f.stem, view(original), note.get("label"), box))
+        if f.box is not None and original.width == original.height:
+            box = torch.tensor(f.box, dtype=torch.float32) * (cfg.img_size / original.width)
+        out.append(Example(f.path.stem, model_view(original, cfg).convert("RGB"), f.label, box))
     return out
 
 

@@ -16,29 +16,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
 
 from _common import (Example, batch_of, load_examples, load_model, matplotlib_pyplot, out_dir, parser, save_html,
                      save_png, write_csv, write_json)
 from cait import explain
+from cait.data import ImagesWithBoxes
 from cait.evaluate import CHEAP_METHODS, evaluate
 from cait.preprocess import class_names
 
 
-class BoxedExamples(Dataset):
-    """The examples with a box and a label, in the shape cait.evaluate reads: (PIL image, label) items
-    and `.boxes` in `.canvas` pixels (here the model input, since the images are already resized)."""
-
-    def __init__(self, examples: list[Example], canvas: int):
-        self.examples = [e for e in examples if e.box is not None and e.label is not None]
-        self.canvas = canvas
-        self.boxes = np.stack([e.box.numpy() for e in self.examples]) if self.examples else None
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, i: int):
-        return self.examples[i].image, self.examples[i].label
+def boxed_examples(examples: list[Example], cfg) -> ImagesWithBoxes:
+    """The examples with a box and a label as a dataset with boxes for cait.evaluate; the images are
+    already the model's view, so the boxes are in model-input pixels (canvas = img_size)."""
+    kept = [e for e in examples if e.box is not None and e.label is not None]
+    boxes = np.stack([e.box.numpy() for e in kept]) if kept else np.zeros((0, 4))
+    return ImagesWithBoxes([e.image for e in kept], [e.label for e in kept], boxes, canvas=cfg.img_size,
+                           classes=class_names(cfg))
 
 
 def regions_png(examples, masks, boxes, captions, made_from, path) -> None:
@@ -154,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{e.name}: {caption}, region of {int(m.sum())}/{m.numel()} patches")
     written = "regions_of_focus.png/.html/.json"
 
-    boxed = BoxedExamples(examples, cfg.img_size)
+    boxed = boxed_examples(examples, cfg)
     if len(boxed):
         methods = tuple(args.methods) if args.methods else (CHEAP_METHODS if args.quick else None)
         result = evaluate(model, boxed, batch_size=len(boxed), workers=0, methods=methods,

@@ -432,7 +432,7 @@ def build_app(store: ModelStore) -> gr.Blocks:
             loaded = store.current
             th = explain.talking_heads(loaded.model, a.x.to(loaded.device), int(layer) - 1)
             a.sa_layer = int(layer) - 1
-            a.sa_before, a.sa_after = th.before[0].float().cpu().numpy(), th.after[0].float().cpu().numpy()
+            a.sa_before, a.sa_after = th.after_proj_l[0].float().cpu().numpy(), th.after_proj_w[0].float().cpu().numpy()
         return (a, *talking_outputs(a, row, col))
 
     def pick_example(evt: gr.SelectData):

@@ -1,8 +1,27 @@
 """CaiT (Touvron et al. 2021, "Going deeper with Image Transformers") with the tools to look inside it."""
-from .checkpoint import CheckpointError, save_weights
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .config import DEFAULT_MODEL, CaiTConfig, get_config, list_models
-from .factory import create_model
-from .model import CaiT, Insights
+
+# Everything else needs torch, so it is imported on first use: a command line can list the variants
+# (`cait.config`) and answer --help in milliseconds instead of the seconds a torch import takes.
+_LAZY = {"CaiT": "model", "Insights": "model", "create_model": "factory", "CheckpointError": "checkpoint",
+         "save_weights": "checkpoint"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    try:  # a submodule not imported yet, e.g. `cait.preprocess` after a bare `import cait`
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module 'cait' has no attribute {name!r}")
+
 
 __all__ = ["CaiT", "CaiTConfig", "CheckpointError", "DEFAULT_MODEL", "Insights", "create_model",
            "get_config", "list_models", "save_weights"]

@@ -2,18 +2,26 @@
 boxes: the ground truth our attention maps are checked against), and any ImageFolder directory.
 
 Every dataset yields (PIL.Image, int label) and has `.classes`; transforms are the caller's business.
+A dataset with boxes (`BoxedDataset`) also says where the object is, for localization scores. The
+example images shipped in cait/examples/ are read here too (`read_examples`).
 """
 from __future__ import annotations
 
 import gzip
+import json
+import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
 from .config import FASHION_MNIST_CLASSES
+
+EXAMPLES_DIR = Path(__file__).parent / "examples"
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 INSTALL_HINT = "install them with: sudo apt-get install dataset-fashion-mnist"
@@ -145,6 +153,75 @@ def _paste(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray, x: int, y: in
     a = alpha[y0 - y:y1 - y, x0 - x:x1 - x]
     col = colour[y0 - y:y1 - y, x0 - x:x1 - x] if np.ndim(colour) == 3 else colour
     img[y0:y1, x0:x1] = img[y0:y1, x0:x1] * (1 - a) + col * a
+
+
+@runtime_checkable
+class BoxedDataset(Protocol):
+    """The contract of a dataset with boxes, read by `cait.evaluate` (localization of every explanation)
+    and the analysis scripts: item i is (PIL image, int label) of a SQUARE image of side `canvas` pixels,
+    and `boxes[i]` is its object's box (x0, y0, x1, y1) in those pixels. Square, so that the evaluation
+    resize scales both axes alike: in the model's input the box is boxes[i] * img_size / canvas."""
+    classes: Sequence[str]
+    boxes: np.ndarray  # float [len, 4]
+    canvas: int
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]: ...
+
+
+class ImagesWithBoxes(Dataset):
+    """Square images with labels and boxes (in the images' pixels), as a `BoxedDataset`."""
+
+    def __init__(self, images: list[Image.Image], labels: list[int], boxes: np.ndarray, *, canvas: int,
+                 classes: Sequence[str]):
+        if not all(im.size == (canvas, canvas) for im in images):
+            raise ValueError(f"boxes need square images of side {canvas}")
+        self.images, self.labels, self.canvas, self.classes = images, labels, canvas, classes
+        self.boxes = np.asarray(boxes, dtype=np.float32).reshape(len(images), 4)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        return self.images[i], self.labels[i]
+
+
+@dataclass(frozen=True)
+class ExampleImage:
+    """An image file and, when an examples.json beside it lists the file, its label and box."""
+    path: Path
+    label: int | None = None                               # true class index
+    class_name: str | None = None                          # its name, as examples.json spells it
+    box: tuple[float, float, float, float] | None = None   # (x0, y0, x1, y1) in the image file's pixels
+
+    @property
+    def caption(self) -> str:
+        return f"true: {self.class_name}" if self.class_name else self.path.stem
+
+
+def _annotations(directory: Path) -> dict[str, dict]:
+    # examples.json (scripts/export_examples.py): {"canvas": side, "examples": [{"file", "label", "class",
+    # "box_xyxy"}, ...]}; a missing or unreadable file means plain images without labels.
+    try:
+        data = json.loads((directory / "examples.json").read_text())
+        return {e["file"]: e for e in data.get("examples", [])}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return {}
+
+
+def read_examples(paths: Iterable[str | os.PathLike] | None = None) -> list[ExampleImage]:
+    """`paths` (default: the example scenes shipped in cait/examples/, sorted by name), each with its label
+    and box when an examples.json in its folder lists it."""
+    files = sorted(EXAMPLES_DIR.glob("*.png")) if paths is None else [Path(p) for p in paths]
+    notes: dict[Path, dict[str, dict]] = {}
+    out = []
+    for f in files:
+        note = notes.setdefault(f.parent, _annotations(f.parent)).get(f.name, {})
+        box = note.get("box_xyxy")
+        out.append(ExampleImage(path=f, label=note.get("label"), class_name=note.get("class"),
+                                box=tuple(float(v) for v in box) if box else None))
+    return out
 
 
 class ImageFolderData(Dataset):

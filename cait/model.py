@@ -23,15 +23,20 @@ class Insights:
     residual_ratios: dict[str, torch.Tensor]    # "sa", "ffn": [B, depth]; "ca", "ca_ffn": [B, depth_token_only]
     layerscale: dict[str, torch.Tensor]         # "sa_gamma_1", "sa_gamma_2": [depth, d]; "ca_gamma_1/2": [2, d]
     self_attention: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    # SA layer -> (attention before head mixing = softmax(proj_l(logits)), after mixing = proj_w(...)),
-    # each [B, heads, N, N]; only for the layers asked for.
+    # SA layer -> (softmax(proj_l(q k^T)), then proj_w(that): the weights that multiply the values), each
+    # [B, heads, N, N]; only for the layers asked for.
+    raw_self_attention: dict[int, torch.Tensor] = field(default_factory=dict)
+    # SA layer -> softmax(q k^T) per head [B, heads, N, N], without any head mixing: a counterfactual the
+    # model never computes (it mixes the logits first), for comparison; only with raw_attention=True.
 
 
 class _Probe:
     """Collects per-block measurements during `forward_insights` (None on the lean path)."""
 
-    def __init__(self, sa_layers: tuple[int, ...] = ()):
+    def __init__(self, sa_layers: tuple[int, ...] = (), raw_attention: bool = False):
         self.sa_layers = set(sa_layers)
+        self.raw_attention = raw_attention
+        self.raw_self_attention: dict[int, torch.Tensor] = {}
         self.ratios: dict[str, list[torch.Tensor]] = {"sa": [], "ffn": [], "ca": [], "ca_ffn": []}
         self.class_attention: list[torch.Tensor] = []
         self.self_attention: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -67,6 +72,14 @@ class TalkingHeadAttn(nn.Module):
         self.proj_l = nn.Linear(num_heads, num_heads) if talking_heads else nn.Identity()
         self.proj_w = nn.Linear(num_heads, num_heads) if talking_heads else nn.Identity()
 
+    @torch.no_grad()
+    def mixing_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(proj_l, proj_w) weights as [heads, heads] (row: output head, column: input head); identity
+        matrices for a model built without talking heads. The biases are not included."""
+        eye = torch.eye(self.num_heads, device=self.qkv.weight.device, dtype=self.qkv.weight.dtype)
+        weight = lambda proj: proj.weight.detach().clone() if isinstance(proj, nn.Linear) else eye
+        return weight(self.proj_l), weight(self.proj_w)
+
     def _mix(self, proj: nn.Module, attn: torch.Tensor) -> torch.Tensor:
         """Apply the [heads, heads] Linear `proj` across the head dim of attn [B, h, N, M]."""
         if isinstance(proj, nn.Identity):
@@ -86,6 +99,8 @@ class TalkingHeadAttn(nn.Module):
         attn = self._mix(self.proj_w, before)
         if probe is not None and probe.layer in probe.sa_layers:
             probe.self_attention[probe.layer] = (before.detach(), attn.detach())
+            if probe.raw_attention:
+                probe.raw_self_attention[probe.layer] = ((q * self.scale) @ k.transpose(-2, -1)).softmax(-1).detach()
         x = (attn @ v).transpose(1, 2).reshape(B, N, C)
         return self.proj(x)
 
@@ -256,14 +271,17 @@ class CaiT(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
-    def forward_insights(self, x: torch.Tensor, *, sa_layers: tuple[int, ...] = ()) -> Insights:
+    def forward_insights(self, x: torch.Tensor, *, sa_layers: tuple[int, ...] = (),
+                         raw_attention: bool = False) -> Insights:
         """Logits plus class-attention maps, residual-branch ratios, LayerScale weights and, for the
-        SA layers in `sa_layers`, the self-attention before and after talking-heads mixing."""
-        probe = _Probe(sa_layers)
+        SA layers in `sa_layers`, the self-attention around the talking-heads mixing (with
+        raw_attention=True also the unmixed per-head softmax, see `Insights`)."""
+        probe = _Probe(sa_layers, raw_attention)
         logits = self.forward_head(self.forward_features(x, probe))
         ratios = {k: torch.stack(v, dim=1) if v else x.new_zeros(x.shape[0], 0) for k, v in probe.ratios.items()}
         return Insights(logits=logits, class_attention=tuple(probe.class_attention), residual_ratios=ratios,
-                        layerscale=self.layerscale(), self_attention=probe.self_attention)
+                        layerscale=self.layerscale(), self_attention=probe.self_attention,
+                        raw_self_attention=probe.raw_self_attention)
 
     @torch.no_grad()
     def layerscale(self) -> dict[str, torch.Tensor]:

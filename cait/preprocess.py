@@ -1,4 +1,4 @@
-"""Evaluation transform and class names for a model config."""
+"""What the model sees of an image (its evaluation view and transform), and class names for a model config."""
 from __future__ import annotations
 
 import math
@@ -27,19 +27,21 @@ def class_names(cfg: CaiTConfig) -> tuple[str, ...]:
     return names
 
 
-def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:
-    """The variant's evaluation transform: bicubic resize of the short side to img_size / crop_pct,
-    centre crop img_size (CaiT uses crop_pct 1.0), colour mode to in_chans, normalise."""
-    mode = "RGB" if cfg.in_chans == 3 else "L"
+def model_view(image: Image.Image, cfg: CaiTConfig) -> Image.Image:
+    """The pixels the model sees, as an image: colour mode to in_chans, bicubic resize of the short side
+    to img_size / crop_pct, centre crop img_size (CaiT uses crop_pct 1.0, so the crop keeps the central
+    square). Figures draw heat maps on this view, so that a map and its pixels line up."""
     resize = math.floor(cfg.img_size / cfg.crop_pct)
-    pipeline = T.Compose([
-        T.Resize(resize, interpolation=T.InterpolationMode.BICUBIC, antialias=True),
-        T.CenterCrop(cfg.img_size),
-        T.PILToTensor(),
-        T.ToDtype(torch.float32, scale=True),
-        T.Normalize(cfg.mean, cfg.std),
-    ])
-    return lambda image: pipeline(image.convert(mode))
+    view = T.Compose([T.Resize(resize, interpolation=T.InterpolationMode.BICUBIC, antialias=True),
+                      T.CenterCrop(cfg.img_size)])
+    return view(image.convert("RGB" if cfg.in_chans == 3 else "L"))
+
+
+def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:
+    """The variant's evaluation transform: `model_view`, then to a float tensor normalised with the
+    config's mean and std."""
+    to_tensor = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(cfg.mean, cfg.std)])
+    return lambda image: to_tensor(model_view(image, cfg))
 
 
 def to_batch(images: list[Image.Image], cfg: CaiTConfig) -> torch.Tensor:

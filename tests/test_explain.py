@@ -203,6 +203,46 @@ def test_rollout_equals_loops_on_random_model():
     assert not torch.allclose(explain.rollout(model, x, mixing="before"), explain.rollout(model, x, mixing="after"))
 
 
+def test_rollout_of_the_raw_stage_and_the_earlier_names():
+    model = sharpen(pico(img_size=16, depth=2), std=0.3)
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+    ins = model.forward_insights(x, sa_layers=(0, 1), raw_attention=True)
+    got = explain.rollout(model, x, stage="raw")
+    for b in range(2):
+        raw = [ins.raw_self_attention[l][b].tolist() for l in (0, 1)]  # row-stochastic, like after_proj_l
+        ca = [a[b].tolist() for a in ins.class_attention]
+        expected = torch.tensor(rollout_by_loops([(r, r) for r in raw], ca, "before")).reshape(2, 2)
+        torch.testing.assert_close(got[b], expected, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(got, explain.rollout(model, x, stage="after_proj_l"))
+    for old, new in (("before", "after_proj_l"), ("after", "after_proj_w")):
+        assert torch.equal(explain.rollout(model, x, mixing=old), explain.rollout(model, x, stage=new))
+    with pytest.raises(ValueError, match="stage must be one of raw, after_proj_l, after_proj_w"):
+        explain.rollout(model, x, stage="middle")
+    # the methods' earlier names are accepted, but each method is listed once
+    assert explain.METHODS["rollout_before_mixing"] is explain.METHODS["rollout_after_proj_l"]
+    assert explain.METHODS["rollout_after_mixing"] is explain.METHODS["rollout_after_proj_w"]
+    assert "rollout_before_mixing" in explain.METHODS and "rollout_before_mixing" not in list(explain.METHODS)
+    with pytest.raises(ValueError, match="unknown method 'telepathy'; choose from ca1_mean"):
+        explain.saliency_map(model, x, torch.tensor([0, 1]), "telepathy")
+
+
+def test_method_options_reach_the_method():
+    model = sharpen(pico())
+    x, target = torch.randn(1, 3, 32, 32), torch.tensor([1])
+    options = explain.MethodOptions(ig_steps=4, smoothgrad_samples=3, smoothgrad_stdev=0.3)
+    ig = explain.saliency_map(model, x, target, "integrated_gradients", options)
+    torch.testing.assert_close(ig, explain.attribution(model, x, target, "integrated_gradients", n_steps=4).patch)
+    assert not torch.allclose(ig, explain.saliency_map(model, x, target, "integrated_gradients"))
+    torch.manual_seed(0)
+    smooth = explain.saliency_map(model, x, target, "smoothgrad", options)
+    torch.manual_seed(0)
+    direct = explain.attribution(model, x, target, "smoothgrad", nt_samples=3, stdevs=0.3).patch
+    torch.testing.assert_close(smooth, direct)
+    # methods without options ignore them
+    torch.testing.assert_close(explain.saliency_map(model, x, target, "class_specific", options),
+                               explain.class_specific_attention(model, x, target))
+
+
 # ---------------------------------------------------------------------------- captum attributions
 
 def test_integrated_gradients_completeness():
@@ -261,7 +301,7 @@ def test_regions_of_focus_smallest_set_and_box():
     assert mask[0].sum() == 2 and mask[0, 3, 0]
     torch.testing.assert_close(boxes[0], torch.tensor([0.0, 8.0, 24.0, 32.0]) * torch.tensor([2.0, 1.0, 2.0, 1.0]))
     with pytest.raises(ValueError, match="share"):
-        explain.regions_of_focus(heat, 1.5)
+        explain.regions_of_focus(heat, 1.5, img_size=32)
 
 
 def test_upsample_and_overlay():
@@ -343,9 +383,21 @@ def test_talking_heads_inspector():
     attn = model.blocks[1].attn
     torch.testing.assert_close(th.proj_w, attn.proj_w.weight)
     torch.testing.assert_close(th.proj_l, attn.proj_l.weight)
-    mixed = torch.einsum("oh,bhij->boij", th.proj_w, th.before) + attn.proj_w.bias[None, :, None, None]
-    torch.testing.assert_close(th.after, mixed)
-    torch.testing.assert_close(th.before.sum(-1), torch.ones(2, 2, 16))
+    mixed = torch.einsum("oh,bhij->boij", th.proj_w, th.after_proj_l) + attn.proj_w.bias[None, :, None, None]
+    torch.testing.assert_close(th.after_proj_w, mixed)
+    torch.testing.assert_close(th.after_proj_l.sum(-1), torch.ones(2, 2, 16))
+    # raw: each head's own softmax(q k^T), recomputed from the block's input; proj_l mixes its logits
+    block_in = {}
+    handle = model.blocks[1].attn.register_forward_pre_hook(lambda m, args: block_in.setdefault("x", args[0]))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    q, k, _ = attn.qkv(block_in["x"]).reshape(2, 16, 3, 2, -1).permute(2, 0, 3, 1, 4)
+    logits = (q * attn.scale) @ k.transpose(-2, -1)
+    torch.testing.assert_close(th.raw, logits.softmax(-1))
+    mixed_logits = torch.einsum("oh,bhij->boij", th.proj_l, logits) + attn.proj_l.bias[None, :, None, None]
+    torch.testing.assert_close(th.after_proj_l, mixed_logits.softmax(-1))
+    assert not torch.allclose(th.raw, th.after_proj_l, atol=1e-3)
     plain = explain.talking_heads(pico(talking_heads=False), x, 0)
     torch.testing.assert_close(plain.proj_w, torch.eye(2))
     with pytest.raises(ValueError, match="SA layer must be in 0..1"):

@@ -26,6 +26,13 @@ class ClassAttention:
         """Head mean [B, L, g, g]."""
         return self.maps.mean(dim=2)
 
+    @classmethod
+    def from_insights(cls, ins) -> "ClassAttention":
+        """Split the class-attention rows of `CaiT.forward_insights` ([B, heads, 1+N] per CA layer) into
+        the patch maps on the grid and the class token's share for itself."""
+        rows = torch.stack(ins.class_attention, dim=1)  # [B, L, heads, 1+N]
+        return cls(logits=ins.logits.detach(), maps=_grid(rows[..., 1:]), self_share=rows[..., 0])
+
 
 def _grid(rows: torch.Tensor) -> torch.Tensor:
     """[..., N] patch scores in row-major order -> [..., g, g]."""
@@ -47,9 +54,7 @@ def _check_input(model: nn.Module, x: torch.Tensor) -> None:
 def class_attention(model: nn.Module, x: torch.Tensor) -> ClassAttention:
     """Class-attention maps of each CA layer, straight from the model's softmax (no gradients)."""
     _check_input(model, x)
-    ins = model.forward_insights(x)
-    rows = torch.stack(ins.class_attention, dim=1)  # [B, L, heads, 1+N]
-    return ClassAttention(logits=ins.logits.detach(), maps=_grid(rows[..., 1:]), self_share=rows[..., 0])
+    return ClassAttention.from_insights(model.forward_insights(x))
 
 
 @contextmanager
@@ -115,35 +120,61 @@ def _normalise_rows(a: torch.Tensor) -> torch.Tensor:
     return a / a.sum(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def rollout(model: nn.Module, x: torch.Tensor, *, mixing: str = "before") -> torch.Tensor:
+# The SA attention at each point of the talking-heads computation, named by what has been applied.
+ROLLOUT_STAGES = ("raw", "after_proj_l", "after_proj_w")
+# Earlier names: "before mixing" was softmax(proj_l(q k^T)), already mixed across heads once.
+STAGE_ALIASES = {"before": "after_proj_l", "after": "after_proj_w"}
+
+
+def rollout_stage(stage: str) -> str:
+    """The canonical stage name for `stage` or one of its earlier names; ValueError for anything else."""
+    stage = STAGE_ALIASES.get(stage, stage)
+    if stage not in ROLLOUT_STAGES:
+        raise ValueError(f"stage must be one of {', '.join(ROLLOUT_STAGES)} (or the earlier "
+                         f"{', '.join(STAGE_ALIASES)}), got {stage!r}")
+    return stage
+
+
+def _head_mean_attention(ins, layer: int, stage: str) -> torch.Tensor:
+    """[B, N, N] row-stochastic head-mean SA attention of one layer at `stage` (see `rollout`)."""
+    if stage == "raw":
+        return ins.raw_self_attention[layer].mean(dim=1)
+    after_proj_l, after_proj_w = ins.self_attention[layer]
+    if stage == "after_proj_l":
+        return after_proj_l.mean(dim=1)
+    return _normalise_rows(after_proj_w.clamp_min(0).mean(dim=1))
+
+
+def rollout(model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l", mixing: str | None = None) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) adapted to CaiT, class token -> patch relevance [B, g, g].
 
     SA stage: per layer the head-mean attention A, the residual folded in as (A + I) / 2 with rows
     renormalised, multiplied through the depth: R_SA = Â_D ... Â_1 (rows: output patch, cols: input).
-      mixing="before": A = softmax(proj_l(q k^T)), already row-stochastic per head.
-      mixing="after": A = proj_w(softmax(...)), the weights that really multiply the values; they can
-        be negative and rows need not sum to 1, so each head is clamped at 0 (a negative weight
-        subtracts a value, it does not route relevance) before the head mean and rows are renormalised.
+    Which A (`stage`; `mixing` is the earlier name of this argument, "before"/"after"):
+      "raw": softmax(q k^T) of each head, unmixed: a counterfactual the model does not compute (its
+        softmax acts on logits already mixed across heads by proj_l). Row-stochastic.
+      "after_proj_l": softmax(proj_l(q k^T)), the softmax the model computes. Row-stochastic.
+      "after_proj_w": proj_w(softmax(...)), the weights that really multiply the values; they can be
+        negative and rows need not sum to 1, so each head is clamped at 0 (a negative weight subtracts a
+        value, it does not route relevance) before the head mean and rows are renormalised.
     CA stage: tokens [cls, patches]. Patches are never updated there, so their rows are [0 | R_SA]; the
     class token starts as a learned constant (row e_0) and each CA layer l replaces its row by
     (e_0 + a_l) / 2 applied to the current rows, a_l being the head-mean class-attention row over
     [cls, patches]. After the two layers, the class-token row over the patch columns is the map; its
     column 0 (relevance left on the learned class-token constant) is dropped, so a map sums to < 1.
     """
-    if mixing not in ("before", "after"):
-        raise ValueError(f"mixing must be 'before' or 'after', got {mixing!r}")
+    stage = rollout_stage(mixing if mixing is not None else stage)
     _check_input(model, x)
     depth = model.cfg.depth
     with torch.no_grad():
-        ins = model.forward_insights(x, sa_layers=tuple(range(depth)))
-        ca = torch.stack([attn.mean(dim=1) for attn in ins.class_attention], dim=1)  # [B, L, 1+N]
+        ins = model.forward_insights(x, sa_layers=tuple(range(depth)), raw_attention=stage == "raw")
+        ca = torch.stack([attn.mean(dim=1) for attn in ins.class_attention], dim=1).float()  # [B, L, 1+N]
         # Only class-token rows are ever needed, so push the CA rows' patch parts back through the SA
         # stage, a R_SA = ((a Â_D) Â_D-1) ... Â_1: vector-matrix products, O(D N^2) not O(D N^3).
         through_sa = ca[..., 1:]
         eye = torch.eye(through_sa.shape[-1], device=x.device, dtype=through_sa.dtype)
         for layer in reversed(range(depth)):
-            before, after = ins.self_attention[layer]
-            a = before.mean(dim=1) if mixing == "before" else _normalise_rows(after.clamp_min(0).mean(dim=1))
+            a = _head_mean_attention(ins, layer, stage).float()
             through_sa = through_sa @ _normalise_rows(a + eye)  # (A + I) / 2 once rows are renormalised
         # Class-token row over [cls source, input patches]; patch rows are [0 | R_SA].
         cls_row = torch.zeros_like(ca[:, 0])
@@ -157,23 +188,29 @@ def rollout(model: nn.Module, x: torch.Tensor, *, mixing: str = "before") -> tor
 
 @dataclass
 class TalkingHeads:
-    """One SA layer's attention around the head mixing, and the mixing matrices themselves."""
-    before: torch.Tensor  # [B, h, N, N] softmax(proj_l(q k^T)): rows sum to 1
-    after: torch.Tensor   # [B, h, N, N] proj_w(before): what multiplies the values
-    proj_l: torch.Tensor  # [h, h] mixes the logits before the softmax (out head x in head)
-    proj_w: torch.Tensor  # [h, h] mixes the weights after it
+    """One SA layer's attention at each stage of the talking-heads computation, and the mixing matrices."""
+    raw: torch.Tensor           # [B, h, N, N] softmax(q k^T) per head: the counterfactual without mixing
+    after_proj_l: torch.Tensor  # [B, h, N, N] softmax(proj_l(q k^T)): logits mixed, then softmax; rows sum to 1
+    after_proj_w: torch.Tensor  # [B, h, N, N] proj_w(after_proj_l): what multiplies the values (the model's)
+    proj_l: torch.Tensor        # [h, h] mixes the logits before the softmax (out head x in head)
+    proj_w: torch.Tensor        # [h, h] mixes the weights after it
+
+
+def mixing_matrices(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(proj_l, proj_w) of SA layer `layer` (0-based), each [heads, heads] (output head x input head);
+    identity matrices for a model built with talking_heads=False."""
+    depth = model.cfg.depth
+    if not 0 <= layer < depth:
+        raise ValueError(f"SA layer must be in 0..{depth - 1}, got {layer}")
+    return model.blocks[layer].attn.mixing_matrices()
 
 
 @torch.no_grad()
 def talking_heads(model: nn.Module, x: torch.Tensor, layer: int) -> TalkingHeads:
-    """Attention of SA layer `layer` (0-based) before and after talking-heads mixing, with the mixing
-    weights (identity matrices for a model built with talking_heads=False)."""
+    """Attention of SA layer `layer` (0-based) at every stage of the head mixing, with the mixing weights."""
     _check_input(model, x)
-    depth = model.cfg.depth
-    if not 0 <= layer < depth:
-        raise ValueError(f"SA layer must be in 0..{depth - 1}, got {layer}")
-    before, after = model.forward_insights(x, sa_layers=(layer,)).self_attention[layer]
-    attn = model.blocks[layer].attn
-    h = attn.num_heads
-    weight = lambda proj: proj.weight.detach().clone() if isinstance(proj, nn.Linear) else torch.eye(h)
-    return TalkingHeads(before=before, after=after, proj_l=weight(attn.proj_l), proj_w=weight(attn.proj_w))
+    proj_l, proj_w = mixing_matrices(model, layer)
+    ins = model.forward_insights(x, sa_layers=(layer,), raw_attention=True)
+    after_proj_l, after_proj_w = ins.self_attention[layer]
+    return TalkingHeads(raw=ins.raw_self_attention[layer], after_proj_l=after_proj_l, after_proj_w=after_proj_w,
+                        proj_l=proj_l, proj_w=proj_w)

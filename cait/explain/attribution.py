@@ -15,6 +15,26 @@ from .attention import _check_input, input_gradients
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
 
+@dataclass(frozen=True)
+class MethodOptions:
+    """The settings of the explanation methods that have any. Every method of `cait.explain.METHODS`
+    takes the whole set and reads what concerns it, so callers never special-case a method."""
+    ig_steps: int = 32               # integrated gradients: Gauss-Legendre steps from the baseline
+    smoothgrad_samples: int = 16     # smoothgrad: noisy copies whose saliency is averaged
+    smoothgrad_stdev: float = 0.15   # smoothgrad: noise standard deviation, in normalised units
+
+    def captum_kwargs(self, method: str) -> dict[str, Any]:
+        """The keyword arguments of `attribution` for `method` that these options set."""
+        if method == "integrated_gradients":
+            return {"n_steps": self.ig_steps}
+        if method == "smoothgrad":
+            return {"nt_samples": self.smoothgrad_samples, "stdevs": self.smoothgrad_stdev}
+        return {}
+
+
+DEFAULT_OPTIONS = MethodOptions()
+
+
 @dataclass
 class Attribution:
     pixel: torch.Tensor  # [B, H, W] importance per pixel (see `attribution` for the channel reduction)
@@ -39,11 +59,12 @@ def _copies_per_pass(batch: int, copies: int, num_patches: int) -> int:
 def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, **kw: Any) -> Attribution:
     """captum attribution of the target logits to the input, for `method` in CAPTUM_METHODS.
 
-    integrated_gradients: n_steps=32 Gauss-Legendre steps from the zero baseline, many steps per pass
-        (internal_batch_size: by default as many images as fit 4096 tokens, at least B, at most B*n_steps).
+    integrated_gradients: n_steps (default `MethodOptions.ig_steps`) Gauss-Legendre steps from the zero
+        baseline, many steps per pass (internal_batch_size: by default as many images as fit 4096 tokens,
+        at least B, at most B*n_steps).
     saliency: |d logit / d x|.
-    smoothgrad: NoiseTunnel(Saliency), nt_samples=16 noisy copies with stdevs=0.15 (normalised units),
-        batched like IG's steps (nt_samples_batch_size).
+    smoothgrad: NoiseTunnel(Saliency), nt_samples noisy copies with stdevs (normalised units; defaults in
+        `MethodOptions`), batched like IG's steps (nt_samples_batch_size).
     occlusion: patch-aligned windows (C, p, p) with stride p replaced by the baseline; the value is the
         drop of the target logit, so it keeps its sign (a patch whose removal helps the class is < 0).
     The gradient methods' pixel map is |attribution| summed over channels.
@@ -59,16 +80,15 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
     with input_gradients(model):
         x = x.detach().clone().requires_grad_(method != "occlusion")  # captum would set it, with a warning
         target = target.to(x.device).long().clone()  # clones: the caller may be in inference_mode
+        kw = {**DEFAULT_OPTIONS.captum_kwargs(method), **kw}
         if method == "integrated_gradients":
-            n_steps = kw.pop("n_steps", 32)
+            n_steps = kw.pop("n_steps")
             kw.setdefault("internal_batch_size", B * _copies_per_pass(B, n_steps, model.cfg.num_patches))
             raw = IntegratedGradients(model).attribute(x, baselines=torch.zeros_like(x), target=target,
                                                        n_steps=n_steps, **kw)
         elif method == "saliency":
             raw = Saliency(model).attribute(x, target=target, abs=True, **kw)
         elif method == "smoothgrad":
-            kw.setdefault("nt_samples", 16)
-            kw.setdefault("stdevs", 0.15)
             kw.setdefault("nt_samples_batch_size", _copies_per_pass(B, kw["nt_samples"], model.cfg.num_patches))
             raw = NoiseTunnel(Saliency(model)).attribute(x, nt_type="smoothgrad", target=target, abs=True, **kw)
         else:

@@ -6,8 +6,6 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from ..config import DEFAULT_MODEL, VARIANTS
-
 # Regions of focus keep the smallest set of patches holding half of the CA-layer-1 mass: enough to
 # outline the object on a trained model, small enough that a diffuse (untrained) map gives a big box.
 DEFAULT_SHARE = 0.5
@@ -26,9 +24,15 @@ def upsample(heat: torch.Tensor, size: int | tuple[int, int]) -> torch.Tensor:
     return out.reshape(*lead, *out.shape[-2:])
 
 
-def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno", alpha: float = 0.5) -> Image.Image:
-    """`image` blended with the colour-mapped heat map (min-max scaled, upsampled to the image size);
-    alpha is the opacity of the heat layer (0 = image only, 1 = heat only)."""
+def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno", alpha: float = 0.5,
+            value_range: tuple[float, float] | None = None, smooth: bool = True) -> Image.Image:
+    """`image` blended with the colour-mapped heat map, upsampled to the image size; alpha is the opacity
+    of the heat layer (0 = image only, 1 = heat only).
+
+    value_range: the values mapped to the two ends of the colormap (e.g. one range for every head of a
+        layer, so that tiles compare); default the map's own min and max. Values outside are clipped.
+    smooth: bilinear upsampling (`upsample`); False shows the patch grid as it is, one flat block per patch.
+    """
     import matplotlib
 
     if heat_2d.dim() != 2:
@@ -36,9 +40,11 @@ def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno",
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     base = image.convert("RGB")
-    heat = upsample(heat_2d.detach().cpu(), (base.height, base.width))
-    lo, hi = heat.min(), heat.max()
-    heat = (heat - lo) / (hi - lo) if hi > lo else torch.zeros_like(heat)
+    heat_2d = heat_2d.detach().cpu().float()
+    size = (base.height, base.width)
+    heat = upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size, mode="nearest")[0, 0]
+    lo, hi = value_range if value_range is not None else (float(heat.min()), float(heat.max()))
+    heat = ((heat - lo) / (hi - lo)).clamp(0, 1) if hi > lo else torch.zeros_like(heat)
     colours = matplotlib.colormaps[cmap](heat.numpy())[..., :3]  # RGBA floats in [0, 1]
     blended = (1 - alpha) * np.asarray(base, dtype=np.float32) / 255 + alpha * colours
     return Image.fromarray((blended.clip(0, 1) * 255).round().astype(np.uint8))
@@ -60,13 +66,13 @@ def mask_to_boxes(mask: torch.Tensor, img_size: int | tuple[int, int]) -> torch.
 
 
 def regions_of_focus(heat: torch.Tensor, share: float = DEFAULT_SHARE, *,
-                     img_size: int | tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     img_size: int | tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Paper Fig. 7 style regions: the smallest set of patches holding `share` of the map's mass
     (negative values count as 0), as a mask [B, g, g] and its bounding box [B, 4] in input pixels.
 
     heat: [B, g, g], usually `class_attention(model, x).mean[:, 0]` (CA layer 1, head mean).
-    img_size: input side in pixels (x.shape[-1]); default the default model's size. Pass it for any
-        other model, since a patch grid alone does not know its pixel size.
+    img_size: the model's input side in pixels (`model.cfg.img_size`): a patch grid alone does not know
+        its pixel size, so the boxes need it.
     """
     if not 0.0 < share <= 1.0:
         raise ValueError(f"share must be in (0, 1], got {share}")
@@ -81,5 +87,4 @@ def regions_of_focus(heat: torch.Tensor, share: float = DEFAULT_SHARE, *,
     keep = (cumulative / total < share - 1e-6).sum(dim=1, keepdim=True) + 1
     ranks = torch.empty_like(order).scatter_(1, order, torch.arange(g * g, device=heat.device).expand(B, -1))
     mask = (ranks < keep).reshape(B, g, g)
-    size = img_size if img_size is not None else VARIANTS[DEFAULT_MODEL].img_size
-    return mask, mask_to_boxes(mask, size)
+    return mask, mask_to_boxes(mask, img_size)

@@ -1,0 +1,107 @@
+"""The class-attention grid: for each CA layer its head mean (first, so it stays in the same place for
+any head count) and every head, overlaid on what the model sees, captioned with layer, head (both
+numbered from 1) and the class token's attention to itself. The app shows the tiles in a gallery per
+layer; `tile_sheet` draws the same tiles as one PNG (the app's download, the analysis figure)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from ..explain.maps import overlay
+
+TILE = 224         # display side of one tile (the model's own input may be 28-448 px)
+CAPTION_H = 20     # caption strip above each tile of a sheet
+MAX_COLUMNS = 9    # tiles per row before a layer's row wraps: 9 tiles of ~130 px fit a 1280 px page
+
+
+@dataclass
+class Tile:
+    image: Image.Image
+    caption: str
+    layer: int          # CA layer, 0-based
+    head: int | None    # head, 0-based; None for the head mean
+
+
+def head_name(layer: int, head: int | None) -> str:
+    """'CA1 head 3' / 'CA2 mean' (numbered from 1, as everywhere the app and figures show them)."""
+    return f"CA{layer + 1} " + ("mean" if head is None else f"head {head + 1}")
+
+
+def display_base(view: Image.Image, side: int = TILE) -> Image.Image:
+    """The model's input crop enlarged for display (nearest: a small input stays crisp, not blurred)."""
+    return view.convert("RGB").resize((side, side), Image.Resampling.NEAREST)
+
+
+def attention_tiles(view: Image.Image, maps: np.ndarray, self_share: np.ndarray, *, cmap: str = "inferno",
+                    alpha: float = 0.5, shared_scale: bool = False, smooth: bool = True,
+                    side: int = TILE) -> list[list[Tile]]:
+    """maps [L, heads, g, g], self_share [L, heads] -> per CA layer [mean, head 1, ..., head H].
+
+    shared_scale: every tile of a layer maps 0 .. the layer's largest value to the colormap, so tiles
+    compare; otherwise each tile spans its own min .. max (shows the shape of weak heads too)."""
+    base = display_base(view, side)
+    layers = []
+    for layer, (layer_maps, shares) in enumerate(zip(maps, self_share)):
+        heats = [(None, layer_maps.mean(0), float(shares.mean()))] + \
+                [(h, layer_maps[h], float(shares[h])) for h in range(len(layer_maps))]
+        value_range = (0.0, float(layer_maps.max())) if shared_scale else None
+        layers.append([Tile(overlay(base, torch.from_numpy(np.ascontiguousarray(heat)), cmap=cmap, alpha=alpha,
+                                    value_range=value_range, smooth=smooth),
+                            f"{head_name(layer, head)} · self {share:.0%}", layer, head)
+                       for head, heat, share in heats])
+    return layers
+
+
+def grid_columns(tiles_per_layer: int, max_columns: int = MAX_COLUMNS) -> int:
+    """Columns for one layer's tiles: all in one row when they fit, else rows of equal length
+    (17 tiles of a 16-head model: 2 rows of 9)."""
+    rows = -(-tiles_per_layer // max_columns)
+    return -(-tiles_per_layer // rows)
+
+
+def _font(size: int) -> ImageFont.ImageFont:
+    try:
+        return ImageFont.truetype("DejaVuSans.ttf", size)
+    except OSError:  # no DejaVu on this machine: Pillow's own font
+        return ImageFont.load_default(size=size)
+
+
+def colour_bar(cmap: str, low: str, high: str, *, width: int = 320, height: int = 14) -> Image.Image:
+    """A horizontal colormap strip with its two end labels underneath."""
+    import matplotlib
+    ramp = matplotlib.colormaps[cmap](np.linspace(0, 1, width))[None, :, :3]
+    strip = Image.fromarray((np.repeat(ramp, height, axis=0) * 255).astype(np.uint8))
+    bar = Image.new("RGB", (width, height + 18), "white")
+    bar.paste(strip, (0, 0))
+    draw, font = ImageDraw.Draw(bar), _font(12)
+    draw.text((0, height + 2), low, fill="black", font=font)
+    draw.text((width - draw.textlength(high, font=font), height + 2), high, fill="black", font=font)
+    return bar
+
+
+def tile_sheet(layers: list[list[Tile]], *, title: str = "", footer: Image.Image | None = None,
+               max_columns: int = MAX_COLUMNS) -> Image.Image:
+    """The tiles as one image: each layer's tiles in rows of `grid_columns`, a caption over each tile,
+    an optional title line on top and an optional footer (e.g. a `colour_bar`) at the bottom."""
+    side = layers[0][0].image.width
+    columns = grid_columns(len(layers[0]), max_columns)
+    rows = sum(-(-len(tiles) // columns) for tiles in layers)
+    top = CAPTION_H + 6 if title else 0
+    extra = footer.height + 8 if footer is not None else 0
+    sheet = Image.new("RGB", (columns * side, top + rows * (side + CAPTION_H) + extra), "white")
+    draw, font = ImageDraw.Draw(sheet), _font(13)
+    if title:
+        draw.text((6, 4), title, fill="black", font=_font(14))
+    y = top
+    for tiles in layers:
+        for i, tile in enumerate(tiles):
+            x, row_y = (i % columns) * side, y + (i // columns) * (side + CAPTION_H)
+            draw.text((x + 4, row_y + 3), tile.caption, fill="black", font=font)
+            sheet.paste(tile.image, (x, row_y + CAPTION_H))
+        y += -(-len(tiles) // columns) * (side + CAPTION_H)
+    if footer is not None:
+        sheet.paste(footer, (6, y + 4))
+    return sheet

@@ -1,0 +1,141 @@
+"""Where a model's weights come from, said once for the app and the analysis scripts: a checkpoint file,
+the weights shipped with the package (with their model card and test accuracy), timm's weights in the
+local Hugging Face cache, or, when none of these exists, a seeded random init that says so loudly.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpoint import WEIGHTS_DIR, CheckpointError, pretrained_path
+from .config import CaiTConfig, get_config, is_paper_variant
+from .factory import create_model
+from .model import CaiT
+
+RANDOM_SEED = 0  # the random init of a model without weights: the same numbers on every run
+
+
+@dataclass(frozen=True)
+class ShippedCard:
+    """The model card and evaluation shipped beside a model's weights in cait/weights/."""
+    card: Path          # <name>.md: how it was trained, its curves and what it does badly
+    test_top1: float    # top-1 accuracy in [0, 1] on the evaluation below, from <name>.eval.json
+    test_images: int    # how many test images that accuracy is over
+    data: str           # what it was evaluated on, e.g. "fashion-mnist-scenes"
+
+
+def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
+    """The card of a config with shipped weights, read from its files (None when there is no card or no
+    readable evaluation beside the weights)."""
+    if not cfg.pretrained:
+        return None
+    stem = WEIGHTS_DIR / Path(cfg.pretrained).stem
+    card, evaluation = stem.with_suffix(".md"), stem.with_suffix(".eval.json")
+    try:
+        result = json.loads(evaluation.read_text())
+        return ShippedCard(card=card, test_top1=float(result["top1"]), test_images=int(result["images"]),
+                           data=str(result.get("data", "")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass
+class SourcedModel:
+    model: CaiT
+    source: str     # short: "shipped weights: x.safetensors", "checkpoint /p/x.pth", "random init (seed 0)"
+    made_from: str  # one line for figures and numbers: the file with its architecture and training
+    trained: bool   # False for a random init
+    notice: str     # "" or why the weights are random, for wherever the model's numbers are shown
+
+
+def describe_architecture(cfg: CaiTConfig) -> str:
+    return (f"{cfg.img_size}px, patch {cfg.patch_size}, dim {cfg.embed_dim}, {cfg.depth} SA + "
+            f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}")
+
+
+def checkpoint_metadata(path: Path) -> dict[str, str]:
+    """Our safetensors metadata (config, epochs, data, val_top1); {} for other formats."""
+    try:
+        from safetensors import safe_open
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception:  # timm/deit .pth files have no metadata; the loader reports real problems
+        return {}
+
+
+def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
+    """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
+    meta = checkpoint_metadata(path)
+    training = []
+    epochs = meta.get("epochs_completed", meta.get("epoch"))
+    if epochs:
+        training.append(f"{epochs} epochs")
+    if meta.get("data"):
+        training.append(f"on {meta['data']}")
+    if meta.get("val_top1") not in (None, "None"):
+        training.append(f"val top-1 {float(meta['val_top1']):.1f}%")
+    trained = f"; trained {' '.join(training)}" if training else ""
+    return f"{path.name} ({describe_architecture(cfg)}{trained})"
+
+
+def _scale_note(cfg: CaiTConfig) -> str:
+    # Our Fashion-MNIST models are miniatures: never let their numbers pass for the paper's.
+    return "" if cfg.labels == "imagenet" else " - a miniature model, not the paper's ImageNet one"
+
+
+def random_init(name: str, reason: str, **overrides) -> SourcedModel:
+    """`name` with seeded random weights, flagged as untrained everywhere it is shown."""
+    with torch.random.fork_rng():
+        torch.manual_seed(RANDOM_SEED)
+        model = create_model(name, **overrides)
+    made = (f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): {reason}, NOT a trained model")
+    return SourcedModel(model, f"random init (seed {RANDOM_SEED})", made, trained=False,
+                        notice=f"Untrained (no weights found): {reason}")
+
+
+def check_checkpoint_file(path: Path) -> None:
+    """A one-line CheckpointError for paths that cannot be a checkpoint: missing, a directory, or text."""
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory; give the checkpoint file inside it (.pth or .safetensors)")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        raise CheckpointError(f"{path.name} is empty (0 bytes), not a checkpoint")
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return  # binary: the reader decides what it is
+    if "\0" in text or not all(c.isprintable() or c.isspace() for c in text):
+        return  # binary too (a safetensors file starts with 8 length bytes, mostly zeros)
+    first = text.strip().splitlines()[0][:60] if text.strip() else ""
+    raise CheckpointError(f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
+                          f"give a .pth or .safetensors weights file")
+
+
+def load_or_init(name: str | None, checkpoint: str | os.PathLike | None = None, **overrides) -> SourcedModel:
+    """The model a user asked for: `checkpoint` when given (our safetensors carry their config, so `name`
+    may be None); else the shipped weights of `name` or timm's in the local Hugging Face cache; else a
+    seeded random init. Raises CheckpointError / ValueError for a checkpoint or name that cannot work."""
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        check_checkpoint_file(path)
+        model = create_model(name, checkpoint=path, **overrides)
+        return SourcedModel(model, f"checkpoint {path}", "checkpoint " + describe_checkpoint(path, model.cfg)
+                            + _scale_note(model.cfg), trained=True, notice="")
+    if not name:
+        raise ValueError("give a model name (see cait.list_models()) or a checkpoint file")
+    cfg = get_config(name, **overrides)
+    try:
+        path = pretrained_path(name, cfg)
+    except CheckpointError as e:
+        return random_init(name, str(e).split(";")[0], **overrides)
+    model = create_model(name, checkpoint=path, **overrides)
+    kind = "local Hugging Face cache" if is_paper_variant(name) else "shipped weights"
+    made = f"{'cached timm' if is_paper_variant(name) else 'shipped'} {name} weights {describe_checkpoint(path, model.cfg)}"
+    return SourcedModel(model, f"{kind}: {path.name}", made + _scale_note(model.cfg), trained=True, notice="")
