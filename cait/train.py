@@ -49,6 +49,7 @@ from .explain import layerscale_stats
 from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform
+from .runtime import AMP_CHOICES, DEVICE_CHOICES, DeviceError, autocast, autocast_dtype, resolve_device
 
 RESIDUAL_KINDS = ("layerscale", "scalar", "rezero", "none")
 # flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
@@ -82,11 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of init, data order, augmentation, mixup and drop path")
     g.add_argument("--subset", type=int, default=None, help="use only the first N training images (smoke tests)")
     g.add_argument("--val-subset", type=int, default=None, help="evaluate on only the first N validation images")
-    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto = cuda when present")
+    g.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
     g.add_argument("--workers", type=int, default=2, help="data loading processes per training process (0 = inline)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)")
-    g.add_argument("--amp", default="auto", choices=("auto", "bf16", "fp16", "none"),
+    g.add_argument("--amp", default="auto", choices=AMP_CHOICES,
                    help="autocast dtype; auto = bf16 where the hardware computes it natively (CUDA, or a CPU with "
                         "AVX512-BF16/AMX: ~1.7x faster), else fp32 (on an AVX2-only CPU bf16 is ~12x slower)")
     g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and always after the last)")
@@ -174,8 +175,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         model_config(args)
     except ValueError as e:
         parser.error(str(e))
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
+    try:
+        resolve_device(args.device)
+    except DeviceError as e:
+        parser.error(str(e))
     if not 0 <= args.ema < 1:
         parser.error(f"--ema is a decay in [0, 1), got {args.ema}")
     return args
@@ -402,7 +405,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: to
     counts = torch.zeros(2, dtype=torch.float64, device=device)
     for x, y in loader:
         x, y = x.to(device), y.to(device)
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+        with autocast(amp, device):
             logits = model(x)
         counts += torch.tensor([(logits.argmax(1) == y).sum().item(), len(y)], dtype=torch.float64, device=device)
     model.train(was_training)
@@ -440,7 +443,7 @@ def read_metrics(path: Path, epoch_index: int) -> list[str]:
 
 def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
     """(rank, world size, device). torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; gloo on CPU, NCCL on GPU."""
-    use_cuda = device_arg == "cuda" or (device_arg == "auto" and torch.cuda.is_available())
+    use_cuda = resolve_device(device_arg).type == "cuda"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, torch.device("cuda" if use_cuda else "cpu")
@@ -632,7 +635,7 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
             target = y
             if mixup is not None:
                 x, target = mixup(x, y)
-            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            with autocast(amp, device):
                 logits = model_ddp(x)
                 loss = criterion(logits, target)
                 if teacher is not None:
@@ -710,18 +713,6 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
         save_state(epoch, 0)  # a signal during evaluation is honoured at the next step, where ranks agree
     log(f"done: best val top-1 {best:.2f}%; weights in {out}")
     return 0
-
-
-def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """The --amp choice as a dtype; "auto" takes bf16 only where it is computed natively, because CPUs
-    without AVX512-BF16/AMX emulate it (measured on an AVX2 EPYC: CaiT steps 12x slower than fp32)."""
-    if amp == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-        native = [getattr(torch.cpu, probe, lambda: False)() for probe in
-                  ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-        return torch.bfloat16 if any(native) else None
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}[amp]
 
 
 def _eta(seconds: float) -> str:

@@ -296,15 +296,6 @@ def test_init_from_weights_that_do_not_fit_is_one_line(tmp_path, capsys, make, m
     assert code == 2 and message in err[-1] and "Traceback" not in "\n".join(err)
 
 
-@pytest.mark.parametrize("bf16_native,expected", [(True, torch.bfloat16), (False, None)])
-def test_amp_auto_takes_bf16_only_where_the_cpu_computes_it(monkeypatch, bf16_native, expected):
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_native, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    assert train_mod.autocast_dtype("auto", torch.device("cpu")) is expected
-    assert train_mod.autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
-    assert train_mod.autocast_dtype("none", torch.device("cpu")) is None
-
-
 @pytest.mark.parametrize("jitter", [0.0, 0.4])
 def test_color_jitter_flag_reaches_the_transform(jitter):
     # a uniform grey image stays uniform under crop and flip; only colour jitter moves its value
