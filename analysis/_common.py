@@ -131,6 +131,21 @@ def save_png(fig, path: Path, made_from: str, *, dpi: int = 110) -> Path:
     return path
 
 
+def save_image(image: Image.Image, path: Path, made_from: str) -> Path:
+    """PIL image -> PNG with the provenance line in a strip along the bottom."""
+    from PIL import ImageDraw
+
+    from cait.figures.attention import load_font
+    font = load_font(11)
+    text = f"made from: {made_from}"
+    width = max(image.width, int(ImageDraw.Draw(image).textlength(text, font=font)) + 12)
+    sheet = Image.new("RGB", (width, image.height + 18), "white")
+    sheet.paste(image, (0, 0))
+    ImageDraw.Draw(sheet).text((6, image.height + 3), text, fill="#444", font=font)
+    sheet.save(path, format="PNG")
+    return path
+
+
 def save_html(fig, path: Path, made_from: str) -> Path:
     """Plotly figure -> one self-contained HTML file (plotly.js embedded: works offline), with the
     provenance line under the title."""

@@ -12,69 +12,55 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from _common import (Example, batch_of, load_examples, load_model, matplotlib_pyplot, out_dir, parser, save_html,
-                     save_png, write_json)
-from cait.explain import class_attention, overlay
+from _common import (Example, batch_of, load_examples, load_model, out_dir, parser, save_html, save_image,
+                     write_json)
+from cait.explain import class_attention
+from cait.figures import attention_tiles, colour_bar, grid_columns, head_name, tile_sheet
 from cait.preprocess import class_names
 
 
 def panel_titles(layers: int, heads: int) -> list[list[str]]:
-    return [[f"CA{l + 1} head {h}" for h in range(heads)] + [f"CA{l + 1} mean"] for l in range(layers)]
+    """Per CA layer, the name of every head, then the mean (the order of the JSON's maps)."""
+    return [[head_name(l, h) for h in range(heads)] + [head_name(l, None)] for l in range(layers)]
 
 
 def figure_png(ex: Example, maps: torch.Tensor, self_share: torch.Tensor, caption: str, made_from: str, path) -> None:
-    """maps [L, heads, g, g]; self_share [L, heads]."""
-    plt = matplotlib_pyplot()
-    layers, heads = maps.shape[:2]
-    titles = panel_titles(layers, heads)
-    fig, axes = plt.subplots(layers, heads + 1, figsize=(2.1 * (heads + 1), 2.3 * layers + 0.9), squeeze=False)
-    for l in range(layers):
-        for c in range(heads + 1):
-            heat = maps[l, c] if c < heads else maps[l].mean(0)
-            share = self_share[l, c] if c < heads else self_share[l].mean()
-            ax = axes[l, c]
-            ax.imshow(overlay(ex.image, heat))
-            ax.set_title(f"{titles[l][c]}\ncls->cls {share:.2f}", fontsize=8)
-            ax.axis("off")
-    fig.suptitle(f"{ex.name}: {caption}", fontsize=10)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    save_png(fig, path, made_from)
+    """The app's class-attention grid for one image: maps [L, heads, g, g]; self_share [L, heads]."""
+    layers = attention_tiles(ex.image, maps.numpy(), self_share.numpy())
+    sheet = tile_sheet(layers, title=f"{ex.name}: {caption}",
+                       footer=colour_bar("inferno", "each tile's min", "each tile's max"))
+    save_image(sheet, path, made_from)
 
 
 def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str], made_from: str, path) -> None:
-    """One subplot per (layer, head|mean); the menu switches images. maps [B, L, heads, g, g]."""
+    """The same grid, interactive: one subplot per (layer, mean|head) in the tiles' order, hover shows the
+    attention; the menu switches images. maps [B, L, heads, g, g]."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     B, layers, heads, g, _ = maps.shape
-    titles = [t for row in panel_titles(layers, heads) for t in row]
-    fig = make_subplots(layers, heads + 1, subplot_titles=titles, horizontal_spacing=0.02, vertical_spacing=0.08)
-    side = examples[0].image.width
-    step = side / g
-    per_image = []
+    order = [(l, h) for l in range(layers) for h in (None, *range(heads))]
+    columns = grid_columns(heads + 1)
+    rows = layers * -(-(heads + 1) // columns)
+    fig = make_subplots(rows, columns, subplot_titles=[head_name(l, h) for l, h in order], horizontal_spacing=0.02,
+                        vertical_spacing=0.08)
+    step = examples[0].image.width / g
     for b, ex in enumerate(examples):
-        traces = 0
-        for l in range(layers):
-            for c in range(heads + 1):
-                heat = (maps[b, l, c] if c < heads else maps[b, l].mean(0)).numpy()
-                fig.add_trace(go.Image(z=np.asarray(ex.image), visible=b == 0, hoverinfo="skip"), row=l + 1, col=c + 1)
-                fig.add_trace(go.Heatmap(z=heat, x0=step / 2, dx=step, y0=step / 2, dy=step, colorscale="Inferno",
-                                         opacity=0.55, showscale=False, visible=b == 0,
-                                         hovertemplate="attention %{z:.4f}<extra></extra>"), row=l + 1, col=c + 1)
-                traces += 2
-        per_image.append(traces)
-    total = sum(per_image)
-    buttons = []
-    for b, ex in enumerate(examples):
-        visible = [False] * total
-        start = sum(per_image[:b])
-        visible[start:start + per_image[b]] = [True] * per_image[b]
-        buttons.append(dict(label=ex.name, method="update",
-                            args=[{"visible": visible}, {"title.text": f"{ex.name}: {captions[b]}<br><sup>made from: "
-                                                                       f"{made_from}</sup>"}]))
+        for i, (l, h) in enumerate(order):
+            heat = (maps[b, l].mean(0) if h is None else maps[b, l, h]).numpy()
+            where = dict(row=l * (rows // layers) + (i % (heads + 1)) // columns + 1, col=(i % (heads + 1)) % columns + 1)
+            fig.add_trace(go.Image(z=np.asarray(ex.image), visible=b == 0, hoverinfo="skip"), **where)
+            fig.add_trace(go.Heatmap(z=heat, x0=step / 2, dx=step, y0=step / 2, dy=step, colorscale="Inferno",
+                                     opacity=0.55, showscale=False, visible=b == 0,
+                                     hovertemplate="attention %{z:.4f}<extra></extra>"), **where)
+    per_image = 2 * len(order)
+    buttons = [dict(label=ex.name, method="update",
+                    args=[{"visible": [b == k // per_image for k in range(B * per_image)]},
+                          {"title.text": f"{ex.name}: {captions[b]}<br><sup>made from: {made_from}</sup>"}])
+               for b, ex in enumerate(examples)]
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
     fig.update_layout(title=f"{examples[0].name}: {captions[0]}", updatemenus=[dict(buttons=buttons, x=1.0, y=1.12)],
-                      height=260 * layers + 120, width=210 * (heads + 1) + 80)
+                      height=260 * rows + 120, width=210 * columns + 80)
     save_html(fig, path, made_from)
 
 

@@ -16,12 +16,10 @@ import json
 import os
 import socket
 import statistics
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
@@ -29,7 +27,9 @@ from tqdm import tqdm  # noqa: E402
 
 import cait  # noqa: E402
 from app.images import load_image  # noqa: E402
-from app.main import ModelStore, analyse, build_app, launch, load_model  # noqa: E402
+from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
+from app.session import analyse  # noqa: E402
+from app.ui import build_app, launch  # noqa: E402
 
 
 def free_port() -> int:
@@ -49,10 +49,12 @@ def median_seconds(fn, repeats: int, desc: str) -> float:
 
 
 def bench_model(name: str, repeats: int, ig_repeats: int) -> dict:
-    loaded = load_model(name, None, torch.device("cpu"))
+    choice = ModelChoice(name)
+    cache = ModelCache(lambda c: load_model(c, torch.device("cpu")), max_bytes=2**34)
+    loaded = cache.get(choice)
     image = loaded.examples[0][0]
     x = cait.preprocess.to_batch([load_image(image).image], loaded.cfg)
-    demo = build_app(ModelStore(loaded))
+    demo = build_app(cache, choice)
     port = free_port()
     launch(demo, port=port, block=False)
     try:

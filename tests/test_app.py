@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import socket
 import struct
-import sys
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,12 +20,19 @@ from cait import explain
 from conftest import randomise_
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the app is a folder of the repo, not part of the installed package
 
 from app import images  # noqa: E402
+from app.examples import find_examples  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
-from app import main  # noqa: E402
-from app.main import ModelStore, analyse, build_app, launch, load_model, pick_device  # noqa: E402
+from app.models import ModelCache, ModelChoice, load_model as load_choice  # noqa: E402
+from app.session import analyse  # noqa: E402
+from app.ui import build_app, launch  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def load_model(name, checkpoint, device=CPU):
+    return load_choice(ModelChoice(name=name, checkpoint=checkpoint), device)
 
 
 # ------------------------------------------------------------------------------ odd image files
@@ -155,7 +161,7 @@ def test_truncated_file_gets_a_clear_message(tmp_path):
 # ------------------------------------------------------------------------------- model loading
 
 def test_model_without_weights_is_flagged_untrained_and_reproducible():
-    a, b = load_model("cait_pico_32", None, torch.device("cpu")), load_model("cait_pico_32", None, torch.device("cpu"))
+    a, b = load_model("cait_pico_32", None), load_model("cait_pico_32", None)
     assert a.notice.startswith("Untrained") and a.source.startswith("random init")
     for (k, va), vb in zip(a.model.state_dict().items(), b.model.state_dict().values()):
         assert torch.equal(va, vb), k
@@ -165,32 +171,28 @@ def test_checkpoint_loading_and_bad_checkpoint(tmp_path):
     model = randomise_(cait.create_model("cait_pico_32"))
     path = tmp_path / "pico.safetensors"
     cait.save_weights(model, path)
-    loaded = load_model(None, str(path), torch.device("cpu"))
+    loaded = load_model(None, str(path))
     assert loaded.notice == "" and "pico.safetensors" in loaded.source
     assert torch.equal(loaded.model.head.weight, model.head.weight)
     bad = tmp_path / "bad.pth"
     bad.write_bytes(b"garbage")
     with pytest.raises(cait.CheckpointError):
-        load_model("cait_pico_32", str(bad), torch.device("cpu"))
+        load_model("cait_pico_32", str(bad))
 
 
-def test_swapping_to_an_imagenet_model_switches_labels_and_examples():
-    store = ModelStore(load_model("cait_pico_32", None, torch.device("cpu")))
-    before = store.current
-    loaded = store.swap("cait_xxs24_224", None)
-    assert store.current is loaded and before.uid != loaded.uid
+def test_an_imagenet_model_has_imagenet_labels_and_photos():
+    cache = ModelCache(lambda choice: load_choice(choice, CPU), max_bytes=2**40)
+    before = cache.get(ModelChoice("cait_pico_32"))
+    loaded = cache.get(ModelChoice("cait_xxs24_224"))
+    assert cache.cached == [ModelChoice("cait_pico_32"), ModelChoice("cait_xxs24_224")] and before.uid != loaded.uid
     assert len(loaded.labels) == 1000 and loaded.labels[281].startswith("tabby")
-    names = {Path(p).stem for p, _ in loaded.examples}
-    assert {"chelsea", "astronaut", "coffee", "rocket"} <= names and len(loaded.examples) >= 6
+    names = [Path(p).stem for p, _ in loaded.examples]
+    assert {"chelsea", "astronaut", "coffee", "rocket"} <= set(names) and len(loaded.examples) >= 6
+    assert len(names) == len(set(names)), names  # each photo once, however many roots hold it
     for path, _ in loaded.examples:
         assert min(Image.open(path).size) > 200  # real photos, not icons
     a = analyse(loaded, next(p for p, _ in loaded.examples if "chelsea" in p))
     assert a.ca_maps.shape == (2, 4, 14, 14) and a.view.size == (224, 224)
-
-
-def test_device_auto_follows_cuda():
-    assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    assert pick_device("cpu").type == "cpu"
 
 
 # -------------------------------------------------------------------------- the running server
@@ -210,8 +212,10 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("app")
     ckpt = tmp / "nano.safetensors"
     cait.save_weights(randomise_(cait.create_model("cait_nano_64")), ckpt)
-    loaded = load_model(None, str(ckpt), torch.device("cpu"))
-    demo = build_app(ModelStore(loaded))
+    choice = ModelChoice(name=None, checkpoint=str(ckpt))
+    cache = ModelCache(lambda c: load_choice(c, CPU), max_bytes=2**30)
+    loaded = cache.get(choice)
+    demo = build_app(cache, choice)
     port = free_port()
     launch(demo, port=port, block=False)
     try:
@@ -336,8 +340,8 @@ def test_uploads_above_the_size_limit_are_refused(server):
 
 
 def test_examples_match_the_model_kind():
-    scenes = main.find_examples(cait.get_config("cait_nano_64"))
-    grey = main.find_examples(cait.get_config("cait_nano_28"))
+    scenes = find_examples(cait.get_config("cait_nano_64"))
+    grey = find_examples(cait.get_config("cait_nano_28"))
     assert len(scenes) == 12 and all("scene_" in Path(p).name for p, _ in scenes)
     assert grey and all(Path(p).name.startswith("fashion-mnist-") for p, _ in grey)
     with Image.open(grey[0][0]) as im:

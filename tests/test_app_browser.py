@@ -29,7 +29,8 @@ expect.set_options(timeout=TIMEOUT)
 def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     """`python app/main.py ARGS` on a free port; returns (process, url) once it answers."""
     port = free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
+    # PYTHONPATH: the checkout under test (cait and app), whatever version is installed in the environment
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, str(ROOT / "app" / "main.py"), "--port", str(port), "--device", "cpu",
                              *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}/"
@@ -77,21 +78,21 @@ def page(tmp_path_factory):
 
 
 def grid_images(page):
-    return page.locator("#ca_grid img")
+    return page.locator(".ca-grid img")  # one gallery per CA layer
 
 
 def test_example_gives_predictions_and_attention_grid(page):
     heads = cait.get_config(cait.DEFAULT_MODEL).num_heads
     expect(page.locator("#header")).to_contain_text("CaiT")
     page.locator("#examples button.thumbnail-item").first.click()
-    expect(grid_images(page)).to_have_count(2 * (heads + 1))  # 2 CA layers x (heads + mean)
+    expect(grid_images(page)).to_have_count(2 * (heads + 1))  # 2 CA layers x (mean + heads)
     expect(page.locator("#top5")).to_contain_text("%")
     expect(page.locator("#status")).to_contain_text("Top-1")
     labels = set(cait.config.FASHION_MNIST_CLASSES)
     top5_text = page.locator("#top5").inner_text()
     assert sum(label in top5_text for label in labels) >= 5
-    page.wait_for_function("() => [...document.querySelectorAll('#ca_grid img')].every(i => i.complete && i.naturalWidth > 100)")
-    expect(page.locator("#ca_grid")).to_contain_text("CA2 mean")
+    page.wait_for_function("() => [...document.querySelectorAll('.ca-grid img')].every(i => i.complete && i.naturalWidth > 100)")
+    expect(page.locator("#ca_grid_2")).to_contain_text("CA2 mean")
     expect(page.locator("#grid_png")).to_contain_text("class_attention")
     expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
     page.screenshot(path="/tmp/cait_app_class_attention.png", full_page=True)
@@ -101,11 +102,12 @@ def test_colormap_switch_and_enlarging_a_head(page):
     before = grid_images(page).first.get_attribute("src")
     page.locator("#cmap input").click()
     page.get_by_role("option", name="viridis").click()
-    page.wait_for_function("(old) => { const i = document.querySelector('#ca_grid img'); return i && i.src !== old "
+    page.wait_for_function("(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old "
                            "&& i.complete && i.naturalWidth > 100; }", arg=before)
-    grid_images(page).nth(1).click()  # CA1 head 1: enlarged below the grid
+    grid_images(page).nth(1).click()  # CA1 head 1 (after the CA1 mean): enlarged below the grid
     page.wait_for_function("() => { const i = document.querySelector('#ca_big img'); return i && i.complete "
                            "&& i.naturalWidth >= 448; }")
+    expect(page.locator("#ca_big")).to_contain_text("CA1 head 1")
     page.screenshot(path="/tmp/cait_app_viridis.png", full_page=True)
 
 

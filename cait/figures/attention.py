@@ -35,24 +35,28 @@ def display_base(view: Image.Image, side: int = TILE) -> Image.Image:
     return view.convert("RGB").resize((side, side), Image.Resampling.NEAREST)
 
 
-def attention_tiles(view: Image.Image, maps: np.ndarray, self_share: np.ndarray, *, cmap: str = "inferno",
-                    alpha: float = 0.5, shared_scale: bool = False, smooth: bool = True,
-                    side: int = TILE) -> list[list[Tile]]:
+def attention_tile(base: Image.Image, maps: np.ndarray, self_share: np.ndarray, layer: int, head: int | None, *,
+                   cmap: str = "inferno", alpha: float = 0.5, shared_scale: bool = False,
+                   smooth: bool = True) -> Tile:
+    """One tile of `attention_tiles` (head None: the head mean), drawn on `base` at its size."""
+    heat = maps[layer].mean(0) if head is None else maps[layer, head]
+    share = float(self_share[layer].mean() if head is None else self_share[layer, head])
+    value_range = (0.0, float(maps[layer].max())) if shared_scale else None
+    image = overlay(base, torch.from_numpy(np.ascontiguousarray(heat)), cmap=cmap, alpha=alpha,
+                    value_range=value_range, smooth=smooth)
+    return Tile(image, f"{head_name(layer, head)} · self {share:.0%}", layer, head)
+
+
+def attention_tiles(view: Image.Image, maps: np.ndarray, self_share: np.ndarray, *, side: int = TILE,
+                    **look) -> list[list[Tile]]:
     """maps [L, heads, g, g], self_share [L, heads] -> per CA layer [mean, head 1, ..., head H].
 
-    shared_scale: every tile of a layer maps 0 .. the layer's largest value to the colormap, so tiles
-    compare; otherwise each tile spans its own min .. max (shows the shape of weak heads too)."""
+    look: `attention_tile`'s colormap, opacity, smooth or patch-grid view, and shared_scale: every tile of
+    a layer maps 0 .. the layer's largest value to the colormap, so tiles compare; otherwise each tile
+    spans its own min .. max (shows the shape of weak heads too)."""
     base = display_base(view, side)
-    layers = []
-    for layer, (layer_maps, shares) in enumerate(zip(maps, self_share)):
-        heats = [(None, layer_maps.mean(0), float(shares.mean()))] + \
-                [(h, layer_maps[h], float(shares[h])) for h in range(len(layer_maps))]
-        value_range = (0.0, float(layer_maps.max())) if shared_scale else None
-        layers.append([Tile(overlay(base, torch.from_numpy(np.ascontiguousarray(heat)), cmap=cmap, alpha=alpha,
-                                    value_range=value_range, smooth=smooth),
-                            f"{head_name(layer, head)} · self {share:.0%}", layer, head)
-                       for head, heat, share in heats])
-    return layers
+    return [[attention_tile(base, maps, self_share, layer, head, **look) for head in (None, *range(maps.shape[1]))]
+            for layer in range(maps.shape[0])]
 
 
 def grid_columns(tiles_per_layer: int, max_columns: int = MAX_COLUMNS) -> int:
@@ -62,7 +66,7 @@ def grid_columns(tiles_per_layer: int, max_columns: int = MAX_COLUMNS) -> int:
     return -(-tiles_per_layer // rows)
 
 
-def _font(size: int) -> ImageFont.ImageFont:
+def load_font(size: int) -> ImageFont.ImageFont:
     try:
         return ImageFont.truetype("DejaVuSans.ttf", size)
     except OSError:  # no DejaVu on this machine: Pillow's own font
@@ -76,7 +80,7 @@ def colour_bar(cmap: str, low: str, high: str, *, width: int = 320, height: int 
     strip = Image.fromarray((np.repeat(ramp, height, axis=0) * 255).astype(np.uint8))
     bar = Image.new("RGB", (width, height + 18), "white")
     bar.paste(strip, (0, 0))
-    draw, font = ImageDraw.Draw(bar), _font(12)
+    draw, font = ImageDraw.Draw(bar), load_font(12)
     draw.text((0, height + 2), low, fill="black", font=font)
     draw.text((width - draw.textlength(high, font=font), height + 2), high, fill="black", font=font)
     return bar
@@ -92,9 +96,9 @@ def tile_sheet(layers: list[list[Tile]], *, title: str = "", footer: Image.Image
     top = CAPTION_H + 6 if title else 0
     extra = footer.height + 8 if footer is not None else 0
     sheet = Image.new("RGB", (columns * side, top + rows * (side + CAPTION_H) + extra), "white")
-    draw, font = ImageDraw.Draw(sheet), _font(13)
+    draw, font = ImageDraw.Draw(sheet), load_font(13)
     if title:
-        draw.text((6, 4), title, fill="black", font=_font(14))
+        draw.text((6, 4), title, fill="black", font=load_font(14))
     y = top
     for tiles in layers:
         for i, tile in enumerate(tiles):

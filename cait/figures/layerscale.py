@@ -33,8 +33,9 @@ def layerscale_plot(rows: list[dict], *, init_values: float | None) -> LinePlot:
             sel = sorted((r for r in rows if r["gamma"] == gamma and r["stage"] == stage), key=lambda r: r["layer"])
             if not sel:
                 continue
-            series.append(Series(f"{stage.upper()} median |{gamma}|", [block_position(stage, r["layer"], depth) for r in sel],
-                                 [r["median"] for r in sel], panel=panel, colour=colour,
+            series.append(Series(f"{stage.upper()} blocks: median, band p10-p90",
+                                 [block_position(stage, r["layer"], depth) for r in sel],
+                                 [r["median"] for r in sel], panel=panel, colour=colour, legend=panel == 0,
                                  band=([r["p10"] for r in sel], [r["p90"] for r in sel]),
                                  hover=[f"mean {r['mean']:.3g}, p10 {r['p10']:.3g}, p90 {r['p90']:.3g}" for r in sel]))
     return LinePlot(title="LayerScale |gamma| per depth (median over channels, band p10-p90)",
@@ -58,7 +59,8 @@ def layerscale_epochs_plot(rows: list[dict], *, init_values: float | None) -> Li
                          key=lambda r: block_position(r["stage"], r["layer"], depth))
             colour = matplotlib.colors.to_hex(blues(0.25 + 0.75 * (i + 1) / len(epochs)))
             series.append(Series(f"epoch {epoch}", [block_position(r["stage"], r["layer"], depth) for r in sel],
-                                 [r["median"] for r in sel], panel=panel, colour=colour, legend=panel == 0))
+                                 [r["median"] for r in sel], panel=panel, colour=colour,
+                                 legend=panel == 0 and i in (0, len(epochs) - 1)))  # first and last named
     return LinePlot(title=f"LayerScale across training, epochs {epochs[0]}-{epochs[-1]} (darker = later)",
                     panels=[f"{b}: median over channels" for b in BRANCH.values()], x_label="block",
                     y_label="median |gamma|", series=series, log_y=True, x_ticks=block_ticks(depth, ca_depth),

@@ -96,7 +96,9 @@ def to_matplotlib(plot: LinePlot, *, width: float = 12.0, height: float = 4.8):
         if plot.log_y:
             ax.set_yscale("log")
     axes[0].set_ylabel(plot.y_label)
-    axes[-1].legend(fontsize=7, loc="best")
+    labelled = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels())}
+    if labelled:
+        axes[-1].legend(list(labelled.values()), list(labelled), fontsize=7, loc="best")
     fig.suptitle(plot.title)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

@@ -1,0 +1,237 @@
+"""What each event of the page does: read the session's model from the shared cache, call `app.session`,
+and return {component: new value} for the components that change (the others stay as they are)."""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import gradio as gr
+from gradio.data_classes import FileData
+
+import cait
+from cait import explain
+from cait.figures import (attention_tile, attention_tiles, colour_bar, display_base, grid_columns, layerscale_plot,
+                          residual_ratio_plot, tile_sheet, to_plotly)
+
+from app import figures, session, texts
+from app.images import ImageInputError
+from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, Page
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.workdir import WORK
+
+log = logging.getLogger("cait.app")
+
+
+def layerscale_figure(loaded: LoadedModel):
+    return to_plotly(layerscale_plot(explain.layerscale_stats(loaded.model), init_values=loaded.cfg.init_values))
+
+
+def _payload_path(payload: Any) -> str | None:
+    if payload is None:
+        return None
+    if isinstance(payload, dict):
+        return payload.get("path")
+    return getattr(payload, "path", None) or (payload if isinstance(payload, str) else None)
+
+
+def _look(cmap: str, alpha: float, scale: str, view: str) -> dict[str, Any]:
+    return dict(cmap=cmap, alpha=float(alpha), shared_scale=scale == SCALES[1], smooth=view == VIEWS[0])
+
+
+class Handlers:
+    def __init__(self, page: Page, cache: ModelCache, default: ModelChoice):
+        self.page, self.cache, self.default = page, cache, default
+
+    # ------------------------------------------------------------------------ class-attention view
+
+    def _ca_tiles(self, a: session.Analysis, look: dict[str, Any]):
+        return attention_tiles(a.view, a.ca_maps, a.self_share, **look)
+
+    def ca_outputs(self, a: session.Analysis, cmap: str, alpha: float, scale: str, view: str,
+                   selected: tuple[int, int] | None) -> dict:
+        p = self.page
+        layers = self._ca_tiles(a, _look(cmap, alpha, scale, view))
+        columns = grid_columns(len(layers[0]))
+        shared = scale == SCALES[1]
+        out = {}
+        for i, gallery in enumerate(p.ca_galleries):
+            tiles = layers[i] if i < len(layers) else []
+            top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if shared and tiles else ""
+            out[gallery] = gr.Gallery(value=[(t.image, t.caption) for t in tiles] or None, columns=columns,
+                                      visible=bool(tiles), label=f"CA layer {i + 1}{top}")
+        bar = colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
+        png = tile_sheet(layers[:MAX_CA_LAYERS], title="Class attention (rows: CA layers; head mean first)", footer=bar)
+        path = WORK.request_dir() / "class_attention.png"
+        png.save(path)
+        out.update({p.colour_bar: bar, p.grid_file: str(path),
+                    p.ca_big: self._big(a, _look(cmap, alpha, scale, view), selected)})
+        return out
+
+    def _big(self, a: session.Analysis, look: dict[str, Any], selected: tuple[int, int] | None):
+        if selected is None or selected[0] >= a.ca_maps.shape[0]:
+            return gr.Image(value=None, label="Selected tile (click one)")
+        layer, index = selected
+        tile = attention_tile(display_base(a.view, 448), a.ca_maps, a.self_share, layer, None if index == 0 else index - 1,
+                              **look)
+        return gr.Image(value=tile.image, label=tile.caption)
+
+    def rerender_ca(self, a, cmap, alpha, scale, view, selected) -> dict:
+        if a is None:
+            return {}
+        return self.ca_outputs(a, cmap, alpha, scale, view, selected)
+
+    def enlarge(self, layer: int):
+        def handler(a, cmap, alpha, scale, view, evt: gr.SelectData) -> dict:
+            if a is None:
+                return {}
+            selected = (layer, int(evt.index))
+            return {self.page.ca_big: self._big(a, _look(cmap, alpha, scale, view), selected),
+                    self.page.selected: selected}
+        return handler
+
+    # ------------------------------------------------------------------------ a new image
+
+    def cleared(self, status: str = "") -> dict:
+        """Every result of the last image emptied (a removed image, a new model, a file that failed)."""
+        p = self.page
+        out = {p.analysis: None, p.selected: None, p.top5: None, p.status: status, p.grid_file: None,
+               p.json_file: None, p.ca_big: None, p.colour_bar: None, p.sal_gallery: None, p.sal_region: None,
+               p.sal_table: None, p.ratio_plot: None, p.th_gallery: None, p.th_plot: None}
+        out.update({g: gr.Gallery(value=None, visible=False) for g in p.ca_galleries})
+        return out
+
+    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, talk: tuple, *, uploaded: bool) -> dict:
+        p = self.page
+        for note in a.notes:
+            gr.Info(note)
+        preds = session.top_predictions(a.probs, loaded.labels)
+        data = session.numbers(loaded, a)
+        data["layerscale"] = explain.layerscale_stats(loaded.model)
+        json_path = WORK.request_dir() / "cait_analysis.json"
+        json_path.write_text(json.dumps(data))
+        out = self.cleared(texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
+        out.update(self.ca_outputs(a, *look, None))
+        out.update(self.talking_outputs(loaded, a, *talk[1:]))
+        out.update({p.analysis: a, p.top5: {q["label"]: q["probability"] for q in preds}, p.json_file: str(json_path),
+                    p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
+                    p.sal_class: gr.Dropdown(choices=[(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)],
+                                             value=preds[0]["index"])})
+        return out
+
+    def _analyse_path(self, choice: ModelChoice, path: str | None, look: tuple, talk: tuple, *, uploaded: bool) -> dict:
+        if path is None:
+            return self.cleared()
+        loaded = self.cache.get(choice)
+        try:
+            a = session.analyse(loaded, path, sa_layer=int(talk[0]) - 1)
+        except ImageInputError as e:
+            log.info("could not analyse an upload: %s", e)
+            return self.cleared(f"**Could not analyse this file:** {e}")
+        return self._analysed(loaded, a, look, talk, uploaded=uploaded)
+
+    def on_upload(self, choice, payload, cmap, alpha, scale, view, th_layer, th_row, th_col) -> dict:
+        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view),
+                                  (th_layer, th_row, th_col), uploaded=True)
+
+    def on_example(self, choice, cmap, alpha, scale, view, th_layer, th_row, th_col, evt: gr.SelectData) -> dict:
+        path = evt.value["image"]["path"]
+        out = self._analyse_path(choice, path, (cmap, alpha, scale, view), (th_layer, th_row, th_col), uploaded=False)
+        out[self.page.image_in] = path
+        return out
+
+    # ------------------------------------------------------------------------ saliency
+
+    def saliency(self, choice, a, target, methods, steps, cmap, alpha, view, progress=gr.Progress()) -> dict:
+        p = self.page
+        if a is None or a.choice != choice:
+            return {p.status: "Analyse an image first (pick an example or upload one)."}
+        if not methods:
+            return {p.sal_table: None, p.sal_gallery: None, p.status: "Tick at least one saliency method."}
+        loaded = self.cache.get(choice)
+        target = a.top_class if target is None else int(target)
+        name = loaded.labels[target]
+        progress((0, len(methods)), desc="saliency", unit="methods")
+        rows = session.saliency_rows(loaded, a, target=target, methods=list(methods),
+                                     options=explain.MethodOptions(ig_steps=int(steps)),
+                                     on_method=lambda i, m: progress((i, len(methods)), desc=m, unit="methods"))
+        look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
+        tiles = [(figures.saliency_tile(a.view, r.heat, **look),
+                  f"{r.method} for '{name}' · deletion AUC {r.deletion_auc:.3f} · insertion AUC {r.insertion_auc:.3f}")
+                 for r in rows]
+        mask, box = session.regions_of_focus(loaded, a)
+        table = [[r.method, round(r.deletion_auc, 4), round(r.insertion_auc, 4), round(r.seconds, 2)] for r in rows]
+        return {p.sal_gallery: gr.Gallery(value=tiles, label=f"Maps for class '{name}'"),
+                p.sal_region: figures.region_image(a.view, mask, box, loaded.cfg.img_size), p.sal_table: table}
+
+    # ------------------------------------------------------------------------ talking heads
+
+    def talking_outputs(self, loaded: LoadedModel, a: session.Analysis, row: int, col: int) -> dict:
+        g = loaded.cfg.grid_size
+        patch = (min(max(int(row), 1), g) - 1) * g + min(max(int(col), 1), g) - 1
+        st = a.stages
+        tiles = figures.query_tiles(a.view, {"raw": st.raw, "after_proj_l": st.after_proj_l,
+                                             "after_proj_w": st.after_proj_w}, patch)
+        proj_l, proj_w = (m.float().cpu().numpy() for m in explain.mixing_matrices(loaded.model, st.layer))
+        return {self.page.th_gallery: gr.Gallery(value=tiles, columns=min(loaded.cfg.num_heads, 8)),
+                self.page.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer)}
+
+    def talking(self, choice, a, layer, row, col) -> dict:
+        if a is None or a.choice != choice:
+            return {}
+        loaded = self.cache.get(choice)
+        a = session.with_sa_layer(loaded, a, int(layer) - 1)
+        return {self.page.analysis: a, **self.talking_outputs(loaded, a, row, col)}
+
+    # ------------------------------------------------------------------------ the Model tab
+
+    def model_outputs(self, loaded: LoadedModel) -> dict:
+        """Everything on the page that depends on the session's model, for `loaded`."""
+        p, cfg, g = self.page, loaded.cfg, loaded.cfg.grid_size
+        return {p.choice: loaded.choice, p.header: texts.header_markdown(loaded), p.model_md: texts.model_markdown(loaded),
+                p.examples: gr.Gallery(value=loaded.examples), p.image_in: None, p.ls_plot: layerscale_figure(loaded),
+                p.th_layer: gr.Slider(maximum=cfg.depth, value=1), p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
+                p.th_col: gr.Slider(maximum=g, value=g // 2 + 1), p.sal_class: gr.Dropdown(choices=[], value=None),
+                p.th_gallery: gr.Gallery(value=None, columns=min(cfg.num_heads, 8)), p.variant: loaded.choice.name}
+
+    def load_model(self, choice: ModelChoice, name: str | None, checkpoint: str | None) -> dict:
+        """Load a model for this session only. A failure is one message next to the button; nothing
+        else on the page changes."""
+        wanted = ModelChoice(name=name or None, checkpoint=(checkpoint or "").strip() or None)
+        try:
+            loaded = self.cache.get(wanted)
+        except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
+            first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+            log.info("could not load %s: %s", wanted, first_line)
+            more = "" if first_line == str(e) else "\n\n```\n" + str(e) + "\n```"
+            return {self.page.load_msg: f"**Could not load the model:** {first_line}{more}"}
+        out = {**self.cleared(), **self.model_outputs(loaded)}
+        out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page."
+        return out
+
+    # ------------------------------------------------------------------------ the /analyze API
+
+    def analyze(self, image: FileData, method: str = "", target: int = -1, steps: int = 32) -> dict:
+        """Predictions and class-attention maps for one image, by the server's default model.
+
+        image: the image file (gradio_client: handle_file(path)).
+        method: "" for none, or a saliency method (see the "methods" field of the answer) to also compute
+            its patch-grid map for class `target` (-1: the top prediction); integrated_gradients uses `steps`.
+        Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
+        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"]}.
+        """
+        path = _payload_path(image)
+        if path is None:
+            raise gr.Error("no image given")
+        loaded = self.cache.get(self.default)
+        try:
+            a = session.analyse(loaded, path)
+            out = session.numbers(loaded, a)
+            out["methods"] = list(explain.METHODS)
+            if method:
+                out["attribution"] = session.attribution_for_api(loaded, a, method=method, target=int(target),
+                                                                 steps=int(steps))
+        except (ImageInputError, ValueError) as e:
+            prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
+            raise gr.Error(f"{prefix}{e}")
+        return out

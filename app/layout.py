@@ -1,0 +1,185 @@
+"""The page: every component, placed, with the values of the model a new session starts with. No event
+wiring here (`app.ui`) and no computing (`app.session`); `Page` names each component for the handlers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import gradio as gr
+
+import cait
+from cait import explain
+
+from app import figures, texts
+from app.models import LoadedModel, ModelChoice
+from app.workdir import FILE_TTL
+
+MAX_UPLOAD_MB = 20           # larger uploads are refused by the server before any handler runs
+MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
+STATE_TTL = 3600             # seconds a session's analysis is kept
+MAX_CA_LAYERS = 4            # class-attention galleries on the page (CaiT has 2 CA layers; ablations may differ)
+SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
+SCALES = ("per tile", "shared per layer")
+VIEWS = ("smooth", "patch grid")
+
+
+@dataclass
+class Page:
+    choice: gr.State           # the session's ModelChoice
+    analysis: gr.State         # the session's Analysis (or None)
+    selected: gr.State         # the enlarged tile (layer, head or None for the mean) or None
+    header: gr.Markdown
+    image_in: gr.Image
+    examples: gr.Gallery
+    top5: gr.Label
+    status: gr.Markdown
+    grid_file: gr.File
+    json_file: gr.File
+    cmap: gr.Dropdown
+    alpha: gr.Slider
+    scale: gr.Radio
+    view: gr.Radio
+    ca_galleries: list[gr.Gallery]
+    colour_bar: gr.Image
+    ca_big: gr.Image
+    sal_class: gr.Dropdown
+    ig_steps: gr.Slider
+    sal_methods: gr.CheckboxGroup
+    sal_run: gr.Button
+    sal_gallery: gr.Gallery
+    sal_region: gr.Image
+    sal_table: gr.Dataframe
+    ls_plot: gr.Plot
+    ratio_plot: gr.Plot
+    th_layer: gr.Slider
+    th_row: gr.Slider
+    th_col: gr.Slider
+    th_gallery: gr.Gallery
+    th_plot: gr.Plot
+    model_md: gr.Markdown
+    variant: gr.Dropdown
+    checkpoint: gr.Textbox
+    load_btn: gr.Button
+    load_msg: gr.Markdown
+
+    def components(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _inputs(first: LoadedModel, parts: dict) -> None:
+    with gr.Row():
+        with gr.Column(scale=2):
+            parts["image_in"] = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=300,
+                                         elem_id="image_in")
+            gr.Markdown(f"Any common image format, up to {MAX_UPLOAD_MB} MB (larger files are refused). The model "
+                        f"sees the central square, resized to its input size.", elem_id="upload_note")
+            parts["examples"] = gr.Gallery(value=first.examples, label="Examples (click one)", columns=4,
+                                           height="auto", allow_preview=False, elem_id="examples")
+        with gr.Column(scale=3):
+            parts["top5"] = gr.Label(num_top_classes=5, label="Top-5 predictions", elem_id="top5")
+            parts["status"] = gr.Markdown(elem_id="status")
+            with gr.Row():
+                parts["grid_file"] = gr.File(label="Class-attention grid (PNG)", elem_id="grid_png")
+                parts["json_file"] = gr.File(label="All numbers (JSON)", elem_id="numbers_json")
+
+
+def _class_attention_tab(parts: dict) -> None:
+    gr.Markdown("Attention of the class token to every patch: one block per class-attention layer, its head mean "
+                "first, then every head. *self* is the share the class token keeps for itself (not drawn). "
+                "Click a tile to enlarge it.")
+    with gr.Row():
+        parts["cmap"] = gr.Dropdown(list(figures.COLORMAPS), value="inferno", label="Colormap", elem_id="cmap")
+        parts["alpha"] = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="Overlay opacity", elem_id="alpha")
+        parts["scale"] = gr.Radio(list(SCALES), value=SCALES[0], label="Colour scale", elem_id="scale")
+        parts["view"] = gr.Radio(list(VIEWS), value=VIEWS[0], label="Heat map", elem_id="view")
+    parts["colour_bar"] = gr.Image(label="Colour scale", type="pil", interactive=False, height=60, show_label=False,
+                                   container=False, elem_id="colour_bar", buttons=[])
+    parts["ca_galleries"] = [
+        gr.Gallery(label=f"CA layer {i + 1}", allow_preview=False, object_fit="contain", height="auto",
+                   visible=False, elem_id=f"ca_grid_{i + 1}", elem_classes=["ca-grid"]) for i in range(MAX_CA_LAYERS)]
+    parts["ca_big"] = gr.Image(label="Selected tile", type="pil", interactive=False, height=448, elem_id="ca_big")
+
+
+def _saliency_tab(parts: dict) -> None:
+    gr.Markdown("Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
+                "insertion AUC (higher = more faithful). Only the ticked methods run.")
+    with gr.Row():
+        parts["sal_class"] = gr.Dropdown(label="Class", choices=[], elem_id="sal_class")
+        parts["ig_steps"] = gr.Slider(4, 128, value=explain.MethodOptions().ig_steps, step=4,
+                                      label="Integrated-gradients steps", elem_id="ig_steps")
+    parts["sal_methods"] = gr.CheckboxGroup(list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods",
+                                            elem_id="sal_methods")
+    parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
+    parts["sal_gallery"] = gr.Gallery(label="Maps", columns=4, allow_preview=True, height="auto",
+                                      elem_id="sal_gallery", elem_classes=["no-scroll"])
+    with gr.Row():
+        parts["sal_region"] = gr.Image(label="Regions of focus (CA layer 1 head mean, half the attention mass)",
+                                       type="pil", interactive=False, height=300, elem_id="sal_region")
+        parts["sal_table"] = gr.Dataframe(headers=["method", "deletion AUC", "insertion AUC", "seconds"],
+                                          label="Scores (seconds: the map and its deletion/insertion scoring)",
+                                          interactive=False, elem_id="sal_table")
+
+
+def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
+    gr.Markdown("Where one query patch (outlined) looks in a self-attention layer, per head, at each stage of the "
+                "talking-heads computation: the raw per-head softmax(QK^T), which the model never computes; after "
+                "proj_l mixes the logits across heads and the softmax; after proj_w mixes the weights (what "
+                "multiplies the values). Below, the two mixing matrices.")
+    g = first.cfg.grid_size
+    with gr.Row():
+        parts["th_layer"] = gr.Slider(1, first.cfg.depth, value=1, step=1, label="SA layer", elem_id="th_layer")
+        parts["th_row"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch row", elem_id="th_row")
+        parts["th_col"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch column", elem_id="th_col")
+    parts["th_gallery"] = gr.Gallery(label="Attention of the query patch", columns=first.cfg.num_heads,
+                                     allow_preview=False, height="auto", elem_id="th_gallery",
+                                     elem_classes=["no-scroll"])
+    parts["th_plot"] = gr.Plot(label="Mixing matrices", elem_id="th_plot")
+
+
+def _model_tab(first: LoadedModel, parts: dict) -> None:
+    parts["model_md"] = gr.Markdown(texts.model_markdown(first), elem_id="model_md")
+    gr.Markdown("### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
+                "timm .pth/.safetensors or ours). Without a path: the shipped weights or the local Hugging Face "
+                "cache, else random weights. Nothing is downloaded. The choice is yours only: other pages keep "
+                "their own model.")
+    with gr.Row():
+        parts["variant"] = gr.Dropdown(cait.list_models(), value=first.choice.name, label="Variant", elem_id="variant")
+        parts["checkpoint"] = gr.Textbox(label="Checkpoint file (optional)", placeholder="/path/to/cait.pth",
+                                         elem_id="checkpoint")
+    parts["load_btn"] = gr.Button("Load model", elem_id="load_btn")
+    parts["load_msg"] = gr.Markdown(elem_id="load_msg")
+
+
+def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
+    """The page for a session that starts with `first` (each session may then load its own model)."""
+    parts: dict = {}
+    with gr.Blocks(title="CaiT lens", delete_cache=(FILE_TTL, FILE_TTL)) as demo:
+        parts["choice"] = gr.State(first.choice)
+        parts["analysis"] = gr.State(None, time_to_live=STATE_TTL)
+        parts["selected"] = gr.State(None)
+        parts["header"] = gr.Markdown(texts.header_markdown(first), elem_id="header")
+        _inputs(first, parts)
+        with gr.Tabs():
+            with gr.Tab("Class attention", id="ca"):
+                _class_attention_tab(parts)
+            with gr.Tab("Saliency", id="saliency"):
+                _saliency_tab(parts)
+            with gr.Tab("LayerScale", id="layerscale"):
+                parts["ls_plot"] = gr.Plot(value=ls_figure, label="LayerScale per depth", elem_id="ls_plot")
+                parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio (needs an image)", elem_id="ratio_plot")
+            with gr.Tab("Talking heads", id="talking"):
+                _talking_heads_tab(first, parts)
+            with gr.Tab("Model", id="model"):
+                _model_tab(first, parts)
+    return demo, Page(**parts)
+
+
+CSS = """
+/* galleries grow with their content: every computed tile is on the page, none behind a scroll bar */
+.no-scroll .grid-wrap, .ca-grid .grid-wrap, #examples .grid-wrap {
+    height: auto !important; min-height: 0 !important; max-height: none !important; overflow: visible !important; }
+/* small inputs (a 64 px scene) are shown enlarged with crisp pixels, as the model sees them */
+#image_in img, #examples img, #ca_big img { image-rendering: pixelated; }
+#image_in img { width: 100%; height: 100%; object-fit: contain; }
+"""
+
+__all__ = ["CSS", "MAX_CA_LAYERS", "MAX_UPLOAD", "Page", "ModelChoice", "SCALES", "VIEWS", "build_page"]

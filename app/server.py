@@ -1,0 +1,50 @@
+"""Start the app from checked command-line arguments: device and precision, the shared model cache with
+the default model loaded, then the server. Every user mistake ends in one line on stderr, no traceback."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from functools import partial
+
+import torch
+
+import cait
+from cait.runtime import DeviceError, autocast_dtype, resolve_device
+
+from app.models import ModelCache, ModelChoice, load_model
+from app.ui import build_app, launch
+
+PRECISION_TO_AMP = {"auto": "auto", "fp32": "none", "bf16": "bf16"}  # --precision in cait.runtime's --amp terms
+
+
+def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of forward-only passes for --precision (None: fp32)."""
+    return autocast_dtype(PRECISION_TO_AMP[precision], device)
+
+
+def serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("cait.app").setLevel(logging.INFO)  # user mistakes: one line each, no traceback
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    dtype = inference_dtype(args.precision, device)
+    cache = ModelCache(partial(load_model, device=device, dtype=dtype), max_bytes=int(args.model_memory_gb * 2**30))
+    default = ModelChoice(name=args.model, checkpoint=args.checkpoint)
+    try:
+        first = cache.get(default)
+    except (cait.CheckpointError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if first.notice:
+        print(f"warning: {first.notice}", file=sys.stderr)
+    try:
+        launch(build_app(cache, default), host=args.host, port=args.port)
+    except OSError as e:  # the port was taken between the check and the bind
+        print(f"error: cannot serve on {args.host}:{args.port} ({e.strerror or e}); choose another with --port",
+              file=sys.stderr)
+        return 2
+    return 0

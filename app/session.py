@@ -1,0 +1,147 @@
+"""One image's analysis and what is computed from it, as plain functions of a `LoadedModel` (no Gradio):
+the page's handlers call these, and so do the tests, without a server."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from PIL import Image
+
+from cait import explain
+from cait.explain import ClassAttention, MethodOptions
+from cait.preprocess import model_view, to_batch
+
+from app.images import load_image
+from app.models import LoadedModel, ModelChoice
+
+
+@dataclass
+class StageMaps:
+    """One SA layer's attention at each stage of the talking-heads computation, [heads, N, N] each."""
+    layer: int               # SA layer, 0-based
+    raw: np.ndarray          # softmax(q k^T) per head: the counterfactual the model does not compute
+    after_proj_l: np.ndarray # softmax(proj_l(q k^T)): the softmax the model computes
+    after_proj_w: np.ndarray # proj_w(...): the weights that multiply the values
+
+
+@dataclass
+class Analysis:
+    """One image's analysis, kept per browser session so that controls re-render without the model."""
+    choice: ModelChoice              # the session's model when it was made: another choice makes it stale
+    view: Image.Image                # what the model sees: the eval crop at its input size
+    x: torch.Tensor                  # [1, C, H, W] normalised, on the CPU
+    probs: np.ndarray                # [K], fp32
+    ca_maps: np.ndarray              # [L, heads, g, g] class token -> patch attention
+    self_share: np.ndarray           # [L, heads] class token -> itself
+    ratios: dict[str, list[float]]   # residual-branch ratio per block ("sa", "ffn", "ca", "ca_ffn")
+    stages: StageMaps                # the SA layer shown in the talking-heads tab
+    notes: list[str]                 # what was done to the upload (EXIF rotation, transparency, ...)
+    original_size: tuple[int, int]
+
+    @property
+    def top_class(self) -> int:
+        return int(self.probs.argmax())
+
+
+def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_proj_w: torch.Tensor) -> StageMaps:
+    as_numpy = lambda t: t[0].float().cpu().numpy()
+    return StageMaps(layer, as_numpy(raw), as_numpy(after_proj_l), as_numpy(after_proj_w))
+
+
+def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
+    """Decode `path` safely and run one insight forward pass. Raises ImageInputError for bad files."""
+    cfg = loaded.cfg
+    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
+    x = to_batch([decoded.image], cfg)
+    sa_layer = min(max(int(sa_layer), 0), cfg.depth - 1)
+    with loaded.forward_only():
+        ins = loaded.model.forward_insights(x.to(loaded.device), sa_layers=(sa_layer,), raw_attention=True)
+    ca = ClassAttention.from_insights(ins)
+    return Analysis(
+        choice=loaded.choice, view=model_view(decoded.image, cfg), x=x,
+        probs=ins.logits[0].float().softmax(-1).cpu().numpy(),
+        ca_maps=ca.maps[0].float().cpu().numpy(), self_share=ca.self_share[0].float().cpu().numpy(),
+        ratios={k: v[0].float().cpu().tolist() for k, v in ins.residual_ratios.items()},
+        stages=_stages(sa_layer, ins.raw_self_attention[sa_layer], *ins.self_attention[sa_layer]),
+        notes=decoded.notes, original_size=decoded.original_size)
+
+
+def with_sa_layer(loaded: LoadedModel, a: Analysis, layer: int) -> Analysis:
+    """`a` with the talking-heads stages of SA layer `layer` (one more forward pass when it changes)."""
+    if layer != a.stages.layer:
+        with loaded.forward_only():
+            th = explain.talking_heads(loaded.model, a.x.to(loaded.device), layer)
+        a.stages = _stages(layer, th.raw, th.after_proj_l, th.after_proj_w)
+    return a
+
+
+def top_predictions(probs: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
+    order = np.argsort(-probs)[:k]
+    return [{"index": int(i), "label": labels[i], "probability": float(probs[i])} for i in order]
+
+
+def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
+    """Everything the analysis computed, JSON-able (the /analyze answer and the JSON download)."""
+    cfg = loaded.cfg
+    return {
+        "model": {"name": loaded.name, "source": loaded.source, "img_size": cfg.img_size,
+                  "patch_size": cfg.patch_size, "grid_size": cfg.grid_size, "num_classes": cfg.num_classes,
+                  "notice": loaded.notice},
+        "image": {"original_size": list(a.original_size), "notes": a.notes},
+        "predictions": top_predictions(a.probs, loaded.labels),
+        "probabilities": a.probs.tolist(),
+        "class_attention": {
+            "layout": "maps[ca_layer][head][row][col]: class token -> patch attention (row-major patch grid; "
+                      "0-based indices, shown from 1 in the app as CA1 head 1)",
+            "maps": a.ca_maps.tolist(), "mean": a.ca_maps.mean(1).tolist(), "self_share": a.self_share.tolist()},
+        "residual_ratios": a.ratios,
+    }
+
+
+@dataclass
+class SaliencyRow:
+    method: str
+    heat: torch.Tensor       # [g, g] on the patch grid
+    deletion_auc: float      # lower = more faithful
+    insertion_auc: float     # higher = more faithful
+    seconds: float           # the map and its deletion/insertion scoring: what the user waits for
+
+
+def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions,
+                  on_method: Callable[[int, str], None] | None = None) -> list[SaliencyRow]:
+    """Each method's map for class `target` with its deletion/insertion AUC. Maps and their gradients
+    run in fp32; only the scoring's forward passes take the session's precision."""
+    x = a.x.to(loaded.device)
+    t = torch.tensor([target], device=loaded.device)
+    rows = []
+    for i, method in enumerate(methods):
+        if on_method is not None:
+            on_method(i, method)
+        start = time.perf_counter()
+        heat = explain.saliency_map(loaded.model, x, t, method, options)[0].float()
+        with loaded.forward_only():
+            scores = explain.deletion_insertion(loaded.model, x, t, heat[None])
+        rows.append(SaliencyRow(method, heat.cpu(), float(scores["deletion_auc"][0]), float(scores["insertion_auc"][0]),
+                                time.perf_counter() - start))
+    return rows
+
+
+def regions_of_focus(loaded: LoadedModel, a: Analysis) -> tuple[torch.Tensor, tuple[float, float, float, float]]:
+    """The paper's Fig. 7 region of CA layer 1 (head mean): patch mask [g, g] and its box in input pixels."""
+    mask, boxes = explain.regions_of_focus(torch.from_numpy(a.ca_maps[0].mean(0))[None], img_size=loaded.cfg.img_size)
+    return mask[0], tuple(boxes[0].tolist())
+
+
+def attribution_for_api(loaded: LoadedModel, a: Analysis, *, method: str, target: int, steps: int) -> dict[str, Any]:
+    """One saliency map for the /analyze API: {"method", "target", "patch" [row][col]}. ValueError for a
+    bad method or class, with the choices."""
+    target = a.top_class if target < 0 else target
+    if not 0 <= target < loaded.cfg.num_classes:
+        raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
+    name = explain.METHODS.canonical(method)
+    heat = explain.saliency_map(loaded.model, a.x.to(loaded.device), torch.tensor([target], device=loaded.device),
+                                name, MethodOptions(ig_steps=int(steps)))
+    return {"method": method, "target": target, "patch": heat[0].float().cpu().tolist()}

@@ -1,0 +1,80 @@
+"""What the page says about the model and a result, in words (markdown); no Gradio, no computing."""
+from __future__ import annotations
+
+from app.models import LoadedModel
+
+DATA_NAMES = {"fashion-mnist-scenes": "Fashion-MNIST scenes (garments pasted on clutter)",
+              "fashion-mnist": "Fashion-MNIST (grey 28x28 garments)"}
+
+
+def precision_name(loaded: LoadedModel) -> str:
+    return "bf16 autocast" if loaded.dtype is not None else "fp32"
+
+
+def card_link(loaded: LoadedModel) -> str:
+    # Gradio serves files under allowed_paths at /gradio_api/file=<absolute path>
+    return f"[model card](/gradio_api/file={loaded.card.card})" if loaded.card else ""
+
+
+def model_summary(loaded: LoadedModel) -> str:
+    """One sentence on what the model is and how good it is, from its shipped card when it has one."""
+    cfg = loaded.cfg
+    if loaded.notice:
+        return f"**⚠ {loaded.notice.split(':')[0]}**: random weights, the predictions mean nothing."
+    if loaded.card is None:
+        kind = "ImageNet-1k" if cfg.labels == "imagenet" else f"{cfg.num_classes}-class"
+        return f"A {cfg.img_size} px {kind} CaiT ({loaded.source})."
+    card = loaded.card
+    data = DATA_NAMES.get(card.data, card.data)
+    return (f"A {cfg.img_size} px, {cfg.num_classes}-class miniature CaiT trained by this project on {data}, not the "
+            f"paper's ImageNet model: **{card.test_top1:.1%} top-1** on {card.test_images:,} test images "
+            f"({card_link(loaded)}).")
+
+
+def garment_warning(loaded: LoadedModel) -> str:
+    """What to say when a user's own picture goes to a model that knows only garments ("" otherwise)."""
+    if loaded.cfg.labels == "imagenet" or loaded.card is None or "fashion" not in loaded.card.data:
+        return ""
+    return (f"This model knows only {loaded.cfg.num_classes} garment classes: whatever your picture shows, "
+            f"it answers with one of them.")
+
+
+def header_markdown(loaded: LoadedModel) -> str:
+    return (f"# CaiT: class attention & LayerScale\nModel **{loaded.name}** on **{loaded.device}** "
+            f"({precision_name(loaded)}). {model_summary(loaded)} Upload an image or pick an example.")
+
+
+def model_markdown(loaded: LoadedModel) -> str:
+    cfg = loaded.cfg
+    classes = "ImageNet-1k" if cfg.labels == "imagenet" else ", ".join(loaded.labels)
+    rows = [("variant", loaded.name), ("weights", loaded.source), ("device", f"{loaded.device}, {precision_name(loaded)} "
+                                                                            "for forward-only passes"),
+            ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
+            ("FLOPs (multiply-accumulates)", f"{loaded.model.flops() / 1e9:.3f} G"),
+            ("input", f"{cfg.img_size}x{cfg.img_size}, {cfg.in_chans} channel(s), patch {cfg.patch_size} "
+                      f"-> {cfg.grid_size}x{cfg.grid_size} patches"),
+            ("blocks", f"{cfg.depth} SA + {cfg.depth_token_only} CA, width {cfg.embed_dim}, {cfg.num_heads} heads"),
+            ("LayerScale init eps", f"{cfg.init_values:g}"), ("talking heads", str(cfg.talking_heads)),
+            ("classes", f"{cfg.num_classes} ({classes})")]
+    if loaded.card is not None:
+        rows.append(("test top-1", f"{loaded.card.test_top1:.2%} on {loaded.card.test_images:,} images "
+                                   f"({card_link(loaded)})"))
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    warn = f"\n\n**⚠ {loaded.notice}**" if loaded.notice else ""
+    return f"| model | |\n|---|---|\n{table}{warn}"
+
+
+def percent(p: float) -> str:
+    """A probability as a percentage with the precision it needs (0.4%, not 0%)."""
+    return f"{p:.1%}" if p >= 0.001 else f"{p:.2e}"
+
+
+def status_markdown(loaded: LoadedModel, top: dict, notes: list[str], *, uploaded: bool) -> str:
+    lines = [f"Top-1: **{top['label']}** ({percent(top['probability'])})"]
+    if notes:
+        lines.append("Input notes: " + " ".join(notes))
+    if uploaded and garment_warning(loaded):
+        lines.append(f"⚠ {garment_warning(loaded)}")
+    if loaded.notice:
+        lines.append("⚠ untrained model: the prediction means nothing.")
+    return "  \n".join(lines)

@@ -1,0 +1,66 @@
+"""The app assembled: the page (`app.layout`), its events wired to `app.handlers`, the queue, and launch.
+
+Each browser session has its own model (a `ModelChoice` in gr.State), served from one `ModelCache`
+shared by all sessions. One public API endpoint, `/analyze`, answers with the server's default model.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from app import layout
+from app.examples import served_paths
+from app.handlers import Handlers, layerscale_figure
+from app.models import ModelCache, ModelChoice
+
+CONCURRENCY = 2              # model runs at once (all model events share one concurrency group)
+QUEUE_SIZE = 64              # waiting requests beyond this are refused: memory stays bounded
+THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", "monospace"])  # local fonts only
+
+
+def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
+    look = [p.analysis, p.cmap, p.alpha, p.scale, p.view, p.selected]
+    redraw_outputs = [*p.ca_galleries, p.colour_bar, p.grid_file, p.ca_big]
+    for control in (p.cmap, p.scale, p.view):
+        control.change(h.rerender_ca, look, redraw_outputs, api_visibility="private")
+    # change, not release: arrow keys and typed values redraw too; only the latest value is drawn
+    p.alpha.change(h.rerender_ca, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
+    for layer, gallery in enumerate(p.ca_galleries):
+        gallery.select(h.enlarge(layer), look[:-1], [p.ca_big, p.selected], api_visibility="private")
+
+
+def _wire(p: layout.Page, h: Handlers) -> None:
+    model_events = dict(concurrency_id="model", api_visibility="private")
+    everything = list(p.components().values())
+    everything = [c for c in everything if not isinstance(c, list)] + p.ca_galleries
+    view = [p.cmap, p.alpha, p.scale, p.view, p.th_layer, p.th_row, p.th_col]
+    # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
+    # not run the analysis a second time
+    p.image_in.upload(h.on_upload, [p.choice, p.image_in, *view], everything, preprocess=False, **model_events)
+    p.image_in.clear(h.cleared, None, everything, api_visibility="private")
+    p.examples.select(h.on_example, [p.choice, *view], everything, **model_events)
+    _wire_class_attention(p, h)
+    p.sal_run.click(h.saliency, [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
+                    [p.sal_gallery, p.sal_region, p.sal_table, p.status], **model_events)
+    for slider in (p.th_layer, p.th_row, p.th_col):
+        slider.release(h.talking, [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
+                       [p.analysis, p.th_gallery, p.th_plot], **model_events)
+    p.load_btn.click(h.load_model, [p.choice, p.variant, p.checkpoint], everything, show_progress_on=[p.load_msg],
+                     **model_events)
+
+
+def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
+    """The whole app; a new session starts with `default`."""
+    first = cache.get(default)
+    demo, page = layout.build_page(first, layerscale_figure(first))
+    handlers = Handlers(page, cache, default)
+    with demo:
+        _wire(page, handlers)
+        gr.api(handlers.analyze, api_name="analyze", concurrency_id="model")
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
+    return demo
+
+
+def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> None:
+    demo.launch(server_name=host, server_port=port, share=False, theme=gr.themes.Default(**THEME), css=layout.CSS,
+                max_file_size=layout.MAX_UPLOAD, ssr_mode=False, show_error=True, prevent_thread_lock=not block,
+                allowed_paths=served_paths(), quiet=True)

@@ -1,0 +1,53 @@
+"""The app's own temporary folder: made on first use (importing the app creates nothing), removed when
+the process exits; per-request download folders inside it are swept after FILE_TTL seconds."""
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+FILE_TTL = 900  # seconds our download files are kept (Gradio copies them into its own cache)
+
+
+class WorkDir:
+    def __init__(self, prefix: str = "cait-app-"):
+        self._prefix, self._path = prefix, None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        with self._lock:
+            if self._path is None:
+                self._path = Path(tempfile.mkdtemp(prefix=self._prefix))
+                atexit.register(self.cleanup)
+            return self._path
+
+    def cleanup(self) -> None:
+        with self._lock:
+            if self._path is not None:
+                shutil.rmtree(self._path, ignore_errors=True)
+                self._path = None
+
+    def folder(self, name: str) -> Path:
+        """A named sub-folder (e.g. generated example images), created if needed."""
+        path = self.path / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def request_dir(self) -> Path:
+        """A fresh folder for one request's downloads (no two requests share a file); old ones are swept."""
+        root = self.folder("requests")
+        cutoff = time.time() - FILE_TTL
+        for old in root.iterdir():
+            try:
+                if old.stat().st_mtime < cutoff:
+                    shutil.rmtree(old, ignore_errors=True)
+            except FileNotFoundError:  # swept by a concurrent request
+                pass
+        return Path(tempfile.mkdtemp(dir=root))
+
+
+WORK = WorkDir()  # the app's one folder; nothing is created until something asks for its path

@@ -1,0 +1,249 @@
+"""The app's layers without a server: the command line, the shared model cache, the analysis session, the
+page's texts and the handlers' answers (called directly, as plain functions)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import weakref
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import cait
+from cait import explain
+from cait.checkpoint import WEIGHTS_DIR
+from conftest import randomise_
+
+from app import main as cli
+from app import session, texts
+from app.models import LoadedModel, ModelCache, ModelChoice, load_model
+from app.workdir import WorkDir
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+SCENE = sorted((ROOT / "cait" / "examples").glob("*.png"))[0]
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+# ------------------------------------------------------------------------------ command line
+
+def test_help_answers_before_torch_and_gradio_are_imported():
+    done = python("import sys\nfrom app import main\ntry:\n    main.parse_args(['--help'])\nexcept SystemExit:\n"
+                  "    pass\nprint('torch' in sys.modules, 'gradio' in sys.modules)")
+    assert done.returncode == 0, done.stderr
+    assert "cait_m48_448" in done.stdout and "--precision" in done.stdout and "port to serve on" in done.stdout
+    assert done.stdout.strip().endswith("False False")
+    script = subprocess.run([sys.executable, str(ROOT / "app" / "main.py"), "--help"], capture_output=True, text=True,
+                            cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert script.returncode == 0 and "usage: python app/main.py" in script.stdout
+
+
+def test_importing_the_app_has_no_side_effects():
+    done = python("import sys, tempfile, os\npath = list(sys.path)\nbefore = set(os.listdir(tempfile.gettempdir()))\n"
+                  "import app.main, app.ui, app.handlers\nfrom app.workdir import WORK\n"
+                  "new = [d for d in set(os.listdir(tempfile.gettempdir())) - before if d.startswith('cait-app-')]\n"
+                  "print(sys.path == path, WORK._path, new)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "True None []"
+
+
+def test_a_port_in_use_is_one_line_naming_the_flag(capsys):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert cli.main(["--port", str(s.getsockname()[1])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "in use" in err and "--port" in err
+
+
+def test_work_dir_is_made_lazily_and_removed():
+    work = WorkDir(prefix="cait-test-")
+    assert work._path is None
+    folder = work.request_dir()
+    assert folder.is_dir() and folder.parent.parent == work.path
+    root = work.path
+    work.cleanup()
+    assert not root.exists() and work._path is None
+
+
+# ------------------------------------------------------------------------------ the model cache
+
+class Fake(SimpleNamespace):
+    nbytes = 100
+
+
+def test_cache_evicts_the_least_recently_used_by_bytes():
+    loads = []
+    cache = ModelCache(lambda c: loads.append(c) or Fake(choice=c), max_bytes=250)
+    a, b, c, d = (ModelChoice(n) for n in "abcd")
+    for choice in (a, b, c):
+        cache.get(choice)
+    assert cache.cached == [b, c]           # 300 bytes > 250: a, the least recently used, went
+    cache.get(b)                            # a hit: b becomes the most recent, nothing loads
+    cache.get(d)
+    assert cache.cached == [b, d] and loads == [a, b, c, d] and cache.nbytes == 200
+    big = ModelChoice("big")
+    cache._loader = lambda ch: Fake(choice=ch, nbytes=1000)
+    cache.get(big)
+    assert cache.cached == [big]            # alone above the ceiling: kept, everything else dropped
+
+
+def test_cache_loads_each_model_once_and_others_meanwhile():
+    loads, release = [], threading.Event()
+
+    def loader(choice):
+        loads.append(choice)
+        if choice.name == "slow":           # waits until another model was loaded meanwhile
+            assert release.wait(30), "a second model could not load while the first was loading"
+        else:
+            release.set()
+        return Fake(choice=choice)
+
+    cache = ModelCache(loader, max_bytes=10_000)
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get(ModelChoice("slow")))) for _ in range(6)]
+    threads.append(threading.Thread(target=lambda: cache.get(ModelChoice("quick"))))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert loads.count(ModelChoice("slow")) == 1 and len(got) == 6 and all(g is got[0] for g in got)
+
+
+def test_an_evicted_model_is_freed():
+    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=1)
+    first = weakref.ref(cache.get(ModelChoice("cait_pico_32")).model)
+    cache.get(ModelChoice("cait_nano_64"))
+    assert first() is None and cache.cached == [ModelChoice("cait_nano_64")]
+
+
+# ------------------------------------------------------------------------------ the analysis session
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory) -> LoadedModel:
+    path = tmp_path_factory.mktemp("ckpt") / "nano.safetensors"
+    cait.save_weights(randomise_(cait.create_model("cait_nano_64")), path)
+    return load_model(ModelChoice(name=None, checkpoint=str(path)), CPU)
+
+
+def test_analysis_is_the_models_own_numbers(loaded):
+    a = session.analyse(loaded, str(SCENE), sa_layer=2)
+    x = cait.preprocess.to_batch([Image.open(SCENE)], loaded.cfg)
+    ca = explain.class_attention(loaded.model, x)
+    np.testing.assert_allclose(a.ca_maps, ca.maps[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(a.ca_maps.sum((-1, -2)) + a.self_share, 1.0, atol=1e-5)
+    np.testing.assert_allclose(a.probs, ca.logits[0].softmax(-1).numpy(), atol=1e-6)
+    th = explain.talking_heads(loaded.model, x, 2)
+    assert a.stages.layer == 2
+    for stage in ("raw", "after_proj_l", "after_proj_w"):
+        np.testing.assert_allclose(getattr(a.stages, stage), getattr(th, stage)[0].numpy(), atol=1e-6)
+    a = session.with_sa_layer(loaded, a, 4)
+    np.testing.assert_allclose(a.stages.after_proj_w, explain.talking_heads(loaded.model, x, 4).after_proj_w[0].numpy(),
+                               atol=1e-6)
+    data = json.loads(json.dumps(session.numbers(loaded, a)))  # JSON-able
+    assert data["predictions"][0]["index"] == a.top_class and len(data["class_attention"]["maps"]) == 2
+
+
+def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
+    a = session.analyse(loaded, str(SCENE))
+    seen = []
+    rows = session.saliency_rows(loaded, a, target=3, methods=["rollout_before_mixing", "integrated_gradients"],
+                                 options=explain.MethodOptions(ig_steps=4), on_method=lambda i, m: seen.append((i, m)))
+    assert seen == [(0, "rollout_before_mixing"), (1, "integrated_gradients")]
+    expected = explain.attribution(loaded.model, a.x, torch.tensor([3]), "integrated_gradients", n_steps=4).patch[0]
+    torch.testing.assert_close(rows[1].heat, expected)
+    torch.testing.assert_close(rows[0].heat, explain.rollout(loaded.model, a.x, stage="after_proj_l")[0])
+    scores = explain.deletion_insertion(loaded.model, a.x, torch.tensor([3]), rows[1].heat[None])
+    assert rows[1].deletion_auc == pytest.approx(float(scores["deletion_auc"][0]), abs=1e-6)
+    assert all(0 <= r.insertion_auc <= 1 and r.seconds > 0 for r in rows)
+    with pytest.raises(ValueError, match="target must be in 0..9"):
+        session.attribution_for_api(loaded, a, method="saliency", target=10, steps=8)
+    with pytest.raises(ValueError, match="unknown method"):
+        session.attribution_for_api(loaded, a, method="telepathy", target=1, steps=8)
+
+
+# ------------------------------------------------------------------------------ what the page says
+
+def test_the_default_model_is_described_from_its_shipped_files():
+    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    top1 = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.eval.json").read_text())["top1"]
+    header = texts.header_markdown(loaded)
+    assert f"{top1:.1%}" in header and "model card" in header and f"{cait.DEFAULT_MODEL}.md" in header
+    assert "64 px, 10-class miniature" in header and "Fashion-MNIST scenes" in header
+    top = {"label": "Bag", "probability": 0.0004}
+    assert "garment classes" in texts.status_markdown(loaded, top, [], uploaded=True)
+    assert "garment" not in texts.status_markdown(loaded, top, [], uploaded=False)
+    assert "(4.00e-04)" in texts.status_markdown(loaded, top, [], uploaded=False)  # small values keep digits
+    untrained = load_model(ModelChoice("cait_pico_32"), CPU)
+    assert "Untrained" in texts.header_markdown(untrained) and "mean nothing" in texts.header_markdown(untrained)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp, "is a directory"),
+    (lambda tmp: (tmp / "notes.pth").write_text("my training notes\nepoch 1\n") and tmp / "notes.pth",
+     "is a text file, not a checkpoint"),
+    (lambda tmp: tmp / "missing.pth", "not found"),
+])
+def test_checkpoints_that_cannot_be_say_what_they_are(tmp_path, make, message):
+    with pytest.raises(cait.CheckpointError, match=message) as info:
+        load_model(ModelChoice("cait_pico_32", str(make(tmp_path))), CPU)
+    assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------ the handlers' answers
+
+@pytest.fixture(scope="module")
+def handlers():
+    from app import layout
+    from app.handlers import Handlers, layerscale_figure
+    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
+    first = cache.get(ModelChoice("cait_pico_32"))
+    _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
+    return Handlers(page, cache, first.choice)
+
+
+def test_a_failed_load_changes_one_message_only(handlers, tmp_path):
+    bad = tmp_path / "weights.pth"
+    bad.write_text("not weights\n")
+    out = handlers.load_model(ModelChoice("cait_pico_32"), "cait_pico_32", str(bad))
+    assert list(out) == [handlers.page.load_msg] and "text file" in out[handlers.page.load_msg]
+
+
+def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
+    p = handlers.page
+    out = handlers.load_model(ModelChoice("cait_pico_32"), "cait_nano_28", "")
+    cfg = cait.get_config("cait_nano_28")
+    assert out[p.choice] == ModelChoice("cait_nano_28")
+    assert out[p.th_layer].maximum == cfg.depth and out[p.th_row].maximum == out[p.th_col].maximum == cfg.grid_size
+    assert "cait_nano_28" in out[p.header] and "cait_nano_28" in out[p.model_md] and out[p.variant] == "cait_nano_28"
+    assert out[p.examples].value and out[p.image_in] is None and out[p.analysis] is None
+    assert out[p.ls_plot] is not None and out[p.sal_class].choices == []
+    assert all(not out[g].visible for g in p.ca_galleries)
+
+
+def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
+    from cait.figures import grid_columns
+    assert [grid_columns(h + 1) for h in (3, 4, 8, 12, 16)] == [4, 5, 9, 7, 9]
+    path = tmp_path / "wide.safetensors"
+    cait.save_weights(randomise_(cait.create_model("cait_pico_32", num_heads=16)), path)
+    choice = ModelChoice(None, str(path))
+    loaded = handlers.cache.get(choice)
+    a = session.analyse(loaded, str(SCENE))
+    out = handlers.ca_outputs(a, "inferno", 0.5, "shared per layer", "patch grid", (1, 16))
+    galleries = [out[g] for g in handlers.page.ca_galleries]
+    assert [g.visible for g in galleries] == [True, True, False, False] and galleries[0].columns == 9
+    assert [len(g.value) for g in galleries[:2]] == [17, 17]
+    assert out[handlers.page.ca_big].label.startswith("CA2 head 16")
+    with Image.open(out[handlers.page.grid_file]) as sheet:
+        assert sheet.width == 9 * 224  # the PNG wraps like the page
