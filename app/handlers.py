@@ -58,7 +58,7 @@ class Handlers:
         for i, gallery in enumerate(p.ca_galleries):
             tiles = layers[i] if i < len(layers) else []
             top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if shared and tiles else ""
-            out[gallery] = gr.Gallery(value=[(t.image, t.caption) for t in tiles] or None, columns=columns,
+            out[gallery] = gr.Gallery(value=[(t.image, t.short_caption) for t in tiles] or None, columns=columns,
                                       visible=bool(tiles), label=f"CA layer {i + 1}{top}")
         bar = colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
         png = tile_sheet(layers[:MAX_CA_LAYERS], title="Class attention (rows: CA layers; head mean first)", footer=bar)
@@ -149,6 +149,7 @@ class Handlers:
         if not methods:
             return {p.sal_table: None, p.sal_gallery: None, p.status: "Tick at least one saliency method."}
         loaded = self.cache.get(choice)
+        methods = [m for m in explain.METHODS if m in methods]  # the menu's order, whatever the ticking order
         target = a.top_class if target is None else int(target)
         name = loaded.labels[target]
         progress((0, len(methods)), desc="saliency", unit="methods")

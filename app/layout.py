@@ -179,6 +179,9 @@ CSS = """
     height: auto !important; min-height: 0 !important; max-height: none !important; overflow: visible !important; }
 /* small inputs (a 64 px scene) are shown enlarged with crisp pixels, as the model sees them */
 #image_in img, #examples img, #ca_big img { image-rendering: pixelated; }
+/* captions wrap instead of being cut ("CA1 he...") when tiles are narrow (16 heads at 1280 px) */
+.ca-grid .caption-label, .no-scroll .caption-label { white-space: normal !important; overflow: visible !important;
+    text-overflow: clip !important; max-width: 100% !important; }
 #image_in img { width: 100%; height: 100%; object-fit: contain; }
 """
 

@@ -22,9 +22,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python app/main.py", description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
-    p.add_argument("--model", default=DEFAULT_MODEL, choices=list_models(), metavar="VARIANT",
-                   help=f"model a new page starts with (default {DEFAULT_MODEL}); one of: {', '.join(list_models())}")
-    p.add_argument("--checkpoint", default=None, help="local checkpoint file (.pth / .safetensors) for --model")
+    p.add_argument("--model", default=None, choices=list_models(), metavar="VARIANT",
+                   help=f"model a new page starts with (default {DEFAULT_MODEL}, or the one a --checkpoint of ours "
+                        f"describes); one of: {', '.join(list_models())}")
+    p.add_argument("--checkpoint", default=None, help="local checkpoint file (.pth / .safetensors); official deit "
+                   "and timm files need --model")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto = CUDA when there is one, else the CPU")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",

@@ -10,6 +10,7 @@ import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -21,6 +22,9 @@ from cait.provenance import ShippedCard, load_or_init, shipped_card
 from cait.runtime import autocast
 
 from app.examples import find_examples
+
+ARCHITECTURE = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+                "depth_token_only")  # the fields that make two configs the same network
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class ModelChoice:
 class LoadedModel:
     model: cait.CaiT
     choice: ModelChoice
-    name: str                        # the variant, or "custom" for a checkpoint that carries its own config
+    name: str                        # the variant, or the checkpoint's file name (see `display_name`)
     source: str                      # where the weights came from, shown in the header and the Model tab
     notice: str                      # "" or a warning shown everywhere (e.g. untrained weights)
     device: torch.device
@@ -65,11 +69,23 @@ class LoadedModel:
             yield
 
 
+def display_name(choice: ModelChoice, cfg: cait.CaiTConfig) -> str:
+    """The variant name, unless a checkpoint brought another architecture (ours carry their own config):
+    then the file's name, so that the page never calls a 16-head model by a 4-head variant's name."""
+    if choice.checkpoint is None:
+        return choice.name
+    if choice.name:
+        named = cait.get_config(choice.name)
+        if all(getattr(named, f) == getattr(cfg, f) for f in ARCHITECTURE):
+            return choice.name
+    return Path(choice.checkpoint).name
+
+
 def load_model(choice: ModelChoice, device: torch.device, dtype: torch.dtype | None = None) -> LoadedModel:
     """Build `choice` on `device`. Raises cait.CheckpointError / ValueError with a one-line reason."""
     sourced = load_or_init(choice.name, choice.checkpoint)
     model = sourced.model.requires_grad_(False).to(device)  # gradient methods need d/d(input) only
-    name = choice.name or "custom"
+    name = display_name(choice, model.cfg)
     return LoadedModel(model=model, choice=choice, name=name, source=sourced.source, notice=sourced.notice,
                        device=device, dtype=dtype, labels=class_names(model.cfg), examples=find_examples(model.cfg),
                        card=shipped_card(model.cfg) if choice.checkpoint is None else None)

@@ -10,6 +10,7 @@ from functools import partial
 import torch
 
 import cait
+from cait.config import DEFAULT_MODEL
 from cait.runtime import DeviceError, autocast_dtype, resolve_device
 
 from app.models import ModelCache, ModelChoice, load_model
@@ -33,7 +34,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     dtype = inference_dtype(args.precision, device)
     cache = ModelCache(partial(load_model, device=device, dtype=dtype), max_bytes=int(args.model_memory_gb * 2**30))
-    default = ModelChoice(name=args.model, checkpoint=args.checkpoint)
+    default = ModelChoice(name=args.model or (None if args.checkpoint else DEFAULT_MODEL), checkpoint=args.checkpoint)
     try:
         first = cache.get(default)
     except (cait.CheckpointError, ValueError) as e:

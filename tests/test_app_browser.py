@@ -56,25 +56,43 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    """One browser page on the app as a user starts it (default model, shipped weights if present)."""
+def chromium():
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def open_page(browser, url: str, width: int = 1400):
+    """A page in a fresh browser context (its own cookies and session), on the app's URL."""
+    page = browser.new_context(viewport={"width": width, "height": 1600}).new_page()
+    page.set_default_timeout(TIMEOUT)
+    page.goto(url)
+    return page
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The app as a user starts it (default model, shipped weights if present)."""
     tmp = tmp_path_factory.mktemp("browser")
     proc, url = start_server([], tmp / "server.log")
-    requests: list[str] = []
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1600})
-            page.set_default_timeout(TIMEOUT)
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(url)
-            page.outside_requests = lambda: [u for u in requests if urlparse(u).hostname not in ("127.0.0.1", None)
-                                             and not u.startswith(("data:", "blob:"))]
-            page.tmp = tmp
-            yield page
-            browser.close()
+        yield url, tmp
     finally:
         stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def page(chromium, server):
+    url, tmp = server
+    requests: list[str] = []
+    page = open_page(chromium, url)
+    page.on("request", lambda r: requests.append(r.url))
+    page.outside_requests = lambda: [u for u in requests if urlparse(u).hostname not in ("127.0.0.1", None)
+                                     and not u.startswith(("data:", "blob:"))]
+    page.tmp = tmp
+    yield page
+    page.context.close()
 
 
 def grid_images(page):
@@ -92,7 +110,8 @@ def test_example_gives_predictions_and_attention_grid(page):
     top5_text = page.locator("#top5").inner_text()
     assert sum(label in top5_text for label in labels) >= 5
     page.wait_for_function("() => [...document.querySelectorAll('.ca-grid img')].every(i => i.complete && i.naturalWidth > 100)")
-    expect(page.locator("#ca_grid_2")).to_contain_text("CA2 mean")
+    expect(page.locator("#ca_grid_2")).to_contain_text("CA layer 2")
+    expect(page.locator("#ca_grid_2")).to_contain_text("mean · self")
     expect(page.locator("#grid_png")).to_contain_text("class_attention")
     expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
     page.screenshot(path="/tmp/cait_app_class_attention.png", full_page=True)
@@ -146,3 +165,137 @@ def test_bad_file_shows_a_message(page):
 
 def test_page_makes_no_outside_requests(page):
     assert page.outside_requests() == []
+
+
+def pick_example(page, index: int = 0) -> None:
+    page.locator("#examples button.thumbnail-item").nth(index).click()
+    expect(page.locator("#status")).to_contain_text("Top-1")
+
+
+def load_in_model_tab(page, variant: str, checkpoint: str = "") -> None:
+    page.get_by_role("tab", name="Model").click()
+    page.locator("#variant input").fill(variant)
+    page.get_by_role("option", name=variant, exact=True).click()
+    page.locator("#checkpoint textarea").fill(checkpoint)
+    page.locator("#load_btn").click()
+
+
+def test_each_page_keeps_its_own_model(chromium, server):
+    """A model loaded in one browser session changes that page only; a second page (another context)
+    keeps the default model's header, examples, sliders and grid."""
+    first, second = open_page(chromium, server[0]), open_page(chromium, server[0])
+    try:
+        load_in_model_tab(first, "cait_nano_28")
+        expect(first.locator("#load_msg")).to_contain_text("Loaded cait_nano_28")
+        expect(first.locator("#header")).to_contain_text("cait_nano_28")
+        second.reload()
+        expect(second.locator("#header")).to_contain_text(cait.DEFAULT_MODEL)
+        first.get_by_role("tab", name="Class attention").click()
+        pick_example(first)
+        pick_example(second)
+        heads = {page: cait.get_config(name).num_heads for page, name in ((first, "cait_nano_28"),
+                                                                           (second, cait.DEFAULT_MODEL))}
+        for page, h in heads.items():
+            expect(page.locator(".ca-grid img")).to_have_count(2 * (h + 1))
+        expect(first.locator("#examples")).to_contain_text("true:")
+        assert "fashion-mnist-" in first.locator("#examples img").first.get_attribute("src")
+        assert "scene_" in second.locator("#examples img").first.get_attribute("src")
+        for page, name in ((first, "cait_nano_28"), (second, cait.DEFAULT_MODEL)):
+            page.get_by_role("tab", name="Talking heads").click()
+            grid = cait.get_config(name).grid_size
+            expect(page.locator("#th_row input[type=number]")).to_have_attribute("max", str(grid))
+            page.get_by_role("tab", name="Model").click()
+            expect(page.locator("#model_md")).to_contain_text(name)
+    finally:
+        first.context.close()
+        second.context.close()
+
+
+def test_a_failed_load_is_one_message_and_the_page_stays_usable(chromium, server):
+    page = open_page(chromium, server[0])
+    try:
+        load_in_model_tab(page, "cait_pico_32", str(server[1]))  # a directory, not a checkpoint
+        expect(page.locator("#load_msg")).to_contain_text("is a directory")
+        expect(page.locator("#load_msg")).to_contain_text("Could not load the model")
+        assert page.locator(".error, .toast-body.error, [data-testid='toast-body']").count() == 0
+        expect(page.locator("#header")).to_contain_text(cait.DEFAULT_MODEL)
+        page.get_by_role("tab", name="Class attention").click()
+        pick_example(page, 2)  # examples still take clicks: nothing covers them
+        expect(page.locator(".ca-grid img")).not_to_have_count(0)
+    finally:
+        page.context.close()
+
+
+def test_replacing_an_image_runs_the_analysis_once(chromium, server):
+    page = open_page(chromium, server[0])
+    joins: list[str] = []
+    page.on("request", lambda r: joins.append(r.post_data or "") if urlparse(r.url).path.endswith("/queue/join")
+            else None)
+    try:
+        pick_example(page)
+        first_json = page.locator("#numbers_json a").first.get_attribute("href")
+        joins.clear()
+        scene = sorted((ROOT / "cait" / "examples").glob("*.png"))[3]
+        page.locator("#image_in input[type=file]").set_input_files(str(scene))  # a new file over the example
+        page.wait_for_function("(old) => { const a = document.querySelector('#numbers_json a'); "
+                               "return a && a.href !== old; }", arg=first_json)
+        expect(page.locator(".ca-grid img")).not_to_have_count(0)
+        # One more event, and its answer: a second request of the upload would have been sent before it.
+        before = page.locator(".ca-grid img").first.get_attribute("src")
+        page.locator("#cmap input").click()
+        page.get_by_role("option", name="viridis").click()
+        page.wait_for_function("(old) => document.querySelector('.ca-grid img').src !== old", arg=before)
+        assert len(joins) == 2, joins  # the upload's analysis, then the redraw
+    finally:
+        page.context.close()
+
+
+@pytest.fixture(scope="module")
+def wide_server(tmp_path_factory):
+    """The app on a cheap random model with 16 heads (the head count of M24/M36/M48)."""
+    tmp = tmp_path_factory.mktemp("wide")
+    path = tmp / "sixteen_heads.safetensors"
+    cait.save_weights(cait.create_model("cait_pico_32", num_heads=16), path)
+    proc, url = start_server(["--checkpoint", str(path)], tmp / "server.log")
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+OUTSIDE = """(selector) => [...document.querySelectorAll(selector)].filter(e => {
+    const r = e.getBoundingClientRect(); return r.left < 0 || r.right > window.innerWidth; }).length"""
+CUT_CAPTIONS = """(selector) => [...document.querySelectorAll(selector)].filter(e => e.scrollWidth > e.clientWidth + 1
+    || e.scrollHeight > e.clientHeight + 1).map(e => e.textContent)"""
+SCROLLING = """(selector) => [...document.querySelectorAll(selector + ' *')].filter(e =>
+    e.scrollHeight > e.clientHeight + 2 && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)).length"""
+
+
+def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server):
+    page = open_page(chromium, wide_server, width=1280)
+    try:
+        pick_example(page)
+        expect(page.locator(".ca-grid img")).to_have_count(2 * 17)
+        page.wait_for_function("() => [...document.querySelectorAll('.ca-grid img')].every(i => i.complete)")
+        assert page.evaluate(OUTSIDE, ".ca-grid img") == 0
+        assert page.evaluate("() => Math.min(...[...document.querySelectorAll('.ca-grid img')].map("
+                             "i => i.getBoundingClientRect().width))") >= 100
+        assert page.evaluate(CUT_CAPTIONS, ".ca-grid .caption-label") == []
+        expect(page.locator("#ca_grid_1")).to_contain_text("head 16")
+        page.screenshot(path="/tmp/cait_app_16_heads.png", full_page=True)
+        page.get_by_role("tab", name="Talking heads").click()
+        expect(page.locator("#th_gallery img")).to_have_count(3 * 16)  # three stages x 16 heads, all shown
+        assert page.evaluate(SCROLLING, "#th_gallery") == 0 and page.evaluate(OUTSIDE, "#th_gallery img") == 0
+        page.get_by_role("tab", name="Saliency").click()
+        boxes = page.locator("#sal_methods input[type=checkbox]")
+        for i in range(boxes.count()):
+            boxes.nth(i).check()
+        page.locator("#sal_run").click()
+        expect(page.locator("#sal_gallery img")).to_have_count(len(cait.explain.METHODS))
+        expect(page.locator("#sal_table")).to_contain_text("occlusion")
+        page.wait_for_function("() => [...document.querySelectorAll('#sal_gallery img, #sal_region img')].every("
+                               "i => i.complete && i.naturalWidth > 0)")
+        assert page.evaluate(SCROLLING, "#sal_gallery") == 0
+        page.screenshot(path="/tmp/cait_app_16_heads_saliency.png", full_page=True)
+    finally:
+        page.context.close()

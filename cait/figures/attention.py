@@ -23,6 +23,12 @@ class Tile:
     caption: str
     layer: int          # CA layer, 0-based
     head: int | None    # head, 0-based; None for the head mean
+    self_share: float   # the class token's attention to itself (not drawn: maps and self share sum to 1)
+
+    @property
+    def short_caption(self) -> str:
+        """The caption without the layer, for a gallery that is already one layer's."""
+        return ("mean" if self.head is None else f"head {self.head + 1}") + f" · self {self.self_share:.0%}"
 
 
 def head_name(layer: int, head: int | None) -> str:
@@ -44,7 +50,7 @@ def attention_tile(base: Image.Image, maps: np.ndarray, self_share: np.ndarray, 
     value_range = (0.0, float(maps[layer].max())) if shared_scale else None
     image = overlay(base, torch.from_numpy(np.ascontiguousarray(heat)), cmap=cmap, alpha=alpha,
                     value_range=value_range, smooth=smooth)
-    return Tile(image, f"{head_name(layer, head)} · self {share:.0%}", layer, head)
+    return Tile(image, f"{head_name(layer, head)} · self {share:.0%}", layer, head, share)
 
 
 def attention_tiles(view: Image.Image, maps: np.ndarray, self_share: np.ndarray, *, side: int = TILE,
