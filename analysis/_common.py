@@ -19,8 +19,9 @@ import torch
 from PIL import Image
 
 import cait
-from cait.checkpoint import CONFIG_KEY, CheckpointError, pretrained_path
+from cait.checkpoint import CheckpointError, pretrained_path
 from cait.config import DEFAULT_MODEL, CaiTConfig, get_config, is_paper_variant
+from cait.runs import checkpoint_metadata
 
 EXAMPLES_DIR = Path(cait.__file__).resolve().parent / "examples"
 REPO = Path(__file__).resolve().parent.parent
@@ -57,16 +58,6 @@ class Loaded:
     trained: bool    # False for random init
 
 
-def _metadata(path: Path) -> dict[str, str]:
-    """Our safetensors metadata (config, epochs, data, val_top1); {} for other formats."""
-    try:
-        from safetensors import safe_open
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception:  # timm/deit .pth files have no metadata; the loader reports real problems
-        return {}
-
-
 def describe_architecture(cfg: CaiTConfig) -> str:
     return (f"{cfg.img_size}px, patch {cfg.patch_size}, dim {cfg.embed_dim}, {cfg.depth} SA + "
             f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}")
@@ -74,7 +65,7 @@ def describe_architecture(cfg: CaiTConfig) -> str:
 
 def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
-    meta = _metadata(path)
+    meta = checkpoint_metadata(path)
     training = []
     epochs = meta.get("epochs_completed", meta.get("epoch"))
     if epochs:
@@ -118,15 +109,6 @@ def load_model(args: argparse.Namespace) -> Loaded:
 def _scale_note(cfg: CaiTConfig) -> str:
     # Our Fashion-MNIST models are miniatures: never let their figures pass for the paper's.
     return "" if cfg.labels == "imagenet" else " - a miniature model, not the paper's ImageNet one"
-
-
-def run_config(run_dir: Path) -> CaiTConfig | None:
-    """The config a training run saved with its weights (last/best.safetensors), if any."""
-    for name in ("last.safetensors", "best.safetensors"):
-        meta = _metadata(run_dir / name)
-        if CONFIG_KEY in meta:
-            return CaiTConfig.from_dict(json.loads(meta[CONFIG_KEY]))
-    return None
 
 
 # ----------------------------------------------------------------------------------------------------
