@@ -57,8 +57,8 @@ def read_run(run: Path) -> dict:
 def retrain(args, out: Path) -> dict[str, Path]:
     """Train the pair, identical except for --residual-scale; returns {kind: run dir}."""
     base = QUICK_MINIATURE if args.quick else MINIATURE
-    common = [*base, *RECIPE, *budget(args, quick_epochs=2), "--depth", str(2 if args.quick else args.depth)]
-    results = train_runs({kind: [*common, "--residual-scale", kind] for kind in KINDS}, out, args)
+    common = {**base, **RECIPE, **budget(args, quick_epochs=2), "depth": 2 if args.quick else args.depth}
+    results = train_runs({kind: {**common, "residual_scale": kind} for kind in KINDS}, out, args)
     return {kind: r.run for kind, r in results.items()}
 
 

@@ -212,9 +212,24 @@ def _resumed(resume: str) -> dict[str, Any]:
     return {**run.read_args(), **dict.fromkeys(PER_INVOCATION), "output": resume}
 
 
+def same_run(saved: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Do the flags of a run's args.json (`saved`) train what `args` would? Flags added since it was saved
+    count at their defaults; where the files go and the per-invocation flags do not count."""
+    ignored = {"output", "resume", "argv", *PER_INVOCATION}
+    then = {**vars(build_parser().parse_args([])), **saved}
+    return all(then.get(k) == v for k, v in vars(args).items() if k not in ignored)
+
+
 def to_argv(given: dict[str, Any]) -> list[str]:
     """The command-line flags of `given` (flag name -> value), for the command recorded in args.json."""
-    return [part for dest, value in given.items() if value is not None for part in (_flag(dest), str(value))]
+    return [part for dest, value in given.items() if value is not None for part in (_flag(dest), _text(value))]
+
+
+def _text(value: Any) -> str:
+    """A flag value as one writes it: 1e-05 and 1 rather than 1.0 (exact: the parse gives the same value)."""
+    if isinstance(value, float) and float(f"{value:g}") == value:
+        return f"{value:g}"
+    return str(value)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
