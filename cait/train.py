@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import shlex
 import signal
 import sys
@@ -52,7 +53,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from .checkpoint import CheckpointError, load_into, read_checkpoint
-from .config import DEFAULT_MODEL, CaiTConfig, get_config, list_models
+from .config import DEFAULT_MODEL, GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, ConfigError, get_config, list_models
 from .data import DataError, build_dataset
 from .explain import layerscale_stats
 from .factory import create_model
@@ -61,7 +62,6 @@ from .preprocess import eval_transform
 from .runs import RunDir
 from .runtime import AMP_CHOICES, DEVICE_CHOICES, autocast, autocast_dtype, resolve_device
 
-RESIDUAL_KINDS = ("layerscale", "scalar", "rezero", "none")
 # flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
 MODEL_OVERRIDES = {"img_size": "img_size", "patch_size": "patch_size", "embed_dim": "embed_dim", "depth": "depth",
                    "depth_token_only": "depth_token_only", "num_heads": "num_heads", "class_token_at": "class_token_at",
@@ -143,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--class-token-at", type=int, default=None,
                    help="ViT-style class token inserted before SA block K (paper Table 2; use with "
                         "--depth-token-only 0)")
-    g.add_argument("--global-pool", default=None, choices=("token", "avg"),
+    g.add_argument("--global-pool", default=None, choices=GLOBAL_POOLS,
                    help="classify from the class token or from the mean patch token (paper Table 2)")
-    g.add_argument("--residual-scale", default=None, choices=RESIDUAL_KINDS,
+    g.add_argument("--residual-scale", default=None, choices=RESIDUAL_SCALES,
                    help="residual branch weighting (paper Table 1 ablations)")
     g.add_argument("--init-values", type=float, default=None, help="LayerScale eps")
     g.add_argument("--teacher", default=None, metavar="CHECKPOINT",
@@ -267,25 +267,28 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def model_config(args: argparse.Namespace, **fields: Any) -> CaiTConfig:
-    """The --model config with the override flags applied; ValueError says what does not fit."""
+    """The --model config with the override flags applied; ValueError says, in the flags' names, what
+    does not fit."""
     overrides = {field: getattr(args, flag) for flag, field in MODEL_OVERRIDES.items()
                  if getattr(args, flag, None) is not None}
-    cfg = get_config(args.model, **overrides, **fields)
-    for name in ("img_size", "patch_size", "embed_dim", "depth", "num_heads"):
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    if cfg.depth_token_only < 0:
-        raise ValueError(f"--depth-token-only must be >= 0, got {cfg.depth_token_only}")
-    if cfg.img_size % cfg.patch_size:
-        raise ValueError(f"--img-size {cfg.img_size} is not a multiple of --patch-size {cfg.patch_size}")
-    if cfg.embed_dim % cfg.num_heads:
-        raise ValueError(f"--num-heads {cfg.num_heads} does not divide --embed-dim {cfg.embed_dim}")
-    if cfg.class_token_at is not None and not 0 <= cfg.class_token_at <= cfg.depth:
-        raise ValueError(f"--class-token-at must be in [0, depth={cfg.depth}], got {cfg.class_token_at}")
+    try:
+        cfg = get_config(args.model, **overrides, **fields)
+    except ConfigError as e:
+        raise ConfigError(_in_flag_names(str(e))) from None
+    # what training needs beyond a model that builds: blocks to train and a class token that takes part
+    if cfg.depth == 0:
+        raise ConfigError("--depth must be positive, got 0")
     if cfg.class_token_at is None and cfg.depth_token_only == 0 and cfg.global_pool == "token":
-        raise ValueError("with --depth-token-only 0 the class token needs --class-token-at K to take part (or use "
-                         "--global-pool avg)")
+        raise ConfigError("with --depth-token-only 0 the class token needs --class-token-at K to take part (or use "
+                          "--global-pool avg)")
     return cfg
+
+
+def _in_flag_names(message: str) -> str:
+    """A CaiTConfig message with the config fields that flags set named as the flags
+    ("num_heads 5 does not divide embed_dim 48" -> "--num-heads 5 does not divide --embed-dim 48")."""
+    flags = {field: _flag(dest) for dest, field in MODEL_OVERRIDES.items()}
+    return re.sub(r"\b(\w+)(?= )", lambda m: flags.get(m.group(1), m.group(1)), message)
 
 
 def _explicit_flags(argv: list[str]) -> dict[str, Any]:
