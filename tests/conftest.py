@@ -1,12 +1,26 @@
 """Shared fixtures: timm's CaiT (the independent oracle) with the same random weights as ours."""
 from __future__ import annotations
 
-import pytest
-import torch
+import atexit
+import os
+import shutil
+import tempfile
 
-import cait
-from cait.config import CaiTConfig
-from cait.reference import timm_cait
+# No test reaches the Hugging Face Hub or sees the user's own cache: huggingface_hub (imported by timm)
+# reads these once, at import, so they are set before anything imports it; subprocesses inherit them.
+# tests/test_hub.py serves a stand-in Hub on 127.0.0.1 instead.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="cait-tests-hf-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
+for _var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT"):
+    os.environ.pop(_var, None)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import cait  # noqa: E402
+from cait.config import CaiTConfig  # noqa: E402
+from cait.reference import timm_cait  # noqa: E402
 
 
 @torch.no_grad()
