@@ -4,24 +4,21 @@ The stand-in answers the Hub's file endpoint (HEAD/GET /{repo}/resolve/{revision
 huggingface_hub 2.4 reads (X-Repo-Commit, ETag / X-Linked-Etag, X-Linked-Size, Content-Length; Range
 for resumed downloads; X-Error-Code on errors) and serves a timm-format safetensors of cait_xxs24_224
 with random weights, gammas randomised. The environment is set as a user would set it (HF_ENDPOINT,
-HF_HOME, HF_HUB_OFFLINE): in-process tests reload huggingface_hub.constants, which reads it (the client
-reads it once, at import); the analysis test runs the script in a subprocess with that environment.
+HF_HOME, HF_HUB_OFFLINE): in-process tests through the `hf_env` fixture (conftest.py), which reloads
+huggingface_hub.constants, where the client reads it; the analysis test runs the script in a subprocess
+with that environment. The stand-in is tests/stand_in_hub.py.
 Nothing here reaches beyond 127.0.0.1.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
-import importlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
-import threading
 import tomllib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import packages_distributions
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import tqdm
-from huggingface_hub import constants, file_download
+from huggingface_hub import file_download
 from huggingface_hub.utils import _http
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -41,94 +38,11 @@ from cait import explain, hub
 from cait.config import RELEASED, VARIANTS, is_paper_variant
 from cait.paper import MAIN_TABLE
 from cait.photos import PHOTOS, available_photos
+from stand_in_hub import StandInHub
 
 NAME = "cait_xxs24_224"
 REPO = "timm/cait_xxs24_224.fb_dist_in1k"  # written out: the id timm's model card gives
 ROOT = Path(__file__).resolve().parent.parent
-
-
-# ---------------------------------------------------------------------------------------------- stand-in Hub
-
-class StandInHub:
-    """A threaded HTTP server on 127.0.0.1 serving `files` ({"org/repo/filename": bytes}) the way the Hub
-    does, and recording every request. die_after=N: the first GET sends its headers with the full
-    Content-Length, then N bytes, and the server dies (later connections are refused)."""
-
-    def __init__(self, files: dict[str, bytes], *, die_after: int | None = None):
-        self.files = files
-        self.die_after = die_after
-        self.requests: list[str] = []  # "METHOD /path", in arrival order
-        self.commit = hashlib.sha1(b"stand-in commit").hexdigest()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
-        self.server.daemon_threads, self.server.block_on_close = True, False
-        self.server.hub = self
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def methods(self) -> list[str]:
-        """The methods of the file requests (the client also asks {endpoint}/api/agent-harnesses once when
-        online, for its user agent; that gets a 404 here)."""
-        return [r.split()[0] for r in self.requests if "/resolve/" in r]
-
-    def die(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()  # the listening socket is gone: later connections are refused
-
-    def __enter__(self) -> "StandInHub":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.die()
-
-
-class _HubHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def do_HEAD(self) -> None:
-        self._answer(body=False)
-
-    def do_GET(self) -> None:
-        self._answer(body=True)
-
-    def _answer(self, *, body: bool) -> None:
-        hub_: StandInHub = self.server.hub
-        hub_.requests.append(f"{self.command} {self.path}")
-        match = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)", self.path)
-        if match is None or not any(key.startswith(match["repo"] + "/") for key in hub_.files):
-            return self._error("RepoNotFound")
-        data = hub_.files.get(f"{match['repo']}/{match['file']}")
-        if data is None:
-            return self._error("EntryNotFound")
-        ranged = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
-        start = int(ranged[1]) if ranged else 0
-        etag = f'"{hashlib.sha256(data).hexdigest()}"'  # an LFS file's etag is its sha256
-        self.send_response(206 if start else 200)
-        headers = {"X-Repo-Commit": hub_.commit, "ETag": etag, "X-Linked-Etag": etag, "X-Linked-Size": len(data),
-                   "Content-Length": len(data) - start, "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}
-        if start:
-            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-        for key, value in headers.items():
-            self.send_header(key, str(value))
-        self.end_headers()
-        if not body:
-            return
-        if hub_.die_after is not None:
-            hub_.die()
-            self.wfile.write(data[start:start + hub_.die_after])
-            self.close_connection = True
-            return
-        self.wfile.write(data[start:])
-
-    def _error(self, code: str) -> None:
-        self.send_response(404)
-        self.send_header("X-Error-Code", code)
-        self.send_header("X-Repo-Commit", self.server.hub.commit)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
 
 
 @pytest.fixture(scope="module")
@@ -148,21 +62,6 @@ def served(timm_file):
 def stand_in(served) -> StandInHub:
     served.requests.clear()
     return served
-
-
-@pytest.fixture
-def hf_env(tmp_path, monkeypatch):
-    """set(endpoint, offline=...): HF_ENDPOINT, HF_HUB_OFFLINE and HF_HOME (in tmp_path) as a user sets
-    them, then huggingface_hub.constants reloaded so that the client reads them as at its import."""
-    def set_env(endpoint: str, *, offline: bool = False) -> Path:
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline else "0")
-        importlib.reload(constants)
-        return tmp_path / "hf" / "hub"
-    yield set_env
-    monkeypatch.undo()
-    importlib.reload(constants)
 
 
 def images(batch: int = 2) -> torch.Tensor:
@@ -239,7 +138,8 @@ def test_offline_with_an_empty_cache_is_one_clear_error_and_no_request(stand_in,
         cait.create_model(NAME, pretrained=True)
     msg = str(err.value)
     assert isinstance(err.value, hub.WeightsUnavailable) and len(msg.splitlines()) == 1
-    for part in (f"'{NAME}'", REPO, "HF_HUB_OFFLINE", "go online", "checkpoint=PATH", "timm .pth/.safetensors",
+    for part in (f"'{NAME}'", REPO, "HF_HUB_OFFLINE", "go online", "checkpoint=PATH", "--checkpoint PATH",
+                 "timm .pth/.safetensors",
                  "https://dl.fbaipublicfiles.com/deit/XXS24_224.pth", str(cache)):
         assert part in msg, part
     assert stand_in.requests == []
