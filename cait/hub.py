@@ -183,8 +183,9 @@ def _unavailable(name: str, repo: str, why: str) -> str:
     online = "go online (unset HF_HUB_OFFLINE)" if is_offline_mode() else "go online"
     return (f"no weights for '{name}': timm's {repo} ({HUB_FILENAME}) is not in the local Hugging Face cache "
             f"({constants.HF_HUB_CACHE}) and {why}. Ways out: {online} and run again "
-            f"to download it once ({_float32_mb(name):.0f} MB); or pass checkpoint=PATH with {official}or a timm "
-            f".pth/.safetensors file; or point HF_HOME / HF_HUB_CACHE at a cache that holds {repo}")
+            f"to download it once ({_float32_mb(name):.0f} MB); or give a file, checkpoint=PATH (--checkpoint PATH on "
+            f"the command line), with {official}or a timm .pth/.safetensors; or point HF_HOME / HF_HUB_CACHE at a "
+            f"cache that holds {repo}")
 
 
 def _reporting(base: type | None, on_progress: ProgressCallback) -> type:
