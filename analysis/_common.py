@@ -19,9 +19,10 @@ import torch
 from PIL import Image
 
 import cait
-from cait.checkpoint import CheckpointError, pretrained_path
-from cait.config import DEFAULT_MODEL, CaiTConfig, get_config, is_paper_variant
+from cait.checkpoint import CheckpointError
+from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError
+from cait.hub import weights_status
 from cait.runs import RunDir, checkpoint_metadata
 
 EXAMPLES_DIR = Path(cait.__file__).resolve().parent / "examples"
@@ -44,6 +45,9 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
                             f"(random init, said on every figure, while its weights are not there)")
         p.add_argument("--model", default=None, help="variant name (see cait.list_models()); needed with a "
                        "checkpoint that does not carry its config (timm/deit files)")
+        p.add_argument("--pretrained", action="store_true", help="the variant's pretrained weights: for a paper "
+                       "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
+                       "(HF_HUB_OFFLINE=1: the cache only)")
     p.add_argument("--out", type=Path, default=Path("out") / name, help=f"output directory (default: out/{name})")
     p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")
     return p
@@ -80,8 +84,10 @@ def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
 
 
 def load_model(args: argparse.Namespace) -> Loaded:
-    """The model the flags ask for. Without --checkpoint: the shipped weights of --model (default
-    cait_nano_64); when they are missing, random init, loudly, rather than no figure at all."""
+    """The model the flags ask for. --checkpoint: that file. --pretrained: the variant's pretrained weights
+    (shipped, or timm's official ones, downloaded when not in the local cache), else a one-line error.
+    Neither: the shipped weights of --model (default cait_nano_64), or a paper variant's official weights
+    when already in the local cache; when there are none, random init, loudly, rather than no figure."""
     name = args.model
     try:
         if args.checkpoint is not None:
@@ -90,18 +96,20 @@ def load_model(args: argparse.Namespace) -> Loaded:
             made = f"checkpoint {describe_checkpoint(path, model.cfg)}"
             return Loaded(model, made + _scale_note(model.cfg), trained=True)
         name = name or DEFAULT_MODEL
-        cfg = get_config(name)
-        try:
-            path = pretrained_path(name, cfg)
-        except CheckpointError:
+        status = weights_status(name)
+        if not args.pretrained and status.path is None:
             torch.manual_seed(0)
             model = cait.create_model(name)
-            print(f"WARNING: no shipped weights for {name}; using RANDOM INIT (figures say so)", file=sys.stderr)
-            return Loaded(model, f"RANDOM INIT {name} ({describe_architecture(cfg)}): shipped weights not found, "
-                                 f"NOT a trained model", trained=False)
-        model = cait.create_model(name, path)
-        what = "cached timm" if is_paper_variant(name) else "shipped"
-        made = f"{what} {name} weights {describe_checkpoint(path, model.cfg)}"
+            hint = "; --pretrained downloads them" if status.where == "download" else ""
+            print(f"WARNING: no weights for {name} here ({status.describe()}{hint}); using RANDOM INIT "
+                  f"(figures say so)", file=sys.stderr)
+            return Loaded(model, f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): no shipped or cached "
+                                 f"weights, NOT a trained model", trained=False)
+        model = cait.create_model(name, pretrained=True)
+        if status.where == "shipped":
+            made = f"shipped {name} weights {describe_checkpoint(status.path, model.cfg)}"
+        else:
+            made = f"official {name} weights, timm's {model.source} ({describe_architecture(model.cfg)})"
         return Loaded(model, made + _scale_note(model.cfg), trained=True)
     except (CheckpointError, ValueError, TypeError) as e:
         fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
@@ -158,6 +166,15 @@ def load_examples(paths: Iterable[str | os.PathLike] | None, cfg: CaiTConfig, *,
             box = torch.tensor(note["box_xyxy"], dtype=torch.float32) * (cfg.img_size / original.width)
         out.append(Example(f.stem, view(original), note.get("label"), box))
     return out
+
+
+def default_images(cfg: CaiTConfig) -> list[Path] | None:
+    """The images a figure shows when none are given: real photos for an ImageNet model (cait.photos),
+    None (the shipped example scenes) for our Fashion-MNIST models."""
+    if cfg.labels != "imagenet":
+        return None
+    from cait.photos import available_photos
+    return [path for _, path in available_photos()] or None
 
 
 def batch_of(examples: list[Example], cfg: CaiTConfig) -> torch.Tensor:

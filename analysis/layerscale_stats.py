@@ -3,6 +3,7 @@ branch) of every SA and CA block, on a log axis with the init eps marked; option
 across the epochs of a training run (darker = later).
 
     python analysis/layerscale_stats.py [--checkpoint FILE] [--metrics runs/x/metrics.jsonl] [--out DIR]
+    python analysis/layerscale_stats.py --model cait_s36_384 --pretrained   # the official weights' gammas
 
 Writes layerscale_stats.csv/.json/.png/.html and, with --metrics, layerscale_epochs.csv/.png/.html.
 """

@@ -207,6 +207,7 @@ class CaiT(nn.Module):
     def __init__(self, cfg: CaiTConfig):
         super().__init__()
         self.cfg = cfg
+        self.source = "random init"  # where the weights came from (create_model sets it); the app and figures show it
         d = cfg.embed_dim
         self.patch_embed = PatchEmbed(cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
