@@ -19,11 +19,13 @@ import torch
 from PIL import Image
 
 import cait
-from cait.checkpoint import CONFIG_KEY, CheckpointError
+from cait.checkpoint import CheckpointError
 from cait.config import DEFAULT_MODEL, CaiTConfig
+from cait.data import DataError
 from cait.data import read_examples
 from cait.preprocess import model_view
-from cait.provenance import SourcedModel, checkpoint_metadata, load_or_init
+from cait.provenance import SourcedModel, load_or_init
+from cait.runs import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,6 +46,9 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
                             f"(random init, said on every figure, while its weights are not there)")
         p.add_argument("--model", default=None, help="variant name (see cait.list_models()); needed with a "
                        "checkpoint that does not carry its config (timm/deit files)")
+        p.add_argument("--pretrained", action="store_true", help="the variant's pretrained weights: for a paper "
+                       "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
+                       "(HF_HUB_OFFLINE=1: the cache only)")
     p.add_argument("--out", type=Path, default=Path("out") / name, help=f"output directory (default: out/{name})")
     p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")
     return p
@@ -53,24 +58,19 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
 # model and provenance
 
 def load_model(args: argparse.Namespace) -> SourcedModel:
-    """The model the flags ask for. Without --checkpoint: the shipped weights of --model (default
-    cait_nano_64); when they are missing, random init, loudly, rather than no figure at all."""
+    """The model the flags ask for (`cait.provenance.load_or_init`). --checkpoint: that file. --pretrained:
+    the variant's pretrained weights (shipped, or timm's official ones, downloaded when not in the local
+    cache), else a one-line error. Neither: the shipped weights of --model (default cait_nano_64), or a
+    paper variant's official weights when already in the local cache; when there are none, random init,
+    loudly, rather than no figure."""
+    name = args.model if args.checkpoint else args.model or DEFAULT_MODEL
     try:
-        loaded = load_or_init(args.model if args.checkpoint else args.model or DEFAULT_MODEL, args.checkpoint)
+        loaded = load_or_init(name, args.checkpoint, download=args.pretrained)
     except (CheckpointError, ValueError, TypeError) as e:
         fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     if not loaded.trained:
         print(f"WARNING: {loaded.notice}; using RANDOM INIT (figures say so)", file=sys.stderr)
     return loaded
-
-
-def run_config(run_dir: Path) -> CaiTConfig | None:
-    """The config a training run saved with its weights (last/best.safetensors), if any."""
-    for name in ("last.safetensors", "best.safetensors"):
-        meta = checkpoint_metadata(run_dir / name)
-        if CONFIG_KEY in meta:
-            return CaiTConfig.from_dict(json.loads(meta[CONFIG_KEY]))
-    return None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def run_config(run_dir: Path) -> CaiTConfig | None:
 @dataclass
 class Example:
     name: str                     # file stem
-    image: Image.Image            # RGB, as the model sees it (`cait.preprocess.model_view`: resized, centre-cropped)
+    image: Image.Image            # RGB, as the model sees it (`cait.preprocess.model_view`, not normalised)
     label: int | None             # true class, when the image comes with an examples.json entry
     box: torch.Tensor | None      # [4] x0, y0, x1, y1 in model-input pixels, when known
 
@@ -104,6 +104,15 @@ def load_examples(paths: Iterable[str | os.PathLike] | None, cfg: CaiTConfig, *,
             box = torch.tensor(f.box, dtype=torch.float32) * (cfg.img_size / original.width)
         out.append(Example(f.path.stem, model_view(original, cfg).convert("RGB"), f.label, box))
     return out
+
+
+def default_images(cfg: CaiTConfig) -> list[Path] | None:
+    """The images a figure shows when none are given: real photos for an ImageNet model (cait.photos),
+    None (the shipped example scenes) for our Fashion-MNIST models."""
+    if cfg.labels != "imagenet":
+        return None
+    from cait.photos import available_photos
+    return [path for _, path in available_photos()] or None
 
 
 def batch_of(examples: list[Example], cfg: CaiTConfig) -> torch.Tensor:
@@ -184,11 +193,12 @@ def matplotlib_pyplot():
 
 # The miniature these scripts train: CaiT blocks at a width and input size that a CPU trains in minutes
 # (32 px input, 4x4 patches of 8 px, dim 96, 2 heads of 48 like the paper's).
-MINIATURE = ["--model", "cait_nano_64", "--img-size", "32", "--patch-size", "8", "--embed-dim", "96", "--num-heads", "2"]
-QUICK_MINIATURE = ["--model", "cait_pico_32"]  # seconds per run, for tests
+# Runs are given as cait.train flags by name (cait.train.train_args), e.g. {"depth": 12, "residual_scale": "none"}.
+MINIATURE = {"model": "cait_nano_64", "img_size": 32, "patch_size": 8, "embed_dim": 96, "num_heads": 2}
+QUICK_MINIATURE = {"model": "cait_pico_32"}  # seconds per run, for tests
 # One light recipe for every run of a comparison, so that only the ablated setting differs between runs.
-RECIPE = ["--warmup-epochs", "1", "--mixup", "0", "--cutmix", "0",
-          "--randaug", "none", "--reprob", "0", "--crop-scale", "0.8", "--seed", "0", "--workers", "0"]
+RECIPE = {"warmup_epochs": 1.0, "mixup": 0.0, "cutmix": 0.0, "randaug": "none", "reprob": 0.0, "crop_scale": 0.8,
+          "seed": 0, "workers": 0}
 
 
 def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int) -> None:
@@ -206,12 +216,12 @@ def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int) ->
     g.add_argument("--fresh", action="store_true", help="retrain runs that already finished in OUT/runs")
 
 
-def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> list[str]:
+def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> dict[str, Any]:
     """The cait.train flags of the budget; --quick shrinks it to seconds."""
     if args.quick:
         args.epochs, args.subset, args.val_subset, args.batch_size = quick_epochs, 64, 32, 32
-    return ["--data", args.data, "--epochs", str(args.epochs), "--subset", str(args.subset), "--val-subset", str(args.val_subset),
-            "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--threads", str(args.threads)]
+    return {"data": args.data, "epochs": args.epochs, "subset": args.subset, "val_subset": args.val_subset,
+            "batch_size": args.batch_size, "lr": args.lr, "threads": args.threads}
 
 
 def budget_note(args: argparse.Namespace) -> str:
@@ -221,10 +231,10 @@ def budget_note(args: argparse.Namespace) -> str:
 
 
 @dataclass
-class RunResult:
+class SweepRun:
     name: str
     run: Path
-    flags: list[str]        # the cait.train flags that made it
+    flags: dict[str, Any]   # the cait.train flags (by name) that made it
     diverged: bool          # stopped on a non-finite loss (the paper's dagger)
     val_top1: list[float]   # per finished epoch
     params: int
@@ -235,49 +245,62 @@ class RunResult:
         return self.val_top1[-1] if self.val_top1 else None
 
 
-def _finished(run: Path, flags: list[str]) -> dict | None:
+def _finished(run: Path, args: argparse.Namespace) -> dict | None:
+    """sweep.json of a run that finished with these flags (as its args.json records them), else None."""
+    from cait.train import same_run
     try:
         record = json.loads((run / "sweep.json").read_text())
+        saved = RunDir(run).read_args()
     except (OSError, ValueError):
         return None
-    return record if record.get("flags") == flags else None
+    return record if same_run(saved, args) else None
 
 
-def _train_one(name: str, flags: list[str], run: Path, fresh: bool) -> RunResult:
+def _train(name: str, args: argparse.Namespace, run: Path) -> bool:
+    """Train one run from scratch in this process (one torch import for the whole sweep), its output into
+    its train.log; True when it diverged. Any other failure ends the sweep with one line."""
     import contextlib
     import shutil
 
     from cait import train
+    if run.exists():
+        shutil.rmtree(run)  # never mix the epochs of two trainings
+    run.mkdir(parents=True)
+    with open(run / "train.log", "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
+        try:
+            result = train.run(args)
+        except train.Diverged as e:
+            print(f"diverged: {e}", file=log)
+            return True
+        except (DataError, CheckpointError) as e:
+            result = e
+    if isinstance(result, Exception):
+        fail(f"training run {name}: {str(result).splitlines()[0]} (log: {run / 'train.log'})")
+    if not result.finished:
+        fail(f"training run {name} stopped early ({result.stopped_by}); run the sweep again to retrain it")
+    return False
 
-    record = None if fresh else _finished(run, flags)
+
+def _train_one(name: str, flags: dict[str, Any], run: Path, fresh: bool) -> SweepRun:
+    from cait import train
+    try:
+        args = train.train_args(**flags, output=run)
+    except train.ArgsError as e:
+        fail(f"training run {name}: {e}")
+    record = None if fresh else _finished(run, args)
     if record is None:
-        if run.exists():
-            shutil.rmtree(run)  # never mix the epochs of two trainings
-        run.mkdir(parents=True)
-        # In this process (one torch import for the whole sweep), its output into the run's log.
-        with open(run / "train.log", "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
-            try:
-                code = train.main([*flags, "--output", str(run)])
-            except SystemExit as e:  # a flag cait.train refuses
-                code = e.code if isinstance(e.code, int) else 2
-        tail = (run / "train.log").read_text()[-3000:]
-        diverged = code == 1 and "error: loss is" in tail
-        if code != 0 and not diverged:
-            fail(f"training run {name} failed (exit {code}); its log {run / 'train.log'} ends:\n{tail[-1500:]}")
-        record = {"flags": flags, "diverged": diverged}
+        record = {"flags": train.to_argv(flags), "diverged": _train(name, args, run)}
         write_json(run / "sweep.json", record)
-    metrics = run / "metrics.jsonl"
-    lines = [json.loads(l) for l in metrics.read_text().splitlines() if l.strip()] if metrics.is_file() else []
-    model = cait.CaiT(train.model_config(train.parse_args(flags)))  # also for a run that diverged in epoch 1
-    return RunResult(name, run, flags, record["diverged"], [l["val_top1"] for l in lines if l.get("val_top1") is not None],
-                     model.num_params(), model.flops())
+    model = cait.CaiT(train.model_config(args))  # also for a run that diverged in epoch 1
+    curve = [line["val_top1"] for line in RunDir(run).read_metrics() if line.get("val_top1") is not None]
+    return SweepRun(name, run, flags, record["diverged"], curve, model.num_params(), model.flops())
 
 
-def train_runs(plan: dict[str, list[str]], out: Path, args: argparse.Namespace) -> dict[str, RunResult]:
-    """Train every run of `plan` (name -> cait.train flags) into OUT/runs/NAME, one after another, each
-    run's log in its train.log. A run that finished before with the same flags is reused, so an interrupted
-    sweep continues where it stopped (--fresh retrains). A run that stops on a non-finite loss is a result:
-    diverged."""
+def train_runs(plan: dict[str, dict[str, Any]], out: Path, args: argparse.Namespace) -> dict[str, SweepRun]:
+    """Train every run of `plan` (name -> cait.train flags by name) into OUT/runs/NAME, one after another,
+    each run's log in its train.log. A run that finished before with the same flags is reused, so an
+    interrupted sweep continues where it stopped (--fresh retrains). A run that stops on a non-finite loss
+    is a result: diverged."""
     from tqdm import tqdm
 
     results = {}

@@ -2,40 +2,20 @@
 Fashion-MNIST models, plain Fashion-MNIST test images for grey ones (generated into the work folder)."""
 from __future__ import annotations
 
-import importlib.util
 from functools import lru_cache
-from pathlib import Path
 
 import cait
 from cait.checkpoint import WEIGHTS_DIR
 from cait.data import EXAMPLES_DIR, read_examples
+from cait.photos import available_photos
 
 from app.workdir import WORK
-
-# (package, file inside it): photos that ship with packages the app already depends on
-IMAGENET_PHOTOS = (("skimage", "data/chelsea.png"), ("skimage", "data/astronaut.png"), ("skimage", "data/coffee.png"),
-                   ("skimage", "data/rocket.jpg"), ("gradio", "media_assets/images/cheetah.jpg"),
-                   ("gradio", "media_assets/images/lion.jpg"), ("skimage", "data/motorcycle_left.png"),
-                   ("gradio", "media_assets/images/tower.jpg"))
-
-
-def imagenet_photos() -> list[Path]:
-    """The photos of IMAGENET_PHOTOS that are installed, each once."""
-    found = []
-    for package, relative in IMAGENET_PHOTOS:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        path = (Path(next(iter(spec.submodule_search_locations))) / relative).resolve()
-        if path.is_file() and path not in found:
-            found.append(path)
-    return found
 
 
 def find_examples(cfg: cait.CaiTConfig) -> list[tuple[str, str]]:
     """(image path, caption) pairs for a model with this config."""
     if cfg.labels == "imagenet":
-        return [(str(p), p.stem) for p in imagenet_photos()]
+        return [(str(path), photo.name) for photo, path in available_photos()]
     if cfg.in_chans == 3:
         shipped = read_examples()
         if shipped:
@@ -64,4 +44,4 @@ def generated_examples(data: str, count: int = 8) -> tuple[tuple[str, str], ...]
 def served_paths() -> list[str]:
     """Files and folders outside Gradio's cache that the page shows or links (for allowed_paths)."""
     cards = sorted(str(p) for p in WEIGHTS_DIR.glob("*.md"))  # the model cards the header links to
-    return [str(WORK.path), str(EXAMPLES_DIR), *(str(p) for p in imagenet_photos()), *cards]
+    return [str(WORK.path), str(EXAMPLES_DIR), *(str(path) for _, path in available_photos()), *cards]

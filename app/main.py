@@ -27,6 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"describes); one of: {', '.join(list_models())}")
     p.add_argument("--checkpoint", default=None, help="local checkpoint file (.pth / .safetensors); official deit "
                    "and timm files need --model")
+    p.add_argument("--pretrained", action="store_true",
+                   help="for a paper variant, download timm's official weights from the Hugging Face Hub when they "
+                        "are not in the local cache (without it: cached or shipped weights, else random ones)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto = CUDA when there is one, else the CPU")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",

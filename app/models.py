@@ -32,6 +32,7 @@ class ModelChoice:
     """What a session asked for: a variant name, a checkpoint file, or both (timm/deit files need the name)."""
     name: str | None = DEFAULT_MODEL
     checkpoint: str | None = None
+    download: bool = False  # a paper variant's official weights may be downloaded when not cached
 
     def __str__(self) -> str:
         return " + ".join(part for part in (self.name, self.checkpoint) if part) or "nothing"
@@ -83,7 +84,7 @@ def display_name(choice: ModelChoice, cfg: cait.CaiTConfig) -> str:
 
 def load_model(choice: ModelChoice, device: torch.device, dtype: torch.dtype | None = None) -> LoadedModel:
     """Build `choice` on `device`. Raises cait.CheckpointError / ValueError with a one-line reason."""
-    sourced = load_or_init(choice.name, choice.checkpoint)
+    sourced = load_or_init(choice.name, choice.checkpoint, download=choice.download)
     model = sourced.model.requires_grad_(False).to(device)  # gradient methods need d/d(input) only
     name = display_name(choice, model.cfg)
     return LoadedModel(model=model, choice=choice, name=name, source=sourced.source, notice=sourced.notice,

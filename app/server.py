@@ -34,7 +34,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     dtype = inference_dtype(args.precision, device)
     cache = ModelCache(partial(load_model, device=device, dtype=dtype), max_bytes=int(args.model_memory_gb * 2**30))
-    default = ModelChoice(name=args.model or (None if args.checkpoint else DEFAULT_MODEL), checkpoint=args.checkpoint)
+    default = ModelChoice(name=args.model or (None if args.checkpoint else DEFAULT_MODEL), checkpoint=args.checkpoint,
+                          download=args.pretrained)
     try:
         first = cache.get(default)
     except (cait.CheckpointError, ValueError) as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .config import DEFAULT_MODEL, CaiTConfig, get_config, list_models
+from .config import DEFAULT_MODEL, CaiTConfig, ConfigError, get_config, list_models
 
 # Everything else needs torch, so it is imported on first use: a command line can list the variants
 # (`cait.config`) and answer --help in milliseconds instead of the seconds a torch import takes.
@@ -23,5 +23,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'cait' has no attribute {name!r}")
 
 
-__all__ = ["CaiT", "CaiTConfig", "CheckpointError", "DEFAULT_MODEL", "Insights", "create_model",
+__all__ = ["CaiT", "CaiTConfig", "CheckpointError", "ConfigError", "DEFAULT_MODEL", "Insights", "create_model",
            "get_config", "list_models", "save_weights"]

@@ -1,6 +1,7 @@
-"""Where a model's weights come from, said once for the app and the analysis scripts: a checkpoint file,
-the weights shipped with the package (with their model card and test accuracy), timm's weights in the
-local Hugging Face cache, or, when none of these exists, a seeded random init that says so loudly.
+"""Which weights a tool shows, said once for the app and the analysis scripts: a checkpoint file, the
+weights shipped with the package (with their model card and test accuracy), timm's official weights
+(`cait.hub`: cached, or downloaded when asked), or, when there are none, a seeded random init that says
+so loudly; and the one line that says what a figure or a number was made from.
 """
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import WEIGHTS_DIR, CheckpointError, pretrained_path
-from .config import CaiTConfig, get_config, is_paper_variant
+from .checkpoint import WEIGHTS_DIR, CheckpointError
+from .config import CaiTConfig, get_config
 from .factory import create_model
+from .hub import weights_status
 from .model import CaiT
+from .runs import checkpoint_metadata
 
 RANDOM_SEED = 0  # the random init of a model without weights: the same numbers on every run
 
@@ -57,16 +60,6 @@ def describe_architecture(cfg: CaiTConfig) -> str:
             f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}")
 
 
-def checkpoint_metadata(path: Path) -> dict[str, str]:
-    """Our safetensors metadata (config, epochs, data, val_top1); {} for other formats."""
-    try:
-        from safetensors import safe_open
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception:  # timm/deit .pth files have no metadata; the loader reports real problems
-        return {}
-
-
 def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
     meta = checkpoint_metadata(path)
@@ -92,13 +85,13 @@ def random_init(name: str, reason: str, **overrides) -> SourcedModel:
     with torch.random.fork_rng():
         torch.manual_seed(RANDOM_SEED)
         model = create_model(name, **overrides)
-    made = (f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): {reason}, NOT a trained model")
+    made = f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): no shipped or cached weights, NOT a trained model"
     return SourcedModel(model, f"random init (seed {RANDOM_SEED})", made, trained=False,
-                        notice=f"Untrained (no weights found): {reason}")
+                        notice=f"Untrained: no weights for {name} here ({reason})")
 
 
 def check_checkpoint_file(path: Path) -> None:
-    """A one-line CheckpointError for paths that cannot be a checkpoint: missing, a directory, or text."""
+    """A one-line CheckpointError for paths that cannot be a checkpoint: missing, a directory, empty, text."""
     if path.is_dir():
         raise CheckpointError(f"{path} is a directory; give the checkpoint file inside it (.pth or .safetensors)")
     if not path.is_file():
@@ -118,10 +111,13 @@ def check_checkpoint_file(path: Path) -> None:
                           f"give a .pth or .safetensors weights file")
 
 
-def load_or_init(name: str | None, checkpoint: str | os.PathLike | None = None, **overrides) -> SourcedModel:
+def load_or_init(name: str | None, checkpoint: str | os.PathLike | None = None, *, download: bool = False,
+                 **overrides) -> SourcedModel:
     """The model a user asked for: `checkpoint` when given (our safetensors carry their config, so `name`
-    may be None); else the shipped weights of `name` or timm's in the local Hugging Face cache; else a
-    seeded random init. Raises CheckpointError / ValueError for a checkpoint or name that cannot work."""
+    may be None); else the shipped weights of `name` or timm's in the local Hugging Face cache, or, with
+    download=True, fetched from the Hub; else a seeded random init. Raises CheckpointError / ValueError
+    with one line for a checkpoint or name that cannot work (and for download=True without a way to get
+    the weights)."""
     if checkpoint is not None:
         path = Path(checkpoint)
         check_checkpoint_file(path)
@@ -130,12 +126,16 @@ def load_or_init(name: str | None, checkpoint: str | os.PathLike | None = None, 
                             + _scale_note(model.cfg), trained=True, notice="")
     if not name:
         raise ValueError("give a model name (see cait.list_models()) or a checkpoint file")
-    cfg = get_config(name, **overrides)
-    try:
-        path = pretrained_path(name, cfg)
-    except CheckpointError as e:
-        return random_init(name, str(e).split(";")[0], **overrides)
-    model = create_model(name, checkpoint=path, **overrides)
-    kind = "local Hugging Face cache" if is_paper_variant(name) else "shipped weights"
-    made = f"{'cached timm' if is_paper_variant(name) else 'shipped'} {name} weights {describe_checkpoint(path, model.cfg)}"
-    return SourcedModel(model, f"{kind}: {path.name}", made + _scale_note(model.cfg), trained=True, notice="")
+    get_config(name)  # an unknown name fails here, with the known ones
+    status = weights_status(name)
+    if not download and status.path is None:
+        hint = "; --pretrained downloads them" if status.where == "download" else ""
+        return random_init(name, status.describe() + hint, **overrides)
+    model = create_model(name, pretrained=True, **overrides)
+    if status.where == "shipped":
+        made = f"shipped {name} weights {describe_checkpoint(status.path, model.cfg)}"
+        source = f"shipped weights: {status.path.name}"
+    else:
+        made = f"official {name} weights, timm's {model.source} ({describe_architecture(model.cfg)})"
+        source = f"official weights: {model.source}"
+    return SourcedModel(model, source, made + _scale_note(model.cfg), trained=True, notice="")
