@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", nargs="*", default=None,
                    help=f"explanations to score (default: all; --quick: {', '.join(CHEAP_METHODS)})")
     args = p.parse_args(argv)
-    unknown = set(args.methods or ()) - set(explain.METHODS)
+    unknown = {m for m in args.methods or () if m not in explain.METHODS}  # earlier names are accepted too
     if unknown:
         p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     loaded = load_model(args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 import gradio as gr
 from gradio.data_classes import FileData
@@ -142,28 +142,40 @@ class Handlers:
 
     # ------------------------------------------------------------------------ saliency
 
-    def saliency(self, choice, a, target, methods, steps, cmap, alpha, view, progress=gr.Progress()) -> dict:
+    def saliency(self, choice, a, target, methods, steps, cmap, alpha, view) -> Iterator[dict]:
+        """The ticked methods' maps, shown one by one as each is done (the gallery label counts them), so
+        the wait is told by real progress rather than by a guess from earlier runs."""
         p = self.page
         if a is None or a.choice != choice:
-            return {p.status: "Analyse an image first (pick an example or upload one)."}
+            yield {p.status: "Analyse an image first (pick an example or upload one)."}
+            return
         if not methods:
-            return {p.sal_table: None, p.sal_gallery: None, p.status: "Tick at least one saliency method."}
+            yield {p.sal_table: None, p.sal_gallery: None, p.status: "Tick at least one saliency method."}
+            return
         loaded = self.cache.get(choice)
         methods = [m for m in explain.METHODS if m in methods]  # the menu's order, whatever the ticking order
         target = a.top_class if target is None else int(target)
         name = loaded.labels[target]
-        progress((0, len(methods)), desc="saliency", unit="methods")
-        rows = session.saliency_rows(loaded, a, target=target, methods=list(methods),
-                                     options=explain.MethodOptions(ig_steps=int(steps)),
-                                     on_method=lambda i, m: progress((i, len(methods)), desc=m, unit="methods"))
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
-        tiles = [(figures.saliency_tile(a.view, r.heat, **look),
-                  f"{r.method} for '{name}' · deletion AUC {r.deletion_auc:.3f} · insertion AUC {r.insertion_auc:.3f}")
-                 for r in rows]
+        rows, tiles = [], []
+        yield self._saliency_progress(name, methods, rows, tiles)
+        for row in session.saliency_rows(loaded, a, target=target, methods=methods,
+                                         options=explain.MethodOptions(ig_steps=int(steps))):
+            rows.append(row)
+            tiles.append((figures.saliency_tile(a.view, row.heat, **look),
+                          f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · "
+                          f"insertion AUC {row.insertion_auc:.3f}"))
+            yield self._saliency_progress(name, methods, rows, tiles)
         mask, box = session.regions_of_focus(loaded, a)
+        yield {p.sal_region: figures.region_image(a.view, mask, box, loaded.cfg.img_size)}
+
+    def _saliency_progress(self, name: str, methods: list[str], rows: list, tiles: list) -> dict:
+        done = len(rows)
+        running = f"; computing {methods[done]} ({done + 1} of {len(methods)})" if done < len(methods) else ""
         table = [[r.method, round(r.deletion_auc, 4), round(r.insertion_auc, 4), round(r.seconds, 2)] for r in rows]
-        return {p.sal_gallery: gr.Gallery(value=tiles, label=f"Maps for class '{name}'"),
-                p.sal_region: figures.region_image(a.view, mask, box, loaded.cfg.img_size), p.sal_table: table}
+        return {self.page.sal_gallery: gr.Gallery(value=list(tiles) or None,
+                                                  label=f"Maps for class '{name}'{running}"),
+                self.page.sal_table: table or None}
 
     # ------------------------------------------------------------------------ talking heads
 

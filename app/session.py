@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -110,23 +110,19 @@ class SaliencyRow:
     seconds: float           # the map and its deletion/insertion scoring: what the user waits for
 
 
-def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions,
-                  on_method: Callable[[int, str], None] | None = None) -> list[SaliencyRow]:
-    """Each method's map for class `target` with its deletion/insertion AUC. Maps and their gradients
-    run in fp32; only the scoring's forward passes take the session's precision."""
+def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str],
+                  options: MethodOptions) -> Iterator[SaliencyRow]:
+    """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. Maps
+    and their gradients run in fp32; only the scoring's forward passes take the session's precision."""
     x = a.x.to(loaded.device)
     t = torch.tensor([target], device=loaded.device)
-    rows = []
-    for i, method in enumerate(methods):
-        if on_method is not None:
-            on_method(i, method)
+    for method in methods:
         start = time.perf_counter()
         heat = explain.saliency_map(loaded.model, x, t, method, options)[0].float()
         with loaded.forward_only():
             scores = explain.deletion_insertion(loaded.model, x, t, heat[None])
-        rows.append(SaliencyRow(method, heat.cpu(), float(scores["deletion_auc"][0]), float(scores["insertion_auc"][0]),
-                                time.perf_counter() - start))
-    return rows
+        yield SaliencyRow(method, heat.cpu(), float(scores["deletion_auc"][0]), float(scores["insertion_auc"][0]),
+                          time.perf_counter() - start)
 
 
 def regions_of_focus(loaded: LoadedModel, a: Analysis) -> tuple[torch.Tensor, tuple[float, float, float, float]]:

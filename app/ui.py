@@ -40,7 +40,8 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     p.examples.select(h.on_example, [p.choice, *view], everything, **model_events)
     _wire_class_attention(p, h)
     p.sal_run.click(h.saliency, [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
-                    [p.sal_gallery, p.sal_region, p.sal_table, p.status], **model_events)
+                    [p.sal_gallery, p.sal_region, p.sal_table, p.status], show_progress_on=[p.sal_gallery],
+                    **model_events)
     for slider in (p.th_layer, p.th_row, p.th_col):
         slider.release(h.talking, [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
                        [p.analysis, p.th_gallery, p.th_plot], **model_events)

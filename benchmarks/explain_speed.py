@@ -22,7 +22,7 @@ from cait.timing import time_interleaved
 
 # Goals of issue 4 (x one forward pass); methods without a goal are reported only.
 GOALS = {"ca_maps": 1.2, "regions": 1.2, "integrated_gradients": 40.0,
-         "rollout_before_mixing": 1.5, "rollout_after_mixing": 1.5}
+         "rollout_raw": 1.5, "rollout_after_proj_l": 1.5, "rollout_after_proj_w": 1.5}
 
 SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
 

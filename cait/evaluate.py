@@ -28,7 +28,7 @@ from .model import CaiT
 from .preprocess import eval_transform
 from .runtime import DEVICE_CHOICES, DeviceError, resolve_device
 
-CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_before_mixing", "rollout_after_mixing")
+CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l", "rollout_after_proj_w")
 
 
 class _Transformed(Dataset):
@@ -94,7 +94,8 @@ def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int 
                     tally.add(f"ca{layer + 1}_head{h}", ca.maps[:, layer, h], boxes, img_size)
             tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
             for name in methods:
-                todo = len(y) if name in CHEAP_METHODS else max(0, min(len(y), attribution_subset - seen))
+                cheap = explain.METHODS.canonical(name) in CHEAP_METHODS
+                todo = len(y) if cheap else max(0, min(len(y), attribution_subset - seen))
                 if todo:
                     heat = explain.METHODS[name](model, x[:todo], y[:todo]).detach()
                     tally.add(name, heat.cpu(), boxes[:todo], img_size)
@@ -131,14 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attribution-subset", type=int, default=500,
                    help="images for the costly methods (captum, occlusion); default 500")
     p.add_argument("--methods", nargs="*", default=None, help=f"explanations to score; default all of "
-                   f"{', '.join(explain.METHODS)}")
+                   f"{', '.join(explain.METHODS)} (earlier names, e.g. rollout_before_mixing, are accepted)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
     args = p.parse_args(argv)
     if args.methods:
-        unknown = set(args.methods) - set(explain.METHODS)
+        unknown = {m for m in args.methods if m not in explain.METHODS}  # `in` accepts the earlier names too
         if unknown:
             p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     if args.batch_size <= 0:

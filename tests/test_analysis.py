@@ -142,7 +142,8 @@ def test_saliency_regions_and_localization(gallery, checkpoint):
         assert torch.equal(torch.tensor(record["mask"]), masks[b])
         assert record["region_box"] == pytest.approx(boxes[b].tolist())
     table = {r["method"]: r for r in json.loads((gallery / "saliency" / "localization.json").read_text())["localization"]}
-    assert {"chance", "ca1_mean", "ca2_mean", "class_specific", "rollout_before_mixing"} <= set(table)
+    assert {"chance", "ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l",
+            "rollout_after_proj_w"} <= set(table)
     for row in table.values():
         assert row["images"] == 4 and 0 <= row["pointing_game"] <= 1 and 0 <= row["mass_in_box"] <= 1 + 1e-6
 

@@ -157,10 +157,9 @@ def test_analysis_is_the_models_own_numbers(loaded):
 
 def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
     a = session.analyse(loaded, str(SCENE))
-    seen = []
-    rows = session.saliency_rows(loaded, a, target=3, methods=["rollout_before_mixing", "integrated_gradients"],
-                                 options=explain.MethodOptions(ig_steps=4), on_method=lambda i, m: seen.append((i, m)))
-    assert seen == [(0, "rollout_before_mixing"), (1, "integrated_gradients")]
+    rows = list(session.saliency_rows(loaded, a, target=3, methods=["rollout_before_mixing", "integrated_gradients"],
+                                      options=explain.MethodOptions(ig_steps=4)))
+    assert [r.method for r in rows] == ["rollout_before_mixing", "integrated_gradients"]
     expected = explain.attribution(loaded.model, a.x, torch.tensor([3]), "integrated_gradients", n_steps=4).patch[0]
     torch.testing.assert_close(rows[1].heat, expected)
     torch.testing.assert_close(rows[0].heat, explain.rollout(loaded.model, a.x, stage="after_proj_l")[0])
@@ -247,3 +246,19 @@ def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
     assert out[handlers.page.ca_big].label.startswith("CA2 head 16")
     with Image.open(out[handlers.page.grid_file]) as sheet:
         assert sheet.width == 9 * 224  # the PNG wraps like the page
+
+
+def test_saliency_shows_each_map_as_it_is_done(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth"))
+    labels = [s[p.sal_gallery].label for s in steps if p.sal_gallery in s]
+    name = loaded.labels[2]
+    assert labels == [f"Maps for class '{name}'; computing ca1_mean (1 of 2)",
+                      f"Maps for class '{name}'; computing saliency (2 of 2)", f"Maps for class '{name}'"]
+    assert [len(s[p.sal_table] or []) for s in steps if p.sal_table in s] == [0, 1, 2]
+    assert [row[0] for row in steps[2][p.sal_table]] == ["ca1_mean", "saliency"]  # the menu's order
+    assert p.sal_region in steps[-1]
+    stale = list(handlers.saliency(ModelChoice("cait_nano_28"), a, 2, ["saliency"], 8, "inferno", 0.5, "smooth"))
+    assert list(stale[0]) == [p.status] and "Analyse an image first" in stale[0][p.status]

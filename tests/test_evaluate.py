@@ -23,6 +23,7 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     heads = model.cfg.num_heads
     assert {f"ca{l}_head{h}" for l in (1, 2) for h in range(heads)} <= set(rows)
     assert rows["ca1_mean"]["images"] == 24 and rows["saliency"]["images"] == 4  # costly methods on a subset
+    assert rows["rollout_before_mixing"]["images"] == 24  # an earlier name of a cheap method is still cheap
     boxes = scenes.boxes
     area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64 ** 2).mean()
     assert np.isclose(rows["chance"]["pointing_game"], area, atol=1e-6)
