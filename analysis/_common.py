@@ -26,6 +26,7 @@ from cait.data import read_examples
 from cait.preprocess import model_view
 from cait.provenance import SourcedModel, load_or_init
 from cait.runs import RunDir
+from cait.runtime import PRECISION_CHOICES, autocast, inference_dtype
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,6 +47,10 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
                             f"(random init, said on every figure, while its weights are not there)")
         p.add_argument("--model", default=None, help="variant name (see cait.list_models()); needed with a "
                        "checkpoint that does not carry its config (timm/deit files)")
+        p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
+                       help="forward passes whose maps are drawn (class attention, top-1): fp32 (default: the JSON "
+                            "files are reference numbers), bf16 autocast, or auto = bf16 where the hardware computes "
+                            "it natively (faster; maps differ by ~0.5%%); gradient methods always run in fp32")
         p.add_argument("--pretrained", action="store_true", help="the variant's pretrained weights: for a paper "
                        "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
                        "(HF_HUB_OFFLINE=1: the cache only)")
@@ -71,6 +76,20 @@ def load_model(args: argparse.Namespace) -> SourcedModel:
     if not loaded.trained:
         print(f"WARNING: {loaded.notice}; using RANDOM INIT (figures say so)", file=sys.stderr)
     return loaded
+
+
+def inference_dtype_of(args: argparse.Namespace) -> torch.dtype | None:
+    """The autocast dtype --precision asks for on the CPU, where the scripts run (None: fp32)."""
+    return inference_dtype(args.precision, torch.device("cpu"))
+
+
+def forward_only(args: argparse.Namespace):
+    """No autograd and --precision, for the passes whose numbers are only drawn."""
+    from contextlib import ExitStack
+    stack = ExitStack()
+    stack.enter_context(torch.inference_mode())
+    stack.enter_context(autocast(inference_dtype_of(args), torch.device("cpu")))
+    return stack
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from _common import (Example, batch_of, default_images, load_examples, load_model, out_dir, parser, save_html,
-                     save_image, write_json)
+from _common import (Example, batch_of, default_images, forward_only, load_examples, load_model, out_dir, parser,
+                     save_html, save_image, write_json)
 from cait.explain import class_attention
 from cait.figures import attention_tiles, colour_bar, grid_columns, head_name, tile_sheet
 from cait.preprocess import class_names
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     model, cfg = loaded.model, loaded.model.cfg
     examples = load_examples(args.images or default_images(cfg), cfg, limit=2 if args.quick else None)
     out = out_dir(args.out)
-    ca = class_attention(model, batch_of(examples, cfg))
+    with forward_only(args):
+        ca = class_attention(model, batch_of(examples, cfg))
     probs = ca.logits.softmax(-1)
     names = class_names(cfg)
     records, captions = [], []

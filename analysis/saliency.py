@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from _common import (Example, batch_of, default_images, load_examples, load_model, matplotlib_pyplot, out_dir, parser,
-                     save_html, save_png, write_csv, write_json)
+from _common import (Example, batch_of, default_images, forward_only, inference_dtype_of, load_examples, load_model,
+                     matplotlib_pyplot, out_dir, parser, save_html, save_png, write_csv, write_json)
 from cait import explain
 from cait.data import ImagesWithBoxes
 from cait.evaluate import CHEAP_METHODS, evaluate
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     examples = load_examples(args.images or default_images(cfg), cfg, limit=4 if args.quick else None)
     out = out_dir(args.out)
 
-    ca = explain.class_attention(model, batch_of(examples, cfg))
+    with forward_only(args):
+        ca = explain.class_attention(model, batch_of(examples, cfg))
     heat = ca.mean[:, 0]  # first CA layer, head mean: the paper's Fig. 7 maps
     masks, boxes = explain.regions_of_focus(heat, img_size=cfg.img_size)
     probs = ca.logits.softmax(-1)
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(boxed):
         methods = tuple(args.methods) if args.methods else (CHEAP_METHODS if args.quick else None)
         result = evaluate(model, boxed, batch_size=len(boxed), workers=0, methods=methods,
-                          attribution_subset=len(boxed))
+                          attribution_subset=len(boxed), dtype=inference_dtype_of(args))
         made = f"{loaded.made_from}; {len(boxed)} example images with boxes"
         write_csv(out / "localization.csv", result["localization"])
         write_json(out / "localization.json", {"made_from": made, **result})

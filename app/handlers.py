@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
@@ -35,6 +37,11 @@ def _payload_path(payload: Any) -> str | None:
     return getattr(payload, "path", None) or (payload if isinstance(payload, str) else None)
 
 
+def _colour_bar(cmap: str, scale: str):
+    shared = scale == SCALES[1]
+    return colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
+
+
 def _look(cmap: str, alpha: float, scale: str, view: str) -> dict[str, Any]:
     return dict(cmap=cmap, alpha=float(alpha), shared_scale=scale == SCALES[1], smooth=view == VIEWS[0])
 
@@ -49,7 +56,7 @@ class Handlers:
         return attention_tiles(a.view, a.ca_maps, a.self_share, **look)
 
     def ca_outputs(self, a: session.Analysis, cmap: str, alpha: float, scale: str, view: str,
-                   selected: tuple[int, int] | None) -> dict:
+                   selected: tuple[int, int] | None, *, sheet: bool = True) -> dict:
         p = self.page
         layers = self._ca_tiles(a, _look(cmap, alpha, scale, view))
         columns = grid_columns(len(layers[0]))
@@ -60,13 +67,19 @@ class Handlers:
             top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if shared and tiles else ""
             out[gallery] = gr.Gallery(value=[(t.image, t.short_caption) for t in tiles] or None, columns=columns,
                                       visible=bool(tiles), label=f"CA layer {i + 1}{top}")
-        bar = colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
-        png = tile_sheet(layers[:MAX_CA_LAYERS], title="Class attention (rows: CA layers; head mean first)", footer=bar)
+        out.update({p.colour_bar: _colour_bar(cmap, scale),
+                    p.ca_big: self._big(a, _look(cmap, alpha, scale, view), selected)})
+        if sheet:
+            out[p.grid_file] = self._sheet(a, cmap, scale, layers)
+        return out
+
+    def _sheet(self, a: session.Analysis, cmap: str, scale: str, layers) -> str:
+        """The class-attention grid as one PNG file (the download), laid out like the page."""
+        png = tile_sheet(layers[:MAX_CA_LAYERS], title="Class attention (rows: CA layers; head mean first)",
+                         footer=_colour_bar(cmap, scale))
         path = WORK.request_dir() / "class_attention.png"
         png.save(path)
-        out.update({p.colour_bar: bar, p.grid_file: str(path),
-                    p.ca_big: self._big(a, _look(cmap, alpha, scale, view), selected)})
-        return out
+        return str(path)
 
     def _big(self, a: session.Analysis, look: dict[str, Any], selected: tuple[int, int] | None):
         if selected is None or selected[0] >= a.ca_maps.shape[0]:
@@ -101,42 +114,54 @@ class Handlers:
         out.update({g: gr.Gallery(value=None, visible=False) for g in p.ca_galleries})
         return out
 
-    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, talk: tuple, *, uploaded: bool) -> dict:
+    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, *, uploaded: bool) -> dict:
+        """The first answer to a new image: predictions and the class-attention view, as soon as they are
+        computed; what the other tabs and the downloads need follows in `details`."""
         p = self.page
         for note in a.notes:
             gr.Info(note)
         preds = session.top_predictions(a.probs, loaded.labels)
-        data = session.numbers(loaded, a)
-        data["layerscale"] = explain.layerscale_stats(loaded.model)
-        json_path = WORK.request_dir() / "cait_analysis.json"
-        json_path.write_text(json.dumps(data))
         out = self.cleared(texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
-        out.update(self.ca_outputs(a, *look, None))
-        out.update(self.talking_outputs(loaded, a, *talk[1:]))
-        out.update({p.analysis: a, p.top5: {q["label"]: q["probability"] for q in preds}, p.json_file: str(json_path),
-                    p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
+        out.update(self.ca_outputs(a, *look, None, sheet=False))
+        out.update({p.analysis: a, p.top5: {q["label"]: q["probability"] for q in preds},
                     p.sal_class: gr.Dropdown(choices=[(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)],
                                              value=preds[0]["index"])})
         return out
 
-    def _analyse_path(self, choice: ModelChoice, path: str | None, look: tuple, talk: tuple, *, uploaded: bool) -> dict:
+    def details(self, choice, a, cmap, alpha, scale, view, th_row, th_col) -> dict:
+        """After the first view of an image: the downloads, the residual ratios, the talking-heads tab."""
+        if a is None or a.choice != choice:
+            return {}
+        p, loaded = self.page, self.cache.get(choice)
+        data = session.numbers(loaded, a)
+        data["layerscale"] = explain.layerscale_stats(loaded.model)
+        json_path = WORK.request_dir() / "cait_analysis.json"
+        json_path.write_text(json.dumps(data))
+        sheet = self._sheet(a, cmap, scale, self._ca_tiles(a, _look(cmap, alpha, scale, view)))
+        out = {p.json_file: str(json_path), p.grid_file: sheet, p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios))}
+        out.update(self.talking_outputs(loaded, a, th_row, th_col))
+        return out
+
+    def _analyse_path(self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, *,
+                      uploaded: bool) -> dict:
         if path is None:
             return self.cleared()
         loaded = self.cache.get(choice)
+        start = time.perf_counter()
         try:
-            a = session.analyse(loaded, path, sa_layer=int(talk[0]) - 1)
+            a = session.analyse(loaded, path, sa_layer=int(sa_layer) - 1)
         except ImageInputError as e:
             log.info("could not analyse an upload: %s", e)
             return self.cleared(f"**Could not analyse this file:** {e}")
-        return self._analysed(loaded, a, look, talk, uploaded=uploaded)
+        log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
+        return self._analysed(loaded, a, look, uploaded=uploaded)
 
-    def on_upload(self, choice, payload, cmap, alpha, scale, view, th_layer, th_row, th_col) -> dict:
-        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view),
-                                  (th_layer, th_row, th_col), uploaded=True)
+    def on_upload(self, choice, payload, cmap, alpha, scale, view, th_layer) -> dict:
+        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view), th_layer, uploaded=True)
 
-    def on_example(self, choice, cmap, alpha, scale, view, th_layer, th_row, th_col, evt: gr.SelectData) -> dict:
+    def on_example(self, choice, cmap, alpha, scale, view, th_layer, evt: gr.SelectData) -> dict:
         path = evt.value["image"]["path"]
-        out = self._analyse_path(choice, path, (cmap, alpha, scale, view), (th_layer, th_row, th_col), uploaded=False)
+        out = self._analyse_path(choice, path, (cmap, alpha, scale, view), th_layer, uploaded=False)
         out[self.page.image_in] = path
         return out
 

@@ -15,7 +15,9 @@ import sys
 
 from cait.config import DEFAULT_MODEL, list_models  # no torch: cait imports it only when needed
 
+# cait.runtime's PRECISION_CHOICES and DEVICE_CHOICES, spelled out: importing cait.runtime imports torch
 PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -30,7 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pretrained", action="store_true",
                    help="for a paper variant, download timm's official weights from the Hugging Face Hub when they "
                         "are not in the local cache (without it: cached or shipped weights, else random ones)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+    p.add_argument("--device", choices=DEVICES, default="auto",
                    help="auto = CUDA when there is one, else the CPU")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="forward-only passes (predictions, class attention, deletion/insertion scoring) in bf16 "

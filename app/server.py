@@ -7,22 +7,12 @@ import logging
 import sys
 from functools import partial
 
-import torch
-
 import cait
 from cait.config import DEFAULT_MODEL
-from cait.runtime import DeviceError, autocast_dtype, resolve_device
+from cait.runtime import DeviceError, inference_dtype, resolve_device
 
 from app.models import ModelCache, ModelChoice, load_model
 from app.ui import build_app, launch
-
-PRECISION_TO_AMP = {"auto": "auto", "fp32": "none", "bf16": "bf16"}  # --precision in cait.runtime's --amp terms
-
-
-def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of forward-only passes for --precision (None: fp32)."""
-    return autocast_dtype(PRECISION_TO_AMP[precision], device)
-
 
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -32,12 +32,16 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     model_events = dict(concurrency_id="model", api_visibility="private")
     everything = list(p.components().values())
     everything = [c for c in everything if not isinstance(c, list)] + p.ca_galleries
-    view = [p.cmap, p.alpha, p.scale, p.view, p.th_layer, p.th_row, p.th_col]
+    view = [p.cmap, p.alpha, p.scale, p.view, p.th_layer]
+    details = dict(fn=h.details, inputs=[p.choice, p.analysis, p.cmap, p.alpha, p.scale, p.view, p.th_row, p.th_col],
+                   outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot], show_progress="hidden",
+                   **model_events)
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
-    # not run the analysis a second time
-    p.image_in.upload(h.on_upload, [p.choice, p.image_in, *view], everything, preprocess=False, **model_events)
+    # not run the analysis a second time. The class-attention view comes first, the rest right after.
+    p.image_in.upload(h.on_upload, [p.choice, p.image_in, *view], everything, preprocess=False,
+                      **model_events).success(**details)
     p.image_in.clear(h.cleared, None, everything, api_visibility="private")
-    p.examples.select(h.on_example, [p.choice, *view], everything, **model_events)
+    p.examples.select(h.on_example, [p.choice, *view], everything, **model_events).success(**details)
     _wire_class_attention(p, h)
     p.sal_run.click(h.saliency, [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
                     [p.sal_gallery, p.sal_region, p.sal_table, p.status], show_progress_on=[p.sal_gallery],

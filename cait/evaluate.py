@@ -26,7 +26,7 @@ from .data import DataError, build_dataset
 from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform
-from .runtime import DEVICE_CHOICES, DeviceError, resolve_device
+from .runtime import DEVICE_CHOICES, PRECISION_CHOICES, DeviceError, autocast, inference_dtype, resolve_device
 
 CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l", "rollout_after_proj_w")
 
@@ -69,8 +69,10 @@ class _Tally:
 
 def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int = 1,
              attribution_subset: int = 500, methods: tuple[str, ...] | None = None,
-             device: torch.device = torch.device("cpu")) -> dict:
-    """Accuracy on `data` and, when it carries boxes, the localization of every explanation method."""
+             device: torch.device = torch.device("cpu"), dtype: torch.dtype | None = None) -> dict:
+    """Accuracy on `data` and, when it carries boxes, the localization of every explanation method.
+    dtype: autocast dtype of the classification pass, whose class attention is scored too (None: fp32);
+    the other methods (gradients, rollout, occlusion) always run in fp32."""
     model = model.to(device).eval()
     ds = _Transformed(data, model)
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
@@ -81,7 +83,8 @@ def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int 
     tally = _Tally()
     for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
         x, y = x.to(device), y.to(device)
-        ca = explain.class_attention(model, x)
+        with autocast(dtype, device):
+            ca = explain.class_attention(model, x)
         pairs = y.cpu() * classes + ca.logits.argmax(-1).cpu()
         confusion += torch.bincount(pairs, minlength=classes * classes).view(classes, classes)
         if ds.boxes is not None:
@@ -136,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
+    p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
+                   help="the classification pass (top-1, class attention) in bf16 autocast or fp32; auto = bf16 "
+                        "where the hardware computes it natively; gradient methods always run in fp32")
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
     args = p.parse_args(argv)
     if args.methods:
@@ -154,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    dtype = inference_dtype(args.precision, device)
     result = evaluate(model, data, batch_size=args.batch_size, workers=args.workers,
                       attribution_subset=args.attribution_subset,
-                      methods=tuple(args.methods) if args.methods else None, device=device)
-    result.update(model=args.model or "from checkpoint", checkpoint=model.source, data=args.data)
+                      methods=tuple(args.methods) if args.methods else None, device=device, dtype=dtype)
+    result.update(model=args.model or "from checkpoint", checkpoint=model.source, data=args.data,
+                  precision="bf16 autocast" if dtype is not None else "fp32")
     print(format_table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

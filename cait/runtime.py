@@ -15,6 +15,8 @@ import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")  # the --device flag's values
 AMP_CHOICES = ("auto", "bf16", "fp16", "none")  # the --amp flag's values
+PRECISION_CHOICES = ("auto", "fp32", "bf16")  # --precision of the inference tools (app, evaluate, analysis)
+_PRECISION_AMP = {"auto": "auto", "fp32": "none", "bf16": "bf16"}
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 # torch's own probes of the CPU instructions that compute bf16 natively (private, hence looked up by name)
 _CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
@@ -51,6 +53,14 @@ def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     if amp not in _AMP_DTYPES:
         raise ValueError(f"--amp must be one of {', '.join(AMP_CHOICES)}, got {amp!r}")
     return _AMP_DTYPES[amp]
+
+
+def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """--precision of an inference tool as an autocast dtype for its forward-only passes (None = fp32);
+    "auto" is bf16 exactly where --amp auto takes it (native bf16)."""
+    if precision not in _PRECISION_AMP:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
+    return autocast_dtype(_PRECISION_AMP[precision], device)
 
 
 def autocast(dtype: torch.dtype | None, device: torch.device) -> contextlib.AbstractContextManager:

@@ -30,8 +30,8 @@ class ClassAttention:
     def from_insights(cls, ins) -> "ClassAttention":
         """Split the class-attention rows of `CaiT.forward_insights` ([B, heads, 1+N] per CA layer) into
         the patch maps on the grid and the class token's share for itself."""
-        rows = torch.stack(ins.class_attention, dim=1)  # [B, L, heads, 1+N]
-        return cls(logits=ins.logits.detach(), maps=_grid(rows[..., 1:]), self_share=rows[..., 0])
+        rows = torch.stack(ins.class_attention, dim=1).float()  # [B, L, heads, 1+N]; fp32 also after autocast
+        return cls(logits=ins.logits.detach().float(), maps=_grid(rows[..., 1:]), self_share=rows[..., 0])
 
 
 def _grid(rows: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,75 @@
+"""--precision: bf16 autocast for forward-only passes (predictions, class attention, deletion/insertion
+scoring) must give the shipped model's answers; gradients and attributions stay fp32."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cait
+from cait import explain
+from cait.data import DataError, FashionMNISTScenes
+from cait.preprocess import eval_transform
+from cait.runtime import DEVICE_CHOICES, PRECISION_CHOICES, autocast, autocast_dtype, inference_dtype
+
+from app import main as cli
+from app import session
+from app.models import ModelChoice, load_model
+
+CPU = torch.device("cpu")
+SCENES = 1000  # enough that 1% of disagreement is 10 scenes, not one unlucky image
+
+
+def test_precision_flag_means_the_same_everywhere():
+    assert cli.PRECISIONS == PRECISION_CHOICES and cli.DEVICES == DEVICE_CHOICES
+    assert inference_dtype("fp32", CPU) is None and inference_dtype("bf16", CPU) is torch.bfloat16
+    assert inference_dtype("auto", CPU) is autocast_dtype("auto", CPU)  # the probe of --amp auto
+    with pytest.raises(ValueError, match="--precision must be one of auto, fp32, bf16"):
+        inference_dtype("fp8", CPU)
+
+
+@pytest.fixture(scope="module")
+def shipped_scenes():
+    model = cait.create_model(cait.DEFAULT_MODEL, pretrained=True)
+    try:
+        scenes = FashionMNISTScenes("val", subset=SCENES)
+    except DataError as e:
+        pytest.skip(str(e))
+    tf = eval_transform(model.cfg)
+    return model, torch.stack([tf(scenes[i][0]) for i in range(len(scenes))])
+
+
+def _class_attention(model, x, dtype):
+    with torch.inference_mode(), autocast(dtype, CPU):
+        return [explain.ClassAttention.from_insights(model.forward_insights(batch)) for batch in x.split(250)]
+
+
+def test_bf16_and_fp32_agree_on_the_shipped_model(shipped_scenes):
+    model, x = shipped_scenes
+    fp32, bf16 = _class_attention(model, x, None), _class_attention(model, x, torch.bfloat16)
+    logits32, logits16 = torch.cat([c.logits for c in fp32]), torch.cat([c.logits for c in bf16])
+    maps32, maps16 = torch.cat([c.maps for c in fp32]), torch.cat([c.maps for c in bf16])
+    assert maps16.dtype == torch.float32  # the maps leave in fp32 whatever the autocast
+    agree = (logits32.argmax(-1) == logits16.argmax(-1)).float().mean().item()
+    assert agree >= 0.99, f"bf16 and fp32 top-1 agree on {agree:.1%} of {SCENES} test scenes"
+    # class-attention maps: each map's L1 difference relative to its mass, and where the head mean points
+    relative = (maps32 - maps16).abs().sum((-1, -2)) / maps32.sum((-1, -2))
+    assert relative.mean() < 0.01 and relative.max() < 0.05, (relative.mean(), relative.max())
+    peak = lambda m: m.mean(2).flatten(2).argmax(-1)
+    assert (peak(maps32) == peak(maps16)).float().mean() >= 0.98
+
+
+def test_gradients_and_attributions_stay_fp32(tmp_path):
+    from conftest import randomise_
+    path = tmp_path / "nano.safetensors"
+    cait.save_weights(randomise_(cait.create_model("cait_nano_64")), path)
+    choice = ModelChoice(None, str(path))
+    fast, exact = load_model(choice, CPU, torch.bfloat16), load_model(choice, CPU, None)
+    scene = sorted((cait.data.EXAMPLES_DIR).glob("*.png"))[0]
+    a = session.analyse(fast, str(scene))
+    assert a.ca_maps.dtype == a.probs.dtype == "float32"
+    methods = ["integrated_gradients", "saliency", "class_specific", "rollout_after_proj_l"]
+    options = explain.MethodOptions(ig_steps=8)
+    rows = list(session.saliency_rows(fast, a, target=1, methods=methods, options=options))
+    for row in rows:  # the maps of a bf16 session are the fp32 maps, to the bit
+        expected = explain.saliency_map(exact.model, a.x, torch.tensor([1]), row.method, options)[0]
+        assert row.heat.dtype == torch.float32 and torch.equal(row.heat, expected), row.method
