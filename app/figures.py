@@ -41,6 +41,31 @@ def saliency_tile(view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: fl
     return overlay(display_base(view), heat, cmap=cmap, alpha=alpha, smooth=smooth)
 
 
+PLOTLY_SCALES = {"inferno": "Inferno", "viridis": "Viridis", "magma": "Magma", "jet": "Jet", "turbo": "Turbo",
+                 "gray": "gray"}
+
+
+def enlarged_figure(tile: Image.Image, view: Image.Image, heat: np.ndarray, *, cmap: str, title: str) -> go.Figure:
+    """The selected tile as shown (left) beside its patch grid as it is, one block per patch, over the
+    image (right), whose hover gives the value under the cursor with its row and column (from 1)."""
+    g = heat.shape[-1]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("as in the grid", "patch grid (hover: the value)"),
+                        horizontal_spacing=0.04)
+    fig.add_trace(go.Image(z=np.asarray(tile), hoverinfo="skip"), row=1, col=1)
+    cells = list(range(1, g + 1))
+    fig.add_trace(go.Heatmap(z=heat, x=cells, y=cells, colorscale=PLOTLY_SCALES.get(cmap, "Inferno"), opacity=0.6,
+                             zsmooth=False, colorbar=dict(title="attention", len=0.8),
+                             hovertemplate="row %{y}, column %{x}: %{z:.4f}<extra></extra>"), row=1, col=2)
+    fig.add_layout_image(source=display_base(view, 448), xref="x2", yref="y2", x=0.5, y=0.5, sizex=g, sizey=g,
+                         xanchor="left", yanchor="top", sizing="stretch", layer="below")
+    fig.update_xaxes(visible=False, row=1, col=1)
+    fig.update_yaxes(visible=False, row=1, col=1)
+    fig.update_xaxes(range=[0.5, g + 0.5], constrain="domain", showgrid=False, row=1, col=2)
+    fig.update_yaxes(range=[g + 0.5, 0.5], scaleanchor="x2", constrain="domain", showgrid=False, row=1, col=2)
+    fig.update_layout(title=title, height=500, margin=dict(l=20, r=20, t=70, b=20), template="plotly_white")
+    return fig
+
+
 def mixing_figure(proj_l: np.ndarray, proj_w: np.ndarray, layer: int) -> go.Figure:
     """The talking-heads mixing matrices of one SA layer (rows: output head, columns: input head, from 1)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("proj_l (mixes the logits, before the softmax)",
@@ -57,6 +82,20 @@ def mixing_figure(proj_l: np.ndarray, proj_w: np.ndarray, layer: int) -> go.Figu
     fig.update_layout(title=f"Talking-heads mixing of SA layer {layer + 1}", height=380 + 10 * max(0, len(heads) - 8),
                       margin=dict(l=60, r=20, t=70, b=50), template="plotly_white")
     return fig
+
+
+PICKER_SIDE = 320  # the talking-heads tab's clickable image of the patch grid
+
+
+def query_picker(view: Image.Image, g: int, patch: int, side: int = PICKER_SIDE) -> Image.Image:
+    """The model's view with its patch grid drawn and the query patch outlined: click a patch to query it."""
+    image = display_base(view, side)
+    draw, cell = ImageDraw.Draw(image), side / g
+    for i in range(1, g):
+        draw.line([(i * cell, 0), (i * cell, side)], fill=(255, 255, 255), width=1)
+        draw.line([(0, i * cell), (side, i * cell)], fill=(255, 255, 255), width=1)
+    r, c = divmod(patch, g)
+    return draw_box(image, (c * cell, r * cell, (c + 1) * cell, (r + 1) * cell), 1.0)
 
 
 def query_tiles(view: Image.Image, stages: dict[str, np.ndarray], patch: int, *, cmap: str = "inferno",
@@ -78,5 +117,5 @@ def query_tiles(view: Image.Image, stages: dict[str, np.ndarray], patch: int, *,
     return tiles
 
 
-__all__ = ["COLORMAPS", "STAGE_LABELS", "TILE", "display_base", "draw_box", "mixing_figure", "query_tiles",
+__all__ = ["COLORMAPS", "STAGE_LABELS", "TILE", "display_base", "draw_box", "enlarged_figure", "mixing_figure", "query_picker", "query_tiles",
            "region_image", "saliency_tile"]

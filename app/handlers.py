@@ -42,8 +42,10 @@ def _colour_bar(cmap: str, scale: str):
     return colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
 
 
-def _look(cmap: str, alpha: float, scale: str, view: str) -> dict[str, Any]:
-    return dict(cmap=cmap, alpha=float(alpha), shared_scale=scale == SCALES[1], smooth=view == VIEWS[0])
+def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[str, Any]:
+    """The class-attention controls (in `layout.Page.look` order) as `attention_tile` arguments."""
+    return dict(cmap=cmap, alpha=float(alpha), shared_scale=scale == SCALES[1], smooth=view == VIEWS[0],
+                keep_mass=float(keep))
 
 
 class Handlers:
@@ -52,28 +54,25 @@ class Handlers:
 
     # ------------------------------------------------------------------------ class-attention view
 
-    def _ca_tiles(self, a: session.Analysis, look: dict[str, Any]):
-        return attention_tiles(a.view, a.ca_maps, a.self_share, **look)
-
-    def ca_outputs(self, a: session.Analysis, cmap: str, alpha: float, scale: str, view: str,
-                   selected: tuple[int, int] | None, *, sheet: bool = True) -> dict:
-        p = self.page
-        layers = self._ca_tiles(a, _look(cmap, alpha, scale, view))
+    def ca_outputs(self, a: session.Analysis, look: tuple, selected: tuple[int, int] | None, *,
+                   sheet: bool = True) -> dict:
+        """The class-attention galleries (one per CA layer), colour bar and enlarged tile for the
+        controls' values `look` (cmap, alpha, scale, view, keep); with sheet, the PNG download too."""
+        p, (cmap, _, scale, _, _) = self.page, look
+        layers = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*look))
         columns = grid_columns(len(layers[0]))
-        shared = scale == SCALES[1]
         out = {}
         for i, gallery in enumerate(p.ca_galleries):
             tiles = layers[i] if i < len(layers) else []
-            top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if shared and tiles else ""
+            top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if scale == SCALES[1] and tiles else ""
             out[gallery] = gr.Gallery(value=[(t.image, t.short_caption) for t in tiles] or None, columns=columns,
                                       visible=bool(tiles), label=f"CA layer {i + 1}{top}")
-        out.update({p.colour_bar: _colour_bar(cmap, scale),
-                    p.ca_big: self._big(a, _look(cmap, alpha, scale, view), selected)})
+        out.update({p.colour_bar: _colour_bar(cmap, scale), p.ca_big: self._big(a, look, selected)})
         if sheet:
-            out[p.grid_file] = self._sheet(a, cmap, scale, layers)
+            out[p.grid_file] = self._sheet(layers, cmap, scale)
         return out
 
-    def _sheet(self, a: session.Analysis, cmap: str, scale: str, layers) -> str:
+    def _sheet(self, layers, cmap: str, scale: str) -> str:
         """The class-attention grid as one PNG file (the download), laid out like the page."""
         png = tile_sheet(layers[:MAX_CA_LAYERS], title="Class attention (rows: CA layers; head mean first)",
                          footer=_colour_bar(cmap, scale))
@@ -81,25 +80,27 @@ class Handlers:
         png.save(path)
         return str(path)
 
-    def _big(self, a: session.Analysis, look: dict[str, Any], selected: tuple[int, int] | None):
+    def _big(self, a: session.Analysis, look: tuple, selected: tuple[int, int] | None):
         if selected is None or selected[0] >= a.ca_maps.shape[0]:
-            return gr.Image(value=None, label="Selected tile (click one)")
+            return gr.Plot(value=None, label="Selected tile (click one)")
         layer, index = selected
-        tile = attention_tile(display_base(a.view, 448), a.ca_maps, a.self_share, layer, None if index == 0 else index - 1,
-                              **look)
-        return gr.Image(value=tile.image, label=tile.caption)
+        head = None if index == 0 else index - 1
+        tile = attention_tile(display_base(a.view, 448), a.ca_maps, a.self_share, layer, head, **_look(*look))
+        heat = a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head]
+        return gr.Plot(value=figures.enlarged_figure(tile.image, a.view, heat, cmap=look[0], title=tile.caption),
+                       label=tile.caption)
 
-    def rerender_ca(self, a, cmap, alpha, scale, view, selected) -> dict:
+    def rerender_ca(self, a, cmap, alpha, scale, view, keep, selected) -> dict:
         if a is None:
             return {}
-        return self.ca_outputs(a, cmap, alpha, scale, view, selected)
+        return self.ca_outputs(a, (cmap, alpha, scale, view, keep), selected)
 
     def enlarge(self, layer: int):
-        def handler(a, cmap, alpha, scale, view, evt: gr.SelectData) -> dict:
+        def handler(a, cmap, alpha, scale, view, keep, evt: gr.SelectData) -> dict:
             if a is None:
                 return {}
             selected = (layer, int(evt.index))
-            return {self.page.ca_big: self._big(a, _look(cmap, alpha, scale, view), selected),
+            return {self.page.ca_big: self._big(a, (cmap, alpha, scale, view, keep), selected),
                     self.page.selected: selected}
         return handler
 
@@ -108,9 +109,9 @@ class Handlers:
     def cleared(self, status: str = "") -> dict:
         """Every result of the last image emptied (a removed image, a new model, a file that failed)."""
         p = self.page
-        out = {p.analysis: None, p.selected: None, p.top5: None, p.status: status, p.grid_file: None,
+        out = {p.analysis: None, p.selected: None, p.top5: "", p.status: status, p.grid_file: None,
                p.json_file: None, p.ca_big: None, p.colour_bar: None, p.sal_gallery: None, p.sal_region: None,
-               p.sal_table: None, p.ratio_plot: None, p.th_gallery: None, p.th_plot: None}
+               p.sal_table: None, p.ratio_plot: None, p.th_gallery: None, p.th_plot: None, p.th_pick: None}
         out.update({g: gr.Gallery(value=None, visible=False) for g in p.ca_galleries})
         return out
 
@@ -122,13 +123,11 @@ class Handlers:
             gr.Info(note)
         preds = session.top_predictions(a.probs, loaded.labels)
         out = self.cleared(texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
-        out.update(self.ca_outputs(a, *look, None, sheet=False))
-        out.update({p.analysis: a, p.top5: {q["label"]: q["probability"] for q in preds},
-                    p.sal_class: gr.Dropdown(choices=[(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)],
-                                             value=preds[0]["index"])})
+        out.update(self.ca_outputs(a, look, None, sheet=False))
+        out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
-    def details(self, choice, a, cmap, alpha, scale, view, th_row, th_col) -> dict:
+    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the talking-heads tab."""
         if a is None or a.choice != choice:
             return {}
@@ -137,8 +136,11 @@ class Handlers:
         data["layerscale"] = explain.layerscale_stats(loaded.model)
         json_path = WORK.request_dir() / "cait_analysis.json"
         json_path.write_text(json.dumps(data))
-        sheet = self._sheet(a, cmap, scale, self._ca_tiles(a, _look(cmap, alpha, scale, view)))
-        out = {p.json_file: str(json_path), p.grid_file: sheet, p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios))}
+        classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
+        sheet = self._sheet(attention_tiles(a.view, a.ca_maps, a.self_share, **_look(cmap, alpha, scale, view, keep)),
+                            cmap, scale)
+        out = {p.json_file: str(json_path), p.grid_file: sheet, p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
+               p.sal_class: gr.Dropdown(choices=classes, value=a.top_class)}
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
         return out
 
@@ -156,12 +158,13 @@ class Handlers:
         log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
         return self._analysed(loaded, a, look, uploaded=uploaded)
 
-    def on_upload(self, choice, payload, cmap, alpha, scale, view, th_layer) -> dict:
-        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view), th_layer, uploaded=True)
+    def on_upload(self, choice, payload, cmap, alpha, scale, view, keep, th_layer) -> dict:
+        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer,
+                                  uploaded=True)
 
-    def on_example(self, choice, cmap, alpha, scale, view, th_layer, evt: gr.SelectData) -> dict:
+    def on_example(self, choice, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:
         path = evt.value["image"]["path"]
-        out = self._analyse_path(choice, path, (cmap, alpha, scale, view), th_layer, uploaded=False)
+        out = self._analyse_path(choice, path, (cmap, alpha, scale, view, keep), th_layer, uploaded=False)
         out[self.page.image_in] = path
         return out
 
@@ -212,7 +215,8 @@ class Handlers:
                                              "after_proj_w": st.after_proj_w}, patch)
         proj_l, proj_w = (m.float().cpu().numpy() for m in explain.mixing_matrices(loaded.model, st.layer))
         return {self.page.th_gallery: gr.Gallery(value=tiles, columns=min(loaded.cfg.num_heads, 8)),
-                self.page.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer)}
+                self.page.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
+                self.page.th_pick: figures.query_picker(a.view, g, patch)}
 
     def talking(self, choice, a, layer, row, col) -> dict:
         if a is None or a.choice != choice:
@@ -220,6 +224,15 @@ class Handlers:
         loaded = self.cache.get(choice)
         a = session.with_sa_layer(loaded, a, int(layer) - 1)
         return {self.page.analysis: a, **self.talking_outputs(loaded, a, row, col)}
+
+    def pick_query(self, choice, a, layer, evt: gr.SelectData) -> dict:
+        """A click on the patch-grid image: that patch becomes the query (the sliders follow)."""
+        if a is None or a.choice != choice:
+            return {}
+        g = self.cache.get(choice).cfg.grid_size
+        x, y = evt.index  # pixels of the picker image
+        row, col = (min(int(v * g / figures.PICKER_SIDE), g - 1) + 1 for v in (y, x))
+        return {self.page.th_row: row, self.page.th_col: col, **self.talking(choice, a, layer, row, col)}
 
     # ------------------------------------------------------------------------ the Model tab
 

@@ -30,7 +30,7 @@ class Page:
     header: gr.Markdown
     image_in: gr.Image
     examples: gr.Gallery
-    top5: gr.Label
+    top5: gr.HTML
     status: gr.Markdown
     grid_file: gr.File
     json_file: gr.File
@@ -38,9 +38,10 @@ class Page:
     alpha: gr.Slider
     scale: gr.Radio
     view: gr.Radio
+    keep: gr.Slider
     ca_galleries: list[gr.Gallery]
     colour_bar: gr.Image
-    ca_big: gr.Image
+    ca_big: gr.Plot
     sal_class: gr.Dropdown
     ig_steps: gr.Slider
     sal_methods: gr.CheckboxGroup
@@ -53,6 +54,7 @@ class Page:
     th_layer: gr.Slider
     th_row: gr.Slider
     th_col: gr.Slider
+    th_pick: gr.Image
     th_gallery: gr.Gallery
     th_plot: gr.Plot
     model_md: gr.Markdown
@@ -60,6 +62,11 @@ class Page:
     checkpoint: gr.Textbox
     load_btn: gr.Button
     load_msg: gr.Markdown
+
+    @property
+    def look(self) -> list:
+        """The controls of how class attention is drawn, in the order the handlers take them."""
+        return [self.cmap, self.alpha, self.scale, self.view, self.keep]
 
     def components(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -75,7 +82,7 @@ def _inputs(first: LoadedModel, parts: dict) -> None:
             parts["examples"] = gr.Gallery(value=first.examples, label="Examples (click one)", columns=4,
                                            height="auto", allow_preview=False, elem_id="examples")
         with gr.Column(scale=3):
-            parts["top5"] = gr.Label(num_top_classes=5, label="Top-5 predictions", elem_id="top5")
+            parts["top5"] = gr.HTML(elem_id="top5")
             parts["status"] = gr.Markdown(elem_id="status")
             with gr.Row():
                 parts["grid_file"] = gr.File(label="Class-attention grid (PNG)", elem_id="grid_png")
@@ -91,12 +98,15 @@ def _class_attention_tab(parts: dict) -> None:
         parts["alpha"] = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="Overlay opacity", elem_id="alpha")
         parts["scale"] = gr.Radio(list(SCALES), value=SCALES[0], label="Colour scale", elem_id="scale")
         parts["view"] = gr.Radio(list(VIEWS), value=VIEWS[0], label="Heat map", elem_id="view")
+    parts["keep"] = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Keep the top share of attention mass",
+                              info="per tile, the paper's Fig. 7 rule: patches outside the smallest set holding this "
+                                   "share of the tile's attention are dimmed (1 = show all)", elem_id="keep")
     parts["colour_bar"] = gr.Image(label="Colour scale", type="pil", interactive=False, height=60, show_label=False,
                                    container=False, elem_id="colour_bar", buttons=[])
     parts["ca_galleries"] = [
         gr.Gallery(label=f"CA layer {i + 1}", allow_preview=False, object_fit="contain", height="auto",
                    visible=False, elem_id=f"ca_grid_{i + 1}", elem_classes=["ca-grid"]) for i in range(MAX_CA_LAYERS)]
-    parts["ca_big"] = gr.Image(label="Selected tile", type="pil", interactive=False, height=448, elem_id="ca_big")
+    parts["ca_big"] = gr.Plot(label="Selected tile (click one)", elem_id="ca_big")
 
 
 def _saliency_tab(parts: dict) -> None:
@@ -129,6 +139,8 @@ def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
         parts["th_layer"] = gr.Slider(1, first.cfg.depth, value=1, step=1, label="SA layer", elem_id="th_layer")
         parts["th_row"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch row", elem_id="th_row")
         parts["th_col"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch column", elem_id="th_col")
+    parts["th_pick"] = gr.Image(label="Click a patch to make it the query", type="pil", interactive=False,
+                                height=figures.PICKER_SIDE, elem_id="th_pick", buttons=[])
     parts["th_gallery"] = gr.Gallery(label="Attention of the query patch", columns=first.cfg.num_heads,
                                      allow_preview=False, height="auto", elem_id="th_gallery",
                                      elem_classes=["no-scroll"])
@@ -183,6 +195,15 @@ CSS = """
 .ca-grid .caption-label, .no-scroll .caption-label { white-space: normal !important; overflow: visible !important;
     text-overflow: clip !important; max-width: 100% !important; }
 #image_in img { width: 100%; height: 100%; object-fit: contain; }
+/* the gallery's label sits above the first row of examples, not on it */
+#examples .grid-wrap { padding-top: 1.8rem; }
+.top5 { font-size: 0.95rem; }
+.top5-title { font-weight: 600; margin-bottom: 0.4rem; }
+.top5-row { display: grid; grid-template-columns: 14rem 1fr 4.5rem; align-items: center; gap: 0.6rem; margin: 0.25rem 0; }
+.top5-label { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.top5-track { background: var(--neutral-100); height: 0.7rem; border-radius: 0.35rem; overflow: hidden; }
+.top5-bar { display: block; height: 100%; background: var(--color-accent); }
+.top5-value { text-align: right; font-variant-numeric: tabular-nums; }
 """
 
 __all__ = ["CSS", "MAX_CA_LAYERS", "MAX_UPLOAD", "Page", "ModelChoice", "SCALES", "VIEWS", "build_page"]

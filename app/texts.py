@@ -65,8 +65,18 @@ def model_markdown(loaded: LoadedModel) -> str:
 
 
 def percent(p: float) -> str:
-    """A probability as a percentage with the precision it needs (0.4%, not 0%)."""
-    return f"{p:.1%}" if p >= 0.001 else f"{p:.2e}"
+    """A probability as a percentage with one decimal (0.4%, not 0%); below 0.05% it says so."""
+    return f"{p:.1%}" if p >= 0.0005 else "< 0.1%"
+
+
+def top5_html(predictions: list[dict]) -> str:
+    """The top predictions as rows of label, bar and percentage (one decimal, so small ones are not 0%)."""
+    import html
+    rows = "".join(
+        f"<div class='top5-row'><span class='top5-label'>{html.escape(q['label'])}</span>"
+        f"<span class='top5-track'><span class='top5-bar' style='width:{100 * q['probability']:.1f}%'></span></span>"
+        f"<span class='top5-value'>{percent(q['probability'])}</span></div>" for q in predictions)
+    return f"<div class='top5'><div class='top5-title'>Top-5 predictions</div>{rows}</div>"
 
 
 def status_markdown(loaded: LoadedModel, top: dict, notes: list[str], *, uploaded: bool) -> str:

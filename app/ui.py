@@ -18,12 +18,13 @@ THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", 
 
 
 def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
-    look = [p.analysis, p.cmap, p.alpha, p.scale, p.view, p.selected]
+    look = [p.analysis, *p.look, p.selected]
     redraw_outputs = [*p.ca_galleries, p.colour_bar, p.grid_file, p.ca_big]
     for control in (p.cmap, p.scale, p.view):
         control.change(h.rerender_ca, look, redraw_outputs, api_visibility="private")
-    # change, not release: arrow keys and typed values redraw too; only the latest value is drawn
-    p.alpha.change(h.rerender_ca, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
+    # sliders: change, not release, so that arrow keys and typed values redraw too; only the latest is drawn
+    for slider in (p.alpha, p.keep):
+        slider.change(h.rerender_ca, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
     for layer, gallery in enumerate(p.ca_galleries):
         gallery.select(h.enlarge(layer), look[:-1], [p.ca_big, p.selected], api_visibility="private")
 
@@ -32,9 +33,10 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     model_events = dict(concurrency_id="model", api_visibility="private")
     everything = list(p.components().values())
     everything = [c for c in everything if not isinstance(c, list)] + p.ca_galleries
-    view = [p.cmap, p.alpha, p.scale, p.view, p.th_layer]
-    details = dict(fn=h.details, inputs=[p.choice, p.analysis, p.cmap, p.alpha, p.scale, p.view, p.th_row, p.th_col],
-                   outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot], show_progress="hidden",
+    view = [*p.look, p.th_layer]
+    details = dict(fn=h.details, inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
+                   outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class],
+                   show_progress="hidden",
                    **model_events)
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
     # not run the analysis a second time. The class-attention view comes first, the rest right after.
@@ -46,9 +48,12 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     p.sal_run.click(h.saliency, [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
                     [p.sal_gallery, p.sal_region, p.sal_table, p.status], show_progress_on=[p.sal_gallery],
                     **model_events)
+    talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
     for slider in (p.th_layer, p.th_row, p.th_col):
-        slider.release(h.talking, [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
-                       [p.analysis, p.th_gallery, p.th_plot], **model_events)
+        slider.release(h.talking, [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col], talking_outputs,
+                       **model_events)
+    p.th_pick.select(h.pick_query, [p.choice, p.analysis, p.th_layer], [p.th_row, p.th_col, *talking_outputs],
+                     **model_events)
     p.load_btn.click(h.load_model, [p.choice, p.variant, p.checkpoint], everything, show_progress_on=[p.load_msg],
                      **model_events)
 

@@ -124,9 +124,14 @@ def test_colormap_switch_and_enlarging_a_head(page):
     page.wait_for_function("(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old "
                            "&& i.complete && i.naturalWidth > 100; }", arg=before)
     grid_images(page).nth(1).click()  # CA1 head 1 (after the CA1 mean): enlarged below the grid
-    page.wait_for_function("() => { const i = document.querySelector('#ca_big img'); return i && i.complete "
-                           "&& i.naturalWidth >= 448; }")
+    expect(page.locator("#ca_big .js-plotly-plot")).to_be_visible()
     expect(page.locator("#ca_big")).to_contain_text("CA1 head 1")
+    expect(page.locator("#ca_big")).to_contain_text("patch grid")
+    # the opacity slider redraws from the keyboard too
+    before = grid_images(page).first.get_attribute("src")
+    page.locator("#alpha input[type=range]").focus()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("(old) => document.querySelector('.ca-grid img').src !== old", arg=before)
     page.screenshot(path="/tmp/cait_app_viridis.png", full_page=True)
 
 
@@ -161,6 +166,21 @@ def test_bad_file_shows_a_message(page):
     page.locator("#image_in button[aria-label='Remove Image']").click()
     page.locator("#examples button.thumbnail-item").nth(1).click()
     expect(page.locator("#status")).to_contain_text("Top-1")
+
+
+def test_a_click_on_the_patch_grid_picks_the_query(page):
+    page.get_by_role("tab", name="Talking heads").click()
+    picker = page.locator("#th_pick img")
+    expect(picker).to_be_visible()
+    before = page.locator("#th_gallery img").first.get_attribute("src")
+    box = picker.bounding_box()
+    page.mouse.click(box["x"] + box["width"] - 3, box["y"] + 3)  # the top-right patch
+    grid = cait.get_config(cait.DEFAULT_MODEL).grid_size
+    expect(page.locator("#th_row input[type=number]")).to_have_value("1")
+    expect(page.locator("#th_col input[type=number]")).to_have_value(str(grid))
+    page.wait_for_function("(old) => document.querySelector('#th_gallery img').src !== old", arg=before)
+    expect(page.locator("#th_gallery")).to_contain_text("after proj_w (what the model uses)")
+    page.get_by_role("tab", name="Class attention").click()
 
 
 def test_page_makes_no_outside_requests(page):

@@ -183,7 +183,9 @@ def test_the_default_model_is_described_from_its_shipped_files():
     top = {"label": "Bag", "probability": 0.0004}
     assert "garment classes" in texts.status_markdown(loaded, top, [], uploaded=True)
     assert "garment" not in texts.status_markdown(loaded, top, [], uploaded=False)
-    assert "(4.00e-04)" in texts.status_markdown(loaded, top, [], uploaded=False)  # small values keep digits
+    assert "(< 0.1%)" in texts.status_markdown(loaded, top, [], uploaded=False)
+    top5 = texts.top5_html([{"label": "Bag", "probability": 0.9951}, {"label": "Coat <b>", "probability": 0.0042}])
+    assert "99.5%" in top5 and "0.4%" in top5 and "Coat &lt;b&gt;" in top5  # small values keep a decimal
     untrained = load_model(ModelChoice("cait_pico_32"), CPU)
     assert "Untrained" in texts.header_markdown(untrained) and "mean nothing" in texts.header_markdown(untrained)
 
@@ -239,11 +241,13 @@ def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
     choice = ModelChoice(None, str(path))
     loaded = handlers.cache.get(choice)
     a = session.analyse(loaded, str(SCENE))
-    out = handlers.ca_outputs(a, "inferno", 0.5, "shared per layer", "patch grid", (1, 16))
+    out = handlers.ca_outputs(a, ("inferno", 0.5, "shared per layer", "patch grid", 0.5), (1, 16))
     galleries = [out[g] for g in handlers.page.ca_galleries]
     assert [g.visible for g in galleries] == [True, True, False, False] and galleries[0].columns == 9
     assert [len(g.value) for g in galleries[:2]] == [17, 17]
     assert out[handlers.page.ca_big].label.startswith("CA2 head 16")
+    captions = [item["caption"] for item in galleries[0].value]  # half the mass: a patch count per tile
+    assert all(caption.endswith(" patches") for caption in captions), captions
     with Image.open(out[handlers.page.grid_file]) as sheet:
         assert sheet.width == 9 * 224  # the PNG wraps like the page
 

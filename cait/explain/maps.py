@@ -43,9 +43,10 @@ def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno",
     heat_2d = heat_2d.detach().cpu().float()
     size = (base.height, base.width)
     heat = upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size, mode="nearest")[0, 0]
+    heat = heat.numpy()  # numpy from here: one thread, faster than torch's pool on arrays this small
     lo, hi = value_range if value_range is not None else (float(heat.min()), float(heat.max()))
-    heat = ((heat - lo) / (hi - lo)).clamp(0, 1) if hi > lo else torch.zeros_like(heat)
-    colours = matplotlib.colormaps[cmap](heat.numpy())[..., :3]  # RGBA floats in [0, 1]
+    heat = np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat)
+    colours = matplotlib.colormaps[cmap](heat)[..., :3]  # RGBA floats in [0, 1]
     blended = (1 - alpha) * np.asarray(base, dtype=np.float32) / 255 + alpha * colours
     return Image.fromarray((blended.clip(0, 1) * 255).round().astype(np.uint8))
 

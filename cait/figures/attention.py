@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from ..explain.maps import overlay
+from ..explain.maps import overlay, regions_of_focus
 
 TILE = 224         # display side of one tile (the model's own input may be 28-448 px)
 CAPTION_H = 20     # caption strip above each tile of a sheet
@@ -28,7 +28,7 @@ class Tile:
     @property
     def short_caption(self) -> str:
         """The caption without the layer, for a gallery that is already one layer's."""
-        return ("mean" if self.head is None else f"head {self.head + 1}") + f" · self {self.self_share:.0%}"
+        return self.caption.split(" ", 1)[1]
 
 
 def head_name(layer: int, head: int | None) -> str:
@@ -42,15 +42,23 @@ def display_base(view: Image.Image, side: int = TILE) -> Image.Image:
 
 
 def attention_tile(base: Image.Image, maps: np.ndarray, self_share: np.ndarray, layer: int, head: int | None, *,
-                   cmap: str = "inferno", alpha: float = 0.5, shared_scale: bool = False,
-                   smooth: bool = True) -> Tile:
-    """One tile of `attention_tiles` (head None: the head mean), drawn on `base` at its size."""
-    heat = maps[layer].mean(0) if head is None else maps[layer, head]
+                   cmap: str = "inferno", alpha: float = 0.5, shared_scale: bool = False, smooth: bool = True,
+                   keep_mass: float = 1.0) -> Tile:
+    """One tile of `attention_tiles` (head None: the head mean), drawn on `base` at its size. keep_mass < 1
+    dims every patch outside the smallest set holding that share of the map's mass (the paper's Fig. 7
+    rule, `cait.explain.regions_of_focus`) and says how many patches that set has."""
+    heat = np.ascontiguousarray(maps[layer].mean(0) if head is None else maps[layer, head])
     share = float(self_share[layer].mean() if head is None else self_share[layer, head])
     value_range = (0.0, float(maps[layer].max())) if shared_scale else None
-    image = overlay(base, torch.from_numpy(np.ascontiguousarray(heat)), cmap=cmap, alpha=alpha,
-                    value_range=value_range, smooth=smooth)
-    return Tile(image, f"{head_name(layer, head)} · self {share:.0%}", layer, head, share)
+    image = overlay(base, torch.from_numpy(heat), cmap=cmap, alpha=alpha, value_range=value_range, smooth=smooth)
+    caption = f"{head_name(layer, head)} · self {share:.0%}"
+    if keep_mass < 1.0:
+        mask, _ = regions_of_focus(torch.from_numpy(heat)[None], keep_mass, img_size=heat.shape[-1])
+        keep = np.asarray(Image.fromarray(mask[0].numpy().astype(np.uint8) * 255).resize(image.size, Image.NEAREST)) > 0
+        pixels = np.asarray(image)
+        image = Image.fromarray(np.where(keep[..., None], pixels, pixels // 3))
+        caption += f" · {int(mask.sum())} patches"
+    return Tile(image, caption, layer, head, share)
 
 
 def attention_tiles(view: Image.Image, maps: np.ndarray, self_share: np.ndarray, *, side: int = TILE,
