@@ -85,9 +85,9 @@ def display_name(choice: ModelChoice, cfg: cait.CaiTConfig) -> str:
 def load_model(choice: ModelChoice, device: torch.device, dtype: torch.dtype | None = None) -> LoadedModel:
     """Build `choice` on `device`. Raises cait.CheckpointError / ValueError with a one-line reason."""
     sourced = load_or_init(choice.name, choice.checkpoint, download=choice.download)
-    # Parameters keep requires_grad: autocast caches its bf16 copies of such weights for a whole pass (a
-    # frozen weight is cast again at every use), and the gradient methods freeze them while they run.
-    model = sourced.model.to(device)
+    # Frozen for good: the gradient methods need d/d(input) only, and two sessions may run them at once on
+    # this shared model (explain's temporary freezing is not meant for concurrent callers).
+    model = sourced.model.requires_grad_(False).to(device)
     name = display_name(choice, model.cfg)
     return LoadedModel(model=model, choice=choice, name=name, source=sourced.source, notice=sourced.notice,
                        device=device, dtype=dtype, labels=class_names(model.cfg), examples=find_examples(model.cfg),
