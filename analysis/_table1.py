@@ -139,6 +139,8 @@ def eps_effect(rows: list[dict]) -> list[str]:
     top = max((r["final_top1"] for r in runs if not r["diverged"] and r["final_top1"] is not None), default=None)
     if top is None:
         return out + ["No eps trained without diverging."]
+    if top < LEARNED:
+        return out + [f"No eps learned in {images} images (the best ends at {top:.1f}%, below {LEARNED:g}%)."]
     good = lambda r: not r["diverged"] and r["final_top1"] is not None and r["final_top1"] >= top - NEAR_BEST
     needed = None
     for r in runs:  # from the largest eps down, while every one so far ends near the best
@@ -235,7 +237,7 @@ def order_text(values: dict[str, float | None], noise: dict[str, float], labels:
 @dataclass
 class Verdict:
     depth: int
-    word: str          # "reproduced", "not reproduced" or "not resolved"
+    word: str          # "reproduced", "not reproduced" or "not resolved" (ties, or no arm learned)
     agree: int         # the paper's pairwise differences ours shows too
     reversed: int      # ... that ours shows the other way round
     ties: int          # ... that ours has within the noise
@@ -274,6 +276,8 @@ def compare(depth: int, chosen: list[Arm]) -> Verdict | None:
                 got = _ahead(None if ours[a].diverged else ours[a].mean, None if ours[b].diverged else ours[b].mean, noise)
                 counts[got * claim] += 1
     word = "not reproduced" if counts[-1] else "reproduced" if not counts[0] else "not resolved"
+    if not any(a.mean is not None and a.mean >= LEARNED and not a.diverged for a in chosen):
+        word = "not resolved"  # nothing learned: the order of chance-level numbers says nothing
     ours_text = order_text({k: None if a.diverged else a.mean for k, a in ours.items()},
                            {k: a.spread for k, a in ours.items()}, {k: a.text() for k, a in ours.items()})
     paper_text = order_text({k: paper[k] for k in keys}, dict.fromkeys(keys, 0.0),

@@ -301,8 +301,8 @@ def made_from(design: Design, args: argparse.Namespace, results: Results) -> str
                          for p in PHASES)
     return (f"miniature retraining: {model} from scratch on {data}, AdamW, no mixup/RandAugment, "
             f"{'no' if not args.warmup else f'{args.warmup:g} epoch(s) of'} warmup, cosine, batch {args.batch_size}, "
-            f"amp auto, val on {args.val_subset} images; lr and eps phases {design.sweep.epochs} epochs x first "
-            f"{design.sweep.subset} images, seed 0; main {design.main.epochs} epochs x first {design.main.subset} "
+            f"amp auto, val on {args.val_subset} images; lr and eps phases {design.sweep.epochs} epoch(s) x first "
+            f"{design.sweep.subset} images, seed 0; main {design.main.epochs} epoch(s) x first {design.main.subset} "
             f"images, seeds {', '.join(map(str, design.seeds))}; runs finished: {progress}")
 
 

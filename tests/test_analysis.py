@@ -412,3 +412,12 @@ def test_summary_says_which_eps_learns(table1):
     assert sentences[3].endswith("0.1 -> 0.12, 1e-3 -> 2e-2, 1e-5 -> 3e-4, 1e-6 -> 4e-5.")
     flat = [dict(r, final_top1=60.0 + r["eps"]) for r in rows]
     assert "does not matter" in table1.eps_effect(flat)[1]
+    chance = [dict(r, final_top1=10.0 + r["eps"]) for r in rows]
+    assert table1.eps_effect(chance)[1] == "No eps learned in 12000 images (the best ends at 10.1%, below 20%)."
+
+
+def test_no_verdict_from_runs_that_learned_nothing(table1):
+    # chance-level numbers in the paper's order are not a reproduction
+    rows = _main_rows(table1, 36, {"layerscale": (14.0, 14.2), "scalar": (12.0, 12.2), "rezero": (11.9, 12.1),
+                                   "baseline": (None, None)})
+    assert table1.summarize(rows).headline == "Paper's Table 1 ordering at depth 36: not resolved"
