@@ -53,7 +53,7 @@ def learned(row: dict) -> bool:
     return not row["diverged"] and row["final_top1"] is not None and row["final_top1"] >= LEARNED
 
 
-def _phase(rows: list[dict], phase: str) -> list[dict]:
+def in_phase(rows: list[dict], phase: str) -> list[dict]:
     return [r for r in rows if r["phase"] == phase]
 
 
@@ -67,7 +67,7 @@ def _where(rows: list[dict]) -> str:
 def stability(rows: list[dict]) -> list[str]:
     """Sentences on the lr phase: divergence, runs that did not learn, the largest lr each method trains
     at per depth, and what depth does to each method's best accuracy."""
-    runs = _phase(rows, "lr")
+    runs = in_phase(rows, "lr")
     if not runs:
         return []
     lrs, depths = sorted({r["lr"] for r in runs}), sorted({r["depth"] for r in runs})
@@ -122,14 +122,14 @@ def _best_text(runs: list[dict], method: str, depth: int) -> str:
 
 def best_eps(rows: list[dict]) -> float | None:
     """The eps of the eps phase's best finished run (None when none finished)."""
-    finished = [r for r in _phase(rows, "eps") if not r["diverged"] and r["final_top1"] is not None]
+    finished = [r for r in in_phase(rows, "eps") if not r["diverged"] and r["final_top1"] is not None]
     return max(finished, key=lambda r: (r["final_top1"], r["eps"]))["eps"] if finished else None
 
 
 def eps_effect(rows: list[dict]) -> list[str]:
     """Sentences on the eps phase: accuracy per eps, the smallest eps from which every larger one ends near
     the best, the paper's rule against it, and how far gamma moved from its init."""
-    runs = sorted(_phase(rows, "eps"), key=lambda r: -r["eps"])
+    runs = sorted(in_phase(rows, "eps"), key=lambda r: -r["eps"])
     if not runs:
         return []
     depth, lr, images = runs[0]["depth"], runs[0]["lr"], runs[0]["images"]
@@ -149,7 +149,8 @@ def eps_effect(rows: list[dict]) -> list[str]:
         needed = r["eps"]
     rule = paper_eps(depth)
     if needed is not None and needed <= runs[-1]["eps"]:
-        out.append(f"Every eps tried ends within {NEAR_BEST:g} points of the best: at this budget the init does not matter.")
+        out.append(f"Every eps tried ends within {NEAR_BEST:g} points of the best: at this budget the init does not "
+                   f"matter.")
     elif needed is not None:
         out.append(f"LayerScale needs eps >= {num(needed)} to end within {NEAR_BEST:g} points of its best in {images} "
                    f"images.")
@@ -192,6 +193,11 @@ class Arm:
         return mean(self.top1) if self.top1 else None
 
     @property
+    def score(self) -> float | None:
+        """What it is ranked by: the mean, or None (last) when any seed diverged."""
+        return None if self.diverged else self.mean
+
+    @property
     def spread(self) -> float:
         return max(self.top1) - min(self.top1) if len(self.top1) > 1 else 0.0
 
@@ -205,9 +211,8 @@ class Arm:
 def arms(rows: list[dict], depth: int) -> list[Arm]:
     """The main phase's arms at `depth`, in METHODS order (a tuned arm after its method)."""
     found: dict[tuple, Arm] = {}
-    for r in sorted(_phase(rows, "main"), key=lambda r: (list(METHODS).index(r["method"]), r["eps"] != paper_eps(depth))):
-        if r["depth"] != depth:
-            continue
+    mine = [r for r in in_phase(rows, "main") if r["depth"] == depth]
+    for r in sorted(mine, key=lambda r: (list(METHODS).index(r["method"]), r["eps"] != paper_eps(depth))):
         arm = found.setdefault((r["method"], r["eps"]), Arm(r["method"], r["eps"], depth))
         if r["diverged"] or r["final_top1"] is None:
             arm.diverged += 1
@@ -246,17 +251,27 @@ class Verdict:
 
     def sentence(self, prefix: str = "") -> str:
         pairs = self.agree + self.reversed + self.ties
-        return (f"Depth {self.depth}{prefix}: the paper's ordering ({self.paper}; ImageNet, quoted) is {self.word.upper()} "
-                f"here ({self.ours}; of its {pairs} pairwise differences: {self.agree} agree, {self.reversed} "
-                f"reversed, {self.ties} within the seed spread).")
+        return (f"Depth {self.depth}{prefix}: the paper's ordering ({self.paper}; ImageNet, quoted) is "
+                f"{self.word.upper()} here ({self.ours}; of its {pairs} pairwise differences: {self.agree} agree, "
+                f"{self.reversed} reversed, {self.ties} within the seed spread).")
 
 
-def paper_values(depth: int) -> dict[str, float | None] | None:
-    """The paper's Table 1 top-1 per method at `depth` (None = diverged), or None if it has no such depth."""
+@dataclass(frozen=True)
+class Quoted:
+    """One number of the paper's Table 1."""
+    top1: float      # ImageNet top-1 (%), as printed (for a run that diverged, the paper's 78.9)
+    diverged: bool   # the paper's dagger
+
+    def text(self) -> str:
+        return f"{self.top1:g}" + (" (diverged)" if self.diverged else "")
+
+
+def paper_values(depth: int) -> dict[str, Quoted] | None:
+    """The paper's Table 1 per method at `depth`, or None if it has no such depth."""
     row = next((r for r in TABLE1 if r["depth"] == depth), None)
     if row is None:
         return None
-    return {k: None if k == "baseline" and row["baseline_diverged"] else row[m.paper_column] for k, m in METHODS.items()}
+    return {k: Quoted(row[m.paper_column], k == "baseline" and row["baseline_diverged"]) for k, m in METHODS.items()}
 
 
 def compare(depth: int, chosen: list[Arm]) -> Verdict | None:
@@ -270,25 +285,25 @@ def compare(depth: int, chosen: list[Arm]) -> Verdict | None:
     keys = [k for k in paper if k in ours]
     for i, a in enumerate(keys):
         for b in keys[i + 1:]:
-            claim = _ahead(paper[a], paper[b], MIN_GAP)
+            claim = _ahead(paper[a].top1, paper[b].top1, MIN_GAP)
             if claim:
                 noise = max(ours[a].spread, ours[b].spread, MIN_GAP)
-                got = _ahead(None if ours[a].diverged else ours[a].mean, None if ours[b].diverged else ours[b].mean, noise)
+                got = _ahead(ours[a].score, ours[b].score, noise)
                 counts[got * claim] += 1
     word = "not reproduced" if counts[-1] else "reproduced" if not counts[0] else "not resolved"
-    if not any(a.mean is not None and a.mean >= LEARNED and not a.diverged for a in chosen):
+    if not any(a.score is not None and a.score >= LEARNED for a in chosen):
         word = "not resolved"  # nothing learned: the order of chance-level numbers says nothing
-    ours_text = order_text({k: None if a.diverged else a.mean for k, a in ours.items()},
+    ours_text = order_text({k: a.score for k, a in ours.items()},
                            {k: a.spread for k, a in ours.items()}, {k: a.text() for k, a in ours.items()})
-    paper_text = order_text({k: paper[k] for k in keys}, dict.fromkeys(keys, 0.0),
-                            {k: f"{labels[k]} {paper[k] if paper[k] is not None else '(diverged)'}" for k in keys})
+    paper_text = order_text({k: paper[k].top1 for k in keys}, dict.fromkeys(keys, 0.0),
+                            {k: f"{labels[k]} {paper[k].text()}" for k in keys})
     return Verdict(depth, word, counts[1], counts[-1], counts[0], ours_text, paper_text)
 
 
 def verdicts(rows: list[dict]) -> tuple[list[Verdict], list[Verdict]]:
     """(at the paper's eps rule, with the eps phase's tuned LayerScale in its place), per main depth."""
     ruled, tuned = [], []
-    for depth in sorted({r["depth"] for r in _phase(rows, "main")}):
+    for depth in sorted({r["depth"] for r in in_phase(rows, "main")}):
         all_arms = arms(rows, depth)
         v = compare(depth, [a for a in all_arms if not a.tuned])
         if v is not None:
@@ -297,6 +312,23 @@ def verdicts(rows: list[dict]) -> tuple[list[Verdict], list[Verdict]]:
         if v is not None and swapped:
             tuned.append(compare(depth, [a for a in all_arms if not a.tuned and a.method != "layerscale"] + swapped))
     return ruled, tuned
+
+
+def depth_trend(rows: list[dict]) -> list[str]:
+    """What going from the shallowest to the deepest main depth does to each method (eps by the rule), the
+    paper's numbers quoted beside."""
+    depths = sorted({r["depth"] for r in in_phase(rows, "main")})
+    if len(depths) < 2:
+        return []
+    ends = [{a.method: a for a in arms(rows, d) if not a.tuned} for d in (depths[0], depths[-1])]
+    quoted = [paper_values(d) for d in (depths[0], depths[-1])]
+    result = lambda a: "diverged" if a.score is None else f"{a.score:.1f}"
+    parts = []
+    for key, m in METHODS.items():
+        if key in ends[0] and key in ends[1]:
+            paper = f" (paper: {quoted[0][key].text()} -> {quoted[1][key].text()})" if all(quoted) else ""
+            parts.append(f"{m.label} {result(ends[0][key])} -> {result(ends[1][key])}{paper}")
+    return [f"From depth {depths[0]} to {depths[-1]}, mean final top-1 over seeds: " + "; ".join(parts) + "."]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -319,13 +351,14 @@ class Summary:
 def summarize(rows: list[dict]) -> Summary:
     ruled, tuned = verdicts(rows)
     main = [v.sentence() for v in ruled] + [v.sentence(" with LayerScale at the eps sweep's best eps") for v in tuned]
+    main += depth_trend(rows)
     if ruled:
         deepest = ruled[-1]
         headline = f"Paper's Table 1 ordering at depth {deepest.depth}: {deepest.word}"
         if tuned and tuned[-1].depth == deepest.depth and tuned[-1].word != deepest.word:
             headline += f" (with LayerScale's eps tuned: {tuned[-1].word})"
         headline += "".join(f"; at depth {v.depth}: {v.word}" for v in ruled[:-1])
-    elif _phase(rows, "main"):
+    elif in_phase(rows, "main"):
         headline = "The paper has no Table 1 row at the main comparison's depths: no ordering to compare"
     else:
         headline = "Main comparison not run yet: no verdict on the paper's ordering"

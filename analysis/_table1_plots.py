@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from _common import matplotlib_pyplot, save_html, save_png
-from _table1 import CHANCE, LEARNED, METHODS, Summary, arms, num, paper_eps, paper_values
+from _table1 import CHANCE, LEARNED, METHODS, Summary, arms, in_phase, num, paper_eps, paper_values
 
 COLOURS = {"baseline": "#7f7f7f", "scalar": "#2ca02c", "rezero": "#d62728", "layerscale": "#1f77b4"}
 TUNED_COLOUR = "#17becf"  # LayerScale at the eps phase's best eps
@@ -40,10 +40,6 @@ def _figure(title: str, notes: list[str], ncols: int, *, width: float, width_rat
     return fig, axes
 
 
-def _phase(rows: list[dict], phase: str) -> list[dict]:
-    return [r for r in rows if r["phase"] == phase]
-
-
 def _series(rows: list[dict], method: str, depth: int) -> list[dict]:
     return sorted((r for r in rows if r["method"] == method and r["depth"] == depth), key=lambda r: r["lr"])
 
@@ -59,7 +55,7 @@ def plot_all(rows: list[dict], gamma: dict[str, list[dict]], summary: Summary, m
     for phase, stem, draw in (("lr", "depth_stability_lr", _lr), ("eps", "depth_stability_eps", _eps),
                               ("main", "depth_stability", _main)):
         paths = [out / f"{stem}.png", out / f"{stem}.html"]
-        selected = _phase(rows, phase)
+        selected = in_phase(rows, phase)
         if not selected:
             for path in paths:
                 path.unlink(missing_ok=True)
@@ -126,8 +122,8 @@ def _eps(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> No
     runs = sorted(rows, key=lambda r: -r["eps"])
     depth = runs[0]["depth"]
     rule = paper_eps(depth)
-    fig, (left, right) = _figure("LayerScale's init eps on a short run - MINIATURE retraining (paper: sec. 2's eps rule)",
-                                 summary.findings["eps"], 2, width=12)
+    title = "LayerScale's init eps on a short run - MINIATURE retraining (paper: sec. 2's eps rule)"
+    fig, (left, right) = _figure(title, summary.findings["eps"], 2, width=12)
     left.plot([r["eps"] for r in runs], [_top1(r) if _top1(r) is not None else float("nan") for r in runs], "o-",
               color=COLOURS["layerscale"])
     for r in runs:
@@ -189,8 +185,8 @@ def _arm_colour(arm) -> str:
 
 def _main(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> None:
     depths = sorted({r["depth"] for r in rows})
-    fig, (ours, paper) = _figure(summary.headline + " - MINIATURE retraining (paper: Table 1)", summary.findings["main"],
-                                 2, width=13, width_ratios=[3, 2])
+    title = summary.headline + " - MINIATURE retraining (paper: Table 1)"
+    fig, (ours, paper) = _figure(title, summary.findings["main"], 2, width=13, width_ratios=[3, 2])
     width = 0.8 / (len(METHODS) + 1)
     for g, depth in enumerate(depths):
         for i, arm in enumerate(arms(rows, depth)):
@@ -224,17 +220,16 @@ def _paper_panel(ax, depths: list[int]) -> None:
             if values is None:
                 continue
             x = g + (i - len(METHODS) / 2) * width
-            if values[method] is None:
-                ax.text(x, 70.3, "diverged", rotation=90, fontsize=7, ha="center", va="bottom")
-                continue
-            ax.bar(x, values[method], width, color=COLOURS[method], alpha=0.5, hatch="//", label=m.label if g == 0 else None)
-            ax.text(x, values[method], f"{values[method]:g}", fontsize=6, ha="center", va="bottom")
+            quoted = values[method]
+            ax.bar(x, quoted.top1, width, color=COLOURS[method], alpha=0.5, hatch="//", label=m.label if g == 0 else None)
+            ax.text(x, quoted.top1, f"{quoted.top1:g}" + ("†" if quoted.diverged else ""), fontsize=6, ha="center",
+                    va="bottom")
     if all(paper_values(d) is None for d in depths):
         ax.text(0.5, 0.5, "the paper's Table 1 has none of these depths", transform=ax.transAxes, ha="center")
     ax.set_xticks(range(len(depths)), [f"depth {d}" for d in depths])
     ax.set_ylim(70, 85)
     ax.set_ylabel("ImageNet top-1 (%)")
-    ax.set_title("paper, Table 1 (DeiT-S, ImageNet, 300 epochs; quoted)", fontsize=9)
+    ax.set_title("paper, Table 1 (DeiT-S, ImageNet, 300 epochs; quoted; † diverged)", fontsize=9)
 
 
 def _main_html(rows: list[dict], depths: list[int], summary: Summary, made_from: str, path: Path) -> None:
@@ -254,9 +249,9 @@ def _main_html(rows: list[dict], depths: list[int], summary: Summary, made_from:
         values = paper_values(depth) or {}
         for method, m in METHODS.items():
             if method in values:
-                figp.add_bar(x=[f"depth {depth}"], y=[values[method] or 0], name=f"paper: {m.label}", offsetgroup=method,
-                             marker_color=COLOURS[method], opacity=0.5, showlegend=False,
-                             hovertext="diverged" if values[method] is None else f"{values[method]}%", row=1, col=2)
+                figp.add_bar(x=[f"depth {depth}"], y=[values[method].top1], name=f"paper: {m.label}",
+                             offsetgroup=method, marker_color=COLOURS[method], opacity=0.5, showlegend=False,
+                             hovertext=f"{m.label}: {values[method].text()}", row=1, col=2)
     figp.update_yaxes(title="final val top-1 (%)", row=1, col=1)
     figp.update_yaxes(title="ImageNet top-1 (%)", range=[70, 85], row=1, col=2)
     figp.update_layout(barmode="group", height=600, title=summary.headline + "<br><sup>" + "<br>".join(

@@ -25,7 +25,7 @@ sessions, a part at a time:
 
     python analysis/depth_stability.py --measure-speed            # img/s here, and each phase's estimated time
     nohup nice -n 10 python analysis/depth_stability.py > depth_stability.log 2>&1 &    # everything, in order
-    python analysis/depth_stability.py --phase lr --hours 1.5     # a part: no run starts after 1.5 h; run again to go on
+    python analysis/depth_stability.py --phase lr --hours 1.5     # a part: no run starts after 1.5 h; again: goes on
     python analysis/depth_stability.py --phase none               # the figures from the runs finished so far
     python analysis/depth_stability.py --quick                    # every phase on a tiny model, seconds (tests)
 
@@ -45,7 +45,7 @@ from typing import Any
 
 from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, SweepRun, add_budget_flags, budget, fail, finished_runs,
                      out_dir, parser, train_runs, write_csv, write_json)
-from _table1 import METHODS, best_eps, best_lr, num, paper_eps, paper_values, summarize
+from _table1 import METHODS, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
 
 from cait.explain.layerscale import layerscale_stats_from_metrics
 from cait.runs import RunError
@@ -76,7 +76,8 @@ class Setting:
     @property
     def name(self) -> str:
         eps = f"-eps{num(self.eps)}" if self.eps is not None else ""
-        return f"d{self.depth}-{self.method}-lr{num(self.lr)}{eps}-{self.budget.epochs}x{self.budget.subset}-s{self.seed}"
+        budget = f"{self.budget.epochs}x{self.budget.subset}"
+        return f"d{self.depth}-{self.method}-lr{num(self.lr)}{eps}-{budget}-s{self.seed}"
 
     def flags(self, common: dict[str, Any]) -> dict[str, Any]:
         """The cait.train flags of this run (by name), on top of the sweep's common ones."""
@@ -113,13 +114,13 @@ class Design:
         """Each method at its best lr of the lr phase (`rows`) per main depth, every seed; LayerScale also at
         the eps phase's best eps when the eps phase is complete and its pick is not the paper's rule. None
         while the lr phase lacks a run the choice needs."""
-        swept = [r for r in rows if r["phase"] == "lr"]
+        swept = in_phase(rows, "lr")
         have = Counter((r["method"], r["depth"]) for r in swept)
         if any(have[m, d] < len(self.lrs) for m in METHODS for d in self.main_depths):
             return None
         settings = [self.setting(m, d, best_lr(swept, m, d), seed=s, budget=self.main)
                     for d in self.main_depths for m in METHODS for s in self.seeds]
-        eps = best_eps(rows) if sum(r["phase"] == "eps" for r in rows) == len(self.eps_values) else None
+        eps = best_eps(rows) if len(in_phase(rows, "eps")) == len(self.eps_values) else None
         if eps is not None and self.eps_depth in self.main_depths and eps != paper_eps(self.eps_depth):
             settings += [self.setting("layerscale", self.eps_depth, self.eps_lr, seed=s, budget=self.main, eps=eps)
                          for s in self.seeds]
@@ -160,7 +161,8 @@ def gamma_trajectory(run: SweepRun, eps: float) -> list[dict]:
 def result_row(phase: str, s: Setting, run: SweepRun, gamma: list[dict] | None) -> dict[str, Any]:
     """One run in one phase (the rows _table1 reads); the paper's numbers in their own columns, and only
     where the setting is the paper's (main phase, eps by its rule, a depth of its Table 1)."""
-    quoted = (paper_values(s.depth) or {}) if phase == "main" and (s.eps is None or s.eps == paper_eps(s.depth)) else {}
+    theirs = phase == "main" and s.eps in (None, paper_eps(s.depth))
+    quoted = (paper_values(s.depth) or {}).get(s.method) if theirs else None
     return {"phase": phase, "method": s.method, "label": METHODS[s.method].label, "depth": s.depth, "lr": s.lr,
             "eps": s.eps, "seed": s.seed, "epochs": s.budget.epochs, "subset": s.budget.subset,
             "images": s.budget.images, "diverged": run.diverged,
@@ -168,8 +170,7 @@ def result_row(phase: str, s: Setting, run: SweepRun, gamma: list[dict] | None) 
             "final_top1": run.final_top1, "best_top1": max(run.val_top1) if run.val_top1 else None,
             "gamma_final": gamma[-1]["mean"] if gamma and len(gamma) > 1 else None, "params": run.params,
             "run": run.name,
-            "paper_top1_quoted": quoted.get(s.method) if s.method in quoted else None,
-            "paper_diverged_quoted": quoted.get(s.method, 0) is None if quoted else None}
+            "paper_top1_quoted": quoted and quoted.top1, "paper_diverged_quoted": quoted and quoted.diverged}
 
 
 @dataclass
@@ -200,13 +201,13 @@ def collect(design: Design, common: dict[str, Any], out: Path) -> Results:
 def residual_ratio_pair(rows: list[dict]) -> dict[str, str] | None:
     """The Fig. 4 pair: LayerScale and the plain residual at the lr phase's deepest depth, same lr (the
     largest at which both finished, not above LayerScale's best), seed 0, the same budget."""
-    swept = [r for r in rows if r["phase"] == "lr"]
+    swept = in_phase(rows, "lr")
     if not swept:
         return None
     depth = max(r["depth"] for r in swept)
     top = best_lr(swept, "layerscale", depth)
-    by = lambda method: {r["lr"]: r for r in swept if r["method"] == method and r["depth"] == depth and r["epochs_done"]}
-    ls, plain = by("layerscale"), by("baseline")
+    ls, plain = ({r["lr"]: r for r in swept if r["method"] == method and r["depth"] == depth and r["epochs_done"]}
+                 for method in ("layerscale", "baseline"))
     shared = [lr for lr in ls if lr in plain and (top is None or lr <= top)]
     if not shared:
         return None
@@ -255,7 +256,8 @@ def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespa
         for name, flags in probes.items():
             line = RunDir(Path(tmp) / "runs" / name).read_metrics()[-1]
             train_seconds = flags["subset"] / line["images_per_s"]
-            speeds[name] = {"images_per_s": line["images_per_s"], "epoch_overhead_s": line["epoch_seconds"] - train_seconds}
+            speeds[name] = {"images_per_s": line["images_per_s"],
+                            "epoch_overhead_s": line["epoch_seconds"] - train_seconds}
     estimate = {phase: _phase_seconds(design, phase, speeds) / 3600 for phase in PHASES}
     write_json(out / "speed.json", {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                     "load_average_1min_before": load, "amp": str(amp), "threads": args.threads,
@@ -263,7 +265,8 @@ def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespa
     print(f"training speed here ({args.measure_speed} steps of batch {common['batch_size']}, --threads {args.threads}, "
           f"load average {load:.1f} on {os.cpu_count()} cores before; amp auto = {amp or 'fp32'}):")
     for name, s in speeds.items():
-        print(f"  {name:<14} {s['images_per_s']:6.0f} img/s, {s['epoch_overhead_s']:5.1f} s per epoch for eval + saving")
+        print(f"  {name:<14} {s['images_per_s']:6.0f} img/s, {s['epoch_overhead_s']:5.1f} s per epoch to evaluate "
+              f"and save")
     print("estimated wall time: " + ", ".join(f"{p} {h:.2f} h" for p, h in estimate.items())
           + f"; total {sum(estimate.values()):.2f} h (main: with the tuned-LayerScale arm, its upper bound)")
     print(f"wrote {out / 'speed.json'}")
@@ -325,7 +328,8 @@ def write_outputs(design: Design, args: argparse.Namespace, results: Results, ou
         "residual_ratio_pair": residual_ratio_pair(results.rows), "paper_table1_quoted": paper_quoted()})
     (out / "depth_stability_summary.md").write_text(
         f"# Table 1 in miniature: what the sweep shows\n\n{summary.text()}\nMade from: {made}.\n\n"
-        f"The paper's numbers (ImageNet, DeiT-S, 300 epochs) are quoted in depth_stability.json, never mixed with ours.\n")
+        f"The paper's numbers (ImageNet, DeiT-S, 300 epochs) are quoted in depth_stability.json, never mixed with "
+        f"ours.\n")
     plot_all(results.rows, results.gamma, summary, made, out)
     return summary
 
