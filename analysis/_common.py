@@ -250,9 +250,10 @@ RECIPE = {"warmup_epochs": 1.0, "mixup": 0.0, "cutmix": 0.0, "randaug": "none", 
           "seed": 0, "workers": 0}
 
 
-def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int, lr: bool = True) -> None:
-    """The training budget, the same for every run of a sweep (lr=False: a sweep that sets --lr per run)."""
-    g = p.add_argument_group("training budget (the same for every run)")
+def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int, lr: bool = True,
+                     runs: str = "every run") -> None:
+    """The training budget, the same for `runs` of a sweep (lr=False: a sweep that sets --lr per run)."""
+    g = p.add_argument_group(f"training budget (the same for {runs})")
     g.add_argument("--data", default="fashion-mnist", choices=("fashion-mnist", "fashion-mnist-scenes"),
                    help="training data (default fashion-mnist: from scratch, models stay at chance on the scenes "
                         "for their first ~60k images, longer than a CPU sweep's budget per run)")

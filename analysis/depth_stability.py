@@ -20,8 +20,8 @@ from the results, whether the paper's ordering comes out. This is a MINIATURE: t
 
 Runs go to OUT/runs/<name> (each with its train.log and metrics.jsonl), one training at a time (a
 second sweep into the same OUT is refused). Rerunning reuses every finished run and continues one that
-was stopped (Ctrl-C, kill) from its last saved epoch, so the sweep can run in the background and span
-sessions, a part at a time:
+was stopped (Ctrl-C or kill: from where it stopped; kill -9: from its last finished epoch), so the sweep
+can run in the background and span sessions, a part at a time:
 
     python analysis/depth_stability.py --measure-speed            # img/s here, and each phase's estimated time
     nohup nice -n 10 python analysis/depth_stability.py > depth_stability.log 2>&1 &    # everything, in order
@@ -349,7 +349,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--main-epochs", type=int, default=4, help="main phase: epochs per run (default 4)")
     g.add_argument("--main-subset", type=int, default=10000, help="main phase: training images (default 10000)")
     g.add_argument("--warmup", type=float, default=0.0, help="linear warmup in epochs, every run (default 0: none)")
-    add_budget_flags(p, epochs=3, subset=4000, lr=False)
+    add_budget_flags(p, epochs=3, subset=4000, lr=False, runs="every run; --epochs, --subset: of the lr and eps phases")
     g = p.add_argument_group("running it: a part at a time, in the background")
     g.add_argument("--phase", choices=("all", *PHASES, "none"), default="all",
                    help="train only this phase (main needs lr done); none: train nothing, draw the finished runs")
