@@ -221,7 +221,8 @@ def _paper_panel(ax, depths: list[int]) -> None:
                 continue
             x = g + (i - len(METHODS) / 2) * width
             quoted = values[method]
-            ax.bar(x, quoted.top1, width, color=COLOURS[method], alpha=0.5, hatch="//", label=m.label if g == 0 else None)
+            ax.bar(x, quoted.top1, width, color=COLOURS[method], alpha=0.5, hatch="//",
+                   label=m.label if g == 0 else None)
             ax.text(x, quoted.top1, f"{quoted.top1:g}" + ("†" if quoted.diverged else ""), fontsize=6, ha="center",
                     va="bottom")
     if all(paper_values(d) is None for d in depths):

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, SweepRun, add_budget_flags, budget, fail, finished_runs,
-                     out_dir, parser, train_runs, write_csv, write_json)
+                     out_dir, parser, sweep_lock, train_runs, write_csv, write_json)
 from _table1 import METHODS, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
 
 from cait.explain.layerscale import layerscale_stats_from_metrics
@@ -250,7 +250,8 @@ def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespa
                             "subset": args.measure_speed * common["batch_size"]} for d in depths for m in METHODS}
     load = os.getloadavg()[0]
     amp = autocast_dtype("auto", resolve_device("auto"))
-    with tempfile.TemporaryDirectory() as tmp:
+    # not beside this sweep training (it would slow it, and measure a machine busier than the sweep will find it)
+    with sweep_lock(out), tempfile.TemporaryDirectory() as tmp:
         train_runs(probes, Path(tmp), argparse.Namespace(fresh=True))
         speeds = {}
         for name, flags in probes.items():

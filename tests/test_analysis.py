@@ -258,6 +258,15 @@ def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path)
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         busy = run("depth_stability.py", "--quick", "--phase", "eps", "--out", tmp_path, ok=False)
     assert busy.returncode == 2 and "another sweep is training into" in busy.stderr and "Traceback" not in busy.stderr
+    # the budget is measured, not guessed: a few steps per depth x method, and each phase's hours from them
+    measured = run("depth_stability.py", "--quick", "--measure-speed", "2", "--out", tmp_path)
+    speed = json.loads((tmp_path / "speed.json").read_text())
+    assert sorted(speed["speeds"]) == sorted(f"d{d}-{m}" for d in (2, 3)
+                                             for m in ("baseline", "scalar", "rezero", "layerscale"))
+    assert all(s["images_per_s"] > 0 for s in speed["speeds"].values())
+    hours = speed["estimated_hours"]
+    assert set(hours) == {"lr", "eps", "main"} and all(h > 0 for h in hours.values())
+    assert "estimated wall time" in measured.stdout and not (tmp_path / "runs").is_dir()
     bad = run("depth_stability.py", "--main-depths", "48", "--out", tmp_path, ok=False)
     assert bad.returncode == 2 and "--main-depths must be among --depths" in bad.stderr
 
