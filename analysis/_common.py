@@ -25,7 +25,7 @@ from cait.checkpoint import CheckpointError
 from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError
 from cait.hub import weights_status
-from cait.runs import RunDir, checkpoint_metadata
+from cait.runs import RunDir, checkpoint_metadata, write_text
 
 EXAMPLES_DIR = Path(cait.__file__).resolve().parent / "examples"
 REPO = Path(__file__).resolve().parent.parent
@@ -310,24 +310,27 @@ def _run_args(name: str, flags: dict[str, Any], run: Path, **more: Any) -> argpa
         fail(f"training run {name}: {e}")
 
 
-def _finished(run: Path, args: argparse.Namespace) -> dict | None:
-    """sweep.json of a run that finished with these flags (as its args.json records them), else None."""
+def _same_flags(run: Path, args: argparse.Namespace) -> bool:
+    """Was the run in `run` started with the flags `args` train with (as its args.json records them)?"""
     from cait.train import same_run
     try:
+        return same_run(RunDir(run).read_args(), args)
+    except (OSError, ValueError):
+        return False
+
+
+def _finished(run: Path, args: argparse.Namespace) -> dict | None:
+    """sweep.json of a run that finished with these flags, else None."""
+    try:
         record = json.loads((run / "sweep.json").read_text())
-        saved = RunDir(run).read_args()
     except (OSError, ValueError):
         return None
-    return record if same_run(saved, args) else None
+    return record if _same_flags(run, args) else None
 
 
 def _interrupted(run: Path, args: argparse.Namespace) -> bool:
     """Did a run with these flags stop part-way with its state saved (a signal, a kill after an epoch)?"""
-    from cait.train import same_run
-    try:
-        return RunDir(run).is_resumable() and same_run(RunDir(run).read_args(), args)
-    except (OSError, ValueError):
-        return False
+    return RunDir(run).is_resumable() and _same_flags(run, args)
 
 
 def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path, *, resume: bool) -> dict:
@@ -419,13 +422,13 @@ def train_runs(plan: dict[str, dict[str, Any]], out: Path, args: argparse.Namesp
     with sweep_lock(out_dir(out)), tqdm(plan.items(), desc="runs", unit="run", file=sys.stderr) as bar:
         for name, flags in bar:
             run = out / "runs" / name
-            args_ = _run_args(name, flags, run)
-            record = None if args.fresh else _finished(run, args_)
+            run_args = _run_args(name, flags, run)
+            record = None if args.fresh else _finished(run, run_args)
             if record is None:
                 if deadline is not None and time.time() >= deadline:
                     continue
                 bar.set_postfix_str(f"training {name} (log: {run / 'train.log'})")
-                record = _train(name, flags, args_, run, resume=not args.fresh and _interrupted(run, args_))
-                write_json(run / "sweep.json", record)
-            results[name] = _sweep_run(name, flags, args_, run, record)
+                record = _train(name, flags, run_args, run, resume=not args.fresh and _interrupted(run, run_args))
+                write_text(run / "sweep.json", json.dumps(record, indent=1))  # the last file a finished run gets
+            results[name] = _sweep_run(name, flags, run_args, run, record)
     return results
