@@ -84,8 +84,8 @@ def stability(rows: list[dict]) -> list[str]:
     if stalled:
         out.append(f"{len(stalled)} finished without learning (below {LEARNED:g}% top-1, chance {CHANCE:g}%): "
                    f"{_where(stalled)}.")
-    out.append(f"Largest lr that trained (finished at >= {LEARNED:g}%), at depth {' / '.join(map(str, depths))}: "
-               + "; ".join(f"{m.label} {' / '.join(_largest_trained(runs, key, d) for d in depths)}"
+    out.append(f"Learning rates that trained (finished at >= {LEARNED:g}%), at depth {' / '.join(map(str, depths))}: "
+               + "; ".join(f"{m.label} {' / '.join(_trained(runs, lrs, key, d) for d in depths)}"
                            for key, m in METHODS.items()) + ".")
     if len(depths) > 1:
         out.append(f"Best top-1 over the lrs from depth {depths[0]} to {depths[-1]}: " + "; ".join(
@@ -94,9 +94,16 @@ def stability(rows: list[dict]) -> list[str]:
     return out
 
 
-def _largest_trained(runs: list[dict], method: str, depth: int) -> str:
-    ok = [r["lr"] for r in runs if r["method"] == method and r["depth"] == depth and learned(r)]
-    return num(max(ok)) if ok else "none"
+def _trained(runs: list[dict], lrs: list[float], method: str, depth: int) -> str:
+    """The lrs of the grid at which `method` trained at `depth`: "3e-4..3e-3" when they are neighbours in the
+    grid, else listed; "none"."""
+    ok = {r["lr"] for r in runs if r["method"] == method and r["depth"] == depth and learned(r)}
+    where = [i for i, lr in enumerate(lrs) if lr in ok]
+    if not where:
+        return "none"
+    if where == list(range(where[0], where[-1] + 1)):
+        return num(lrs[where[0]]) + (f"..{num(lrs[where[-1]])}" if len(where) > 1 else "")
+    return ", ".join(num(lrs[i]) for i in where)
 
 
 def best_lr(runs: list[dict], method: str, depth: int) -> float | None:

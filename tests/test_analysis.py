@@ -407,7 +407,7 @@ def test_summary_reports_divergence_and_the_stable_lrs(table1):
     assert sentences[0].startswith("1 of 8 runs of the lr sweep diverged")
     assert "plain residual at depth 36 lr 1e-2" in sentences[0] and "no divergence below lr 1e-2" in sentences[0]
     assert "1 finished without learning" in sentences[1] and "LayerScale at depth 12 lr 1e-2" in sentences[1]
-    assert "plain residual 1e-2 / 1e-3" in sentences[2] and "LayerScale 1e-3 / 1e-2" in sentences[2]
+    assert "plain residual 1e-3..1e-2 / 1e-3" in sentences[2] and "LayerScale 1e-3 / 1e-3..1e-2" in sentences[2]
     assert "plain residual 60.0% (lr 1e-3) -> 52.0% (lr 1e-3)" in sentences[3]
     calm = [dict(r, diverged=False, final_top1=r["final_top1"] or 30.0) for r in rows]
     assert table1.stability(calm)[0].startswith("No run of the lr sweep diverged (8 runs")
