@@ -26,6 +26,7 @@ from .data import DataError, build_dataset
 from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform
+from .runtime import DEVICE_CHOICES, DeviceError, resolve_device
 
 CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_before_mixing", "rollout_after_mixing")
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"{', '.join(explain.METHODS)}")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
     args = p.parse_args(argv)
     if args.methods:
@@ -142,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     if args.batch_size <= 0:
         p.error("--batch-size must be positive")
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as e:
+        p.error(str(e))
     try:
         model = create_model(args.model, args.checkpoint, pretrained=args.checkpoint is None)
         data = build_dataset(args.data, "val", subset=args.subset)

@@ -4,6 +4,15 @@
     python -m cait.train --resume runs/nano64                    # continue exactly where it stopped
     torchrun --nproc_per_node=2 -m cait.train --data fashion-mnist --output runs/ddp   # data parallel
 
+From Python, the same flags by name, no command line (a non-finite loss raises `Diverged`):
+
+    from cait.train import run, train_args
+    result = run(train_args(model="cait_pico_32", epochs=2, output="runs/x"))   # -> RunResult
+
+Shaped like timm's train.py: `TrainState` (model, EMA, optimizer, schedule, loss scaler, position) owns
+what --resume restores; `train_one_epoch`, `evaluate` and `end_of_epoch` are the loop; `run` drives it
+and `main` is the command line over it.
+
 Recipe (Touvron et al. 2021, sec. 5 / DeiT): AdamW without weight decay on LayerScale, position
 embedding, class token, norms and biases; per-step cosine schedule with linear warmup; RandAugment,
 random erasing, Mixup/CutMix with soft-target cross-entropy and label smoothing; uniform stochastic
@@ -31,6 +40,7 @@ import shlex
 import signal
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -49,6 +59,7 @@ from .explain import layerscale_stats
 from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform
+from .runtime import AMP_CHOICES, DEVICE_CHOICES, autocast, autocast_dtype, resolve_device
 
 RESIDUAL_KINDS = ("layerscale", "scalar", "rezero", "none")
 # flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
@@ -57,6 +68,9 @@ MODEL_OVERRIDES = {"img_size": "img_size", "patch_size": "patch_size", "embed_di
                    "global_pool": "global_pool", "residual_scale": "residual_scale", "init_values": "init_values",
                    "drop_path": "drop_path_rate"}
 INSIGHT_BATCH = 64  # fixed validation images on which residual ratios and class-attention entropy are measured
+# what to stop at and how many threads to use are properties of one invocation, not of the run: a resumed run
+# does not inherit them
+PER_INVOCATION = ("stop_after", "threads")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -82,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of init, data order, augmentation, mixup and drop path")
     g.add_argument("--subset", type=int, default=None, help="use only the first N training images (smoke tests)")
     g.add_argument("--val-subset", type=int, default=None, help="evaluate on only the first N validation images")
-    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto = cuda when present")
+    g.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
     g.add_argument("--workers", type=int, default=2, help="data loading processes per training process (0 = inline)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)")
-    g.add_argument("--amp", default="auto", choices=("auto", "bf16", "fp16", "none"),
+    g.add_argument("--amp", default="auto", choices=AMP_CHOICES,
                    help="autocast dtype; auto = bf16 where the hardware computes it natively (CUDA, or a CPU with "
                         "AVX512-BF16/AMX: ~1.7x faster), else fp32 (on an AVX2-only CPU bf16 is ~12x slower)")
     g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and always after the last)")
@@ -141,44 +155,101 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class ArgsError(ValueError):
+    """Flags cait.train refuses; the message is one line that names the flag."""
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _convert(action: argparse.Action, value: Any) -> Any:
+    """A flag value given from Python as the command line would have parsed it (1 -> 1.0 for a float
+    flag, a Path -> str), or ArgsError for a wrong type or choice."""
+    flag = _flag(action.dest)
+    if value is not None:
+        kind = action.type or str
+        if isinstance(value, str) or (kind is str and isinstance(value, Path)):
+            try:
+                value = kind(value)
+            except ValueError:
+                raise ArgsError(f"{flag}: invalid {kind.__name__} value {value!r}") from None
+        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif not isinstance(value, kind) or isinstance(value, bool):
+            raise ArgsError(f"{flag} takes a {kind.__name__}, got {value!r}")
+    if value is not None and action.choices and value not in action.choices:
+        raise ArgsError(f"{flag}: invalid choice {value!r} (choose from {', '.join(map(str, action.choices))})")
+    return value
+
+
+def train_args(**given: Any) -> argparse.Namespace:
+    """The flags of a run without a command line: every flag's default, then (with resume=DIR) the saved
+    run's flags, then `given` by flag name (batch_size=64, residual_scale="none", output=Path(...)).
+    Values are converted and checked exactly as `python -m cait.train` does; ArgsError says what is wrong."""
+    actions = {a.dest: a for a in build_parser()._actions if a.dest != "help"}
+    unknown = sorted(set(given) - set(actions))
+    if unknown:
+        raise ArgsError(f"unknown flag(s) {', '.join(map(_flag, unknown))}")
+    given = {k: _convert(actions[k], v) for k, v in given.items()}
+    values = {dest: action.default for dest, action in actions.items()}
+    if given.get("resume") is not None:
+        values.update(_resumed(given["resume"]))
+    args = argparse.Namespace(**{**values, **given})
+    if args.output is None:
+        args.output = str(Path("runs") / args.model)
+    args.argv = to_argv(given)
+    check_args(args)
+    return args
+
+
+def _resumed(resume: str) -> dict[str, Any]:
+    """The flags a saved run was started with (flags added since then keep their defaults), minus the
+    per-invocation ones; its directory is the output unless another is given."""
+    run = Path(resume)
+    if not (run / "state.pt").is_file() or not (run / "args.json").is_file():
+        raise ArgsError(f"--resume {resume}: no state.pt/args.json there (not a run directory)")
+    saved = json.loads((run / "args.json").read_text())["args"]
+    return {**saved, **dict.fromkeys(PER_INVOCATION), "output": resume}
+
+
+def to_argv(given: dict[str, Any]) -> list[str]:
+    """The command-line flags of `given` (flag name -> value), for the command recorded in args.json."""
+    return [part for dest, value in given.items() if value is not None for part in (_flag(dest), str(value))]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse and check the flags; with --resume, the saved run's flags fill in whatever is not given."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
-    if args.resume is not None:
-        saved = Path(args.resume) / "args.json"
-        if not (Path(args.resume) / "state.pt").is_file() or not saved.is_file():
-            parser.error(f"--resume {args.resume}: no state.pt/args.json there (not a run directory)")
-        given = _explicit_flags(parser, argv)
-        # what to stop at is a property of one invocation, not of the run
-        inherited = {k: v for k, v in json.loads(saved.read_text())["args"].items() if k not in ("stop_after", "threads")}
-        # flags added after the run was saved take their defaults
-        defaults = vars(parser.parse_args([]))
-        args = argparse.Namespace(**{**defaults, **inherited, "stop_after": None, "threads": None, **given})
-        args.output = given.get("output", args.resume)
-    if args.output is None:
-        args.output = str(Path("runs") / args.model)
+    parser.parse_args(argv)  # argparse's own errors (unknown flag, bad number, bad choice) come first
+    try:
+        args = train_args(**_explicit_flags(argv))
+    except ArgsError as e:
+        parser.error(str(e))
     args.argv = argv
+    return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ArgsError for values, or combinations, that cannot train."""
     for name in ("epochs", "batch_size", "eval_every", "subset", "val_subset", "stop_after", "threads"):
         value = getattr(args, name)
         if value is not None and value <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {value}")
+            raise ArgsError(f"{_flag(name)} must be positive, got {value}")
     if args.workers < 0:
-        parser.error(f"--workers must be >= 0, got {args.workers}")
+        raise ArgsError(f"--workers must be >= 0, got {args.workers}")
     if args.lr is not None and not args.lr > 0:
-        parser.error(f"--lr must be positive, got {args.lr}")
+        raise ArgsError(f"--lr must be positive, got {args.lr}")
     if (args.mixup > 0 or args.cutmix > 0) and args.batch_size % 2:
-        parser.error(f"mixup/cutmix need an even --batch-size, got {args.batch_size}")
+        raise ArgsError(f"mixup/cutmix need an even --batch-size, got {args.batch_size}")
     try:
         model_config(args)
-    except ValueError as e:
-        parser.error(str(e))
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
+        resolve_device(args.device)
+    except ValueError as e:  # an unknown model, a config that does not fit, no CUDA here
+        raise ArgsError(str(e)) from None
     if not 0 <= args.ema < 1:
-        parser.error(f"--ema is a decay in [0, 1), got {args.ema}")
-    return args
+        raise ArgsError(f"--ema is a decay in [0, 1), got {args.ema}")
 
 
 def model_config(args: argparse.Namespace, **fields: Any) -> CaiTConfig:
@@ -203,7 +274,7 @@ def model_config(args: argparse.Namespace, **fields: Any) -> CaiTConfig:
     return cfg
 
 
-def _explicit_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
+def _explicit_flags(argv: list[str]) -> dict[str, Any]:
     """Only the flags present on the command line (so a resumed run keeps the saved values of the rest)."""
     quiet = build_parser()
     for action in quiet._actions:
@@ -402,7 +473,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: to
     counts = torch.zeros(2, dtype=torch.float64, device=device)
     for x, y in loader:
         x, y = x.to(device), y.to(device)
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+        with autocast(amp, device):
             logits = model(x)
         counts += torch.tensor([(logits.argmax(1) == y).sum().item(), len(y)], dtype=torch.float64, device=device)
     model.train(was_training)
@@ -427,6 +498,13 @@ def write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def append_metrics(run: Path, line: dict[str, Any]) -> None:
+    """Add an epoch's line to metrics.jsonl, dropping any line of that epoch or later (a crash between
+    writing the metrics and the state leaves one past the state)."""
+    kept = read_metrics(run / "metrics.jsonl", line["epoch"] - 1)
+    write_text(run / "metrics.jsonl", "\n".join([*kept, json.dumps(line)]) + "\n")
+
+
 def read_metrics(path: Path, epoch_index: int) -> list[str]:
     """metrics.jsonl lines a run resumed in epoch `epoch_index` (0-based) keeps: those of the epochs before
     it, which are numbered from 1 (a crash can leave one line past the state; that one is dropped)."""
@@ -440,7 +518,7 @@ def read_metrics(path: Path, epoch_index: int) -> list[str]:
 
 def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
     """(rank, world size, device). torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; gloo on CPU, NCCL on GPU."""
-    use_cuda = device_arg == "cuda" or (device_arg == "auto" and torch.cuda.is_available())
+    use_cuda = resolve_device(device_arg).type == "cuda"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, torch.device("cuda" if use_cuda else "cpu")
@@ -475,40 +553,116 @@ class StopRequest:
         self.signum = signum
 
 
-class NonFiniteLoss(RuntimeError):
-    pass
+# ----------------------------------------------------------------------------------------------------
+# the state a run carries from step to step, and that --resume restores
+
+@dataclass
+class EpochTally:
+    """Running sums of the epoch in progress; saved mid-epoch, so that a resumed epoch reports all of it."""
+    loss: float = 0.0     # sum over images of the training loss
+    correct: int = 0      # training images whose top-1 is their (un-mixed) label
+    seen: int = 0         # training images of this epoch, on this process
+    seconds: float = 0.0  # time spent in training steps
+
+    def add(self, loss: float, correct: int, images: int, seconds: float) -> None:
+        self.loss += loss * images
+        self.correct += correct
+        self.seen += images
+        self.seconds += seconds
+
+    def mean_loss(self) -> float:
+        return self.loss / max(self.seen, 1)
+
+    def top1(self) -> float:
+        return 100 * self.correct / max(self.seen, 1)
+
+
+@dataclass
+class TrainState:
+    """Everything that changes while training. `state_dict()` is state.pt: with it, a run that stopped at
+    any step boundary continues to the very weights it would have reached without stopping."""
+    model: CaiT
+    optimizer: torch.optim.Optimizer
+    scheduler: Any                 # timm CosineLRScheduler: a function of (flags, step), so rebuilt, never saved
+    scaler: torch.amp.GradScaler
+    ema: Any | None                # timm ModelEmaV3, or None without --ema
+    epoch: int = 0                 # epochs completed
+    batch: int = 0                 # batches done in the current epoch
+    step: int = 0                  # optimizer steps in total
+    best_top1: float = -1.0        # best val top-1 of the raw weights so far (best.safetensors)
+    tally: EpochTally = field(default_factory=EpochTally)
+    resume_rng: dict[str, Any] | None = None  # global RNG states to put back when continuing mid-epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model weights included, so that state and weights never disagree; readable with weights_only."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(), "ema": self.ema.module.state_dict() if self.ema else None,
+                "config": self.model.cfg.to_dict(), "epoch": self.epoch, "batch": self.batch, "step": self.step,
+                "best_top1": self.best_top1, "partial": asdict(self.tally), "rng": rng_state()}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        # the schedule is rebuilt from the flags, then moved to the step: resuming with another --epochs
+        # stretches or shortens the cosine instead of keeping the old length
+        self.scheduler.step_update(num_updates=saved["step"])
+        self.scaler.load_state_dict(saved["scaler"])
+        if self.ema is not None and saved["ema"] is not None:
+            self.ema.module.load_state_dict(saved["ema"])
+        self.epoch, self.batch, self.step = saved["epoch"], saved["batch"], saved["step"]
+        self.best_top1, self.tally, self.resume_rng = saved["best_top1"], EpochTally(**saved["partial"]), saved["rng"]
+
+    def begin_epoch(self, seed: int, rank: int) -> None:
+        """This epoch's mixup and drop-path randomness: the global RNGs seeded from (seed, epoch, rank), or
+        put back as they were at the stop when continuing mid-epoch."""
+        if self.batch and self.resume_rng is not None:
+            set_rng_state(self.resume_rng)
+        else:
+            seed_everything(derive_seed(seed, self.epoch, rank, 1))
+
+    def finish_epoch(self) -> EpochTally:
+        """Count the epoch as done; returns its tally and starts the next one's."""
+        done, self.tally = self.tally, EpochTally()
+        self.epoch, self.batch, self.resume_rng = self.epoch + 1, 0, None
+        return done
+
+
+def new_state(model: CaiT, args: argparse.Namespace, *, lr: float, steps_per_epoch: int,
+              amp: torch.dtype | None, device: torch.device) -> TrainState:
+    """The state of a fresh run: the recipe's optimizer, schedule, loss scaler and EMA around `model`."""
+    optimizer = build_optimizer(model, args, lr)
+    ema = None
+    if args.ema:
+        from timm.utils import ModelEmaV3
+        ema = ModelEmaV3(model, decay=args.ema, use_warmup=True)
+    return TrainState(model=model, optimizer=optimizer, scheduler=build_scheduler(optimizer, args, steps_per_epoch),
+                      scaler=torch.amp.GradScaler(device.type, enabled=amp is torch.float16), ema=ema)
 
 
 # ----------------------------------------------------------------------------------------------------
-# training
+# what stays fixed through a run
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    rank, world, device = setup_distributed(args.device)
-    try:
-        with StopRequest() as stop:
-            return train(args, rank=rank, world=world, device=device, stop=stop)
-    except (DataError, CheckpointError) as e:  # bad data dir / teacher: one line, like a bad flag
-        if rank == 0:
-            print(f"python -m cait.train: error: {e}".splitlines()[0], file=sys.stderr)
-        return 2
-    except NonFiniteLoss as e:
-        if rank == 0:
-            print(f"python -m cait.train: error: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+@dataclass
+class Data:
+    """The images of a run, adapted to the model (size, channels, normalisation)."""
+    train: Transformed              # augmented training images; sample i of epoch e depends on (seed, e, i)
+    val_loader: DataLoader          # this process's share of the validation images
+    insight_batch: torch.Tensor     # fixed validation images for the per-epoch residual ratios and entropies
+    steps_per_epoch: int
+    rank: int
+    world: int
+
+    def train_loader(self, args: argparse.Namespace, epoch: int, *, skip: int) -> DataLoader:
+        """Epoch `epoch`'s batches on this process, the first `skip` images left out (resuming mid-epoch)."""
+        self.train.epoch = epoch
+        sampler = EpochSampler(len(self.train), seed=args.seed, epoch=epoch, rank=self.rank, world=self.world,
+                               skip=skip)
+        return make_loader(self.train, batch_size=args.batch_size, sampler=sampler, workers=args.workers,
+                           drop_last=True)
 
 
-def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.device, stop: StopRequest) -> int:
-    log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
-    out = Path(args.output)
-    amp = autocast_dtype(args.amp, device)
-
-    # data: the model input pipeline adapts any dataset to any variant (size, channels, normalisation)
+def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, tuple[str, ...]]:
+    """(train, val, class names) as the data source gives them (PIL images), checked to fit the run."""
     train_raw = build_dataset(args.data, "train", subset=args.subset)
     val_raw = build_dataset(args.data, "val", subset=args.val_subset)
     if tuple(train_raw.classes) != tuple(val_raw.classes):
@@ -516,212 +670,329 @@ def train(args: argparse.Namespace, *, rank: int, world: int, device: torch.devi
     if len(train_raw) // world < args.batch_size:
         raise DataError(f"{len(train_raw)} training images cannot fill one batch of {args.batch_size} "
                         f"on each of {world} process(es); lower --batch-size or raise --subset")
-    classes = tuple(str(c) for c in train_raw.classes)
+    return train_raw, val_raw, tuple(str(c) for c in train_raw.classes)
 
-    # model (the state file, when resuming, carries the exact config the run started with)
-    state = torch.load(out / "state.pt", map_location="cpu", weights_only=True) if args.resume else None
-    if state is not None:
-        cfg = CaiTConfig.from_dict(state["config"])
-    else:
-        cfg = model_config(args, num_classes=len(classes), labels=classes)
-    seed_everything(args.seed)
-    model = CaiT(cfg)
-    if state is None and args.init:
-        weights, _ = read_checkpoint(args.init)
-        head = weights.get("head.weight")
-        if head is not None and head.shape[0] != cfg.num_classes:
-            raise CheckpointError(f"--init {args.init} has {head.shape[0]} classes, the data {cfg.num_classes}")
-        load_into(model, weights, Path(args.init).name)
-        log(f"initialised from {args.init}")
-    model = model.to(device).train()
-    teacher = None
-    if args.teacher:
-        teacher = create_model(None, checkpoint=args.teacher).to(device).eval().requires_grad_(False)
-        if teacher.cfg.num_classes != cfg.num_classes:
-            raise CheckpointError(f"teacher {args.teacher} has {teacher.cfg.num_classes} classes, the data {len(classes)}")
 
+def build_loaders(args: argparse.Namespace, cfg: CaiTConfig, train_raw: Dataset, val_raw: Dataset, *,
+                  rank: int, world: int, device: torch.device) -> Data:
+    """The model input pipeline around the raw datasets: any dataset feeds any variant."""
     train_data = Transformed(train_raw, train_transform(cfg, args), seed=args.seed)
     val_data = Transformed(val_raw, eval_transform(cfg))
     val_loader = make_loader(torch.utils.data.Subset(val_data, range(rank, len(val_data), world)),
                              batch_size=args.batch_size, sampler=None, workers=args.workers, drop_last=False)
     insight_batch = torch.stack([val_data[i][0] for i in range(min(INSIGHT_BATCH, len(val_data)))]).to(device)
-    steps_per_epoch = len(EpochSampler(len(train_data), seed=0, epoch=0, rank=rank, world=world)) // args.batch_size
+    steps = len(EpochSampler(len(train_data), seed=0, epoch=0, rank=rank, world=world)) // args.batch_size
+    return Data(train_data, val_loader, insight_batch, steps, rank, world)
 
+
+@dataclass
+class Setup:
+    """What stays fixed through one call of run(): flags, processes, data, model wrapper and loss."""
+    args: argparse.Namespace
+    cfg: CaiTConfig
+    out: Path
+    device: torch.device
+    amp: torch.dtype | None         # autocast dtype, None = fp32
+    rank: int
+    world: int
+    data: Data
+    net: nn.Module                  # the model as trained: DDP-wrapped when world > 1
+    mixup: Any | None               # timm Mixup/CutMix, or None
+    criterion: nn.Module
+    teacher: CaiT | None            # hard-distillation teacher, or None
+    lr: float                       # peak learning rate
+    stop: "StopRequest"
+    started: tuple[float, int] = (0.0, 0)  # (time, step) when this call started, for the run's ETA
+
+    def log(self, message: str) -> None:
+        if self.rank == 0:
+            print(message, file=sys.stderr, flush=True)
+
+
+def build_model(args: argparse.Namespace, cfg: CaiTConfig, *, fresh: bool) -> CaiT:
+    """The model, initialised from --seed, or from --init's weights when a fresh run asks for them."""
+    seed_everything(args.seed)
+    model = CaiT(cfg)
+    if fresh and args.init:
+        weights, _ = read_checkpoint(args.init)
+        head = weights.get("head.weight")
+        if head is not None and head.shape[0] != cfg.num_classes:
+            raise CheckpointError(f"--init {args.init} has {head.shape[0]} classes, the data {cfg.num_classes}")
+        load_into(model, weights, Path(args.init).name)
+    return model
+
+
+def build_teacher(args: argparse.Namespace, cfg: CaiTConfig, device: torch.device) -> CaiT | None:
+    if not args.teacher:
+        return None
+    teacher = create_model(None, checkpoint=args.teacher).to(device).eval().requires_grad_(False)
+    if teacher.cfg.num_classes != cfg.num_classes:
+        raise CheckpointError(f"teacher {args.teacher} has {teacher.cfg.num_classes} classes, the data {cfg.num_classes}")
+    return teacher
+
+
+def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.device,
+            stop: "StopRequest") -> tuple[Setup, TrainState]:
+    """Data, model, recipe and state of a fresh run, or of the run in --resume as it was saved."""
+    out = Path(args.output)
+    train_raw, val_raw, classes = load_data(args, world)
+    saved = torch.load(out / "state.pt", map_location="cpu", weights_only=True) if args.resume else None
+    # a resumed run keeps the exact config it started with
+    cfg = CaiTConfig.from_dict(saved["config"]) if saved else model_config(args, num_classes=len(classes), labels=classes)
+    model = build_model(args, cfg, fresh=saved is None).to(device).train()
+    teacher = build_teacher(args, cfg, device)
+    data = build_loaders(args, cfg, train_raw, val_raw, rank=rank, world=world, device=device)
     lr = args.lr or 5e-4 * args.batch_size * world / 512
-    optimizer = build_optimizer(model, args, lr)
-    scheduler = build_scheduler(optimizer, args, steps_per_epoch)
-    mixup, criterion = build_criterion(args, cfg.num_classes)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
-    ema = None
-    if args.ema:
-        from timm.utils import ModelEmaV3
-        ema = ModelEmaV3(model, decay=args.ema, use_warmup=True)
-
-    epoch, skip, step, best, partial = 0, 0, 0, -1.0, {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        # the schedule is a function of (flags, step): rebuilt, not loaded, so that resuming with another
-        # --epochs stretches or shortens the cosine instead of keeping the old length
-        scheduler.step_update(num_updates=state["step"])
-        scaler.load_state_dict(state["scaler"])
-        if ema is not None and state["ema"] is not None:
-            ema.module.load_state_dict(state["ema"])
-        epoch, skip, step, best, partial = (state["epoch"], state["batch"] * args.batch_size, state["step"],
-                                            state["best_top1"], state["partial"])
-        log(f"resuming {out} at epoch {epoch + 1}, batch {state['batch']} (step {step})")
+    amp = autocast_dtype(args.amp, device)
+    state = new_state(model, args, lr=lr, steps_per_epoch=data.steps_per_epoch, amp=amp, device=device)
+    if saved is not None:
+        state.load_state_dict(saved)
+    net = model
     if world > 1:
-        model_ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    else:
-        model_ddp = model
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    mixup, criterion = build_criterion(args, cfg.num_classes)
+    setup = Setup(args, cfg, out, device, amp, rank, world, data, net, mixup, criterion, teacher, lr, stop,
+                  started=(time.time(), state.step))
+    if args.init and saved is None:
+        setup.log(f"initialised from {args.init}")
+    if saved is not None:
+        setup.log(f"resuming {out} at epoch {state.epoch + 1}, batch {state.batch} (step {state.step})")
+    return setup, state
 
-    metrics = read_metrics(out / "metrics.jsonl", epoch)
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        saved = json.loads((out / "args.json").read_text()) if (out / "args.json").is_file() else {"commands": []}
-        record = {k: v for k, v in vars(args).items() if k != "argv"}
-        command = shlex.join(["python", "-m", "cait.train", *args.argv])
-        write_text(out / "args.json", json.dumps({"args": record, "commands": saved["commands"] + [command]}, indent=1))
-    log(f"{args.model}: {model.num_params() / 1e6:.2f}M params, {len(train_data)} train / {len(val_data)} val images, "
-        f"{steps_per_epoch} steps/epoch x {args.epochs} epochs, global batch {args.batch_size * world}, lr {lr:.2e}, "
-        f"amp {args.amp} ({amp or 'fp32'}), {world} process(es) on {device}")
 
-    def save_state(epoch: int, batch: int) -> None:
-        """Everything --resume needs, model weights included (so state and weights never disagree)."""
-        if rank != 0:
-            return
-        blob = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "scaler": scaler.state_dict(), "ema": ema.module.state_dict() if ema else None,
-                "config": cfg.to_dict(), "epoch": epoch, "batch": batch, "step": step, "best_top1": best,
-                "partial": dict(partial), "rng": rng_state()}
-        atomic_write(out / "state.pt", lambda f: torch.save(blob, f))
+# ----------------------------------------------------------------------------------------------------
+# training
 
-    def save_weights_as(name: str, net: nn.Module, **meta: Any) -> None:
-        if rank == 0:
-            info = {"epochs_completed": str(epoch), "data": str(args.data), "step": str(step), **{k: str(v) for k, v in meta.items()}}
-            save_weights(net, out / name, info)
+class Diverged(RuntimeError):
+    """The training loss became non-finite (on any process); the step was not applied and nothing was
+    saved after the last completed epoch. A result for the stability sweeps, an error for the command line."""
 
-    def stop_now(why: str) -> int:
-        save_weights_as("last.safetensors", model)
-        save_state(epoch, batch_done)
-        log(f"{why}: saved {out}/state.pt at epoch {epoch + 1}, batch {batch_done}/{steps_per_epoch} "
-            f"(step {step}); continue with: python -m cait.train --resume {out}")
-        return 128 + stop.signum if stop.signum else 0
+    def __init__(self, message: str, *, epoch: int, step: int, loss: float | None):
+        super().__init__(message)
+        self.epoch = epoch  # 1-based epoch it happened in
+        self.step = step    # the optimizer step that was not applied (1-based)
+        self.loss = loss    # the value, or None when it was another process's
 
-    total_steps = args.epochs * steps_per_epoch
-    run_start, run_start_step = time.time(), step
-    while epoch < args.epochs:
-        # this epoch's randomness: data order and augmentation from (seed, epoch); mixup and drop path from
-        # the global RNGs, seeded here, or restored from the state when resuming in the middle of the epoch
-        train_data.epoch = epoch
-        sampler = EpochSampler(len(train_data), seed=args.seed, epoch=epoch, rank=rank, world=world, skip=skip)
-        loader = make_loader(train_data, batch_size=args.batch_size, sampler=sampler, workers=args.workers, drop_last=True)
-        if skip and state is not None:
-            set_rng_state(state["rng"])
-        else:
-            seed_everything(derive_seed(args.seed, epoch, rank, 1))
-            partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
-        batch_done = skip // args.batch_size
-        skip = 0
-        epoch_start = time.time() - partial["seconds"]  # a resumed epoch counts its time before the stop too
-        tick = time.time()
-        bar = tqdm(total=steps_per_epoch, initial=batch_done, desc=f"epoch {epoch + 1}/{args.epochs}",
-                   disable=rank != 0, dynamic_ncols=True, mininterval=1.0, file=sys.stderr)
+
+@dataclass
+class RunResult:
+    """What one call of run() did."""
+    output: Path                # the run directory
+    finished: bool              # all --epochs done; False: stopped early and saved, --resume continues
+    stopped_by: str | None      # why it stopped early: "interrupted" or "--stop-after N reached"
+    signum: int                 # the signal that stopped it, 0 for none
+    epochs: int                 # epochs completed
+    step: int                   # optimizer steps in total
+    best_top1: float | None     # best val top-1 of the raw weights, None if never evaluated
+    metrics: list[dict]         # metrics.jsonl, one line per completed epoch (empty on ranks other than 0)
+
+    @property
+    def final(self) -> dict | None:
+        return self.metrics[-1] if self.metrics else None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else 0
+
+
+def distill_loss(setup: Setup, loss: torch.Tensor, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Hard distillation through the class token: the teacher's top-1 as a second target."""
+    with torch.no_grad():
+        hard = setup.teacher(teacher_view(x, setup.cfg, setup.teacher.cfg)).argmax(1)
+    alpha = setup.args.distill_alpha
+    return (1 - alpha) * loss + alpha * F.cross_entropy(logits, hard)
+
+
+def train_step(setup: Setup, state: TrainState, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """One optimizer step on a batch: (loss, logits, whether a stop was requested on any process).
+    Raises Diverged, before the step is applied, when the loss is not finite on any process."""
+    target = y
+    if setup.mixup is not None:
+        x, target = setup.mixup(x, y)
+    with autocast(setup.amp, setup.device):
+        logits = setup.net(x)
+        loss = setup.criterion(logits, target)
+        if setup.teacher is not None:
+            loss = distill_loss(setup, loss, logits, x)
+    # every rank must agree before the backward's all-reduce: is any loss bad, any stop requested?
+    flags = torch.tensor([0.0 if torch.isfinite(loss) else 1.0, float(setup.stop.signum)], device=setup.device)
+    if setup.world > 1:
+        dist.all_reduce(flags)
+    if flags[0] > 0:
+        raise diverged(setup, state, loss)
+    args, opt = setup.args, state.optimizer
+    state.scaler.scale(loss).backward()
+    if args.clip_grad:
+        state.scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(state.model.parameters(), args.clip_grad)
+    state.scaler.step(opt)
+    state.scaler.update()
+    opt.zero_grad(set_to_none=True)
+    state.step += 1
+    state.batch += 1
+    state.scheduler.step_update(num_updates=state.step)
+    if state.ema is not None:
+        state.ema.update(state.model, step=state.step)
+    return loss, logits, bool(flags[1] > 0)
+
+
+def diverged(setup: Setup, state: TrainState, loss: torch.Tensor) -> Diverged:
+    value = loss.item() if not torch.isfinite(loss) else None
+    last = f"{setup.out}/last.safetensors (end of epoch {state.epoch})" if state.epoch else "none (no epoch finished)"
+    return Diverged(f"loss is {'non-finite on another rank' if value is None else value} at epoch {state.epoch + 1}, "
+                    f"batch {state.batch + 1}, step {state.step + 1}; this step was not applied. Last good checkpoint: "
+                    f"{last}. Try a lower --lr (now {setup.lr:g}) or --clip-grad",
+                    epoch=state.epoch + 1, step=state.step + 1, loss=value)
+
+
+def train_one_epoch(setup: Setup, state: TrainState) -> str | None:
+    """Train from state.batch to the end of the epoch. Returns why it stopped early (a signal, --stop-after),
+    or None at the end of the epoch."""
+    args = setup.args
+    state.begin_epoch(args.seed, setup.rank)
+    loader = setup.data.train_loader(args, state.epoch, skip=state.batch * args.batch_size)
+    tick = time.time()
+    with tqdm(total=setup.data.steps_per_epoch, initial=state.batch, desc=f"epoch {state.epoch + 1}/{args.epochs}",
+              disable=setup.rank != 0, dynamic_ncols=True, mininterval=1.0, file=sys.stderr) as bar:
         for x, y in loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            target = y
-            if mixup is not None:
-                x, target = mixup(x, y)
-            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-                logits = model_ddp(x)
-                loss = criterion(logits, target)
-                if teacher is not None:
-                    with torch.no_grad():
-                        hard = teacher(teacher_view(x, cfg, teacher.cfg)).argmax(1)
-                    loss = (1 - args.distill_alpha) * loss + args.distill_alpha * F.cross_entropy(logits, hard)
-            # every rank must agree before the backward's all-reduce: is any loss bad, any stop requested?
-            flags = torch.tensor([0.0 if torch.isfinite(loss) else 1.0, float(stop.signum)], device=device)
-            if world > 1:
-                dist.all_reduce(flags)
-            if flags[0] > 0:
-                bar.close()
-                last = f"{out}/last.safetensors (end of epoch {epoch})" if epoch else "none (no epoch finished)"
-                value = loss.item() if not torch.isfinite(loss) else "non-finite on another rank"
-                raise NonFiniteLoss(f"loss is {value} at epoch {epoch + 1}, batch {batch_done + 1}, step {step + 1}; "
-                                    f"this step was not applied. Last good checkpoint: {last}. Try a lower --lr "
-                                    f"(now {lr:g}) or --clip-grad")
-            scaler.scale(loss).backward()
-            if args.clip_grad:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            batch_done += 1
-            scheduler.step_update(num_updates=step)
-            if ema is not None:
-                ema.update(model, step=step)
-
+            x, y = x.to(setup.device, non_blocking=True), y.to(setup.device, non_blocking=True)
+            loss, logits, stop_requested = train_step(setup, state, x, y)
             now = time.time()
-            partial["seconds"] += now - tick
+            state.tally.add(loss.item(), (logits.argmax(1) == y).sum().item(), len(y), now - tick)
             tick = now
-            partial["loss"] += loss.item() * len(y)
-            partial["correct"] += (logits.argmax(1) == y).sum().item()
-            partial["seen"] += len(y)
-            rate = partial["seen"] * world / max(partial["seconds"], 1e-9)
             bar.update(1)
-            bar.set_postfix(loss=f"{partial['loss'] / partial['seen']:.3f}",
-                            acc=f"{100 * partial['correct'] / partial['seen']:.1f}", img_s=f"{rate:.0f}",
-                            lr=f"{optimizer.param_groups[0]['lr']:.1e}",
-                            run_eta=_eta((total_steps - step) * (now - run_start) / max(step - run_start_step, 1)),
-                            refresh=False)
-            if flags[1] > 0 or (args.stop_after is not None and step >= args.stop_after):
-                bar.close()
-                return stop_now("interrupted" if flags[1] > 0 else f"--stop-after {args.stop_after} reached")
-        bar.close()
-        state = None
-
-        # end of epoch: evaluate, measure, write weights, metrics and finally the state
-        evaluated = (epoch + 1) % args.eval_every == 0 or epoch + 1 == args.epochs
-        top1 = evaluate(model, val_loader, device, amp) if evaluated else None
-        top1_ema = evaluate(ema.module, val_loader, device, amp) if evaluated and ema is not None else None
-        epoch += 1
-        if rank == 0:
-            line = {"epoch": epoch, "step": step, "train_loss": partial["loss"] / max(partial["seen"], 1),
-                    "train_top1": 100 * partial["correct"] / max(partial["seen"], 1), "val_top1": top1,
-                    "val_top1_ema": top1_ema, "lr": optimizer.param_groups[0]["lr"],
-                    "images_per_s": partial["seen"] * world / max(partial["seconds"], 1e-9),
-                    "epoch_seconds": time.time() - epoch_start, "layerscale": layerscale_stats(model),
-                    **insight_stats(model, insight_batch)}
-            save_weights_as("last.safetensors", model, val_top1=top1)
-            if ema is not None:
-                save_weights_as("ema.safetensors", ema.module, val_top1=top1_ema)
-            if top1 is not None and top1 > best:
-                best = top1
-                save_weights_as("best.safetensors", model, val_top1=top1)
-            metrics.append(json.dumps(line))
-            write_text(out / "metrics.jsonl", "\n".join(metrics) + "\n")
-            log(f"epoch {epoch}/{args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
-                f"{'-' if top1 is None else f'{top1:.2f}'}%, {line['images_per_s']:.0f} img/s, "
-                f"{line['epoch_seconds']:.0f}s")
-        partial = {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0}
-        batch_done = 0
-        save_state(epoch, 0)  # a signal during evaluation is honoured at the next step, where ranks agree
-    log(f"done: best val top-1 {best:.2f}%; weights in {out}")
-    return 0
+            bar.set_postfix(refresh=False, **_progress(setup, state, now))
+            if stop_requested:
+                return "interrupted"
+            if args.stop_after is not None and state.step >= args.stop_after:
+                return f"--stop-after {args.stop_after} reached"
+    return None
 
 
-def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """The --amp choice as a dtype; "auto" takes bf16 only where it is computed natively, because CPUs
-    without AVX512-BF16/AMX emulate it (measured on an AVX2 EPYC: CaiT steps 12x slower than fp32)."""
-    if amp == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
-        native = [getattr(torch.cpu, probe, lambda: False)() for probe in
-                  ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-        return torch.bfloat16 if any(native) else None
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}[amp]
+def _progress(setup: Setup, state: TrainState, now: float) -> dict[str, str]:
+    tally, (start, start_step) = state.tally, setup.started
+    remaining = (setup.args.epochs * setup.data.steps_per_epoch - state.step) * (now - start) / max(state.step - start_step, 1)
+    return {"loss": f"{tally.mean_loss():.3f}", "acc": f"{tally.top1():.1f}",
+            "img_s": f"{tally.seen * setup.world / max(tally.seconds, 1e-9):.0f}",
+            "lr": f"{state.optimizer.param_groups[0]['lr']:.1e}", "run_eta": _eta(remaining)}
+
+
+def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
+    """Evaluate, measure what the paper analyses, then write weights, metrics and finally the state (a
+    signal during this is honoured at the next step, where all ranks agree)."""
+    args, model, ema = setup.args, state.model, state.ema
+    evaluated = (state.epoch + 1) % args.eval_every == 0 or state.epoch + 1 == args.epochs
+    top1 = evaluate(model, setup.data.val_loader, setup.device, setup.amp) if evaluated else None
+    top1_ema = evaluate(ema.module, setup.data.val_loader, setup.device, setup.amp) if evaluated and ema else None
+    tally = state.finish_epoch()
+    if setup.rank == 0:
+        line = {"epoch": state.epoch, "step": state.step, "train_loss": tally.mean_loss(), "train_top1": tally.top1(),
+                "val_top1": top1, "val_top1_ema": top1_ema, "lr": state.optimizer.param_groups[0]["lr"],
+                "images_per_s": tally.seen * setup.world / max(tally.seconds, 1e-9),
+                "epoch_seconds": time.time() - started, "layerscale": layerscale_stats(model),
+                **insight_stats(model, setup.data.insight_batch)}
+        save_checkpoint(setup, state, "last", model, val_top1=top1)
+        if ema is not None:
+            save_checkpoint(setup, state, "ema", ema.module, val_top1=top1_ema)
+        if top1 is not None and top1 > state.best_top1:
+            state.best_top1 = top1
+            save_checkpoint(setup, state, "best", model, val_top1=top1)
+        append_metrics(setup.out, line)
+        setup.log(f"epoch {state.epoch}/{args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
+                  f"{'-' if top1 is None else f'{top1:.2f}'}%, {line['images_per_s']:.0f} img/s, "
+                  f"{line['epoch_seconds']:.0f}s")
+    save_state(setup, state)
+
+
+def save_checkpoint(setup: Setup, state: TrainState, name: str, net: nn.Module, **meta: Any) -> None:
+    """<name>.safetensors: weights + config, and what they are (epochs completed, data, step, ...)."""
+    if setup.rank == 0:
+        info = {"epochs_completed": state.epoch, "data": setup.args.data, "step": state.step, **meta}
+        save_weights(net, setup.out / f"{name}.safetensors", {k: str(v) for k, v in info.items()})
+
+
+def save_state(setup: Setup, state: TrainState) -> None:
+    if setup.rank == 0:
+        blob = state.state_dict()
+        atomic_write(setup.out / "state.pt", lambda f: torch.save(blob, f))
+
+
+def record_args(setup: Setup) -> None:
+    """args.json: the run's flags, and every command that started or continued it."""
+    if setup.rank != 0:
+        return
+    out, args = setup.out, setup.args
+    out.mkdir(parents=True, exist_ok=True)
+    saved = json.loads((out / "args.json").read_text()) if (out / "args.json").is_file() else {"commands": []}
+    record = {k: v for k, v in vars(args).items() if k != "argv"}
+    command = shlex.join(["python", "-m", "cait.train", *args.argv])
+    write_text(out / "args.json", json.dumps({"args": record, "commands": saved["commands"] + [command]}, indent=1))
+
+
+def run(args: argparse.Namespace) -> RunResult:
+    """Train as `args` say (from parse_args or train_args): a fresh run, or the one in --resume. Under
+    torchrun this process is one rank of data-parallel training. SIGINT/SIGTERM save and return an
+    unfinished result; a non-finite loss raises Diverged; a bad dataset or checkpoint DataError or
+    CheckpointError."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rank, world, device = setup_distributed(args.device)
+    try:
+        with StopRequest() as stop:
+            setup, state = prepare(args, rank=rank, world=world, device=device, stop=stop)
+            return train(setup, state)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def train(setup: Setup, state: TrainState) -> RunResult:
+    """The epochs from where `state` is to --epochs, or to a stop."""
+    args = setup.args
+    record_args(setup)
+    setup.log(f"{args.model}: {state.model.num_params() / 1e6:.2f}M params, {len(setup.data.train)} train / "
+              f"{len(setup.data.val_loader.dataset)} val images, {setup.data.steps_per_epoch} steps/epoch x "
+              f"{args.epochs} epochs, global batch {args.batch_size * setup.world}, lr {setup.lr:.2e}, amp {args.amp} "
+              f"({setup.amp or 'fp32'}), {setup.world} process(es) on {setup.device}")
+    while state.epoch < args.epochs:
+        started = time.time() - state.tally.seconds  # a resumed epoch counts its time before the stop too
+        stopped_by = train_one_epoch(setup, state)
+        if stopped_by is not None:
+            save_checkpoint(setup, state, "last", state.model)
+            save_state(setup, state)
+            setup.log(f"{stopped_by}: saved {setup.out}/state.pt at epoch {state.epoch + 1}, batch {state.batch}/"
+                      f"{setup.data.steps_per_epoch} (step {state.step}); continue with: python -m cait.train "
+                      f"--resume {setup.out}")
+            return result(setup, state, stopped_by)
+        end_of_epoch(setup, state, started)
+    setup.log(f"done: best val top-1 {state.best_top1:.2f}%; weights in {setup.out}")
+    return result(setup, state, None)
+
+
+def result(setup: Setup, state: TrainState, stopped_by: str | None) -> RunResult:
+    metrics = [json.loads(line) for line in read_metrics(setup.out / "metrics.jsonl", state.epoch)] if setup.rank == 0 else []
+    return RunResult(output=setup.out, finished=stopped_by is None, stopped_by=stopped_by, signum=setup.stop.signum,
+                     epochs=state.epoch, step=state.step, best_top1=state.best_top1 if state.best_top1 >= 0 else None,
+                     metrics=metrics)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m cait.train`: exit 0 when done or stopped and saved (128 + signal number for a signal),
+    1 on a non-finite loss, 2 on bad flags, data or checkpoints (one line, no traceback)."""
+    args = parse_args(argv)
+    try:
+        return run(args).exit_code
+    except (DataError, CheckpointError) as e:
+        _error(str(e))
+        return 2
+    except Diverged as e:
+        _error(str(e))
+        return 1
+
+
+def _error(message: str) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one message rather than one per rank
+        print(f"python -m cait.train: error: {message}".splitlines()[0], file=sys.stderr)
 
 
 def _eta(seconds: float) -> str:

@@ -1,0 +1,56 @@
+"""cait.runtime: what --device auto and --amp auto mean, in one place for train, evaluate and the app."""
+import pytest
+import torch
+
+from cait import runtime
+from cait.runtime import DeviceError, autocast, autocast_dtype, resolve_device
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_auto_device_is_cuda_exactly_when_present(monkeypatch, cuda):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert resolve_device("auto") == torch.device("cuda" if cuda else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_asking_for_missing_cuda_or_an_unknown_device_is_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match=r"^--device cuda: no CUDA device is available$"):
+        resolve_device("cuda")
+    with pytest.raises(DeviceError, match="one of auto, cpu, cuda, got 'tpu'"):
+        resolve_device("tpu")
+
+
+@pytest.mark.parametrize("bf16_native,expected", [(True, torch.bfloat16), (False, None)])
+def test_amp_auto_takes_bf16_only_where_the_cpu_computes_it(monkeypatch, bf16_native, expected):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_native, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert autocast_dtype("auto", torch.device("cpu")) is expected
+    assert autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
+    assert autocast_dtype("fp16", torch.device("cpu")) is torch.float16
+    assert autocast_dtype("none", torch.device("cpu")) is None
+
+
+def test_amx_alone_counts_as_native_bf16(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert runtime.native_bf16(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_amp_auto_on_cuda_asks_cuda(monkeypatch, supported):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: supported)
+    assert autocast_dtype("auto", torch.device("cuda")) is (torch.bfloat16 if supported else None)
+
+
+def test_unknown_amp_choice_is_refused():
+    with pytest.raises(ValueError, match="--amp must be one of auto, bf16, fp16, none"):
+        autocast_dtype("fp8", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_autocast_runs_in_the_dtype_or_in_fp32(dtype):
+    layer = torch.nn.Linear(4, 4)
+    with autocast(dtype, torch.device("cpu")):
+        out = layer(torch.randn(2, 4))
+    assert out.dtype is (dtype or torch.float32)
