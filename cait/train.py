@@ -18,6 +18,10 @@ embedding, class token, norms and biases; per-step cosine schedule with linear w
 random erasing, Mixup/CutMix with soft-target cross-entropy and label smoothing; uniform stochastic
 depth; gradient clipping; model EMA; optional hard distillation from a teacher through the class token.
 
+Training images are augmented on batched uint8 tensors (`cait.augment`) read from the dataset's pixel
+array, the scenes from a disk cache rendered once (`cait.scene_cache`); image folders, or --pipeline pil,
+go through timm's PIL transforms image by image.
+
 Everything random is a pure function of --seed: the data order of epoch e comes from (seed, e), the
 augmentation of sample i in epoch e from (seed, e, i), and mixup / stochastic depth draw from RNGs
 re-seeded from (seed, e, rank) at the start of every epoch and saved in the resume state. So a run that
@@ -52,6 +56,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
+from .augment import BatchAugment, parse_randaug
 from .checkpoint import CheckpointError, load_into, read_checkpoint, save_weights
 from .config import DEFAULT_MODEL, CaiTConfig, get_config, list_models
 from .data import DataError, build_dataset
@@ -129,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="brightness/contrast/saturation jitter when RandAugment is off (timm's default 0.4; 0 = off)")
     g.add_argument("--hflip", type=float, default=0.5, help="horizontal flip probability")
     g.add_argument("--reprob", type=float, default=0.25, help="random erasing probability")
+    g.add_argument("--pipeline", default="auto", choices=("auto", "tensor", "pil"),
+                   help="where training images are augmented: tensor = whole batches of the dataset's uint8 pixel "
+                        "array (fashion-mnist, and the scenes from their disk cache; --randaug runs as "
+                        "RandAugment-lite, see cait/augment.py), pil = timm's PIL transforms image by image "
+                        "(timm's exact RandAugment; needed for image folders); auto = tensor where the data allows")
     g.add_argument("--mixup", type=float, default=0.8, help="mixup alpha (0 = off)")
     g.add_argument("--cutmix", type=float, default=1.0, help="cutmix alpha (0 = off)")
     g.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
@@ -250,6 +260,11 @@ def check_args(args: argparse.Namespace) -> None:
         raise ArgsError(str(e)) from None
     if not 0 <= args.ema < 1:
         raise ArgsError(f"--ema is a decay in [0, 1), got {args.ema}")
+    if args.pipeline != "pil":
+        try:
+            parse_randaug(args.randaug)
+        except ValueError as e:  # timm's other policies (AutoAugment, AugMix) exist on the PIL path only
+            raise ArgsError(f"{e}; --pipeline pil runs any timm policy") from None
 
 
 def model_config(args: argparse.Namespace, **fields: Any) -> CaiTConfig:
@@ -373,6 +388,44 @@ class Transformed(Dataset):
             return self.transform(image), label
         with seeded(seed):
             return self.transform(image), label
+
+
+class AugmentedPixels(Dataset):
+    """A dataset's uint8 `.pixels` array -> (tensor, label), augmented a batch at a time on tensors (the
+    DataLoader fetches a batch through __getitems__). As with Transformed, sample i of epoch e is a
+    function of (seed, e, i) alone."""
+
+    def __init__(self, data: Dataset, augment: BatchAugment, seed: int):
+        self.pixels, self.labels = data.pixels, data.labels
+        self.augment, self.seed, self.epoch = augment, seed, 0
+
+    def __len__(self) -> int:
+        return len(self.pixels)
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
+        images = torch.from_numpy(self.pixels[np.asarray(indices)])  # (fancy indexing copies: writable)
+        x = self.augment(images, [derive_seed(self.seed, self.epoch, i) for i in indices])
+        return list(zip(x, (int(self.labels[i]) for i in indices)))
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.__getitems__([i])[0]
+
+
+def batch_augment(cfg: CaiTConfig, args: argparse.Namespace) -> BatchAugment:
+    """The training augmentation of the flags on tensors (what train_transform does with PIL)."""
+    return BatchAugment(img_size=cfg.img_size, in_chans=cfg.in_chans, mean=cfg.mean, std=cfg.std,
+                        crop_scale=(args.crop_scale, 1.0), hflip=args.hflip, color_jitter=args.color_jitter,
+                        randaug=None if args.randaug == "none" else args.randaug, reprob=args.reprob)
+
+
+def train_images(args: argparse.Namespace, cfg: CaiTConfig, raw: Dataset) -> Transformed | AugmentedPixels:
+    """The augmented training set on the --pipeline the flags and the data allow."""
+    if args.pipeline == "pil" or (args.pipeline == "auto" and not hasattr(raw, "pixels")):
+        return Transformed(raw, train_transform(cfg, args), seed=args.seed)
+    if not hasattr(raw, "pixels"):
+        raise DataError(f"--pipeline tensor needs a dataset with a pixel array (fashion-mnist, fashion-mnist-scenes), "
+                        f"not {args.data}; use --pipeline pil")
+    return AugmentedPixels(raw, batch_augment(cfg, args), seed=args.seed)
 
 
 class EpochSampler(Sampler[int]):
@@ -645,7 +698,7 @@ def new_state(model: CaiT, args: argparse.Namespace, *, lr: float, steps_per_epo
 @dataclass
 class Data:
     """The images of a run, adapted to the model (size, channels, normalisation)."""
-    train: Transformed              # augmented training images; sample i of epoch e depends on (seed, e, i)
+    train: Transformed | AugmentedPixels  # augmented training images; sample i of epoch e depends on (seed, e, i)
     val_loader: DataLoader          # this process's share of the validation images
     insight_batch: torch.Tensor     # fixed validation images for the per-epoch residual ratios and entropies
     steps_per_epoch: int
@@ -663,8 +716,9 @@ class Data:
 
 def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, tuple[str, ...]]:
     """(train, val, class names) as the data source gives them (PIL images), checked to fit the run."""
-    train_raw = build_dataset(args.data, "train", subset=args.subset)
-    val_raw = build_dataset(args.data, "val", subset=args.val_subset)
+    # (scenes come from the disk cache, rendered on first use)
+    train_raw = build_dataset(args.data, "train", subset=args.subset, cache=True)
+    val_raw = build_dataset(args.data, "val", subset=args.val_subset, cache=True)
     if tuple(train_raw.classes) != tuple(val_raw.classes):
         raise DataError(f"train and val of {args.data} have different classes")
     if len(train_raw) // world < args.batch_size:
@@ -676,7 +730,7 @@ def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, t
 def build_loaders(args: argparse.Namespace, cfg: CaiTConfig, train_raw: Dataset, val_raw: Dataset, *,
                   rank: int, world: int, device: torch.device) -> Data:
     """The model input pipeline around the raw datasets: any dataset feeds any variant."""
-    train_data = Transformed(train_raw, train_transform(cfg, args), seed=args.seed)
+    train_data = train_images(args, cfg, train_raw)
     val_data = Transformed(val_raw, eval_transform(cfg))
     val_loader = make_loader(torch.utils.data.Subset(val_data, range(rank, len(val_data), world)),
                              batch_size=args.batch_size, sampler=None, workers=args.workers, drop_last=False)
