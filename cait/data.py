@@ -20,6 +20,7 @@ from .config import FASHION_MNIST_CLASSES
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 INSTALL_HINT = "install them with: sudo apt-get install dataset-fashion-mnist"
 SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
+NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
 
 
 class DataError(ValueError):

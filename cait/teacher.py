@@ -49,12 +49,17 @@ def load_teacher(path: str | os.PathLike) -> nn.Module:
     state, stored = read_checkpoint(path)
     if isinstance(stored, CNNConfig):
         model = TimmCNN(stored)
-        try:
-            model.load_state_dict(state, strict=True)
-        except RuntimeError as e:
-            raise CheckpointError(f"{os.fspath(path)}: the weights do not fit timm's {stored.arch} "
-                                  f"({str(e).splitlines()[0]})") from None
+        load_cnn_weights(model, state, os.fspath(path))
     else:
         from .factory import create_model
         model = create_model(None, checkpoint=path)
     return model.eval().requires_grad_(False)
+
+
+def load_cnn_weights(model: TimmCNN, state: dict[str, torch.Tensor], source: str) -> None:
+    """Load `state` strictly; weights of another architecture raise one CheckpointError line."""
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise CheckpointError(f"{source}: the weights do not fit timm's {model.cfg.arch} "
+                              f"({str(e).splitlines()[0]})") from None

@@ -25,6 +25,7 @@ import cait
 import cait.train as train_mod
 from cait.config import FASHION_MNIST_CLASSES, CaiTConfig
 from cait.data import DataError, build_dataset
+from cait.teacher import load_teacher
 from cait.train import main, teacher_view
 
 TINY = ["--model", "cait_pico_32", "--data", "fashion-mnist", "--batch-size", "32", "--workers", "0",
@@ -248,6 +249,40 @@ def test_pipeline_flag_picks_where_images_are_augmented(tmp_path):
     args = train_mod.parse_args([*TINY, "--data", str(folder), "--pipeline", "tensor"])
     with pytest.raises(DataError, match="use --pipeline pil"):
         train_mod.train_images(args, cfg, build_dataset(str(folder), "train"))
+
+
+def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
+    """--model timm:resnet10t trains on the same data (no CaiT statistics), is saved with its config, resumes,
+    and as --teacher changes what the student learns."""
+    cnn = tmp_path / "cnn"
+    flags = [*TINY, "--model", "timm:resnet10t", "--subset", "64", "--epochs", "2", "--amp", "none"]
+    assert main([*flags, "--output", str(cnn), "--stop-after", "3"]) == 0
+    assert main(["--resume", str(cnn)]) == 0
+    lines = [json.loads(line) for line in (cnn / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in lines] == [1, 2] and "layerscale" not in lines[-1]
+    assert np.isfinite(lines[-1]["val_top1"])
+    teacher = load_teacher(cnn / "last.safetensors")
+    assert teacher.cfg.arch == "resnet10t" and (teacher.cfg.img_size, teacher.cfg.in_chans) == (28, 1)
+    # --init starts a new CNN run from those weights
+    args = train_mod.parse_args([*flags, "--init", str(cnn / "last.safetensors")])
+    started = train_mod.build_model(args, teacher.cfg, fresh=True)
+    assert all(torch.equal(v, teacher.state_dict()[k]) for k, v in started.state_dict().items())
+    student = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--distill-alpha", "0.9"]
+    assert main([*student, "--output", str(tmp_path / "alone")]) == 0
+    assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--output", str(tmp_path / "taught")]) == 0
+    alone, taught = _weights(tmp_path / "alone" / "last.safetensors"), _weights(tmp_path / "taught" / "last.safetensors")
+    assert not torch.equal(alone["head.weight"], taught["head.weight"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "timm:resnet_nonesuch"], "timm has no model 'resnet_nonesuch'"),
+    (["--model", "timm:resnet10t", "--depth", "4"], "--depth: for CaiT models only"),
+])
+def test_bad_cnn_flags_get_one_line(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main([*TINY, "--output", str(tmp_path), *argv])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
 
 
 def test_teacher_view_converts_size_channels_and_normalisation():
