@@ -19,8 +19,11 @@ import torch
 from PIL import Image
 
 import cait
-from cait.checkpoint import CONFIG_KEY, CheckpointError, pretrained_path
-from cait.config import DEFAULT_MODEL, CaiTConfig, get_config, is_paper_variant
+from cait.checkpoint import CheckpointError
+from cait.config import DEFAULT_MODEL, CaiTConfig
+from cait.data import DataError
+from cait.hub import weights_status
+from cait.runs import RunDir, checkpoint_metadata
 
 EXAMPLES_DIR = Path(cait.__file__).resolve().parent / "examples"
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +45,9 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
                             f"(random init, said on every figure, while its weights are not there)")
         p.add_argument("--model", default=None, help="variant name (see cait.list_models()); needed with a "
                        "checkpoint that does not carry its config (timm/deit files)")
+        p.add_argument("--pretrained", action="store_true", help="the variant's pretrained weights: for a paper "
+                       "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
+                       "(HF_HUB_OFFLINE=1: the cache only)")
     p.add_argument("--out", type=Path, default=Path("out") / name, help=f"output directory (default: out/{name})")
     p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")
     return p
@@ -57,16 +63,6 @@ class Loaded:
     trained: bool    # False for random init
 
 
-def _metadata(path: Path) -> dict[str, str]:
-    """Our safetensors metadata (config, epochs, data, val_top1); {} for other formats."""
-    try:
-        from safetensors import safe_open
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception:  # timm/deit .pth files have no metadata; the loader reports real problems
-        return {}
-
-
 def describe_architecture(cfg: CaiTConfig) -> str:
     return (f"{cfg.img_size}px, patch {cfg.patch_size}, dim {cfg.embed_dim}, {cfg.depth} SA + "
             f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}")
@@ -74,7 +70,7 @@ def describe_architecture(cfg: CaiTConfig) -> str:
 
 def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
-    meta = _metadata(path)
+    meta = checkpoint_metadata(path)
     training = []
     epochs = meta.get("epochs_completed", meta.get("epoch"))
     if epochs:
@@ -88,8 +84,10 @@ def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
 
 
 def load_model(args: argparse.Namespace) -> Loaded:
-    """The model the flags ask for. Without --checkpoint: the shipped weights of --model (default
-    cait_nano_64); when they are missing, random init, loudly, rather than no figure at all."""
+    """The model the flags ask for. --checkpoint: that file. --pretrained: the variant's pretrained weights
+    (shipped, or timm's official ones, downloaded when not in the local cache), else a one-line error.
+    Neither: the shipped weights of --model (default cait_nano_64), or a paper variant's official weights
+    when already in the local cache; when there are none, random init, loudly, rather than no figure."""
     name = args.model
     try:
         if args.checkpoint is not None:
@@ -98,18 +96,20 @@ def load_model(args: argparse.Namespace) -> Loaded:
             made = f"checkpoint {describe_checkpoint(path, model.cfg)}"
             return Loaded(model, made + _scale_note(model.cfg), trained=True)
         name = name or DEFAULT_MODEL
-        cfg = get_config(name)
-        try:
-            path = pretrained_path(name, cfg)
-        except CheckpointError:
+        status = weights_status(name)
+        if not args.pretrained and status.path is None:
             torch.manual_seed(0)
             model = cait.create_model(name)
-            print(f"WARNING: no shipped weights for {name}; using RANDOM INIT (figures say so)", file=sys.stderr)
-            return Loaded(model, f"RANDOM INIT {name} ({describe_architecture(cfg)}): shipped weights not found, "
-                                 f"NOT a trained model", trained=False)
-        model = cait.create_model(name, path)
-        what = "cached timm" if is_paper_variant(name) else "shipped"
-        made = f"{what} {name} weights {describe_checkpoint(path, model.cfg)}"
+            hint = "; --pretrained downloads them" if status.where == "download" else ""
+            print(f"WARNING: no weights for {name} here ({status.describe()}{hint}); using RANDOM INIT "
+                  f"(figures say so)", file=sys.stderr)
+            return Loaded(model, f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): no shipped or cached "
+                                 f"weights, NOT a trained model", trained=False)
+        model = cait.create_model(name, pretrained=True)
+        if status.where == "shipped":
+            made = f"shipped {name} weights {describe_checkpoint(status.path, model.cfg)}"
+        else:
+            made = f"official {name} weights, timm's {model.source} ({describe_architecture(model.cfg)})"
         return Loaded(model, made + _scale_note(model.cfg), trained=True)
     except (CheckpointError, ValueError, TypeError) as e:
         fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
@@ -118,15 +118,6 @@ def load_model(args: argparse.Namespace) -> Loaded:
 def _scale_note(cfg: CaiTConfig) -> str:
     # Our Fashion-MNIST models are miniatures: never let their figures pass for the paper's.
     return "" if cfg.labels == "imagenet" else " - a miniature model, not the paper's ImageNet one"
-
-
-def run_config(run_dir: Path) -> CaiTConfig | None:
-    """The config a training run saved with its weights (last/best.safetensors), if any."""
-    for name in ("last.safetensors", "best.safetensors"):
-        meta = _metadata(run_dir / name)
-        if CONFIG_KEY in meta:
-            return CaiTConfig.from_dict(json.loads(meta[CONFIG_KEY]))
-    return None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -175,6 +166,15 @@ def load_examples(paths: Iterable[str | os.PathLike] | None, cfg: CaiTConfig, *,
             box = torch.tensor(note["box_xyxy"], dtype=torch.float32) * (cfg.img_size / original.width)
         out.append(Example(f.stem, view(original), note.get("label"), box))
     return out
+
+
+def default_images(cfg: CaiTConfig) -> list[Path] | None:
+    """The images a figure shows when none are given: real photos for an ImageNet model (cait.photos),
+    None (the shipped example scenes) for our Fashion-MNIST models."""
+    if cfg.labels != "imagenet":
+        return None
+    from cait.photos import available_photos
+    return [path for _, path in available_photos()] or None
 
 
 def batch_of(examples: list[Example], cfg: CaiTConfig) -> torch.Tensor:
@@ -240,11 +240,12 @@ def matplotlib_pyplot():
 
 # The miniature these scripts train: CaiT blocks at a width and input size that a CPU trains in minutes
 # (32 px input, 4x4 patches of 8 px, dim 96, 2 heads of 48 like the paper's).
-MINIATURE = ["--model", "cait_nano_64", "--img-size", "32", "--patch-size", "8", "--embed-dim", "96", "--num-heads", "2"]
-QUICK_MINIATURE = ["--model", "cait_pico_32"]  # seconds per run, for tests
+# Runs are given as cait.train flags by name (cait.train.train_args), e.g. {"depth": 12, "residual_scale": "none"}.
+MINIATURE = {"model": "cait_nano_64", "img_size": 32, "patch_size": 8, "embed_dim": 96, "num_heads": 2}
+QUICK_MINIATURE = {"model": "cait_pico_32"}  # seconds per run, for tests
 # One light recipe for every run of a comparison, so that only the ablated setting differs between runs.
-RECIPE = ["--warmup-epochs", "1", "--mixup", "0", "--cutmix", "0",
-          "--randaug", "none", "--reprob", "0", "--crop-scale", "0.8", "--seed", "0", "--workers", "0"]
+RECIPE = {"warmup_epochs": 1.0, "mixup": 0.0, "cutmix": 0.0, "randaug": "none", "reprob": 0.0, "crop_scale": 0.8,
+          "seed": 0, "workers": 0}
 
 
 def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int) -> None:
@@ -262,12 +263,12 @@ def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int) ->
     g.add_argument("--fresh", action="store_true", help="retrain runs that already finished in OUT/runs")
 
 
-def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> list[str]:
+def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> dict[str, Any]:
     """The cait.train flags of the budget; --quick shrinks it to seconds."""
     if args.quick:
         args.epochs, args.subset, args.val_subset, args.batch_size = quick_epochs, 64, 32, 32
-    return ["--data", args.data, "--epochs", str(args.epochs), "--subset", str(args.subset), "--val-subset", str(args.val_subset),
-            "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--threads", str(args.threads)]
+    return {"data": args.data, "epochs": args.epochs, "subset": args.subset, "val_subset": args.val_subset,
+            "batch_size": args.batch_size, "lr": args.lr, "threads": args.threads}
 
 
 def budget_note(args: argparse.Namespace) -> str:
@@ -277,10 +278,10 @@ def budget_note(args: argparse.Namespace) -> str:
 
 
 @dataclass
-class RunResult:
+class SweepRun:
     name: str
     run: Path
-    flags: list[str]        # the cait.train flags that made it
+    flags: dict[str, Any]   # the cait.train flags (by name) that made it
     diverged: bool          # stopped on a non-finite loss (the paper's dagger)
     val_top1: list[float]   # per finished epoch
     params: int
@@ -291,49 +292,62 @@ class RunResult:
         return self.val_top1[-1] if self.val_top1 else None
 
 
-def _finished(run: Path, flags: list[str]) -> dict | None:
+def _finished(run: Path, args: argparse.Namespace) -> dict | None:
+    """sweep.json of a run that finished with these flags (as its args.json records them), else None."""
+    from cait.train import same_run
     try:
         record = json.loads((run / "sweep.json").read_text())
+        saved = RunDir(run).read_args()
     except (OSError, ValueError):
         return None
-    return record if record.get("flags") == flags else None
+    return record if same_run(saved, args) else None
 
 
-def _train_one(name: str, flags: list[str], run: Path, fresh: bool) -> RunResult:
+def _train(name: str, args: argparse.Namespace, run: Path) -> bool:
+    """Train one run from scratch in this process (one torch import for the whole sweep), its output into
+    its train.log; True when it diverged. Any other failure ends the sweep with one line."""
     import contextlib
     import shutil
 
     from cait import train
+    if run.exists():
+        shutil.rmtree(run)  # never mix the epochs of two trainings
+    run.mkdir(parents=True)
+    with open(run / "train.log", "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
+        try:
+            result = train.run(args)
+        except train.Diverged as e:
+            print(f"diverged: {e}", file=log)
+            return True
+        except (DataError, CheckpointError) as e:
+            result = e
+    if isinstance(result, Exception):
+        fail(f"training run {name}: {str(result).splitlines()[0]} (log: {run / 'train.log'})")
+    if not result.finished:
+        fail(f"training run {name} stopped early ({result.stopped_by}); run the sweep again to retrain it")
+    return False
 
-    record = None if fresh else _finished(run, flags)
+
+def _train_one(name: str, flags: dict[str, Any], run: Path, fresh: bool) -> SweepRun:
+    from cait import train
+    try:
+        args = train.train_args(**flags, output=run)
+    except train.ArgsError as e:
+        fail(f"training run {name}: {e}")
+    record = None if fresh else _finished(run, args)
     if record is None:
-        if run.exists():
-            shutil.rmtree(run)  # never mix the epochs of two trainings
-        run.mkdir(parents=True)
-        # In this process (one torch import for the whole sweep), its output into the run's log.
-        with open(run / "train.log", "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
-            try:
-                code = train.main([*flags, "--output", str(run)])
-            except SystemExit as e:  # a flag cait.train refuses
-                code = e.code if isinstance(e.code, int) else 2
-        tail = (run / "train.log").read_text()[-3000:]
-        diverged = code == 1 and "error: loss is" in tail
-        if code != 0 and not diverged:
-            fail(f"training run {name} failed (exit {code}); its log {run / 'train.log'} ends:\n{tail[-1500:]}")
-        record = {"flags": flags, "diverged": diverged}
+        record = {"flags": train.to_argv(flags), "diverged": _train(name, args, run)}
         write_json(run / "sweep.json", record)
-    metrics = run / "metrics.jsonl"
-    lines = [json.loads(l) for l in metrics.read_text().splitlines() if l.strip()] if metrics.is_file() else []
-    model = cait.CaiT(train.model_config(train.parse_args(flags)))  # also for a run that diverged in epoch 1
-    return RunResult(name, run, flags, record["diverged"], [l["val_top1"] for l in lines if l.get("val_top1") is not None],
-                     model.num_params(), model.flops())
+    model = cait.CaiT(train.model_config(args))  # also for a run that diverged in epoch 1
+    curve = [line["val_top1"] for line in RunDir(run).read_metrics() if line.get("val_top1") is not None]
+    return SweepRun(name, run, flags, record["diverged"], curve, model.num_params(), model.flops())
 
 
-def train_runs(plan: dict[str, list[str]], out: Path, args: argparse.Namespace) -> dict[str, RunResult]:
-    """Train every run of `plan` (name -> cait.train flags) into OUT/runs/NAME, one after another, each
-    run's log in its train.log. A run that finished before with the same flags is reused, so an interrupted
-    sweep continues where it stopped (--fresh retrains). A run that stops on a non-finite loss is a result:
-    diverged."""
+def train_runs(plan: dict[str, dict[str, Any]], out: Path, args: argparse.Namespace) -> dict[str, SweepRun]:
+    """Train every run of `plan` (name -> cait.train flags by name) into OUT/runs/NAME, one after another,
+    each run's log in its train.log. A run that finished before with the same flags is reused, so an
+    interrupted sweep continues where it stopped (--fresh retrains). A run that stops on a non-finite loss
+    is a result: diverged."""
     from tqdm import tqdm
 
     results = {}

@@ -2,8 +2,10 @@
 one column per head plus the head mean, overlaid on the image, with the prediction in the title.
 
     python analysis/attention_maps.py [--checkpoint FILE] [--images a.png b.png ...] [--out DIR]
+    python analysis/attention_maps.py --model cait_s24_224 --pretrained     # the official ImageNet weights
 
-Default images: the example scenes shipped in cait/examples. Writes attention_<image>.png per image,
+Default images: the example scenes shipped in cait/examples; for an ImageNet model, real photos
+(cait.photos: scikit-image's and gradio's sample photos, licences listed there). Writes attention_<image>.png per image,
 attention_maps.html (all images, pick one from the menu; hover shows the attention values) and
 attention_maps.json (the maps, the class token's attention to itself, the prediction).
 """
@@ -12,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from _common import (Example, batch_of, load_examples, load_model, matplotlib_pyplot, out_dir, parser, save_html,
-                     save_png, write_json)
+from _common import (Example, batch_of, default_images, load_examples, load_model, matplotlib_pyplot, out_dir, parser,
+                     save_html, save_png, write_json)
 from cait.explain import class_attention, overlay
 from cait.preprocess import class_names
 
@@ -80,11 +82,12 @@ def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str]
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("attention_maps", __doc__)
-    p.add_argument("--images", nargs="+", default=None, help="image files (default: the shipped example scenes)")
+    p.add_argument("--images", nargs="+", default=None, help="image files (default: the shipped example scenes; "
+                   "for an ImageNet model real photos, see cait.photos)")
     args = p.parse_args(argv)
     loaded = load_model(args)
     model, cfg = loaded.model, loaded.model.cfg
-    examples = load_examples(args.images, cfg, limit=2 if args.quick else None)
+    examples = load_examples(args.images or default_images(cfg), cfg, limit=2 if args.quick else None)
     out = out_dir(args.out)
     ca = class_attention(model, batch_of(examples, cfg))
     probs = ca.logits.softmax(-1)

@@ -19,36 +19,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, RunResult, add_budget_flags, budget, budget_note,
+from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, SweepRun, add_budget_flags, budget, budget_note,
                      matplotlib_pyplot, out_dir, parser, save_html, save_png, train_runs, write_csv, write_json)
 
 from cait.paper import TABLE2
+from cait.train import to_argv
 
 
 COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in the order of settings()
 
 
-def settings(depth: int) -> dict[str, tuple[str, list[str], dict]]:
-    """name -> (label, cait.train flags, the paper's Table 2 row it mirrors) at total depth `depth`."""
+def settings(depth: int) -> dict[str, tuple[str, dict, dict]]:
+    """name -> (label, cait.train flags by name, the paper's Table 2 row it mirrors) at total depth `depth`."""
     late, ca = depth - 2, 2
     paper = lambda setting, **k: next(r for r in TABLE2 if r["setting"] == setting and all(r[a] == b for a, b in k.items()))
     return {
         "token_at_0": ("class token from the start (ViT/DeiT)",
-                       ["--depth", str(depth), "--depth-token-only", "0", "--class-token-at", "0"],
+                       {"depth": depth, "depth_token_only": 0, "class_token_at": 0},
                        paper("DeiT-S baseline")),
         "token_late": (f"class token inserted at layer {late}",
-                       ["--depth", str(depth), "--depth-token-only", "0", "--class-token-at", str(late)],
+                       {"depth": depth, "depth_token_only": 0, "class_token_at": late},
                        paper("late insertion", insert_layer=10)),
         "avg_pool": ("average pooling, no class token",
-                     ["--depth", str(depth), "--depth-token-only", "0", "--global-pool", "avg"],
+                     {"depth": depth, "depth_token_only": 0, "global_pool": "avg"},
                      paper("average pooling")),
         "class_attention": (f"CaiT: {depth - ca} SA + {ca} CA",
-                            ["--depth", str(depth - ca), "--depth-token-only", str(ca)],
+                            {"depth": depth - ca, "depth_token_only": ca},
                             paper("class attention", sa=10, ca=2)),
     }
 
 
-def plot(rows: list[dict], results: dict[str, RunResult], made_from: str, out: Path) -> None:
+def plot(rows: list[dict], results: dict[str, SweepRun], made_from: str, out: Path) -> None:
     plt = matplotlib_pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     labels = [r["label"] for r in rows]
@@ -103,12 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     out = out_dir(args.out)
     base = QUICK_MINIATURE if args.quick else MINIATURE
     plan = settings(depth)
-    results = train_runs({name: [*base, *RECIPE, *budget(args), *flags] for name, (_, flags, _) in plan.items()},
+    results = train_runs({name: {**base, **RECIPE, **budget(args), **flags} for name, (_, flags, _) in plan.items()},
                          out, args)
 
     made_from = (f"miniature retraining: {'cait_pico_32' if args.quick else 'CaiT 32px, patch 8, dim 96, 2 heads'}"
                  f", total depth {depth}; {budget_note(args)}; one seed per setting")
-    rows = [{"name": name, "label": label, "flags": " ".join(flags), "diverged": results[name].diverged,
+    rows = [{"name": name, "label": label, "flags": " ".join(to_argv(flags)), "diverged": results[name].diverged,
              "final_top1": results[name].final_top1, "params": results[name].params, "macs": results[name].macs,
              "paper_setting_quoted": f"{quoted['sa']}+{quoted['ca']}, {quoted['setting']}"
                                      + (f" at {quoted['insert_layer']}" if quoted["insert_layer"] is not None else ""),

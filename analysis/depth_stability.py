@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, RunResult, add_budget_flags, budget, budget_note,
+from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, SweepRun, add_budget_flags, budget, budget_note,
                      matplotlib_pyplot, out_dir, parser, save_html, save_png, train_runs, write_csv, write_json)
 
 from cait.paper import TABLE1
@@ -39,13 +39,14 @@ def paper_eps(depth: int) -> float:
     return 0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6
 
 
-def plan(depths: list[int], base: list[str], common: list[str]) -> dict[str, list[str]]:
-    return {f"depth{d}-{m}": [*base, *RECIPE, *common, "--depth", str(d), "--residual-scale", kind,
-                              "--init-values", str(paper_eps(d))]
+def plan(depths: list[int], base: dict, common: dict) -> dict[str, dict]:
+    """name -> cait.train flags of every run of the grid."""
+    return {f"depth{d}-{m}": {**base, **RECIPE, **common, "depth": d, "residual_scale": kind,
+                              "init_values": paper_eps(d)}
             for d in depths for m, (_, kind, _) in METHODS.items()}
 
 
-def plot(results: dict[str, RunResult], depths: list[int], made_from: str, out: Path) -> None:
+def plot(results: dict[str, SweepRun], depths: list[int], made_from: str, out: Path) -> None:
     plt = matplotlib_pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     for m, (label, _, _) in METHODS.items():

@@ -3,6 +3,7 @@ branch) of every SA and CA block, on a log axis with the init eps marked; option
 across the epochs of a training run (darker = later).
 
     python analysis/layerscale_stats.py [--checkpoint FILE] [--metrics runs/x/metrics.jsonl] [--out DIR]
+    python analysis/layerscale_stats.py --model cait_s36_384 --pretrained   # the official weights' gammas
 
 Writes layerscale_stats.csv/.json/.png/.html and, with --metrics, layerscale_epochs.csv/.png/.html.
 """
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _common import (load_model, matplotlib_pyplot, out_dir, parser, run_config, save_html, save_png, write_csv,
-                     write_json, fail)
+from _common import (load_model, matplotlib_pyplot, out_dir, parser, save_html, save_png, write_csv, write_json,
+                     fail)
 from cait.explain import layerscale_stats, layerscale_stats_from_metrics
+from cait.runs import RunDir
 
 BRANCH = {"gamma_1": "gamma_1 (attention branch)", "gamma_2": "gamma_2 (FFN branch)"}
 
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:
             fail(str(e))
         run = args.metrics if args.metrics.is_dir() else args.metrics.parent
-        run_cfg = run_config(run)
+        run_cfg = RunDir(run).config()
         depth = 1 + max(r["layer"] for r in epoch_rows if r["stage"] == "sa")
         ca_depth = 1 + max((r["layer"] for r in epoch_rows if r["stage"] == "ca"), default=-1)
         epochs = sorted({r["epoch"] for r in epoch_rows})

@@ -1,6 +1,7 @@
 """Regenerate every analysis figure that needs no retraining into one folder, with an index.html gallery.
 
     python analysis/make_all.py [--checkpoint FILE] [--metrics runs/x/metrics.jsonl] [--out out/all]
+    python analysis/make_all.py --model cait_s24_224 --pretrained --out out/s24   # official ImageNet weights
 
 Runs model_table, layerscale_stats, attention_maps, saliency, residual_ratio (from the shipped miniature
 run pair, when present) and throughput (not in --quick: it has no quick mode and takes minutes), each into
@@ -40,7 +41,8 @@ SHIPPED_RESULTS = REPO / "analysis" / "data"  # sweeps too long to redo here: th
 
 def jobs(args) -> dict[str, list[str] | None]:
     """script -> its arguments (None: skipped, with the reason printed)."""
-    model = (["--checkpoint", args.checkpoint] if args.checkpoint else []) + (["--model", args.model] if args.model else [])
+    model = ((["--checkpoint", args.checkpoint] if args.checkpoint else []) + (["--model", args.model] if args.model else [])
+             + (["--pretrained"] if args.pretrained else []))
     quick = ["--quick"] if args.quick else []
     plan = {
         "model_table": quick,

@@ -18,12 +18,13 @@ Writes residual_ratio.csv/.json/.png/.html.
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, REPO, add_budget_flags, budget, fail, matplotlib_pyplot,
-                     out_dir, parser, run_config, save_html, save_png, train_runs, write_csv, write_json)
+                     out_dir, parser, save_html, save_png, train_runs, write_csv, write_json)
+
+from cait.runs import ARGS_FILE, METRICS_FILE, RunDir, RunError, read_metrics
 
 SHIPPED = REPO / "analysis" / "data" / "residual_ratio"
 KINDS = {"layerscale": "with LayerScale", "none": "without (plain residual)"}
@@ -32,33 +33,23 @@ BRANCHES = {"sa": "SA branch", "ffn": "FFN branch"}
 
 def read_run(run: Path) -> dict:
     """{'epochs': [...], 'sa': [[per layer] per epoch], 'ffn': ..., 'description': str} from a run dir."""
-    metrics = run / "metrics.jsonl" if run.is_dir() else run
-    run = metrics.parent
-    if not metrics.is_file():
+    run = run if run.is_dir() else run.parent
+    try:
+        lines = [line for line in read_metrics(run) if line.get("residual_ratios")]
+    except FileNotFoundError:
         fail(f"no metrics.jsonl in {run} (a run directory of `python -m cait.train`)")
-    out = {"epochs": [], **{k: [] for k in ("sa", "ffn", "ca", "ca_ffn")}}
-    for number, line in enumerate(metrics.read_text().splitlines(), start=1):
-        try:
-            record = json.loads(line) if line.strip() else {}
-        except json.JSONDecodeError:
-            fail(f"{metrics}:{number} is not valid JSON")
-        ratios = record.get("residual_ratios") if isinstance(record, dict) else None
-        if ratios:
-            out["epochs"].append(record.get("epoch", len(out["epochs"]) + 1))
-            for k in ("sa", "ffn", "ca", "ca_ffn"):
-                out[k].append(ratios.get(k, []))
-    if not out["epochs"]:
-        fail(f"{metrics} has no 'residual_ratios' lines (written by cait.train at the end of each epoch)")
-    cfg = run_config(run)
-    args_file = run / "args.json"
-    recorded = json.loads(args_file.read_text()).get("args", {}) if args_file.is_file() else {}
+    except RunError as e:
+        fail(f"{run}: {e}")
+    if not lines:
+        fail(f"{run / 'metrics.jsonl'} has no 'residual_ratios' lines (written by cait.train at the end of each epoch)")
+    out = {"epochs": [line["epoch"] for line in lines],
+           **{k: [line["residual_ratios"].get(k, []) for line in lines] for k in ("sa", "ffn", "ca", "ca_ffn")}}
+    cfg, recorded = RunDir(run).config(), RunDir(run).read_args()
     kind = (cfg.residual_scale if cfg else recorded.get("residual_scale")) or "layerscale"
-    model = recorded.get("model", "?")
     shape = f"{cfg.img_size}px dim {cfg.embed_dim} depth {cfg.depth}" if cfg else f"depth {len(out['sa'][0])}"
-    data = recorded.get("data", "?")
     subset = recorded.get("subset")
     out["residual_scale"] = kind
-    out["description"] = (f"{model} ({shape}), residual {kind}, {data}"
+    out["description"] = (f"{recorded.get('model', '?')} ({shape}), residual {kind}, {recorded.get('data', '?')}"
                           f"{f' first {subset} train images' if subset else ''}, {len(out['epochs'])} epochs")
     return out
 
@@ -66,8 +57,8 @@ def read_run(run: Path) -> dict:
 def retrain(args, out: Path) -> dict[str, Path]:
     """Train the pair, identical except for --residual-scale; returns {kind: run dir}."""
     base = QUICK_MINIATURE if args.quick else MINIATURE
-    common = [*base, *RECIPE, *budget(args, quick_epochs=2), "--depth", str(2 if args.quick else args.depth)]
-    results = train_runs({kind: [*common, "--residual-scale", kind] for kind in KINDS}, out, args)
+    common = {**base, **RECIPE, **budget(args, quick_epochs=2), "depth": 2 if args.quick else args.depth}
+    results = train_runs({kind: {**common, "residual_scale": kind} for kind in KINDS}, out, args)
     return {kind: r.run for kind, r in results.items()}
 
 
@@ -133,13 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = {"layerscale": args.with_run, "none": args.without_run}
     else:
         runs = {kind: SHIPPED / kind for kind in KINDS}
-        if not all((r / "metrics.jsonl").is_file() for r in runs.values()):
+        if not all((r / METRICS_FILE).is_file() for r in runs.values()):
             fail(f"no shipped run pair in {SHIPPED}; pass --with/--without run directories, or --retrain")
     data = {kind: read_run(run) for kind, run in runs.items()}
     if args.ship:
         for kind, run in runs.items():
             (SHIPPED / kind).mkdir(parents=True, exist_ok=True)
-            for name in ("metrics.jsonl", "args.json"):
+            for name in (METRICS_FILE, ARGS_FILE):
                 shutil.copy(run / name, SHIPPED / kind / name)
         print(f"shipped the pair's metrics to {SHIPPED}")
 

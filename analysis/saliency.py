@@ -1,6 +1,7 @@
 """Regions of focus (the paper's Figure 7) and, where boxes exist, the localization of every explanation.
 
     python analysis/saliency.py [--checkpoint FILE] [--images a.png ...] [--out DIR]
+    python analysis/saliency.py --model cait_s24_224 --pretrained    # official weights, on real photos (cait.photos)
 
 Regions of focus: the smallest set of patches holding half of the first class-attention layer's mass
 (head mean, `cait.explain.regions_of_focus`), shown bright with its bounding box, captioned with the
@@ -18,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from _common import (Example, batch_of, load_examples, load_model, matplotlib_pyplot, out_dir, parser, save_html,
-                     save_png, write_csv, write_json)
+from _common import (Example, batch_of, default_images, load_examples, load_model, matplotlib_pyplot, out_dir, parser,
+                     save_html, save_png, write_csv, write_json)
 from cait import explain
 from cait.evaluate import CHEAP_METHODS, evaluate
 from cait.preprocess import class_names
@@ -123,7 +124,8 @@ def localization_figures(table: list[dict], made_from: str, out) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("saliency", __doc__)
-    p.add_argument("--images", nargs="+", default=None, help="image files (default: the shipped example scenes)")
+    p.add_argument("--images", nargs="+", default=None, help="image files (default: the shipped example scenes; "
+                   "for an ImageNet model real photos, see cait.photos)")
     p.add_argument("--methods", nargs="*", default=None,
                    help=f"explanations to score (default: all; --quick: {', '.join(CHEAP_METHODS)})")
     args = p.parse_args(argv)
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     loaded = load_model(args)
     model, cfg = loaded.model, loaded.model.cfg
-    examples = load_examples(args.images, cfg, limit=4 if args.quick else None)
+    examples = load_examples(args.images or default_images(cfg), cfg, limit=4 if args.quick else None)
     out = out_dir(args.out)
 
     ca = explain.class_attention(model, batch_of(examples, cfg))

@@ -1,8 +1,8 @@
-"""Reading and writing weights: official deit .pth, timm .pth/.safetensors, a local Hugging Face cache,
-and our own safetensors files that carry their config in the metadata.
+"""Reading and writing weights: official deit .pth, timm .pth/.safetensors, and our own safetensors
+files that carry their config in the metadata. (Where pretrained files come from: `cait.hub`.)
 
-Nothing here downloads, and `.pth` files are read with `torch.load(weights_only=True)`: a pickle that
-tries to build arbitrary objects (and so run code) is refused, never executed.
+`.pth` files are read with `torch.load(weights_only=True)`: a pickle that tries to build arbitrary
+objects (and so run code) is refused, never executed.
 """
 from __future__ import annotations
 
@@ -144,43 +144,3 @@ def _describe(cfg: CaiTConfig) -> str:
 
 def _describe_found(found: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in found.items())
-
-
-def hf_cache_dirs() -> list[Path]:
-    """Where a Hugging Face hub cache may live on this machine (the env vars the hub itself reads)."""
-    dirs = [os.environ.get("HF_HUB_CACHE"), os.environ.get("HUGGINGFACE_HUB_CACHE")]
-    if os.environ.get("HF_HOME"):
-        dirs.append(os.path.join(os.environ["HF_HOME"], "hub"))
-    dirs.append(os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub"))
-    return [Path(d) for d in dirs if d]
-
-
-def find_in_hf_cache(name: str) -> Path | None:
-    """A timm checkpoint for `name` (e.g. timm/cait_xxs24_224.fb_dist_in1k) already in a local cache."""
-    for root in hf_cache_dirs():
-        for repo in sorted(root.glob(f"models--timm--{name}.*")) + sorted(root.glob(f"models--timm--{name}")):
-            for fname in ("model.safetensors", "pytorch_model.bin"):
-                hits = sorted(repo.glob(f"snapshots/*/{fname}"))
-                if hits:
-                    return hits[-1]
-    return None
-
-
-def pretrained_path(name: str, cfg: CaiTConfig) -> Path:
-    """The file `create_model(name, pretrained=True)` loads, or a CheckpointError saying where to get it."""
-    if cfg.pretrained:
-        path = WEIGHTS_DIR / cfg.pretrained
-        if path.is_file():
-            return path
-        # (also a variant declared in VARIANTS before its weights are trained and shipped)
-        raise CheckpointError(f"no shipped weights for '{name}' in this package ({path} is absent): train them "
-                              f"with `python -m cait.train --model {name}` and ship them with scripts/ship_model.py, "
-                              f"or pass checkpoint=PATH")
-    cached = find_in_hf_cache(name)
-    if cached is not None:
-        return cached
-    raise CheckpointError(
-        f"no offline weights for '{name}'. Official weights cannot be downloaded here: pass the file with "
-        f"checkpoint=PATH (the official deit .pth or a timm .pth/.safetensors), or put timm's "
-        f"'timm/{name}.*' in the local Hugging Face cache (searched: "
-        f"{', '.join(str(d) for d in hf_cache_dirs())})")

@@ -15,6 +15,12 @@ FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
+RESIDUAL_SCALES = ("layerscale", "scalar", "rezero", "none")  # CaiTConfig.residual_scale's choices
+GLOBAL_POOLS = ("token", "avg")                                # CaiTConfig.global_pool's choices
+
+
+class ConfigError(ValueError):
+    """Fields that do not make a model; the one-line message names them (and says what would)."""
 
 
 _Config = TypeVar("_Config", bound="_StoredConfig")
@@ -73,6 +79,39 @@ class CaiTConfig(_StoredConfig):
     crop_pct: float = 1.0          # eval transform: resize then centre crop this fraction (CaiT: 1.0)
     labels: tuple[str, ...] | str = "imagenet"  # class names, or "imagenet" for timm's ImageNet-1k names
     pretrained: str | None = None  # file name under cait/weights/ shipped with the package, if any
+
+    def __post_init__(self) -> None:
+        # checked here, where every config is made, so a bad one fails with its reason, not deep in a reshape
+        problem = self._problem()
+        if problem:
+            raise ConfigError(problem)
+
+    def _problem(self) -> str | None:
+        for name in ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "num_heads"):
+            if getattr(self, name) <= 0:
+                return f"{name} must be positive, got {getattr(self, name)}"
+        for name in ("depth", "depth_token_only"):
+            if getattr(self, name) < 0:
+                return f"{name} must be >= 0, got {getattr(self, name)}"
+        if self.img_size % self.patch_size:
+            return f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}"
+        if self.embed_dim % self.num_heads:
+            return f"num_heads {self.num_heads} does not divide embed_dim {self.embed_dim}"
+        if self.residual_scale not in RESIDUAL_SCALES:
+            return f"residual_scale must be one of {', '.join(RESIDUAL_SCALES)}, got {self.residual_scale!r}"
+        if self.global_pool not in GLOBAL_POOLS:
+            return f"global_pool must be one of {', '.join(GLOBAL_POOLS)}, got {self.global_pool!r}"
+        if self.class_token_at is not None and not 0 <= self.class_token_at <= self.depth:
+            return f"class_token_at must be in [0, depth={self.depth}], got {self.class_token_at}"
+        for name in ("mlp_ratio", "mlp_ratio_token_only"):
+            if not getattr(self, name) > 0:
+                return f"{name} must be positive, got {getattr(self, name)}"
+        for name in ("drop_path_rate", "drop_rate"):
+            if not 0 <= getattr(self, name) < 1:
+                return f"{name} is a probability in [0, 1), got {getattr(self, name)}"
+        if not 0 < self.crop_pct <= 1:
+            return f"crop_pct must be in (0, 1], got {self.crop_pct}"
+        return None
 
     @property
     def grid_size(self) -> int:

@@ -5,8 +5,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointError, load_into, pretrained_path, read_checkpoint
+from .checkpoint import CheckpointError, load_into, read_checkpoint
 from .config import CaiTConfig, CNNConfig, get_config
+from .hub import fetch_weights
 from .model import CaiT
 
 
@@ -17,7 +18,8 @@ def create_model(name: str | None = None, checkpoint: str | os.PathLike | None =
     checkpoint: an official deit .pth, a timm .pth/.safetensors, or one of our safetensors files
         (which carry their own config, so `name` may then be None).
     pretrained: load the weights shipped with this package (our Fashion-MNIST models), or for a
-        paper variant timm's weights from the local Hugging Face cache; never downloads.
+        paper variant timm's weights: from the local Hugging Face cache, else downloaded into it (with
+        HF_HUB_OFFLINE=1 never: then a clear error says the ways out). See `cait.hub`.
     overrides: config fields to change, e.g. img_size=384 (the position embedding is resampled),
         num_classes=10 or drop_path_rate=0.1.
     """
@@ -27,10 +29,11 @@ def create_model(name: str | None = None, checkpoint: str | os.PathLike | None =
     if checkpoint is None and pretrained:
         if name is None:
             raise ValueError("pretrained=True needs a model name")
-        checkpoint = pretrained_path(name, get_config(name))
+        weights = fetch_weights(name)
+        checkpoint, source = weights.path, weights.source
     if checkpoint is not None:
         state, stored = read_checkpoint(checkpoint)
-        source = Path(checkpoint).name
+        source = source or Path(checkpoint).name
         if isinstance(stored, CNNConfig):
             raise CheckpointError(f"{source} holds a timm CNN ({stored.arch}), not a CaiT: it serves as a "
                                   f"distillation --teacher (cait.teacher.load_teacher reads it)")
@@ -43,6 +46,7 @@ def create_model(name: str | None = None, checkpoint: str | os.PathLike | None =
     model = CaiT(cfg)
     if state is not None:
         load_into(model, state, source)
-    model.source = source or "random init"  # shown by the app and the analysis figures
+    if source is not None:
+        model.source = source
     return model.eval()
 

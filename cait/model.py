@@ -136,10 +136,8 @@ def _residual_weight(block: nn.Module, name: str, cfg: CaiTConfig) -> None:
         block.register_parameter(name, nn.Parameter(cfg.init_values * torch.ones(cfg.embed_dim)))
     elif kind in ("scalar", "rezero"):
         block.register_parameter(name, nn.Parameter(torch.full((1,), cfg.init_values if kind == "scalar" else 0.0)))
-    elif kind == "none":
+    else:  # "none" (CaiTConfig admits only these four)
         block.register_buffer(name, torch.ones(1), persistent=False)
-    else:
-        raise ValueError(f"residual_scale must be layerscale|scalar|rezero|none, got {kind!r}")
 
 
 class _ScaledResidualBlock(nn.Module):
@@ -209,6 +207,7 @@ class CaiT(nn.Module):
     def __init__(self, cfg: CaiTConfig):
         super().__init__()
         self.cfg = cfg
+        self.source = "random init"  # where the weights came from (create_model sets it); the app and figures show it
         d = cfg.embed_dim
         self.patch_embed = PatchEmbed(cfg)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))

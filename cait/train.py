@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
+import re
 import shlex
 import signal
 import sys
@@ -57,16 +57,16 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from .augment import BatchAugment, parse_randaug
-from .checkpoint import CheckpointError, load_into, read_checkpoint, save_weights
-from .config import DEFAULT_MODEL, CaiTConfig, CNNConfig, get_config, list_models
+from .checkpoint import CheckpointError, load_into, read_checkpoint
+from .config import DEFAULT_MODEL, GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
 from .data import NATIVE_INPUT, DataError, build_dataset
 from .explain import layerscale_stats
 from .model import CaiT
 from .preprocess import eval_transform
+from .runs import RunDir
 from .teacher import CNN_PREFIX, TimmCNN, cnn_arch, load_cnn_weights, load_teacher
 from .runtime import AMP_CHOICES, DEVICE_CHOICES, autocast, autocast_dtype, resolve_device
 
-RESIDUAL_KINDS = ("layerscale", "scalar", "rezero", "none")
 # flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
 MODEL_OVERRIDES = {"img_size": "img_size", "patch_size": "patch_size", "embed_dim": "embed_dim", "depth": "depth",
                    "depth_token_only": "depth_token_only", "num_heads": "num_heads", "class_token_at": "class_token_at",
@@ -157,9 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--class-token-at", type=int, default=None,
                    help="ViT-style class token inserted before SA block K (paper Table 2; use with "
                         "--depth-token-only 0)")
-    g.add_argument("--global-pool", default=None, choices=("token", "avg"),
+    g.add_argument("--global-pool", default=None, choices=GLOBAL_POOLS,
                    help="classify from the class token or from the mean patch token (paper Table 2)")
-    g.add_argument("--residual-scale", default=None, choices=RESIDUAL_KINDS,
+    g.add_argument("--residual-scale", default=None, choices=RESIDUAL_SCALES,
                    help="residual branch weighting (paper Table 1 ablations)")
     g.add_argument("--init-values", type=float, default=None, help="LayerScale eps")
     g.add_argument("--teacher", default=None, metavar="CHECKPOINT",
@@ -220,16 +220,30 @@ def train_args(**given: Any) -> argparse.Namespace:
 def _resumed(resume: str) -> dict[str, Any]:
     """The flags a saved run was started with (flags added since then keep their defaults), minus the
     per-invocation ones; its directory is the output unless another is given."""
-    run = Path(resume)
-    if not (run / "state.pt").is_file() or not (run / "args.json").is_file():
+    run = RunDir(resume)
+    if not run.is_resumable():
         raise ArgsError(f"--resume {resume}: no state.pt/args.json there (not a run directory)")
-    saved = json.loads((run / "args.json").read_text())["args"]
-    return {**saved, **dict.fromkeys(PER_INVOCATION), "output": resume}
+    return {**run.read_args(), **dict.fromkeys(PER_INVOCATION), "output": resume}
+
+
+def same_run(saved: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Do the flags of a run's args.json (`saved`) train what `args` would? Flags added since it was saved
+    count at their defaults; where the files go and the per-invocation flags do not count."""
+    ignored = {"output", "resume", "argv", *PER_INVOCATION}
+    then = {**vars(build_parser().parse_args([])), **saved}
+    return all(then.get(k) == v for k, v in vars(args).items() if k not in ignored)
 
 
 def to_argv(given: dict[str, Any]) -> list[str]:
     """The command-line flags of `given` (flag name -> value), for the command recorded in args.json."""
-    return [part for dest, value in given.items() if value is not None for part in (_flag(dest), str(value))]
+    return [part for dest, value in given.items() if value is not None for part in (_flag(dest), _text(value))]
+
+
+def _text(value: Any) -> str:
+    """A flag value as one writes it: 1e-05 and 1 rather than 1.0 (exact: the parse gives the same value)."""
+    if isinstance(value, float) and float(f"{value:g}") == value:
+        return f"{value:g}"
+    return str(value)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -272,26 +286,22 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def model_config(args: argparse.Namespace, **fields: Any) -> ModelConfig:
-    """The --model config with the override flags applied; ValueError says what does not fit."""
+    """The --model config with the override flags applied; ValueError says, in the flags' names, what
+    does not fit."""
     if cnn_arch(args.model) is not None:
         return cnn_config(args, **fields)
     overrides = {field: getattr(args, flag) for flag, field in MODEL_OVERRIDES.items()
                  if getattr(args, flag, None) is not None}
-    cfg = get_config(args.model, **overrides, **fields)
-    for name in ("img_size", "patch_size", "embed_dim", "depth", "num_heads"):
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(cfg, name)}")
-    if cfg.depth_token_only < 0:
-        raise ValueError(f"--depth-token-only must be >= 0, got {cfg.depth_token_only}")
-    if cfg.img_size % cfg.patch_size:
-        raise ValueError(f"--img-size {cfg.img_size} is not a multiple of --patch-size {cfg.patch_size}")
-    if cfg.embed_dim % cfg.num_heads:
-        raise ValueError(f"--num-heads {cfg.num_heads} does not divide --embed-dim {cfg.embed_dim}")
-    if cfg.class_token_at is not None and not 0 <= cfg.class_token_at <= cfg.depth:
-        raise ValueError(f"--class-token-at must be in [0, depth={cfg.depth}], got {cfg.class_token_at}")
+    try:
+        cfg = get_config(args.model, **overrides, **fields)
+    except ConfigError as e:
+        raise ConfigError(_in_flag_names(str(e))) from None
+    # what training needs beyond a model that builds: blocks to train and a class token that takes part
+    if cfg.depth == 0:
+        raise ConfigError("--depth must be positive, got 0")
     if cfg.class_token_at is None and cfg.depth_token_only == 0 and cfg.global_pool == "token":
-        raise ValueError("with --depth-token-only 0 the class token needs --class-token-at K to take part (or use "
-                         "--global-pool avg)")
+        raise ConfigError("with --depth-token-only 0 the class token needs --class-token-at K to take part (or use "
+                          "--global-pool avg)")
     return cfg
 
 
@@ -311,6 +321,13 @@ def cnn_config(args: argparse.Namespace, **fields: Any) -> CNNConfig:
         raise ValueError(f"--model {args.model} on an image folder needs a positive --img-size")
     return CNNConfig(arch=arch, img_size=side, in_chans=chans, mean=(0.5,) * chans, std=(0.5,) * chans,
                      drop_path_rate=args.drop_path or 0.0, **fields)
+
+
+def _in_flag_names(message: str) -> str:
+    """A CaiTConfig message with the config fields that flags set named as the flags
+    ("num_heads 5 does not divide embed_dim 48" -> "--num-heads 5 does not divide --embed-dim 48")."""
+    flags = {field: _flag(dest) for dest, field in MODEL_OVERRIDES.items()}
+    return re.sub(r"\b(\w+)(?= )", lambda m: flags.get(m.group(1), m.group(1)), message)
 
 
 def _explicit_flags(argv: list[str]) -> dict[str, Any]:
@@ -560,37 +577,6 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: to
 
 
 # ----------------------------------------------------------------------------------------------------
-# files: every write is temp + rename
-
-def atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda f: f.write(text.encode()))
-
-
-def append_metrics(run: Path, line: dict[str, Any]) -> None:
-    """Add an epoch's line to metrics.jsonl, dropping any line of that epoch or later (a crash between
-    writing the metrics and the state leaves one past the state)."""
-    kept = read_metrics(run / "metrics.jsonl", line["epoch"] - 1)
-    write_text(run / "metrics.jsonl", "\n".join([*kept, json.dumps(line)]) + "\n")
-
-
-def read_metrics(path: Path, epoch_index: int) -> list[str]:
-    """metrics.jsonl lines a run resumed in epoch `epoch_index` (0-based) keeps: those of the epochs before
-    it, which are numbered from 1 (a crash can leave one line past the state; that one is dropped)."""
-    if not path.is_file():
-        return []
-    return [line for line in path.read_text().splitlines() if line and json.loads(line)["epoch"] <= epoch_index]
-
-
-# ----------------------------------------------------------------------------------------------------
 # distributed
 
 def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
@@ -768,7 +754,7 @@ class Setup:
     """What stays fixed through one call of run(): flags, processes, data, model wrapper and loss."""
     args: argparse.Namespace
     cfg: ModelConfig
-    out: Path
+    run: RunDir                     # where the run's files go (--output)
     device: torch.device
     amp: torch.dtype | None         # autocast dtype, None = fp32
     rank: int
@@ -823,9 +809,9 @@ def saved_config(config: dict[str, Any]) -> ModelConfig:
 def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.device,
             stop: "StopRequest") -> tuple[Setup, TrainState]:
     """Data, model, recipe and state of a fresh run, or of the run in --resume as it was saved."""
-    out = Path(args.output)
+    run = RunDir(args.output)
     train_raw, val_raw, classes = load_data(args, world)
-    saved = torch.load(out / "state.pt", map_location="cpu", weights_only=True) if args.resume else None
+    saved = run.load_state() if args.resume else None
     # a resumed run keeps the exact config it started with
     cfg = saved_config(saved["config"]) if saved else model_config(args, num_classes=len(classes), labels=classes)
     model = build_model(args, cfg, fresh=saved is None).to(device).train()
@@ -840,12 +826,12 @@ def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.de
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     mixup, criterion = build_criterion(args, cfg.num_classes)
-    setup = Setup(args, cfg, out, device, amp, rank, world, data, net, mixup, criterion, teacher, lr, stop,
+    setup = Setup(args, cfg, run, device, amp, rank, world, data, net, mixup, criterion, teacher, lr, stop,
                   started=(time.time(), state.step))
     if args.init and saved is None:
         setup.log(f"initialised from {args.init}")
     if saved is not None:
-        setup.log(f"resuming {out} at epoch {state.epoch + 1}, batch {state.batch} (step {state.step})")
+        setup.log(f"resuming {run} at epoch {state.epoch + 1}, batch {state.batch} (step {state.step})")
     return setup, state
 
 
@@ -927,7 +913,7 @@ def train_step(setup: Setup, state: TrainState, x: torch.Tensor, y: torch.Tensor
 
 def diverged(setup: Setup, state: TrainState, loss: torch.Tensor) -> Diverged:
     value = loss.item() if not torch.isfinite(loss) else None
-    last = f"{setup.out}/last.safetensors (end of epoch {state.epoch})" if state.epoch else "none (no epoch finished)"
+    last = f"{setup.run}/last.safetensors (end of epoch {state.epoch})" if state.epoch else "none (no epoch finished)"
     return Diverged(f"loss is {'non-finite on another rank' if value is None else value} at epoch {state.epoch + 1}, "
                     f"batch {state.batch + 1}, step {state.step + 1}; this step was not applied. Last good checkpoint: "
                     f"{last}. Try a lower --lr (now {setup.lr:g}) or --clip-grad",
@@ -987,7 +973,7 @@ def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
         if top1 is not None and top1 > state.best_top1:
             state.best_top1 = top1
             save_checkpoint(setup, state, "best", model, val_top1=top1)
-        append_metrics(setup.out, line)
+        setup.run.append_metrics(line)
         setup.log(f"epoch {state.epoch}/{args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
                   f"{'-' if top1 is None else f'{top1:.2f}'}%, {line['images_per_s']:.0f} img/s, "
                   f"{line['epoch_seconds']:.0f}s")
@@ -995,28 +981,22 @@ def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
 
 
 def save_checkpoint(setup: Setup, state: TrainState, name: str, net: nn.Module, **meta: Any) -> None:
-    """<name>.safetensors: weights + config, and what they are (epochs completed, data, step, ...)."""
     if setup.rank == 0:
-        info = {"epochs_completed": state.epoch, "data": setup.args.data, "step": state.step, **meta}
-        save_weights(net, setup.out / f"{name}.safetensors", {k: str(v) for k, v in info.items()})
+        setup.run.save_checkpoint(name, net, epochs_completed=state.epoch, step=state.step, data=setup.args.data,
+                                  **meta)
 
 
 def save_state(setup: Setup, state: TrainState) -> None:
     if setup.rank == 0:
-        blob = state.state_dict()
-        atomic_write(setup.out / "state.pt", lambda f: torch.save(blob, f))
+        setup.run.save_state(state.state_dict())
 
 
 def record_args(setup: Setup) -> None:
-    """args.json: the run's flags, and every command that started or continued it."""
-    if setup.rank != 0:
-        return
-    out, args = setup.out, setup.args
-    out.mkdir(parents=True, exist_ok=True)
-    saved = json.loads((out / "args.json").read_text()) if (out / "args.json").is_file() else {"commands": []}
-    record = {k: v for k, v in vars(args).items() if k != "argv"}
-    command = shlex.join(["python", "-m", "cait.train", *args.argv])
-    write_text(out / "args.json", json.dumps({"args": record, "commands": saved["commands"] + [command]}, indent=1))
+    """args.json: the run's flags, and the command that started or continued it."""
+    if setup.rank == 0:
+        args = setup.args
+        setup.run.record_command({k: v for k, v in vars(args).items() if k != "argv"},
+                                 shlex.join(["python", "-m", "cait.train", *args.argv]))
 
 
 def run(args: argparse.Namespace) -> RunResult:
@@ -1050,18 +1030,18 @@ def train(setup: Setup, state: TrainState) -> RunResult:
         if stopped_by is not None:
             save_checkpoint(setup, state, "last", state.model)
             save_state(setup, state)
-            setup.log(f"{stopped_by}: saved {setup.out}/state.pt at epoch {state.epoch + 1}, batch {state.batch}/"
+            setup.log(f"{stopped_by}: saved {setup.run}/state.pt at epoch {state.epoch + 1}, batch {state.batch}/"
                       f"{setup.data.steps_per_epoch} (step {state.step}); continue with: python -m cait.train "
-                      f"--resume {setup.out}")
+                      f"--resume {setup.run}")
             return result(setup, state, stopped_by)
         end_of_epoch(setup, state, started)
-    setup.log(f"done: best val top-1 {state.best_top1:.2f}%; weights in {setup.out}")
+    setup.log(f"done: best val top-1 {state.best_top1:.2f}%; weights in {setup.run}")
     return result(setup, state, None)
 
 
 def result(setup: Setup, state: TrainState, stopped_by: str | None) -> RunResult:
-    metrics = [json.loads(line) for line in read_metrics(setup.out / "metrics.jsonl", state.epoch)] if setup.rank == 0 else []
-    return RunResult(output=setup.out, finished=stopped_by is None, stopped_by=stopped_by, signum=setup.stop.signum,
+    metrics = setup.run.read_metrics() if setup.rank == 0 else []
+    return RunResult(output=setup.run.path, finished=stopped_by is None, stopped_by=stopped_by, signum=setup.stop.signum,
                      epochs=state.epoch, step=state.step, best_top1=state.best_top1 if state.best_top1 >= 0 else None,
                      metrics=metrics)
 

@@ -18,10 +18,7 @@ from pathlib import Path
 import cait
 from cait.checkpoint import WEIGHTS_DIR, save_weights
 from cait.evaluate import format_table
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from cait.runs import RunDir, continued, write_jsonl
 
 
 LOCALIZATION_NOTE = """
@@ -33,21 +30,15 @@ a random place scores. Costly methods ran on fewer images, as the last column sa
 def history(runs: list[Path]) -> tuple[list[dict], list[str], list[str]]:
     """(metrics, commands, --amp values) of runs that continue one another, oldest first; epochs and steps
     are counted on from the earlier runs, so the metrics read as one training."""
-    epochs, commands, amps = [], [], []
-    for run in runs:
-        args = json.loads((run / "args.json").read_text())
-        offset = {"epoch": epochs[-1]["epoch"], "step": epochs[-1]["step"]} if epochs else {"epoch": 0, "step": 0}
-        epochs += [{**e, "epoch": e["epoch"] + offset["epoch"], "step": e["step"] + offset["step"]}
-                   for e in read_jsonl(run / "metrics.jsonl")]
-        commands += args["commands"]
-        amps.append(args["args"]["amp"])
-    return epochs, commands, amps
+    records = [RunDir(run).read_record() for run in runs]
+    epochs = continued([RunDir(run).read_metrics() for run in runs])
+    return epochs, [c for r in records for c in r["commands"]], [r["args"]["amp"] for r in records]
 
 
 def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], weights: str, evaluation: dict,
          model: cait.CaiT) -> str:
     """The card of `run` (the last one), with `past` = history() of all the runs that led to it."""
-    args = json.loads((run / "args.json").read_text())
+    args = RunDir(run).read_record()
     epochs, commands, amps = past
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
@@ -104,15 +95,16 @@ def main() -> None:
     p.add_argument("--extra", type=Path, action="append", default=[],
                    help="markdown file(s) appended to the card (e.g. the companion model's results)")
     args = p.parse_args()
-    model = cait.create_model(None, checkpoint=args.run / f"{args.weights}.safetensors")
-    run_args = json.loads((args.run / "args.json").read_text())
+    run = RunDir(args.run)
+    model = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
+    run_args = run.read_record()
     name = run_args["args"]["model"]
     if cait.get_config(name).pretrained != f"{name}.safetensors":
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
     past = history([*args.continues, args.run])
-    (WEIGHTS_DIR / f"{name}.metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in past[0]))
+    write_jsonl(WEIGHTS_DIR / f"{name}.metrics.jsonl", past[0])
     shutil.copy(args.eval, WEIGHTS_DIR / f"{name}.eval.json")
     text = card(name, args.run, past, args.weights, json.loads(args.eval.read_text()), model)
     if args.note:

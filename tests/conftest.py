@@ -2,13 +2,29 @@
 session-wide scene cache directory, so tests never write into the user's cache."""
 from __future__ import annotations
 
-import pytest
-import torch
+import atexit
+import importlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
-import cait
-from cait.config import CaiTConfig
-from cait.reference import timm_cait
-from cait.scene_cache import CACHE_ENV
+# No test reaches the Hugging Face Hub or sees the user's own cache: huggingface_hub (imported by timm)
+# reads these once, at import, so they are set before anything imports it; subprocesses inherit them.
+# tests/test_hub.py serves a stand-in Hub on 127.0.0.1 instead.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="cait-tests-hf-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
+for _var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT"):
+    os.environ.pop(_var, None)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import cait  # noqa: E402
+from cait.config import CaiTConfig  # noqa: E402
+from cait.reference import timm_cait  # noqa: E402
+from cait.scene_cache import CACHE_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -55,3 +71,21 @@ def twins():
             cache[(cfg, seed)] = ours, theirs
         return cache[(cfg, seed)]
     return make
+
+
+@pytest.fixture
+def hf_env(tmp_path, monkeypatch):
+    """hf_env(endpoint, offline=False) -> the hub cache dir: HF_ENDPOINT, HF_HUB_OFFLINE and HF_HOME (in
+    tmp_path) set as a user sets them, then huggingface_hub.constants reloaded, so that the client reads
+    them as it does at import. With tests/stand_in_hub.py's StandInHub as the endpoint."""
+    from huggingface_hub import constants
+
+    def set_env(endpoint: str, *, offline: bool = False) -> Path:
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline else "0")
+        importlib.reload(constants)
+        return tmp_path / "hf" / "hub"
+    yield set_env
+    monkeypatch.undo()
+    importlib.reload(constants)

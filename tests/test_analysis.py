@@ -228,8 +228,12 @@ def test_a_diverging_run_is_a_result_not_a_crash(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ANALYSIS))
     import argparse
     import _common
-    flags = [*_common.QUICK_MINIATURE, *_common.RECIPE, "--epochs", "2", "--subset", "64", "--val-subset", "32",
-             "--batch-size", "16", "--threads", "1", "--warmup-epochs", "0", "--lr", "1e9"]
+    flags = {**_common.QUICK_MINIATURE, **_common.RECIPE, "epochs": 2, "subset": 64, "val_subset": 32,
+             "batch_size": 16, "threads": 1, "warmup_epochs": 0, "lr": 1e9}
     result = _common.train_runs({"boom": flags}, tmp_path, argparse.Namespace(fresh=False))["boom"]
     assert result.diverged and result.val_top1 == [] and result.params > 0
     assert "loss is nan" in (tmp_path / "runs" / "boom" / "train.log").read_text()
+    # the divergence is a finished result: asked again, the sweep reuses it instead of training again
+    log = (tmp_path / "runs" / "boom" / "train.log").stat().st_mtime_ns
+    again = _common.train_runs({"boom": flags}, tmp_path, argparse.Namespace(fresh=False))["boom"]
+    assert again.diverged and (tmp_path / "runs" / "boom" / "train.log").stat().st_mtime_ns == log

@@ -1,4 +1,5 @@
-"""Checkpoint formats in, our format round trip, the offline HF cache, and files that must be refused."""
+"""Checkpoint formats in, our format round trip, and files that must be refused. (Pretrained weights from the
+Hugging Face Hub and its cache: tests/test_hub.py.)"""
 from __future__ import annotations
 
 import os
@@ -60,36 +61,6 @@ def test_our_weights_round_trip_with_their_config(tmp_path, twins):
     with torch.no_grad():
         assert torch.equal(back(x), model(x))
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # the atomic write cleaned up
-
-
-@pytest.fixture
-def hf_home(tmp_path, monkeypatch):
-    """An empty Hugging Face cache in tmp_path, and no other cache reachable."""
-    cache = tmp_path / "hub"
-    cache.mkdir()
-    for var in ("HUGGINGFACE_HUB_CACHE", "HF_HOME"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.cache/huggingface is searched too
-    return cache
-
-
-def test_pretrained_found_in_local_hf_cache(hf_home, twins):
-    name = "cait_xxs24_224"
-    _, theirs = twins(name)
-    snapshot = hf_home / f"models--timm--{name}.fb_dist_in1k" / "snapshots" / "0123abcd"
-    snapshot.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, str(snapshot / "model.safetensors"))
-    model = cait.create_model(name, pretrained=True)
-    mine, ref = model.state_dict(), theirs.state_dict()
-    assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref)
-
-
-def test_pretrained_without_cache_is_a_clear_error(hf_home):
-    with pytest.raises(CheckpointError) as err:
-        cait.create_model("cait_xxs24_224", pretrained=True)
-    msg = str(err.value)
-    assert "cait_xxs24_224" in msg and "checkpoint=" in msg and str(hf_home) in msg
 
 
 def _empty_state(name: str) -> dict[str, torch.Tensor]:

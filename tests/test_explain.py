@@ -369,19 +369,22 @@ def test_layerscale_stats_from_model():
 
 def test_layerscale_stats_from_metrics(tmp_path):
     stats = {"mean": 0.1, "median": 0.09, "p10": 0.01, "p90": 0.2}
+    row = lambda stage, layer, gamma, **s: {"stage": stage, "layer": layer, "gamma": gamma, **stats, **s}
     lines = [
-        {"step": 10, "loss": 2.3},
-        {"epoch": 0, "layerscale": [{"stage": "sa", "layer": 0, "gamma": "gamma_1", **stats}]},
-        {"epoch": 1, "layerscale": {"sa.0.gamma_1": stats, "blocks_token_only.1.gamma_2": [1.0, -2.0, 3.0]}},
+        {"epoch": 1, "layerscale": [row("sa", 0, "gamma_1")]},
+        {"epoch": 2, "layerscale": [row("sa", 0, "gamma_1", p90=0.3), row("ca", 1, "gamma_2")]},
     ]
     path = tmp_path / "metrics.jsonl"
-    path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"epoch": 2, "layersc')  # torn last line
+    path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"epoch": 3, "layersc')  # torn last line
     rows = explain.layerscale_stats_from_metrics(tmp_path)
     assert [(r["epoch"], r["stage"], r["layer"], r["gamma"]) for r in rows] == [
-        (0, "sa", 0, "gamma_1"), (1, "sa", 0, "gamma_1"), (1, "ca", 1, "gamma_2")]
-    assert rows[1]["p90"] == 0.2 and rows[2]["mean"] == pytest.approx(2.0) and rows[2]["median"] == 2.0
+        (1, "sa", 0, "gamma_1"), (2, "sa", 0, "gamma_1"), (2, "ca", 1, "gamma_2")]
+    assert rows[1]["p90"] == 0.3 and rows[2]["mean"] == 0.1
     with pytest.raises(FileNotFoundError, match="no metrics file"):
         explain.layerscale_stats_from_metrics(tmp_path / "missing")
-    path.write_text('{"epoch": 0, "layerscale": {"head.weight": 1}}\n')
-    with pytest.raises(ValueError, match="metrics.jsonl:1: layerscale key 'head.weight'"):
+    path.write_text('{"epoch": 1, "layerscale": {"sa.0.gamma_1": [1.0]}}\n')  # a form nothing writes
+    with pytest.raises(ValueError, match="epoch 1: 'layerscale' is not a list of rows"):
+        explain.layerscale_stats_from_metrics(path)
+    path.write_text('{"epoch": 1, "loss": 2.3}\n')
+    with pytest.raises(ValueError, match="no line has a 'layerscale' field"):
         explain.layerscale_stats_from_metrics(path)

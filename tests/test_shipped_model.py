@@ -99,5 +99,5 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
         cait.create_model(name, pretrained=True)
     model, source, notice = build_model(name, None)
     assert model.cfg.embed_dim == 192 and source == "random init (seed 0)" and notice.startswith("Untrained")
-    loaded = analysis_model(argparse.Namespace(model=name, checkpoint=None))
+    loaded = analysis_model(argparse.Namespace(model=name, checkpoint=None, pretrained=False))
     assert not loaded.trained and "RANDOM INIT" in loaded.made_from

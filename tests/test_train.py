@@ -463,3 +463,11 @@ def test_train_state_round_trips_through_its_file(tmp_path):
     assert copy.optimizer.param_groups[0]["lr"] == state.optimizer.param_groups[0]["lr"]
     tally = copy.finish_epoch()
     assert tally.seen == 4 and (copy.epoch, copy.batch, copy.tally) == (2, 0, train_mod.EpochTally())
+
+
+def test_same_run_ignores_where_and_how_but_not_what():
+    args = train_mod.train_args(**TINY_ARGS, output="runs/a")
+    saved = {k: v for k, v in vars(args).items() if k not in ("argv", "color_jitter")}  # saved before --color-jitter
+    assert train_mod.same_run({**saved, "output": "elsewhere", "threads": 2}, args)
+    assert not train_mod.same_run({**saved, "lr": 1e-3}, args)
+    assert not train_mod.same_run({**saved, "color_jitter": 0.0}, args)  # differs from today's default 0.4

@@ -6,29 +6,19 @@ One row per block x gamma:
 gamma_1 scales the attention branch, gamma_2 the FFN branch. `layerscale_stats(model, x)` adds
 "residual_ratio": mean over the batch of ||gamma * branch|| / ||residual input|| for that branch.
 
-metrics.jsonl (written by training, one JSON object per line). Lines with a "layerscale" field are read,
-the epoch from their "epoch" field (else the line's position among them). Accepted forms:
-    {"epoch": 3, "layerscale": [{"stage": "sa", "layer": 0, "gamma": "gamma_1", "mean": ..., "median": ...,
-                                 "p10": ..., "p90": ...}, ...]}                # the rows above (preferred)
-    {"epoch": 3, "layerscale": {"sa.0.gamma_1": {"mean": ..., "median": ..., "p10": ..., "p90": ...}, ...}}
-    {"epoch": 3, "layerscale": {"blocks.0.gamma_1": [g_0, ..., g_d-1], ...}}  # raw gammas: stats computed
-Keys may be "sa.<i>.gamma_k" / "ca.<i>.gamma_k" or state-dict names "blocks.<i>..." /
-"blocks_token_only.<i>...". Other lines (e.g. per-step loss) are skipped.
+Across epochs: `python -m cait.train` writes these rows (without the ratio) into every line of the run's
+metrics.jsonl, {"epoch": 3, "layerscale": [rows], ...}; `layerscale_stats_from_metrics` reads them back.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-STAT_NAMES = ("mean", "median", "p10", "p90")
-_KEY = re.compile(r"^(sa|ca|blocks|blocks_token_only)\.(\d+)\.(gamma_[12])$")
-_STAGE = {"sa": "sa", "blocks": "sa", "ca": "ca", "blocks_token_only": "ca"}
+from ..runs import RunError, read_metrics
+
 _RATIO_KIND = {("sa", "gamma_1"): "sa", ("sa", "gamma_2"): "ffn", ("ca", "gamma_1"): "ca", ("ca", "gamma_2"): "ca_ffn"}
 
 
@@ -66,61 +56,21 @@ def _stage_gammas(layerscale: dict[str, torch.Tensor]) -> dict[str, list[dict[st
     return out
 
 
-def _row_from_key(key: str, value: Any, where: str) -> dict[str, Any]:
-    match = _KEY.match(key)
-    if not match:
-        raise ValueError(f"{where}: layerscale key {key!r} is not like 'sa.0.gamma_1' or 'blocks.0.gamma_1'")
-    stage, layer, gamma = match.groups()
-    if isinstance(value, dict):
-        stats = {k: float(value[k]) for k in STAT_NAMES if k in value}
-    elif isinstance(value, list):
-        stats = gamma_stats(torch.tensor(value, dtype=torch.float64))
-    else:
-        raise ValueError(f"{where}: layerscale[{key!r}] must be a dict of statistics or a list of gammas")
-    return {"stage": _STAGE[stage], "layer": int(layer), "gamma": gamma, **stats}
-
-
-def _rows_from_line(entry: Any, where: str) -> list[dict[str, Any]]:
-    if isinstance(entry, dict):
-        return [_row_from_key(k, v, where) for k, v in entry.items()]
-    if isinstance(entry, list) and all(isinstance(r, dict) for r in entry):
-        rows = []
+def layerscale_stats_from_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows (see module doc) with an "epoch" column, for every epoch of a metrics.jsonl (or of a run
+    directory's) that has them, in file order."""
+    rows: list[dict[str, Any]] = []
+    for line in read_metrics(path):
+        entry = line.get("layerscale")
+        if entry is None:
+            continue
+        if not isinstance(entry, list) or not all(isinstance(r, dict) for r in entry):
+            raise RunError(f"{path}: epoch {line['epoch']}: 'layerscale' is not a list of rows")
         for r in entry:
             missing = {"stage", "layer", "gamma"} - set(r)
             if missing:
-                raise ValueError(f"{where}: layerscale row lacks {sorted(missing)}: {r}")
-            stage = _STAGE.get(r["stage"], r["stage"])
-            rows.append({**r, "stage": stage, "layer": int(r["layer"])})
-        return rows
-    raise ValueError(f"{where}: 'layerscale' must be a list of rows or a dict keyed 'sa.0.gamma_1'")
-
-
-def layerscale_stats_from_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows (see module doc) with an "epoch" column, for every line of metrics.jsonl that has a
-    "layerscale" field, in file order. A directory is read as <dir>/metrics.jsonl."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no metrics file at {path}")
-    rows: list[dict[str, Any]] = []
-    seen = 0
-    lines = path.read_text().splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path.name}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            if number == len(lines):  # a run killed mid-write leaves half a line
-                break
-            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(record, dict) or "layerscale" not in record:
-            continue
-        epoch = record.get("epoch", seen)
-        rows.extend({"epoch": epoch, **row} for row in _rows_from_line(record["layerscale"], where))
-        seen += 1
-    if not seen:
-        raise ValueError(f"{path}: no line has a 'layerscale' field (is it a training run's metrics.jsonl?)")
+                raise RunError(f"{path}: epoch {line['epoch']}: layerscale row lacks {sorted(missing)}: {r}")
+            rows.append({"epoch": line["epoch"], **r})
+    if not rows:
+        raise RunError(f"{path}: no line has a 'layerscale' field (is it a training run's metrics.jsonl?)")
     return rows

@@ -1,0 +1,260 @@
+"""Official weights through huggingface_hub (cait.hub), tested against a stand-in Hub on 127.0.0.1.
+
+The stand-in answers the Hub's file endpoint (HEAD/GET /{repo}/resolve/{revision}/{file}) with the headers
+huggingface_hub 2.4 reads (X-Repo-Commit, ETag / X-Linked-Etag, X-Linked-Size, Content-Length; Range
+for resumed downloads; X-Error-Code on errors) and serves a timm-format safetensors of cait_xxs24_224
+with random weights, gammas randomised. The environment is set as a user would set it (HF_ENDPOINT,
+HF_HOME, HF_HUB_OFFLINE): in-process tests through the `hf_env` fixture (conftest.py), which reloads
+huggingface_hub.constants, where the client reads it; the analysis test runs the script in a subprocess
+with that environment. The stand-in is tests/stand_in_hub.py.
+Nothing here reaches beyond 127.0.0.1.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import tqdm
+from huggingface_hub import file_download
+from huggingface_hub.utils import _http
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from PIL import Image
+from safetensors.torch import save
+
+import cait
+from cait import explain, hub
+from cait.config import RELEASED, VARIANTS, is_paper_variant
+from cait.paper import MAIN_TABLE
+from cait.photos import PHOTOS, available_photos
+from stand_in_hub import StandInHub
+
+NAME = "cait_xxs24_224"
+REPO = "timm/cait_xxs24_224.fb_dist_in1k"  # written out: the id timm's model card gives
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def timm_file(twins) -> tuple[bytes, torch.nn.Module]:
+    """The served model.safetensors (timm's layout) and timm's model holding the same weights."""
+    _, theirs = twins(NAME, seed=7)  # random weights, gammas far from their init
+    return save({k: v.contiguous() for k, v in theirs.state_dict().items()}), theirs
+
+
+@pytest.fixture(scope="module")
+def served(timm_file):
+    with StandInHub({f"{REPO}/{hub.HUB_FILENAME}": timm_file[0]}) as stand_in:
+        yield stand_in
+
+
+@pytest.fixture
+def stand_in(served) -> StandInHub:
+    served.requests.clear()
+    return served
+
+
+def images(batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+
+
+# ---------------------------------------------------------------------------------------------- repo ids, status
+
+def test_repo_ids_come_from_timm_and_cover_exactly_the_released_variants():
+    assert hub.hub_repo(NAME) == REPO
+    assert {n for n in VARIANTS if hub.hub_repo(n)} == set(RELEASED)
+    assert hub.hub_repo("cait_nano_64") is None and hub.official_url("cait_s24_224").endswith("/S24_224.pth")
+
+
+def test_status_lists_every_paper_variant_with_its_size():
+    listed = {s.name: s for s in hub.list_weights()}
+    assert list(listed) == [n for n in VARIANTS if is_paper_variant(n)]
+    for row in MAIN_TABLE:  # float32 files: 4 bytes per parameter of the paper's count (224 px variants)
+        status = listed.get(row.variants[0])
+        if status is not None and status.name.endswith("_224"):
+            assert status.size_mb == pytest.approx(4 * row.params_m, rel=0.02), status
+    assert listed["cait_s36_224"].where == "needs file" and listed["cait_s36_224"].repo_id is None
+    shipped = hub.weights_status("cait_nano_64")
+    assert shipped.where == "shipped" and shipped.size_mb == shipped.path.stat().st_size / 1e6
+    with pytest.raises(hub.WeightsUnavailable, match="no released weights for 'cait_s36_224'.*checkpoint=PATH"):
+        cait.create_model("cait_s36_224", pretrained=True)
+
+
+# ---------------------------------------------------------------------------------------------- download, cache, offline
+
+class RecordingBar(tqdm.tqdm):
+    made: list["RecordingBar"] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "disable": True})
+        self.total_given, self.bytes_seen = kwargs.get("total"), 0
+        RecordingBar.made.append(self)
+
+    def update(self, n=1):
+        self.bytes_seen += n
+        return super().update(n)
+
+
+def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(stand_in, hf_env, timm_file):
+    data, theirs = timm_file
+    cache = hf_env(stand_in.url)
+    assert hub.weights_status(NAME).where == "download"
+    progress: list[tuple[int, int | None]] = []
+    RecordingBar.made.clear()
+    got = hub.fetch_weights(NAME, tqdm_class=RecordingBar, on_progress=lambda done, total: progress.append((done, total)))
+    assert stand_in.methods() == ["HEAD", "GET"], stand_in.requests
+    requests = len(stand_in.requests)
+    assert got.path.read_bytes() == data and got.path.is_relative_to(cache.resolve())  # under HF_HOME/hub
+    assert progress[-1] == (len(data), len(data)) and len(progress) >= 2
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)
+    assert [(bar.total_given, bar.bytes_seen) for bar in RecordingBar.made] == [(len(data), len(data))]
+    status = hub.weights_status(NAME)
+    assert status.where == "cached" and status.path == got.path and status.size_mb == len(data) / 1e6
+
+    assert hub.fetch_weights(NAME).path == got.path  # online, the cached copy is used without asking the Hub
+    assert len(stand_in.requests) == requests
+    hf_env(stand_in.url, offline=True)
+    model = cait.create_model(NAME, pretrained=True)
+    assert len(stand_in.requests) == requests and model.source == f"{REPO} ({hub.HUB_FILENAME})"
+    x = images(1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), theirs(x), atol=1e-4, rtol=0)
+
+
+def test_offline_with_an_empty_cache_is_one_clear_error_and_no_request(stand_in, hf_env):
+    cache = hf_env(stand_in.url, offline=True)
+    assert hub.weights_status(NAME).where == "needs file"
+    with pytest.raises(cait.CheckpointError) as err:
+        cait.create_model(NAME, pretrained=True)
+    msg = str(err.value)
+    assert isinstance(err.value, hub.WeightsUnavailable) and len(msg.splitlines()) == 1
+    for part in (f"'{NAME}'", REPO, "HF_HUB_OFFLINE", "go online", "checkpoint=PATH", "--checkpoint PATH",
+                 "timm .pth/.safetensors",
+                 "https://dl.fbaipublicfiles.com/deit/XXS24_224.pth", str(cache)):
+        assert part in msg, part
+    assert stand_in.requests == []
+
+
+def test_unreachable_hub_is_the_same_clear_error(hf_env, monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hf_env(f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(_http, "time", SimpleNamespace(sleep=lambda s: None))  # the client's back-off, skipped
+    with pytest.raises(hub.WeightsUnavailable, match=rf"'{NAME}'.*could not be reached.*checkpoint=PATH"):
+        hub.fetch_weights(NAME)
+
+
+def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_file, monkeypatch):
+    data, _ = timm_file
+    retries: list[float] = []
+    monkeypatch.setattr(file_download, "time", SimpleNamespace(sleep=retries.append))  # the client's resume waits
+    with StandInHub({f"{REPO}/{hub.HUB_FILENAME}": data}, die_after=len(data) // 2) as dying:
+        cache = hf_env(dying.url)
+        with pytest.raises(hub.WeightsUnavailable, match=rf"'{NAME}'.*{REPO}.*download failed.*nothing of it was kept"):
+            hub.fetch_weights(NAME)
+        assert dying.methods() == ["HEAD", "GET"] and retries  # it tried to resume; the server stayed dead
+    kept = [p for p in cache.rglob("*") if p.is_file() and p.stat().st_size >= len(data) // 4]
+    assert kept == [] and not list(cache.rglob("*.incomplete"))  # neither the half file nor a temporary
+    hf_env(dying.url, offline=True)
+    assert hub.weights_status(NAME).where == "needs file"
+    with pytest.raises(hub.WeightsUnavailable, match="HF_HUB_OFFLINE"):
+        cait.create_model(NAME, pretrained=True)
+
+
+# ---------------------------------------------------------------------------------------------- an analysis script
+
+def run_script(script: str, *args, env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, str(ROOT / "analysis" / script), *map(str, args)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **env})
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights(stand_in, timm_file, tmp_path, twins):
+    env = {"HF_ENDPOINT": stand_in.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    out = tmp_path / "fig6"
+    run_script("attention_maps.py", "--model", NAME, "--pretrained", "--quick", "--out", out, env=env)
+    assert stand_in.methods() == ["HEAD", "GET"]
+    requests = len(stand_in.requests)
+    data = json.loads((out / "attention_maps.json").read_text())
+    assert data["made_from"].startswith(f"official {NAME} weights, timm's {REPO}")
+    photos = [photo for photo, _ in available_photos()][:2]  # --quick: the first two real photos
+    assert [r["image"] for r in data["images"]] == [p.name for p in photos]
+    for p in photos:
+        with Image.open(out / f"attention_{p.name}.png") as im:
+            assert im.width > 500
+    # the maps are those of the served weights, on the photo as the script sees it
+    sys.path.insert(0, str(ROOT / "analysis"))
+    try:
+        from _common import batch_of, load_examples
+    finally:
+        sys.path.remove(str(ROOT / "analysis"))
+    ours, _ = twins(NAME, seed=7)
+    examples = load_examples([photos[0].path], ours.cfg)
+    maps = explain.class_attention(ours, batch_of(examples, ours.cfg)).maps[0]
+    torch.testing.assert_close(torch.tensor(data["images"][0]["maps"]), maps, atol=1e-5, rtol=0)
+
+    # offline, from the cache: LayerScale per depth of those weights, without a request
+    run_script("layerscale_stats.py", "--model", NAME, "--pretrained", "--out", tmp_path / "ls",
+               env={**env, "HF_HUB_OFFLINE": "1"})
+    assert len(stand_in.requests) == requests
+    rows = json.loads((tmp_path / "ls" / "layerscale_stats.json").read_text())["rows"]
+    expected = explain.layerscale_stats(ours)
+    assert [(r["stage"], r["layer"], r["gamma"]) for r in rows] == [(r["stage"], r["layer"], r["gamma"]) for r in expected]
+    for key in ("median", "p10", "p90"):
+        assert [r[key] for r in rows] == pytest.approx([r[key] for r in expected], rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- photos, packaging
+
+def test_real_photos_each_once_with_their_licence():
+    found = available_photos()
+    assert [p for p, _ in found] == list(PHOTOS)  # all present in this installation
+    digests = [hashlib.sha256(path.read_bytes()).hexdigest() for _, path in found]
+    assert len(set(digests)) == len(digests) and len({p.name for p in PHOTOS}) == len(PHOTOS)
+    for photo, path in found:
+        assert photo.credit and ("CC0" in photo.credit or "public domain" in photo.credit or "Apache" in photo.credit)
+        with Image.open(path) as im:
+            assert min(im.size) >= 224 and im.convert("RGB").getbbox() is not None
+
+
+def _third_party_imports(folder: Path) -> set[str]:
+    """Distributions imported by the .py files under `folder` (stdlib and our own modules left out)."""
+    dists = packages_distributions()
+    found = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in sys.stdlib_module_names and top in dists and top != "cait":
+                    found.update(canonicalize_name(d) for d in dists[top])
+    return found
+
+
+def test_pyproject_declares_what_the_package_imports_in_ranges_that_hold_the_pins():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
+    extras = {canonicalize_name(r.name): r for deps in project["optional-dependencies"].values()
+              for r in map(Requirement, deps)}
+    assert _third_party_imports(ROOT / "cait") <= set(declared)
+    assert _third_party_imports(ROOT / "app") <= set(declared) | set(extras)
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("#")[0].strip().split("==")
+            pins[canonicalize_name(name)] = version
+    for name, req in {**declared, **extras}.items():
+        assert name in pins and req.specifier.contains(pins[name]), (req, pins.get(name))
