@@ -5,22 +5,18 @@ paper's number-of-heads table measured on this machine.
     python analysis/throughput.py --models cait_s24_224 --batch-sizes 1 16 --repeats 9
     python analysis/throughput.py --heads                           # 12 layers, dim 384, heads 1..24
 
-Timing: every function is warmed up, then the functions being compared run in interleaved rounds
-(the order rotates each round) so that load from other processes hits them alike; a function's figure
-is its median round. Writes <name>.csv, .json, .html (plotly) and .png to --out.
+Timing (cait.timing, as in benchmarks/): every function is warmed up, then the functions being compared
+run in interleaved rounds (the order rotates each round) so that load from other processes hits them
+alike; a function's figure is its median round. Writes <name>.csv, .json, .html (plotly) and .png to --out.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import json
-import math
 import os
 import platform
-import statistics
-import time
 from pathlib import Path
-from typing import Callable
 
 import timm
 import torch
@@ -29,35 +25,12 @@ from tqdm import tqdm
 import cait
 from cait.reference import timm_cait
 from cait.paper import HEADS_DEPTH, HEADS_DIM, HEADS_TABLE
+from cait.timing import time_interleaved
 
 
 def _sig(value: float) -> float:
     """Four significant digits: throughput on a busy CPU can be well below 1 image/s."""
     return float(f"{value:.4g}")
-
-
-def time_interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, warmup: int,
-                     min_seconds: float, desc: str) -> dict[str, float]:
-    """Median seconds per call of each function, timed in interleaved rounds."""
-    one = {}
-    for name, fn in fns.items():
-        for _ in range(warmup):
-            fn()
-        start = time.perf_counter()
-        fn()
-        one[name] = time.perf_counter() - start
-    # The same number of calls per round for every function, enough that the fastest round lasts
-    # min_seconds (short rounds are dominated by timer and scheduler noise).
-    calls = max(1, math.ceil(min_seconds / max(min(one.values()), 1e-6)))
-    rounds: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for r in tqdm(range(repeats), desc=desc, leave=False):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            for _ in range(calls):
-                fns[name]()
-            rounds[name].append((time.perf_counter() - start) / calls)
-    return {name: statistics.median(times) for name, times in rounds.items()}
 
 
 def compare(names: list[str], batch_sizes: list[int], *, repeats: int, warmup: int,

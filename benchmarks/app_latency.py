@@ -3,7 +3,8 @@
 For each model the real app is started in this process on a free port and called through
 gradio_client, as a user's script would; request -> full JSON response is timed for the
 class-attention view (predictions + all CA maps) and for integrated gradients with 32 steps, and
-divided by the median time of one plain `model(x)` forward pass measured in the same run.
+divided by the median time of one plain `model(x)` forward pass measured in the same run (cait.timing:
+interleaved rounds, medians).
 
     python benchmarks/app_latency.py [--models cait_nano_64 cait_xxs24_224] [--repeats 10] [--ig-repeats 3]
 
@@ -15,9 +16,7 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -25,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
 import cait  # noqa: E402
+from cait.timing import time_interleaved  # noqa: E402
 from app.images import load_image  # noqa: E402
 from app.main import ModelStore, analyse, build_app, launch, load_model  # noqa: E402
 
@@ -36,16 +35,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def median_seconds(fn, repeats: int, desc: str) -> float:
-    fn()  # warm-up (first call allocates, JITs kernels, opens connections)
-    times = []
-    for _ in tqdm(range(repeats), desc=desc, leave=False):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def bench_model(name: str, repeats: int, ig_repeats: int) -> dict:
@@ -57,13 +46,18 @@ def bench_model(name: str, repeats: int, ig_repeats: int) -> dict:
     launch(demo, port=port, block=False)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        with torch.inference_mode():
-            forward = median_seconds(lambda: loaded.model(x), repeats, f"{name} forward")
-        in_process = median_seconds(lambda: analyse(loaded, image), repeats, f"{name} analyse() in process")
-        view = median_seconds(lambda: client.predict(handle_file(image), api_name="/analyze"), repeats,
-                              f"{name} /analyze")
-        ig = median_seconds(lambda: client.predict(handle_file(image), "integrated_gradients", -1, 32,
-                                                   api_name="/analyze"), ig_repeats, f"{name} /analyze IG-32")
+
+        def plain_forward() -> None:
+            with torch.inference_mode():
+                loaded.model(x)
+        # warm-up: the first call allocates, picks kernels, opens connections
+        sec = time_interleaved({"forward": plain_forward, "in_process": lambda: analyse(loaded, image),
+                                "view": lambda: client.predict(handle_file(image), api_name="/analyze")},
+                               repeats=repeats, warmup=1, desc=f"{name} forward, analyse(), /analyze")
+        forward, in_process, view = sec["forward"], sec["in_process"], sec["view"]
+        ig = time_interleaved({"ig": lambda: client.predict(handle_file(image), "integrated_gradients", -1, 32,
+                                                            api_name="/analyze")},
+                              repeats=ig_repeats, warmup=1, desc=f"{name} /analyze IG-32")["ig"]
     finally:
         demo.close()
     return {"model": name, "weights": loaded.source, "forward_ms": 1e3 * forward,

@@ -5,12 +5,12 @@
 
 Random weights (speed does not depend on them). Each timed run of a method alternates with a timed
 forward pass, so that load from other processes drifts both alike, and the reported times are the
-minimum over --repeats runs (the least disturbed run: on a shared CPU noise only ever adds time).
+median over --repeats such rounds after one warm-up call of each (cait.timing, as every benchmark; a
+round repeats a call faster than 0.2 s).
 """
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Callable
 
 import torch
@@ -18,27 +18,13 @@ from tqdm import tqdm
 
 import cait
 from cait import explain
+from cait.timing import time_interleaved
 
 # Goals of issue 4 (x one forward pass); methods without a goal are reported only.
 GOALS = {"ca_maps": 1.2, "regions": 1.2, "integrated_gradients": 40.0,
          "rollout_before_mixing": 1.5, "rollout_after_mixing": 1.5}
 
 SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
-
-
-def seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def paired_minimum(fn: Callable[[], object], reference: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Minimum time of fn and of the reference over `repeats` alternating runs, after a warm-up run of
-    fn (imports, first-call paths) that counts as one of them when it is long enough for those to vanish."""
-    warm_up = seconds(fn)
-    runs = [(warm_up, seconds(reference))] if warm_up > 2.0 else []
-    runs += [(seconds(fn), seconds(reference)) for _ in range(repeats - len(runs))]
-    return min(t for t, _ in runs), min(r for _, r in runs)
 
 
 def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> list[tuple[str, float, float]]:
@@ -65,7 +51,8 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
     forward(), forward()  # warm-up: allocator, thread pool, lazy imports
     rows = []
     for method, fn in tqdm(methods.items(), desc=f"{name} B={batch}", unit="method"):
-        rows.append((method, *paired_minimum(fn, forward, repeats)))
+        sec = time_interleaved({"method": fn, "forward": forward}, repeats=repeats, warmup=1)
+        rows.append((method, sec["method"], sec["forward"]))
         tqdm.write(row(name, batch, *rows[-1]))  # partial results survive an interrupted run
     return rows
 
@@ -80,7 +67,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["cait_xxs24_224:4", "cait_nano_64:16"],
                    help="name:batch pairs (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per method (minimum)")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per method (median)")
     p.add_argument("--methods", nargs="+", default=None,
                    help="only these (ca_maps, regions and the names of cait.explain.METHODS)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

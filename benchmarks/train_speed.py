@@ -3,14 +3,13 @@
     python benchmarks/train_speed.py --model cait_nano_64 --batch-size 64
 
 One step = forward + cross-entropy + backward + AdamW step, with bf16 autocast and in fp32. The two
-models alternate in short rounds so that load from other processes hits both alike; the figure per
-model is the median round. Prints images/s and the ratio ours / timm (goal: >= 1.0).
+models alternate in short rounds so that load from other processes hits both alike (cait.timing); the
+figure per model is the median round. Prints images/s and the ratio ours / timm (goal: >= 1.0).
 """
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -18,19 +17,21 @@ from torch import nn
 
 import cait
 from cait.reference import timm_cait
+from cait.runtime import autocast
+from cait.timing import time_interleaved
 
 
-def timed_steps(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                steps: int, amp: torch.dtype | None) -> float:
-    """Images per second over `steps` training steps."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        with torch.autocast("cpu", dtype=amp, enabled=amp is not None):
+def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None) -> Callable[[], None]:
+    """One training step of `model` on (x, y), as a function to time."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        with autocast(amp, torch.device("cpu")):
             loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return steps * len(x) / (time.perf_counter() - start)
+    return step
 
 
 def main() -> None:
@@ -57,15 +58,10 @@ def main() -> None:
 
     print(f"{'precision':<10}{'ours img/s':>12}{'timm img/s':>12}{'ratio':>8}")
     for label, amp in (("bf16", torch.bfloat16), ("fp32", None)):
-        rates: dict[str, list[float]] = {"ours": [], "timm": []}
-        models = {"ours": ours.train(), "timm": theirs.train()}
-        opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
-        for name, m in models.items():  # warm-up: kernel selection, allocator, optimizer state
-            timed_steps(m, opts[name], x, y, 2, amp)
-        for _ in range(args.rounds):
-            for name, m in models.items():
-                rates[name].append(timed_steps(m, opts[name], x, y, args.steps, amp))
-        a, b = statistics.median(rates["ours"]), statistics.median(rates["timm"])
+        steps = {"ours": train_step(ours.train(), x, y, amp), "timm": train_step(theirs.train(), x, y, amp)}
+        # warm-up: kernel selection, allocator, optimizer state
+        sec = time_interleaved(steps, repeats=args.rounds, warmup=2, calls=args.steps, desc=label)
+        a, b = len(x) / sec["ours"], len(x) / sec["timm"]
         print(f"{label:<10}{a:>12.1f}{b:>12.1f}{a / b:>8.3f}")
 
 

@@ -30,8 +30,8 @@ is stopped (signal, --stop-after) and resumed gives the same weights as one that
 Writes to --output: last.safetensors, best.safetensors, ema.safetensors (weights + config, loadable by
 `cait.create_model(None, checkpoint=...)`), state.pt (everything --resume needs), metrics.jsonl (one
 line per epoch, including the paper's LayerScale / residual-ratio / class-attention statistics) and
-args.json. Every file is written to a temporary name and renamed, so a kill at any moment leaves the
-previous version readable.
+args.json (the layout, and its one reader and writer, is cait/runs.py). Every file is written to a
+temporary name and renamed, so a kill at any moment leaves the previous version readable.
 """
 from __future__ import annotations
 
@@ -201,12 +201,12 @@ def train_args(**given: Any) -> argparse.Namespace:
     """The flags of a run without a command line: every flag's default, then (with resume=DIR) the saved
     run's flags, then `given` by flag name (batch_size=64, residual_scale="none", output=Path(...)).
     Values are converted and checked exactly as `python -m cait.train` does; ArgsError says what is wrong."""
-    actions = {a.dest: a for a in build_parser()._actions if a.dest != "help"}
+    actions = _flag_actions()
     unknown = sorted(set(given) - set(actions))
     if unknown:
         raise ArgsError(f"unknown flag(s) {', '.join(map(_flag, unknown))}")
     given = {k: _convert(actions[k], v) for k, v in given.items()}
-    values = {dest: action.default for dest, action in actions.items()}
+    values = _defaults()
     if given.get("resume") is not None:
         values.update(_resumed(given["resume"]))
     args = argparse.Namespace(**{**values, **given})
@@ -215,6 +215,15 @@ def train_args(**given: Any) -> argparse.Namespace:
     args.argv = to_argv(given)
     check_args(args)
     return args
+
+
+def _flag_actions() -> dict[str, argparse.Action]:
+    return {a.dest: a for a in build_parser()._actions if a.dest != "help"}
+
+
+def _defaults() -> dict[str, Any]:
+    """Every flag's default, by name."""
+    return {dest: action.default for dest, action in _flag_actions().items()}
 
 
 def _resumed(resume: str) -> dict[str, Any]:
@@ -230,7 +239,7 @@ def same_run(saved: dict[str, Any], args: argparse.Namespace) -> bool:
     """Do the flags of a run's args.json (`saved`) train what `args` would? Flags added since it was saved
     count at their defaults; where the files go and the per-invocation flags do not count."""
     ignored = {"output", "resume", "argv", *PER_INVOCATION}
-    then = {**vars(build_parser().parse_args([])), **saved}
+    then = {**_defaults(), **saved}
     return all(then.get(k) == v for k, v in vars(args).items() if k not in ignored)
 
 
