@@ -1,20 +1,12 @@
 """scripts/probe_table.py: one row per probe run, naming only the flags in which the probes differ."""
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from cait.runs import RunDir
+from scripts import probe_table
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "probe_table.py"
-
-
-def _probe_table():
-    spec = importlib.util.spec_from_file_location("probe_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _probe(path: Path, args: dict, top1: list[float]) -> Path:
@@ -30,7 +22,7 @@ def test_table_names_the_differing_flags_and_every_epoch(tmp_path):
     shared = {"lr": 1e-3, "epochs": 2}
     a = _probe(tmp_path / "small", {**shared, "model": "cait_nano_64", "embed_dim": None}, [20.0, 30.5])
     b = _probe(tmp_path / "wide", {**shared, "model": "cait_nano_64", "embed_dim": 192}, [25.0, 41.25])
-    _probe_table().main([str(a), str(b), "--out", str(tmp_path / "out")])
+    probe_table.main([str(a), str(b), "--out", str(tmp_path / "out")])
 
     table = (tmp_path / "out" / "probes.md").read_text()
     assert "| small | --embed-dim None |" in table and "| wide | --embed-dim 192 |" in table
@@ -45,4 +37,4 @@ def test_a_run_without_epochs_is_refused(tmp_path):
     empty = tmp_path / "empty"
     RunDir(empty).record_command({"model": "cait_nano_64"}, "python -m cait.train")
     with pytest.raises(SystemExit, match="no completed epoch"):
-        _probe_table().main([str(empty), "--out", str(tmp_path / "out")])
+        probe_table.main([str(empty), "--out", str(tmp_path / "out")])
