@@ -7,13 +7,15 @@ on, from its metadata), random init when the shipped weights are missing, or a m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, NoReturn
+from typing import Any, Iterable, Iterator, NoReturn
 
 import torch
 from PIL import Image
@@ -25,7 +27,7 @@ from cait.data import DataError
 from cait.data import read_examples
 from cait.preprocess import model_view
 from cait.provenance import SourcedModel, load_or_init
-from cait.runs import RunDir
+from cait.runs import RunDir, write_text
 from cait.runtime import PRECISION_CHOICES, autocast, inference_dtype
 
 REPO = Path(__file__).resolve().parent.parent
@@ -220,9 +222,10 @@ RECIPE = {"warmup_epochs": 1.0, "mixup": 0.0, "cutmix": 0.0, "randaug": "none", 
           "seed": 0, "workers": 0}
 
 
-def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int) -> None:
-    """The training budget, the same for every run of a sweep."""
-    g = p.add_argument_group("training budget (the same for every run)")
+def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int, lr: bool = True,
+                     runs: str = "every run") -> None:
+    """The training budget, the same for `runs` of a sweep (lr=False: a sweep that sets --lr per run)."""
+    g = p.add_argument_group(f"training budget (the same for {runs})")
     g.add_argument("--data", default="fashion-mnist", choices=("fashion-mnist", "fashion-mnist-scenes"),
                    help="training data (default fashion-mnist: from scratch, models stay at chance on the scenes "
                         "for their first ~60k images, longer than a CPU sweep's budget per run)")
@@ -230,7 +233,8 @@ def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int) ->
     g.add_argument("--subset", type=int, default=subset, help=f"training images per run (default {subset})")
     g.add_argument("--val-subset", type=int, default=2000, help="validation images (default 2000)")
     g.add_argument("--batch-size", type=int, default=64)
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    if lr:
+        g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     g.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     g.add_argument("--fresh", action="store_true", help="retrain runs that already finished in OUT/runs")
 
@@ -239,8 +243,9 @@ def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> dict[str, Any]
     """The cait.train flags of the budget; --quick shrinks it to seconds."""
     if args.quick:
         args.epochs, args.subset, args.val_subset, args.batch_size = quick_epochs, 64, 32, 32
-    return {"data": args.data, "epochs": args.epochs, "subset": args.subset, "val_subset": args.val_subset,
-            "batch_size": args.batch_size, "lr": args.lr, "threads": args.threads}
+    flags = {"data": args.data, "epochs": args.epochs, "subset": args.subset, "val_subset": args.val_subset,
+             "batch_size": args.batch_size, "threads": args.threads}
+    return {**flags, "lr": args.lr} if "lr" in vars(args) else flags
 
 
 def budget_note(args: argparse.Namespace) -> str:
@@ -253,78 +258,149 @@ def budget_note(args: argparse.Namespace) -> str:
 class SweepRun:
     name: str
     run: Path
-    flags: dict[str, Any]   # the cait.train flags (by name) that made it
-    diverged: bool          # stopped on a non-finite loss (the paper's dagger)
-    val_top1: list[float]   # per finished epoch
+    flags: dict[str, Any]          # the cait.train flags (by name) that made it
+    divergence: dict | None        # where the loss became non-finite (cait.train.Diverged: epoch, step, loss)
+    val_top1: list[float]          # per finished epoch
     params: int
-    macs: int               # multiply-accumulates of one forward
+    macs: int                      # multiply-accumulates of one forward
+
+    @property
+    def diverged(self) -> bool:
+        """Stopped on a non-finite loss (the paper's dagger)."""
+        return self.divergence is not None
 
     @property
     def final_top1(self) -> float | None:
         return self.val_top1[-1] if self.val_top1 else None
 
 
-def _finished(run: Path, args: argparse.Namespace) -> dict | None:
-    """sweep.json of a run that finished with these flags (as its args.json records them), else None."""
+def _run_args(name: str, flags: dict[str, Any], run: Path, **more: Any) -> argparse.Namespace:
+    from cait import train
+    try:
+        return train.train_args(**flags, output=run, **more)
+    except train.ArgsError as e:
+        fail(f"training run {name}: {e}")
+
+
+def _same_flags(run: Path, args: argparse.Namespace) -> bool:
+    """Was the run in `run` started with the flags `args` train with (as its args.json records them)?"""
     from cait.train import same_run
     try:
+        return same_run(RunDir(run).read_args(), args)
+    except (OSError, ValueError):
+        return False
+
+
+def _finished(run: Path, args: argparse.Namespace) -> dict | None:
+    """sweep.json of a run that finished with these flags, else None."""
+    try:
         record = json.loads((run / "sweep.json").read_text())
-        saved = RunDir(run).read_args()
     except (OSError, ValueError):
         return None
-    return record if same_run(saved, args) else None
+    return record if _same_flags(run, args) else None
 
 
-def _train(name: str, args: argparse.Namespace, run: Path) -> bool:
-    """Train one run from scratch in this process (one torch import for the whole sweep), its output into
-    its train.log; True when it diverged. Any other failure ends the sweep with one line."""
-    import contextlib
+def _interrupted(run: Path, args: argparse.Namespace) -> bool:
+    """Did a run with these flags stop part-way with its state saved (a signal, a kill after an epoch)?"""
+    return RunDir(run).is_resumable() and _same_flags(run, args)
+
+
+def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path, *, resume: bool) -> dict:
+    """Train one run in this process (one torch import for the whole sweep), its output into its train.log,
+    continuing it where it stopped when `resume`; returns its sweep record. A non-finite loss is a result
+    (cait.train.Diverged, typed: no log parsing); a stop by a signal ends the sweep, to be continued by
+    running it again; any other failure ends it with one line."""
     import shutil
 
     from cait import train
-    if run.exists():
+    if resume:
+        args = _run_args(name, flags, run, resume=run)
+    elif run.exists():
         shutil.rmtree(run)  # never mix the epochs of two trainings
-    run.mkdir(parents=True)
-    with open(run / "train.log", "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
+    run.mkdir(parents=True, exist_ok=True)
+    divergence = None
+    with open(run / "train.log", "a" if resume else "w") as log, contextlib.redirect_stderr(log), \
+            contextlib.redirect_stdout(log):
         try:
             result = train.run(args)
         except train.Diverged as e:
             print(f"diverged: {e}", file=log)
-            return True
+            divergence, result = {"epoch": e.epoch, "step": e.step, "loss": str(e.loss)}, None
         except (DataError, CheckpointError) as e:
             result = e
     if isinstance(result, Exception):
         fail(f"training run {name}: {str(result).splitlines()[0]} (log: {run / 'train.log'})")
-    if not result.finished:
-        fail(f"training run {name} stopped early ({result.stopped_by}); run the sweep again to retrain it")
-    return False
+    if result is not None and not result.finished:
+        print(f"sweep stopped ({result.stopped_by}) in run {name}, its state saved: run the same command again to "
+              f"continue it and the runs after it", file=sys.stderr)
+        raise SystemExit(result.exit_code or 1)
+    return {"flags": train.to_argv(flags), "diverged": divergence is not None, "divergence": divergence}
 
 
-def _train_one(name: str, flags: dict[str, Any], run: Path, fresh: bool) -> SweepRun:
+def _sweep_run(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path, record: dict) -> SweepRun:
     from cait import train
-    try:
-        args = train.train_args(**flags, output=run)
-    except train.ArgsError as e:
-        fail(f"training run {name}: {e}")
-    record = None if fresh else _finished(run, args)
-    if record is None:
-        record = {"flags": train.to_argv(flags), "diverged": _train(name, args, run)}
-        write_json(run / "sweep.json", record)
     model = cait.CaiT(train.model_config(args))  # also for a run that diverged in epoch 1
     curve = [line["val_top1"] for line in RunDir(run).read_metrics() if line.get("val_top1") is not None]
-    return SweepRun(name, run, flags, record["diverged"], curve, model.num_params(), model.flops())
+    # records written before divergences were typed say only diverged: true
+    divergence = record.get("divergence") or ({} if record["diverged"] else None)
+    return SweepRun(name, run, flags, divergence, curve, model.num_params(), model.flops())
 
 
-def train_runs(plan: dict[str, dict[str, Any]], out: Path, args: argparse.Namespace) -> dict[str, SweepRun]:
+def finished_runs(plan: dict[str, dict[str, Any]], out: Path) -> dict[str, SweepRun]:
+    """The runs of `plan` (name -> cait.train flags by name) that finished in OUT/runs with the same flags;
+    nothing is trained (so this may look while a sweep is training)."""
+    results = {}
+    for name, flags in plan.items():
+        run = out / "runs" / name
+        args = _run_args(name, flags, run)
+        record = _finished(run, args)
+        if record is not None:
+            results[name] = _sweep_run(name, flags, args, run, record)
+    return results
+
+
+@contextlib.contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """Held while a sweep trains into `out`: a second sweep into the same directory (which would train the
+    same runs over each other, and compete for the cores) is refused with one line. The lock goes with the
+    process, however it ends."""
+    import fcntl
+    with open(out / "sweep.lock", "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            fail(f"another sweep is training into {out} (pid {f.read().strip() or '?'}); one training at a time: "
+                 f"wait for it to end or stop it (it continues where it stopped when started again)")
+        f.truncate(0)
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def train_runs(plan: dict[str, dict[str, Any]], out: Path, args: argparse.Namespace, *,
+               deadline: float | None = None) -> dict[str, SweepRun]:
     """Train every run of `plan` (name -> cait.train flags by name) into OUT/runs/NAME, one after another,
-    each run's log in its train.log. A run that finished before with the same flags is reused, so an
-    interrupted sweep continues where it stopped (--fresh retrains). A run that stops on a non-finite loss
-    is a result: diverged."""
+    each run's log in its train.log. A run that finished before with the same flags is reused, and one
+    stopped part-way continues from its saved state, so an interrupted sweep continues where it stopped
+    (--fresh retrains from scratch). A run that stops on a non-finite loss is a result: diverged.
+    With a `deadline` (time.time()), no run starts after it: the result holds only the finished runs."""
     from tqdm import tqdm
 
     results = {}
-    with tqdm(plan.items(), desc="runs", unit="run", file=sys.stderr) as bar:
+    with sweep_lock(out_dir(out)), tqdm(plan.items(), desc="runs", unit="run", file=sys.stderr) as bar:
         for name, flags in bar:
-            bar.set_postfix_str(f"training {name} (log: {out / 'runs' / name / 'train.log'})")
-            results[name] = _train_one(name, flags, out / "runs" / name, args.fresh)
+            run = out / "runs" / name
+            run_args = _run_args(name, flags, run)
+            record = None if args.fresh else _finished(run, run_args)
+            if record is None:
+                if deadline is not None and time.time() >= deadline:
+                    continue
+                bar.set_postfix_str(f"training {name} (log: {run / 'train.log'})")
+                record = _train(name, flags, run_args, run, resume=not args.fresh and _interrupted(run, run_args))
+                write_text(run / "sweep.json", json.dumps(record, indent=1))  # the last file a finished run gets
+            results[name] = _sweep_run(name, flags, run_args, run, record)
     return results

@@ -6,18 +6,21 @@ the run's metrics.jsonl; one line per epoch, darker = later. Always a MINIATURE 
 Fashion-MNIST or its scenes), never the paper's ImageNet runs; the figure says which runs it shows.
 
     python analysis/residual_ratio.py                                   # the shipped miniature pair
+    python analysis/residual_ratio.py --sweep out/depth_stability [--ship]   # the pair of the Table 1 sweep
     python analysis/residual_ratio.py --with runs/ls --without runs/plain
     python analysis/residual_ratio.py --retrain [--depth 12 --epochs 3 --subset 6000] [--ship]
     python analysis/residual_ratio.py --retrain --quick                 # seconds, for tests
 
---retrain trains the pair itself (cait.train, the miniature and recipe of depth_stability.py, only
---residual-scale differs) into OUT/runs/{layerscale,none}; the depth-12 "layerscale" and "baseline" runs
-of depth_stability.py are such a pair too. --ship copies the pair's metrics.jsonl + args.json into
-analysis/data/residual_ratio/, the data this script shows by default.
+--sweep takes the pair that depth_stability.py picked from its runs (its JSON's residual_ratio_pair):
+LayerScale and the plain residual at the lr phase's deepest depth (36, as the paper's Fig. 4), same lr,
+seed and budget. --retrain trains a pair itself (cait.train, the miniature and recipe of
+depth_stability.py, only --residual-scale differs) into OUT/runs/{layerscale,none}. --ship copies the
+pair's metrics.jsonl + args.json into analysis/data/residual_ratio/, the data this script shows by default.
 Writes residual_ratio.csv/.json/.png/.html.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -52,6 +55,22 @@ def read_run(run: Path) -> dict:
     out["description"] = (f"{recorded.get('model', '?')} ({shape}), residual {kind}, {recorded.get('data', '?')}"
                           f"{f' first {subset} train images' if subset else ''}, {len(out['epochs'])} epochs")
     return out
+
+
+def sweep_pair(sweep: Path) -> dict[str, Path]:
+    """{kind: run directory} of the pair depth_stability.py picked from its runs in `sweep` (its output)."""
+    try:
+        pair = json.loads((sweep / "depth_stability.json").read_text()).get("residual_ratio_pair")
+    except (OSError, ValueError):
+        fail(f"no readable depth_stability.json in {sweep} (the --out of analysis/depth_stability.py)")
+    if not pair:
+        fail(f"{sweep / 'depth_stability.json'} names no pair yet: its lr phase has no finished LayerScale and "
+             f"plain-residual runs at one lr (python analysis/depth_stability.py --phase lr --out {sweep})")
+    runs = {kind: sweep / "runs" / pair[kind] for kind in KINDS}
+    missing = [str(run) for run in runs.values() if not (run / METRICS_FILE).is_file()]
+    if missing:
+        fail(f"the sweep's pair is not there: {', '.join(missing)}")
+    return runs
 
 
 def retrain(args, out: Path) -> dict[str, Path]:
@@ -107,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--with", dest="with_run", type=Path, default=None, help="run directory trained with LayerScale")
     p.add_argument("--without", dest="without_run", type=Path, default=None,
                    help="run directory trained with --residual-scale none")
+    p.add_argument("--sweep", type=Path, default=None, metavar="DIR",
+                   help="the pair depth_stability.py picked from its runs in DIR (its --out)")
     p.add_argument("--retrain", action="store_true", help="train the pair first (python -m cait.train)")
     p.add_argument("--ship", action="store_true", help="store the pair's metrics as the shipped data")
     p.add_argument("--depth", type=int, default=12, help="--retrain: SA depth of both runs (default 12)")
@@ -114,12 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.with_run is None) != (args.without_run is None):
         p.error("give both --with and --without (or neither)")
-    if args.ship and not (args.retrain or args.with_run):
-        p.error("--ship stores a new pair: give --retrain or --with/--without")
+    if sum((args.retrain, args.with_run is not None, args.sweep is not None)) > 1:
+        p.error("give one of --sweep, --with/--without and --retrain")
+    if args.ship and not (args.retrain or args.with_run or args.sweep):
+        p.error("--ship stores a new pair: give --sweep, --retrain or --with/--without")
     out = out_dir(args.out)
 
     if args.retrain:
         runs = retrain(args, out)
+    elif args.sweep is not None:
+        runs = sweep_pair(args.sweep)
     elif args.with_run is not None:
         runs = {"layerscale": args.with_run, "none": args.without_run}
     else:

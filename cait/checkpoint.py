@@ -17,10 +17,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .config import VARIANTS, CaiTConfig
+from .config import VARIANTS, CaiTConfig, CNNConfig
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
-CONFIG_KEY = "cait_config"
+CONFIG_KEY = CaiTConfig.METADATA_KEY
+STORED_CONFIGS = (CaiTConfig, CNNConfig)  # the configs our files carry, each under its own metadata key
 
 
 class CheckpointError(ValueError):
@@ -28,8 +29,8 @@ class CheckpointError(ValueError):
 
 
 def save_weights(model: torch.nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
-    """Write `model`'s weights as safetensors with its config in the metadata, atomically."""
-    meta = {CONFIG_KEY: json.dumps(model.cfg.to_dict()), **(metadata or {})}
+    """Write `model`'s weights as safetensors with its config (`model.cfg`) in the metadata, atomically."""
+    meta = {model.cfg.METADATA_KEY: json.dumps(model.cfg.to_dict()), **(metadata or {})}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -37,8 +38,9 @@ def save_weights(model: torch.nn.Module, path: str | os.PathLike, metadata: dict
     os.replace(tmp, path)
 
 
-def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], CaiTConfig | None]:
-    """State dict (prefixes stripped) and, for our own files, the config stored with it."""
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], CaiTConfig | CNNConfig | None]:
+    """State dict (prefixes stripped) and, for our own files, the config stored with it (a CaiT's, or a
+    CNN teacher's)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
@@ -50,8 +52,8 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
             with safe_open(str(path), framework="pt") as f:
                 meta = f.metadata() or {}
             state = load_file(str(path))
-            if CONFIG_KEY in meta:
-                config = CaiTConfig.from_dict(json.loads(meta[CONFIG_KEY]))
+            config = next((cls.from_dict(json.loads(meta[cls.METADATA_KEY])) for cls in STORED_CONFIGS
+                           if cls.METADATA_KEY in meta), None)
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:

@@ -7,7 +7,7 @@ The paper variants use the hyper-parameters of the official deit `cait_models.py
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -23,8 +23,36 @@ class ConfigError(ValueError):
     """Fields that do not make a model; the one-line message names them (and says what would)."""
 
 
+_Config = TypeVar("_Config", bound="_StoredConfig")
+
+
+class _StoredConfig:
+    """What the frozen config dataclasses share: checked replace, and a JSON round trip (files store
+    their config as JSON in the safetensors metadata under METADATA_KEY)."""
+    METADATA_KEY: ClassVar[str]
+
+    def replace(self: _Config, **overrides: Any) -> _Config:
+        unknown = set(overrides) - set(self.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown config field(s) {sorted(unknown)}; "
+                            f"known: {sorted(self.__dataclass_fields__)}")
+        return replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key in ("mean", "std", "labels"):
+            if isinstance(known.get(key), list):
+                known[key] = tuple(known[key])
+        return cls(**known)
+
+
 @dataclass(frozen=True)
-class CaiTConfig:
+class CaiTConfig(_StoredConfig):
+    METADATA_KEY: ClassVar[str] = "cait_config"
     img_size: int = 224            # square input side in pixels the position embedding is built for
     patch_size: int = 16           # side of the square patches cut by the conv patch embedding
     in_chans: int = 3              # input channels (3 for RGB; 1 for grey Fashion-MNIST)
@@ -85,24 +113,6 @@ class CaiTConfig:
             return f"crop_pct must be in (0, 1], got {self.crop_pct}"
         return None
 
-    def replace(self, **overrides: Any) -> "CaiTConfig":
-        unknown = set(overrides) - set(self.__dataclass_fields__)
-        if unknown:
-            raise TypeError(f"unknown config field(s) {sorted(unknown)}; "
-                            f"known: {sorted(self.__dataclass_fields__)}")
-        return replace(self, **overrides)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CaiTConfig":
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        for key in ("mean", "std", "labels"):
-            if isinstance(known.get(key), list):
-                known[key] = tuple(known[key])
-        return cls(**known)
-
     @property
     def grid_size(self) -> int:
         return self.img_size // self.patch_size
@@ -110,6 +120,21 @@ class CaiTConfig:
     @property
     def num_patches(self) -> int:
         return self.grid_size ** 2
+
+
+@dataclass(frozen=True)
+class CNNConfig(_StoredConfig):
+    """A timm convolutional classifier trained here (the distillation teacher of the paper's recipe)."""
+    METADATA_KEY: ClassVar[str] = "timm_cnn_config"
+    arch: str                      # timm model name, e.g. "resnet18" (built with pretrained=False)
+    img_size: int                  # input side it is trained and evaluated at
+    in_chans: int = 3              # input channels
+    num_classes: int = 10          # size of its classifier
+    drop_path_rate: float = 0.0    # stochastic depth, for the timm models that have it
+    mean: tuple[float, ...] = (0.5, 0.5, 0.5)  # per-channel normalisation of its input
+    std: tuple[float, ...] = (0.5, 0.5, 0.5)
+    crop_pct: float = 1.0          # eval transform: resize then centre crop this fraction
+    labels: tuple[str, ...] = FASHION_MNIST_CLASSES  # class names
 
 
 def _paper(img_size: int, dim: int, depth: int, eps: float, drop_path: float) -> CaiTConfig:

@@ -4,6 +4,8 @@ boxes: the ground truth our attention maps are checked against), and any ImageFo
 Every dataset yields (PIL.Image, int label) and has `.classes`; transforms are the caller's business.
 A dataset with boxes (`BoxedDataset`) also says where the object is, for localization scores. The
 example images shipped in cait/examples/ are read here too (`read_examples`).
+The two Fashion-MNIST datasets also offer all their images at once as `.pixels`, a uint8 [n, H, W, C]
+array (the scenes' from a disk cache, see `scene_cache`), for augmentation on batched tensors.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ EXAMPLES_DIR = Path(__file__).parent / "examples"
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 INSTALL_HINT = "install them with: sudo apt-get install dataset-fashion-mnist"
 SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
+NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
 
 
 class DataError(ValueError):
@@ -68,6 +71,11 @@ class FashionMNIST(Dataset):
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
         return Image.fromarray(self.images[i], mode="L"), int(self.labels[i])
 
+    @property
+    def pixels(self) -> np.ndarray:
+        """uint8 [n, 28, 28, 1]: a view, no copy."""
+        return self.images[:self.n, :, :, None]
+
 
 class FashionMNISTScenes(Dataset):
     """Colour canvases with one tinted garment at a random position and scale over clutter.
@@ -75,13 +83,16 @@ class FashionMNISTScenes(Dataset):
     The garment's pasted frame has a side of 30-65% of the canvas; the clutter is a colour gradient,
     smooth texture, pixel noise and faint fragments of other garments from the same split, so an
     attention map that ignores the garment cannot land in its box by luck more often than the box's
-    area allows. Everything is a pure function of (seed, split, index): no cache, any worker or rank
-    renders the same sample. `boxes` are the garment's tight box (x0, y0, x1, y1) in canvas pixels.
+    area allows. Everything is a pure function of (seed, split, n, index): any worker or rank renders the
+    same sample, and `cache=True` renders the split once into a memory-mapped file (`.pixels`) that
+    items are then read from. `boxes` are the garment's tight box (x0, y0, x1, y1) in canvas pixels.
     """
     classes = FASHION_MNIST_CLASSES
     MIN_SIDE, MAX_SIDE = 0.30, 0.65
+    GENERATOR_VERSION = 1  # bump whenever render() or the layout draws change: it renames the cache files
 
-    def __init__(self, split: str, *, canvas: int = 64, seed: int = 0, subset: int | None = None):
+    def __init__(self, split: str, *, canvas: int = 64, seed: int = 0, subset: int | None = None,
+                 cache: bool = False):
         self.split, self.canvas, self.seed = split, canvas, seed
         self.garments, all_labels = load_fashion_mnist(split)
         n = len(all_labels) if subset is None else min(subset, len(all_labels))
@@ -92,6 +103,32 @@ class FashionMNISTScenes(Dataset):
         self.x0 = np.floor(rng.uniform(0, 1, n) * (canvas - self.sides + 1)).astype(int)
         self.y0 = np.floor(rng.uniform(0, 1, n) * (canvas - self.sides + 1)).astype(int)
         self.boxes = self._tight_boxes(self.garments[:n])
+        self._pixels: np.ndarray | None = None
+        if cache:
+            self._pixels = self.pixels
+
+    def generator_params(self) -> dict[str, object]:
+        """What the pixels depend on besides the source garments (the cache hashes both)."""
+        return {"version": self.GENERATOR_VERSION, "canvas": self.canvas, "seed": self.seed, "split": self.split,
+                "n": len(self.labels), "min_side": self.MIN_SIDE, "max_side": self.MAX_SIDE}
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """uint8 [n, canvas, canvas, 3], every scene: memory-mapped from the cache (built on first use)."""
+        if self._pixels is None:
+            from .scene_cache import cached_pixels
+            self._pixels = cached_pixels(self)
+        return self._pixels
+
+    def __getstate__(self) -> dict:
+        # a pickled copy (a spawned worker) maps the cache file itself instead of carrying its bytes
+        return {**self.__dict__, "_pixels": None, "_cached": self._pixels is not None}
+
+    def __setstate__(self, state: dict) -> None:
+        cached = state.pop("_cached", False)
+        self.__dict__.update(state)
+        if cached:
+            self._pixels = self.pixels
 
     def _tight_boxes(self, garments: np.ndarray) -> np.ndarray:
         ink = garments > 25  # where the garment actually is inside its 28x28 frame
@@ -106,7 +143,8 @@ class FashionMNISTScenes(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
-        return Image.fromarray(self.render(i)), int(self.labels[i])
+        image = self.render(i) if self._pixels is None else np.asarray(self._pixels[i])
+        return Image.fromarray(image), int(self.labels[i])
 
     def render(self, i: int) -> np.ndarray:
         """The uint8 [canvas, canvas, 3] scene of sample i."""
@@ -247,8 +285,9 @@ class ImageFolderData(Dataset):
         return self.folder[i]
 
 
-def build_dataset(data: str, split: str, *, seed: int = 0, subset: int | None = None) -> Dataset:
-    """data: "fashion-mnist", "fashion-mnist-scenes" or an ImageFolder root; split: "train" or "val"."""
+def build_dataset(data: str, split: str, *, seed: int = 0, subset: int | None = None, cache: bool = False) -> Dataset:
+    """data: "fashion-mnist", "fashion-mnist-scenes" or an ImageFolder root; split: "train" or "val".
+    cache: read scenes from the disk cache (rendering it first if needed) instead of rendering each."""
     if split not in SPLIT_FILES:
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
     if subset is not None and subset <= 0:
@@ -256,7 +295,7 @@ def build_dataset(data: str, split: str, *, seed: int = 0, subset: int | None = 
     if data == "fashion-mnist":
         return FashionMNIST(split, subset=subset)
     if data == "fashion-mnist-scenes":
-        return FashionMNISTScenes(split, seed=seed, subset=subset)
+        return FashionMNISTScenes(split, seed=seed, subset=subset, cache=cache)
     if not Path(data).exists():
         raise DataError(f"unknown dataset '{data}': use fashion-mnist, fashion-mnist-scenes or an existing directory")
     return ImageFolderData(data, split, subset=subset)

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     try:
         model = create_model(args.model, args.checkpoint, pretrained=args.checkpoint is None)
-        data = build_dataset(args.data, "val", subset=args.subset)
+        data = build_dataset(args.data, "val", subset=args.subset, cache=True)  # scenes: read from the disk cache
     except (CheckpointError, DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -5,8 +5,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import load_into, read_checkpoint
-from .config import CaiTConfig, get_config
+from .checkpoint import CheckpointError, load_into, read_checkpoint
+from .config import CaiTConfig, CNNConfig, get_config
 from .hub import fetch_weights
 from .model import CaiT
 
@@ -34,6 +34,9 @@ def create_model(name: str | None = None, checkpoint: str | os.PathLike | None =
     if checkpoint is not None:
         state, stored = read_checkpoint(checkpoint)
         source = source or Path(checkpoint).name
+        if isinstance(stored, CNNConfig):
+            raise CheckpointError(f"{source} holds a timm CNN ({stored.arch}), not a CaiT: it serves as a "
+                                  f"distillation --teacher (cait.teacher.load_teacher reads it)")
     if stored is not None:
         cfg = stored.replace(**overrides)
     elif name is not None:

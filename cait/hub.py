@@ -135,8 +135,10 @@ def fetch_weights(name: str, *, tqdm_class: type | None = None,
     if cfg.pretrained:
         path = WEIGHTS_DIR / cfg.pretrained
         if not path.is_file():
-            raise WeightsUnavailable(f"the shipped weights of '{name}' are missing from the package ({path}); "
-                                     f"reinstall the package or train them with `python -m cait.train`")
+            # (also a variant declared in VARIANTS before its weights are trained and shipped)
+            raise WeightsUnavailable(f"no shipped weights for '{name}' in this package ({path} is absent): train "
+                                     f"them with `python -m cait.train --model {name}` and ship them with "
+                                     f"scripts/ship_model.py, or pass checkpoint=PATH")
         return LocalWeights(path, path.name)
     repo = hub_repo(name)
     if repo is None:

@@ -18,6 +18,10 @@ embedding, class token, norms and biases; per-step cosine schedule with linear w
 random erasing, Mixup/CutMix with soft-target cross-entropy and label smoothing; uniform stochastic
 depth; gradient clipping; model EMA; optional hard distillation from a teacher through the class token.
 
+Training images are augmented on batched uint8 tensors (`cait.augment`) read from the dataset's pixel
+array, the scenes from a disk cache rendered once (`cait.scene_cache`); image folders, or --pipeline pil,
+go through timm's PIL transforms image by image.
+
 Everything random is a pure function of --seed: the data order of epoch e comes from (seed, e), the
 augmentation of sample i in epoch e from (seed, e, i), and mixup / stochastic depth draw from RNGs
 re-seeded from (seed, e, rank) at the start of every epoch and saved in the resume state. So a run that
@@ -52,14 +56,15 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
+from .augment import BatchAugment, parse_randaug
 from .checkpoint import CheckpointError, load_into, read_checkpoint
-from .config import DEFAULT_MODEL, GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, ConfigError, get_config, list_models
-from .data import DataError, build_dataset
+from .config import DEFAULT_MODEL, GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
+from .data import NATIVE_INPUT, DataError, build_dataset
 from .explain import layerscale_stats
-from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform
 from .runs import RunDir
+from .teacher import CNN_PREFIX, TimmCNN, cnn_arch, load_cnn_weights, load_teacher
 from .runtime import AMP_CHOICES, DEVICE_CHOICES, autocast, autocast_dtype, resolve_device
 
 # flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
@@ -67,6 +72,7 @@ MODEL_OVERRIDES = {"img_size": "img_size", "patch_size": "patch_size", "embed_di
                    "depth_token_only": "depth_token_only", "num_heads": "num_heads", "class_token_at": "class_token_at",
                    "global_pool": "global_pool", "residual_scale": "residual_scale", "init_values": "init_values",
                    "drop_path": "drop_path_rate"}
+ModelConfig = CaiTConfig | CNNConfig  # what --model builds: a CaiT variant, or a timm CNN (timm:NAME)
 INSIGHT_BATCH = 64  # fixed validation images on which residual ratios and class-attention entropy are measured
 # what to stop at and how many threads to use are properties of one invocation, not of the run: a resumed run
 # does not inherit them
@@ -85,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m cait.train", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("run")
-    g.add_argument("--model", default=DEFAULT_MODEL, help=f"variant to train, one of: {', '.join(list_models())}")
+    g.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"variant to train, one of: {', '.join(list_models())}; or {CNN_PREFIX}NAME for a timm CNN "
+                        f"(e.g. {CNN_PREFIX}resnet10t: a distillation --teacher for the same data; --img-size and "
+                        f"--drop-path apply, the CaiT statistics are skipped)")
     g.add_argument("--data", default="fashion-mnist-scenes",
                    help="fashion-mnist, fashion-mnist-scenes, or a directory with train/<class>/ and val/<class>/ images")
     g.add_argument("--output", default=None, help="directory for checkpoints, state and metrics (default: runs/<model>)")
@@ -129,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="brightness/contrast/saturation jitter when RandAugment is off (timm's default 0.4; 0 = off)")
     g.add_argument("--hflip", type=float, default=0.5, help="horizontal flip probability")
     g.add_argument("--reprob", type=float, default=0.25, help="random erasing probability")
+    g.add_argument("--pipeline", default="auto", choices=("auto", "tensor", "pil"),
+                   help="where training images are augmented: tensor = whole batches of the dataset's uint8 pixel "
+                        "array (fashion-mnist, and the scenes from their disk cache; --randaug runs as "
+                        "RandAugment-lite, see cait/augment.py), pil = timm's PIL transforms image by image "
+                        "(timm's exact RandAugment; needed for image folders); auto = tensor where the data allows")
     g.add_argument("--mixup", type=float, default=0.8, help="mixup alpha (0 = off)")
     g.add_argument("--cutmix", type=float, default=1.0, help="cutmix alpha (0 = off)")
     g.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
@@ -149,8 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="residual branch weighting (paper Table 1 ablations)")
     g.add_argument("--init-values", type=float, default=None, help="LayerScale eps")
     g.add_argument("--teacher", default=None, metavar="CHECKPOINT",
-                   help="hard distillation from this checkpoint (any file cait.create_model reads), through the "
-                        "class token")
+                   help="hard distillation from this checkpoint, through the class token: a CNN trained with "
+                        f"--model {CNN_PREFIX}NAME, or any file cait.create_model reads")
     g.add_argument("--distill-alpha", type=float, default=0.5, help="weight of the distillation loss")
     return p
 
@@ -273,11 +287,18 @@ def check_args(args: argparse.Namespace) -> None:
         raise ArgsError(str(e)) from None
     if not 0 <= args.ema < 1:
         raise ArgsError(f"--ema is a decay in [0, 1), got {args.ema}")
+    if args.pipeline != "pil":
+        try:
+            parse_randaug(args.randaug)
+        except ValueError as e:  # timm's other policies (AutoAugment, AugMix) exist on the PIL path only
+            raise ArgsError(f"{e}; --pipeline pil runs any timm policy") from None
 
 
-def model_config(args: argparse.Namespace, **fields: Any) -> CaiTConfig:
+def model_config(args: argparse.Namespace, **fields: Any) -> ModelConfig:
     """The --model config with the override flags applied; ValueError says, in the flags' names, what
     does not fit."""
+    if cnn_arch(args.model) is not None:
+        return cnn_config(args, **fields)
     overrides = {field: getattr(args, flag) for flag, field in MODEL_OVERRIDES.items()
                  if getattr(args, flag, None) is not None}
     try:
@@ -291,6 +312,24 @@ def model_config(args: argparse.Namespace, **fields: Any) -> CaiTConfig:
         raise ConfigError("with --depth-token-only 0 the class token needs --class-token-at K to take part (or use "
                           "--global-pool avg)")
     return cfg
+
+
+def cnn_config(args: argparse.Namespace, **fields: Any) -> CNNConfig:
+    """A timm CNN (--model timm:NAME) for the data: its native side (or --img-size) and channels."""
+    import timm
+    arch = cnn_arch(args.model)
+    if not timm.is_model(arch):
+        raise ValueError(f"timm has no model '{arch}' (see timm.list_models(), e.g. resnet10t, resnet18)")
+    cait_only = [_flag(dest) for dest in MODEL_OVERRIDES
+                 if dest not in ("img_size", "drop_path") and getattr(args, dest, None) is not None]
+    if cait_only:
+        raise ValueError(f"{', '.join(cait_only)}: for CaiT models only, not {args.model}")
+    side, chans = NATIVE_INPUT.get(args.data, (None, 3))  # image folders are read as RGB
+    side = args.img_size or side
+    if side is None or side <= 0:
+        raise ValueError(f"--model {args.model} on an image folder needs a positive --img-size")
+    return CNNConfig(arch=arch, img_size=side, in_chans=chans, mean=(0.5,) * chans, std=(0.5,) * chans,
+                     drop_path_rate=args.drop_path or 0.0, **fields)
 
 
 def _in_flag_names(message: str) -> str:
@@ -359,7 +398,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------------------
 # data
 
-def train_transform(cfg: CaiTConfig, args: argparse.Namespace):
+def train_transform(cfg: ModelConfig, args: argparse.Namespace):
     """timm's DeiT training transform (random resized crop, flip, RandAugment, random erasing) at the
     model's resolution. Augmentation runs on RGB (RandAugment's ops expect it); the image is then put in
     the model's colour mode before normalising with the config's mean/std."""
@@ -399,6 +438,44 @@ class Transformed(Dataset):
             return self.transform(image), label
         with seeded(seed):
             return self.transform(image), label
+
+
+class AugmentedPixels(Dataset):
+    """A dataset's uint8 `.pixels` array -> (tensor, label), augmented a batch at a time on tensors (the
+    DataLoader fetches a batch through __getitems__). As with Transformed, sample i of epoch e is a
+    function of (seed, e, i) alone."""
+
+    def __init__(self, data: Dataset, augment: BatchAugment, seed: int):
+        self.pixels, self.labels = data.pixels, data.labels
+        self.augment, self.seed, self.epoch = augment, seed, 0
+
+    def __len__(self) -> int:
+        return len(self.pixels)
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
+        images = torch.from_numpy(self.pixels[np.asarray(indices)])  # (fancy indexing copies: writable)
+        x = self.augment(images, [derive_seed(self.seed, self.epoch, i) for i in indices])
+        return list(zip(x, (int(self.labels[i]) for i in indices)))
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.__getitems__([i])[0]
+
+
+def batch_augment(cfg: ModelConfig, args: argparse.Namespace) -> BatchAugment:
+    """The training augmentation of the flags on tensors (what train_transform does with PIL)."""
+    return BatchAugment(img_size=cfg.img_size, in_chans=cfg.in_chans, mean=cfg.mean, std=cfg.std,
+                        crop_scale=(args.crop_scale, 1.0), hflip=args.hflip, color_jitter=args.color_jitter,
+                        randaug=None if args.randaug == "none" else args.randaug, reprob=args.reprob)
+
+
+def train_images(args: argparse.Namespace, cfg: ModelConfig, raw: Dataset) -> Transformed | AugmentedPixels:
+    """The augmented training set on the --pipeline the flags and the data allow."""
+    if args.pipeline == "pil" or (args.pipeline == "auto" and not hasattr(raw, "pixels")):
+        return Transformed(raw, train_transform(cfg, args), seed=args.seed)
+    if not hasattr(raw, "pixels"):
+        raise DataError(f"--pipeline tensor needs a dataset with a pixel array (fashion-mnist, fashion-mnist-scenes), "
+                        f"not {args.data}; use --pipeline pil")
+    return AugmentedPixels(raw, batch_augment(cfg, args), seed=args.seed)
 
 
 class EpochSampler(Sampler[int]):
@@ -461,7 +538,7 @@ def build_criterion(args: argparse.Namespace, num_classes: int):
     return None, nn.CrossEntropyLoss()
 
 
-def teacher_view(x: torch.Tensor, student: CaiTConfig, teacher: CaiTConfig) -> torch.Tensor:
+def teacher_view(x: torch.Tensor, student: ModelConfig, teacher: ModelConfig) -> torch.Tensor:
     """The student's normalised batch as the teacher expects it (its size, channels, mean/std)."""
     if (student.img_size, student.in_chans, student.mean, student.std) == \
             (teacher.img_size, teacher.in_chans, teacher.mean, teacher.std):
@@ -576,7 +653,7 @@ class EpochTally:
 class TrainState:
     """Everything that changes while training. `state_dict()` is state.pt: with it, a run that stopped at
     any step boundary continues to the very weights it would have reached without stopping."""
-    model: CaiT
+    model: CaiT | TimmCNN
     optimizer: torch.optim.Optimizer
     scheduler: Any                 # timm CosineLRScheduler: a function of (flags, step), so rebuilt, never saved
     scaler: torch.amp.GradScaler
@@ -622,7 +699,7 @@ class TrainState:
         return done
 
 
-def new_state(model: CaiT, args: argparse.Namespace, *, lr: float, steps_per_epoch: int,
+def new_state(model: CaiT | TimmCNN, args: argparse.Namespace, *, lr: float, steps_per_epoch: int,
               amp: torch.dtype | None, device: torch.device) -> TrainState:
     """The state of a fresh run: the recipe's optimizer, schedule, loss scaler and EMA around `model`."""
     optimizer = build_optimizer(model, args, lr)
@@ -640,7 +717,7 @@ def new_state(model: CaiT, args: argparse.Namespace, *, lr: float, steps_per_epo
 @dataclass
 class Data:
     """The images of a run, adapted to the model (size, channels, normalisation)."""
-    train: Transformed              # augmented training images; sample i of epoch e depends on (seed, e, i)
+    train: Transformed | AugmentedPixels  # augmented training images; sample i of epoch e depends on (seed, e, i)
     val_loader: DataLoader          # this process's share of the validation images
     insight_batch: torch.Tensor     # fixed validation images for the per-epoch residual ratios and entropies
     steps_per_epoch: int
@@ -658,8 +735,9 @@ class Data:
 
 def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, tuple[str, ...]]:
     """(train, val, class names) as the data source gives them (PIL images), checked to fit the run."""
-    train_raw = build_dataset(args.data, "train", subset=args.subset)
-    val_raw = build_dataset(args.data, "val", subset=args.val_subset)
+    # (scenes come from the disk cache, rendered on first use)
+    train_raw = build_dataset(args.data, "train", subset=args.subset, cache=True)
+    val_raw = build_dataset(args.data, "val", subset=args.val_subset, cache=True)
     if tuple(train_raw.classes) != tuple(val_raw.classes):
         raise DataError(f"train and val of {args.data} have different classes")
     if len(train_raw) // world < args.batch_size:
@@ -668,10 +746,10 @@ def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, t
     return train_raw, val_raw, tuple(str(c) for c in train_raw.classes)
 
 
-def build_loaders(args: argparse.Namespace, cfg: CaiTConfig, train_raw: Dataset, val_raw: Dataset, *,
+def build_loaders(args: argparse.Namespace, cfg: ModelConfig, train_raw: Dataset, val_raw: Dataset, *,
                   rank: int, world: int, device: torch.device) -> Data:
     """The model input pipeline around the raw datasets: any dataset feeds any variant."""
-    train_data = Transformed(train_raw, train_transform(cfg, args), seed=args.seed)
+    train_data = train_images(args, cfg, train_raw)
     val_data = Transformed(val_raw, eval_transform(cfg))
     val_loader = make_loader(torch.utils.data.Subset(val_data, range(rank, len(val_data), world)),
                              batch_size=args.batch_size, sampler=None, workers=args.workers, drop_last=False)
@@ -684,7 +762,7 @@ def build_loaders(args: argparse.Namespace, cfg: CaiTConfig, train_raw: Dataset,
 class Setup:
     """What stays fixed through one call of run(): flags, processes, data, model wrapper and loss."""
     args: argparse.Namespace
-    cfg: CaiTConfig
+    cfg: ModelConfig
     run: RunDir                     # where the run's files go (--output)
     device: torch.device
     amp: torch.dtype | None         # autocast dtype, None = fp32
@@ -694,7 +772,7 @@ class Setup:
     net: nn.Module                  # the model as trained: DDP-wrapped when world > 1
     mixup: Any | None               # timm Mixup/CutMix, or None
     criterion: nn.Module
-    teacher: CaiT | None            # hard-distillation teacher, or None
+    teacher: nn.Module | None       # hard-distillation teacher (CaiT or TimmCNN, with .cfg), or None
     lr: float                       # peak learning rate
     stop: "StopRequest"
     started: tuple[float, int] = (0.0, 0)  # (time, step) when this call started, for the run's ETA
@@ -704,9 +782,14 @@ class Setup:
             print(message, file=sys.stderr, flush=True)
 
 
-def build_model(args: argparse.Namespace, cfg: CaiTConfig, *, fresh: bool) -> CaiT:
+def build_model(args: argparse.Namespace, cfg: ModelConfig, *, fresh: bool) -> CaiT | TimmCNN:
     """The model, initialised from --seed, or from --init's weights when a fresh run asks for them."""
     seed_everything(args.seed)
+    if isinstance(cfg, CNNConfig):
+        model = TimmCNN(cfg)
+        if fresh and args.init:
+            load_cnn_weights(model, read_checkpoint(args.init)[0], Path(args.init).name)
+        return model
     model = CaiT(cfg)
     if fresh and args.init:
         weights, _ = read_checkpoint(args.init)
@@ -717,13 +800,19 @@ def build_model(args: argparse.Namespace, cfg: CaiTConfig, *, fresh: bool) -> Ca
     return model
 
 
-def build_teacher(args: argparse.Namespace, cfg: CaiTConfig, device: torch.device) -> CaiT | None:
+def build_teacher(args: argparse.Namespace, cfg: ModelConfig, device: torch.device) -> nn.Module | None:
+    """The frozen --teacher (a timm CNN trained here, or a CaiT), or None."""
     if not args.teacher:
         return None
-    teacher = create_model(None, checkpoint=args.teacher).to(device).eval().requires_grad_(False)
+    teacher = load_teacher(args.teacher).to(device)
     if teacher.cfg.num_classes != cfg.num_classes:
         raise CheckpointError(f"teacher {args.teacher} has {teacher.cfg.num_classes} classes, the data {cfg.num_classes}")
     return teacher
+
+
+def saved_config(config: dict[str, Any]) -> ModelConfig:
+    """The model config a state.pt holds (a CNN's names its timm "arch")."""
+    return (CNNConfig if "arch" in config else CaiTConfig).from_dict(config)
 
 
 def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.device,
@@ -733,7 +822,7 @@ def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.de
     train_raw, val_raw, classes = load_data(args, world)
     saved = run.load_state() if args.resume else None
     # a resumed run keeps the exact config it started with
-    cfg = CaiTConfig.from_dict(saved["config"]) if saved else model_config(args, num_classes=len(classes), labels=classes)
+    cfg = saved_config(saved["config"]) if saved else model_config(args, num_classes=len(classes), labels=classes)
     model = build_model(args, cfg, fresh=saved is None).to(device).train()
     teacher = build_teacher(args, cfg, device)
     data = build_loaders(args, cfg, train_raw, val_raw, rank=rank, world=world, device=device)
@@ -884,8 +973,9 @@ def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
         line = {"epoch": state.epoch, "step": state.step, "train_loss": tally.mean_loss(), "train_top1": tally.top1(),
                 "val_top1": top1, "val_top1_ema": top1_ema, "lr": state.optimizer.param_groups[0]["lr"],
                 "images_per_s": tally.seen * setup.world / max(tally.seconds, 1e-9),
-                "epoch_seconds": time.time() - started, "layerscale": layerscale_stats(model),
-                **insight_stats(model, setup.data.insight_batch)}
+                "epoch_seconds": time.time() - started}
+        if isinstance(model, CaiT):  # the paper's per-epoch statistics exist for CaiT only
+            line.update(layerscale=layerscale_stats(model), **insight_stats(model, setup.data.insight_batch))
         save_checkpoint(setup, state, "last", model, val_top1=top1)
         if ema is not None:
             save_checkpoint(setup, state, "ema", ema.module, val_top1=top1_ema)

@@ -1,4 +1,5 @@
-"""Shared fixtures: timm's CaiT (the independent oracle) with the same random weights as ours."""
+"""Shared fixtures: timm's CaiT (the independent oracle) with the same random weights as ours; a
+session-wide scene cache directory, so tests never write into the user's cache."""
 from __future__ import annotations
 
 import atexit
@@ -23,6 +24,15 @@ import torch  # noqa: E402
 import cait  # noqa: E402
 from cait.config import CaiTConfig  # noqa: E402
 from cait.reference import timm_cait  # noqa: E402
+from cait.scene_cache import CACHE_ENV  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scene_cache_dir(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("scene_cache")
+        mp.setenv(CACHE_ENV, str(path))
+        yield path
 
 
 @torch.no_grad()

@@ -184,27 +184,92 @@ def _runs_of(out: Path) -> dict[str, tuple[cait.CaiTConfig, list[float]]]:
     return found
 
 
-def test_depth_stability_grid_trains_what_it_says_and_reuses_finished_runs(tmp_path):
+def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(tmp_path):
     done = run("depth_stability.py", "--quick", "--out", tmp_path)
     data = json.loads((tmp_path / "depth_stability.json").read_text())
     assert data["made_from"].startswith("miniature retraining") and data["scale"] == "miniature"
-    runs = _runs_of(tmp_path)
+    # --quick: depths 2, 3; lrs 1e-3 and 1e9 (which diverges); eps 0.1 (the rule at depth 3), 1e-6; seeds 0, 1
+    assert data["planned"] == {"lr": 16, "eps": 2, "main": 16}
+    rows = data["rows"]
+    assert {p: sum(r["phase"] == p for r in rows) for p in ("lr", "eps", "main")} == data["planned"]
     kinds = {"baseline": "none", "scalar": "scalar", "rezero": "rezero", "layerscale": "layerscale"}
-    assert len(data["rows"]) == len(runs) == 2 * 4
-    for row in data["rows"]:
-        cfg, curve = runs[f"depth{row['depth']}-{row['method']}"]
-        # the flags reached the model: depth, residual weighting, eps by the paper's depth rule
-        assert (cfg.depth, cfg.residual_scale, cfg.init_values) == (row["depth"], kinds[row["method"]], 0.1)
-        assert row["final_top1"] == curve[-1] and not row["diverged"]
-        assert row["params"] == cait.CaiT(cfg).num_params()
+    for row in rows:
+        folder = tmp_path / "runs" / row["run"]
+        saved = json.loads((folder / "args.json").read_text())["args"]
+        # the flags reached the run: depth, residual weighting, eps, lr, seed, budget
+        assert (saved["depth"], saved["residual_scale"], saved["init_values"]) == (row["depth"], kinds[row["method"]],
+                                                                                  row["eps"])
+        budget = saved["epochs"] * saved["subset"]
+        assert (saved["lr"], saved["seed"], budget) == (row["lr"], row["seed"], row["images"])
+        # divergence is the typed result: every run at lr 1e9, none below; the others' numbers are their own
+        assert row["diverged"] == (row["lr"] == 1e9)
+        if row["diverged"]:
+            assert row["final_top1"] is None and row["diverged_at_step"] >= 1
+            continue
+        cfg = cait.create_model(None, checkpoint=folder / "last.safetensors").cfg
+        assert (cfg.depth, cfg.residual_scale) == (row["depth"], kinds[row["method"]])
+        assert row["eps"] is None or cfg.init_values == row["eps"]
+        curve = [json.loads(l)["val_top1"] for l in (folder / "metrics.jsonl").read_text().splitlines()]
+        assert row["final_top1"] == curve[-1] and row["epochs_done"] == 2
         assert row["paper_top1_quoted"] is None  # depths 2 and 3 are not in the paper: nothing to quote
-    for ext in ("png", "html"):
-        assert (tmp_path / f"depth_stability.{ext}").stat().st_size > 1000
-    assert len((tmp_path / "depth_stability.csv").read_text().splitlines()) == 1 + 8
+    main = [r for r in rows if r["phase"] == "main"]
+    assert {r["lr"] for r in main} == {1e-3}  # each method's best lr: the one that did not diverge
+    assert sorted({r["seed"] for r in main}) == [0, 1]
+    eps_rows = [r for r in rows if r["phase"] == "eps"]
+    assert sorted(r["eps"] for r in eps_rows) == [1e-6, 0.1]
+    for r in eps_rows:  # gamma's trajectory: the init, then each epoch's SA mean from the run's own metrics
+        trajectory = data["gamma"][r["run"]]
+        assert trajectory[0] == {"epoch": 0, "mean": r["eps"], "min": r["eps"], "max": r["eps"]}
+        last = json.loads((tmp_path / "runs" / r["run"] / "metrics.jsonl").read_text().splitlines()[-1])
+        means = [g["mean"] for g in last["layerscale"] if g["stage"] == "sa"]
+        assert trajectory[-1]["mean"] == pytest.approx(np.mean(means)) == r["gamma_final"]
+    pair = data["residual_ratio_pair"]
+    assert (pair["depth"], pair["lr"]) == (3, 1e-3) and {pair["layerscale"], pair["none"]} <= {r["run"] for r in rows}
+    # Fig. 4's pair is drawn from these runs: the ratios are those of the pair's own metrics
+    run("residual_ratio.py", "--sweep", tmp_path, "--out", tmp_path / "fig4")
+    drawn = json.loads((tmp_path / "fig4" / "residual_ratio.json").read_text())
+    assert drawn["runs"] == {kind: str(tmp_path / "runs" / pair[kind]) for kind in ("layerscale", "none")}
+    last = json.loads((tmp_path / "runs" / pair["none"] / "metrics.jsonl").read_text().splitlines()[-1])
+    assert drawn["data"]["none"]["sa"][-1] == last["residual_ratios"]["sa"]
+    for stem in ("depth_stability", "depth_stability_lr", "depth_stability_eps"):
+        for ext in ("png", "html"):
+            assert (tmp_path / f"{stem}.{ext}").stat().st_size > 1000
+    summary = (tmp_path / "depth_stability_summary.md").read_text()
+    assert data["summary"]["headline"] in summary
+    assert "8 of 16 runs of the lr sweep diverged" in summary and "no divergence below lr 1e9" in summary
+    assert len((tmp_path / "depth_stability.csv").read_text().splitlines()) == 1 + 34
     assert "miniature" in done.stdout
     logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
     run("depth_stability.py", "--quick", "--out", tmp_path)
     assert logs == {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
+
+
+def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path):
+    # the main phase picks best lrs from the lr phase: asked for first, it says so in one line
+    early = run("depth_stability.py", "--quick", "--phase", "main", "--out", tmp_path, ok=False)
+    assert early.returncode == 2 and early.stderr.strip().splitlines()[-1].startswith("error: the main phase")
+    # a time budget already used up starts nothing, and the outputs say what is finished
+    run("depth_stability.py", "--quick", "--hours", "1e-9", "--out", tmp_path)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert "lr 0/16" in json.loads((tmp_path / "depth_stability.json").read_text())["made_from"]
+    assert not (tmp_path / "depth_stability.png").exists()
+    # one training at a time: a second sweep into the same directory is refused while the first holds it
+    import fcntl
+    with open(tmp_path / "sweep.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        busy = run("depth_stability.py", "--quick", "--phase", "eps", "--out", tmp_path, ok=False)
+    assert busy.returncode == 2 and "another sweep is training into" in busy.stderr and "Traceback" not in busy.stderr
+    # the budget is measured, not guessed: a few steps per depth x method, and each phase's hours from them
+    measured = run("depth_stability.py", "--quick", "--measure-speed", "2", "--out", tmp_path)
+    speed = json.loads((tmp_path / "speed.json").read_text())
+    assert sorted(speed["speeds"]) == sorted(f"d{d}-{m}" for d in (2, 3)
+                                             for m in ("baseline", "scalar", "rezero", "layerscale"))
+    assert all(s["images_per_s"] > 0 for s in speed["speeds"].values())
+    hours = speed["estimated_hours"]
+    assert set(hours) == {"lr", "eps", "main"} and all(h > 0 for h in hours.values())
+    assert "estimated wall time" in measured.stdout and not (tmp_path / "runs").is_dir()
+    bad = run("depth_stability.py", "--main-depths", "48", "--out", tmp_path, ok=False)
+    assert bad.returncode == 2 and "--main-depths must be among --depths" in bad.stderr
 
 
 def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
@@ -238,3 +303,135 @@ def test_a_diverging_run_is_a_result_not_a_crash(tmp_path, monkeypatch):
     log = (tmp_path / "runs" / "boom" / "train.log").stat().st_mtime_ns
     again = _common.train_runs({"boom": flags}, tmp_path, argparse.Namespace(fresh=False))["boom"]
     assert again.diverged and (tmp_path / "runs" / "boom" / "train.log").stat().st_mtime_ns == log
+
+
+def test_a_divergence_reaches_the_sweep_as_the_typed_result(tmp_path, monkeypatch):
+    """The runner takes where training diverged from cait.train.Diverged itself, not from any log text."""
+    monkeypatch.syspath_prepend(str(ANALYSIS))
+    import argparse
+    import _common
+    from cait import train
+
+    def diverges(args):
+        raise train.Diverged("quiet", epoch=2, step=17, loss=float("inf"))
+    monkeypatch.setattr(train, "run", diverges)
+    flags = {**_common.QUICK_MINIATURE, **_common.RECIPE, "epochs": 2, "subset": 64, "threads": 1}
+    result = _common.train_runs({"typed": flags}, tmp_path, argparse.Namespace(fresh=False))["typed"]
+    assert result.diverged and result.divergence == {"epoch": 2, "step": 17, "loss": "inf"}
+    assert json.loads((tmp_path / "runs" / "typed" / "sweep.json").read_text())["divergence"]["step"] == 17
+
+
+def test_a_stopped_run_continues_where_it_stopped(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ANALYSIS))
+    import argparse
+    import _common
+    from cait import train
+    flags = {**_common.QUICK_MINIATURE, **_common.RECIPE, "epochs": 2, "subset": 64, "val_subset": 32,
+             "batch_size": 16, "threads": 1}
+    whole = _common.train_runs({"whole": flags}, tmp_path, argparse.Namespace(fresh=False))["whole"]
+    # as if the sweep was killed in epoch 2 (cait.train saves on a signal; --stop-after does the same)
+    stopped = train.run(train.train_args(**flags, output=tmp_path / "runs" / "parted", stop_after=6))
+    assert not stopped.finished and stopped.epochs == 1
+    parted = _common.train_runs({"parted": flags}, tmp_path, argparse.Namespace(fresh=False))["parted"]
+    assert "resuming" in (tmp_path / "runs" / "parted" / "train.log").read_text()
+    assert parted.val_top1 == whole.val_top1 and len(parted.val_top1) == 2
+    lines = [json.loads(l) for l in (tmp_path / "runs" / "parted" / "metrics.jsonl").read_text().splitlines()]
+    assert [l["epoch"] for l in lines] == [1, 2] and lines[-1]["step"] == 8
+
+
+# ----------------------------------------------------------------------------------------------------
+# what the Table 1 miniature's summary says follows its results (synthetic result rows)
+
+@pytest.fixture
+def table1(monkeypatch):
+    monkeypatch.syspath_prepend(str(ANALYSIS))
+    import _table1
+    return _table1
+
+
+def _row(phase: str, method: str, depth: int, top1: float | None, *, lr: float = 1e-3, eps: float | None = None,
+         seed: int = 0, images: int = 12000) -> dict:
+    return {"phase": phase, "method": method, "depth": depth, "lr": lr, "eps": eps, "seed": seed, "images": images,
+            "diverged": top1 is None, "final_top1": top1}
+
+
+def _main_rows(table1, depth: int, top1: dict[str, tuple[float | None, float | None]]) -> list[dict]:
+    """Main-phase rows at `depth`, two seeds per method, eps by the paper's rule."""
+    return [_row("main", m, depth, value, seed=seed, eps=table1.paper_eps(depth) if table1.METHODS[m].has_eps else None)
+            for m, values in top1.items() for seed, value in enumerate(values)]
+
+
+def test_summary_says_the_paper_ordering_is_reproduced_when_it_is(table1):
+    # the paper at depth 36: LayerScale 82.9 > scalar alpha 81.6 = ReZero 81.6 > plain residual (diverged)
+    rows = _main_rows(table1, 36, {"layerscale": (71.0, 72.0), "scalar": (66.0, 66.4), "rezero": (65.8, 66.6),
+                                   "baseline": (None, None)})
+    summary = table1.summarize(rows)
+    assert summary.headline == "Paper's Table 1 ordering at depth 36: reproduced"
+    [sentence] = summary.findings["main"]
+    assert "is REPRODUCED" in sentence and "5 agree, 0 reversed, 0 within the seed spread" in sentence
+    assert "LayerScale 71.5 ± 0.5 > scalar alpha 66.2 ± 0.2 = ReZero 66.2 ± 0.4 > plain residual diverged" in sentence
+
+
+def test_summary_says_when_the_paper_ordering_is_not_reproduced(table1):
+    # ours: the plain residual is best at depth 36 and LayerScale (eps 1e-6) worst, as in the shipped 3-epoch sweep
+    rows = _main_rows(table1, 36, {"layerscale": (40.0, 41.0), "scalar": (53.0, 54.0), "rezero": (38.0, 39.0),
+                                   "baseline": (56.0, 55.0)})
+    rows += _main_rows(table1, 12, {"layerscale": (58.0, 58.2), "scalar": (56.0, 56.2), "rezero": (35.0, 35.2),
+                                    "baseline": (57.9, 58.1)})
+    summary = table1.summarize(rows)
+    assert summary.headline.startswith("Paper's Table 1 ordering at depth 36: not reproduced; at depth 12:")
+    deep = next(s for s in summary.findings["main"] if s.startswith("Depth 36"))
+    assert "NOT REPRODUCED" in deep and "plain residual 55.5 ± 0.5 > scalar alpha" in deep
+    # within the seed spread, LayerScale vs the plain residual at depth 12 is a tie, not a win
+    shallow = next(s for s in summary.findings["main"] if s.startswith("Depth 12"))
+    assert "LayerScale 58.1 ± 0.1 = plain residual 58.0 ± 0.1" in shallow
+    # what depth does to each method, the paper's numbers beside
+    assert summary.findings["main"][-1].startswith("From depth 12 to 36, mean final top-1 over seeds: plain residual "
+                                                   "58.0 -> 55.5 (paper: 79.9 -> 78.9 (diverged));")
+    # a tuned LayerScale arm is judged separately, and the headline says so when its verdict differs
+    rows += [_row("main", "layerscale", 36, v, eps=1e-3, seed=s) for s, v in enumerate((70.0, 70.4))]
+    rows = [r for r in rows if not (r["method"] == "baseline" and r["depth"] == 36)] + \
+        [_row("main", "baseline", 36, None, seed=s) for s in (0, 1)]
+    rows = [r for r in rows if not (r["method"] == "rezero" and r["depth"] == 36)] + \
+        [_row("main", "rezero", 36, 54.5, seed=s) for s in (0, 1)]
+    summary = table1.summarize(rows)
+    assert "not reproduced (with LayerScale's eps tuned: reproduced)" in summary.headline
+
+
+def test_summary_reports_divergence_and_the_stable_lrs(table1):
+    rows = [_row("lr", m, d, top1, lr=lr) for m, d, lr, top1 in (
+        ("baseline", 12, 1e-3, 60.0), ("baseline", 12, 1e-2, 55.0),
+        ("baseline", 36, 1e-3, 52.0), ("baseline", 36, 1e-2, None),
+        ("layerscale", 12, 1e-3, 61.0), ("layerscale", 12, 1e-2, 15.0),
+        ("layerscale", 36, 1e-3, 62.0), ("layerscale", 36, 1e-2, 58.0))]
+    sentences = table1.stability(rows)
+    assert sentences[0].startswith("1 of 8 runs of the lr sweep diverged")
+    assert "plain residual at depth 36 lr 1e-2" in sentences[0] and "no divergence below lr 1e-2" in sentences[0]
+    assert "1 finished without learning" in sentences[1] and "LayerScale at depth 12 lr 1e-2" in sentences[1]
+    assert "plain residual 1e-3..1e-2 / 1e-3" in sentences[2] and "LayerScale 1e-3 / 1e-3..1e-2" in sentences[2]
+    assert "plain residual 60.0% (lr 1e-3) -> 52.0% (lr 1e-3)" in sentences[3]
+    calm = [dict(r, diverged=False, final_top1=r["final_top1"] or 30.0) for r in rows]
+    assert table1.stability(calm)[0].startswith("No run of the lr sweep diverged (8 runs")
+
+
+def test_summary_says_which_eps_learns(table1):
+    gamma = {0.1: 0.12, 1e-3: 0.02, 1e-5: 3e-4, 1e-6: 4e-5}
+    rows = [dict(_row("eps", "layerscale", 36, top1, eps=eps), gamma_final=gamma[eps])
+            for eps, top1 in ((0.1, 64.0), (1e-3, 61.0), (1e-5, 45.0), (1e-6, 30.0))]
+    sentences = table1.eps_effect(rows)
+    assert sentences[0] == ("LayerScale at depth 36 (lr 1e-3, 12000 training images): eps 0.1 64.0%, eps 1e-3 61.0%, "
+                            "eps 1e-5 45.0%, eps 1e-6 30.0%.")
+    assert sentences[1] == "LayerScale needs eps >= 1e-3 to end within 5 points of its best in 12000 images."
+    assert "eps 1e-6" in sentences[2] and "gets 30.0% here, outside 5 points" in sentences[2]
+    assert sentences[3].endswith("0.1 -> 0.12, 1e-3 -> 2e-2, 1e-5 -> 3e-4, 1e-6 -> 4e-5.")
+    flat = [dict(r, final_top1=60.0 + r["eps"]) for r in rows]
+    assert "does not matter" in table1.eps_effect(flat)[1]
+    chance = [dict(r, final_top1=10.0 + r["eps"]) for r in rows]
+    assert table1.eps_effect(chance)[1] == "No eps learned in 12000 images (the best ends at 10.1%, below 20%)."
+
+
+def test_no_verdict_from_runs_that_learned_nothing(table1):
+    # chance-level numbers in the paper's order are not a reproduction
+    rows = _main_rows(table1, 36, {"layerscale": (14.0, 14.2), "scalar": (12.0, 12.2), "rezero": (11.9, 12.1),
+                                   "baseline": (None, None)})
+    assert table1.summarize(rows).headline == "Paper's Table 1 ordering at depth 36: not resolved"

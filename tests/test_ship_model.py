@@ -1,16 +1,8 @@
 """scripts/ship_model.py: a run continued from an earlier run's weights ships with the whole history."""
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ship_model.py"
-
-
-def _ship_model():
-    spec = importlib.util.spec_from_file_location("ship_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts import ship_model
 
 
 def _run(path: Path, commands: list[str], amp: str, epochs: int, steps_per_epoch: int) -> Path:
@@ -26,7 +18,7 @@ def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
     first = _run(tmp_path / "first", ["python -m cait.train --epochs 3", "python -m cait.train --resume first"],
                  "bf16", 3, 100)
     second = _run(tmp_path / "second", ["python -m cait.train --init first/ema.safetensors"], "auto", 2, 100)
-    epochs, commands, amps = _ship_model().history([first, second])
+    epochs, commands, amps = ship_model.history([first, second])
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5]
     assert [e["step"] for e in epochs] == [100, 200, 300, 400, 500]
     assert [e["val_top1"] for e in epochs] == [51.0, 52.0, 53.0, 51.0, 52.0]  # the second run's own numbers

@@ -81,3 +81,23 @@ def test_paper_variant_without_weights_says_where_to_get_them(monkeypatch, tmp_p
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(CheckpointError, match="checkpoint=PATH"):
         cait.create_model("cait_s24_224", pretrained=True)
+
+
+def test_a_variant_declared_before_its_weights_ship(monkeypatch):
+    """A new VARIANTS entry naming a shipped file that is not there yet: a random model where one is
+    enough (the app, the analysis scripts, say so), a clear error where trained weights are required."""
+    import argparse
+    from analysis._common import load_model as analysis_model  # (the repo root is on pytest's pythonpath)
+    from app.main import build_model
+    from cait.config import VARIANTS
+    name = "cait_test_wide_64"
+    monkeypatch.setitem(VARIANTS, name, VARIANTS["cait_nano_64"].replace(embed_dim=192, num_heads=4,
+                                                                        pretrained=f"{name}.safetensors"))
+    assert name in cait.list_models() and not (WEIGHTS_DIR / f"{name}.safetensors").exists()
+    assert cait.create_model(name).cfg.embed_dim == 192
+    with pytest.raises(CheckpointError, match=f"no shipped weights for '{name}'.*python -m cait.train --model {name}"):
+        cait.create_model(name, pretrained=True)
+    model, source, notice = build_model(name, None)
+    assert model.cfg.embed_dim == 192 and source == "random init (seed 0)" and notice.startswith("Untrained")
+    loaded = analysis_model(argparse.Namespace(model=name, checkpoint=None, pretrained=False))
+    assert not loaded.trained and "RANDOM INIT" in loaded.made_from

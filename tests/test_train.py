@@ -24,6 +24,8 @@ from safetensors.torch import load_file
 import cait
 import cait.train as train_mod
 from cait.config import FASHION_MNIST_CLASSES, CaiTConfig
+from cait.data import DataError, build_dataset
+from cait.teacher import load_teacher
 from cait.train import main, teacher_view
 
 TINY = ["--model", "cait_pico_32", "--data", "fashion-mnist", "--batch-size", "32", "--workers", "0",
@@ -89,10 +91,11 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
-@pytest.mark.parametrize("amp,workers", [("bf16", "0"), ("none", "2")])
-def test_resume_is_exact(tmp_path, amp, workers):
+@pytest.mark.parametrize("amp,workers,pipeline", [("bf16", "0", "tensor"), ("none", "2", "tensor"), ("none", "2", "pil")])
+def test_resume_is_exact(tmp_path, amp, workers, pipeline):
     """2 epochs in one go == stop mid-epoch, resume, stop at the epoch boundary, resume to the end."""
-    args = [*TINY, "--subset", "192", "--epochs", "2", "--ema", "0.9", "--amp", amp, "--workers", workers]
+    args = [*TINY, "--subset", "192", "--epochs", "2", "--ema", "0.9", "--amp", amp, "--workers", workers,
+            "--pipeline", pipeline]
     assert main([*args, "--output", str(tmp_path / "once")]) == 0
     assert main([*args, "--output", str(tmp_path / "split"), "--stop-after", "4"]) == 0
     state = torch.load(tmp_path / "split" / "state.pt", weights_only=True)
@@ -167,6 +170,7 @@ def test_huge_lr_diverges_into_the_nan_stop(tmp_path, capsys):
     (["--depth", "0"], "--depth must be positive"),
     (["--depth-token-only", "0"], "needs --class-token-at K"),
     (["--depth-token-only", "0", "--class-token-at", "3"], "--class-token-at must be in [0, depth=2]"),
+    (["--randaug", "augmix-m5"], "--pipeline pil runs any timm policy"),
 ])
 def test_bad_arguments_get_one_line(argv, message, capsys, tmp_path):
     try:
@@ -224,6 +228,61 @@ def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
     model = cait.create_model(None, checkpoint=out / "last.safetensors")
     assert model.cfg.num_classes == 2 and model.cfg.labels == ("circle", "square")
     assert json.loads((out / "metrics.jsonl").read_text())["val_top1"] is not None
+
+
+def test_pipeline_flag_picks_where_images_are_augmented(tmp_path):
+    folder = _image_folder(tmp_path / "shapes")
+    cfg = cait.get_config("cait_pico_32")
+    for data, pipeline, kind in (("fashion-mnist", "auto", train_mod.AugmentedPixels),
+                                 ("fashion-mnist", "pil", train_mod.Transformed),
+                                 (str(folder), "auto", train_mod.Transformed)):
+        args = train_mod.parse_args([*TINY, "--data", data, "--pipeline", pipeline])
+        raw = build_dataset(data, "train", subset=64)
+        images = train_mod.train_images(args, cfg, raw)
+        x, label = images[3]
+        assert isinstance(images, kind) and x.shape == (3, 32, 32) and label == raw[3][1]
+    # the tensor path gives the same kind of input as the PIL path: normalised, every channel in range
+    args = train_mod.parse_args([*TINY, "--pipeline", "tensor", "--reprob", "0"])  # (erasing draws N(0, 1) noise)
+    batch = torch.stack([x for x, _ in train_mod.train_images(args, cfg, build_dataset("fashion-mnist", "train", subset=64))
+                         .__getitems__(list(range(32)))])
+    assert batch.min() >= -1 - 1e-5 and batch.max() <= 1 + 1e-5 and batch.std() > 0.2
+    args = train_mod.parse_args([*TINY, "--data", str(folder), "--pipeline", "tensor"])
+    with pytest.raises(DataError, match="use --pipeline pil"):
+        train_mod.train_images(args, cfg, build_dataset(str(folder), "train"))
+
+
+def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
+    """--model timm:resnet10t trains on the same data (no CaiT statistics), is saved with its config, resumes,
+    and as --teacher changes what the student learns."""
+    cnn = tmp_path / "cnn"
+    flags = [*TINY, "--model", "timm:resnet10t", "--subset", "64", "--epochs", "2", "--amp", "none"]
+    assert main([*flags, "--output", str(cnn), "--stop-after", "3"]) == 0
+    assert main(["--resume", str(cnn)]) == 0
+    lines = [json.loads(line) for line in (cnn / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in lines] == [1, 2] and "layerscale" not in lines[-1]
+    assert np.isfinite(lines[-1]["val_top1"])
+    teacher = load_teacher(cnn / "last.safetensors")
+    assert teacher.cfg.arch == "resnet10t" and (teacher.cfg.img_size, teacher.cfg.in_chans) == (28, 1)
+    # --init starts a new CNN run from those weights
+    args = train_mod.parse_args([*flags, "--init", str(cnn / "last.safetensors")])
+    started = train_mod.build_model(args, teacher.cfg, fresh=True)
+    assert all(torch.equal(v, teacher.state_dict()[k]) for k, v in started.state_dict().items())
+    student = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--distill-alpha", "0.9"]
+    assert main([*student, "--output", str(tmp_path / "alone")]) == 0
+    assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--output", str(tmp_path / "taught")]) == 0
+    alone, taught = _weights(tmp_path / "alone" / "last.safetensors"), _weights(tmp_path / "taught" / "last.safetensors")
+    assert not torch.equal(alone["head.weight"], taught["head.weight"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "timm:resnet_nonesuch"], "timm has no model 'resnet_nonesuch'"),
+    (["--model", "timm:resnet10t", "--depth", "4"], "--depth: for CaiT models only"),
+])
+def test_bad_cnn_flags_get_one_line(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main([*TINY, "--output", str(tmp_path), *argv])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
 
 
 def test_teacher_view_converts_size_channels_and_normalisation():
