@@ -37,7 +37,8 @@ def region_image(view: Image.Image, mask: torch.Tensor, box: tuple[float, float,
     return draw_box(region, box, base.width / img_size)
 
 
-def saliency_tile(view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float, smooth: bool = True) -> Image.Image:
+def saliency_tile(view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float,
+                  smooth: bool = True) -> Image.Image:
     return overlay(display_base(view), heat, cmap=cmap, alpha=alpha, smooth=smooth)
 
 
@@ -117,5 +118,6 @@ def query_tiles(view: Image.Image, stages: dict[str, np.ndarray], patch: int, *,
     return tiles
 
 
-__all__ = ["COLORMAPS", "STAGE_LABELS", "TILE", "display_base", "draw_box", "enlarged_figure", "mixing_figure", "query_picker", "query_tiles",
+__all__ = ["COLORMAPS", "STAGE_LABELS", "TILE", "display_base", "draw_box", "enlarged_figure", "mixing_figure",
+           "query_picker", "query_tiles",
            "region_image", "saliency_tile"]

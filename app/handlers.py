@@ -12,7 +12,7 @@ import gradio as gr
 from gradio.data_classes import FileData
 
 import cait
-from cait import explain
+from cait import explain, hub
 from cait.figures import (attention_tile, attention_tiles, colour_bar, display_base, grid_columns, layerscale_plot,
                           residual_ratio_plot, tile_sheet, to_plotly)
 
@@ -239,17 +239,32 @@ class Handlers:
     def model_outputs(self, loaded: LoadedModel) -> dict:
         """Everything on the page that depends on the session's model, for `loaded`."""
         p, cfg, g = self.page, loaded.cfg, loaded.cfg.grid_size
-        return {p.choice: loaded.choice, p.header: texts.header_markdown(loaded), p.model_md: texts.model_markdown(loaded),
+        return {p.choice: loaded.choice, p.header: texts.header_markdown(loaded),
+                p.model_md: texts.model_markdown(loaded),
                 p.examples: gr.Gallery(value=loaded.examples), p.image_in: None, p.ls_plot: layerscale_figure(loaded),
                 p.th_layer: gr.Slider(maximum=cfg.depth, value=1), p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
                 p.th_col: gr.Slider(maximum=g, value=g // 2 + 1), p.sal_class: gr.Dropdown(choices=[], value=None),
                 p.th_gallery: gr.Gallery(value=None, columns=min(cfg.num_heads, 8)), p.variant: loaded.choice.name}
 
-    def load_model(self, choice: ModelChoice, name: str | None, checkpoint: str | None) -> dict:
-        """Load a model for this session only. A failure is one message next to the button; nothing
-        else on the page changes."""
-        wanted = ModelChoice(name=name or None, checkpoint=(checkpoint or "").strip() or None)
+    def weights_status(self, name: str | None) -> str:
+        """Where the chosen variant's weights would come from, without any request (cait.hub)."""
+        if not name:
+            return ""
         try:
+            return f"Weights of {name}: {hub.weights_status(name).describe()}."
+        except ValueError as e:
+            return str(e)
+
+    def load_model(self, choice: ModelChoice, name: str | None, checkpoint: str | None, download: bool = False,
+                   progress=gr.Progress()) -> dict:
+        """Load a model for this session only (a download, when asked for, with a progress bar). A failure
+        is one message next to the button; nothing else on the page changes."""
+        wanted = ModelChoice(name=name or None, checkpoint=(checkpoint or "").strip() or None,
+                             download=bool(download) and not (checkpoint or "").strip())
+        try:
+            if wanted.download and wanted.name and hub.weights_status(wanted.name).where == "download":
+                report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")
+                hub.fetch_weights(wanted.name, on_progress=report)  # into the cache, which the load reads
             loaded = self.cache.get(wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
             first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -257,7 +272,9 @@ class Handlers:
             more = "" if first_line == str(e) else "\n\n```\n" + str(e) + "\n```"
             return {self.page.load_msg: f"**Could not load the model:** {first_line}{more}"}
         out = {**self.cleared(), **self.model_outputs(loaded)}
-        out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page."
+        warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
+        out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
+        out[self.page.weights_md] = self.weights_status(loaded.choice.name) if loaded.choice.checkpoint is None else ""
         return out
 
     # ------------------------------------------------------------------------ the /analyze API

@@ -59,7 +59,9 @@ class Page:
     th_plot: gr.Plot
     model_md: gr.Markdown
     variant: gr.Dropdown
+    weights_md: gr.Markdown
     checkpoint: gr.Textbox
+    download: gr.Checkbox
     load_btn: gr.Button
     load_msg: gr.Markdown
 
@@ -150,13 +152,16 @@ def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
 def _model_tab(first: LoadedModel, parts: dict) -> None:
     parts["model_md"] = gr.Markdown(texts.model_markdown(first), elem_id="model_md")
     gr.Markdown("### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
-                "timm .pth/.safetensors or ours). Without a path: the shipped weights or the local Hugging Face "
-                "cache, else random weights. Nothing is downloaded. The choice is yours only: other pages keep "
-                "their own model.")
+                "timm .pth/.safetensors or ours). Without a path: the shipped weights or timm's official ones in "
+                "the local Hugging Face cache, downloaded once if you tick the box, else random weights. The "
+                "choice is yours only: other pages keep their own model.")
     with gr.Row():
         parts["variant"] = gr.Dropdown(cait.list_models(), value=first.choice.name, label="Variant", elem_id="variant")
         parts["checkpoint"] = gr.Textbox(label="Checkpoint file (optional)", placeholder="/path/to/cait.pth",
                                          elem_id="checkpoint")
+    parts["weights_md"] = gr.Markdown(elem_id="weights_md")
+    parts["download"] = gr.Checkbox(value=False, label="Download timm's official weights from the Hugging Face Hub "
+                                                       "when they are not cached", elem_id="download")
     parts["load_btn"] = gr.Button("Load model", elem_id="load_btn")
     parts["load_msg"] = gr.Markdown(elem_id="load_msg")
 
@@ -199,7 +204,8 @@ CSS = """
 #examples .grid-wrap { padding-top: 1.8rem; }
 .top5 { font-size: 0.95rem; }
 .top5-title { font-weight: 600; margin-bottom: 0.4rem; }
-.top5-row { display: grid; grid-template-columns: 14rem 1fr 4.5rem; align-items: center; gap: 0.6rem; margin: 0.25rem 0; }
+.top5-row { display: grid; grid-template-columns: 14rem 1fr 4.5rem; align-items: center; gap: 0.6rem;
+            margin: 0.25rem 0; }
 .top5-label { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .top5-track { background: var(--neutral-100); height: 0.7rem; border-radius: 0.35rem; overflow: hidden; }
 .top5-bar { display: block; height: 100%; background: var(--color-accent); }

@@ -47,8 +47,8 @@ def header_markdown(loaded: LoadedModel) -> str:
 def model_markdown(loaded: LoadedModel) -> str:
     cfg = loaded.cfg
     classes = "ImageNet-1k" if cfg.labels == "imagenet" else ", ".join(loaded.labels)
-    rows = [("variant", loaded.name), ("weights", loaded.source), ("device", f"{loaded.device}, {precision_name(loaded)} "
-                                                                            "for forward-only passes"),
+    rows = [("variant", loaded.name), ("weights", loaded.source),
+            ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
             ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
             ("FLOPs (multiply-accumulates)", f"{loaded.model.flops() / 1e9:.3f} G"),
             ("input", f"{cfg.img_size}x{cfg.img_size}, {cfg.in_chans} channel(s), patch {cfg.patch_size} "

@@ -54,8 +54,9 @@ def _wire(p: layout.Page, h: Handlers) -> None:
                        **model_events)
     p.th_pick.select(h.pick_query, [p.choice, p.analysis, p.th_layer], [p.th_row, p.th_col, *talking_outputs],
                      **model_events)
-    p.load_btn.click(h.load_model, [p.choice, p.variant, p.checkpoint], everything, show_progress_on=[p.load_msg],
-                     **model_events)
+    p.load_btn.click(h.load_model, [p.choice, p.variant, p.checkpoint, p.download], everything,
+                     show_progress_on=[p.load_msg], **model_events)
+    p.variant.change(h.weights_status, p.variant, p.weights_md, api_visibility="private")
 
 
 def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:

@@ -28,7 +28,8 @@ from .model import CaiT
 from .preprocess import eval_transform
 from .runtime import DEVICE_CHOICES, PRECISION_CHOICES, DeviceError, autocast, inference_dtype, resolve_device
 
-CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l", "rollout_after_proj_w")
+CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l",
+                 "rollout_after_proj_w")
 
 
 class _Transformed(Dataset):

@@ -266,3 +266,28 @@ def test_saliency_shows_each_map_as_it_is_done(handlers):
     assert p.sal_region in steps[-1]
     stale = list(handlers.saliency(ModelChoice("cait_nano_28"), a, 2, ["saliency"], 8, "inferno", 0.5, "smooth"))
     assert list(stale[0]) == [p.status] and "Analyse an image first" in stale[0][p.status]
+
+
+def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins):
+    from safetensors.torch import save
+
+    from cait import hub
+    from stand_in_hub import StandInHub
+    name = "cait_xxs24_224"
+    _, theirs = twins(name, seed=7)
+    served = {f"{hub.hub_repo(name)}/{hub.HUB_FILENAME}": save({k: v.contiguous() for k, v in theirs.state_dict().items()})}
+    with StandInHub(served) as stand_in:
+        hf_env(stand_in.url)
+        assert handlers.weights_status(name).startswith(f"Weights of {name}: download")
+        failed = handlers.load_model(ModelChoice("cait_pico_32"), name, "", False)  # no download: random weights
+        assert "Untrained" in failed[handlers.page.load_msg] and stand_in.methods() == []
+        seen = []
+        out = handlers.load_model(ModelChoice("cait_pico_32"), name, "", True,
+                                  progress=lambda fraction, **kw: seen.append((fraction, kw.get("desc"))))
+        assert stand_in.methods() == ["HEAD", "GET"] and seen and seen[-1][1] == f"downloading {name}"
+        done, total = seen[-1][0]
+        assert done == total == len(next(iter(served.values())))
+        assert "official weights" in out[handlers.page.load_msg]
+        assert "local Hugging Face cache" in out[handlers.page.weights_md]
+        loaded = handlers.cache.get(out[handlers.page.choice])
+        torch.testing.assert_close(loaded.model.head.weight, theirs.head.weight)
