@@ -169,6 +169,8 @@ def test_bad_file_shows_a_message(page):
 
 
 def test_a_click_on_the_patch_grid_picks_the_query(page):
+    pick_example(page, 2)
+    expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")  # the follow-up drew the tab
     page.get_by_role("tab", name="Talking heads").click()
     picker = page.locator("#th_pick img")
     expect(picker).to_be_visible()
@@ -180,6 +182,8 @@ def test_a_click_on_the_patch_grid_picks_the_query(page):
     expect(page.locator("#th_col input[type=number]")).to_have_value(str(grid))
     page.wait_for_function("(old) => document.querySelector('#th_gallery img').src !== old", arg=before)
     expect(page.locator("#th_gallery")).to_contain_text("after proj_w (what the model uses)")
+    expect(page.locator("#th_plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#th_plot")).to_contain_text("proj_l")
     page.get_by_role("tab", name="Class attention").click()
 
 
