@@ -88,7 +88,7 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
     enough (the app, the analysis scripts, say so), a clear error where trained weights are required."""
     import argparse
     from analysis._common import load_model as analysis_model  # (the repo root is on pytest's pythonpath)
-    from app.main import build_model
+    from app.models import ModelChoice, load_model as app_model
     from cait.config import VARIANTS
     name = "cait_test_wide_64"
     monkeypatch.setitem(VARIANTS, name, VARIANTS["cait_nano_64"].replace(embed_dim=192, num_heads=4,
@@ -97,7 +97,7 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
     assert cait.create_model(name).cfg.embed_dim == 192
     with pytest.raises(CheckpointError, match=f"no shipped weights for '{name}'.*python -m cait.train --model {name}"):
         cait.create_model(name, pretrained=True)
-    model, source, notice = build_model(name, None)
-    assert model.cfg.embed_dim == 192 and source == "random init (seed 0)" and notice.startswith("Untrained")
+    app = app_model(ModelChoice(name), torch.device("cpu"))
+    assert app.cfg.embed_dim == 192 and app.source == "random init (seed 0)" and app.notice.startswith("Untrained")
     loaded = analysis_model(argparse.Namespace(model=name, checkpoint=None, pretrained=False))
     assert not loaded.trained and "RANDOM INIT" in loaded.made_from
