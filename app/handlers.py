@@ -239,7 +239,7 @@ class Handlers:
     def model_outputs(self, loaded: LoadedModel) -> dict:
         """Everything on the page that depends on the session's model, for `loaded`."""
         p, cfg, g = self.page, loaded.cfg, loaded.cfg.grid_size
-        return {p.choice: loaded.choice, p.header: texts.header_markdown(loaded),
+        return {p.choice: loaded.choice, p.header: texts.header_markdown(loaded, hub.cached_variants()),
                 p.model_md: texts.model_markdown(loaded),
                 p.examples: gr.Gallery(value=loaded.examples), p.image_in: None, p.ls_plot: layerscale_figure(loaded),
                 p.th_layer: gr.Slider(maximum=cfg.depth, value=1), p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
@@ -275,6 +275,7 @@ class Handlers:
         warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
         out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
         out[self.page.weights_md] = self.weights_status(loaded.choice.name) if loaded.choice.checkpoint is None else ""
+        out[self.page.weights_table] = texts.weights_table(hub.list_weights())  # a download changes a row
         return out
 
     # ------------------------------------------------------------------------ the /analyze API

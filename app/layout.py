@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 import cait
-from cait import explain
+from cait import explain, hub
 
 from app import figures, texts
 from app.models import LoadedModel, ModelChoice
@@ -60,6 +60,7 @@ class Page:
     model_md: gr.Markdown
     variant: gr.Dropdown
     weights_md: gr.Markdown
+    weights_table: gr.Markdown
     checkpoint: gr.Textbox
     download: gr.Checkbox
     load_btn: gr.Button
@@ -164,6 +165,8 @@ def _model_tab(first: LoadedModel, parts: dict) -> None:
                                                        "when they are not cached", elem_id="download")
     parts["load_btn"] = gr.Button("Load model", elem_id="load_btn")
     parts["load_msg"] = gr.Markdown(elem_id="load_msg")
+    with gr.Accordion("Every paper variant: size and where its weights come from", open=False):
+        parts["weights_table"] = gr.Markdown(texts.weights_table(hub.list_weights()), elem_id="weights_table")
 
 
 def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
@@ -173,7 +176,7 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
         parts["choice"] = gr.State(first.choice)
         parts["analysis"] = gr.State(None, time_to_live=STATE_TTL)
         parts["selected"] = gr.State(None)
-        parts["header"] = gr.Markdown(texts.header_markdown(first), elem_id="header")
+        parts["header"] = gr.Markdown(texts.header_markdown(first, hub.cached_variants()), elem_id="header")
         _inputs(first, parts)
         with gr.Tabs():
             with gr.Tab("Class attention", id="ca"):

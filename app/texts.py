@@ -1,7 +1,12 @@
 """What the page says about the model and a result, in words (markdown); no Gradio, no computing."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 from app.models import LoadedModel
+
+if TYPE_CHECKING:
+    from cait.hub import WeightsStatus
 
 DATA_NAMES = {"fashion-mnist-scenes": "Fashion-MNIST scenes (garments pasted on clutter)",
               "fashion-mnist": "Fashion-MNIST (grey 28x28 garments)"}
@@ -39,9 +44,30 @@ def garment_warning(loaded: LoadedModel) -> str:
             f"it answers with one of them.")
 
 
-def header_markdown(loaded: LoadedModel) -> str:
+def cached_offer(cached: Sequence[str], current: str) -> str:
+    """The first screen's offer of official weights already on this machine ("" when there are none)."""
+    others = [name for name in cached if name != current]
+    if not others:
+        return ""
+    return (f"\n\nThe paper's official ImageNet weights are in your local Hugging Face cache: "
+            f"**{', '.join(others)}**. Load one in the Model tab to look at real photos (no download).")
+
+
+def header_markdown(loaded: LoadedModel, cached: Sequence[str] = ()) -> str:
+    """The first screen: which model this page shows, how good it is, and the cached official weights."""
     return (f"# CaiT: class attention & LayerScale\nModel **{loaded.name}** on **{loaded.device}** "
-            f"({precision_name(loaded)}). {model_summary(loaded)} Upload an image or pick an example.")
+            f"({precision_name(loaded)}). {model_summary(loaded)} Upload an image or pick an example."
+            f"{cached_offer(cached, loaded.name)}")
+
+
+def weights_table(statuses: Sequence[WeightsStatus]) -> str:
+    """Every paper variant with its size and where its weights would come from (cait.hub, no request)."""
+    def where(s: WeightsStatus) -> str:
+        if s.where == "needs file":
+            return "needs a file (" + ("offline and not cached)" if s.repo_id else "never released)")
+        return {"cached": "in the local cache", "download": "download (tick the box)", "shipped": "shipped"}[s.where]
+    rows = "\n".join(f"| {s.name} | {s.size_mb:.0f} | {where(s)} | {s.repo_id or '-'} |" for s in statuses)
+    return f"| variant | MB | weights | Hub repo |\n|---|---|---|---|\n{rows}"
 
 
 def model_markdown(loaded: LoadedModel) -> str:

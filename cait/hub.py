@@ -19,7 +19,7 @@ from typing import Callable, Literal
 import torch
 
 from .checkpoint import WEIGHTS_DIR, CheckpointError
-from .config import VARIANTS, get_config, is_paper_variant
+from .config import RELEASED, VARIANTS, get_config, is_paper_variant
 
 # timm's file name for safetensors weights on the Hub (timm.models._hub.HF_SAFE_WEIGHTS_NAME).
 HUB_FILENAME = "model.safetensors"
@@ -97,6 +97,11 @@ def weights_status(name: str) -> WeightsStatus:
         return WeightsStatus(name, "cached", repo, _megabytes(path), path)
     where: Where = "download" if repo and not is_offline_mode() else "needs file"
     return WeightsStatus(name, where, repo, _float32_mb(name), None)
+
+
+def cached_variants() -> list[str]:
+    """The released variants whose official weights are in the local Hugging Face cache (no request)."""
+    return [name for name in RELEASED if cached_file(name) is not None]
 
 
 def list_weights(names: list[str] | None = None) -> list[WeightsStatus]:

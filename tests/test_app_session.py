@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 import cait
-from cait import explain
+from cait import explain, hub
 from cait.checkpoint import WEIGHTS_DIR
 from conftest import randomise_
 
@@ -188,6 +188,20 @@ def test_the_default_model_is_described_from_its_shipped_files():
     assert "99.5%" in top5 and "0.4%" in top5 and "Coat &lt;b&gt;" in top5  # small values keep a decimal
     untrained = load_model(ModelChoice("cait_pico_32"), CPU)
     assert "Untrained" in texts.header_markdown(untrained) and "mean nothing" in texts.header_markdown(untrained)
+    assert "Hugging Face cache" not in header  # nothing cached: no offer
+
+
+def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists_every_variant():
+    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    header = texts.header_markdown(loaded, ["cait_xxs24_224", "cait_s24_384"])
+    assert "local Hugging Face cache: **cait_xxs24_224, cait_s24_384**" in header and "Model tab" in header
+    assert texts.cached_offer(["cait_xxs24_224"], "cait_xxs24_224") == ""  # the page already shows it
+    table = texts.weights_table(hub.list_weights())
+    rows = [line for line in table.splitlines()[2:]]
+    assert len(rows) == len([n for n in cait.list_models() if cait.config.is_paper_variant(n)])
+    # the suite runs with HF_HUB_OFFLINE=1 and an empty cache (conftest.py)
+    assert "| cait_s24_224 | 188 | needs a file (offline and not cached) | timm/cait_s24_224.fb_dist_in1k |" in table
+    assert "| cait_s36_224 | 273 | needs a file (never released) | - |" in table
 
 
 @pytest.mark.parametrize("make, message", [

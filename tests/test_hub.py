@@ -108,7 +108,7 @@ class RecordingBar(tqdm.tqdm):
 def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(stand_in, hf_env, timm_file):
     data, theirs = timm_file
     cache = hf_env(stand_in.url)
-    assert hub.weights_status(NAME).where == "download"
+    assert hub.weights_status(NAME).where == "download" and hub.cached_variants() == []
     progress: list[tuple[int, int | None]] = []
     RecordingBar.made.clear()
     got = hub.fetch_weights(NAME, tqdm_class=RecordingBar, on_progress=lambda done, total: progress.append((done, total)))
@@ -120,6 +120,7 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     assert [(bar.total_given, bar.bytes_seen) for bar in RecordingBar.made] == [(len(data), len(data))]
     status = hub.weights_status(NAME)
     assert status.where == "cached" and status.path == got.path and status.size_mb == len(data) / 1e6
+    assert hub.cached_variants() == [NAME]  # what the app's first screen offers
 
     assert hub.fetch_weights(NAME).path == got.path  # online, the cached copy is used without asking the Hub
     assert len(stand_in.requests) == requests
@@ -232,6 +233,7 @@ def test_real_photos_each_once_with_their_licence():
 def _third_party_imports(folder: Path) -> set[str]:
     """Distributions imported by the .py files under `folder` (stdlib and our own modules left out)."""
     dists = packages_distributions()
+    ours = canonicalize_name(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"])
     found = set()
     for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -239,9 +241,9 @@ def _third_party_imports(folder: Path) -> set[str]:
                        [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
             for module in modules:
                 top = module.split(".")[0]
-                if top not in sys.stdlib_module_names and top in dists and top != "cait":
+                if top not in sys.stdlib_module_names and top in dists:
                     found.update(canonicalize_name(d) for d in dists[top])
-    return found
+    return found - {ours}  # cait and app: this project's own packages
 
 
 def test_pyproject_declares_what_the_package_imports_in_ranges_that_hold_the_pins():
