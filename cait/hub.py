@@ -13,6 +13,7 @@ itself. Which repo holds a variant's weights is timm's fact (its pretrained conf
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -113,6 +114,7 @@ def _megabytes(path: Path) -> float:
     return path.stat().st_size / 1e6
 
 
+@lru_cache(maxsize=None)  # a variant's size never changes; the app asks again after every model load
 def _float32_mb(name: str) -> float:
     from .model import CaiT
     with torch.device("meta"):  # shapes only, no memory
