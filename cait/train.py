@@ -163,9 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="residual branch weighting (paper Table 1 ablations)")
     g.add_argument("--init-values", type=float, default=None, help="LayerScale eps")
     g.add_argument("--teacher", default=None, metavar="CHECKPOINT",
-                   help="hard distillation from this checkpoint, through the class token: a CNN trained with "
+                   help="distillation from this checkpoint, through the class token: a CNN trained with "
                         f"--model {CNN_PREFIX}NAME, or any file cait.create_model reads")
     g.add_argument("--distill-alpha", type=float, default=0.5, help="weight of the distillation loss")
+    g.add_argument("--distill-type", default="hard", choices=("hard", "soft"),
+                   help="hard: the teacher's top-1 as a second label (DeiT/CaiT); soft: KL divergence to the "
+                        "teacher's softened probabilities, times tau^2 (Hinton et al.)")
+    g.add_argument("--distill-tau", type=float, default=3.0, help="temperature of --distill-type soft (DeiT used 3)")
     return p
 
 
@@ -879,12 +883,23 @@ class RunResult:
         return 128 + self.signum if self.signum else 0
 
 
+def distillation_term(logits: torch.Tensor, teacher_logits: torch.Tensor, *, kind: str, tau: float) -> torch.Tensor:
+    """What the student pays for disagreeing with the teacher: hard = cross-entropy to the teacher's top-1;
+    soft = tau^2 * KL(teacher || student) on probabilities softened by tau (tau^2 keeps the gradient's scale)."""
+    if kind == "hard":
+        return F.cross_entropy(logits, teacher_logits.argmax(1))
+    student = F.log_softmax(logits.float() / tau, dim=1)
+    teacher = F.log_softmax(teacher_logits.float() / tau, dim=1)
+    return F.kl_div(student, teacher, reduction="batchmean", log_target=True) * tau * tau
+
+
 def distill_loss(setup: Setup, loss: torch.Tensor, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Hard distillation through the class token: the teacher's top-1 as a second target."""
+    """Distillation through the class token: the label's loss mixed with the teacher's term."""
     with torch.no_grad():
-        hard = setup.teacher(teacher_view(x, setup.cfg, setup.teacher.cfg)).argmax(1)
-    alpha = setup.args.distill_alpha
-    return (1 - alpha) * loss + alpha * F.cross_entropy(logits, hard)
+        teacher_logits = setup.teacher(teacher_view(x, setup.cfg, setup.teacher.cfg))
+    alpha, args = setup.args.distill_alpha, setup.args
+    term = distillation_term(logits, teacher_logits, kind=args.distill_type, tau=args.distill_tau)
+    return (1 - alpha) * loss + alpha * term
 
 
 def train_step(setup: Setup, state: TrainState, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from safetensors.torch import load_file
 
@@ -270,8 +271,11 @@ def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
     student = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--distill-alpha", "0.9"]
     assert main([*student, "--output", str(tmp_path / "alone")]) == 0
     assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--output", str(tmp_path / "taught")]) == 0
-    alone, taught = _weights(tmp_path / "alone" / "last.safetensors"), _weights(tmp_path / "taught" / "last.safetensors")
+    assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--distill-type", "soft",
+                 "--output", str(tmp_path / "soft")]) == 0
+    alone, taught, soft = (_weights(tmp_path / name / "last.safetensors") for name in ("alone", "taught", "soft"))
     assert not torch.equal(alone["head.weight"], taught["head.weight"])
+    assert not torch.equal(soft["head.weight"], taught["head.weight"])
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -471,3 +475,15 @@ def test_same_run_ignores_where_and_how_but_not_what():
     assert train_mod.same_run({**saved, "output": "elsewhere", "threads": 2}, args)
     assert not train_mod.same_run({**saved, "lr": 1e-3}, args)
     assert not train_mod.same_run({**saved, "color_jitter": 0.0}, args)  # differs from today's default 0.4
+
+
+def test_distillation_term_hard_and_soft():
+    student = torch.tensor([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    teacher = torch.tensor([[0.0, 3.0, 0.0], [0.0, 1.0, 0.0]])
+    hard = train_mod.distillation_term(student, teacher, kind="hard", tau=3.0)
+    torch.testing.assert_close(hard, F.cross_entropy(student, torch.tensor([1, 1])))
+    # soft: zero when the student already matches the teacher, and tau^2 * KL(teacher || student) otherwise
+    assert train_mod.distillation_term(teacher, teacher, kind="soft", tau=3.0).abs() < 1e-6
+    p_t, p_s = (teacher / 2).softmax(1), (student / 2).softmax(1)
+    expected = 4 * (p_t * (p_t.log() - p_s.log())).sum(1).mean()
+    torch.testing.assert_close(train_mod.distillation_term(student, teacher, kind="soft", tau=2.0), expected)
