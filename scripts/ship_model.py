@@ -35,14 +35,30 @@ def history(runs: list[Path]) -> tuple[list[dict], list[str], list[str]]:
     return epochs, [c for r in records for c in r["commands"]], [r["args"]["amp"] for r in records]
 
 
+def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[str]] | None) -> str:
+    """The card's line on distillation: which teacher, how, and the teacher's own test top-1 and commands."""
+    if not args.get("teacher"):
+        return ""
+    how = f"{args.get('distill_type', 'hard')} distillation through the class token, alpha {args['distill_alpha']}"
+    if args.get("distill_type") == "soft":
+        how += f", tau {args['distill_tau']}"
+    if teacher is None:
+        return f"| teacher | `{args['teacher']}` ({how}) |\n"
+    epochs, commands, _ = teacher
+    return (f"| teacher | `{args['teacher']}`: {epochs[-1]['val_top1']:.2f}% test top-1 after {epochs[-1]['epoch']} "
+            f"epochs, trained here by `{'` then `'.join(commands)}` ({how}) |\n")
+
+
 def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], weights: str, evaluation: dict,
-         model: cait.CaiT) -> str:
-    """The card of `run` (the last one), with `past` = history() of all the runs that led to it."""
+         model: cait.CaiT, teacher: tuple[list[dict], list[str], list[str]] | None = None) -> str:
+    """The card of `run` (the last one), with `past` = history() of all the runs that led to it and
+    `teacher` = history() of the distillation teacher's runs, if any."""
     args = RunDir(run).read_record()
     epochs, commands, amps = past
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
+    taught = " (from scratch, then distilled from a convolutional teacher)" if args["args"].get("teacher") else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
     amp = " then ".join(dict.fromkeys(f"`--amp {a}`" for a in amps))
@@ -52,7 +68,7 @@ def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], we
     return f"""# Model card: `{name}`
 
 A small CaiT (talking-heads self-attention, a 2-layer class-attention stage, LayerScale on every
-residual branch) trained from scratch by this project, shipped so that the app and the analysis
+residual branch) trained by this project{taught}, shipped so that the app and the analysis
 scripts show a real trained model offline. It is **not** an ImageNet model and none of its numbers
 are the paper's.
 
@@ -65,7 +81,7 @@ are the paper's.
 | seed | {args['args']['seed']} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
 | final test top-1 | {last['val_top1']:.2f}% (raw weights), {last.get('val_top1_ema') or float('nan'):.2f}% (EMA) |
-
+{teacher_row(args['args'], teacher)}
 Exact command{resumed}:
 
 {commands}
@@ -91,6 +107,8 @@ def main() -> None:
     p.add_argument("--eval", type=Path, required=True, help="JSON written by python -m cait.evaluate --json")
     p.add_argument("--continues", type=Path, action="append", default=[], metavar="RUN",
                    help="earlier run directory whose weights this run started from (--init), oldest first")
+    p.add_argument("--teacher-run", type=Path, action="append", default=[], metavar="RUN",
+                   help="run directory (oldest first when continued) that trained the --teacher, for its number")
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument("--extra", type=Path, action="append", default=[],
                    help="markdown file(s) appended to the card (e.g. the companion model's results)")
@@ -106,7 +124,8 @@ def main() -> None:
     past = history([*args.continues, args.run])
     write_jsonl(WEIGHTS_DIR / f"{name}.metrics.jsonl", past[0])
     shutil.copy(args.eval, WEIGHTS_DIR / f"{name}.eval.json")
-    text = card(name, args.run, past, args.weights, json.loads(args.eval.read_text()), model)
+    teacher = history(args.teacher_run) if args.teacher_run else None
+    text = card(name, args.run, past, args.weights, json.loads(args.eval.read_text()), model, teacher)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"

@@ -24,3 +24,12 @@ def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
     assert [e["val_top1"] for e in epochs] == [51.0, 52.0, 53.0, 51.0, 52.0]  # the second run's own numbers
     assert commands[-1].endswith("--init first/ema.safetensors") and len(commands) == 3
     assert amps == ["bf16", "auto"]
+
+
+def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
+    assert ship_model.teacher_row({"teacher": None}, None) == ""
+    teacher = _run(tmp_path / "teacher", ["python -m cait.train --model timm:resnet10t --epochs 4"], "auto", 4, 10)
+    args = {"teacher": "t.safetensors", "distill_type": "soft", "distill_alpha": 0.5, "distill_tau": 3.0}
+    row = ship_model.teacher_row(args, ship_model.history([teacher]))
+    assert row.startswith("| teacher | `t.safetensors`: 54.00% test top-1 after 4 epochs")
+    assert "--model timm:resnet10t" in row and "soft distillation through the class token, alpha 0.5, tau 3.0" in row
