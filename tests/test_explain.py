@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -314,6 +315,41 @@ def test_upsample_and_overlay():
     assert explain.overlay(image, heat[0], alpha=0.0).tobytes() == image.tobytes()
     full = explain.overlay(image, heat[0], cmap="gray", alpha=1.0)
     assert full.getpixel((0, 0)) == (0, 0, 0) and full.getpixel((39, 39)) == (255, 255, 255)
+
+
+
+def overlay_by_formula(image, heat_2d, *, cmap, alpha, value_range=None, smooth=True):
+    """The overlay computed the straightforward way (matplotlib's colormap on every pixel, float blend):
+    what `explain.overlay`'s lookup table must reproduce byte for byte."""
+    import matplotlib
+    base = image.convert("RGB")
+    size = (base.height, base.width)
+    heat = explain.upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size)[0, 0]
+    heat = heat.numpy()
+    lo, hi = value_range if value_range is not None else (float(heat.min()), float(heat.max()))
+    heat = np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat)
+    colours = matplotlib.colormaps[cmap](heat)[..., :3]
+    blended = (1 - alpha) * np.asarray(base, dtype=np.float32) / 255 + alpha * colours
+    return Image.fromarray((blended.clip(0, 1) * 255).round().astype(np.uint8))
+
+
+@pytest.mark.parametrize("cmap", ["inferno", "viridis", "jet", "gray"])
+def test_overlay_lookup_gives_the_formulas_bytes(cmap):
+    gen = torch.Generator().manual_seed(3)
+    image = Image.fromarray(torch.randint(0, 256, (56, 56, 3), generator=gen, dtype=torch.uint8).numpy())
+    heats = torch.rand(5, 7, 7, generator=gen) ** 3
+    heats[1] = 0.25          # a flat map: the bottom colour
+    heats[2, 3, 3] = torch.nan  # a bad value: the colormap's colour for NaN (and every pixel it touches)
+    ranges = [None, None, (0.0, 0.5), (0.1, 0.9), None]
+    for alpha in (0.0, 0.35, 0.5, 1.0):
+        for smooth in (True, False):
+            fast = explain.overlays(image, heats, cmap=cmap, alpha=alpha, value_ranges=ranges, smooth=smooth)
+            for heat, value_range, tile in zip(heats, ranges, fast):
+                expected = overlay_by_formula(image, heat, cmap=cmap, alpha=alpha, value_range=value_range,
+                                              smooth=smooth)
+                assert tile.tobytes() == expected.tobytes(), (alpha, smooth, value_range)
+            one = explain.overlay(image, heats[3], cmap=cmap, alpha=alpha, value_range=ranges[3], smooth=smooth)
+            assert one.tobytes() == fast[3].tobytes()
 
 
 # ---------------------------------------------------------------------------- metrics
