@@ -11,7 +11,7 @@ import torch
 from PIL import Image, ImageDraw
 from plotly.subplots import make_subplots
 
-from cait.explain import overlay
+from cait.explain import overlay, overlays
 from cait.figures.attention import TILE, display_base
 
 COLORMAPS = ("inferno", "viridis", "magma", "jet", "turbo", "gray")
@@ -125,10 +125,9 @@ def query_tiles(view: Image.Image, stages: dict[str, np.ndarray], patch: int, *,
     box = (c * cell, r * cell, (c + 1) * cell, (r + 1) * cell)
     tiles = []
     for stage, attn in stages.items():
-        for head in range(attn.shape[0]):
-            heat = torch.from_numpy(np.ascontiguousarray(attn[head, patch].reshape(g, g)))
-            tiles.append((draw_box(overlay(base, heat, cmap=cmap, alpha=alpha), box, 1.0),
-                          f"head {head + 1} · {STAGE_LABELS[stage]}"))
+        heats = torch.from_numpy(np.ascontiguousarray(attn[:, patch].reshape(-1, g, g)))
+        for head, image in enumerate(overlays(base, heats, cmap=cmap, alpha=alpha)):
+            tiles.append((draw_box(image, box, 1.0), f"head {head + 1} · {STAGE_LABELS[stage]}"))
     return tiles
 
 

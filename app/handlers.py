@@ -18,7 +18,7 @@ from cait.figures import (attention_tile, attention_tiles, colour_bar, display_b
 
 from app import figures, session, texts
 from app.images import ImageInputError
-from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page
+from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, talking_columns
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 
@@ -230,7 +230,9 @@ class Handlers:
         tiles = figures.query_tiles(a.view, {"raw": st.raw, "after_proj_l": st.after_proj_l,
                                              "after_proj_w": st.after_proj_w}, patch)
         proj_l, proj_w = (m.float().cpu().numpy() for m in explain.mixing_matrices(loaded.model, st.layer))
-        return {self.page.th_gallery: gr.Gallery(value=tiles, columns=min(loaded.cfg.num_heads, 8)),
+        files = figures.save_tiles([image for image, _ in tiles], WORK.request_dir(), "query")
+        # a value only: the columns follow the model (`model_outputs`)
+        return {self.page.th_gallery: [(f, caption) for f, (_, caption) in zip(files, tiles)],
                 self.page.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
                 self.page.th_pick: figures.query_picker(a.view, g, patch)}
 
@@ -260,7 +262,7 @@ class Handlers:
                 p.examples: gr.Gallery(value=loaded.examples), p.image_in: None, p.ls_plot: layerscale_figure(loaded),
                 p.th_layer: gr.Slider(maximum=cfg.depth, value=1), p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
                 p.th_col: gr.Slider(maximum=g, value=g // 2 + 1), p.sal_class: gr.Dropdown(choices=[], value=None),
-                p.th_gallery: gr.Gallery(value=None, columns=min(cfg.num_heads, 8)), p.variant: loaded.choice.name}
+                p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)), p.variant: loaded.choice.name}
 
     def weights_status(self, name: str | None) -> str:
         """Where the chosen variant's weights would come from, without any request (cait.hub)."""

@@ -168,10 +168,15 @@ def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
         parts["th_col"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch column", elem_id="th_col")
     parts["th_pick"] = gr.Image(label="Click a patch to make it the query", type="pil", interactive=False,
                                 height=figures.PICKER_SIDE, elem_id="th_pick", buttons=[])
-    parts["th_gallery"] = gr.Gallery(label="Attention of the query patch", columns=first.cfg.num_heads,
+    parts["th_gallery"] = gr.Gallery(label="Attention of the query patch", columns=talking_columns(first.cfg),
                                      allow_preview=False, height="auto", elem_id="th_gallery",
                                      elem_classes=["no-scroll"])
     parts["th_plot"] = gr.Plot(label="Mixing matrices", elem_id="th_plot")
+
+
+def talking_columns(cfg: cait.CaiTConfig) -> int:
+    """Tiles per row of the talking-heads gallery: one per head, at most 8 (16 heads: two rows per stage)."""
+    return min(cfg.num_heads, 8)
 
 
 def _model_tab(first: LoadedModel, parts: dict) -> None:
@@ -239,4 +244,4 @@ CSS = """
 .top5-value { text-align: right; font-variant-numeric: tabular-nums; }
 """
 
-__all__ = ["CSS", "GalleryProps", "MAX_CA_LAYERS", "MAX_UPLOAD", "Page", "ModelChoice", "SCALES", "VIEWS", "build_page"]
+__all__ = ["CSS", "GalleryProps", "MAX_CA_LAYERS", "MAX_UPLOAD", "Page", "ModelChoice", "SCALES", "VIEWS", "build_page", "talking_columns"]
