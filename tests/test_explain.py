@@ -476,3 +476,21 @@ def test_layerscale_stats_from_metrics(tmp_path):
     path.write_text('{"epoch": 1, "loss": 2.3}\n')
     with pytest.raises(ValueError, match="no line has a 'layerscale' field"):
         explain.layerscale_stats_from_metrics(path)
+
+
+def test_perturbation_methods_in_small_batches_give_the_one_batch_numbers():
+    """Deletion/insertion and occlusion run a few images per pass (faster on a CPU); the numbers are those
+    of one pass over every perturbed image, up to float summation order (1e-5)."""
+    model = sharpen(pico()).eval()
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 32, 32, generator=gen)
+    target = torch.tensor([1, 4])
+    heat = torch.rand(2, GRID, GRID, generator=gen)
+    assert explain.metrics.images_per_pass(cait.create_model("cait_xxs24_224", pretrained=False)) == 8
+    small = explain.deletion_insertion(model, x, target, heat, batch_size=3)  # the default is 94 for pico
+    whole = explain.deletion_insertion(model, x, target, heat, batch_size=10_000)
+    for key in ("deletion", "insertion", "deletion_auc", "insertion_auc"):
+        torch.testing.assert_close(small[key], whole[key], atol=1e-5, rtol=1e-5)
+    occlusion = explain.attribution(model, x, target, "occlusion", perturbations_per_eval=3).raw
+    torch.testing.assert_close(occlusion, explain.attribution(model, x, target, "occlusion",
+                                                              perturbations_per_eval=10_000).raw, atol=1e-5, rtol=1e-5)
