@@ -18,7 +18,7 @@ from cait.figures import (attention_tile, attention_tiles, colour_bar, display_b
 
 from app import figures, session, texts
 from app.images import ImageInputError
-from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, Page
+from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, talking_columns
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 
@@ -54,22 +54,36 @@ class Handlers:
 
     # ------------------------------------------------------------------------ class-attention view
 
-    def ca_outputs(self, a: session.Analysis, look: tuple, selected: tuple[int, int] | None, *,
+    def ca_outputs(self, a: session.Analysis, look: tuple, selected: tuple[int, int] | None, shown: tuple, *,
                    sheet: bool = True) -> dict:
         """The class-attention galleries (one per CA layer), colour bar and enlarged tile for the
-        controls' values `look` (cmap, alpha, scale, view, keep); with sheet, the PNG download too."""
+        controls' values `look` (cmap, alpha, scale, view, keep); with sheet, the PNG download too.
+        shown: the galleries' props as the page has them (`Page.ca_props`)."""
         p, (cmap, _, scale, _, _) = self.page, look
         layers = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*look))
         columns = grid_columns(len(layers[0]))
-        out = {}
-        for i, gallery in enumerate(p.ca_galleries):
+        folder = WORK.request_dir()
+        galleries = []
+        for i in range(len(p.ca_galleries)):
             tiles = layers[i] if i < len(layers) else []
             top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if scale == SCALES[1] and tiles else ""
-            out[gallery] = gr.Gallery(value=[(t.image, t.short_caption) for t in tiles] or None, columns=columns,
-                                      visible=bool(tiles), label=f"CA layer {i + 1}{top}")
+            files = figures.save_tiles([t.image for t in tiles], folder, f"ca{i + 1}")
+            galleries.append(([(f, t.short_caption) for f, t in zip(files, tiles)] or None,
+                              GalleryProps(visible=bool(tiles), columns=columns, label=f"CA layer {i + 1}{top}")))
+        out = self._galleries(galleries, shown)
         out.update({p.colour_bar: _colour_bar(cmap, scale), p.ca_big: self._big(a, look, selected)})
         if sheet:
             out[p.grid_file] = self._sheet(layers, cmap, scale)
+        return out
+
+    def _galleries(self, galleries: list[tuple[list | None, "GalleryProps"]], shown: tuple) -> dict:
+        """Each CA gallery's new value, with its props only where they differ from `shown`: a props update
+        makes Gradio rebuild the component and its config (measured: a few ms each, most of a redraw
+        once the tiles are fast), a plain value does not. The new props go to `Page.ca_props`."""
+        p, out = self.page, {}
+        for gallery, (value, props), before in zip(p.ca_galleries, galleries, shown):
+            out[gallery] = value if props == before else gr.update(value=value, **props._asdict())
+        out[p.ca_props] = tuple(props for _, props in galleries)
         return out
 
     def _sheet(self, layers, cmap: str, scale: str) -> str:
@@ -77,7 +91,7 @@ class Handlers:
         png = tile_sheet(layers[:MAX_CA_LAYERS], title="Class attention (rows: CA layers; head mean first)",
                          footer=_colour_bar(cmap, scale))
         path = WORK.request_dir() / "class_attention.png"
-        png.save(path)
+        png.save(path, compress_level=1)  # lossless like the default level, 4x faster, ~10% larger
         return str(path)
 
     def _big(self, a: session.Analysis, look: tuple, selected: tuple[int, int] | None):
@@ -90,10 +104,10 @@ class Handlers:
         return gr.Plot(value=figures.enlarged_figure(tile.image, a.view, heat, cmap=look[0], title=tile.caption),
                        label=tile.caption)
 
-    def rerender_ca(self, a, cmap, alpha, scale, view, keep, selected) -> dict:
+    def rerender_ca(self, a, cmap, alpha, scale, view, keep, selected, shown) -> dict:
         if a is None:
             return {}
-        return self.ca_outputs(a, (cmap, alpha, scale, view, keep), selected)
+        return self.ca_outputs(a, (cmap, alpha, scale, view, keep), selected, shown)
 
     def enlarge(self, layer: int):
         def handler(a, cmap, alpha, scale, view, keep, evt: gr.SelectData) -> dict:
@@ -106,24 +120,26 @@ class Handlers:
 
     # ------------------------------------------------------------------------ a new image
 
-    def cleared(self, status: str = "") -> dict:
-        """Every result of the last image emptied (a removed image, a new model, a file that failed)."""
+    def cleared(self, shown: tuple, status: str = "") -> dict:
+        """Every result of the last image emptied (a removed image, a new model, a file that failed);
+        shown: the CA galleries' props as the page has them (`Page.ca_props`)."""
         p = self.page
         out = {p.analysis: None, p.selected: None, p.top5: "", p.status: status, p.grid_file: None,
                p.json_file: None, p.ca_big: None, p.colour_bar: None, p.sal_gallery: None, p.sal_region: None,
                p.sal_table: None, p.ratio_plot: None, p.th_gallery: None, p.th_plot: None, p.th_pick: None}
-        out.update({g: gr.Gallery(value=None, visible=False) for g in p.ca_galleries})
+        out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
-    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, *, uploaded: bool) -> dict:
+    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, shown: tuple, *,
+                  uploaded: bool) -> dict:
         """The first answer to a new image: predictions and the class-attention view, as soon as they are
         computed; what the other tabs and the downloads need follows in `details`."""
         p = self.page
         for note in a.notes:
             gr.Info(note)
         preds = session.top_predictions(a.probs, loaded.labels)
-        out = self.cleared(texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
-        out.update(self.ca_outputs(a, look, None, sheet=False))
+        out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
+        out.update(self.ca_outputs(a, look, None, shown, sheet=False))
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
@@ -144,27 +160,27 @@ class Handlers:
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
         return out
 
-    def _analyse_path(self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, *,
+    def _analyse_path(self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, shown: tuple, *,
                       uploaded: bool) -> dict:
         if path is None:
-            return self.cleared()
+            return self.cleared(shown)
         loaded = self.cache.get(choice)
         start = time.perf_counter()
         try:
             a = session.analyse(loaded, path, sa_layer=int(sa_layer) - 1)
         except ImageInputError as e:
             log.info("could not analyse an upload: %s", e)
-            return self.cleared(f"**Could not analyse this file:** {e}")
+            return self.cleared(shown, f"**Could not analyse this file:** {e}")
         log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
-        return self._analysed(loaded, a, look, uploaded=uploaded)
+        return self._analysed(loaded, a, look, shown, uploaded=uploaded)
 
-    def on_upload(self, choice, payload, cmap, alpha, scale, view, keep, th_layer) -> dict:
-        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer,
+    def on_upload(self, choice, shown, payload, cmap, alpha, scale, view, keep, th_layer) -> dict:
+        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer, shown,
                                   uploaded=True)
 
-    def on_example(self, choice, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:
+    def on_example(self, choice, shown, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:
         path = evt.value["image"]["path"]
-        out = self._analyse_path(choice, path, (cmap, alpha, scale, view, keep), th_layer, uploaded=False)
+        out = self._analyse_path(choice, path, (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=False)
         out[self.page.image_in] = path
         return out
 
@@ -214,7 +230,9 @@ class Handlers:
         tiles = figures.query_tiles(a.view, {"raw": st.raw, "after_proj_l": st.after_proj_l,
                                              "after_proj_w": st.after_proj_w}, patch)
         proj_l, proj_w = (m.float().cpu().numpy() for m in explain.mixing_matrices(loaded.model, st.layer))
-        return {self.page.th_gallery: gr.Gallery(value=tiles, columns=min(loaded.cfg.num_heads, 8)),
+        files = figures.save_tiles([image for image, _ in tiles], WORK.request_dir(), "query")
+        # a value only: the columns follow the model (`model_outputs`)
+        return {self.page.th_gallery: [(f, caption) for f, (_, caption) in zip(files, tiles)],
                 self.page.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
                 self.page.th_pick: figures.query_picker(a.view, g, patch)}
 
@@ -244,7 +262,7 @@ class Handlers:
                 p.examples: gr.Gallery(value=loaded.examples), p.image_in: None, p.ls_plot: layerscale_figure(loaded),
                 p.th_layer: gr.Slider(maximum=cfg.depth, value=1), p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
                 p.th_col: gr.Slider(maximum=g, value=g // 2 + 1), p.sal_class: gr.Dropdown(choices=[], value=None),
-                p.th_gallery: gr.Gallery(value=None, columns=min(cfg.num_heads, 8)), p.variant: loaded.choice.name}
+                p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)), p.variant: loaded.choice.name}
 
     def weights_status(self, name: str | None) -> str:
         """Where the chosen variant's weights would come from, without any request (cait.hub)."""
@@ -255,8 +273,8 @@ class Handlers:
         except ValueError as e:
             return str(e)
 
-    def load_model(self, choice: ModelChoice, name: str | None, checkpoint: str | None, download: bool = False,
-                   progress=gr.Progress()) -> dict:
+    def load_model(self, choice: ModelChoice, shown: tuple, name: str | None, checkpoint: str | None,
+                   download: bool = False, progress=gr.Progress()) -> dict:
         """Load a model for this session only (a download, when asked for, with a progress bar). A failure
         is one message next to the button; nothing else on the page changes."""
         wanted = ModelChoice(name=name or None, checkpoint=(checkpoint or "").strip() or None,
@@ -271,7 +289,7 @@ class Handlers:
             log.info("could not load %s: %s", wanted, first_line)
             more = "" if first_line == str(e) else "\n\n```\n" + str(e) + "\n```"
             return {self.page.load_msg: f"**Could not load the model:** {first_line}{more}"}
-        out = {**self.cleared(), **self.model_outputs(loaded)}
+        out = {**self.cleared(shown), **self.model_outputs(loaded)}
         warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
         out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
         out[self.page.weights_md] = self.weights_status(loaded.choice.name) if loaded.choice.checkpoint is None else ""

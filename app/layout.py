@@ -3,6 +3,7 @@ wiring here (`app.ui`) and no computing (`app.session`); `Page` names each compo
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -22,9 +23,22 @@ SCALES = ("per tile", "shared per layer")
 VIEWS = ("smooth", "patch grid")
 
 
+class GalleryProps(NamedTuple):
+    """The props of a class-attention gallery that change with the model or the colour scale."""
+    visible: bool
+    columns: int | None
+    label: str
+
+
+def _ca_gallery_props(layer: int) -> GalleryProps:
+    """A CA gallery's props on a new page: hidden until an image is analysed."""
+    return GalleryProps(visible=False, columns=None, label=f"CA layer {layer + 1}")
+
+
 @dataclass
 class Page:
     choice: gr.State           # the session's ModelChoice
+    ca_props: gr.State         # the CA galleries' GalleryProps as this page shows them (sent only when changed)
     analysis: gr.State         # the session's Analysis (or None)
     selected: gr.State         # the enlarged tile (layer, head or None for the mean) or None
     header: gr.Markdown
@@ -67,6 +81,14 @@ class Page:
     load_msg: gr.Markdown
 
     @property
+    def results(self) -> list:
+        """What analysing an image writes: its results in every tab (all of them, none left to be skipped:
+        Gradio rebuilds a skipped output's component as if its props had changed)."""
+        return [self.analysis, self.selected, self.ca_props, self.top5, self.status, self.grid_file, self.json_file,
+                self.ca_big, self.colour_bar, self.sal_gallery, self.sal_region, self.sal_table, self.ratio_plot,
+                self.th_gallery, self.th_plot, self.th_pick, *self.ca_galleries]
+
+    @property
     def look(self) -> list:
         """The controls of how class attention is drawn, in the order the handlers take them."""
         return [self.cmap, self.alpha, self.scale, self.view, self.keep]
@@ -106,9 +128,11 @@ def _class_attention_tab(parts: dict) -> None:
                                    "share of the tile's attention are dimmed (1 = show all)", elem_id="keep")
     parts["colour_bar"] = gr.Image(label="Colour scale", type="pil", interactive=False, height=60, show_label=False,
                                    container=False, elem_id="colour_bar", buttons=[])
+    props = [_ca_gallery_props(i) for i in range(MAX_CA_LAYERS)]
+    parts["ca_props"] = gr.State(tuple(props))
     parts["ca_galleries"] = [
-        gr.Gallery(label=f"CA layer {i + 1}", allow_preview=False, object_fit="contain", height="auto",
-                   visible=False, elem_id=f"ca_grid_{i + 1}", elem_classes=["ca-grid"]) for i in range(MAX_CA_LAYERS)]
+        gr.Gallery(allow_preview=False, object_fit="contain", height="auto", elem_id=f"ca_grid_{i + 1}",
+                   elem_classes=["ca-grid"], **props[i]._asdict()) for i in range(MAX_CA_LAYERS)]
     parts["ca_big"] = gr.Plot(label="Selected tile (click one)", elem_id="ca_big")
 
 
@@ -144,10 +168,15 @@ def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
         parts["th_col"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch column", elem_id="th_col")
     parts["th_pick"] = gr.Image(label="Click a patch to make it the query", type="pil", interactive=False,
                                 height=figures.PICKER_SIDE, elem_id="th_pick", buttons=[])
-    parts["th_gallery"] = gr.Gallery(label="Attention of the query patch", columns=first.cfg.num_heads,
+    parts["th_gallery"] = gr.Gallery(label="Attention of the query patch", columns=talking_columns(first.cfg),
                                      allow_preview=False, height="auto", elem_id="th_gallery",
                                      elem_classes=["no-scroll"])
     parts["th_plot"] = gr.Plot(label="Mixing matrices", elem_id="th_plot")
+
+
+def talking_columns(cfg: cait.CaiTConfig) -> int:
+    """Tiles per row of the talking-heads gallery: one per head, at most 8 (16 heads: two rows per stage)."""
+    return min(cfg.num_heads, 8)
 
 
 def _model_tab(first: LoadedModel, parts: dict) -> None:
@@ -215,4 +244,4 @@ CSS = """
 .top5-value { text-align: right; font-variant-numeric: tabular-nums; }
 """
 
-__all__ = ["CSS", "MAX_CA_LAYERS", "MAX_UPLOAD", "Page", "ModelChoice", "SCALES", "VIEWS", "build_page"]
+__all__ = ["CSS", "GalleryProps", "MAX_CA_LAYERS", "MAX_UPLOAD", "Page", "ModelChoice", "SCALES", "VIEWS", "build_page", "talking_columns"]

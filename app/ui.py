@@ -18,15 +18,15 @@ THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", 
 
 
 def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
-    look = [p.analysis, *p.look, p.selected]
-    redraw_outputs = [*p.ca_galleries, p.colour_bar, p.grid_file, p.ca_big]
+    look = [p.analysis, *p.look, p.selected, p.ca_props]
+    redraw_outputs = [*p.ca_galleries, p.ca_props, p.colour_bar, p.grid_file, p.ca_big]
     for control in (p.cmap, p.scale, p.view):
         control.change(h.rerender_ca, look, redraw_outputs, api_visibility="private")
     # sliders: change, not release, so that arrow keys and typed values redraw too; only the latest is drawn
     for slider in (p.alpha, p.keep):
         slider.change(h.rerender_ca, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
     for layer, gallery in enumerate(p.ca_galleries):
-        gallery.select(h.enlarge(layer), look[:-1], [p.ca_big, p.selected], api_visibility="private")
+        gallery.select(h.enlarge(layer), look[:-2], [p.ca_big, p.selected], api_visibility="private")
 
 
 def _wire(p: layout.Page, h: Handlers) -> None:
@@ -40,10 +40,12 @@ def _wire(p: layout.Page, h: Handlers) -> None:
                    **model_events)
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
     # not run the analysis a second time. The class-attention view comes first, the rest right after.
-    p.image_in.upload(h.on_upload, [p.choice, p.image_in, *view], everything, preprocess=False,
+    # Each event lists as outputs only what it writes, and writes all of them.
+    p.image_in.upload(h.on_upload, [p.choice, p.ca_props, p.image_in, *view], p.results, preprocess=False,
                       **model_events).success(**details)
-    p.image_in.clear(h.cleared, None, everything, api_visibility="private")
-    p.examples.select(h.on_example, [p.choice, *view], everything, **model_events).success(**details)
+    p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
+    p.examples.select(h.on_example, [p.choice, p.ca_props, *view], [*p.results, p.image_in],
+                      **model_events).success(**details)
     _wire_class_attention(p, h)
     p.sal_run.click(h.saliency, [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
                     [p.sal_gallery, p.sal_region, p.sal_table, p.status], show_progress_on=[p.sal_gallery],
@@ -54,7 +56,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
                        **model_events)
     p.th_pick.select(h.pick_query, [p.choice, p.analysis, p.th_layer], [p.th_row, p.th_col, *talking_outputs],
                      **model_events)
-    p.load_btn.click(h.load_model, [p.choice, p.variant, p.checkpoint, p.download], everything,
+    p.load_btn.click(h.load_model, [p.choice, p.ca_props, p.variant, p.checkpoint, p.download], everything,
                      show_progress_on=[p.load_msg], **model_events)
     p.variant.change(h.weights_status, p.variant, p.weights_md, api_visibility="private")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -30,6 +31,30 @@ from .runtime import DEVICE_CHOICES, PRECISION_CHOICES, DeviceError, autocast, i
 
 CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l",
                  "rollout_after_proj_w")
+# Rows name each CA head from 1, as the app and the figures do: "ca1_head1" is CA layer 1's first head.
+# Results written before (no "head_numbering" key) named heads from 0; `localization_rows` reads both.
+HEAD_NUMBERING = 1
+_HEAD_ROW = re.compile(r"^ca(\d+)_head(\d+)$")
+
+
+def head_row(layer: int, head: int) -> str:
+    """The row name of CA layer `layer`'s head `head` (both 0-based indices): ca<layer+1>_head<head+1>."""
+    return f"ca{layer + 1}_head{head + HEAD_NUMBERING}"
+
+
+def current_row_name(name: str, head_numbering: int = HEAD_NUMBERING) -> str:
+    """A localization row's current name, from a result whose heads were numbered from `head_numbering`
+    (0 in results written before the renaming) or that used a method's earlier name."""
+    head = _HEAD_ROW.match(name)
+    if head:
+        return f"ca{head[1]}_head{int(head[2]) - head_numbering + HEAD_NUMBERING}"
+    return explain.METHODS.aliases.get(name, name)
+
+
+def localization_rows(result: dict) -> list[dict]:
+    """`result["localization"]` (a result of `evaluate`, or its JSON file, however old) under current names."""
+    numbering = result.get("head_numbering", 0)
+    return [{**row, "method": current_row_name(row["method"], numbering)} for row in result.get("localization") or []]
 
 
 class _Transformed(Dataset):
@@ -95,10 +120,10 @@ def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int 
             tally.count["chance"] += len(y)
             for layer in range(ca.maps.shape[1]):
                 for h in range(heads):
-                    tally.add(f"ca{layer + 1}_head{h}", ca.maps[:, layer, h], boxes, img_size)
+                    tally.add(head_row(layer, h), ca.maps[:, layer, h], boxes, img_size)
             tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
-            for name in methods:
-                cheap = explain.METHODS.canonical(name) in CHEAP_METHODS
+            for name in map(explain.METHODS.canonical, methods):  # rows under current names
+                cheap = name in CHEAP_METHODS
                 todo = len(y) if cheap else max(0, min(len(y), attribution_subset - seen))
                 if todo:
                     heat = explain.METHODS[name](model, x[:todo], y[:todo]).detach()
@@ -108,7 +133,7 @@ def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int 
     per_class = {name: (confusion[i, i] / confusion[i].sum()).item() if confusion[i].sum() else None
                  for i, name in enumerate(names)}
     return {"images": seen, "top1": confusion.diag().sum().item() / max(seen, 1), "per_class_top1": per_class,
-            "confusion": confusion.tolist(), "localization": tally.rows()}
+            "confusion": confusion.tolist(), "localization": tally.rows(), "head_numbering": HEAD_NUMBERING}
 
 
 def format_table(result: dict) -> str:
@@ -116,9 +141,10 @@ def format_table(result: dict) -> str:
     if result.get("per_class_top1"):
         lines.append("per class: " + ", ".join(f"{name} {'-' if v is None else f'{100 * v:.0f}%'}"
                                                for name, v in result["per_class_top1"].items()))
-    if result["localization"]:
+    rows = localization_rows(result)
+    if rows:
         lines.append(f"{'method':<26}{'pointing game':>15}{'mass in box':>13}{'images':>8}")
-        for row in sorted(result["localization"], key=lambda r: -r["pointing_game"]):
+        for row in sorted(rows, key=lambda r: -r["pointing_game"]):
             lines.append(f"{row['method']:<26}{100 * row['pointing_game']:>14.1f}%"
                          f"{100 * row['mass_in_box']:>12.1f}%{row['images']:>8}")
     return "\n".join(lines)

@@ -276,6 +276,49 @@ def test_replacing_an_image_runs_the_analysis_once(chromium, server):
         page.context.close()
 
 
+
+def tile_pixels(page, index: int) -> bytes:
+    """The RGB pixels of class-attention tile `index` as the server sends them."""
+    from io import BytesIO
+
+    from PIL import Image
+    with urllib.request.urlopen(grid_images(page).nth(index).get_attribute("src"), timeout=30) as r:
+        return Image.open(BytesIO(r.read())).convert("RGB").tobytes()
+
+
+def test_opacity_redraws_from_the_keyboard_without_a_new_analysis(chromium, server):
+    page = open_page(chromium, server[0])
+    try:
+        pick_example(page)
+        expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
+        analyses, json_href = analyses_logged(server), page.locator("#numbers_json a").first.get_attribute("href")
+        changed = "(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old " \
+                  "&& i.complete && i.naturalWidth > 100; }"
+        # arrow keys on the slider: one step each
+        before = grid_images(page).first.get_attribute("src")
+        page.locator("#alpha input[type=range]").focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(changed, arg=before)
+        expect(page.locator("#alpha input[type=number]")).to_have_value("0.55")
+        # a typed value, committed with Enter: at opacity 0 every tile is the bare image, so all are alike
+        before = grid_images(page).first.get_attribute("src")
+        number = page.locator("#alpha input[type=number]")
+        number.fill("0")
+        number.press("Enter")
+        page.wait_for_function(changed, arg=before)
+        assert tile_pixels(page, 0) == tile_pixels(page, 1) == tile_pixels(page, 3)
+        before = grid_images(page).first.get_attribute("src")
+        page.locator("#alpha input[type=range]").focus()
+        page.keyboard.press("ArrowRight")  # 0.05: the heat shows again, and differs per head
+        page.wait_for_function(changed, arg=before)
+        assert tile_pixels(page, 0) != tile_pixels(page, 1)
+        # only the overlay was redrawn: no analysis, no follow-up (its JSON download is the same file)
+        assert analyses_logged(server) == analyses
+        assert page.locator("#numbers_json a").first.get_attribute("href") == json_href
+    finally:
+        page.context.close()
+
+
 @pytest.fixture(scope="module")
 def wide_server(tmp_path_factory):
     """The app on a cheap random model with 16 heads (the head count of M24/M36/M48)."""

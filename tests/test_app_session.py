@@ -22,6 +22,7 @@ from conftest import randomise_
 
 from app import main as cli
 from app import session, texts
+from app.layout import GalleryProps
 from app.models import LoadedModel, ModelCache, ModelChoice, load_model
 from app.workdir import WorkDir
 
@@ -218,6 +219,9 @@ def test_checkpoints_that_cannot_be_say_what_they_are(tmp_path, make, message):
 
 # ------------------------------------------------------------------------------ the handlers' answers
 
+SHOWN = tuple(GalleryProps(False, None, f"CA layer {i + 1}") for i in range(4))  # a new page's CA galleries
+SHOWN_ANALYSED = tuple(GalleryProps(i < 2, 5, f"CA layer {i + 1}") for i in range(4))
+
 @pytest.fixture(scope="module")
 def handlers():
     from app import layout
@@ -231,20 +235,21 @@ def handlers():
 def test_a_failed_load_changes_one_message_only(handlers, tmp_path):
     bad = tmp_path / "weights.pth"
     bad.write_text("not weights\n")
-    out = handlers.load_model(ModelChoice("cait_pico_32"), "cait_pico_32", str(bad))
+    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, "cait_pico_32", str(bad))
     assert list(out) == [handlers.page.load_msg] and "text file" in out[handlers.page.load_msg]
 
 
 def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
     p = handlers.page
-    out = handlers.load_model(ModelChoice("cait_pico_32"), "cait_nano_28", "")
+    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN_ANALYSED, "cait_nano_28", "")
     cfg = cait.get_config("cait_nano_28")
     assert out[p.choice] == ModelChoice("cait_nano_28")
     assert out[p.th_layer].maximum == cfg.depth and out[p.th_row].maximum == out[p.th_col].maximum == cfg.grid_size
     assert "cait_nano_28" in out[p.header] and "cait_nano_28" in out[p.model_md] and out[p.variant] == "cait_nano_28"
     assert out[p.examples].value and out[p.image_in] is None and out[p.analysis] is None
     assert out[p.ls_plot] is not None and out[p.sal_class].choices == []
-    assert all(not out[g].visible for g in p.ca_galleries)
+    assert all(out[g]["visible"] is False for g in p.ca_galleries[:2])  # hidden until an image is analysed
+    assert not any(props.visible for props in out[p.ca_props])
 
 
 def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
@@ -255,15 +260,37 @@ def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
     choice = ModelChoice(None, str(path))
     loaded = handlers.cache.get(choice)
     a = session.analyse(loaded, str(SCENE))
-    out = handlers.ca_outputs(a, ("inferno", 0.5, "shared per layer", "patch grid", 0.5), (1, 16))
+    out = handlers.ca_outputs(a, ("inferno", 0.5, "shared per layer", "patch grid", 0.5), (1, 16), SHOWN)
     galleries = [out[g] for g in handlers.page.ca_galleries]
-    assert [g.visible for g in galleries] == [True, True, False, False] and galleries[0].columns == 9
-    assert [len(g.value) for g in galleries[:2]] == [17, 17]
+    assert [g["visible"] for g in galleries] == [True, True, False, False] and galleries[0]["columns"] == 9
+    assert [len(g["value"]) for g in galleries[:2]] == [17, 17]
     assert out[handlers.page.ca_big].label.startswith("CA2 head 16")
-    captions = [item["caption"] for item in galleries[0].value]  # half the mass: a patch count per tile
+    captions = [caption for _, caption in galleries[0]["value"]]  # half the mass: a patch count per tile
     assert all(caption.endswith(" patches") for caption in captions), captions
     with Image.open(out[handlers.page.grid_file]) as sheet:
         assert sheet.width == 9 * 224  # the PNG wraps like the page
+
+
+
+def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixels(handlers):
+    from cait.figures import attention_tiles
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    look = ("viridis", 0.4, "per tile", "smooth", 1.0)
+    first = handlers.ca_outputs(a, look, None, SHOWN)
+    assert first[p.ca_props][:2] == (GalleryProps(True, 3, "CA layer 1"), GalleryProps(True, 3, "CA layer 2"))
+    assert first[p.ca_galleries[0]]["visible"] and first[p.ca_galleries[0]]["__type__"] == "update"
+    again = handlers.ca_outputs(a, look, None, first[p.ca_props])
+    assert [type(again[g]) for g in p.ca_galleries] == [list, list, type(None), type(None)]  # values only
+    assert again[p.ca_props] == first[p.ca_props]
+    drawn = attention_tiles(a.view, a.ca_maps, a.self_share, cmap="viridis", alpha=0.4)
+    for (path, caption), tile in zip(again[p.ca_galleries[1]], drawn[1]):
+        with Image.open(path) as served:  # lossless: the browser gets exactly the drawn pixels
+            assert served.convert("RGB").tobytes() == tile.image.tobytes() and caption == tile.short_caption
+    shared = handlers.ca_outputs(a, look[:2] + ("shared per layer",) + look[3:], None, again[p.ca_props])
+    assert shared[p.ca_galleries[0]]["label"].startswith("CA layer 1, colour 0 .. ")
+    cleared = handlers.cleared(shared[p.ca_props])
+    assert cleared[p.ca_galleries[0]]["visible"] is False and cleared[p.ca_props][0].visible is False
 
 
 def test_saliency_shows_each_map_as_it_is_done(handlers):
@@ -293,10 +320,10 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
     with StandInHub(served) as stand_in:
         hf_env(stand_in.url)
         assert handlers.weights_status(name).startswith(f"Weights of {name}: download")
-        failed = handlers.load_model(ModelChoice("cait_pico_32"), name, "", False)  # no download: random weights
+        failed = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, name, "", False)  # no download: random weights
         assert "Untrained" in failed[handlers.page.load_msg] and stand_in.methods() == []
         seen = []
-        out = handlers.load_model(ModelChoice("cait_pico_32"), name, "", True,
+        out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, name, "", True,
                                   progress=lambda fraction, **kw: seen.append((fraction, kw.get("desc"))))
         assert stand_in.methods() == ["HEAD", "GET"] and seen and seen[-1][1] == f"downloading {name}"
         done, total = seen[-1][0]

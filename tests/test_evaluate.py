@@ -10,7 +10,8 @@ import torch
 import cait
 from cait import explain
 from cait.data import FashionMNISTScenes
-from cait.evaluate import evaluate, format_table
+from cait.checkpoint import WEIGHTS_DIR
+from cait.evaluate import current_row_name, evaluate, format_table, localization_rows
 
 
 def test_evaluate_scores_every_head_and_method(tmp_path):
@@ -21,9 +22,10 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
                       methods=("ca1_mean", "rollout_before_mixing", "saliency"))
     rows = {r["method"]: r for r in result["localization"]}
     heads = model.cfg.num_heads
-    assert {f"ca{l}_head{h}" for l in (1, 2) for h in range(heads)} <= set(rows)
+    assert {f"ca{l}_head{h}" for l in (1, 2) for h in range(1, heads + 1)} <= set(rows)  # from 1, as the app
+    assert "ca1_head0" not in rows and result["head_numbering"] == 1
     assert rows["ca1_mean"]["images"] == 24 and rows["saliency"]["images"] == 4  # costly methods on a subset
-    assert rows["rollout_before_mixing"]["images"] == 24  # an earlier name of a cheap method is still cheap
+    assert rows["rollout_after_proj_l"]["images"] == 24  # an earlier name: still cheap, and rows say the current one
     boxes = scenes.boxes
     area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64 ** 2).mean()
     assert np.isclose(rows["chance"]["pointing_game"], area, atol=1e-6)
@@ -43,6 +45,22 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     expected = (predicted[shirts] == 6).float().mean().item() if shirts.any() else None
     assert result["per_class_top1"]["Shirt"] == (expected if expected is None else pytest.approx(expected))
     assert "pointing game" in format_table(result) and "per class: T-shirt/top" in format_table(result)
+
+
+def test_results_written_with_earlier_names_read_under_current_ones():
+    old = {"localization": [{"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
+                            for m in ("ca1_head0", "ca2_head3", "rollout_before_mixing", "rollout_after_mixing",
+                                      "ca_mean_both_layers", "saliency")]}
+    assert [r["method"] for r in localization_rows(old)] == [
+        "ca1_head1", "ca2_head4", "rollout_after_proj_l", "rollout_after_proj_w", "ca_mean_both_layers", "saliency"]
+    new = {**old, "head_numbering": 1, "localization": [{**old["localization"][1], "method": "ca2_head4"}]}
+    assert [r["method"] for r in localization_rows(new)] == ["ca2_head4"]  # a current file is left as it is
+    assert current_row_name("ca1_head0", 0) == "ca1_head1" and current_row_name("ca1_head1") == "ca1_head1"
+    for shipped in sorted(WEIGHTS_DIR.glob("*.eval.json")):  # whichever names the shipped files use
+        table = format_table(json.loads(shipped.read_text()))
+        assert "_head0 " not in table and "mixing" not in table, shipped.name
+        if "localization" in table or "pointing game" in table:
+            assert "ca1_head1 " in table and "rollout_after_proj_l " in table, shipped.name
 
 
 def test_cli_writes_json_and_refuses_bad_input(tmp_path):

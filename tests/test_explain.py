@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -316,6 +317,41 @@ def test_upsample_and_overlay():
     assert full.getpixel((0, 0)) == (0, 0, 0) and full.getpixel((39, 39)) == (255, 255, 255)
 
 
+
+def overlay_by_formula(image, heat_2d, *, cmap, alpha, value_range=None, smooth=True):
+    """The overlay computed the straightforward way (matplotlib's colormap on every pixel, float blend):
+    what `explain.overlay`'s lookup table must reproduce byte for byte."""
+    import matplotlib
+    base = image.convert("RGB")
+    size = (base.height, base.width)
+    heat = explain.upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size)[0, 0]
+    heat = heat.numpy()
+    lo, hi = value_range if value_range is not None else (float(heat.min()), float(heat.max()))
+    heat = np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat)
+    colours = matplotlib.colormaps[cmap](heat)[..., :3]
+    blended = (1 - alpha) * np.asarray(base, dtype=np.float32) / 255 + alpha * colours
+    return Image.fromarray((blended.clip(0, 1) * 255).round().astype(np.uint8))
+
+
+@pytest.mark.parametrize("cmap", ["inferno", "viridis", "jet", "gray"])
+def test_overlay_lookup_gives_the_formulas_bytes(cmap):
+    gen = torch.Generator().manual_seed(3)
+    image = Image.fromarray(torch.randint(0, 256, (56, 56, 3), generator=gen, dtype=torch.uint8).numpy())
+    heats = torch.rand(5, 7, 7, generator=gen) ** 3
+    heats[1] = 0.25          # a flat map: the bottom colour
+    heats[2, 3, 3] = torch.nan  # a bad value: the colormap's colour for NaN (and every pixel it touches)
+    ranges = [None, None, (0.0, 0.5), (0.1, 0.9), None]
+    for alpha in (0.0, 0.35, 0.5, 1.0):
+        for smooth in (True, False):
+            fast = explain.overlays(image, heats, cmap=cmap, alpha=alpha, value_ranges=ranges, smooth=smooth)
+            for heat, value_range, tile in zip(heats, ranges, fast):
+                expected = overlay_by_formula(image, heat, cmap=cmap, alpha=alpha, value_range=value_range,
+                                              smooth=smooth)
+                assert tile.tobytes() == expected.tobytes(), (alpha, smooth, value_range)
+            one = explain.overlay(image, heats[3], cmap=cmap, alpha=alpha, value_range=ranges[3], smooth=smooth)
+            assert one.tobytes() == fast[3].tobytes()
+
+
 # ---------------------------------------------------------------------------- metrics
 
 def random_boxes(n: int, gen: torch.Generator) -> torch.Tensor:
@@ -440,3 +476,21 @@ def test_layerscale_stats_from_metrics(tmp_path):
     path.write_text('{"epoch": 1, "loss": 2.3}\n')
     with pytest.raises(ValueError, match="no line has a 'layerscale' field"):
         explain.layerscale_stats_from_metrics(path)
+
+
+def test_perturbation_methods_in_small_batches_give_the_one_batch_numbers():
+    """Deletion/insertion and occlusion run a few images per pass (faster on a CPU); the numbers are those
+    of one pass over every perturbed image, up to float summation order (1e-5)."""
+    model = sharpen(pico()).eval()
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 32, 32, generator=gen)
+    target = torch.tensor([1, 4])
+    heat = torch.rand(2, GRID, GRID, generator=gen)
+    assert explain.metrics.images_per_pass(cait.create_model("cait_xxs24_224", pretrained=False)) == 8
+    small = explain.deletion_insertion(model, x, target, heat, batch_size=3)  # the default is 94 for pico
+    whole = explain.deletion_insertion(model, x, target, heat, batch_size=10_000)
+    for key in ("deletion", "insertion", "deletion_auc", "insertion_auc"):
+        torch.testing.assert_close(small[key], whole[key], atol=1e-5, rtol=1e-5)
+    occlusion = explain.attribution(model, x, target, "occlusion", perturbations_per_eval=3).raw
+    torch.testing.assert_close(occlusion, explain.attribution(model, x, target, "occlusion",
+                                                              perturbations_per_eval=10_000).raw, atol=1e-5, rtol=1e-5)

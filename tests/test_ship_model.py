@@ -2,6 +2,7 @@
 import json
 from pathlib import Path
 
+import cait
 from scripts import ship_model
 
 
@@ -33,3 +34,21 @@ def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
     row = ship_model.teacher_row(args, ship_model.history([teacher]))
     assert row.startswith("| teacher | `t.safetensors`: 54.00% test top-1 after 4 epochs")
     assert "--model timm:resnet10t" in row and "soft distillation through the class token, alpha 0.5, tau 3.0" in row
+
+
+def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "args.json").write_text(json.dumps({"args": {"amp": "auto", "data": "fashion-mnist-scenes", "seed": 0},
+                                               "commands": ["python -m cait.train --epochs 1"]}))
+    line = {"epoch": 1, "step": 10, "train_loss": 1.0, "val_top1": 50.0, "val_top1_ema": None, "lr": 1e-3,
+            "images_per_s": 100.0, "epoch_seconds": 60.0}
+    (run / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    rows = [{"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
+            for m in ("chance", "ca1_head0", "ca2_head1", "rollout_before_mixing", "rollout_after_mixing")]
+    old_eval = {"images": 8, "top1": 0.5, "per_class_top1": {}, "localization": rows}  # written before the renames
+    text = ship_model.card("cait_pico_32", run, ship_model.history([run]), "last", old_eval,
+                           cait.create_model("cait_pico_32"))
+    for current in ("ca1_head1 ", "ca2_head2 ", "rollout_after_proj_l ", "rollout_after_proj_w "):
+        assert current in text
+    assert "mixing" not in text and "_head0" not in text

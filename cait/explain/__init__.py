@@ -11,12 +11,12 @@ from .attention import (ROLLOUT_STAGES, ClassAttention, TalkingHeads, class_atte
                         mixing_matrices, rollout, talking_heads)
 from .attribution import CAPTUM_METHODS, Attribution, MethodOptions, attribution, patch_sum
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
-from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, regions_of_focus, upsample
+from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
 from .methods import METHODS, Method, saliency_map
 from .metrics import deletion_insertion, mass_in_box, pointing_game
 
 __all__ = ["Attribution", "CAPTUM_METHODS", "ClassAttention", "DEFAULT_SHARE", "METHODS", "Method", "MethodOptions",
            "ROLLOUT_STAGES", "TalkingHeads", "attribution", "class_attention", "class_specific_attention",
            "deletion_insertion", "layerscale_stats", "layerscale_stats_from_metrics", "mask_to_boxes", "mass_in_box",
-           "mixing_matrices", "overlay", "patch_sum", "pointing_game", "regions_of_focus", "rollout", "saliency_map",
+           "mixing_matrices", "overlay", "overlays", "patch_sum", "pointing_game", "regions_of_focus", "rollout", "saliency_map",
            "talking_heads", "upsample"]

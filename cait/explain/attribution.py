@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .attention import _check_input, input_gradients
+from .metrics import images_per_pass
 
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
@@ -92,8 +93,8 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
             kw.setdefault("nt_samples_batch_size", _copies_per_pass(B, kw["nt_samples"], model.cfg.num_patches))
             raw = NoiseTunnel(Saliency(model)).attribute(x, nt_type="smoothgrad", target=target, abs=True, **kw)
         else:
-            # up to 256 occluded images per forward pass; no gradients needed
-            kw.setdefault("perturbations_per_eval", max(1, 256 // B))
+            # a few occluded images per forward pass, as the other perturbation method; no gradients needed
+            kw.setdefault("perturbations_per_eval", max(1, images_per_pass(model) // B))
             with torch.no_grad():
                 raw = Occlusion(model).attribute(x, sliding_window_shapes=(C, p, p), strides=(C, p, p),
                                                  baselines=0.0, target=target, **kw)

@@ -1,6 +1,8 @@
 """Patch-grid heat maps to pixels: upsampling, colour overlays and the paper's regions of focus."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -33,22 +35,62 @@ def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno",
         layer, so that tiles compare); default the map's own min and max. Values outside are clipped.
     smooth: bilinear upsampling (`upsample`); False shows the patch grid as it is, one flat block per patch.
     """
-    import matplotlib
-
     if heat_2d.dim() != 2:
         raise ValueError(f"overlay takes one 2-D heat map, got shape {list(heat_2d.shape)}")
+    return overlays(image, heat_2d[None], cmap=cmap, alpha=alpha, smooth=smooth,
+                    value_ranges=None if value_range is None else [value_range])[0]
+
+
+def overlays(image: Image.Image, heats: torch.Tensor, *, cmap: str = "inferno", alpha: float = 0.5,
+             value_ranges: list[tuple[float, float] | None] | None = None, smooth: bool = True) -> list[Image.Image]:
+    """`overlay` of each map of heats [T, g, g] on the same image (value_ranges: one per map, None for
+    the map's own min .. max), upsampled in one call; the pixels are `overlay`'s, only computed faster:
+    the colour index (as matplotlib's colormap quantises it) and the base pixel select the blended byte
+    from a table made once with the blend's own arithmetic (`_blend_table`)."""
+    if heats.dim() != 3:
+        raise ValueError(f"overlays takes heat maps [T, g, g], got shape {list(heats.shape)}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    base = image.convert("RGB")
-    heat_2d = heat_2d.detach().cpu().float()
-    size = (base.height, base.width)
-    heat = upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size, mode="nearest")[0, 0]
-    heat = heat.numpy()  # numpy from here: one thread, faster than torch's pool on arrays this small
-    lo, hi = value_range if value_range is not None else (float(heat.min()), float(heat.max()))
-    heat = np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat)
-    colours = matplotlib.colormaps[cmap](heat)[..., :3]  # RGBA floats in [0, 1]
-    blended = (1 - alpha) * np.asarray(base, dtype=np.float32) / 255 + alpha * colours
-    return Image.fromarray((blended.clip(0, 1) * 255).round().astype(np.uint8))
+    base = np.asarray(image.convert("RGB"))
+    size = base.shape[:2]
+    heats = heats.detach().cpu().float()
+    up = upsample(heats, size) if smooth else F.interpolate(heats[:, None], size=size, mode="nearest")[:, 0]
+    table = _blend_table(cmap, float(alpha))
+    colours = table.shape[2] - 1  # the colormap's entries; the last one is its "bad" (NaN) colour
+    channel = np.arange(3) * table[0].size
+    ranges = value_ranges or [None] * len(up)
+    out = []
+    for heat, value_range in zip(up.numpy(), ranges):  # numpy from here: one thread, faster than torch's pool
+        lo, hi = value_range or (float(heat.min()), float(heat.max()))
+        index = _colour_index(np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat), colours)
+        flat = base.astype(np.intp) * table.shape[2] + index[..., None] + channel
+        out.append(Image.fromarray(table.reshape(-1).take(flat)))
+    return out
+
+
+def _colour_index(heat: np.ndarray, colours: int) -> np.ndarray:
+    # matplotlib's Colormap.__call__ on floats in [0, 1]: x * N truncated, 1.0 in the top colour; NaN
+    # (a "bad" value) gets index N, the extra last entry of `_blend_table`.
+    scaled = heat * colours
+    bad = np.isnan(scaled)
+    index = np.minimum(np.where(bad, 0, scaled).astype(np.intp), colours - 1)
+    index[bad] = colours
+    return index
+
+
+@lru_cache(maxsize=32)
+def _blend_table(cmap: str, alpha: float) -> np.ndarray:
+    """[3 channels, 256 base bytes, N + 1 colours] uint8: the blended byte for each base byte and colour
+    index of the colormap (N entries, then its colour for NaN), computed by the straightforward float
+    formula on every pair, so that looking a pixel up gives that formula's byte."""
+    import matplotlib
+
+    colormap = matplotlib.colormaps[cmap]
+    lut = np.concatenate([colormap(np.arange(colormap.N)), colormap(np.array([np.nan]))])[:, :3]  # float64
+    base = np.arange(256, dtype=np.float32)
+    blended = (1 - alpha) * base[:, None, None] / 255 + alpha * lut[None]  # [256, N + 1, 3] float64
+    table = (blended.clip(0, 1) * 255).round().astype(np.uint8)
+    return np.ascontiguousarray(table.transpose(2, 0, 1))
 
 
 def mask_to_boxes(mask: torch.Tensor, img_size: int | tuple[int, int]) -> torch.Tensor:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from ..explain.maps import overlay, regions_of_focus
+from ..explain.maps import overlays, regions_of_focus
 
 TILE = 224         # display side of one tile (the model's own input may be 28-448 px)
 CAPTION_H = 20     # caption strip above each tile of a sheet
@@ -47,18 +47,29 @@ def attention_tile(base: Image.Image, maps: np.ndarray, self_share: np.ndarray, 
     """One tile of `attention_tiles` (head None: the head mean), drawn on `base` at its size. keep_mass < 1
     dims every patch outside the smallest set holding that share of the map's mass (the paper's Fig. 7
     rule, `cait.explain.regions_of_focus`) and says how many patches that set has."""
-    heat = np.ascontiguousarray(maps[layer].mean(0) if head is None else maps[layer, head])
-    share = float(self_share[layer].mean() if head is None else self_share[layer, head])
-    value_range = (0.0, float(maps[layer].max())) if shared_scale else None
-    image = overlay(base, torch.from_numpy(heat), cmap=cmap, alpha=alpha, value_range=value_range, smooth=smooth)
-    caption = f"{head_name(layer, head)} · self {share:.0%}"
-    if keep_mass < 1.0:
-        mask, _ = regions_of_focus(torch.from_numpy(heat)[None], keep_mass, img_size=heat.shape[-1])
-        keep = np.asarray(Image.fromarray(mask[0].numpy().astype(np.uint8) * 255).resize(image.size, Image.NEAREST)) > 0
-        pixels = np.asarray(image)
-        image = Image.fromarray(np.where(keep[..., None], pixels, pixels // 3))
-        caption += f" · {int(mask.sum())} patches"
-    return Tile(image, caption, layer, head, share)
+    return _tiles(base, maps, self_share, [(layer, head)], cmap=cmap, alpha=alpha, shared_scale=shared_scale,
+                  smooth=smooth, keep_mass=keep_mass)[0]
+
+
+def _tiles(base: Image.Image, maps: np.ndarray, self_share: np.ndarray, which: list[tuple[int, int | None]], *,
+           cmap: str, alpha: float, shared_scale: bool, smooth: bool, keep_mass: float) -> list[Tile]:
+    """`attention_tile` for each (layer, head) of `which`, their overlays drawn in one call."""
+    heats = np.stack([maps[layer].mean(0) if head is None else maps[layer, head] for layer, head in which])
+    ranges = [(0.0, float(maps[layer].max())) if shared_scale else None for layer, _ in which]
+    images = overlays(base, torch.from_numpy(heats), cmap=cmap, alpha=alpha, value_ranges=ranges, smooth=smooth)
+    tiles = []
+    for (layer, head), heat, image in zip(which, heats, images):
+        share = float(self_share[layer].mean() if head is None else self_share[layer, head])
+        caption = f"{head_name(layer, head)} · self {share:.0%}"
+        if keep_mass < 1.0:
+            mask, _ = regions_of_focus(torch.from_numpy(heat)[None], keep_mass, img_size=heat.shape[-1])
+            keep = np.asarray(Image.fromarray(mask[0].numpy().astype(np.uint8) * 255).resize(image.size,
+                                                                                             Image.NEAREST)) > 0
+            pixels = np.asarray(image)
+            image = Image.fromarray(np.where(keep[..., None], pixels, pixels // 3))
+            caption += f" · {int(mask.sum())} patches"
+        tiles.append(Tile(image, caption, layer, head, share))
+    return tiles
 
 
 def attention_tiles(view: Image.Image, maps: np.ndarray, self_share: np.ndarray, *, side: int = TILE,
@@ -68,9 +79,11 @@ def attention_tiles(view: Image.Image, maps: np.ndarray, self_share: np.ndarray,
     look: `attention_tile`'s colormap, opacity, smooth or patch-grid view, and shared_scale: every tile of
     a layer maps 0 .. the layer's largest value to the colormap, so tiles compare; otherwise each tile
     spans its own min .. max (shows the shape of weak heads too)."""
-    base = display_base(view, side)
-    return [[attention_tile(base, maps, self_share, layer, head, **look) for head in (None, *range(maps.shape[1]))]
-            for layer in range(maps.shape[0])]
+    look = {"cmap": "inferno", "alpha": 0.5, "shared_scale": False, "smooth": True, "keep_mass": 1.0, **look}
+    heads = (None, *range(maps.shape[1]))
+    tiles = _tiles(display_base(view, side), maps, self_share,
+                   [(layer, head) for layer in range(maps.shape[0]) for head in heads], **look)
+    return [tiles[i:i + len(heads)] for i in range(0, len(tiles), len(heads))]
 
 
 def grid_columns(tiles_per_layer: int, max_columns: int = MAX_COLUMNS) -> int:
