@@ -3,7 +3,7 @@ the page's handlers call these, and so do the tests, without a server."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -112,17 +112,26 @@ class SaliencyRow:
 
 def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str],
                   options: MethodOptions) -> Iterator[SaliencyRow]:
-    """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. Maps
-    and their gradients run in fp32; only the scoring's forward passes take the session's precision."""
+    """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. The
+    gradient methods run in fp32; the forward-only work in the session's precision: the scoring, occlusion
+    (where it agrees with fp32, `cait.explain.attribution`), and the CA head means, read from the analysis.
+    What every method shares (the rollouts' forward pass, the curves' two ends) is done once and its time
+    counted in the row of the first method that needs it."""
     x = a.x.to(loaded.device)
     t = torch.tensor([target], device=loaded.device)
-    for method in methods:
+    options = replace(options, forward_dtype=loaded.dtype)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
+    maps = explain.saliency_maps(loaded.model, x, t, methods, options,
+                                 class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device))
+    for method, heat in maps:
+        with torch.inference_mode():
+            scores = explain.deletion_insertion(loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype,
+                                                endpoints=endpoints)
+        yield SaliencyRow(method, heat[0].float().cpu(), float(scores["deletion_auc"][0]),
+                          float(scores["insertion_auc"][0]), time.perf_counter() - start)
         start = time.perf_counter()
-        heat = explain.saliency_map(loaded.model, x, t, method, options)[0].float()
-        with loaded.forward_only():
-            scores = explain.deletion_insertion(loaded.model, x, t, heat[None])
-        yield SaliencyRow(method, heat.cpu(), float(scores["deletion_auc"][0]), float(scores["insertion_auc"][0]),
-                          time.perf_counter() - start)
 
 
 def regions_of_focus(loaded: LoadedModel, a: Analysis) -> tuple[torch.Tensor, tuple[float, float, float, float]]:

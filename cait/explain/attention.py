@@ -164,25 +164,36 @@ def rollout(model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l", m
     column 0 (relevance left on the learned class-token constant) is dropped, so a map sums to < 1.
     """
     stage = rollout_stage(mixing if mixing is not None else stage)
+    return rollouts(model, x, stages=(stage,))[stage]
+
+
+def rollouts(model: nn.Module, x: torch.Tensor, *, stages: tuple[str, ...] = ROLLOUT_STAGES) -> dict[str, torch.Tensor]:
+    """`rollout` at each of `stages` (current or earlier names) from one forward pass: {stage: [B, g, g]}."""
+    stages = tuple(dict.fromkeys(rollout_stage(s) for s in stages))
     _check_input(model, x)
     depth = model.cfg.depth
     with torch.no_grad():
-        ins = model.forward_insights(x, sa_layers=tuple(range(depth)), raw_attention=stage == "raw")
+        ins = model.forward_insights(x, sa_layers=tuple(range(depth)), raw_attention="raw" in stages)
         ca = torch.stack([attn.mean(dim=1) for attn in ins.class_attention], dim=1).float()  # [B, L, 1+N]
-        # Only class-token rows are ever needed, so push the CA rows' patch parts back through the SA
-        # stage, a R_SA = ((a Â_D) Â_D-1) ... Â_1: vector-matrix products, O(D N^2) not O(D N^3).
-        through_sa = ca[..., 1:]
-        eye = torch.eye(through_sa.shape[-1], device=x.device, dtype=through_sa.dtype)
-        for layer in reversed(range(depth)):
-            a = _head_mean_attention(ins, layer, stage).float()
-            through_sa = through_sa @ _normalise_rows(a + eye)  # (A + I) / 2 once rows are renormalised
-        # Class-token row over [cls source, input patches]; patch rows are [0 | R_SA].
-        cls_row = torch.zeros_like(ca[:, 0])
-        cls_row[:, 0] = 1.0
-        for l in range(ca.shape[1]):
-            mixed = ca[:, l, :1] * cls_row
-            mixed[:, 1:] += through_sa[:, l]
-            cls_row = (cls_row + mixed) / 2
+        return {stage: _rollout_from(ins, ca, stage) for stage in stages}
+
+
+def _rollout_from(ins, ca: torch.Tensor, stage: str) -> torch.Tensor:
+    """`rollout`'s map at `stage` from a forward pass's insights and its head-mean CA rows ca [B, L, 1+N]."""
+    # Only class-token rows are ever needed, so push the CA rows' patch parts back through the SA
+    # stage, a R_SA = ((a Â_D) Â_D-1) ... Â_1: vector-matrix products, O(D N^2) not O(D N^3).
+    through_sa = ca[..., 1:]
+    eye = torch.eye(through_sa.shape[-1], device=ca.device, dtype=through_sa.dtype)
+    for layer in reversed(range(len(ins.self_attention))):
+        a = _head_mean_attention(ins, layer, stage).float()
+        through_sa = through_sa @ _normalise_rows(a + eye)  # (A + I) / 2 once rows are renormalised
+    # Class-token row over [cls source, input patches]; patch rows are [0 | R_SA].
+    cls_row = torch.zeros_like(ca[:, 0])
+    cls_row[:, 0] = 1.0
+    for l in range(ca.shape[1]):
+        mixed = ca[:, l, :1] * cls_row
+        mixed[:, 1:] += through_sa[:, l]
+        cls_row = (cls_row + mixed) / 2
     return _grid(cls_row[:, 1:])
 
 

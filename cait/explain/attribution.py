@@ -12,7 +12,7 @@ from torch import nn
 
 from ..runtime import autocast, autocast_except
 from .attention import _check_input, input_gradients
-from .metrics import images_per_pass
+from .metrics import fp32_tail, images_per_pass
 
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
@@ -117,12 +117,6 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
 # scenes, 41-47% on cait_xxs24_224 with random weights, whose logit drops (~5e-5) sit at bf16's rounding.
 OCCLUSION_SAMPLE = 7         # patches occluded in both precisions (7 + the intact image: one pass of 8 at 224 px)
 OCCLUSION_TOLERANCE = 0.15   # largest relative L1 of the sample's logit drops for bf16 to be used
-
-
-def fp32_tail(model: nn.Module) -> list[nn.Module]:
-    """CaiT's modules after the SA stage (class attention, final norm, head): cheap, one token, and where
-    rounding to bf16 would swamp the small logit differences a perturbation method measures."""
-    return [*model.blocks_token_only, model.norm, model.head]
 
 
 def occlusion_logit_drops(model: nn.Module, x: torch.Tensor, target: torch.Tensor, patches: torch.Tensor,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
-from .attention import class_attention, class_specific_attention, rollout
+from .attention import ROLLOUT_STAGES, class_attention, class_specific_attention, rollout, rollouts
 from .attribution import CAPTUM_METHODS, DEFAULT_OPTIONS, MethodOptions, attribution
 
 Method = Callable[..., torch.Tensor]  # (model, x, target, options=DEFAULT_OPTIONS) -> [B, g, g]
@@ -57,13 +57,13 @@ class MethodTable(Mapping):
         return len(self._methods)
 
 
+CA_MEAN_METHODS = {"ca1_mean": 0, "ca2_mean": 1}                    # name -> CA layer (0-based)
+ROLLOUT_METHODS = {f"rollout_{stage}": stage for stage in ROLLOUT_STAGES}  # name -> SA attention stage
+
 METHODS = MethodTable({
-    "ca1_mean": _ca_mean(0),
-    "ca2_mean": _ca_mean(1),
+    **{name: _ca_mean(layer) for name, layer in CA_MEAN_METHODS.items()},
     "class_specific": _class_specific,
-    "rollout_raw": _rollout("raw"),
-    "rollout_after_proj_l": _rollout("after_proj_l"),
-    "rollout_after_proj_w": _rollout("after_proj_w"),
+    **{name: _rollout(stage) for name, stage in ROLLOUT_METHODS.items()},
     **{name: _captum(name) for name in CAPTUM_METHODS},
 }, aliases={"rollout_before_mixing": "rollout_after_proj_l", "rollout_after_mixing": "rollout_after_proj_w"})
 
@@ -72,3 +72,25 @@ def saliency_map(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method
                  options: MethodOptions = DEFAULT_OPTIONS) -> torch.Tensor:
     """Heat map [B, g, g] of `method` (a current or earlier name) for the classes `target` [B], detached."""
     return METHODS[METHODS.canonical(method)](model, x, target, options).detach()
+
+
+def saliency_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor, methods: Iterable[str],
+                  options: MethodOptions = DEFAULT_OPTIONS, *,
+                  class_attention_maps: torch.Tensor | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(current name, `saliency_map`) for each of `methods` in order, as each is done, the work several
+    methods share done once: every rollout asked for comes from one forward pass (at the first of them),
+    and with class_attention_maps [B, L, heads, g, g] (e.g. from the analysis already shown) the CA head
+    means are read from it instead of another forward pass."""
+    names = [METHODS.canonical(m) for m in methods]
+    done: dict[str, torch.Tensor] = {}
+    for name in names:
+        if name in done:
+            pass
+        elif name in CA_MEAN_METHODS and class_attention_maps is not None:
+            done[name] = class_attention_maps.mean(dim=2)[:, CA_MEAN_METHODS[name]]
+        elif name in ROLLOUT_METHODS:
+            stages = tuple(ROLLOUT_METHODS[n] for n in names if n in ROLLOUT_METHODS)
+            done.update({f"rollout_{stage}": heat for stage, heat in rollouts(model, x, stages=stages).items()})
+        else:
+            done[name] = METHODS[name](model, x, target, options)
+        yield name, done[name].detach()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..runtime import autocast_except
 from .maps import _pair
 
 
@@ -58,10 +59,40 @@ def images_per_pass(model: nn.Module) -> int:
     return max(1, TOKENS_PER_PASS // (model.cfg.num_patches + 1))
 
 
+def fp32_tail(model: nn.Module) -> list[nn.Module]:
+    """CaiT's modules after the SA stage (class attention, final norm, head): cheap, one token, and where
+    rounding to bf16 would swamp the small logit differences a perturbation method measures."""
+    return [*model.blocks_token_only, model.norm, model.head]
+
+
+def _target_probabilities(model: nn.Module, images: torch.Tensor, target: torch.Tensor, batch_size: int | None,
+                          forward_dtype: torch.dtype | None) -> torch.Tensor:
+    """Softmax probability of target [B] for images [B, k, C, H, W] -> [B, k], in small batches, in
+    `forward_dtype` autocast with CaiT's class stage and head in fp32 (None: fp32 throughout)."""
+    B, k = images.shape[:2]
+    if k == 0:
+        return images.new_zeros(B, 0)
+    with autocast_except(forward_dtype, images.device, fp32_tail(model)):
+        logits = torch.cat([model(chunk) for chunk in images.flatten(0, 1).split(batch_size or images_per_pass(model))])
+    probs = logits.float().softmax(dim=-1).reshape(B, k, -1)
+    return probs.gather(2, target.view(B, 1, 1).expand(B, k, 1)).squeeze(2)
+
+
+@torch.no_grad()
+def endpoint_probabilities(model: nn.Module, x: torch.Tensor, target: torch.Tensor, *, baseline: float = 0.0,
+                           forward_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """[B, 2]: the target's probability on the intact image and on the image wholly replaced by `baseline`,
+    the two ends every deletion/insertion curve shares whatever the map (give them to several
+    `deletion_insertion` calls on the same images to score them once)."""
+    images = torch.stack((x, torch.full_like(x, baseline)), dim=1)
+    return _target_probabilities(model, images, target.to(x.device).long(), None, forward_dtype)
+
+
 @torch.no_grad()
 def deletion_insertion(model: nn.Module, x: torch.Tensor, target: torch.Tensor, heat: torch.Tensor,
-                       steps: int | None = None, *, baseline: float = 0.0,
-                       batch_size: int | None = None) -> dict[str, torch.Tensor]:
+                       steps: int | None = None, *, baseline: float = 0.0, batch_size: int | None = None,
+                       forward_dtype: torch.dtype | None = None,
+                       endpoints: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Deletion and insertion curves (Petsiuk et al. 2018) on whole patches, with their AUC.
 
     Patches are ranked by `heat` (highest first). At step i of `steps` (default: one patch per step,
@@ -69,8 +100,11 @@ def deletion_insertion(model: nn.Module, x: torch.Tensor, target: torch.Tensor, 
     the dataset mean in normalised space) or are the only ones kept from x (insertion), and the
     softmax probability of `target` is recorded. Curves are [B, steps + 1] from 0 to all patches; the
     AUC is the trapezoid area over the fraction of patches in [0, 1]. Low deletion AUC and high
-    insertion AUC mean a faithful ranking. All perturbed images are evaluated in batches of batch_size
-    (default `images_per_pass`: small batches, measured faster per image on a CPU than large ones).
+    insertion AUC mean a faithful ranking. The perturbed images are evaluated in batches of batch_size
+    (default `images_per_pass`: small batches, measured faster per image on a CPU than large ones), in
+    `forward_dtype` autocast with the class stage and head in fp32 (None: fp32). The curves' two ends
+    (intact image, all baseline) do not depend on the map: `endpoints` (`endpoint_probabilities`) gives
+    them, computed here when None.
     """
     B, C, H, W = x.shape
     g = model.cfg.grid_size
@@ -81,21 +115,22 @@ def deletion_insertion(model: nn.Module, x: torch.Tensor, target: torch.Tensor, 
     steps = steps or min(n, 32)
     if not 1 <= steps <= n:
         raise ValueError(f"steps must be in 1..{n} (number of patches), got {steps}")
+    target = target.to(x.device).long()
+    if endpoints is None:
+        endpoints = endpoint_probabilities(model, x, target, baseline=baseline, forward_dtype=forward_dtype)
+    intact, replaced = endpoints[:, :1].float(), endpoints[:, 1:].float()
     order = heat.detach().flatten(1).argsort(dim=1, descending=True).to(x.device)
     ranks = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=x.device).expand(B, -1))
     counts = torch.round(torch.arange(steps + 1, device=x.device) * n / steps)  # patches hidden per step
-    hidden = ranks[:, None, :] < counts[None, :, None]                          # [B, S+1, N]
-    pixels = hidden.reshape(B, steps + 1, 1, g, g).repeat_interleave(p, 3).repeat_interleave(p, 4)
-    target = target.to(x.device).long()
+    hidden = ranks[:, None, :] < counts[None, 1:-1, None]                       # [B, S-1, N]: the inner steps
+    pixels = hidden.reshape(B, steps - 1, 1, g, g).repeat_interleave(p, 3).repeat_interleave(p, 4)
 
-    def curve(keep_original: torch.Tensor) -> torch.Tensor:
+    def inner(keep_original: torch.Tensor) -> torch.Tensor:
         images = torch.where(keep_original, x[:, None], torch.full_like(x[:, None], baseline))
-        images = images.flatten(0, 1)  # [B * (S+1), C, H, W]
-        logits = torch.cat([model(chunk) for chunk in images.split(batch_size or images_per_pass(model))])
-        probs = logits.float().softmax(dim=-1).reshape(B, steps + 1, -1)
-        return probs.gather(2, target.view(B, 1, 1).expand(B, steps + 1, 1)).squeeze(2)
+        return _target_probabilities(model, images, target, batch_size, forward_dtype)
 
-    deletion, insertion = curve(~pixels), curve(pixels)
+    deletion = torch.cat((intact, inner(~pixels), replaced), dim=1)
+    insertion = torch.cat((replaced, inner(pixels), intact), dim=1)
     fraction = counts / n
     auc = lambda c: torch.trapezoid(c, fraction.to(c.dtype), dim=1)
     return dict(deletion=deletion, insertion=insertion, deletion_auc=auc(deletion), insertion_auc=auc(insertion))
