@@ -494,3 +494,56 @@ def test_perturbation_methods_in_small_batches_give_the_one_batch_numbers():
     occlusion = explain.attribution(model, x, target, "occlusion", perturbations_per_eval=3).raw
     torch.testing.assert_close(occlusion, explain.attribution(model, x, target, "occlusion",
                                                               perturbations_per_eval=10_000).raw, atol=1e-5, rtol=1e-5)
+
+
+def test_shared_work_gives_each_methods_own_map():
+    """saliency_maps (rollouts from one forward, CA means read from given maps) gives what each method gives
+    alone, in the asked order under current names; only float summation order may differ (1e-6)."""
+    model = sharpen(pico()).eval()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
+    target = torch.tensor([1, 4])
+    options = explain.MethodOptions(ig_steps=4, smoothgrad_samples=2)
+    names = ["rollout_after_mixing", "ca2_mean", "saliency", "rollout_raw", "ca1_mean", "rollout_after_proj_l"]
+    maps = explain.class_attention(model, x).maps
+    shared = list(explain.saliency_maps(model, x, target, names, options, class_attention_maps=maps))
+    assert [n for n, _ in shared] == [explain.METHODS.canonical(n) for n in names]
+    for name, heat in shared:
+        torch.testing.assert_close(heat, explain.saliency_map(model, x, target, name, options), atol=1e-6, rtol=1e-6)
+    rollouts = explain.rollouts(model, x)
+    assert set(rollouts) == set(explain.ROLLOUT_STAGES)
+    without_maps = dict(explain.saliency_maps(model, x, target, ["ca1_mean"]))  # then a forward pass of its own
+    torch.testing.assert_close(without_maps["ca1_mean"], maps.mean(2)[:, 0])
+
+
+def test_deletion_insertion_ends_given_or_computed_are_the_same():
+    """The curves' two ends (intact image, all baseline) are shared by every map: given once
+    (endpoint_probabilities) they are the numbers each call would compute, also for a single step."""
+    model = sharpen(pico()).eval()
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 3, 32, 32, generator=gen)
+    target = torch.tensor([0, 3])
+    ends = explain.endpoint_probabilities(model, x, target)
+    with torch.no_grad():
+        probs = lambda images: model(images).softmax(-1).gather(1, target[:, None])[:, 0]
+        torch.testing.assert_close(ends, torch.stack((probs(x), probs(torch.zeros_like(x))), dim=1))
+    for steps in (None, 1, 5):
+        heat = torch.rand(2, GRID, GRID, generator=gen)
+        own = explain.deletion_insertion(model, x, target, heat, steps)
+        given = explain.deletion_insertion(model, x, target, heat, steps, endpoints=ends)
+        for key in own:
+            torch.testing.assert_close(own[key], given[key], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(own["deletion"][:, [0, -1]], ends)
+        torch.testing.assert_close(own["insertion"][:, [-1, 0]], ends)
+
+
+def test_occlusion_sample_is_the_occlusion_map_at_those_patches():
+    """The drops the precision check compares are those occlusion's map holds (per pixel, fp32)."""
+    from cait.explain.attribution import occlusion_logit_drops
+
+    model = sharpen(pico()).eval()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(10))
+    target = torch.tensor([2, 0])
+    patches = torch.tensor([0, 5, 15])
+    drops = occlusion_logit_drops(model, x, target, patches)
+    pixel_map = explain.attribution(model, x, target, "occlusion").patch / PATCH ** 2
+    torch.testing.assert_close(drops, pixel_map.flatten(1)[:, patches], atol=1e-5, rtol=1e-4)

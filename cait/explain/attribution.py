@@ -135,11 +135,13 @@ def occlusion_logit_drops(model: nn.Module, x: torch.Tensor, target: torch.Tenso
 
 
 def occlusion_precision(model: nn.Module, x: torch.Tensor, target: torch.Tensor, dtype: torch.dtype | None, *,
-                        tolerance: float = OCCLUSION_TOLERANCE) -> torch.dtype | None:
+                        tolerance: float | None = None) -> torch.dtype | None:
     """`dtype` when occlusion in it agrees with fp32 on OCCLUSION_SAMPLE patches spread over the grid
-    (relative L1 of the logit drops <= tolerance for every image), else None (fp32)."""
+    (relative L1 of the logit drops <= tolerance, default OCCLUSION_TOLERANCE, for every image), else
+    None (fp32)."""
     if dtype is None:
         return None
+    tolerance = OCCLUSION_TOLERANCE if tolerance is None else tolerance
     n = model.cfg.num_patches
     patches = torch.linspace(0, n - 1, min(n, OCCLUSION_SAMPLE)).round().long()
     exact = occlusion_logit_drops(model, x, target, patches)
