@@ -59,7 +59,7 @@ class Handlers:
         """The class-attention galleries (one per CA layer), colour bar and enlarged tile for the
         controls' values `look` (cmap, alpha, scale, view, keep); with sheet, the PNG download too.
         shown: the galleries' props as the page has them (`Page.ca_props`)."""
-        p, (cmap, _, scale, _, _) = self.page, look
+        p, (cmap, _, scale, view, _) = self.page, look
         layers = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*look))
         columns = grid_columns(len(layers[0]))
         folder = WORK.request_dir()
@@ -67,7 +67,7 @@ class Handlers:
         for i in range(len(p.ca_galleries)):
             tiles = layers[i] if i < len(layers) else []
             top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if scale == SCALES[1] and tiles else ""
-            files = figures.save_tiles([t.image for t in tiles], folder, f"ca{i + 1}")
+            files = figures.save_tiles([t.image for t in tiles], folder, f"ca{i + 1}", exact=view != VIEWS[0])
             galleries.append(([(f, t.short_caption) for f, t in zip(files, tiles)] or None,
                               GalleryProps(visible=bool(tiles), columns=columns, label=f"CA layer {i + 1}{top}")))
         out = self._galleries(galleries, shown)

@@ -125,7 +125,7 @@ def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: lis
         endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
     maps = explain.saliency_maps(loaded.model, x, t, methods, options,
                                  class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device))
-    for method, heat in maps:
+    for method, (_, heat) in zip(methods, maps):  # rows keep the names asked for (earlier names too)
         with torch.inference_mode():
             scores = explain.deletion_insertion(loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype,
                                                 endpoints=endpoints)

@@ -285,8 +285,14 @@ def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixel
     assert again[p.ca_props] == first[p.ca_props]
     drawn = attention_tiles(a.view, a.ca_maps, a.self_share, cmap="viridis", alpha=0.4)
     for (path, caption), tile in zip(again[p.ca_galleries[1]], drawn[1]):
-        with Image.open(path) as served:  # lossless: the browser gets exactly the drawn pixels
-            assert served.convert("RGB").tobytes() == tile.image.tobytes() and caption == tile.short_caption
+        with Image.open(path) as served:  # smooth maps: lossy WebP, a few levels off on average
+            error = np.abs(np.asarray(served.convert("RGB"), dtype=float) - np.asarray(tile.image, dtype=float))
+            assert error.mean() < 4 and caption == tile.short_caption
+    grid = handlers.ca_outputs(a, look[:3] + ("patch grid",) + look[4:], None, again[p.ca_props])
+    blocks = attention_tiles(a.view, a.ca_maps, a.self_share, cmap="viridis", alpha=0.4, smooth=False)
+    for (path, _), tile in zip(grid[p.ca_galleries[0]], blocks[0]):
+        with Image.open(path) as served:  # the patch grid is lossless: the browser gets exactly the drawn pixels
+            assert served.convert("RGB").tobytes() == tile.image.tobytes()
     shared = handlers.ca_outputs(a, look[:2] + ("shared per layer",) + look[3:], None, again[p.ca_props])
     assert shared[p.ca_galleries[0]]["label"].startswith("CA layer 1, colour 0 .. ")
     cleared = handlers.cleared(shared[p.ca_props])

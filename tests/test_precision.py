@@ -140,8 +140,8 @@ def test_deletion_insertion_scores_in_bf16_agree_with_fp32(shipped_examples):
     on every shipped scene (measured: <= 0.0015 with the CA head-mean and rollout maps)."""
     model, x, target = shipped_examples
     heat = explain.class_attention(model, x).mean[:, 0]
-    fp32 = explain.deletion_insertion(model, x, target, heat)
-    bf16 = explain.deletion_insertion(model, x, target, heat, forward_dtype=torch.bfloat16)
+    fp32 = explain.deletion_insertion(model, x, target, heat, steps=16)
+    bf16 = explain.deletion_insertion(model, x, target, heat, steps=16, forward_dtype=torch.bfloat16)
     for key in ("deletion_auc", "insertion_auc"):
         assert not torch.equal(fp32[key], bf16[key])
         assert (fp32[key] - bf16[key]).abs().max() <= 0.005, key
