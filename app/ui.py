@@ -14,6 +14,17 @@ from app.models import ModelCache, ModelChoice
 
 CONCURRENCY = 2              # model runs at once (all model events share one concurrency group)
 QUEUE_SIZE = 64              # waiting requests beyond this are refused: memory stays bounded
+# Run in the browser before `details` is sent: wait (at most 3 s) until the class-attention tiles on screen
+# are decoded, so that the follow-up's work does not compete with the browser fetching them; the inputs go on
+# unchanged. Timers, not animation frames, which a background tab never gets.
+AFTER_TILES_SHOWN = """async (...inputs) => {
+    const pause = () => new Promise(r => setTimeout(r, 15));
+    await pause();  // let the page draw the new gallery values first
+    const shown = () => [...document.querySelectorAll('.ca-grid img')].filter(t => t.offsetParent !== null);
+    const until = performance.now() + 3000;
+    while (!shown().every(t => t.complete) && performance.now() < until) await pause();
+    return inputs;
+}"""
 THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", "monospace"])  # local fonts only
 
 
@@ -36,8 +47,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     view = [*p.look, p.th_layer]
     details = dict(fn=h.details, inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
                    outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class],
-                   show_progress="hidden",
-                   **model_events)
+                   show_progress="hidden", js=AFTER_TILES_SHOWN, **model_events)
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
     # not run the analysis a second time. The class-attention view comes first, the rest right after.
     # Each event lists as outputs only what it writes, and writes all of them.

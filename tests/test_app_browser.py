@@ -368,3 +368,20 @@ def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server)
         page.screenshot(path="/tmp/cait_app_16_heads_saliency.png", full_page=True)
     finally:
         page.context.close()
+
+
+def test_the_follow_up_starts_after_the_tiles_are_fetched(page):
+    """The analysis' follow-up (downloads, other tabs) is requested only once the browser has every
+    class-attention tile, so that it does not compete with fetching them."""
+    heads = cait.get_config(cait.DEFAULT_MODEL).num_heads
+    events = []
+    tile = lambda url: "/ca1_" in url or "/ca2_" in url
+    page.on("requestfinished", lambda r: events.append("tile") if tile(r.url) else None)
+    page.on("request", lambda r: events.append("join") if "queue/join" in r.url else None)
+    page.locator("#examples button.thumbnail-item").nth(1).click()
+    expect(grid_images(page)).to_have_count(2 * (heads + 1))
+    expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
+    joins = [i for i, e in enumerate(events) if e == "join"]
+    tiles = [i for i, e in enumerate(events) if e == "tile"]
+    assert len(joins) == 2 and len(tiles) == 2 * (heads + 1), events  # the analysis, then the follow-up
+    assert joins[0] < min(tiles) and max(tiles) < joins[1], events
