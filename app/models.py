@@ -65,7 +65,7 @@ class LoadedModel:
     @contextmanager
     def forward_only(self) -> Iterator[None]:
         """No autograd and the session's precision: for passes whose numbers are only read (predictions,
-        class attention, deletion/insertion scores), never for gradients."""
+        class attention), never for gradients; the perturbation methods take `dtype` themselves."""
         with torch.inference_mode(), autocast(self.dtype, self.device):
             yield
 
