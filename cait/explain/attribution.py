@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..runtime import autocast, autocast_except
+from ..runtime import autocast_except
 from .attention import _check_input, input_gradients
-from .metrics import fp32_tail, images_per_pass
+from .metrics import fp32_tail, images_per_pass, perturbed_logits
 
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
@@ -122,16 +122,15 @@ OCCLUSION_TOLERANCE = 0.15   # largest relative L1 of the sample's logit drops f
 def occlusion_logit_drops(model: nn.Module, x: torch.Tensor, target: torch.Tensor, patches: torch.Tensor,
                           dtype: torch.dtype | None = None) -> torch.Tensor:
     """[B, k] drop of the target logit when each patch of `patches` (k flat grid indices) alone is set
-    to 0, computed directly; in `dtype` autocast with `fp32_tail` in fp32 (None: fp32)."""
+    to 0, computed directly (`perturbed_logits` in `dtype`; None: fp32)."""
     B, g, p = x.shape[0], model.cfg.grid_size, model.cfg.patch_size
     hidden = x[:, None].repeat(1, len(patches) + 1, 1, 1, 1)  # index 0 stays intact
     for j, patch in enumerate(patches.tolist(), start=1):
         r, c = divmod(patch, g)
         hidden[:, j, :, r * p:(r + 1) * p, c * p:(c + 1) * p] = 0
-    with torch.no_grad(), autocast_except(dtype, x.device, fp32_tail(model)):
-        logits = torch.cat([model(chunk) for chunk in hidden.flatten(0, 1).split(images_per_pass(model))])
-    scores = logits.float().reshape(B, -1, logits.shape[-1]).gather(2, target.view(B, 1, 1).expand(B, len(patches) + 1, 1))
-    return scores[:, :1, 0] - scores[:, 1:, 0]
+    logits = perturbed_logits(model, hidden, forward_dtype=dtype)
+    scores = logits.gather(2, target.view(B, 1, 1).expand(B, len(patches) + 1, 1))[..., 0]
+    return scores[:, :1] - scores[:, 1:]
 
 
 def occlusion_precision(model: nn.Module, x: torch.Tensor, target: torch.Tensor, dtype: torch.dtype | None, *,

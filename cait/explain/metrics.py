@@ -65,17 +65,24 @@ def fp32_tail(model: nn.Module) -> list[nn.Module]:
     return [*model.blocks_token_only, model.norm, model.head]
 
 
-def _target_probabilities(model: nn.Module, images: torch.Tensor, target: torch.Tensor, batch_size: int | None,
-                          forward_dtype: torch.dtype | None) -> torch.Tensor:
-    """Softmax probability of target [B] for images [B, k, C, H, W] -> [B, k], in small batches, in
-    `forward_dtype` autocast with CaiT's class stage and head in fp32 (None: fp32 throughout)."""
+@torch.no_grad()
+def perturbed_logits(model: nn.Module, images: torch.Tensor, *, forward_dtype: torch.dtype | None = None,
+                     batch_size: int | None = None) -> torch.Tensor:
+    """fp32 logits [B, k, K] of images [B, k, C, H, W] (perturbed copies of B images), batch_size images per
+    pass (default `images_per_pass`), in `forward_dtype` autocast with `fp32_tail` in fp32 (None: fp32)."""
     B, k = images.shape[:2]
     if k == 0:
-        return images.new_zeros(B, 0)
+        return images.new_zeros(B, 0, model.cfg.num_classes)
     with autocast_except(forward_dtype, images.device, fp32_tail(model)):
         logits = torch.cat([model(chunk) for chunk in images.flatten(0, 1).split(batch_size or images_per_pass(model))])
-    probs = logits.float().softmax(dim=-1).reshape(B, k, -1)
-    return probs.gather(2, target.view(B, 1, 1).expand(B, k, 1)).squeeze(2)
+    return logits.float().reshape(B, k, -1)
+
+
+def _target_probabilities(model: nn.Module, images: torch.Tensor, target: torch.Tensor, batch_size: int | None,
+                          forward_dtype: torch.dtype | None) -> torch.Tensor:
+    """Softmax probability of target [B] for images [B, k, C, H, W] -> [B, k] (`perturbed_logits`)."""
+    probs = perturbed_logits(model, images, forward_dtype=forward_dtype, batch_size=batch_size).softmax(dim=-1)
+    return probs.gather(2, target.view(-1, 1, 1).expand(-1, images.shape[1], 1)).squeeze(2)
 
 
 @torch.no_grad()
