@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 import cait
@@ -36,17 +35,18 @@ def history(runs: list[Path]) -> tuple[list[dict], list[str], list[str]]:
 
 
 def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[str]] | None) -> str:
-    """The card's line on distillation: which teacher, how, and the teacher's own test top-1 and commands."""
+    """The card's lines on distillation: how the teacher taught, and the teacher's own test top-1 and commands."""
     if not args.get("teacher"):
         return ""
     how = f"{args.get('distill_type', 'hard')} distillation through the class token, alpha {args['distill_alpha']}"
     if args.get("distill_type") == "soft":
         how += f", tau {args['distill_tau']}"
+    rows = f"| distillation | {how} |\n| teacher | `{args['teacher']}`"
     if teacher is None:
-        return f"| teacher | `{args['teacher']}` ({how}) |\n"
+        return rows + " |\n"
     epochs, commands, _ = teacher
-    return (f"| teacher | `{args['teacher']}`: {epochs[-1]['val_top1']:.2f}% test top-1 after {epochs[-1]['epoch']} "
-            f"epochs, trained here by `{'` then `'.join(commands)}` ({how}) |\n")
+    return (rows + f": {epochs[-1]['val_top1']:.2f}% test top-1 after {epochs[-1]['epoch']} epochs, trained here by "
+            f"`{'` then `'.join(commands)}` |\n")
 
 
 def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], weights: str, evaluation: dict,
@@ -58,6 +58,7 @@ def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], we
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
+    ema = "" if last.get("val_top1_ema") is None else f", {last['val_top1_ema']:.2f}% (EMA)"
     taught = " (from scratch, then distilled from a convolutional teacher)" if args["args"].get("teacher") else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
@@ -80,7 +81,7 @@ are the paper's.
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {args['args']['seed']} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
-| final test top-1 | {last['val_top1']:.2f}% (raw weights), {last.get('val_top1_ema') or float('nan'):.2f}% (EMA) |
+| final test top-1 | {last['val_top1']:.2f}% (raw weights){ema} |
 {teacher_row(args['args'], teacher)}
 Exact command{resumed}:
 
@@ -123,9 +124,11 @@ def main() -> None:
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
     past = history([*args.continues, args.run])
     write_jsonl(WEIGHTS_DIR / f"{name}.metrics.jsonl", past[0])
-    shutil.copy(args.eval, WEIGHTS_DIR / f"{name}.eval.json")
+    # the evaluation of the run's checkpoint is, from now on, the evaluation of the shipped variant
+    evaluation = {**json.loads(args.eval.read_text()), "model": name}
+    (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, args.run, past, args.weights, json.loads(args.eval.read_text()), model, teacher)
+    text = card(name, args.run, past, args.weights, evaluation, model, teacher)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"
