@@ -144,3 +144,26 @@ def _describe(cfg: CaiTConfig) -> str:
 
 def _describe_found(found: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in found.items())
+
+
+def grow_depth(state: dict[str, torch.Tensor], depth: int, *, gamma: float) -> dict[str, torch.Tensor]:
+    """`state` with its self-attention blocks spread over `depth` blocks: new block j copies old block
+    j * old_depth // depth, and each copy after the first gets LayerScale gammas equal to `gamma`.
+
+    Why this works: a block's branch enters the residual stream scaled by its gammas, so copies with small
+    gammas barely change the function. The deeper model starts at the shallower one's accuracy, and its new
+    blocks start from trained weights rather than noise."""
+    old = infer_config(state)["depth"]
+    if not 0 < old <= depth:
+        raise CheckpointError(f"cannot grow {old} self-attention blocks into {depth}")
+    grown = {k: v for k, v in state.items() if not k.startswith("blocks.")}
+    for j in range(depth):
+        source = j * old // depth
+        is_copy = j > 0 and (j - 1) * old // depth == source
+        prefix = f"blocks.{source}."
+        for key, value in state.items():
+            if key.startswith(prefix):
+                name = key[len(prefix):]
+                fresh = is_copy and name.startswith("gamma_")
+                grown[f"blocks.{j}.{name}"] = torch.full_like(value, gamma) if fresh else value.clone()
+    return grown

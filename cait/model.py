@@ -248,20 +248,32 @@ class CaiT(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def forward_features(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
-        """Image [B, C, H, W] -> normalised tokens [B, 1+N, d] (class token first)."""
+    def forward_self_attention(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        """Image [B, C, H, W] -> tokens after the SA stage: the N patch tokens [B, N, d] (in the ViT-style
+        ablation, where the class token joins the SA stage, [B, 1+N, d] with it first)."""
         x = self.patch_embed(x) + self.pos_embed
-        cls = self.cls_token.expand(x.shape[0], -1, -1)
         insert_at = self.cfg.class_token_at
         for i, blk in enumerate(self.blocks):
-            if i == insert_at:  # ablation only: ViT-style class token, processed by the SA blocks from here on
-                x = torch.cat((cls, x), dim=1)
+            if i == insert_at:
+                x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
             x = blk(x, probe)
-        if insert_at is not None:
-            return self.norm(x if insert_at < len(self.blocks) else torch.cat((cls, x), dim=1))
+        if insert_at is not None and insert_at >= len(self.blocks):
+            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        return x
+
+    def forward_class_attention(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        """Tokens after the SA stage -> normalised tokens [B, 1+N, d] (class token first): the class
+        token, inserted here, reads the frozen patch tokens through the CA blocks."""
+        if self.cfg.class_token_at is not None:
+            return self.norm(x)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
         for blk in self.blocks_token_only:
             cls = blk(x, cls, probe)
         return self.norm(torch.cat((cls, x), dim=1))
+
+    def forward_features(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+        """Image [B, C, H, W] -> normalised tokens [B, 1+N, d] (class token first)."""
+        return self.forward_class_attention(self.forward_self_attention(x, probe), probe)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = self.head_drop(x[:, 1:].mean(dim=1) if self.cfg.global_pool == "avg" else x[:, 0])

@@ -10,7 +10,6 @@ One owner for both facts, so training, evaluation and the app agree on what "aut
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import torch
 
@@ -67,39 +66,3 @@ def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 def autocast(dtype: torch.dtype | None, device: torch.device) -> contextlib.AbstractContextManager:
     """torch.autocast for `dtype`, or a no-op for None (fp32)."""
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
-
-
-@contextlib.contextmanager
-def autocast_except(dtype: torch.dtype | None, device: torch.device, fp32_modules: list[torch.nn.Module]):
-    """`autocast`, except inside `fp32_modules`, which run in fp32 on fp32 copies of their tensor inputs.
-
-    For forward passes whose small output differences matter (occlusion subtracts logits): the bulk of
-    the network runs in bf16, the last, cheap modules (e.g. CaiT's class-attention stage and head) in fp32,
-    so the outputs are not rounded to bf16's 8 significant bits. Hooks switch autocast off on entry to a
-    module and restore it on exit; whatever a module raised, the state is restored when the context ends.
-    The hooks act only in the calling thread: the app shares one model between sessions, and another
-    thread's forward through the same modules must run as if they were not there."""
-    entered: list[contextlib.AbstractContextManager] = []
-    owner = threading.get_ident()
-
-    def enter(module, args):
-        if threading.get_ident() != owner:
-            return None
-        off = torch.autocast(device.type, enabled=False)
-        off.__enter__()
-        entered.append(off)
-        return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
-
-    def leave(module, args, output):
-        if threading.get_ident() == owner:
-            entered.pop().__exit__(None, None, None)
-
-    handles = [h for m in fp32_modules for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
-    try:
-        with autocast(dtype, device):
-            yield
-    finally:
-        for h in handles:
-            h.remove()
-        while entered:
-            entered.pop().__exit__(None, None, None)

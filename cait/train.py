@@ -57,7 +57,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from .augment import BatchAugment, parse_randaug
-from .checkpoint import CheckpointError, load_into, read_checkpoint
+from .checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
 from .config import DEFAULT_MODEL, GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
 from .data import NATIVE_INPUT, DataError, build_dataset
 from .explain import layerscale_stats
@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start from these weights (our safetensors, e.g. a shipped model or another run's "
                         "ema.safetensors, or an official deit / timm file) with a fresh optimizer and schedule: fine-tuning, or "
                         "continuing a finished run under a new recipe")
+    g.add_argument("--init-grow-gamma", type=float, default=None, metavar="GAMMA",
+                   help="let --init have fewer self-attention blocks than the model: each old block is followed by "
+                        "copies of itself whose LayerScale gammas are GAMMA (e.g. 0.01), so the deeper model starts "
+                        "near the shallower one's accuracy")
     g.add_argument("--stop-after", type=int, default=None, metavar="STEPS",
                    help="save and stop after this many optimizer steps in total, as if interrupted; "
                         "--resume continues (for time-sliced runs)")
@@ -800,6 +804,8 @@ def build_model(args: argparse.Namespace, cfg: ModelConfig, *, fresh: bool) -> C
         head = weights.get("head.weight")
         if head is not None and head.shape[0] != cfg.num_classes:
             raise CheckpointError(f"--init {args.init} has {head.shape[0]} classes, the data {cfg.num_classes}")
+        if args.init_grow_gamma is not None:
+            weights = grow_depth(weights, cfg.depth, gamma=args.init_grow_gamma)
         load_into(model, weights, Path(args.init).name)
     return model
 

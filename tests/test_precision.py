@@ -164,3 +164,21 @@ def test_the_saliency_tab_reads_what_it_can_from_the_analysis(tmp_path):
     with torch.inference_mode():
         scores = explain.deletion_insertion(fast.model, a.x, t, occlusion, forward_dtype=torch.bfloat16)
     assert rows["occlusion"].deletion_auc == pytest.approx(float(scores["deletion_auc"][0]), abs=1e-6)
+
+
+def test_split_precision_logits_keeps_the_class_stage_in_fp32_even_inside_bf16_autocast():
+    """Perturbation passes: SA stage in bf16, class stage and head in fp32, whatever autocast the caller has
+    on (a thread's autocast is its own, so sessions sharing the model cannot switch each other's)."""
+    from cait.explain.metrics import split_precision_logits
+    model = cait.create_model("cait_nano_64").eval()
+    x = torch.randn(3, 3, 64, 64)
+    dtypes: dict[str, torch.dtype] = {}
+    record = lambda name: lambda module, args, out: dtypes.__setitem__(name, out.dtype)  # noqa: E731
+    model.blocks[-1].attn.register_forward_hook(record("sa"))  # a branch (the residual stream stays fp32)
+    model.blocks_token_only[-1].attn.register_forward_hook(record("ca"))
+    with torch.no_grad():
+        assert torch.equal(split_precision_logits(model, x, None), model(x))  # fp32: the model's own forward
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = split_precision_logits(model, x, torch.bfloat16)
+    assert dtypes == {"sa": torch.bfloat16, "ca": torch.float32} and logits.dtype == torch.float32
+    assert torch.allclose(logits, model(x), atol=0.1)

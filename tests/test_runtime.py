@@ -1,11 +1,10 @@
 """cait.runtime: what --device auto and --amp auto mean, in one place for train, evaluate and the app."""
-import threading
 
 import pytest
 import torch
 
 from cait import runtime
-from cait.runtime import DeviceError, autocast, autocast_dtype, autocast_except, resolve_device
+from cait.runtime import DeviceError, autocast, autocast_dtype, resolve_device
 
 
 @pytest.mark.parametrize("cuda", [True, False])
@@ -56,20 +55,3 @@ def test_autocast_runs_in_the_dtype_or_in_fp32(dtype):
     with autocast(dtype, torch.device("cpu")):
         out = layer(torch.randn(2, 4))
     assert out.dtype is (dtype or torch.float32)
-
-
-def test_autocast_except_keeps_its_modules_in_fp32_in_its_own_thread_only():
-    tail, x, cpu = torch.nn.Linear(4, 4), torch.randn(2, 4), torch.device("cpu")
-    other: list[torch.dtype] = []
-
-    def forward_elsewhere():  # another session's pass through the same (shared) module, in bf16 autocast
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            other.append(tail(x).dtype)
-
-    with autocast_except(torch.bfloat16, cpu, [tail]):
-        assert tail(x).dtype == torch.float32
-        thread = threading.Thread(target=forward_elsewhere)
-        thread.start()
-        thread.join()
-        assert torch.is_autocast_enabled("cpu") and tail(x).dtype == torch.float32
-    assert other == [torch.bfloat16]

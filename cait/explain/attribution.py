@@ -10,9 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..runtime import autocast_except
 from .attention import _check_input, input_gradients
-from .metrics import fp32_tail, images_per_pass, perturbed_logits
+from .metrics import images_per_pass, perturbed_logits, split_precision_logits
 
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
@@ -104,9 +103,8 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
             kw.setdefault("perturbations_per_eval", max(1, images_per_pass(model) // B))
             with torch.no_grad():
                 dtype = occlusion_precision(model, x, target, forward_dtype)
-                with autocast_except(dtype, x.device, fp32_tail(model)):
-                    raw = Occlusion(model).attribute(x, sliding_window_shapes=(C, p, p), strides=(C, p, p),
-                                                     baselines=0.0, target=target, **kw)
+                raw = Occlusion(lambda images: split_precision_logits(model, images, dtype)).attribute(
+                    x, sliding_window_shapes=(C, p, p), strides=(C, p, p), baselines=0.0, target=target, **kw)
     raw = raw.detach()
     pixel = raw.mean(dim=1) if method == "occlusion" else raw.abs().sum(dim=1)
     return Attribution(pixel=pixel, patch=patch_sum(pixel, p), raw=raw)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..runtime import autocast_except
+from ..runtime import autocast
 from .maps import _pair
 
 
@@ -59,23 +59,27 @@ def images_per_pass(model: nn.Module) -> int:
     return max(1, TOKENS_PER_PASS // (model.cfg.num_patches + 1))
 
 
-def fp32_tail(model: nn.Module) -> list[nn.Module]:
-    """CaiT's modules after the SA stage (class attention, final norm, head): cheap, one token, and where
-    rounding to bf16 would swamp the small logit differences a perturbation method measures."""
-    return [*model.blocks_token_only, model.norm, model.head]
+def split_precision_logits(model: nn.Module, x: torch.Tensor, forward_dtype: torch.dtype | None) -> torch.Tensor:
+    """fp32 logits of images x: CaiT's SA stage in `forward_dtype` autocast (None: fp32), its class stage and
+    head in fp32. Why: the class stage is cheap (one token), and rounding there to bf16's 8 significant bits
+    would swamp the small logit differences a perturbation method measures."""
+    with autocast(forward_dtype, x.device):
+        tokens = model.forward_self_attention(x)
+    with autocast(None, x.device):  # off, also inside a caller's autocast
+        return model.forward_head(model.forward_class_attention(tokens.float()))
 
 
 @torch.no_grad()
 def perturbed_logits(model: nn.Module, images: torch.Tensor, *, forward_dtype: torch.dtype | None = None,
                      batch_size: int | None = None) -> torch.Tensor:
     """fp32 logits [B, k, K] of images [B, k, C, H, W] (perturbed copies of B images), batch_size images per
-    pass (default `images_per_pass`), in `forward_dtype` autocast with `fp32_tail` in fp32 (None: fp32)."""
+    pass (default `images_per_pass`), by `split_precision_logits` in `forward_dtype` (None: fp32)."""
     B, k = images.shape[:2]
     if k == 0:
         return images.new_zeros(B, 0, model.cfg.num_classes)
-    with autocast_except(forward_dtype, images.device, fp32_tail(model)):
-        logits = torch.cat([model(chunk) for chunk in images.flatten(0, 1).split(batch_size or images_per_pass(model))])
-    return logits.float().reshape(B, k, -1)
+    chunks = images.flatten(0, 1).split(batch_size or images_per_pass(model))
+    logits = torch.cat([split_precision_logits(model, chunk, forward_dtype) for chunk in chunks])
+    return logits.reshape(B, k, -1)
 
 
 def _target_probabilities(model: nn.Module, images: torch.Tensor, target: torch.Tensor, batch_size: int | None,
