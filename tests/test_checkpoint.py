@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 import cait
-from cait.checkpoint import CheckpointError, load_into
+from cait.checkpoint import CheckpointError, grow_depth, load_into
 from cait.config import VARIANTS
 
 SMALL = "cait_pico_32"
@@ -166,3 +166,24 @@ def test_pickles_that_are_not_state_dicts(tmp_path, obj):
 def test_missing_file(tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
         cait.create_model(SMALL, checkpoint=tmp_path / "nope.pth")
+
+
+@pytest.mark.parametrize("depth", [6, 9, 12])
+def test_grow_depth_keeps_the_function_with_muted_copies(depth):
+    """Growing 6 SA blocks into `depth`: every old block appears in order, each copy after the first has its
+    gammas set, and with gamma 0 the deeper model computes exactly the shallow one's logits."""
+    shallow = cait.create_model("cait_nano_64").eval()
+    state = shallow.state_dict()
+    grown = grow_depth(state, depth, gamma=0.0)
+    deep = cait.create_model("cait_nano_64", depth=depth).eval()
+    load_into(deep, grown, "grown")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.allclose(deep(x), shallow(x), atol=1e-5)
+    sources = [next(i for i in range(6) if torch.equal(grown[f"blocks.{j}.attn.qkv.weight"], state[f"blocks.{i}.attn.qkv.weight"]))
+               for j in range(depth)]
+    assert sources == sorted(sources) and set(sources) == set(range(6))
+    muted = [j for j in range(depth) if not grown[f"blocks.{j}.gamma_1"].any()]
+    assert len(muted) == depth - 6 and all(sources[j - 1] == sources[j] for j in muted)
+    with pytest.raises(CheckpointError, match="cannot grow 6 self-attention blocks into 4"):
+        grow_depth(state, 4, gamma=0.0)

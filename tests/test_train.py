@@ -349,6 +349,17 @@ def test_init_starts_from_the_given_weights(smoke_run, tmp_path):
     assert "--init" in json.loads((tmp_path / "args.json").read_text())["commands"][0]
 
 
+def test_init_grow_gamma_starts_a_deeper_model_from_muted_copies(smoke_run, tmp_path):
+    from cait.checkpoint import grow_depth, infer_config
+    init = smoke_run / "ema.safetensors"
+    depth = 2 * infer_config(_weights(init))["depth"]
+    assert main([*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--warmup-epochs", "0", "--lr", "1e-9",
+                 "--init", str(init), "--depth", str(depth), "--init-grow-gamma", "0.01", "--stop-after", "1",
+                 "--output", str(tmp_path)]) == 0
+    start, after = grow_depth(_weights(init), depth, gamma=0.01), _weights(tmp_path / "last.safetensors")
+    assert set(start) == set(after) and all(torch.allclose(start[k], after[k], atol=1e-6) for k in start)
+
+
 @pytest.mark.parametrize("make,message", [
     (lambda: cait.create_model("cait_nano_28"), "does not fit this model"),
     (lambda: cait.create_model("cait_pico_32", num_classes=3), "has 3 classes, the data 10"),
