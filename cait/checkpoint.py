@@ -11,11 +11,11 @@ import os
 import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from .config import VARIANTS, CaiTConfig, CNNConfig
 
@@ -28,14 +28,22 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read or does not fit the model; the message says why."""
 
 
+def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """`write(f)` into a temporary file next to `path`, synced, then renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def save_weights(model: torch.nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
     """Write `model`'s weights as safetensors with its config (`model.cfg`) in the metadata, atomically."""
     meta = {model.cfg.METADATA_KEY: json.dumps(model.cfg.to_dict()), **(metadata or {})}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=meta)
-    os.replace(tmp, path)
+    # bytes through open(), not save_file: that creates its file with mode 0600, whatever the umask
+    atomic_write(Path(path), lambda f: f.write(save(tensors, metadata=meta)))
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], CaiTConfig | CNNConfig | None]:

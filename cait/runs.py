@@ -15,12 +15,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from .checkpoint import CONFIG_KEY, save_weights
+from .checkpoint import CONFIG_KEY, atomic_write, save_weights
 from .config import CaiTConfig
 
 ARGS_FILE = "args.json"
@@ -30,16 +30,6 @@ STATE_FILE = "state.pt"
 
 class RunError(ValueError):
     """A run file that cannot be read as cait.train writes it; the message names the file and line."""
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    """`write(f)` into a temporary file next to `path`, synced, then renamed over it."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def write_text(path: Path, text: str) -> None:

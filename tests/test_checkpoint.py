@@ -55,6 +55,9 @@ def test_our_weights_round_trip_with_their_config(tmp_path, twins):
     cait.save_weights(model, path, {"note": "test"})
     back = cait.create_model(None, checkpoint=path)
     assert back.cfg == model.cfg
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # readable by whom the umask allows, not 0600
     assert back.state_dict().keys() == model.state_dict().keys()
     assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
     x = images(model.cfg)
