@@ -34,6 +34,7 @@ def probe_row(run: RunDir) -> dict[str, object]:
         "final_test_top1": last.get("val_top1"),
         "final_train_loss": round(last["train_loss"], 3),
         "img_per_s": round(sum(m["images_per_s"] for m in metrics) / len(metrics)),
+        "minutes": round(sum(m.get("epoch_seconds", 0.0) for m in metrics) / 60),
         "command": commands[0] if commands else "",
     }
 
@@ -57,7 +58,8 @@ def _params_millions(run: RunDir) -> str:
 
 
 def to_markdown(rows: list[dict[str, object]]) -> str:
-    columns = ["run", "flags", "params_M", "epochs_done", "test_top1_by_epoch", "final_train_loss", "img_per_s"]
+    columns = ["run", "flags", "params_M", "epochs_done", "test_top1_by_epoch", "final_train_loss", "img_per_s",
+               "minutes"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
     lines += ["", "Commands:", ""] + [f"    {row['command']}" for row in rows]
@@ -67,13 +69,14 @@ def to_markdown(rows: list[dict[str, object]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python scripts/probe_table.py", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run directories written by python -m cait.train")
-    p.add_argument("--out", type=Path, required=True, help="folder for probes.md and probes.csv")
+    p.add_argument("--out", type=Path, required=True, help="folder for NAME.md and NAME.csv")
+    p.add_argument("--name", default="probes", help="file name of the table (default: probes)")
     args = p.parse_args(argv)
     rows = [probe_row(RunDir(path)) for path in args.runs]
     differing_flags(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "probes.md").write_text(to_markdown(rows))
-    with open(args.out / "probes.csv", "w", newline="") as f:
+    (args.out / f"{args.name}.md").write_text(to_markdown(rows))
+    with open(args.out / f"{args.name}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "args"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)

@@ -14,7 +14,7 @@ def _probe(path: Path, args: dict, top1: list[float]) -> Path:
     run.record_command({**args, "output": str(path)}, f"python -m cait.train --model {args['model']}")
     for epoch, value in enumerate(top1, start=1):
         run.append_metrics({"epoch": epoch, "train_loss": 2.0 - epoch / 10, "val_top1": value,
-                            "images_per_s": 100.0 * epoch})
+                            "images_per_s": 100.0 * epoch, "epoch_seconds": 90.0})
     return path
 
 
@@ -31,6 +31,13 @@ def test_table_names_the_differing_flags_and_every_epoch(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "out" / "probes.csv")))
     assert [r["final_test_top1"] for r in rows] == ["30.5", "41.25"]
     assert [r["img_per_s"] for r in rows] == ["150", "150"]
+    assert [r["minutes"] for r in rows] == ["3", "3"]  # the wall-clock the probes are compared at
+
+
+def test_named_table(tmp_path):
+    a = _probe(tmp_path / "stage", {"model": "cait_nano_64", "img_size": 80}, [70.0])
+    probe_table.main([str(a), "--out", str(tmp_path), "--name", "stage_probes"])
+    assert "| stage |" in (tmp_path / "stage_probes.md").read_text() and (tmp_path / "stage_probes.csv").exists()
 
 
 def test_a_run_without_epochs_is_refused(tmp_path):
