@@ -101,6 +101,20 @@ Exact command{resumed}:
 """
 
 
+TRAINING_ONLY = {"drop_path_rate", "drop_rate", "pretrained"}  # config fields that do not change the function
+
+
+def as_variant(trained: cait.CaiT, name: str) -> cait.CaiT:
+    """`trained`'s weights in a model of variant `name`, whose config must describe the same function."""
+    want, have = cait.get_config(name).to_dict(), trained.cfg.to_dict()
+    differ = [f"{k}: run {have.get(k)!r}, {name} {v!r}" for k, v in want.items() if k not in TRAINING_ONLY and have.get(k) != v]
+    if differ:
+        raise SystemExit(f"the run's model is not {name}: " + "; ".join(differ))
+    model = cait.CaiT(cait.get_config(name))
+    model.load_state_dict(trained.state_dict())
+    return model
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", type=Path, help="training output directory")
@@ -110,16 +124,20 @@ def main() -> None:
                    help="earlier run directory whose weights this run started from (--init), oldest first")
     p.add_argument("--teacher-run", type=Path, action="append", default=[], metavar="RUN",
                    help="run directory (oldest first when continued) that trained the --teacher, for its number")
+    p.add_argument("--name", default=None,
+                   help="variant to ship as (default: the run's --model); its config must be the run's model, "
+                        "training-only fields aside (e.g. a run of --model cait_nano_64 --img-size 80 ships as a "
+                        "variant with img_size 80)")
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument("--extra", type=Path, action="append", default=[],
                    help="markdown file(s) appended to the card (e.g. the companion model's results)")
     args = p.parse_args()
     run = RunDir(args.run)
-    model = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
     run_args = run.read_record()
-    name = run_args["args"]["model"]
+    name = args.name or run_args["args"]["model"]
     if cait.get_config(name).pretrained != f"{name}.safetensors":
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
+    model = as_variant(cait.create_model(None, checkpoint=run.checkpoint(args.weights)), name)
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
     past = history([*args.continues, args.run])

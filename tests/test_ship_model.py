@@ -52,3 +52,13 @@ def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
     for current in ("ca1_head1 ", "ca2_head2 ", "rollout_after_proj_l ", "rollout_after_proj_w "):
         assert current in text
     assert "mixing" not in text and "_head0" not in text
+
+
+def test_as_variant_takes_the_run_model_only_where_it_is_the_same_function():
+    import cait
+    import pytest
+    trained = cait.create_model("cait_nano_64", img_size=80, drop_path_rate=0.0)  # a run with --img-size 80
+    with pytest.raises(SystemExit, match="img_size: run 80, cait_nano_64 64"):
+        ship_model.as_variant(trained, "cait_nano_64")
+    same = ship_model.as_variant(cait.create_model("cait_nano_64", drop_path_rate=0.0), "cait_nano_64")
+    assert same.cfg == cait.get_config("cait_nano_64")  # the variant's config, training-only fields included
