@@ -1,6 +1,6 @@
 """Evaluate a CaiT: top-1 accuracy and, on data with boxes, where its explanations point.
 
-    python -m cait.evaluate --model cait_nano_64 --data fashion-mnist-scenes --json results.json
+    python -m cait.evaluate --model cait_nano_104 --data fashion-mnist-scenes --json results.json
 
 Localization scores every map against the garment's box with the class being the TRUE label:
 the pointing game (is the map's top patch inside the box?) and the share of the map's mass inside

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import cait
-from cait.checkpoint import WEIGHTS_DIR, save_weights
+from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.evaluate import format_table
 from cait.runs import RunDir, continued, write_jsonl
 
@@ -49,8 +49,18 @@ def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[str]] | N
             f"`{'` then `'.join(commands)}` |\n")
 
 
+def resolution_row(trained_size: int | None, shipped_size: int) -> str:
+    """The card's line on testing above the training size, or "" when the two are the same."""
+    if trained_size in (None, shipped_size):
+        return ""
+    return (f"| input size | trained at {trained_size} px, shipped at {shipped_size} px: the position embedding "
+            f"resampled (bicubic, DeiT's rule). Random-resized crops make objects look larger in training than "
+            f"at test; a test size above the training size makes up for it (FixRes, Touvron et al. 2019) |\n")
+
+
 def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], weights: str, evaluation: dict,
-         model: cait.CaiT, teacher: tuple[list[dict], list[str], list[str]] | None = None) -> str:
+         model: cait.CaiT, teacher: tuple[list[dict], list[str], list[str]] | None = None,
+         trained_size: int | None = None) -> str:
     """The card of `run` (the last one), with `past` = history() of all the runs that led to it and
     `teacher` = history() of the distillation teacher's runs, if any."""
     args = RunDir(run).read_record()
@@ -59,6 +69,7 @@ def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], we
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
     ema = "" if last.get("val_top1_ema") is None else f", {last['val_top1_ema']:.2f}% (EMA)"
+    at_size = f", at the training size {trained_size} px" if trained_size not in (None, cfg.img_size) else ""
     taught = " (from scratch, then distilled from a convolutional teacher)" if args["args"].get("teacher") else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
@@ -81,8 +92,8 @@ are the paper's.
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {args['args']['seed']} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
-| final test top-1 | {last['val_top1']:.2f}% (raw weights){ema} |
-{teacher_row(args['args'], teacher)}
+| final test top-1 | {last['val_top1']:.2f}% (raw weights){ema}{at_size} |
+{resolution_row(trained_size, cfg.img_size)}{teacher_row(args['args'], teacher)}
 Exact command{resumed}:
 
 {commands}
@@ -105,13 +116,15 @@ TRAINING_ONLY = {"drop_path_rate", "drop_rate", "pretrained"}  # config fields t
 
 
 def as_variant(trained: cait.CaiT, name: str) -> cait.CaiT:
-    """`trained`'s weights in a model of variant `name`, whose config must describe the same function."""
+    """`trained`'s weights in a model of variant `name`, whose config must describe the same model. Only the
+    input size may differ: the position embedding is then resampled (DeiT's rule), and the card says so."""
     want, have = cait.get_config(name).to_dict(), trained.cfg.to_dict()
-    differ = [f"{k}: run {have.get(k)!r}, {name} {v!r}" for k, v in want.items() if k not in TRAINING_ONLY and have.get(k) != v]
+    differ = [f"{k}: run {have.get(k)!r}, {name} {v!r}" for k, v in want.items()
+              if k not in TRAINING_ONLY | {"img_size"} and have.get(k) != v]
     if differ:
         raise SystemExit(f"the run's model is not {name}: " + "; ".join(differ))
     model = cait.CaiT(cait.get_config(name))
-    model.load_state_dict(trained.state_dict())
+    load_into(model, trained.state_dict(), f"the run's weights ({trained.cfg.img_size} px)")
     return model
 
 
@@ -137,7 +150,8 @@ def main() -> None:
     name = args.name or run_args["args"]["model"]
     if cait.get_config(name).pretrained != f"{name}.safetensors":
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
-    model = as_variant(cait.create_model(None, checkpoint=run.checkpoint(args.weights)), name)
+    trained = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
+    model = as_variant(trained, name)
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
     past = history([*args.continues, args.run])
@@ -146,7 +160,7 @@ def main() -> None:
     evaluation = {**json.loads(args.eval.read_text()), "model": name}
     (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, args.run, past, args.weights, evaluation, model, teacher)
+    text = card(name, args.run, past, args.weights, evaluation, model, teacher, trained.cfg.img_size)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"

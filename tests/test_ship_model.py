@@ -3,6 +3,8 @@ import json
 from pathlib import Path
 
 import cait
+import torch
+
 from scripts import ship_model
 
 
@@ -54,11 +56,14 @@ def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
     assert "mixing" not in text and "_head0" not in text
 
 
-def test_as_variant_takes_the_run_model_only_where_it_is_the_same_function():
-    import cait
+def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
     import pytest
-    trained = cait.create_model("cait_nano_64", img_size=80, drop_path_rate=0.0)  # a run with --img-size 80
-    with pytest.raises(SystemExit, match="img_size: run 80, cait_nano_64 64"):
-        ship_model.as_variant(trained, "cait_nano_64")
-    same = ship_model.as_variant(cait.create_model("cait_nano_64", drop_path_rate=0.0), "cait_nano_64")
-    assert same.cfg == cait.get_config("cait_nano_64")  # the variant's config, training-only fields included
+    wide = cait.create_model("cait_nano_64", embed_dim=192, num_heads=4, drop_path_rate=0.0)
+    with pytest.raises(SystemExit, match="embed_dim: run 192, cait_nano_64 128"):
+        ship_model.as_variant(wide, "cait_nano_64")
+    trained = cait.create_model("cait_nano_64", img_size=56, drop_path_rate=0.0)  # a run with --img-size 56
+    shipped = ship_model.as_variant(trained, "cait_nano_64")
+    assert shipped.cfg == cait.get_config("cait_nano_64")  # the variant's config, training-only fields included
+    assert shipped.pos_embed.shape[1] == 64 and torch.equal(shipped.head.weight, trained.head.weight)
+    assert "trained at 56 px, shipped at 64 px" in ship_model.resolution_row(56, 64)
+    assert ship_model.resolution_row(64, 64) == ""

@@ -14,7 +14,8 @@ N = 96  # test scenes used here: enough to separate a trained model from chance,
 
 
 # shipped model -> (data it was trained on, accuracy floor on N test images: far above chance, 10%)
-SHIPPED = {"cait_nano_64": ("fashion-mnist-scenes", 0.25), "cait_nano_28": ("fashion-mnist", 0.7)}
+SHIPPED = {"cait_nano_104": ("fashion-mnist-scenes", 0.4), "cait_nano_64": ("fashion-mnist-scenes", 0.25),
+           "cait_nano_28": ("fashion-mnist", 0.7)}
 
 
 def _test_batch(model: cait.CaiT, data: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,9 +26,10 @@ def _test_batch(model: cait.CaiT, data: str) -> tuple[torch.Tensor, torch.Tensor
 
 @pytest.fixture(scope="module")
 def shipped():
-    model = cait.create_model("cait_nano_64", pretrained=True)
+    model = cait.create_model(cait.DEFAULT_MODEL, pretrained=True)  # the scenes model
     x, y = _test_batch(model, "fashion-mnist-scenes")
-    return model, x, y, torch.as_tensor(FashionMNISTScenes("val", subset=N).boxes)
+    scenes = FashionMNISTScenes("val", subset=N)
+    return model, x, y, torch.as_tensor(scenes.boxes) * (model.cfg.img_size / scenes.canvas)  # boxes in input pixels
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -59,7 +61,7 @@ def test_class_attention_points_at_the_garment(shipped):
     model, x, _, boxes = shipped
     heat = explain.class_attention(model, x).mean[:, 0]
     hits = explain.pointing_game(heat, boxes, model.cfg.img_size).float().mean().item()
-    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64 ** 2).mean().item()
+    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / model.cfg.img_size ** 2).mean().item()
     assert hits > 2 * area, f"pointing game {hits:.1%} vs chance {area:.1%}"
 
 
