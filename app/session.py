@@ -3,7 +3,7 @@ the page's handlers call these, and so do the tests, without a server."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -113,13 +113,12 @@ class SaliencyRow:
 def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str],
                   options: MethodOptions) -> Iterator[SaliencyRow]:
     """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. The
-    gradient methods run in fp32; the forward-only work in the session's precision: the scoring, occlusion
-    (where it agrees with fp32, `cait.explain.attribution`), and the CA head means, read from the analysis.
+    attributions run in fp32; the forward-only work in the session's precision: the scoring and the CA head
+    means, read from the analysis.
     What every method shares (the rollouts' forward pass, the curves' two ends) is done once and its time
     counted in the row of the first method that needs it."""
     x = a.x.to(loaded.device)
     t = torch.tensor([target], device=loaded.device)
-    options = replace(options, forward_dtype=loaded.dtype)
     start = time.perf_counter()
     with torch.inference_mode():
         endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)

@@ -180,7 +180,7 @@ def test_the_default_model_is_described_from_its_shipped_files():
     top1 = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.eval.json").read_text())["top1"]
     header = texts.header_markdown(loaded)
     assert f"{top1:.1%}" in header and "model card" in header and f"{cait.DEFAULT_MODEL}.md" in header
-    assert "64 px, 10-class miniature" in header and "Fashion-MNIST scenes" in header
+    assert f"{loaded.cfg.img_size} px, 10-class miniature" in header and "Fashion-MNIST scenes" in header
     top = {"label": "Bag", "probability": 0.0004}
     assert "garment classes" in texts.status_markdown(loaded, top, [], uploaded=True)
     assert "garment" not in texts.status_markdown(loaded, top, [], uploaded=False)

@@ -534,16 +534,3 @@ def test_deletion_insertion_ends_given_or_computed_are_the_same():
             torch.testing.assert_close(own[key], given[key], atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(own["deletion"][:, [0, -1]], ends)
         torch.testing.assert_close(own["insertion"][:, [-1, 0]], ends)
-
-
-def test_occlusion_sample_is_the_occlusion_map_at_those_patches():
-    """The drops the precision check compares are those occlusion's map holds (per pixel, fp32)."""
-    from cait.explain.attribution import occlusion_logit_drops
-
-    model = sharpen(pico()).eval()
-    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(10))
-    target = torch.tensor([2, 0])
-    patches = torch.tensor([0, 5, 15])
-    drops = occlusion_logit_drops(model, x, target, patches)
-    pixel_map = explain.attribution(model, x, target, "occlusion").patch / PATCH ** 2
-    torch.testing.assert_close(drops, pixel_map.flatten(1)[:, patches], atol=1e-5, rtol=1e-4)

@@ -67,18 +67,12 @@ def test_gradients_and_attributions_stay_fp32(tmp_path):
     scene = sorted((cait.data.EXAMPLES_DIR).glob("*.png"))[0]
     a = session.analyse(fast, str(scene))
     assert a.ca_maps.dtype == a.probs.dtype == "float32"
-    methods = ["integrated_gradients", "saliency", "class_specific", "rollout_after_proj_l"]
+    methods = ["integrated_gradients", "saliency", "class_specific", "rollout_after_proj_l", "occlusion"]
     options = explain.MethodOptions(ig_steps=8)
     rows = list(session.saliency_rows(fast, a, target=1, methods=methods, options=options))
     for row in rows:  # the maps of a bf16 session are the fp32 maps, to the bit
         expected = explain.saliency_map(exact.model, a.x, torch.tensor([1]), row.method, options)[0]
         assert row.heat.dtype == torch.float32 and torch.equal(row.heat, expected), row.method
-
-
-def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    ranks = lambda v: v.flatten().argsort().argsort().float() - (v.numel() - 1) / 2
-    ra, rb = ranks(a), ranks(b)
-    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
 
 
 @pytest.fixture(scope="module")
@@ -95,61 +89,22 @@ def shipped_examples():
         return model, x, model(x).argmax(-1)
 
 
-def test_occlusion_in_bf16_agrees_with_fp32_on_the_shipped_model(shipped_examples):
-    """Occlusion takes the session's bf16 (class stage and head in fp32) where its 7-patch check passes, as
-    it does on every shipped scene; there its maps are fp32's: per scene rank correlation >= 0.97 and L1
-    difference <= 8% of the fp32 map's (measured: >= 0.982, <= 6.1%)."""
-    from cait.explain.attribution import occlusion_precision
-
-    model, x, target = shipped_examples
-    assert occlusion_precision(model, x, target, torch.bfloat16) is torch.bfloat16
-    fp32 = explain.attribution(model, x, target, "occlusion").patch
-    bf16 = explain.attribution(model, x, target, "occlusion", forward_dtype=torch.bfloat16).patch
-    assert not torch.equal(fp32, bf16)  # the bf16 path did run
-    for exact, fast in zip(fp32, bf16):
-        assert _spearman(exact, fast) >= 0.97
-        assert (fast - exact).abs().sum() / exact.abs().sum() <= 0.08
-
-
-def test_occlusion_falls_back_to_fp32_where_bf16_rounding_is_the_signal(shipped_examples, monkeypatch):
-    """cait_xxs24_224 with random weights: logit drops of ~5e-5, which bf16 cannot resolve (whole maps
-    41-47% apart): the check refuses bf16. A refused check gives the fp32 map to the bit."""
-    import importlib
-    from PIL import Image
-    from cait.photos import available_photos
-    from cait.preprocess import to_batch
-
-    attribution_module = importlib.import_module("cait.explain.attribution")  # the package exports the function
-    photos = available_photos()
-    if not photos:
-        pytest.skip("no photo package installed")
-    torch.manual_seed(0)
-    xxs = cait.create_model("cait_xxs24_224").eval()
-    x = to_batch([Image.open(photos[0][1]).convert("RGB")], xxs.cfg)
-    with torch.no_grad():
-        target = xxs(x).argmax(-1)
-    assert attribution_module.occlusion_precision(xxs, x, target, torch.bfloat16) is None
-    model, x, target = shipped_examples
-    monkeypatch.setattr(attribution_module, "OCCLUSION_TOLERANCE", 0.0)
-    assert torch.equal(explain.attribution(model, x[:2], target[:2], "occlusion", forward_dtype=torch.bfloat16).raw,
-                       explain.attribution(model, x[:2], target[:2], "occlusion").raw)
-
-
 def test_deletion_insertion_scores_in_bf16_agree_with_fp32(shipped_examples):
-    """The scoring's forward passes in bf16 (class stage and head in fp32) give fp32's AUCs within 0.005
-    on every shipped scene (measured: <= 0.0015 with the CA head-mean and rollout maps)."""
+    """The scoring's forward passes in bf16 (class stage and head in fp32) give fp32's AUCs within 0.01
+    on every shipped scene (measured with the CA head-mean map: <= 0.0057 on cait_nano_104, <= 0.0015 on
+    cait_nano_64)."""
     model, x, target = shipped_examples
     heat = explain.class_attention(model, x).mean[:, 0]
     fp32 = explain.deletion_insertion(model, x, target, heat, steps=16)
     bf16 = explain.deletion_insertion(model, x, target, heat, steps=16, forward_dtype=torch.bfloat16)
     for key in ("deletion_auc", "insertion_auc"):
         assert not torch.equal(fp32[key], bf16[key])
-        assert (fp32[key] - bf16[key]).abs().max() <= 0.005, key
+        assert (fp32[key] - bf16[key]).abs().max() <= 0.01, key
 
 
 def test_the_saliency_tab_reads_what_it_can_from_the_analysis(tmp_path):
     """In a bf16 session the CA head means are the analysis's maps (the Class attention tab's), occlusion is
-    the checked bf16 attribution, and the scores are deletion_insertion's in the session's precision."""
+    the fp32 attribution, and the scores are deletion_insertion's in the session's precision."""
     from conftest import randomise_
     path = tmp_path / "nano.safetensors"
     cait.save_weights(randomise_(cait.create_model("cait_nano_64")), path)
@@ -159,7 +114,7 @@ def test_the_saliency_tab_reads_what_it_can_from_the_analysis(tmp_path):
                                                        options=explain.MethodOptions())}
     assert torch.equal(rows["ca2_mean"].heat, torch.from_numpy(a.ca_maps[1].mean(0)))
     t = torch.tensor([2])
-    occlusion = explain.attribution(fast.model, a.x, t, "occlusion", forward_dtype=torch.bfloat16).patch
+    occlusion = explain.attribution(fast.model, a.x, t, "occlusion").patch
     assert torch.equal(rows["occlusion"].heat, occlusion[0])
     with torch.inference_mode():
         scores = explain.deletion_insertion(fast.model, a.x, t, occlusion, forward_dtype=torch.bfloat16)

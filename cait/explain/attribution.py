@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .attention import _check_input, input_gradients
-from .metrics import images_per_pass, perturbed_logits, split_precision_logits
+from .metrics import images_per_pass
 
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
@@ -23,9 +23,6 @@ class MethodOptions:
     ig_steps: int = 32               # integrated gradients: Gauss-Legendre steps from the baseline
     smoothgrad_samples: int = 16     # smoothgrad: noisy copies whose saliency is averaged
     smoothgrad_stdev: float = 0.15   # smoothgrad: noise standard deviation, in normalised units
-    # occlusion (forward passes only): autocast dtype of its passes (None: fp32), used only where a sample
-    # of its patches agrees with fp32 (`occlusion_precision`); the gradient methods always run in fp32
-    forward_dtype: torch.dtype | None = None
 
     def captum_kwargs(self, method: str) -> dict[str, Any]:
         """The keyword arguments of `attribution` for `method` that these options set."""
@@ -60,8 +57,7 @@ def _copies_per_pass(batch: int, copies: int, num_patches: int) -> int:
     return max(1, min(copies, 4096 // num_patches // batch))
 
 
-def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, *,
-                forward_dtype: torch.dtype | None = None, **kw: Any) -> Attribution:
+def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, **kw: Any) -> Attribution:
     """captum attribution of the target logits to the input, for `method` in CAPTUM_METHODS.
 
     integrated_gradients: n_steps (default `MethodOptions.ig_steps`) Gauss-Legendre steps from the zero
@@ -72,8 +68,8 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         `MethodOptions`), batched like IG's steps (nt_samples_batch_size).
     occlusion: patch-aligned windows (C, p, p) with stride p replaced by the baseline; the value is the
         drop of the target logit, so it keeps its sign (a patch whose removal helps the class is < 0).
-        forward_dtype (e.g. bf16): its passes in that autocast, CaiT's class stage and head in fp32, when
-        `occlusion_precision` finds that this agrees with fp32 on a sample of patches; fp32 otherwise.
+        Always fp32: its logit drops are small, and bf16 passes gave whole maps 2-15% off (L1) on the
+        shipped 13x13-patch model, which a 7-patch check could not foresee.
     The gradient methods' pixel map is |attribution| summed over channels.
     Extra keyword arguments go to captum's `attribute` (e.g. n_steps, internal_batch_size, stdevs).
     """
@@ -102,46 +98,8 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
             # a few occluded images per forward pass, as the other perturbation method; no gradients needed
             kw.setdefault("perturbations_per_eval", max(1, images_per_pass(model) // B))
             with torch.no_grad():
-                dtype = occlusion_precision(model, x, target, forward_dtype)
-                raw = Occlusion(lambda images: split_precision_logits(model, images, dtype)).attribute(
-                    x, sliding_window_shapes=(C, p, p), strides=(C, p, p), baselines=0.0, target=target, **kw)
+                raw = Occlusion(model).attribute(x, sliding_window_shapes=(C, p, p), strides=(C, p, p),
+                                                 baselines=0.0, target=target, **kw)
     raw = raw.detach()
     pixel = raw.mean(dim=1) if method == "occlusion" else raw.abs().sum(dim=1)
     return Attribution(pixel=pixel, patch=patch_sum(pixel, p), raw=raw)
-
-
-# Occlusion in bf16 is checked against fp32 on a sample of patches before it is used. Measured (relative L1
-# of whole 196- and 64-patch maps, bf16 trunk, fp32 class stage and head): 1.4-6% on the shipped model's
-# scenes, 41-47% on cait_xxs24_224 with random weights, whose logit drops (~5e-5) sit at bf16's rounding.
-OCCLUSION_SAMPLE = 7         # patches occluded in both precisions (7 + the intact image: one pass of 8 at 224 px)
-OCCLUSION_TOLERANCE = 0.15   # largest relative L1 of the sample's logit drops for bf16 to be used
-
-
-def occlusion_logit_drops(model: nn.Module, x: torch.Tensor, target: torch.Tensor, patches: torch.Tensor,
-                          dtype: torch.dtype | None = None) -> torch.Tensor:
-    """[B, k] drop of the target logit when each patch of `patches` (k flat grid indices) alone is set
-    to 0, computed directly (`perturbed_logits` in `dtype`; None: fp32)."""
-    B, g, p = x.shape[0], model.cfg.grid_size, model.cfg.patch_size
-    hidden = x[:, None].repeat(1, len(patches) + 1, 1, 1, 1)  # index 0 stays intact
-    for j, patch in enumerate(patches.tolist(), start=1):
-        r, c = divmod(patch, g)
-        hidden[:, j, :, r * p:(r + 1) * p, c * p:(c + 1) * p] = 0
-    logits = perturbed_logits(model, hidden, forward_dtype=dtype)
-    scores = logits.gather(2, target.view(B, 1, 1).expand(B, len(patches) + 1, 1))[..., 0]
-    return scores[:, :1] - scores[:, 1:]
-
-
-def occlusion_precision(model: nn.Module, x: torch.Tensor, target: torch.Tensor, dtype: torch.dtype | None, *,
-                        tolerance: float | None = None) -> torch.dtype | None:
-    """`dtype` when occlusion in it agrees with fp32 on OCCLUSION_SAMPLE patches spread over the grid
-    (relative L1 of the logit drops <= tolerance, default OCCLUSION_TOLERANCE, for every image), else
-    None (fp32)."""
-    if dtype is None:
-        return None
-    tolerance = OCCLUSION_TOLERANCE if tolerance is None else tolerance
-    n = model.cfg.num_patches
-    patches = torch.linspace(0, n - 1, min(n, OCCLUSION_SAMPLE)).round().long()
-    exact = occlusion_logit_drops(model, x, target, patches)
-    fast = occlusion_logit_drops(model, x, target, patches, dtype)
-    error = (fast - exact).abs().sum(dim=1) / exact.abs().sum(dim=1).clamp_min(1e-30)
-    return dtype if bool((error <= tolerance).all()) else None

@@ -30,7 +30,7 @@ def _rollout(stage: str) -> Method:
 
 def _captum(method: str) -> Method:
     return lambda model, x, target, options=DEFAULT_OPTIONS: attribution(
-        model, x, target, method, forward_dtype=options.forward_dtype, **options.captum_kwargs(method)).patch
+        model, x, target, method, **options.captum_kwargs(method)).patch
 
 
 class MethodTable(Mapping):
