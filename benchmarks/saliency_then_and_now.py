@@ -8,8 +8,8 @@ times, each in its own process, alternating rounds:
         deletion/insertion scoring, as its tab ran them (`app.main.heat_for`, `explain.deletion_insertion`);
   now:  every method of today's tab (ten), `app.session.saliency_rows` in the app's --precision.
 
-Both on the same image (scikit-image's chelsea), with seed-0 random weights (speed does not depend on them;
-occlusion's bf16 check fails on them, so now runs it in fp32), after one warm-up map each. Medians.
+Both on the same image (scikit-image's chelsea), with seed-0 random weights (speed does not depend on them),
+after one warm-up map each. Medians.
 
     python benchmarks/saliency_then_and_now.py [--then 86d590f] [--rounds 2] [--threads 1]
 """
