@@ -6,8 +6,8 @@ and measured against one plain fp32 forward pass of one image, `model(x)`:
   view: a click on an example in a real browser (headless Chromium) to every class-attention tile
         rendered, timed by the browser's own clock. Goal: <= 2x one plain forward (xxs24_224).
   saliency: every method of the Saliency tab for one image, each map with its deletion/insertion
-        scoring (what the tab runs), in the app's precision against fp32 throughout (the app before
-        --precision). Goal: at least 2x faster (xxs24_224).
+        scoring (what the tab runs), in the app's precision against fp32 throughout. (The goal, at least
+        2x faster than the app when issue 15 was filed, is measured by saliency_then_and_now.py.)
   also /analyze through gradio_client, and analyse() in process.
 
 Rounds are interleaved (cait.timing); medians. Models without local weights run with random weights
@@ -38,7 +38,7 @@ from app.session import analyse, saliency_rows  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 
 CPU = torch.device("cpu")
-GOALS = {"view_over_forward": 2.0, "saliency_speedup": 2.0}  # issue 15, for cait_xxs24_224
+GOALS = {"view_over_forward": 2.0}  # issue 15, for cait_xxs24_224 (its saliency goal: saliency_then_and_now.py)
 CHROMIUM = "/usr/bin/chromium"
 # Click example `i`, then wait (one animation frame at a time) until the tiles differ from before and are
 # all decoded; the seconds between, by the browser's clock.
@@ -143,11 +143,10 @@ def report(rows: list[dict]) -> None:
         if r["model"] != "cait_xxs24_224":
             continue
         view_ok = r["view_over_forward"] <= GOALS["view_over_forward"]
-        sal_ok = r["saliency_speedup"] >= GOALS["saliency_speedup"]
         print(f"goal: class-attention view click -> rendered <= {GOALS['view_over_forward']:g}x one forward: "
               f"{r['view_over_forward']:.2f}x, {'met' if view_ok else 'NOT met'}")
-        print(f"goal: all saliency methods >= {GOALS['saliency_speedup']:g}x faster than fp32: "
-              f"{r['saliency_speedup']:.2f}x, {'met' if sal_ok else 'NOT met'}")
+        print(f"saliency in the app's precision vs fp32: {r['saliency_speedup']:.2f}x faster (the goal, 2x faster "
+              f"than the app when issue 15 was filed, is measured by benchmarks/saliency_then_and_now.py)")
 
 
 def main() -> None:
