@@ -252,13 +252,14 @@ class CaiT(nn.Module):
         """Image [B, C, H, W] -> tokens after the SA stage: the N patch tokens [B, N, d] (in the ViT-style
         ablation, where the class token joins the SA stage, [B, 1+N, d] with it first)."""
         x = self.patch_embed(x) + self.pos_embed
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
         insert_at = self.cfg.class_token_at
         for i, blk in enumerate(self.blocks):
-            if i == insert_at:
-                x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+            if i == insert_at:  # ablation only: ViT-style class token, processed by the SA blocks from here on
+                x = torch.cat((cls, x), dim=1)
             x = blk(x, probe)
-        if insert_at is not None and insert_at >= len(self.blocks):
-            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        if insert_at is not None and insert_at >= len(self.blocks):  # ablation: joins after the last SA block
+            x = torch.cat((cls, x), dim=1)
         return x
 
     def forward_class_attention(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:

@@ -139,8 +139,9 @@ def main() -> None:
                    help="run directory (oldest first when continued) that trained the --teacher, for its number")
     p.add_argument("--name", default=None,
                    help="variant to ship as (default: the run's --model); its config must be the run's model, "
-                        "training-only fields aside (e.g. a run of --model cait_nano_64 --img-size 80 ships as a "
-                        "variant with img_size 80)")
+                        "training-only fields aside, except the input size, which may differ: the position "
+                        "embedding is resampled and the card says so (e.g. a run of --model cait_nano_64 "
+                        "--img-size 96 ships as cait_nano_104)")
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument("--extra", type=Path, action="append", default=[],
                    help="markdown file(s) appended to the card (e.g. the companion model's results)")

@@ -70,23 +70,17 @@ def split_precision_logits(model: nn.Module, x: torch.Tensor, forward_dtype: tor
 
 
 @torch.no_grad()
-def perturbed_logits(model: nn.Module, images: torch.Tensor, *, forward_dtype: torch.dtype | None = None,
-                     batch_size: int | None = None) -> torch.Tensor:
-    """fp32 logits [B, k, K] of images [B, k, C, H, W] (perturbed copies of B images), batch_size images per
-    pass (default `images_per_pass`), by `split_precision_logits` in `forward_dtype` (None: fp32)."""
-    B, k = images.shape[:2]
-    if k == 0:
-        return images.new_zeros(B, 0, model.cfg.num_classes)
-    chunks = images.flatten(0, 1).split(batch_size or images_per_pass(model))
-    logits = torch.cat([split_precision_logits(model, chunk, forward_dtype) for chunk in chunks])
-    return logits.reshape(B, k, -1)
-
-
 def _target_probabilities(model: nn.Module, images: torch.Tensor, target: torch.Tensor, batch_size: int | None,
                           forward_dtype: torch.dtype | None) -> torch.Tensor:
-    """Softmax probability of target [B] for images [B, k, C, H, W] -> [B, k] (`perturbed_logits`)."""
-    probs = perturbed_logits(model, images, forward_dtype=forward_dtype, batch_size=batch_size).softmax(dim=-1)
-    return probs.gather(2, target.view(-1, 1, 1).expand(-1, images.shape[1], 1)).squeeze(2)
+    """Softmax probability of target [B] for images [B, k, C, H, W] (perturbed copies of B images) -> [B, k],
+    batch_size images per pass (default `images_per_pass`), by `split_precision_logits` in `forward_dtype`."""
+    B, k = images.shape[:2]
+    if k == 0:
+        return images.new_zeros(B, 0)
+    chunks = images.flatten(0, 1).split(batch_size or images_per_pass(model))
+    logits = torch.cat([split_precision_logits(model, chunk, forward_dtype) for chunk in chunks])
+    probs = logits.reshape(B, k, -1).softmax(dim=-1)
+    return probs.gather(2, target.view(B, 1, 1).expand(B, k, 1)).squeeze(2)
 
 
 @torch.no_grad()
