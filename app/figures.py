@@ -22,23 +22,25 @@ STAGE_LABELS = {  # the talking-heads stages, in the order the model computes th
 }
 
 
-# Tile encodings, measured on the app's 224 px tiles (one thread; xxs24_224 on a photo / the shipped
-# model on a scene): lossless WebP 58-65 / 7-18 kB in 1.0-1.2 ms, lossy quality 90 method 0 10 / 5.5-5.8 kB
-# in 1.1-1.5 ms, mean error 1.4-2.6 levels. Lossy subsamples colour, which smears the patch grid's block
-# edges (up to 48-56 levels off there, 22-24 in the smooth view): the patch grid, whose pixels are the data
-# and which compresses well, stays lossless; the smooth maps go lossy, 6x smaller over a network.
-LOSSY_TILE = dict(quality=90, method=0)
-LOSSLESS_TILE = dict(lossless=True, quality=0, method=0)
+# Tile encodings, measured on the app's 224 px tiles (one thread; xxs24_224 on a photo / the shipped model
+# on a scene): JPEG quality 90 without colour subsampling (4:4:4) 0.2 ms a tile, 13-16 kB, mean error 1.6
+# levels (max 16-17 on the smooth view); lossy WebP (quality 90, method 0) took 1.2-2.1 ms for 6-10 kB and
+# mean error 2.0-2.2 (max 25-26), lossless WebP 0.7-1.4 ms for 26-65 kB, PNG 1.5-3.3 ms. A view has 10-34
+# tiles and waits for all of them, so the smooth maps go JPEG; the patch grid, whose flat blocks are the
+# data (JPEG rings at their edges: max 39 levels off), stays lossless.
+SMOOTH_TILE = dict(format="JPEG", quality=90, subsampling=0)
+EXACT_TILE = dict(format="WEBP", lossless=True, quality=0, method=0)
 
 
 def save_tiles(images: list[Image.Image], folder: Path, stem: str, *, exact: bool = False) -> list[str]:
-    """The tiles as WebP files in `folder` (stem_0.webp, ...), for a gallery to serve as they are: lossless
-    with `exact` (the browser shows exactly the pixels drawn: the patch-grid view), else lossy quality 90
-    (see LOSSY_TILE). Method 0, the fastest; either beats Gradio's own encoding (4 ms) and PNG (14 ms)."""
+    """The tiles as files in `folder` (stem_0.jpg, ...), for a gallery to serve as they are: lossless WebP
+    with `exact` (the browser shows exactly the pixels drawn: the patch-grid view), else JPEG (see
+    SMOOTH_TILE). Either beats Gradio's own encoding (4 ms a tile) and PNG."""
+    kind = EXACT_TILE if exact else SMOOTH_TILE
     paths = []
     for i, image in enumerate(images):
-        path = folder / f"{stem}_{i}.webp"
-        image.save(path, format="WEBP", **(LOSSLESS_TILE if exact else LOSSY_TILE))
+        path = folder / f"{stem}_{i}.{'webp' if exact else 'jpg'}"
+        image.save(path, **kind)
         paths.append(str(path))
     return paths
 

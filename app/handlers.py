@@ -16,7 +16,7 @@ from cait import explain, hub
 from cait.figures import (attention_tile, attention_tiles, colour_bar, display_base, grid_columns, layerscale_plot,
                           residual_ratio_plot, tile_sheet, to_plotly)
 
-from app import figures, session, texts
+from app import figures, session, texts, torch_thread
 from app.images import ImageInputError
 from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, talking_columns
 from app.models import LoadedModel, ModelCache, ModelChoice
@@ -282,14 +282,15 @@ class Handlers:
         try:
             if wanted.download and wanted.name and hub.weights_status(wanted.name).where == "download":
                 report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")
-                hub.fetch_weights(wanted.name, on_progress=report)  # into the cache, which the load reads
-            loaded = self.cache.get(wanted)
+                # into the cache, which the load reads; off the torch thread: other pages go on meanwhile
+                hub.fetch_weights(wanted.name, on_progress=report)
+            loaded = torch_thread.call(self.cache.get, wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
             first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
             log.info("could not load %s: %s", wanted, first_line)
             more = "" if first_line == str(e) else "\n\n```\n" + str(e) + "\n```"
             return {self.page.load_msg: f"**Could not load the model:** {first_line}{more}"}
-        out = {**self.cleared(shown), **self.model_outputs(loaded)}
+        out = {**self.cleared(shown), **torch_thread.call(self.model_outputs, loaded)}
         warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
         out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
         out[self.page.weights_md] = self.weights_status(loaded.choice.name) if loaded.choice.checkpoint is None else ""

@@ -11,6 +11,7 @@ import cait
 from cait.config import DEFAULT_MODEL
 from cait.runtime import DeviceError, inference_dtype, resolve_device
 
+from app import torch_thread
 from app.models import ModelCache, ModelChoice, load_model
 from app.ui import build_app, launch
 
@@ -27,7 +28,7 @@ def serve(args: argparse.Namespace) -> int:
     default = ModelChoice(name=args.model or (None if args.checkpoint else DEFAULT_MODEL), checkpoint=args.checkpoint,
                           download=args.pretrained)
     try:
-        first = cache.get(default)
+        first = torch_thread.call(cache.get, default)
     except (cait.CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ from PIL import Image
 
 from cait import explain
 from cait.explain import ClassAttention, MethodOptions
-from cait.preprocess import model_view, to_batch
+from cait.preprocess import model_view, view_tensor
 
 from app.images import load_image
 from app.models import LoadedModel, ModelChoice
@@ -55,13 +55,14 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
     """Decode `path` safely and run one insight forward pass. Raises ImageInputError for bad files."""
     cfg = loaded.cfg
     decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
-    x = to_batch([decoded.image], cfg)
+    view = model_view(decoded.image, cfg)
+    x = view_tensor(view, cfg)[None]
     sa_layer = min(max(int(sa_layer), 0), cfg.depth - 1)
     with loaded.forward_only():
         ins = loaded.model.forward_insights(x.to(loaded.device), sa_layers=(sa_layer,), raw_attention=True)
     ca = ClassAttention.from_insights(ins)
     return Analysis(
-        choice=loaded.choice, view=model_view(decoded.image, cfg), x=x,
+        choice=loaded.choice, view=view, x=x,
         probs=ins.logits[0].float().softmax(-1).cpu().numpy(),
         ca_maps=ca.maps[0].float().cpu().numpy(), self_share=ca.self_share[0].float().cpu().numpy(),
         ratios={k: v[0].float().cpu().tolist() for k, v in ins.residual_ratios.items()},

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import layout
+from app import layout, torch_thread
 from app.examples import served_paths
 from app.handlers import Handlers, layerscale_figure
 from app.models import ModelCache, ModelChoice
@@ -31,13 +31,15 @@ THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", 
 def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
     look = [p.analysis, *p.look, p.selected, p.ca_props]
     redraw_outputs = [*p.ca_galleries, p.ca_props, p.colour_bar, p.grid_file, p.ca_big]
+    rerender = torch_thread.handler(h.rerender_ca)  # every handler that computes: see app.torch_thread
     for control in (p.cmap, p.scale, p.view):
-        control.change(h.rerender_ca, look, redraw_outputs, api_visibility="private")
+        control.change(rerender, look, redraw_outputs, api_visibility="private")
     # sliders: change, not release, so that arrow keys and typed values redraw too; only the latest is drawn
     for slider in (p.alpha, p.keep):
-        slider.change(h.rerender_ca, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
+        slider.change(rerender, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
     for layer, gallery in enumerate(p.ca_galleries):
-        gallery.select(h.enlarge(layer), look[:-2], [p.ca_big, p.selected], api_visibility="private")
+        gallery.select(torch_thread.handler(h.enlarge(layer)), look[:-2], [p.ca_big, p.selected],
+                       api_visibility="private")
 
 
 def _wire(p: layout.Page, h: Handlers) -> None:
@@ -45,26 +47,28 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     everything = list(p.components().values())
     everything = [c for c in everything if not isinstance(c, list)] + p.ca_galleries
     view = [*p.look, p.th_layer]
-    details = dict(fn=h.details, inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
+    on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
+    details = dict(fn=on_torch(h.details), inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
                    outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class],
                    show_progress="hidden", js=AFTER_TILES_SHOWN, **model_events)
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
     # not run the analysis a second time. The class-attention view comes first, the rest right after.
     # Each event lists as outputs only what it writes, and writes all of them.
-    p.image_in.upload(h.on_upload, [p.choice, p.ca_props, p.image_in, *view], p.results, preprocess=False,
-                      **model_events).success(**details)
+    p.image_in.upload(on_torch(h.on_upload), [p.choice, p.ca_props, p.image_in, *view], p.results,
+                      preprocess=False, **model_events).success(**details)
     p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
-    p.examples.select(h.on_example, [p.choice, p.ca_props, *view], [*p.results, p.image_in],
+    p.examples.select(on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in],
                       **model_events).success(**details)
     _wire_class_attention(p, h)
-    p.sal_run.click(h.saliency, [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
+    p.sal_run.click(on_torch(h.saliency, batched=True),
+                    [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
                     [p.sal_gallery, p.sal_region, p.sal_table, p.status], show_progress_on=[p.sal_gallery],
                     **model_events)
     talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
     for slider in (p.th_layer, p.th_row, p.th_col):
-        slider.release(h.talking, [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col], talking_outputs,
+        slider.release(on_torch(h.talking), [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col], talking_outputs,
                        **model_events)
-    p.th_pick.select(h.pick_query, [p.choice, p.analysis, p.th_layer], [p.th_row, p.th_col, *talking_outputs],
+    p.th_pick.select(on_torch(h.pick_query), [p.choice, p.analysis, p.th_layer], [p.th_row, p.th_col, *talking_outputs],
                      **model_events)
     p.load_btn.click(h.load_model, [p.choice, p.ca_props, p.variant, p.checkpoint, p.download], everything,
                      show_progress_on=[p.load_msg], **model_events)
@@ -73,12 +77,12 @@ def _wire(p: layout.Page, h: Handlers) -> None:
 
 def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
     """The whole app; a new session starts with `default`."""
-    first = cache.get(default)
-    demo, page = layout.build_page(first, layerscale_figure(first))
+    first = torch_thread.call(cache.get, default)
+    demo, page = layout.build_page(first, torch_thread.call(layerscale_figure, first))
     handlers = Handlers(page, cache, default)
     with demo:
         _wire(page, handlers)
-        gr.api(handlers.analyze, api_name="analyze", concurrency_id="model")
+        gr.api(torch_thread.handler(handlers.analyze), api_name="analyze", concurrency_id="model")
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
 

@@ -18,21 +18,29 @@ Rounds are interleaved (cait.timing); medians. Models without local weights run 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
+import shutil
 import statistics
+import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+import gradio as gr  # noqa: E402
 import torch  # noqa: E402
+from PIL import Image  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from cait import explain  # noqa: E402
+from cait.figures import display_base  # noqa: E402
 from cait.runtime import PRECISION_CHOICES, inference_dtype  # noqa: E402
 from cait.timing import time_interleaved  # noqa: E402
+from app import torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
 from app.session import analyse, saliency_rows  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
@@ -56,33 +64,101 @@ CLICK_TO_RENDERED = """async (i) => {
 }"""
 
 
+# The bare page of gradio_floor_seconds: click the button, wait until the output changed and its images are
+# decoded.
+CLICK_TO_SHOWN = """async () => {
+    const shown = () => [...document.querySelectorAll('#out textarea, #out img')].map(e => e.value ?? e.src).join();
+    const before = shown();
+    const start = performance.now();
+    document.querySelector('#go').click();
+    for (;;) {
+        await new Promise(r => requestAnimationFrame(r));
+        const images = [...document.querySelectorAll('#out img')];
+        if (shown() !== before && images.every(t => t.complete && t.naturalWidth))
+            return (performance.now() - start) / 1000;
+    }
+}"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def browser_view_seconds(url: str, forward, repeats: int) -> tuple[float, float]:
-    """Median click-to-rendered seconds in Chromium, and the median plain forward timed in the same rounds."""
+def _quiet(page) -> None:
+    """Wait until the browser has drawn everything (plots too): forwards are timed on a quiet machine."""
+    page.evaluate("() => new Promise(r => requestIdleCallback(() => r(), {timeout: 3000}))")
+    time.sleep(0.2)
+
+
+def _browser_rounds(url: str, ready: str, click_round, forward, repeats: int) -> tuple[float, float]:
+    """Median seconds of click_round(page, r) over rounds 1..repeats (round 0 warms up: first request,
+    kernels, image decoders), and the median plain forward timed between rounds."""
     views, forwards = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1280, "height": 1400})
         page.set_default_timeout(300_000)
         page.goto(url)
-        page.wait_for_selector("#examples button.thumbnail-item")
-        for r in range(repeats + 1):  # round 0 warms up (first request, kernels, image decoders)
-            href = page.evaluate("() => document.querySelector('#numbers_json a')?.href ?? ''")
-            seconds = page.evaluate(CLICK_TO_RENDERED, r % 2)
-            # the follow-up (downloads, other tabs) finishes before the next round, outside the timing
-            page.wait_for_function("(old) => (document.querySelector('#numbers_json a')?.href ?? '') !== old",
-                                   arg=href)
+        page.wait_for_selector(ready)
+        for r in range(repeats + 1):
+            seconds = click_round(page, r)
+            _quiet(page)
             forward_seconds = time_interleaved({"forward": forward}, repeats=1, warmup=0)["forward"]
             if r:
                 views.append(seconds)
                 forwards.append(forward_seconds)
         browser.close()
     return statistics.median(views), statistics.median(forwards)
+
+
+def browser_view_seconds(url: str, forward, repeats: int) -> tuple[float, float]:
+    """The app: click-to-rendered seconds of the class-attention view, and the plain forward."""
+    def click_example(page, r: int) -> float:
+        href = page.evaluate("() => document.querySelector('#numbers_json a')?.href ?? ''")
+        seconds = page.evaluate(CLICK_TO_RENDERED, r % 2)
+        # the follow-up (downloads, other tabs) finishes before the next round, outside the timing
+        page.wait_for_function("(old) => (document.querySelector('#numbers_json a')?.href ?? '') !== old", arg=href)
+        return seconds
+    return _browser_rounds(url, "#examples button.thumbnail-item", click_example, forward, repeats)
+
+
+def gradio_floor_seconds(forward, tile: Image.Image, repeats: int) -> dict[str, float]:
+    """What Gradio and the browser cost on this machine, whatever the app: a bare page whose button runs
+    exactly one plain forward (on the torch thread with the app's one-image threads) and shows a text, or
+    ten new JPEG tiles in a gallery (the view shows ten or more). Click to rendered, over the forward."""
+    folder = Path(tempfile.mkdtemp(prefix="gradio-floor-"))
+
+    def run(out: str) -> float:
+        n = [0]
+
+        def click():
+            torch_thread.handler(forward)()
+            n[0] += 1
+            if out == "text":
+                return str(n[0])
+            files = [folder / f"{n[0]}_{i}.jpg" for i in range(10)]
+            for i, f in enumerate(files):  # new pixels, new files: nothing served from a cache
+                tile.putpixel((0, 0), (n[0] % 256, i, 0))
+                tile.save(f, quality=90, subsampling=0)
+            return [(str(f), f"{n[0]}.{i}") for i, f in enumerate(files)]
+        with gr.Blocks() as demo:
+            button = gr.Button("go", elem_id="go")
+            shown = gr.Textbox(elem_id="out") if out == "text" else gr.Gallery(elem_id="out", columns=5)
+            button.click(click, None, shown)
+        port = free_port()
+        demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, allowed_paths=[str(folder)])
+        try:
+            view, fwd = _browser_rounds(f"http://127.0.0.1:{port}/", "#go",
+                                        lambda page, r: page.evaluate(CLICK_TO_SHOWN), forward, repeats)
+        finally:
+            demo.close()
+        return view / fwd
+    try:
+        return {out: run(out) for out in ("text", "gallery")}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def saliency_seconds(app: ModelCache, fp32: ModelCache, choice: ModelChoice, image: str, repeats: int) -> dict:
@@ -104,13 +180,16 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     choice = ModelChoice(name)
     app = ModelCache(lambda c: load_model(c, CPU, dtype), max_bytes=2**34)
     fp32 = ModelCache(lambda c: load_model(c, CPU, None), max_bytes=2**34)
-    loaded = app.get(choice)
+    loaded = torch_thread.call(app.get, choice)
     image = loaded.examples[0][0]
-    x = analyse(loaded, image).x
+    first = torch_thread.call(analyse, loaded, image)
+    x = first.x
 
-    def forward() -> None:
+    def plain_forward() -> None:
         with torch.inference_mode():
             loaded.model(x)
+    # every torch call on the app's torch thread, as the app makes them (app.torch_thread says why)
+    forward = functools.partial(torch_thread.call, plain_forward)
     demo = build_app(app, choice)
     port = free_port()
     launch(demo, port=port, block=False)
@@ -118,17 +197,22 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         url = f"http://127.0.0.1:{port}/"
         view, view_forward = browser_view_seconds(url, forward, args.repeats)
         client = Client(url, verbose=False)
-        sec = time_interleaved({"forward": forward, "in_process": lambda: analyse(loaded, image),
+        in_process = torch_thread.handler(analyse)  # as the app's handlers run it
+        sec = time_interleaved({"forward": forward, "in_process": lambda: in_process(loaded, image),
                                 "api": lambda: client.predict(handle_file(image), api_name="/analyze")},
                                repeats=args.repeats, desc=f"{name} forward, analyse(), /analyze")
     finally:
         demo.close()
-    sal = saliency_seconds(app, fp32, choice, image, args.saliency_repeats) if args.saliency_repeats else \
-        {"app": float("nan"), "fp32": float("nan")}
+    floor = gradio_floor_seconds(forward, display_base(first.view), args.repeats) if args.floor else {}
+    sal = {"app": float("nan"), "fp32": float("nan")}
+    if args.saliency_repeats:
+        sal = torch_thread.call(saliency_seconds, app, fp32, choice, image, args.saliency_repeats)
     return {"model": name, "weights": loaded.source, "precision": str(dtype or "fp32"),
             "forward_ms": 1e3 * sec["forward"], "view_ms": 1e3 * view, "view_over_forward": view / view_forward,
-            "api_over_forward": sec["api"] / sec["forward"], "in_process_over_forward": sec["in_process"] / sec["forward"],
-            "saliency_app_s": sal["app"], "saliency_fp32_s": sal["fp32"], "saliency_speedup": sal["fp32"] / sal["app"]}
+            "api_over_forward": sec["api"] / sec["forward"],
+            "in_process_over_forward": sec["in_process"] / sec["forward"],
+            "saliency_app_s": sal["app"], "saliency_fp32_s": sal["fp32"], "saliency_speedup": sal["fp32"] / sal["app"],
+            **{f"floor_{out}_over_forward": ratio for out, ratio in floor.items()}}
 
 
 def report(rows: list[dict]) -> None:
@@ -145,6 +229,10 @@ def report(rows: list[dict]) -> None:
         view_ok = r["view_over_forward"] <= GOALS["view_over_forward"]
         print(f"goal: class-attention view click -> rendered <= {GOALS['view_over_forward']:g}x one forward: "
               f"{r['view_over_forward']:.2f}x, {'met' if view_ok else 'NOT met'}")
+        if "floor_text_over_forward" in r:
+            print(f"Gradio's floor here: a bare page whose click runs one forward, to its result rendered: "
+                  f"{r['floor_text_over_forward']:.2f}x with a text, {r['floor_gallery_over_forward']:.2f}x with "
+                  f"ten tiles in a gallery")
         print(f"saliency in the app's precision vs fp32: {r['saliency_speedup']:.2f}x faster (the goal, 2x faster "
               f"than the app when issue 15 was filed, is measured by benchmarks/saliency_then_and_now.py)")
 
@@ -155,6 +243,8 @@ def main() -> None:
     parser.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help="the app's --precision")
     parser.add_argument("--repeats", type=int, default=7, help="rounds of the view, /analyze and forward timings")
     parser.add_argument("--saliency-repeats", type=int, default=2, help="rounds of the saliency timing (0: skip it)")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip the bare Gradio page (Gradio's own cost on this machine)")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     rows = [bench_model(name, args) for name in args.models]

@@ -37,11 +37,15 @@ def model_view(image: Image.Image, cfg: CaiTConfig) -> Image.Image:
     return view(image.convert("RGB" if cfg.in_chans == 3 else "L"))
 
 
+def view_tensor(view: Image.Image, cfg: CaiTConfig) -> torch.Tensor:
+    """A `model_view` as the model's input: float tensor [C, H, W] normalised with the config's mean and std."""
+    return T.Normalize(cfg.mean, cfg.std)(T.functional.to_dtype(T.functional.pil_to_tensor(view), torch.float32,
+                                                                 scale=True))
+
+
 def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:
-    """The variant's evaluation transform: `model_view`, then to a float tensor normalised with the
-    config's mean and std."""
-    to_tensor = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(cfg.mean, cfg.std)])
-    return lambda image: to_tensor(model_view(image, cfg))
+    """The variant's evaluation transform: `model_view`, then `view_tensor`."""
+    return lambda image: view_tensor(model_view(image, cfg), cfg)
 
 
 def to_batch(images: list[Image.Image], cfg: CaiTConfig) -> torch.Tensor:

@@ -57,15 +57,20 @@ def overlays(image: Image.Image, heats: torch.Tensor, *, cmap: str = "inferno", 
     up = upsample(heats, size) if smooth else F.interpolate(heats[:, None], size=size, mode="nearest")[:, 0]
     table = _blend_table(cmap, float(alpha))
     colours = table.shape[2] - 1  # the colormap's entries; the last one is its "bad" (NaN) colour
-    channel = np.arange(3) * table[0].size
+    # numpy from here (one thread, faster than torch's pool); int32 offsets into the flat table, the base
+    # pixel's part computed once for every map
+    base_offset = base.astype(np.int32) * table.shape[2] + np.arange(3, dtype=np.int32) * table[0].size
     ranges = value_ranges or [None] * len(up)
-    out = []
-    for heat, value_range in zip(up.numpy(), ranges):  # numpy from here: one thread, faster than torch's pool
-        lo, hi = value_range or (float(heat.min()), float(heat.max()))
-        index = _colour_index(np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat), colours)
-        flat = base.astype(np.intp) * table.shape[2] + index[..., None] + channel
-        out.append(Image.fromarray(table.reshape(-1).take(flat)))
-    return out
+    index = np.stack([_colour_index(_unit(heat, value_range), colours)
+                      for heat, value_range in zip(up.numpy(), ranges)])
+    pixels = table.reshape(-1)[base_offset + index[..., None]]
+    return [Image.fromarray(tile) for tile in pixels]
+
+
+def _unit(heat: np.ndarray, value_range: tuple[float, float] | None) -> np.ndarray:
+    """heat mapped to [0, 1] from value_range (default its own min .. max), clipped; a flat map is all 0."""
+    lo, hi = value_range or (float(heat.min()), float(heat.max()))
+    return np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat)
 
 
 def _colour_index(heat: np.ndarray, colours: int) -> np.ndarray:
@@ -73,7 +78,7 @@ def _colour_index(heat: np.ndarray, colours: int) -> np.ndarray:
     # (a "bad" value) gets index N, the extra last entry of `_blend_table`.
     scaled = heat * colours
     bad = np.isnan(scaled)
-    index = np.minimum(np.where(bad, 0, scaled).astype(np.intp), colours - 1)
+    index = np.minimum(np.where(bad, 0, scaled).astype(np.int32), colours - 1)
     index[bad] = colours
     return index
 
