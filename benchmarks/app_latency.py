@@ -8,12 +8,18 @@ and measured against one plain fp32 forward pass of one image, `model(x)`:
   saliency: every method of the Saliency tab for one image, each map with its deletion/insertion
         scoring (what the tab runs), in the app's precision against fp32 throughout. (The goal, at least
         2x faster than the app when issue 15 was filed, is measured by saliency_then_and_now.py.)
+  floor: the same click on a bare Gradio page whose handler runs exactly one plain forward and shows a
+        text, or ten new tiles in a gallery: what Gradio and the browser cost here, whatever the app.
   also /analyze through gradio_client, and analyse() in process.
+
+The plain forward runs on the app's torch thread (`app.torch_thread`) with all of torch's threads, timed
+once the page has gone idle, so that it is the forward alone, not the forward beside the browser.
 
 Rounds are interleaved (cait.timing); medians. Models without local weights run with random weights
 (speed does not depend on them).
 
     python benchmarks/app_latency.py [--models cait_xxs24_224 cait_nano_64] [--repeats 7] [--saliency-repeats 2]
+                                   [--no-floor]
 """
 from __future__ import annotations
 
