@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from cait.data import SCENE_SIDE
+
 from app.models import LoadedModel
 
 if TYPE_CHECKING:
     from cait.hub import WeightsStatus
 
-DATA_NAMES = {"fashion-mnist-scenes": "Fashion-MNIST scenes (garments pasted on clutter)",
+DATA_NAMES = {"fashion-mnist-scenes": f"Fashion-MNIST scenes ({SCENE_SIDE} px canvases of garments pasted on clutter)",
               "fashion-mnist": "Fashion-MNIST (grey 28x28 garments)"}
 
 

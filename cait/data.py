@@ -77,6 +77,9 @@ class FashionMNIST(Dataset):
         return self.images[:self.n, :, :, None]
 
 
+SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
+
+
 class FashionMNISTScenes(Dataset):
     """Colour canvases with one tinted garment at a random position and scale over clutter.
 
@@ -91,7 +94,7 @@ class FashionMNISTScenes(Dataset):
     MIN_SIDE, MAX_SIDE = 0.30, 0.65
     GENERATOR_VERSION = 1  # bump whenever render() or the layout draws change: it renames the cache files
 
-    def __init__(self, split: str, *, canvas: int = 64, seed: int = 0, subset: int | None = None,
+    def __init__(self, split: str, *, canvas: int = SCENE_SIDE, seed: int = 0, subset: int | None = None,
                  cache: bool = False):
         self.split, self.canvas, self.seed = split, canvas, seed
         self.garments, all_labels = load_fashion_mnist(split)
