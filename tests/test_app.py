@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import socket
 import struct
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +22,7 @@ from conftest import randomise_
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from app import images  # noqa: E402
+from app import images, torch_thread  # noqa: E402
 from app.examples import find_examples  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model as load_choice  # noqa: E402
@@ -284,6 +285,24 @@ def test_analyze_runs_the_asked_attribution(server):
     np.testing.assert_allclose(np.array(answer["attribution"]["patch"]), expected.numpy(), rtol=1e-4, atol=1e-6)
     with pytest.raises(Exception, match="unknown method"):
         server["client"].predict(handle_file(str(path)), "telepathy", api_name="/analyze")
+
+
+def test_the_served_app_runs_its_torch_work_on_one_thread(server, monkeypatch):
+    """All model work on app.torch_thread's thread, with one-image threads (a second thread calling torch
+    made every call ~3x slower); this test process's own direct calls run elsewhere."""
+    from gradio_client import handle_file
+    from app import session
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return analyse(*args, **kwargs)
+    monkeypatch.setattr(session, "analyse", recording)
+    path = scene_images(server["tmp"], 1)[0]
+    for _ in range(2):
+        server["client"].predict(handle_file(str(path)), api_name="/analyze")
+    assert len(seen) == 2 and all(name.startswith("cait-torch") for name, _ in seen)
+    assert {threads for _, threads in seen} == {torch_thread.interactive_threads()}
 
 
 def rss_mb() -> float:
