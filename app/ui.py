@@ -54,11 +54,14 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
     # not run the analysis a second time. The class-attention view comes first, the rest right after.
     # Each event lists as outputs only what it writes, and writes all of them.
+    # one progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the
+    # browser busy on the cores the analysis runs on
+    progress = dict(show_progress_on=[p.top5])
     p.image_in.upload(on_torch(h.on_upload), [p.choice, p.ca_props, p.image_in, *view], p.results,
-                      preprocess=False, **model_events).success(**details)
+                      preprocess=False, **progress, **model_events).success(**details)
     p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
     p.examples.select(on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in],
-                      **model_events).success(**details)
+                      **progress, **model_events).success(**details)
     _wire_class_attention(p, h)
     p.sal_run.click(on_torch(h.saliency, batched=True),
                     [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
