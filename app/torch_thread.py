@@ -57,6 +57,12 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return _EXECUTOR.submit(run).result()
 
 
+def all_threads() -> int:
+    """Intra-op threads for batched work: torch's number when this module was imported. The caller's own
+    setting does not count (torch's thread count is per thread: a script may have set its own to 1)."""
+    return _ALL_THREADS
+
+
 def interactive_threads() -> int:
     """Intra-op threads for one-image passes: all but one of torch's (at least one)."""
     return max(1, _ALL_THREADS - 1)
@@ -77,7 +83,7 @@ def handler(fn: Callable, *, batched: bool = False) -> Callable:
     threads when `batched`); a generator handler runs each step there and yields between steps, so that
     Gradio sends each update as before. The signature Gradio reads (event data, progress, API types) is
     fn's."""
-    n = _ALL_THREADS if batched else interactive_threads()
+    n = all_threads() if batched else interactive_threads()
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def steps(*args, **kwargs):
@@ -92,4 +98,4 @@ def handler(fn: Callable, *, batched: bool = False) -> Callable:
     return body
 
 
-__all__ = ["call", "handler", "interactive_threads", "on_torch_thread"]
+__all__ = ["all_threads", "call", "handler", "interactive_threads", "on_torch_thread"]

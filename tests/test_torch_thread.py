@@ -39,17 +39,20 @@ def test_exceptions_reach_the_caller():
 
 
 def test_handlers_keep_their_signature_and_run_with_the_interactive_threads():
-    all_threads = torch.get_num_threads()
-
     def analyse(image: str, evt: int = 0) -> tuple[int, bool]:
         return torch.get_num_threads(), torch_thread.on_torch_thread()
 
     wrapped = torch_thread.handler(analyse)
     assert inspect.signature(wrapped) == inspect.signature(analyse)  # what Gradio reads for event data
-    assert wrapped("x") == (torch_thread.interactive_threads(), True)
-    assert torch_thread.handler(analyse, batched=True)("x") == (all_threads, True)
-    assert torch_thread.call(torch.get_num_threads) == all_threads  # restored after the handler
-    assert torch_thread.interactive_threads() == max(1, all_threads - 1)
+    callers_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the caller's own setting (another test, a script) must not leak into the handler
+    try:
+        assert wrapped("x") == (torch_thread.interactive_threads(), True)
+        assert torch_thread.handler(analyse, batched=True)("x") == (torch_thread.all_threads(), True)
+    finally:
+        torch.set_num_threads(callers_threads)
+    assert torch_thread.call(torch.get_num_threads) == torch_thread.all_threads()  # restored after the handler
+    assert torch_thread.interactive_threads() == max(1, torch_thread.all_threads() - 1)
 
 
 def test_a_generator_handler_runs_each_step_on_the_torch_thread():
