@@ -69,10 +69,12 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"
     run = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(ckpt), "--subset", "16",
-                          "--methods", "ca1_mean", "--workers", "0", "--json", str(out)],
+                          "--methods", "ca1_mean", "--workers", "0", "--img-size", "80", "--json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert "top-1 accuracy" in run.stdout and json.loads(out.read_text())["images"] == 16
+    result = json.loads(out.read_text())
+    assert "top-1 accuracy" in run.stdout and result["images"] == 16
+    assert result["img_size"] == 80  # tested above its 64 px: the position embedding resampled, not refused
     bad = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(tmp_path / "nope.pth")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr

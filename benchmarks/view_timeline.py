@@ -1,0 +1,137 @@
+"""Where the class-attention view's time goes: one example click in the real app, split into its phases.
+
+app_latency.py measures the view as a whole (click to every tile rendered) against one plain forward; this
+script says which part of it is the model and which is Gradio and the browser. Server and browser share
+the machine's clock (performance.timeOrigin + now() against time.time()), so each phase is timed in one run:
+
+  request     click -> the queue/join request has left the browser (Gradio's client-side event handling)
+  to handler  -> the app's handler starts (Gradio's queue, pre-processing, the hop to the torch thread)
+  analyse     session.analyse: decode, preprocess, the one insight forward pass
+  outputs     the rest of the handler: tiles drawn and encoded, the outputs assembled
+  to browser  -> every tile rendered (Gradio's post-processing, the message, the page's update, tile fetches)
+
+Each phase is printed in ms and as a multiple of one plain fp32 forward timed on the quiet page, as
+app_latency.py times it (medians over rounds; the first round warms up).
+
+    python benchmarks/view_timeline.py [--model cait_xxs24_224] [--repeats 9]
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import time
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import torch  # noqa: E402
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from app_latency import CHROMIUM, CPU, _quiet, free_port  # noqa: E402  (run as a script: benchmarks/ is on the path)
+from app import handlers, session, torch_thread  # noqa: E402
+from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
+from app.ui import build_app, launch  # noqa: E402
+from cait.runtime import PRECISION_CHOICES, inference_dtype  # noqa: E402
+from cait.timing import time_interleaved  # noqa: E402
+
+PHASES = ("request", "to handler", "analyse", "outputs", "to browser")
+# Click example i; return the click's epoch ms, when the queue/join request left, and when every tile
+# differed from before and was decoded.
+CLICK = """async (i) => {
+    const tiles = () => [...document.querySelectorAll('.ca-grid img')];
+    const before = tiles().map(t => t.src).join();
+    performance.clearResourceTimings();
+    const clock = () => performance.timeOrigin + performance.now();
+    const start = clock();
+    document.querySelectorAll('#examples button.thumbnail-item')[i].click();
+    for (;;) {
+        await new Promise(r => requestAnimationFrame(r));
+        const now = tiles();
+        if (now.length && now.map(t => t.src).join() !== before && now.every(t => t.complete && t.naturalWidth)) {
+            const join = performance.getEntriesByType('resource').find(e => e.name.includes('/queue/join'));
+            return {start, sent: performance.timeOrigin + join.startTime, end: clock()};
+        }
+    }
+}"""
+
+
+def stamped(fn, stamps: dict[str, float], name: str):
+    """fn, recording the epoch ms at which its last call started and ended (signature kept for Gradio)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        stamps[name + ">"] = time.time() * 1e3
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            stamps[name + "<"] = time.time() * 1e3
+    return run
+
+
+def phases(browser: dict, stamps: dict[str, float]) -> dict[str, float]:
+    return dict(zip(PHASES, (browser["sent"] - browser["start"], stamps["handler>"] - browser["sent"],
+                             stamps["analyse<"] - stamps["analyse>"], stamps["handler<"] - stamps["analyse<"],
+                             browser["end"] - stamps["handler<"])))
+
+
+def measure(name: str, precision: str, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
+    cache = ModelCache(lambda c: load_model(c, CPU, inference_dtype(precision, CPU)), max_bytes=2**34)
+    choice = ModelChoice(name)
+    loaded = torch_thread.call(cache.get, choice)
+    x = torch_thread.call(session.analyse, loaded, loaded.examples[0][0]).x
+    stamps: dict[str, float] = {}
+    handlers.Handlers._analyse_path = stamped(handlers.Handlers._analyse_path, stamps, "handler")
+    session.analyse = stamped(session.analyse, stamps, "analyse")  # handlers call it through the module
+
+    def plain_forward() -> None:
+        with torch.inference_mode():
+            loaded.model(x)
+    demo, port = build_app(cache, choice), free_port()
+    launch(demo, port=port, block=False)
+    rows, forwards = {p: [] for p in PHASES}, []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#examples button.thumbnail-item")
+            for r in range(repeats + 1):
+                href = page.evaluate("() => document.querySelector('#numbers_json a')?.href ?? ''")
+                clicked = page.evaluate(CLICK, r % 2)
+                split = phases(clicked, stamps)
+                page.wait_for_function("(old) => (document.querySelector('#numbers_json a')?.href ?? '') !== old",
+                                       arg=href)  # the follow-up is done before the next round
+                _quiet(page)
+                forward = time_interleaved({"f": functools.partial(torch_thread.call, plain_forward)},
+                                           repeats=1, warmup=0)["f"]
+                if r:
+                    forwards.append(1e3 * forward)
+                    for phase, ms in split.items():
+                        rows[phase].append(ms)
+            browser.close()
+    finally:
+        demo.close()
+    return rows, forwards
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="cait_xxs24_224")
+    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help="the app's --precision")
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+    rows, forwards = measure(args.model, args.precision, args.repeats)
+    forward = statistics.median(forwards)
+    print(f"{args.model}, --precision {args.precision}, torch threads {torch.get_num_threads()}, load average "
+          f"{os.getloadavg()[0]:.1f}; plain fp32 forward {forward:.1f} ms (median of {len(forwards)})")
+    total = 0.0
+    for phase in PHASES:
+        ms = statistics.median(rows[phase])
+        total += ms
+        print(f"  {phase:<11} {ms:7.1f} ms  {ms / forward:5.2f}x   (min {min(rows[phase]):.1f}, max {max(rows[phase]):.1f})")
+    print(f"  {'sum':<11} {total:7.1f} ms  {total / forward:5.2f}x  of which Gradio and the browser "
+          f"{total - statistics.median(rows['analyse']) - statistics.median(rows['outputs']):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
