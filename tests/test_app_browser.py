@@ -164,13 +164,11 @@ def test_bad_file_shows_a_message(page):
     page.screenshot(path="/tmp/cait_app_bad_file.png", full_page=True)
     # the server keeps serving
     page.locator("#image_in button[aria-label='Remove Image']").click()
-    page.locator("#examples button.thumbnail-item").nth(1).click()
-    expect(page.locator("#status")).to_contain_text("Top-1")
+    pick_example(page, 1)  # its follow-up too, or it could land during the next test's own analysis
 
 
 def test_a_click_on_the_patch_grid_picks_the_query(page):
-    pick_example(page, 2)
-    expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")  # the follow-up drew the tab
+    pick_example(page, 2)  # with its follow-up, which draws the Talking heads tab
     page.get_by_role("tab", name="Talking heads").click()
     picker = page.locator("#th_pick img")
     expect(picker).to_be_visible()
@@ -191,8 +189,26 @@ def test_page_makes_no_outside_requests(page):
     assert page.outside_requests() == []
 
 
+# a JSON download other than `old` (an href, or null for none) is shown: a new analysis' follow-up is done
+NEW_JSON = "(old) => { const a = document.querySelector('#numbers_json a'); return a && a.href !== old; }"
+
+
+def json_href(page) -> str | None:
+    """The href of the JSON download shown, None if there is none."""
+    link = page.locator("#numbers_json a")
+    return link.first.get_attribute("href") if link.count() else None
+
+
 def pick_example(page, index: int = 0) -> None:
+    """Clicks example `index` and waits for its analysis and that analysis' follow-up (downloads, other tabs).
+    On the module-scoped page an earlier analysis is already shown ("Top-1" in the status, a JSON download),
+    so waits for this one's own JSON download: the analysis first empties the download, its follow-up then
+    shows a new one (Gradio names files by content, so a different example gives another href; the same
+    example again would time out rather than pass at once). Waiting for the follow-up also keeps it from
+    landing during the caller's next steps."""
+    before = json_href(page)
     page.locator("#examples button.thumbnail-item").nth(index).click()
+    page.wait_for_function(NEW_JSON, arg=before)
     expect(page.locator("#status")).to_contain_text("Top-1")
 
 
@@ -259,13 +275,11 @@ def test_replacing_an_image_runs_the_analysis_once(chromium, server):
     page = open_page(chromium, server[0])
     try:
         pick_example(page)
-        expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
-        first_json = page.locator("#numbers_json a").first.get_attribute("href")
+        first_json = json_href(page)
         before = analyses_logged(server)
         scene = sorted((ROOT / "cait" / "examples").glob("*.png"))[3]
         page.locator("#image_in input[type=file]").set_input_files(str(scene))  # a new file over the example
-        page.wait_for_function("(old) => { const a = document.querySelector('#numbers_json a'); "
-                               "return a && a.href !== old; }", arg=first_json)  # its follow-up is done too
+        page.wait_for_function(NEW_JSON, arg=first_json)  # its follow-up is done too
         # One more event, and its answer: a second analysis of the upload would have been queued before it.
         tile = page.locator(".ca-grid img").first.get_attribute("src")
         page.locator("#cmap input").click()
@@ -290,8 +304,7 @@ def test_opacity_redraws_from_the_keyboard_without_a_new_analysis(chromium, serv
     page = open_page(chromium, server[0])
     try:
         pick_example(page)
-        expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
-        analyses, json_href = analyses_logged(server), page.locator("#numbers_json a").first.get_attribute("href")
+        analyses, json_before = analyses_logged(server), json_href(page)
         changed = "(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old " \
                   "&& i.complete && i.naturalWidth > 100; }"
         # arrow keys on the slider: one step each
@@ -314,7 +327,7 @@ def test_opacity_redraws_from_the_keyboard_without_a_new_analysis(chromium, serv
         assert tile_pixels(page, 0) != tile_pixels(page, 1)
         # only the overlay was redrawn: no analysis, no follow-up (its JSON download is the same file)
         assert analyses_logged(server) == analyses
-        assert page.locator("#numbers_json a").first.get_attribute("href") == json_href
+        assert json_href(page) == json_before
     finally:
         page.context.close()
 
