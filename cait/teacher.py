@@ -42,17 +42,20 @@ class TimmCNN(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def load_teacher(path: str | os.PathLike) -> nn.Module:
+def load_teacher(path: str | os.PathLike, *, img_size: int | None = None) -> nn.Module:
     """The model in `path`, frozen, in eval mode, with a `.cfg` giving its input (img_size, in_chans,
     mean, std) and num_classes: a TimmCNN written by `cait.train --model timm:...`, or any checkpoint
-    `cait.create_model` reads."""
+    `cait.create_model` reads. img_size: the input size it is run at, if not the one it was trained at (a
+    CNN takes any size; a CaiT's position embedding is resampled): a teacher can score higher above its
+    training size, as a student does (FixRes)."""
     state, stored = read_checkpoint(path)
+    size = {} if img_size is None else {"img_size": img_size}
     if isinstance(stored, CNNConfig):
-        model = TimmCNN(stored)
+        model = TimmCNN(stored.replace(**size))
         load_cnn_weights(model, state, os.fspath(path))
     else:
         from .factory import create_model
-        model = create_model(None, checkpoint=path)
+        model = create_model(None, checkpoint=path, **size)
     return model.eval().requires_grad_(False)
 
 

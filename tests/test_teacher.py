@@ -27,6 +27,12 @@ def test_cnn_round_trips_through_safetensors(tmp_path):
     # the student's batch reaches it at its own size, channels and normalisation
     student = cait.get_config("cait_nano_64")
     assert teacher_view(torch.randn(2, 3, 64, 64), student, teacher.cfg).shape == (2, 1, 32, 32)
+    # run above its training size (--teacher-img-size): the same weights, fed the batch at that size
+    larger = load_teacher(tmp_path / "t.safetensors", img_size=48)
+    assert larger.cfg == cfg.replace(img_size=48)
+    assert teacher_view(torch.randn(2, 3, 64, 64), student, larger.cfg).shape == (2, 1, 48, 48)
+    x48 = torch.randn(2, 1, 48, 48)
+    assert torch.equal(larger(x48), model(x48))
 
 
 def test_a_cait_checkpoint_is_a_teacher_too(tmp_path):
@@ -34,6 +40,8 @@ def test_a_cait_checkpoint_is_a_teacher_too(tmp_path):
     save_weights(model, tmp_path / "c.safetensors")
     teacher = load_teacher(tmp_path / "c.safetensors")
     assert isinstance(teacher, cait.CaiT) and teacher.cfg == model.cfg
+    larger = load_teacher(tmp_path / "c.safetensors", img_size=48)  # position embedding resampled
+    assert larger.cfg.img_size == 48 and larger(torch.randn(1, 3, 48, 48)).shape == (1, 10)
 
 
 def test_wrong_files_and_names_are_clear(tmp_path):

@@ -166,6 +166,7 @@ def test_huge_lr_diverges_into_the_nan_stop(tmp_path, capsys):
     (["--resume", "/no/such/run"], "not a run directory"),
     (["--subset", "16"], "cannot fill one batch of 32"),
     (["--teacher", "/no/teacher.safetensors"], "checkpoint not found"),
+    (["--teacher-img-size", "0"], "--teacher-img-size must be positive"),
     (["--embed-dim", "48", "--num-heads", "5"], "--num-heads 5 does not divide --embed-dim 48"),
     (["--img-size", "30"], "--img-size 30 is not a multiple of --patch-size 8"),
     (["--depth", "0"], "--depth must be positive"),
@@ -273,9 +274,13 @@ def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
     assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--output", str(tmp_path / "taught")]) == 0
     assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--distill-type", "soft",
                  "--output", str(tmp_path / "soft")]) == 0
-    alone, taught, soft = (_weights(tmp_path / name / "last.safetensors") for name in ("alone", "taught", "soft"))
+    assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--distill-type", "soft",
+                 "--teacher-img-size", "40", "--output", str(tmp_path / "soft40")]) == 0
+    alone, taught, soft, soft40 = (_weights(tmp_path / name / "last.safetensors")
+                                   for name in ("alone", "taught", "soft", "soft40"))
     assert not torch.equal(alone["head.weight"], taught["head.weight"])
     assert not torch.equal(soft["head.weight"], taught["head.weight"])
+    assert not torch.equal(soft40["head.weight"], soft["head.weight"])  # the teacher at 40 px taught otherwise
 
 
 @pytest.mark.parametrize("argv,message", [
