@@ -1,7 +1,7 @@
 """Evaluate a CaiT: top-1 accuracy and, on data with boxes, where its explanations point.
 
     python -m cait.evaluate --model cait_nano_104 --data fashion-mnist-scenes --json results.json
-    python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --subset 2000 --methods ca1_mean
+    python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --scene-seed 1 --methods ca1_mean
 
 Localization scores every map against the garment's box with the class being the TRUE label:
 the pointing game (is the map's top patch inside the box?) and the share of the map's mass inside
@@ -163,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="test at this input size instead of the model's (the position embedding is resampled, "
                         "DeiT's rule): a test size above the training size can score higher (FixRes)")
     p.add_argument("--subset", type=int, default=None, help="evaluate only the first N images")
+    p.add_argument("--scene-seed", type=int, default=0,
+                   help="fashion-mnist-scenes drawn with this seed: 0 = the test scenes every number here is "
+                        "reported on; another seed puts the same test garments on newly drawn canvases (a "
+                        "held-out set for choosing e.g. --img-size, and a check on differently drawn scenes)")
     p.add_argument("--attribution-subset", type=int, default=500,
                    help="images for the costly methods (captum, occlusion); default 500")
     p.add_argument("--methods", nargs="*", default=None, help=f"explanations to score; default all of "
@@ -190,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         size = {} if args.img_size is None else {"img_size": args.img_size}
         model = create_model(args.model, args.checkpoint, pretrained=args.checkpoint is None, **size)
-        data = build_dataset(args.data, "val", subset=args.subset, cache=True)  # scenes: read from the disk cache
+        data = build_dataset(args.data, "val", seed=args.scene_seed, subset=args.subset,
+                             cache=True)  # scenes: read from the disk cache
     except (CheckpointError, DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -199,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                       attribution_subset=args.attribution_subset,
                       methods=tuple(args.methods) if args.methods else None, device=device, dtype=dtype)
     result.update(model=args.model or "from checkpoint", checkpoint=model.source, img_size=model.cfg.img_size,
-                  data=args.data,
+                  data=args.data, scene_seed=args.scene_seed,
                   precision="bf16 autocast" if dtype is not None else "fp32")
     print(format_table(result))
     if args.json:

@@ -69,12 +69,20 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"
     run = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(ckpt), "--subset", "16",
-                          "--methods", "ca1_mean", "--workers", "0", "--img-size", "80", "--json", str(out)],
+                          "--methods", "ca1_mean", "--workers", "0", "--img-size", "80", "--scene-seed", "1",
+                          "--json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
     assert "top-1 accuracy" in run.stdout and result["images"] == 16
     assert result["img_size"] == 80  # tested above its 64 px: the position embedding resampled, not refused
+    # on newly drawn scenes of the test garments: the chance row is their boxes' mean share of the canvas
+    redrawn = FashionMNISTScenes("val", seed=1, subset=16)
+    boxes = np.asarray(redrawn.boxes)
+    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / redrawn.canvas ** 2).mean()
+    chance = {r["method"]: r for r in result["localization"]}["chance"]["pointing_game"]
+    assert result["scene_seed"] == 1 and np.isclose(chance, area, atol=1e-6)
+    assert not np.allclose(boxes, FashionMNISTScenes("val", subset=16).boxes)
     bad = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(tmp_path / "nope.pth")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
