@@ -1,6 +1,6 @@
 """Evaluate a CaiT: top-1 accuracy and, on data with boxes, where its explanations point.
 
-    python -m cait.evaluate --model cait_nano_104 --data fashion-mnist-scenes --json results.json
+    python -m cait.evaluate --model cait_nano_136 --data fashion-mnist-scenes --json results.json
     python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --scene-seed 1 --methods ca1_mean
 
 Localization scores every map against the garment's box with the class being the TRUE label:
