@@ -203,9 +203,8 @@ def pick_example(page, index: int = 0) -> None:
     """Clicks example `index` and waits for its analysis and that analysis' follow-up (downloads, other tabs).
     On the module-scoped page an earlier analysis is already shown ("Top-1" in the status, a JSON download),
     so waits for this one's own JSON download: the analysis first empties the download, its follow-up then
-    shows a new one (Gradio names files by content, so a different example gives another href; the same
-    example again would time out rather than pass at once). Waiting for the follow-up also keeps it from
-    landing during the caller's next steps."""
+    shows a new one (every request writes into a fresh folder, `app.workdir`, so its href is new, even for
+    the same example). Waiting for the follow-up also keeps it from landing during the caller's next steps."""
     before = json_href(page)
     page.locator("#examples button.thumbnail-item").nth(index).click()
     page.wait_for_function(NEW_JSON, arg=before)
