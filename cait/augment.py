@@ -79,7 +79,7 @@ class BatchAugment:
         x = x.float().div_(255)
         if self.color_jitter and self._randaug is None:
             x = _jitter(x, jitter)
-        x = TF.normalize(_to_channels(x, self.in_chans), list(self.mean), list(self.std))
+        x = TF.normalize(to_channels(x, self.in_chans), list(self.mean), list(self.std))
         if self.reprob:
             self._erase(x, erase_seeds)
         return x
@@ -121,7 +121,7 @@ def _jitter(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     return (x * saturation + TF.rgb_to_grayscale(x) * (1 - saturation)).clamp_(0, 1)
 
 
-def _to_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
+def to_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
     """RGB -> the model's channels: unchanged, or grey with PIL's convert("L") weights."""
     if channels not in (1, 3):
         raise ValueError(f"models with {channels} input channels are not supported (1 or 3)")

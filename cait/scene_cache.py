@@ -148,8 +148,10 @@ def _render_in_worker(start: int, stop: int) -> np.ndarray:
 
 
 def _remove_stale(current: Path, prefix: str) -> None:
-    """Files of the same scenes made by other generator parameters: never read again. (A process that
-    still maps one keeps its pages; on POSIX unlinking does not pull them away.)"""
+    """Files of the same scenes made by other generator parameters, and their lock files: never used
+    again. (A process that still maps one keeps its pages; on POSIX unlinking does not pull them away.
+    The current file's lock stays: filelock leaves it by design, as deleting a lock races its users.)"""
     for old in current.parent.glob(f"{prefix}-*.npy"):
         if old != current:
             old.unlink(missing_ok=True)
+            old.with_name(old.name + ".lock").unlink(missing_ok=True)

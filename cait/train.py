@@ -56,7 +56,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from .augment import BatchAugment, parse_randaug
+from .augment import BatchAugment, parse_randaug, to_channels
 from .checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
 from .config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
 from .data import NATIVE_INPUT, DataError, build_dataset
@@ -559,8 +559,8 @@ def teacher_view(x: torch.Tensor, student: ModelConfig, teacher: ModelConfig) ->
         return x
     stats = lambda v: torch.tensor(v, device=x.device).view(1, -1, 1, 1)
     raw = x * stats(student.std) + stats(student.mean)
-    if raw.shape[1] != teacher.in_chans:
-        raw = raw.mean(1, keepdim=True) if teacher.in_chans == 1 else raw.expand(-1, teacher.in_chans, -1, -1)
+    if raw.shape[1] != teacher.in_chans:  # grey as the data pipeline makes it (luma), or grey copied to RGB
+        raw = to_channels(raw, 1) if teacher.in_chans == 1 else raw.expand(-1, teacher.in_chans, -1, -1)
     if raw.shape[-1] != teacher.img_size:
         raw = F.interpolate(raw, size=teacher.img_size, mode="bicubic", align_corners=False)
     return (raw - stats(teacher.mean)) / stats(teacher.std)

@@ -67,6 +67,8 @@ def test_any_generator_change_renders_a_new_file(own_cache, monkeypatch, change)
         assert not np.array_equal(scenes.pixels[3], first.render(3))
     # a stale file of the same scenes is removed; another seed's file is other scenes and stays
     assert old.exists() == (change == "seed") and new.exists()
+    lock = old.with_name(old.name + ".lock")
+    assert lock.exists() == (change == "seed")  # a removed file's lock goes with it
 
 
 def test_an_interrupted_build_leaves_nothing_that_is_taken_for_done(own_cache, monkeypatch):
