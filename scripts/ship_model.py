@@ -41,6 +41,8 @@ def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[str]] | N
     how = f"{args.get('distill_type', 'hard')} distillation through the class token, alpha {args['distill_alpha']}"
     if args.get("distill_type") == "soft":
         how += f", tau {args['distill_tau']}"
+    if args.get("teacher_img_size"):
+        how += f", the teacher run at {args['teacher_img_size']} px (`--teacher-img-size`)"
     rows = f"| distillation | {how} |\n| teacher | `{args['teacher']}`"
     if teacher is None:
         return rows + " |\n"

@@ -35,7 +35,10 @@ def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
     args = {"teacher": "t.safetensors", "distill_type": "soft", "distill_alpha": 0.5, "distill_tau": 3.0}
     row = ship_model.teacher_row(args, ship_model.history([teacher]))
     assert "| teacher | `t.safetensors`: 54.00% test top-1 after 4 epochs" in row
-    assert "--model timm:resnet10t" in row and "soft distillation through the class token, alpha 0.5, tau 3.0" in row
+    assert "--model timm:resnet10t" in row and "soft distillation through the class token, alpha 0.5, tau 3.0 |" in row
+    # a teacher run above its training size says so
+    row = ship_model.teacher_row({**args, "teacher_img_size": 80}, None)
+    assert "tau 3.0, the teacher run at 80 px (`--teacher-img-size`) |" in row
 
 
 def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
