@@ -60,9 +60,7 @@ def test_results_written_with_earlier_names_read_under_current_ones():
         table = format_table(json.loads(shipped.read_text()))
         assert "_head0 " not in table and "mixing" not in table, shipped.name
         if "localization" in table or "pointing game" in table:
-            assert "ca1_head1 " in table, shipped.name
-            if "rollout" in table:  # an evaluation may score the class-attention maps only
-                assert "rollout_after_proj_l " in table, shipped.name
+            assert "ca1_head1 " in table and "rollout_after_proj_l " in table, shipped.name
 
 
 def test_cli_writes_json_and_refuses_bad_input(tmp_path):
