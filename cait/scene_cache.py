@@ -50,6 +50,11 @@ def cache_path(scenes: "FashionMNISTScenes") -> Path:
     return cache_dir() / f"{_prefix(scenes)}-{digest}.npy"
 
 
+def lock_path(path: Path) -> Path:
+    """The lock file that guards building `path`."""
+    return path.with_name(path.name + ".lock")
+
+
 def _prefix(scenes: "FashionMNISTScenes") -> str:
     return f"scenes-{scenes.split}-seed{scenes.seed}-{scenes.canvas}px-n{len(scenes)}"
 
@@ -65,7 +70,7 @@ def cached_pixels(scenes: "FashionMNISTScenes", *, processes: int | None = None)
     from .data import DataError
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"):
+        with FileLock(lock_path(path)):
             pixels = _open(path, shape)  # another process may have built it while this one waited
             if pixels is None:
                 _build(scenes, path, shape, processes)
@@ -154,4 +159,4 @@ def _remove_stale(current: Path, prefix: str) -> None:
     for old in current.parent.glob(f"{prefix}-*.npy"):
         if old != current:
             old.unlink(missing_ok=True)
-            old.with_name(old.name + ".lock").unlink(missing_ok=True)
+            lock_path(old).unlink(missing_ok=True)

@@ -11,7 +11,7 @@ import pytest
 
 import cait.scene_cache as scene_cache
 from cait.data import DataError, FashionMNISTScenes, build_dataset
-from cait.scene_cache import CACHE_ENV, cache_path, cached_pixels
+from cait.scene_cache import CACHE_ENV, cache_path, cached_pixels, lock_path
 
 N = 30
 
@@ -67,8 +67,7 @@ def test_any_generator_change_renders_a_new_file(own_cache, monkeypatch, change)
         assert not np.array_equal(scenes.pixels[3], first.render(3))
     # a stale file of the same scenes is removed; another seed's file is other scenes and stays
     assert old.exists() == (change == "seed") and new.exists()
-    lock = old.with_name(old.name + ".lock")
-    assert lock.exists() == (change == "seed")  # a removed file's lock goes with it
+    assert lock_path(old).exists() == (change == "seed")  # a removed file's lock goes with it
 
 
 def test_an_interrupted_build_leaves_nothing_that_is_taken_for_done(own_cache, monkeypatch):
