@@ -49,19 +49,12 @@ def save_weights(model: torch.nn.Module, path: str | os.PathLike, metadata: dict
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], CaiTConfig | CNNConfig | None]:
     """State dict (prefixes stripped) and, for our own files, the config stored with it (a CaiT's, or a
     CNN teacher's)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+    path = _existing(path)
     config = None
     try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-        if path.suffix == ".safetensors" or _looks_like_safetensors(head):
-            with safe_open(str(path), framework="pt") as f:
-                meta = f.metadata() or {}
+        if _is_safetensors(path):
+            config = _config_in(path)
             state = load_file(str(path))
-            config = next((cls.from_dict(json.loads(meta[cls.METADATA_KEY])) for cls in STORED_CONFIGS
-                           if cls.METADATA_KEY in meta), None)
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -74,7 +67,35 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
     return _unwrap(state, path.name), config
 
 
-def _looks_like_safetensors(head: bytes) -> bool:
+def stored_config(path: str | os.PathLike) -> CaiTConfig | CNNConfig | None:
+    """The config our safetensors file at `path` carries, read from its header alone (no tensors); None for
+    other files (deit/timm .pth) and for safetensors without one. Unreadable files raise CheckpointError."""
+    path = _existing(path)
+    try:
+        return _config_in(path) if _is_safetensors(path) else None
+    except Exception as e:
+        raise CheckpointError(f"{path.name}: not a readable checkpoint ({type(e).__name__}: {e})") from None
+
+
+def _existing(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    return path
+
+
+def _config_in(path: Path) -> CaiTConfig | CNNConfig | None:
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    return next((cls.from_dict(json.loads(meta[cls.METADATA_KEY])) for cls in STORED_CONFIGS
+                 if cls.METADATA_KEY in meta), None)
+
+
+def _is_safetensors(path: Path) -> bool:
+    if path.suffix == ".safetensors":
+        return True
+    with open(path, "rb") as f:
+        head = f.read(8)
     # safetensors starts with a little-endian u64 header length followed by '{'
     return len(head) == 8 and 0 < int.from_bytes(head, "little") < 100_000_000 and not head.startswith(b"PK")
 

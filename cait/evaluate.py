@@ -2,6 +2,10 @@
 
     python -m cait.evaluate --model cait_nano_136 --data fashion-mnist-scenes --json results.json
     python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --scene-seed 1 --methods ca1_mean
+    python -m cait.evaluate --checkpoint analysis/data/scenes_probes/teacher_resnet10t_16ep.safetensors --img-size 88
+
+A timm CNN that `cait.train` wrote (a distillation teacher) is scored too, on top-1 and per class only: it
+has no class attention to explain.
 
 Localization scores every map against the garment's box with the class being the TRUE label:
 the pointing game (is the map's top patch inside the box?) and the share of the map's mass inside
@@ -12,6 +16,7 @@ share of the image). Gradient and perturbation methods are costly, so they run o
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -19,16 +24,19 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from . import explain
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, stored_config
+from .config import CNNConfig
 from .data import DataError, build_dataset
 from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform
 from .runtime import DEVICE_CHOICES, PRECISION_CHOICES, DeviceError, autocast, inference_dtype, resolve_device
+from .teacher import load_teacher
 
 CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l",
                  "rollout_after_proj_w")
@@ -61,7 +69,7 @@ def localization_rows(result: dict) -> list[dict]:
 class _Transformed(Dataset):
     """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images."""
 
-    def __init__(self, base: Dataset, model: CaiT):
+    def __init__(self, base: Dataset, model: nn.Module):
         self.base, self.tf = base, eval_transform(model.cfg)
         boxes = getattr(base, "boxes", None)
         # Scenes are square, so the eval resize scales both axes alike and crop_pct 1.0 crops nothing.
@@ -94,34 +102,34 @@ class _Tally:
                  "mass_in_box": self.mass[k] / self.count[k], "images": self.count[k]} for k in self.count]
 
 
-def evaluate(model: CaiT, data: Dataset, *, batch_size: int = 128, workers: int = 1,
+def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers: int = 1,
              attribution_subset: int = 500, methods: tuple[str, ...] | None = None,
              device: torch.device = torch.device("cpu"), dtype: torch.dtype | None = None) -> dict:
-    """Accuracy on `data` and, when it carries boxes, the localization of every explanation method.
-    dtype: autocast dtype of the classification pass, whose class attention is scored too (None: fp32);
+    """Accuracy on `data` and, when it carries boxes and `model` is a CaiT, the localization of every explanation
+    method (a timm CNN: accuracy only). dtype: autocast dtype of the classification pass, whose class attention is scored too (None: fp32);
     the other methods (gradients, rollout, occlusion) always run in fp32."""
     model = model.to(device).eval()
     ds = _Transformed(data, model)
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
     methods = tuple(explain.METHODS) if methods is None else methods
-    img_size, heads = model.cfg.img_size, model.cfg.num_heads
+    img_size, explained = model.cfg.img_size, isinstance(model, CaiT)
     seen, classes = 0, model.cfg.num_classes
     confusion = torch.zeros(classes, classes, dtype=torch.long)  # [true, predicted]
     tally = _Tally()
     for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
         x, y = x.to(device), y.to(device)
         with autocast(dtype, device):
-            ca = explain.class_attention(model, x)
-        pairs = y.cpu() * classes + ca.logits.argmax(-1).cpu()
+            ca = explain.class_attention(model, x) if explained else None
+            logits = ca.logits if explained else model(x)
+        pairs = y.cpu() * classes + logits.argmax(-1).cpu()
         confusion += torch.bincount(pairs, minlength=classes * classes).view(classes, classes)
-        if ds.boxes is not None:
+        if ds.boxes is not None and explained:
             box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size ** 2
             tally.hits["chance"] += box_area.sum().item()
             tally.mass["chance"] += box_area.sum().item()
             tally.count["chance"] += len(y)
-            for layer in range(ca.maps.shape[1]):
-                for h in range(heads):
-                    tally.add(head_row(layer, h), ca.maps[:, layer, h], boxes, img_size)
+            for layer, h in itertools.product(range(ca.maps.shape[1]), range(ca.maps.shape[2])):
+                tally.add(head_row(layer, h), ca.maps[:, layer, h], boxes, img_size)
             tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
             for name in map(explain.METHODS.canonical, methods):  # rows under current names
                 cheap = name in CHEAP_METHODS
@@ -151,12 +159,22 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def load_model(name: str | None, checkpoint: str | None, *, img_size: int | None = None) -> nn.Module:
+    """The model to score: a CaiT by `name` (its shipped weights unless `checkpoint`) or from `checkpoint`,
+    or the timm CNN a `cait.train --model timm:...` checkpoint holds; `img_size` overrides its input size."""
+    if name is None and checkpoint is not None and isinstance(stored_config(checkpoint), CNNConfig):
+        return load_teacher(checkpoint, img_size=img_size)
+    size = {} if img_size is None else {"img_size": img_size}
+    return create_model(name, checkpoint, pretrained=checkpoint is None, **size)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cait.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="variant name (see cait.list_models()); optional when "
                    "--checkpoint is one of our safetensors files, which carry their config")
-    p.add_argument("--checkpoint", default=None, help="weights file; default: the model's shipped weights")
+    p.add_argument("--checkpoint", default=None, help="weights file; default: the model's shipped weights. A timm "
+                   "CNN written by cait.train (e.g. the distillation teacher) is scored on top-1 and per class")
     p.add_argument("--data", default="fashion-mnist-scenes",
                    help="fashion-mnist-scenes (has boxes), fashion-mnist, or an ImageFolder root (its val/ split)")
     p.add_argument("--img-size", type=int, default=None,
@@ -192,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceError as e:
         p.error(str(e))
     try:
-        size = {} if args.img_size is None else {"img_size": args.img_size}
-        model = create_model(args.model, args.checkpoint, pretrained=args.checkpoint is None, **size)
+        model = load_model(args.model, args.checkpoint, img_size=args.img_size)
+        if args.methods and not isinstance(model, CaiT):
+            raise ValueError(f"{args.checkpoint} holds a CNN ({model.cfg.arch}): it has no class attention, so "
+                             f"--methods does not apply (it is scored on top-1 and per class)")
         data = build_dataset(args.data, "val", seed=args.scene_seed, subset=args.subset,
                              cache=True)  # scenes: read from the disk cache
     except (CheckpointError, DataError, ValueError) as e:

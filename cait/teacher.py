@@ -53,6 +53,7 @@ def load_teacher(path: str | os.PathLike, *, img_size: int | None = None) -> nn.
     if isinstance(stored, CNNConfig):
         model = TimmCNN(stored.replace(**size))
         load_cnn_weights(model, state, os.fspath(path))
+        model.source = os.path.basename(path)  # as create_model names its weights
     else:
         from .factory import create_model
         model = create_model(None, checkpoint=path, **size)

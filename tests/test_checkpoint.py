@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 import cait
-from cait.checkpoint import CheckpointError, grow_depth, load_into
+from cait.checkpoint import CheckpointError, grow_depth, load_into, stored_config
 from cait.config import VARIANTS
 
 SMALL = "cait_pico_32"
@@ -44,6 +44,7 @@ def test_published_formats_load_strict_and_reproduce_timm(tmp_path, twins, layou
         torch.save(obj, path)
     model = cait.create_model(SMALL, checkpoint=path)
     assert not model.training and model.source == path.name
+    assert stored_config(path) is None  # published files carry no config of ours: the name says the variant
     assert_reproduces(model, theirs)
 
 
@@ -54,7 +55,7 @@ def test_our_weights_round_trip_with_their_config(tmp_path, twins):
     path = tmp_path / "mine.safetensors"
     cait.save_weights(model, path, {"note": "test"})
     back = cait.create_model(None, checkpoint=path)
-    assert back.cfg == model.cfg
+    assert back.cfg == model.cfg and stored_config(path) == model.cfg  # the header alone says it too
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # readable by whom the umask allows, not 0600
@@ -156,6 +157,9 @@ def test_garbage_files_are_a_checkpoint_error(tmp_path, content, suffix):
     path.write_bytes(content)
     with pytest.raises(CheckpointError, match=path.name):
         cait.create_model(SMALL, checkpoint=path)
+    if suffix == ".safetensors":  # a header that is not one: the same clear error from the header reader
+        with pytest.raises(CheckpointError, match=path.name):
+            stored_config(path)
 
 
 @pytest.mark.parametrize("obj", [{"model": [1, 2, 3]}, {"a": torch.zeros(1), "b": "text"}, torch.zeros(3)])
@@ -169,6 +173,8 @@ def test_pickles_that_are_not_state_dicts(tmp_path, obj):
 def test_missing_file(tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
         cait.create_model(SMALL, checkpoint=tmp_path / "nope.pth")
+    with pytest.raises(CheckpointError, match="not found"):
+        stored_config(tmp_path / "nope.safetensors")
 
 
 @pytest.mark.parametrize("depth", [6, 9, 12])

@@ -11,7 +11,9 @@ import cait
 from cait import explain
 from cait.data import FashionMNISTScenes
 from cait.checkpoint import WEIGHTS_DIR
+from cait.config import CNNConfig
 from cait.evaluate import current_row_name, evaluate, format_table, localization_rows
+from cait.teacher import TimmCNN
 
 
 def test_evaluate_scores_every_head_and_method(tmp_path):
@@ -89,3 +91,27 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     unknown = subprocess.run([sys.executable, "-m", "cait.evaluate", "--model", "cait_pico_32", "--methods", "magic"],
                              capture_output=True, text=True, timeout=300)
     assert unknown.returncode == 2 and "unknown method" in unknown.stderr
+
+
+def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path):
+    torch.manual_seed(0)
+    cnn = TimmCNN(CNNConfig(arch="resnet10t", img_size=32)).eval()
+    path = tmp_path / "teacher.safetensors"
+    cait.save_weights(cnn, path)
+    out = tmp_path / "r.json"
+    run = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(path), "--img-size", "48",
+                          "--subset", "12", "--workers", "0", "--precision", "fp32", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.read_text())
+    assert result["img_size"] == 48 and result["checkpoint"] == "teacher.safetensors"
+    assert result["localization"] == [] and "pointing game" not in run.stdout  # no class attention to score
+    # the CNN run at 48 px, on the eval view of each scene: the same predictions as the file's numbers
+    scenes = FashionMNISTScenes("val", subset=12)
+    x = torch.stack([cait.preprocess.eval_transform(cnn.cfg.replace(img_size=48))(scenes[i][0]) for i in range(12)])
+    with torch.no_grad():
+        predicted = cnn(x).argmax(-1)
+    assert np.isclose(result["top1"], (predicted == torch.as_tensor(scenes.labels)).float().mean().item())
+    refused = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(path), "--methods", "ca1_mean"],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "no class attention" in refused.stderr and "Traceback" not in refused.stderr

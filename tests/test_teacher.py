@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cait
-from cait.checkpoint import CheckpointError, read_checkpoint, save_weights
+from cait.checkpoint import CheckpointError, read_checkpoint, save_weights, stored_config
 from cait.config import CNNConfig
 from cait.teacher import TimmCNN, cnn_arch, load_teacher
 from cait.train import teacher_view
@@ -18,7 +18,7 @@ def test_cnn_round_trips_through_safetensors(tmp_path):
     model = TimmCNN(cfg).eval()
     save_weights(model, tmp_path / "t.safetensors", {"val_top1": "12.5"})
     _, stored = read_checkpoint(tmp_path / "t.safetensors")
-    assert stored == cfg
+    assert stored == cfg and stored_config(tmp_path / "t.safetensors") == cfg
     teacher = load_teacher(tmp_path / "t.safetensors")
     assert isinstance(teacher, TimmCNN) and teacher.cfg == cfg and not teacher.training
     assert not any(p.requires_grad for p in teacher.parameters())
