@@ -42,8 +42,23 @@ def save_weights(model: torch.nn.Module, path: str | os.PathLike, metadata: dict
     """Write `model`'s weights as safetensors with its config (`model.cfg`) in the metadata, atomically."""
     meta = {model.cfg.METADATA_KEY: json.dumps(model.cfg.to_dict()), **(metadata or {})}
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if _holds(Path(path), tensors, meta):
+        # left as it is: safetensors writes the metadata in another order in each process, so rewriting the
+        # same weights (re-shipping a model) would show in git as a changed binary
+        return
     # bytes through open(), not save_file: that creates its file with mode 0600, whatever the umask
     atomic_write(Path(path), lambda f: f.write(save(tensors, metadata=meta)))
+
+
+def _holds(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> bool:
+    """Whether the safetensors file at `path` already holds exactly these tensors and metadata."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            if (f.metadata() or {}) != meta or set(f.keys()) != set(tensors):
+                return False
+            return all(torch.equal(f.get_tensor(k), v) for k, v in tensors.items())
+    except Exception:  # no file, or not one safetensors reads: write it
+        return False
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], CaiTConfig | CNNConfig | None]:

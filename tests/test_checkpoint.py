@@ -65,6 +65,18 @@ def test_our_weights_round_trip_with_their_config(tmp_path, twins):
     with torch.no_grad():
         assert torch.equal(back(x), model(x))
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # the atomic write cleaned up
+    # the same weights and metadata again (a re-ship): the file is left as it is, not rewritten
+    before = path.stat()
+    cait.save_weights(model, path, {"note": "test"})
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    for change in ({"note": "other"}, None):  # other metadata, or other weights: written
+        if change is None:
+            with torch.no_grad():
+                model.head.bias.add_(1.0)
+        cait.save_weights(model, path, change or {"note": "test"})
+        assert path.stat().st_ino != before.st_ino
+        before = path.stat()
+    assert torch.equal(cait.create_model(None, checkpoint=path).head.bias, model.head.bias)
 
 
 def _empty_state(name: str) -> dict[str, torch.Tensor]:
