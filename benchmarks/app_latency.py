@@ -55,19 +55,25 @@ CPU = torch.device("cpu")
 GOALS = {"view_over_forward": 2.0}  # issue 15, for cait_xxs24_224 (its saliency goal: saliency_then_and_now.py)
 CHROMIUM = "/usr/bin/chromium"
 # Click example `i`, then wait (one animation frame at a time) until the tiles differ from before and are
-# all decoded; the seconds between, by the browser's clock.
-CLICK_TO_RENDERED = """async (i) => {
+# all decoded. Returns epoch ms by the browser's clock (performance.timeOrigin + now(), comparable with the
+# server's time.time()): the click, when its queue/join request left the page, and the tiles rendered.
+CLICK_EXAMPLE = """async (i) => {
     const tiles = () => [...document.querySelectorAll('.ca-grid img')];
     const before = tiles().map(t => t.src).join();
-    const start = performance.now();
+    performance.clearResourceTimings();
+    const clock = () => performance.timeOrigin + performance.now();
+    const start = clock();
     document.querySelectorAll('#examples button.thumbnail-item')[i].click();
     for (;;) {
         await new Promise(r => requestAnimationFrame(r));
         const now = tiles();
-        if (now.length && now.map(t => t.src).join() !== before && now.every(t => t.complete && t.naturalWidth))
-            return (performance.now() - start) / 1000;
+        if (now.length && now.map(t => t.src).join() !== before && now.every(t => t.complete && t.naturalWidth)) {
+            const join = performance.getEntriesByType('resource').find(e => e.name.includes('/queue/join'));
+            return {start, sent: performance.timeOrigin + join.startTime, end: clock()};
+        }
     }
 }"""
+EXAMPLES_READY = "#examples button.thumbnail-item"
 
 
 # The bare page of gradio_floor_seconds: click the button, wait until the output changed and its images are
@@ -98,10 +104,10 @@ def _quiet(page) -> None:
     time.sleep(0.2)
 
 
-def _browser_rounds(url: str, ready: str, click_round, forward, repeats: int) -> tuple[float, float]:
-    """Median seconds of click_round(page, r) over rounds 1..repeats (round 0 warms up: first request,
-    kernels, image decoders), and the median plain forward timed between rounds."""
-    views, forwards = [], []
+def browser_rounds(url: str, ready: str, click_round, forward, repeats: int) -> tuple[list, list[float]]:
+    """What click_round(page, r) returned in rounds 1..repeats (round 0 warms up: first request, kernels,
+    image decoders), and the seconds of the plain forward timed after each of them on the quiet page."""
+    clicks, forwards = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1280, "height": 1400})
@@ -109,25 +115,30 @@ def _browser_rounds(url: str, ready: str, click_round, forward, repeats: int) ->
         page.goto(url)
         page.wait_for_selector(ready)
         for r in range(repeats + 1):
-            seconds = click_round(page, r)
+            clicked = click_round(page, r)
             _quiet(page)
             forward_seconds = time_interleaved({"forward": forward}, repeats=1, warmup=0)["forward"]
             if r:
-                views.append(seconds)
+                clicks.append(clicked)
                 forwards.append(forward_seconds)
         browser.close()
-    return statistics.median(views), statistics.median(forwards)
+    return clicks, forwards
+
+
+def click_example(page, r: int, read=lambda stamps: stamps):
+    """One round on the app's page: an example clicked (they alternate), and read(its CLICK_EXAMPLE stamps)
+    taken as soon as the tiles are rendered; the follow-up (downloads, other tabs) finishes before the next
+    round, outside the timing."""
+    href = page.evaluate("() => document.querySelector('#numbers_json a')?.href ?? ''")
+    result = read(page.evaluate(CLICK_EXAMPLE, r % 2))
+    page.wait_for_function("(old) => (document.querySelector('#numbers_json a')?.href ?? '') !== old", arg=href)
+    return result
 
 
 def browser_view_seconds(url: str, forward, repeats: int) -> tuple[float, float]:
-    """The app: click-to-rendered seconds of the class-attention view, and the plain forward."""
-    def click_example(page, r: int) -> float:
-        href = page.evaluate("() => document.querySelector('#numbers_json a')?.href ?? ''")
-        seconds = page.evaluate(CLICK_TO_RENDERED, r % 2)
-        # the follow-up (downloads, other tabs) finishes before the next round, outside the timing
-        page.wait_for_function("(old) => (document.querySelector('#numbers_json a')?.href ?? '') !== old", arg=href)
-        return seconds
-    return _browser_rounds(url, "#examples button.thumbnail-item", click_example, forward, repeats)
+    """The app: median click-to-rendered seconds of the class-attention view, and of the plain forward."""
+    clicks, forwards = browser_rounds(url, EXAMPLES_READY, click_example, forward, repeats)
+    return statistics.median((c["end"] - c["start"]) / 1e3 for c in clicks), statistics.median(forwards)
 
 
 def gradio_floor_seconds(forward, tile: Image.Image, repeats: int) -> dict[str, float]:
@@ -156,11 +167,11 @@ def gradio_floor_seconds(forward, tile: Image.Image, repeats: int) -> dict[str, 
         port = free_port()
         demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, allowed_paths=[str(folder)])
         try:
-            view, fwd = _browser_rounds(f"http://127.0.0.1:{port}/", "#go",
-                                        lambda page, r: page.evaluate(CLICK_TO_SHOWN), forward, repeats)
+            views, forwards = browser_rounds(f"http://127.0.0.1:{port}/", "#go",
+                                             lambda page, r: page.evaluate(CLICK_TO_SHOWN), forward, repeats)
         finally:
             demo.close()
-        return view / fwd
+        return statistics.median(views) / statistics.median(forwards)
     try:
         return {out: run(out) for out in ("text", "gallery")}
     finally:

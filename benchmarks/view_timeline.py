@@ -26,34 +26,15 @@ import time
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import torch  # noqa: E402
-from playwright.sync_api import sync_playwright  # noqa: E402
 
-from app_latency import CHROMIUM, CPU, _quiet, free_port  # noqa: E402  (run as a script: benchmarks/ is on the path)
+# run as a script: benchmarks/ is on the path
+from app_latency import CPU, EXAMPLES_READY, browser_rounds, click_example, free_port  # noqa: E402
 from app import handlers, session, torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 from cait.runtime import PRECISION_CHOICES, inference_dtype  # noqa: E402
-from cait.timing import time_interleaved  # noqa: E402
 
 PHASES = ("request", "to handler", "analyse", "outputs", "to browser")
-# Click example i; return the click's epoch ms, when the queue/join request left, and when every tile
-# differed from before and was decoded.
-CLICK = """async (i) => {
-    const tiles = () => [...document.querySelectorAll('.ca-grid img')];
-    const before = tiles().map(t => t.src).join();
-    performance.clearResourceTimings();
-    const clock = () => performance.timeOrigin + performance.now();
-    const start = clock();
-    document.querySelectorAll('#examples button.thumbnail-item')[i].click();
-    for (;;) {
-        await new Promise(r => requestAnimationFrame(r));
-        const now = tiles();
-        if (now.length && now.map(t => t.src).join() !== before && now.every(t => t.complete && t.naturalWidth)) {
-            const join = performance.getEntriesByType('resource').find(e => e.name.includes('/queue/join'));
-            return {start, sent: performance.timeOrigin + join.startTime, end: clock()};
-        }
-    }
-}"""
 
 
 def stamped(fn, stamps: dict[str, float], name: str):
@@ -88,30 +69,16 @@ def measure(name: str, precision: str, repeats: int) -> tuple[dict[str, list[flo
             loaded.model(x)
     demo, port = build_app(cache, choice), free_port()
     launch(demo, port=port, block=False)
-    rows, forwards = {p: [] for p in PHASES}, []
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1280, "height": 1400})
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.wait_for_selector("#examples button.thumbnail-item")
-            for r in range(repeats + 1):
-                href = page.evaluate("() => document.querySelector('#numbers_json a')?.href ?? ''")
-                clicked = page.evaluate(CLICK, r % 2)
-                split = phases(clicked, stamps)
-                page.wait_for_function("(old) => (document.querySelector('#numbers_json a')?.href ?? '') !== old",
-                                       arg=href)  # the follow-up is done before the next round
-                _quiet(page)
-                forward = time_interleaved({"f": functools.partial(torch_thread.call, plain_forward)},
-                                           repeats=1, warmup=0)["f"]
-                if r:
-                    forwards.append(1e3 * forward)
-                    for phase, ms in split.items():
-                        rows[phase].append(ms)
-            browser.close()
+        # a round's phases are read off the server's stamps as soon as the tiles are shown, while the stamps
+        # are still the click's own (the follow-up runs handlers too)
+        split, forwards = browser_rounds(
+            f"http://127.0.0.1:{port}/", EXAMPLES_READY,
+            lambda page, r: click_example(page, r, read=lambda clicked: phases(clicked, stamps)),
+            functools.partial(torch_thread.call, plain_forward), repeats)
     finally:
         demo.close()
-    return rows, forwards
+    return {phase: [row[phase] for row in split] for phase in PHASES}, [1e3 * f for f in forwards]
 
 
 def main() -> None:
