@@ -155,8 +155,10 @@ def out_dir(path: Path) -> Path:
 def save_png(fig, path: Path, made_from: str, *, dpi: int = 110) -> Path:
     """Matplotlib figure -> PNG with the provenance line along the bottom."""
     import matplotlib.pyplot as plt
-    fig.text(0.005, 0.004, f"made from: {made_from}", fontsize=7, color="#444", ha="left", va="bottom", wrap=True)
-    fig.savefig(path, dpi=dpi)
+    # Below the figure, not on it (the PNG's box grows to take it in): however many lines the line wraps
+    # to, it cannot overlap what the figure draws along its bottom edge.
+    fig.text(0.005, 0, f"made from: {made_from}", fontsize=7, color="#444", ha="left", va="top", wrap=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.08)
     plt.close(fig)
     return path
 

@@ -28,6 +28,7 @@ can run in the background and span sessions, a part at a time:
     python analysis/depth_stability.py --phase lr --hours 1.5     # a part: no run starts after 1.5 h; again: goes on
     python analysis/depth_stability.py --phase none               # the figures from the runs finished so far
     python analysis/depth_stability.py --quick                    # every phase on a tiny model, seconds (tests)
+    python analysis/depth_stability.py --replot --out analysis/data/depth_stability   # figures from the numbers
 
 Writes depth_stability.csv/.json (every run: phase, setting, result; the paper's numbers in their own
 columns), depth_stability_summary.md, and PNG + HTML: depth_stability (main comparison),
@@ -36,6 +37,7 @@ depth_stability_lr (accuracy against lr per depth) and depth_stability_eps (Laye
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections import Counter
@@ -335,6 +337,19 @@ def write_outputs(design: Design, args: argparse.Namespace, results: Results, ou
     return summary
 
 
+def replot(out: Path) -> int:
+    """The figures drawn again from what write_outputs saved in out/depth_stability.json alone."""
+    from _table1_plots import plot_all
+    try:
+        saved = json.loads((out / "depth_stability.json").read_text())
+        rows, gamma, made = saved["rows"], saved["gamma"], saved["made_from"]
+    except (OSError, ValueError, KeyError) as e:
+        fail(f"cannot replot from {out / 'depth_stability.json'}: {e}")
+    written = plot_all(rows, gamma, summarize(rows), made, out)
+    print(f"drew {', '.join(p.name for p in written)} from {out / 'depth_stability.json'}")
+    return 0
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = parser("depth_stability", __doc__, model=False)
     g = p.add_argument_group("the design (defaults: the full sweep)")
@@ -360,6 +375,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--measure-speed", type=int, nargs="?", const=30, default=None, metavar="STEPS",
                    help="only measure: STEPS (default 30) training steps per depth x method, then each phase's "
                         "estimated hours; trains nothing of the sweep")
+    g.add_argument("--replot", action="store_true",
+                   help="only draw: the figures again from OUT/depth_stability.json (e.g. the committed results, "
+                        "without their runs)")
     args = p.parse_args(argv)
     positive = {"--depths": args.depths, "--lrs": args.lrs, "--eps": args.eps_values, "--main-depths": args.main_depths,
                 "--eps-depth": [args.eps_depth], "--eps-lr": [args.eps_lr], "--main-epochs": [args.main_epochs],
@@ -390,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     out = out_dir(args.out)
     if args.measure_speed is not None:
         return measure_speed(design, common, args, out)
+    if args.replot:
+        return replot(out)
     run_phases(design, common, args, out)
     results = collect(design, common, out)
     summary = write_outputs(design, args, results, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -242,6 +243,16 @@ def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(t
     logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
     run("depth_stability.py", "--quick", "--out", tmp_path)
     assert logs == {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
+    # the figures come back from the saved numbers alone (the committed results have no runs beside them)
+    shutil.rmtree(tmp_path / "runs")
+    for png in tmp_path.glob("*.png"):
+        png.unlink()
+    replotted = run("depth_stability.py", "--replot", "--out", tmp_path)
+    assert "depth_stability_lr.png" in replotted.stdout
+    for stem in ("depth_stability", "depth_stability_lr", "depth_stability_eps"):
+        assert (tmp_path / f"{stem}.png").stat().st_size > 1000
+    missing = run("depth_stability.py", "--replot", "--out", tmp_path / "nothing", ok=False)
+    assert missing.returncode == 2 and "cannot replot" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path):
