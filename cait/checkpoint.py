@@ -78,7 +78,7 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
     except CheckpointError:
         raise
     except Exception as e:  # truncated files, random bytes, wrong format
-        raise CheckpointError(f"{path.name}: not a readable checkpoint ({type(e).__name__}: {e})") from None
+        raise _unreadable(path, e) from None
     return _unwrap(state, path.name), config
 
 
@@ -89,7 +89,7 @@ def stored_config(path: str | os.PathLike) -> CaiTConfig | CNNConfig | None:
     try:
         return _config_in(path) if _is_safetensors(path) else None
     except Exception as e:
-        raise CheckpointError(f"{path.name}: not a readable checkpoint ({type(e).__name__}: {e})") from None
+        raise _unreadable(path, e) from None
 
 
 def _existing(path: str | os.PathLike) -> Path:
@@ -97,6 +97,10 @@ def _existing(path: str | os.PathLike) -> Path:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     return path
+
+
+def _unreadable(path: Path, e: Exception) -> CheckpointError:
+    return CheckpointError(f"{path.name}: not a readable checkpoint ({type(e).__name__}: {e})")
 
 
 def _config_in(path: Path) -> CaiTConfig | CNNConfig | None:

@@ -69,13 +69,13 @@ def test_our_weights_round_trip_with_their_config(tmp_path, twins):
     before = path.stat()
     cait.save_weights(model, path, {"note": "test"})
     assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    for change in ({"note": "other"}, None):  # other metadata, or other weights: written
-        if change is None:
-            with torch.no_grad():
-                model.head.bias.add_(1.0)
-        cait.save_weights(model, path, change or {"note": "test"})
-        assert path.stat().st_ino != before.st_ino
-        before = path.stat()
+    cait.save_weights(model, path, {"note": "other"})  # other metadata: written
+    assert path.stat().st_ino != before.st_ino
+    before = path.stat()
+    with torch.no_grad():
+        model.head.bias.add_(1.0)
+    cait.save_weights(model, path, {"note": "other"})  # other weights: written
+    assert path.stat().st_ino != before.st_ino
     assert torch.equal(cait.create_model(None, checkpoint=path).head.bias, model.head.bias)
 
 
