@@ -277,16 +277,16 @@ class SweepRun:
 
 
 def _run_args(name: str, flags: dict[str, Any], run: Path, **more: Any) -> argparse.Namespace:
-    from cait import train
+    from cait.train_args import ArgsError, train_args
     try:
-        return train.train_args(**flags, output=run, **more)
-    except train.ArgsError as e:
+        return train_args(**flags, output=run, **more)
+    except ArgsError as e:
         fail(f"training run {name}: {e}")
 
 
 def _same_flags(run: Path, args: argparse.Namespace) -> bool:
     """Was the run in `run` started with the flags `args` train with (as its args.json records them)?"""
-    from cait.train import same_run
+    from cait.train_args import same_run
     try:
         return same_run(RunDir(run).read_args(), args)
     except (OSError, ValueError):
@@ -315,6 +315,7 @@ def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path
     import shutil
 
     from cait import train
+    from cait.train_args import to_argv
     if resume:
         args = _run_args(name, flags, run, resume=run)
     elif run.exists():
@@ -336,12 +337,12 @@ def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path
         print(f"sweep stopped ({result.stopped_by}) in run {name}, its state saved: run the same command again to "
               f"continue it and the runs after it", file=sys.stderr)
         raise SystemExit(result.exit_code or 1)
-    return {"flags": train.to_argv(flags), "diverged": divergence is not None, "divergence": divergence}
+    return {"flags": to_argv(flags), "diverged": divergence is not None, "divergence": divergence}
 
 
 def _sweep_run(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path, record: dict) -> SweepRun:
-    from cait import train
-    model = cait.CaiT(train.model_config(args))  # also for a run that diverged in epoch 1
+    from cait.train_args import model_config
+    model = cait.CaiT(model_config(args))  # also for a run that diverged in epoch 1
     curve = [line["val_top1"] for line in RunDir(run).read_metrics() if line.get("val_top1") is not None]
     # records written before divergences were typed say only diverged: true
     divergence = record.get("divergence") or ({} if record["diverged"] else None)

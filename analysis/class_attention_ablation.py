@@ -23,7 +23,7 @@ from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, SweepRun, add_budget_fl
                      matplotlib_pyplot, out_dir, parser, save_html, save_png, train_runs, write_csv, write_json)
 
 from cait.paper import TABLE2
-from cait.train import to_argv
+from cait.train_args import to_argv
 
 
 COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in the order of settings()

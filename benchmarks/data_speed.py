@@ -21,20 +21,21 @@ import torch
 import torch.nn.functional as F
 
 import cait
-import cait.train as T
+from cait.train_args import model_config, train_args
+from cait.train_data import EpochSampler, make_loader, train_images
 from cait.data import build_dataset
 from cait.runtime import autocast, autocast_dtype
 
 
 def loader_for(args: argparse.Namespace, pipeline: str, cache: bool) -> Iterable:
     """Batches of epoch 0 as cait.train makes them, on `pipeline`, rendering or reading the cache."""
-    flags = T.train_args(model=args.model, data="fashion-mnist-scenes", batch_size=args.batch_size,
-                         workers=args.workers, pipeline=pipeline)
+    flags = train_args(model=args.model, data="fashion-mnist-scenes", batch_size=args.batch_size,
+                       workers=args.workers, pipeline=pipeline)
     raw = build_dataset("fashion-mnist-scenes", "train", cache=cache)
-    cfg = T.model_config(flags, num_classes=len(raw.classes), labels=tuple(raw.classes))
-    images = T.train_images(flags, cfg, raw)
-    sampler = T.EpochSampler(len(images), seed=0, epoch=0, rank=0, world=1)
-    return T.make_loader(images, batch_size=args.batch_size, sampler=sampler, workers=args.workers, drop_last=True)
+    cfg = model_config(flags, num_classes=len(raw.classes), labels=tuple(raw.classes))
+    images = train_images(flags, cfg, raw)
+    sampler = EpochSampler(len(images), seed=0, epoch=0, rank=0, world=1)
+    return make_loader(images, batch_size=args.batch_size, sampler=sampler, workers=args.workers, drop_last=True)
 
 
 def rate(batches: Iterable, work: Callable[[torch.Tensor, torch.Tensor], None], count: int) -> float:

@@ -11,12 +11,14 @@ From Python, the same flags by name, no command line (a non-finite loss raises `
 
 Shaped like timm's train.py: `TrainState` (model, EMA, optimizer, schedule, loss scaler, position) owns
 what --resume restores; `train_one_epoch`, `evaluate` and `end_of_epoch` are the loop; `run` drives it
-and `main` is the command line over it.
+and `main` is the command line over it. The flags and the config they build are `cait.train_args`'s, the
+training images `cait.train_data`'s, the seeding that makes a resume exact `cait.seeding`'s.
 
 Recipe (Touvron et al. 2021, sec. 5 / DeiT): AdamW without weight decay on LayerScale, position
 embedding, class token, norms and biases; per-step cosine schedule with linear warmup; RandAugment,
 random erasing, Mixup/CutMix with soft-target cross-entropy and label smoothing; uniform stochastic
-depth; gradient clipping; model EMA; optional hard distillation from a teacher through the class token.
+depth; gradient clipping; model EMA; optional hard or soft distillation from a teacher through the
+class token.
 
 Training images are augmented on batched uint8 tensors (`cait.augment`) read from the dataset's pixel
 array, the scenes from a disk cache rendered once (`cait.scene_cache`); image folders, or --pipeline pil,
@@ -36,488 +38,37 @@ temporary name and renamed, so a kill at any moment leaves the previous version 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import random
-import re
 import shlex
 import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from .augment import BatchAugment, parse_randaug, to_channels
+from .augment import to_channels
 from .checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
-from .config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
-from .data import NATIVE_INPUT, DataError, build_dataset
+from .config import CaiTConfig, CNNConfig
+from .data import DataError
 from .explain import layerscale_stats
 from .model import CaiT
-from .preprocess import eval_transform
 from .runs import RunDir
-from .teacher import CNN_PREFIX, TimmCNN, cnn_arch, load_cnn_weights, load_teacher
-from .runtime import AMP_CHOICES, DEVICE_CHOICES, autocast, autocast_dtype, resolve_device
-
-# flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
-MODEL_OVERRIDES = {"img_size": "img_size", "patch_size": "patch_size", "embed_dim": "embed_dim", "depth": "depth",
-                   "depth_token_only": "depth_token_only", "num_heads": "num_heads", "class_token_at": "class_token_at",
-                   "global_pool": "global_pool", "residual_scale": "residual_scale", "init_values": "init_values",
-                   "drop_path": "drop_path_rate"}
-ModelConfig = CaiTConfig | CNNConfig  # what --model builds: a CaiT variant, or a timm CNN (timm:NAME)
-INSIGHT_BATCH = 64  # fixed validation images on which residual ratios and class-attention entropy are measured
-# what to stop at and how many threads to use are properties of one invocation, not of the run: a resumed run
-# does not inherit them
-PER_INVOCATION = ("stop_after", "threads")
-
-
-# ----------------------------------------------------------------------------------------------------
-# command line
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump, exit 2 like argparse
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m cait.train", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    g = p.add_argument_group("run")
-    # not DEFAULT_MODEL: the shipped default is this model fine-tuned at a larger input (its card says how);
-    # a run from scratch starts at the scenes' own 64 px, where a step costs a fraction
-    g.add_argument("--model", default="cait_nano_64",
-                   help=f"variant to train, one of: {', '.join(list_models())}; or {CNN_PREFIX}NAME for a timm CNN "
-                        f"(e.g. {CNN_PREFIX}resnet10t: a distillation --teacher for the same data; --img-size and "
-                        f"--drop-path apply, the CaiT statistics are skipped)")
-    g.add_argument("--data", default="fashion-mnist-scenes",
-                   help="fashion-mnist, fashion-mnist-scenes, or a directory with train/<class>/ and val/<class>/ images")
-    g.add_argument("--output", default=None, help="directory for checkpoints, state and metrics (default: runs/<model>)")
-    g.add_argument("--resume", default=None, metavar="DIR",
-                   help="continue the run saved in DIR (its args.json supplies every flag not given again)")
-    g.add_argument("--epochs", type=int, default=30, help="length of the schedule in epochs")
-    g.add_argument("--batch-size", type=int, default=128, help="images per step on each process")
-    g.add_argument("--seed", type=int, default=0, help="seed of init, data order, augmentation, mixup and drop path")
-    g.add_argument("--subset", type=int, default=None, help="use only the first N training images (smoke tests)")
-    g.add_argument("--val-subset", type=int, default=None, help="evaluate on only the first N validation images")
-    g.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
-    g.add_argument("--workers", type=int, default=2, help="data loading processes per training process (0 = inline)")
-    g.add_argument("--threads", type=int, default=None,
-                   help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)")
-    g.add_argument("--amp", default="auto", choices=AMP_CHOICES,
-                   help="autocast dtype; auto = bf16 where the hardware computes it natively (CUDA, or a CPU with "
-                        "AVX512-BF16/AMX: ~1.7x faster), else fp32 (on an AVX2-only CPU bf16 is ~12x slower)")
-    g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and always after the last)")
-    g.add_argument("--init", default=None, metavar="CHECKPOINT",
-                   help="start from these weights (our safetensors, e.g. a shipped model or another run's "
-                        "ema.safetensors, or an official deit / timm file) with a fresh optimizer and schedule: fine-tuning, or "
-                        "continuing a finished run under a new recipe")
-    g.add_argument("--init-grow-gamma", type=float, default=None, metavar="GAMMA",
-                   help="let --init have fewer self-attention blocks than the model: each old block is followed by "
-                        "copies of itself whose LayerScale gammas are GAMMA (e.g. 0.01), so the deeper model starts "
-                        "near the shallower one's accuracy")
-    g.add_argument("--stop-after", type=int, default=None, metavar="STEPS",
-                   help="save and stop after this many optimizer steps in total, as if interrupted; "
-                        "--resume continues (for time-sliced runs)")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--lr", type=float, default=None,
-                   help="peak learning rate (default: DeiT's 5e-4 * global batch / 512)")
-    g.add_argument("--min-lr", type=float, default=1e-5, help="learning rate at the end of the cosine")
-    g.add_argument("--warmup-epochs", type=float, default=5, help="linear warmup from 1e-6, in epochs")
-    g.add_argument("--weight-decay", type=float, default=0.05,
-                   help="AdamW weight decay (never on LayerScale, pos_embed, cls_token, norms, biases)")
-    g.add_argument("--clip-grad", type=float, default=None, help="clip the global gradient norm to this value")
-    g.add_argument("--ema", type=float, default=0.0, help="model EMA decay (e.g. 0.999); 0 = off")
-    g = p.add_argument_group("augmentation and regularisation")
-    g.add_argument("--randaug", default="rand-m9-mstd0.5-inc1", help="timm RandAugment string, or 'none'")
-    g.add_argument("--crop-scale", type=float, default=0.25,
-                   help="smallest area of the random resized crop (DeiT: 0.08 on ImageNet; small images with one "
-                        "object lose it below ~0.25)")
-    g.add_argument("--color-jitter", type=float, default=0.4,
-                   help="brightness/contrast/saturation jitter when RandAugment is off (timm's default 0.4; 0 = off)")
-    g.add_argument("--hflip", type=float, default=0.5, help="horizontal flip probability")
-    g.add_argument("--reprob", type=float, default=0.25, help="random erasing probability")
-    g.add_argument("--pipeline", default="auto", choices=("auto", "tensor", "pil"),
-                   help="where training images are augmented: tensor = whole batches of the dataset's uint8 pixel "
-                        "array (fashion-mnist, and the scenes from their disk cache; --randaug runs as "
-                        "RandAugment-lite, see cait/augment.py), pil = timm's PIL transforms image by image "
-                        "(timm's exact RandAugment; needed for image folders); auto = tensor where the data allows")
-    g.add_argument("--mixup", type=float, default=0.8, help="mixup alpha (0 = off)")
-    g.add_argument("--cutmix", type=float, default=1.0, help="cutmix alpha (0 = off)")
-    g.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
-    g.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate (default: the model config's)")
-    g = p.add_argument_group("model overrides (default: the --model config's) and distillation")
-    g.add_argument("--img-size", type=int, default=None, help="input side in pixels (images are resized to it)")
-    g.add_argument("--patch-size", type=int, default=None, help="patch side in pixels")
-    g.add_argument("--embed-dim", type=int, default=None, help="token width")
-    g.add_argument("--depth", type=int, default=None, help="number of self-attention blocks")
-    g.add_argument("--depth-token-only", type=int, default=None, help="number of class-attention blocks")
-    g.add_argument("--num-heads", type=int, default=None, help="attention heads (must divide --embed-dim)")
-    g.add_argument("--class-token-at", type=int, default=None,
-                   help="ViT-style class token inserted before SA block K (paper Table 2; use with "
-                        "--depth-token-only 0)")
-    g.add_argument("--global-pool", default=None, choices=GLOBAL_POOLS,
-                   help="classify from the class token or from the mean patch token (paper Table 2)")
-    g.add_argument("--residual-scale", default=None, choices=RESIDUAL_SCALES,
-                   help="residual branch weighting (paper Table 1 ablations)")
-    g.add_argument("--init-values", type=float, default=None, help="LayerScale eps")
-    g.add_argument("--teacher", default=None, metavar="CHECKPOINT",
-                   help="distillation from this checkpoint, through the class token: a CNN trained with "
-                        f"--model {CNN_PREFIX}NAME, or any file cait.create_model reads")
-    g.add_argument("--teacher-img-size", type=int, default=None, metavar="PX",
-                   help="run the teacher at this input size (default: the size it was trained at). The 82.4%% "
-                        "resnet10t scenes teacher, trained at 64 px, scored 83.2%% at 80 px (Shirt 67.5%% vs 55.8%%)")
-    g.add_argument("--distill-alpha", type=float, default=0.5, help="weight of the distillation loss")
-    g.add_argument("--distill-type", default="hard", choices=("hard", "soft"),
-                   help="hard: the teacher's top-1 as a second label (DeiT/CaiT); soft: KL divergence to the "
-                        "teacher's softened probabilities, times tau^2 (Hinton et al.)")
-    g.add_argument("--distill-tau", type=float, default=3.0, help="temperature of --distill-type soft (DeiT used 3)")
-    return p
-
-
-class ArgsError(ValueError):
-    """Flags cait.train refuses; the message is one line that names the flag."""
-
-
-def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
-def _convert(action: argparse.Action, value: Any) -> Any:
-    """A flag value given from Python as the command line would have parsed it (1 -> 1.0 for a float
-    flag, a Path -> str), or ArgsError for a wrong type or choice."""
-    flag = _flag(action.dest)
-    if value is not None:
-        kind = action.type or str
-        if isinstance(value, str) or (kind is str and isinstance(value, Path)):
-            try:
-                value = kind(value)
-            except ValueError:
-                raise ArgsError(f"{flag}: invalid {kind.__name__} value {value!r}") from None
-        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        elif not isinstance(value, kind) or isinstance(value, bool):
-            raise ArgsError(f"{flag} takes a {kind.__name__}, got {value!r}")
-    if value is not None and action.choices and value not in action.choices:
-        raise ArgsError(f"{flag}: invalid choice {value!r} (choose from {', '.join(map(str, action.choices))})")
-    return value
-
-
-def train_args(**given: Any) -> argparse.Namespace:
-    """The flags of a run without a command line: every flag's default, then (with resume=DIR) the saved
-    run's flags, then `given` by flag name (batch_size=64, residual_scale="none", output=Path(...)).
-    Values are converted and checked exactly as `python -m cait.train` does; ArgsError says what is wrong."""
-    actions = _flag_actions()
-    unknown = sorted(set(given) - set(actions))
-    if unknown:
-        raise ArgsError(f"unknown flag(s) {', '.join(map(_flag, unknown))}")
-    given = {k: _convert(actions[k], v) for k, v in given.items()}
-    values = _defaults()
-    if given.get("resume") is not None:
-        values.update(_resumed(given["resume"]))
-    args = argparse.Namespace(**{**values, **given})
-    if args.output is None:
-        args.output = str(Path("runs") / args.model)
-    args.argv = to_argv(given)
-    check_args(args)
-    return args
-
-
-def _flag_actions() -> dict[str, argparse.Action]:
-    return {a.dest: a for a in build_parser()._actions if a.dest != "help"}
-
-
-def _defaults() -> dict[str, Any]:
-    """Every flag's default, by name."""
-    return {dest: action.default for dest, action in _flag_actions().items()}
-
-
-def _resumed(resume: str) -> dict[str, Any]:
-    """The flags a saved run was started with (flags added since then keep their defaults), minus the
-    per-invocation ones; its directory is the output unless another is given."""
-    run = RunDir(resume)
-    if not run.is_resumable():
-        raise ArgsError(f"--resume {resume}: no state.pt/args.json there (not a run directory)")
-    return {**run.read_args(), **dict.fromkeys(PER_INVOCATION), "output": resume}
-
-
-def same_run(saved: dict[str, Any], args: argparse.Namespace) -> bool:
-    """Do the flags of a run's args.json (`saved`) train what `args` would? Flags added since it was saved
-    count at their defaults; where the files go and the per-invocation flags do not count."""
-    ignored = {"output", "resume", "argv", *PER_INVOCATION}
-    then = {**_defaults(), **saved}
-    return all(then.get(k) == v for k, v in vars(args).items() if k not in ignored)
-
-
-def to_argv(given: dict[str, Any]) -> list[str]:
-    """The command-line flags of `given` (flag name -> value), for the command recorded in args.json."""
-    return [part for dest, value in given.items() if value is not None for part in (_flag(dest), _text(value))]
-
-
-def _text(value: Any) -> str:
-    """A flag value as one writes it: 1e-05 and 1 rather than 1.0 (exact: the parse gives the same value)."""
-    if isinstance(value, float) and float(f"{value:g}") == value:
-        return f"{value:g}"
-    return str(value)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse and check the flags; with --resume, the saved run's flags fill in whatever is not given."""
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser.parse_args(argv)  # argparse's own errors (unknown flag, bad number, bad choice) come first
-    try:
-        args = train_args(**_explicit_flags(argv))
-    except ArgsError as e:
-        parser.error(str(e))
-    args.argv = argv
-    return args
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """ArgsError for values, or combinations, that cannot train."""
-    for name in ("epochs", "batch_size", "eval_every", "subset", "val_subset", "stop_after", "threads",
-                 "teacher_img_size"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise ArgsError(f"{_flag(name)} must be positive, got {value}")
-    if args.workers < 0:
-        raise ArgsError(f"--workers must be >= 0, got {args.workers}")
-    if args.lr is not None and not args.lr > 0:
-        raise ArgsError(f"--lr must be positive, got {args.lr}")
-    if (args.mixup > 0 or args.cutmix > 0) and args.batch_size % 2:
-        raise ArgsError(f"mixup/cutmix need an even --batch-size, got {args.batch_size}")
-    try:
-        model_config(args)
-        resolve_device(args.device)
-    except ValueError as e:  # an unknown model, a config that does not fit, no CUDA here
-        raise ArgsError(str(e)) from None
-    if not 0 <= args.ema < 1:
-        raise ArgsError(f"--ema is a decay in [0, 1), got {args.ema}")
-    if args.pipeline != "pil":
-        try:
-            parse_randaug(args.randaug)
-        except ValueError as e:  # timm's other policies (AutoAugment, AugMix) exist on the PIL path only
-            raise ArgsError(f"{e}; --pipeline pil runs any timm policy") from None
-
-
-def model_config(args: argparse.Namespace, **fields: Any) -> ModelConfig:
-    """The --model config with the override flags applied; ValueError says, in the flags' names, what
-    does not fit."""
-    if cnn_arch(args.model) is not None:
-        return cnn_config(args, **fields)
-    overrides = {field: getattr(args, flag) for flag, field in MODEL_OVERRIDES.items()
-                 if getattr(args, flag, None) is not None}
-    try:
-        cfg = get_config(args.model, **overrides, **fields)
-    except ConfigError as e:
-        raise ConfigError(_in_flag_names(str(e))) from None
-    # what training needs beyond a model that builds: blocks to train and a class token that takes part
-    if cfg.depth == 0:
-        raise ConfigError("--depth must be positive, got 0")
-    if cfg.class_token_at is None and cfg.depth_token_only == 0 and cfg.global_pool == "token":
-        raise ConfigError("with --depth-token-only 0 the class token needs --class-token-at K to take part (or use "
-                          "--global-pool avg)")
-    return cfg
-
-
-def cnn_config(args: argparse.Namespace, **fields: Any) -> CNNConfig:
-    """A timm CNN (--model timm:NAME) for the data: its native side (or --img-size) and channels."""
-    import timm
-    arch = cnn_arch(args.model)
-    if not timm.is_model(arch):
-        raise ValueError(f"timm has no model '{arch}' (see timm.list_models(), e.g. resnet10t, resnet18)")
-    cait_only = [_flag(dest) for dest in MODEL_OVERRIDES
-                 if dest not in ("img_size", "drop_path") and getattr(args, dest, None) is not None]
-    if cait_only:
-        raise ValueError(f"{', '.join(cait_only)}: for CaiT models only, not {args.model}")
-    side, chans = NATIVE_INPUT.get(args.data, (None, 3))  # image folders are read as RGB
-    side = args.img_size or side
-    if side is None or side <= 0:
-        raise ValueError(f"--model {args.model} on an image folder needs a positive --img-size")
-    return CNNConfig(arch=arch, img_size=side, in_chans=chans, mean=(0.5,) * chans, std=(0.5,) * chans,
-                     drop_path_rate=args.drop_path or 0.0, **fields)
-
-
-def _in_flag_names(message: str) -> str:
-    """A CaiTConfig message with the config fields that flags set named as the flags
-    ("num_heads 5 does not divide embed_dim 48" -> "--num-heads 5 does not divide --embed-dim 48")."""
-    flags = {field: _flag(dest) for dest, field in MODEL_OVERRIDES.items()}
-    return re.sub(r"\b(\w+)(?= )", lambda m: flags.get(m.group(1), m.group(1)), message)
-
-
-def _explicit_flags(argv: list[str]) -> dict[str, Any]:
-    """Only the flags present on the command line (so a resumed run keeps the saved values of the rest)."""
-    quiet = build_parser()
-    for action in quiet._actions:
-        action.default = argparse.SUPPRESS
-    return vars(quiet.parse_args(argv))
-
-
-# ----------------------------------------------------------------------------------------------------
-# randomness: every draw is a function of (seed, epoch, ...) so that resuming reproduces it
-
-def derive_seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Seed python/numpy/torch (CPU) for the block, then put their previous states back."""
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.default_generator.manual_seed(seed)
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
-
-
-def rng_state() -> dict[str, Any]:
-    """The global RNG states as tensors and plain containers, so torch.load(weights_only=True) reads them."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "python": [version, list(internal), gauss_next]}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-
-
-# ----------------------------------------------------------------------------------------------------
-# data
-
-def train_transform(cfg: ModelConfig, args: argparse.Namespace):
-    """timm's DeiT training transform (random resized crop, flip, RandAugment, random erasing) at the
-    model's resolution. Augmentation runs on RGB (RandAugment's ops expect it); the image is then put in
-    the model's colour mode before normalising with the config's mean/std."""
-    from timm.data import create_transform
-    from timm.data.random_erasing import RandomErasing
-    from torchvision.transforms import v2 as T
-    rgb_mean, rgb_std = (tuple(v) * (3 // len(v)) for v in (cfg.mean, cfg.std))  # RandAugment fills with the mean
-    primary, secondary, _ = create_transform(
-        cfg.img_size, is_training=True, scale=(args.crop_scale, 1.0), hflip=args.hflip,
-        auto_augment=None if args.randaug == "none" else args.randaug, interpolation="bicubic",
-        color_jitter=args.color_jitter or None,
-        mean=rgb_mean, std=rgb_std, separate=True)
-    mode = "RGB" if cfg.in_chans == 3 else "L"
-    final = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(cfg.mean, cfg.std),
-                       RandomErasing(args.reprob, mode="pixel", device="cpu")])
-    pil = T.Compose([*primary.transforms, *secondary.transforms])
-    return lambda image: final(pil(image.convert("RGB")).convert(mode))
-
-
-class Transformed(Dataset):
-    """(PIL image, label) dataset -> (tensor, label). With a seed, sample i of epoch e is augmented under
-    RNGs seeded from (seed, e, i): the same in any worker, any rank, and after any resume."""
-
-    def __init__(self, data: Dataset, transform, seed: int | None = None):
-        self.data, self.transform, self.seed, self.epoch = data, transform, seed, 0
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        image, label = self.data[i]
-        if self.seed is None:
-            return self.transform(image), label
-        seed = derive_seed(self.seed, self.epoch, i)
-        if torch.utils.data.get_worker_info() is not None:  # a worker's RNGs serve nothing else: no restore
-            seed_everything(seed)
-            return self.transform(image), label
-        with seeded(seed):
-            return self.transform(image), label
-
-
-class AugmentedPixels(Dataset):
-    """A dataset's uint8 `.pixels` array -> (tensor, label), augmented a batch at a time on tensors (the
-    DataLoader fetches a batch through __getitems__). As with Transformed, sample i of epoch e is a
-    function of (seed, e, i) alone."""
-
-    def __init__(self, data: Dataset, augment: BatchAugment, seed: int):
-        self.pixels, self.labels = data.pixels, data.labels
-        self.augment, self.seed, self.epoch = augment, seed, 0
-
-    def __len__(self) -> int:
-        return len(self.pixels)
-
-    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
-        images = torch.from_numpy(self.pixels[np.asarray(indices)])  # (fancy indexing copies: writable)
-        x = self.augment(images, [derive_seed(self.seed, self.epoch, i) for i in indices])
-        return list(zip(x, (int(self.labels[i]) for i in indices)))
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return self.__getitems__([i])[0]
-
-
-def batch_augment(cfg: ModelConfig, args: argparse.Namespace) -> BatchAugment:
-    """The training augmentation of the flags on tensors (what train_transform does with PIL)."""
-    return BatchAugment(img_size=cfg.img_size, in_chans=cfg.in_chans, mean=cfg.mean, std=cfg.std,
-                        crop_scale=(args.crop_scale, 1.0), hflip=args.hflip, color_jitter=args.color_jitter,
-                        randaug=None if args.randaug == "none" else args.randaug, reprob=args.reprob)
-
-
-def train_images(args: argparse.Namespace, cfg: ModelConfig, raw: Dataset) -> Transformed | AugmentedPixels:
-    """The augmented training set on the --pipeline the flags and the data allow."""
-    if args.pipeline == "pil" or (args.pipeline == "auto" and not hasattr(raw, "pixels")):
-        return Transformed(raw, train_transform(cfg, args), seed=args.seed)
-    if not hasattr(raw, "pixels"):
-        raise DataError(f"--pipeline tensor needs a dataset with a pixel array (fashion-mnist, fashion-mnist-scenes), "
-                        f"not {args.data}; use --pipeline pil")
-    return AugmentedPixels(raw, batch_augment(cfg, args), seed=args.seed)
-
-
-class EpochSampler(Sampler[int]):
-    """Shuffled indices of one epoch, a function of (seed, epoch): padded to a multiple of the world
-    size, this rank's share taken, and the first `skip` of them dropped (resuming mid-epoch)."""
-
-    def __init__(self, n: int, *, seed: int, epoch: int, rank: int, world: int, skip: int = 0):
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(derive_seed(seed, epoch))).tolist()
-        order += order[: (-n) % world]
-        self.indices = order[rank::world][skip:]
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-
-def _quiet_worker(_: int) -> None:
-    # Ctrl+C reaches the whole process group; the main process saves and shuts the workers down itself.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-def make_loader(data: Dataset, *, batch_size: int, sampler, workers: int, drop_last: bool) -> DataLoader:
-    return DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=drop_last,
-                      worker_init_fn=_quiet_worker if workers else None,
-                      generator=torch.Generator().manual_seed(0))  # never touch the global RNG
+from .runtime import autocast, autocast_dtype, resolve_device
+from .seeding import derive_seed, rng_state, seed_everything, set_rng_state
+from .teacher import TimmCNN, load_cnn_weights, load_teacher
+from .train_args import ArgsError, ModelConfig, model_config, parse_args, train_args
+from .train_data import Data, build_loaders, load_data
+
+# the Python interface: run(train_args(...)) -> RunResult, or Diverged; train_args's ArgsError
+__all__ = ["ArgsError", "Diverged", "RunResult", "TrainState", "main", "run", "train_args"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -727,49 +278,6 @@ def new_state(model: CaiT | TimmCNN, args: argparse.Namespace, *, lr: float, ste
 
 # ----------------------------------------------------------------------------------------------------
 # what stays fixed through a run
-
-@dataclass
-class Data:
-    """The images of a run, adapted to the model (size, channels, normalisation)."""
-    train: Transformed | AugmentedPixels  # augmented training images; sample i of epoch e depends on (seed, e, i)
-    val_loader: DataLoader          # this process's share of the validation images
-    insight_batch: torch.Tensor     # fixed validation images for the per-epoch residual ratios and entropies
-    steps_per_epoch: int
-    rank: int
-    world: int
-
-    def train_loader(self, args: argparse.Namespace, epoch: int, *, skip: int) -> DataLoader:
-        """Epoch `epoch`'s batches on this process, the first `skip` images left out (resuming mid-epoch)."""
-        self.train.epoch = epoch
-        sampler = EpochSampler(len(self.train), seed=args.seed, epoch=epoch, rank=self.rank, world=self.world,
-                               skip=skip)
-        return make_loader(self.train, batch_size=args.batch_size, sampler=sampler, workers=args.workers,
-                           drop_last=True)
-
-
-def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, tuple[str, ...]]:
-    """(train, val, class names) as the data source gives them (PIL images), checked to fit the run."""
-    # (scenes come from the disk cache, rendered on first use)
-    train_raw = build_dataset(args.data, "train", subset=args.subset, cache=True)
-    val_raw = build_dataset(args.data, "val", subset=args.val_subset, cache=True)
-    if tuple(train_raw.classes) != tuple(val_raw.classes):
-        raise DataError(f"train and val of {args.data} have different classes")
-    if len(train_raw) // world < args.batch_size:
-        raise DataError(f"{len(train_raw)} training images cannot fill one batch of {args.batch_size} "
-                        f"on each of {world} process(es); lower --batch-size or raise --subset")
-    return train_raw, val_raw, tuple(str(c) for c in train_raw.classes)
-
-
-def build_loaders(args: argparse.Namespace, cfg: ModelConfig, train_raw: Dataset, val_raw: Dataset, *,
-                  rank: int, world: int, device: torch.device) -> Data:
-    """The model input pipeline around the raw datasets: any dataset feeds any variant."""
-    train_data = train_images(args, cfg, train_raw)
-    val_data = Transformed(val_raw, eval_transform(cfg))
-    val_loader = make_loader(torch.utils.data.Subset(val_data, range(rank, len(val_data), world)),
-                             batch_size=args.batch_size, sampler=None, workers=args.workers, drop_last=False)
-    insight_batch = torch.stack([val_data[i][0] for i in range(min(INSIGHT_BATCH, len(val_data)))]).to(device)
-    steps = len(EpochSampler(len(train_data), seed=0, epoch=0, rank=rank, world=world)) // args.batch_size
-    return Data(train_data, val_loader, insight_batch, steps, rank, world)
 
 
 @dataclass

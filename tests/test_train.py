@@ -24,8 +24,11 @@ from safetensors.torch import load_file
 
 import cait
 import cait.train as train_mod
+import cait.train_args as train_args_mod
+import cait.train_data as train_data
 from cait.config import FASHION_MNIST_CLASSES, CaiTConfig
 from cait.data import DataError, build_dataset
+from cait.seeding import seeded
 from cait.teacher import load_teacher
 from cait.train import main, teacher_view
 
@@ -200,8 +203,8 @@ def test_cli_bad_model_exits_2_without_traceback():
 
 
 def test_help_explains_every_flag():
-    text = train_mod.build_parser().format_help()
-    for action in train_mod.build_parser()._actions:
+    text = train_args_mod.build_parser().format_help()
+    for action in train_args_mod.build_parser()._actions:
         assert action.help, action.dest
     for flag in ("--resume", "--teacher", "--randaug", "--ema", "--amp", "--drop-path", "--clip-grad", "--subset"):
         assert flag in text
@@ -235,22 +238,22 @@ def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
 def test_pipeline_flag_picks_where_images_are_augmented(tmp_path):
     folder = _image_folder(tmp_path / "shapes")
     cfg = cait.get_config("cait_pico_32")
-    for data, pipeline, kind in (("fashion-mnist", "auto", train_mod.AugmentedPixels),
-                                 ("fashion-mnist", "pil", train_mod.Transformed),
-                                 (str(folder), "auto", train_mod.Transformed)):
-        args = train_mod.parse_args([*TINY, "--data", data, "--pipeline", pipeline])
+    for data, pipeline, kind in (("fashion-mnist", "auto", train_data.AugmentedPixels),
+                                 ("fashion-mnist", "pil", train_data.Transformed),
+                                 (str(folder), "auto", train_data.Transformed)):
+        args = train_args_mod.parse_args([*TINY, "--data", data, "--pipeline", pipeline])
         raw = build_dataset(data, "train", subset=64)
-        images = train_mod.train_images(args, cfg, raw)
+        images = train_data.train_images(args, cfg, raw)
         x, label = images[3]
         assert isinstance(images, kind) and x.shape == (3, 32, 32) and label == raw[3][1]
     # the tensor path gives the same kind of input as the PIL path: normalised, every channel in range
-    args = train_mod.parse_args([*TINY, "--pipeline", "tensor", "--reprob", "0"])  # (erasing draws N(0, 1) noise)
-    batch = torch.stack([x for x, _ in train_mod.train_images(args, cfg, build_dataset("fashion-mnist", "train", subset=64))
+    args = train_args_mod.parse_args([*TINY, "--pipeline", "tensor", "--reprob", "0"])  # (erasing draws N(0, 1) noise)
+    batch = torch.stack([x for x, _ in train_data.train_images(args, cfg, build_dataset("fashion-mnist", "train", subset=64))
                          .__getitems__(list(range(32)))])
     assert batch.min() >= -1 - 1e-5 and batch.max() <= 1 + 1e-5 and batch.std() > 0.2
-    args = train_mod.parse_args([*TINY, "--data", str(folder), "--pipeline", "tensor"])
+    args = train_args_mod.parse_args([*TINY, "--data", str(folder), "--pipeline", "tensor"])
     with pytest.raises(DataError, match="use --pipeline pil"):
-        train_mod.train_images(args, cfg, build_dataset(str(folder), "train"))
+        train_data.train_images(args, cfg, build_dataset(str(folder), "train"))
 
 
 def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
@@ -266,7 +269,7 @@ def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
     teacher = load_teacher(cnn / "last.safetensors")
     assert teacher.cfg.arch == "resnet10t" and (teacher.cfg.img_size, teacher.cfg.in_chans) == (28, 1)
     # --init starts a new CNN run from those weights
-    args = train_mod.parse_args([*flags, "--init", str(cnn / "last.safetensors")])
+    args = train_args_mod.parse_args([*flags, "--init", str(cnn / "last.safetensors")])
     started = train_mod.build_model(args, teacher.cfg, fresh=True)
     assert all(torch.equal(v, teacher.state_dict()[k]) for k, v in started.state_dict().items())
     student = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--distill-alpha", "0.9"]
@@ -386,12 +389,12 @@ def test_init_from_weights_that_do_not_fit_is_one_line(tmp_path, capsys, make, m
 @pytest.mark.parametrize("jitter", [0.0, 0.4])
 def test_color_jitter_flag_reaches_the_transform(jitter):
     # a uniform grey image stays uniform under crop and flip; only colour jitter moves its value
-    args = train_mod.parse_args([*TINY, "--randaug", "none", "--reprob", "0", "--color-jitter", str(jitter)])
-    transform = train_mod.train_transform(cait.get_config("cait_pico_32"), args)
+    args = train_args_mod.parse_args([*TINY, "--randaug", "none", "--reprob", "0", "--color-jitter", str(jitter)])
+    transform = train_data.train_transform(cait.get_config("cait_pico_32"), args)
     grey = Image.new("RGB", (32, 32), (128, 128, 128))
     moved = 0.0
     for seed in range(4):
-        with train_mod.seeded(seed):
+        with seeded(seed):
             moved = max(moved, (transform(grey) - (128 / 255 - 0.5) / 0.5).abs().max().item())
     assert (moved > 1e-3) is (jitter > 0)
 
@@ -415,7 +418,7 @@ def test_resume_of_a_run_saved_before_newer_flags_takes_their_defaults(tmp_path)
     for flag in ("color_jitter", "init"):  # as written by a cait.train that had no such flags
         del saved["args"][flag]
     (tmp_path / "args.json").write_text(json.dumps(saved))
-    args = train_mod.parse_args(["--resume", str(tmp_path)])
+    args = train_args_mod.parse_args(["--resume", str(tmp_path)])
     assert (args.color_jitter, args.init, args.subset) == (0.4, None, 64)
     assert main(["--resume", str(tmp_path)]) == 0
 
@@ -428,9 +431,9 @@ TINY_ARGS = dict(model="cait_pico_32", data="fashion-mnist", batch_size=32, work
 
 def test_train_args_equal_the_command_line_and_check_the_same_way():
     given = {**TINY_ARGS, "subset": 64, "residual_scale": "none", "output": "runs/x"}
-    from_python, from_cli = train_mod.train_args(**given), train_mod.parse_args(train_mod.to_argv(given))
+    from_python, from_cli = train_mod.train_args(**given), train_args_mod.parse_args(train_args_mod.to_argv(given))
     assert {**vars(from_python), "argv": None} == {**vars(from_cli), "argv": None}
-    assert train_mod.parse_args(from_python.argv) == from_python  # the command recorded in args.json
+    assert train_args_mod.parse_args(from_python.argv) == from_python  # the command recorded in args.json
     assert train_mod.train_args(warmup_epochs=1).warmup_epochs == 1.0  # converted like the flag
     for bad, message in [({"batch_size": 0}, "--batch-size must be positive"), ({"nope": 1}, "unknown flag(s) --nope"),
                          ({"amp": "fp8"}, "--amp: invalid choice 'fp8'"), ({"epochs": 1.5}, "--epochs takes a int"),
@@ -495,9 +498,9 @@ def test_train_state_round_trips_through_its_file(tmp_path):
 def test_same_run_ignores_where_and_how_but_not_what():
     args = train_mod.train_args(**TINY_ARGS, output="runs/a")
     saved = {k: v for k, v in vars(args).items() if k not in ("argv", "color_jitter")}  # saved before --color-jitter
-    assert train_mod.same_run({**saved, "output": "elsewhere", "threads": 2}, args)
-    assert not train_mod.same_run({**saved, "lr": 1e-3}, args)
-    assert not train_mod.same_run({**saved, "color_jitter": 0.0}, args)  # differs from today's default 0.4
+    assert train_args_mod.same_run({**saved, "output": "elsewhere", "threads": 2}, args)
+    assert not train_args_mod.same_run({**saved, "lr": 1e-3}, args)
+    assert not train_args_mod.same_run({**saved, "color_jitter": 0.0}, args)  # differs from today's default 0.4
 
 
 def test_distillation_term_hard_and_soft():
