@@ -180,6 +180,8 @@ VARIANTS: dict[str, CaiTConfig] = {
     "cait_nano_104": _small(104, 8, 128, 6, 4, pretrained="cait_nano_104.safetensors"),
     # the same at 136 px (17x17 patches): cait_nano_104 fine-tuned at 128, tested at 136
     "cait_nano_136": _small(136, 8, 128, 6, 4, pretrained="cait_nano_136.safetensors"),
+    # a wider, deeper student for the scenes (issue 14: 4.5 M parameters, 18 MB), trained in stages, not shipped yet
+    "cait_micro_64": _small(64, 8, 192, 8, 4),
     "cait_pico_32": _small(32, 8, 32, 2, 2),
 }
 

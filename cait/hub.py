@@ -149,8 +149,8 @@ def fetch_weights(name: str, *, tqdm_class: type | None = None,
         return LocalWeights(path, path.name)
     repo = hub_repo(name)
     if repo is None:
-        raise WeightsUnavailable(f"no released weights for '{name}' (a paper size without a public checkpoint); "
-                                 f"pass your own with checkpoint=PATH")
+        kind = "a paper size without a public checkpoint" if is_paper_variant(name) else "a small config we have not shipped"
+        raise WeightsUnavailable(f"no released weights for '{name}' ({kind}); pass your own with checkpoint=PATH")
     # Released weights never change on the Hub: a cached copy is used without asking the Hub again, so a
     # machine with a flaky network does not wait for a timeout on every load.
     path = cached_file(name) or _download(name, repo, tqdm_class, on_progress)

@@ -86,8 +86,10 @@ def test_status_lists_every_paper_variant_with_its_size():
     assert listed["cait_s36_224"].where == "needs file" and listed["cait_s36_224"].repo_id is None
     shipped = hub.weights_status("cait_nano_64")
     assert shipped.where == "shipped" and shipped.size_mb == shipped.path.stat().st_size / 1e6
-    with pytest.raises(hub.WeightsUnavailable, match="no released weights for 'cait_s36_224'.*checkpoint=PATH"):
+    with pytest.raises(hub.WeightsUnavailable, match=r"'cait_s36_224' \(a paper size without a public.*checkpoint=PATH"):
         cait.create_model("cait_s36_224", pretrained=True)
+    with pytest.raises(hub.WeightsUnavailable, match=r"'cait_micro_64' \(a small config we have not shipped\)"):
+        cait.create_model("cait_micro_64", pretrained=True)
 
 
 # ---------------------------------------------------------------------------------------------- download, cache, offline
