@@ -11,6 +11,8 @@ import torch
 
 
 def derive_seed(*parts: int) -> int:
+    """One 32-bit seed from several integers (numpy's SeedSequence mixes them: (s, 1) and (s, 2) give unrelated
+    streams)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
