@@ -16,6 +16,8 @@ from .runs import RunDir
 from .runtime import AMP_CHOICES, DEVICE_CHOICES, resolve_device
 from .teacher import CNN_PREFIX, cnn_arch
 
+# what --help says first (cait.train's docstring opens with the same line)
+DESCRIPTION = "Train a CaiT with the DeiT/CaiT recipe, built from timm's parts."
 # flag dest -> CaiTConfig field, for the flags that change the model (the ablations' miniatures)
 MODEL_OVERRIDES = {"img_size": "img_size", "patch_size": "patch_size", "embed_dim": "embed_dim", "depth": "depth",
                    "depth_token_only": "depth_token_only", "num_heads": "num_heads", "class_token_at": "class_token_at",
@@ -33,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m cait.train", description=__doc__.split("\n\n")[0],
+    p = _Parser(prog="python -m cait.train", description=DESCRIPTION,
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("run")
     # not DEFAULT_MODEL: the shipped default is this model fine-tuned at a larger input (its card says how);

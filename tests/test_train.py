@@ -204,6 +204,7 @@ def test_cli_bad_model_exits_2_without_traceback():
 
 def test_help_explains_every_flag():
     text = train_args_mod.build_parser().format_help()
+    assert train_mod.__doc__.split("\n\n")[0] in text  # what the command is for, before its flags
     for action in train_args_mod.build_parser()._actions:
         assert action.help, action.dest
     for flag in ("--resume", "--teacher", "--randaug", "--ema", "--amp", "--drop-path", "--clip-grad", "--subset"):
