@@ -111,7 +111,8 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
     model = model.to(device).eval()
     ds = _Transformed(data, model)
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
-    methods = tuple(explain.METHODS) if methods is None else methods
+    asked = [explain.METHODS.canonical(m) for m in (explain.METHODS if methods is None else methods)]
+    cheap, costly = [m for m in asked if m in CHEAP_METHODS], [m for m in asked if m not in CHEAP_METHODS]
     img_size, explained = model.cfg.img_size, isinstance(model, CaiT)
     seen, classes = 0, model.cfg.num_classes
     confusion = torch.zeros(classes, classes, dtype=torch.long)  # [true, predicted]
@@ -131,12 +132,15 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
             for layer, h in itertools.product(range(ca.maps.shape[1]), range(ca.maps.shape[2])):
                 tally.add(head_row(layer, h), ca.maps[:, layer, h], boxes, img_size)
             tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
-            for name in map(explain.METHODS.canonical, methods):  # rows under current names
-                cheap = name in CHEAP_METHODS
-                todo = len(y) if cheap else max(0, min(len(y), attribution_subset - seen))
-                if todo:
-                    heat = explain.METHODS[name](model, x[:todo], y[:todo]).detach()
-                    tally.add(name, heat.cpu(), boxes[:todo], img_size)
+            # work shared between methods is done once (saliency_maps); the CA head means are read from the
+            # classification pass's maps when that pass ran in fp32, as the methods do
+            shared = ca.maps if dtype is None else None
+            for group, todo in ((cheap, len(y)), (costly, min(len(y), attribution_subset - seen))):
+                if group and todo > 0:
+                    maps = None if shared is None else shared[:todo]
+                    for name, heat in explain.saliency_maps(model, x[:todo], y[:todo], group,
+                                                            class_attention_maps=maps):
+                        tally.add(name, heat.cpu(), boxes[:todo], img_size)
         seen += len(y)
     names = [str(c) for c in getattr(data, "classes", range(classes))]
     per_class = {name: (confusion[i, i] / confusion[i].sum()).item() if confusion[i].sum() else None

@@ -47,6 +47,10 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     expected = (predicted[shirts] == 6).float().mean().item() if shirts.any() else None
     assert result["per_class_top1"]["Shirt"] == (expected if expected is None else pytest.approx(expected))
     assert "pointing game" in format_table(result) and "per class: T-shirt/top" in format_table(result)
+    # a bf16 classification pass scores its own head maps; the methods' rows stay the fp32 maps'
+    bf16 = evaluate(model, scenes, batch_size=12, workers=0, attribution_subset=4, methods=("ca1_mean", "saliency"),
+                    dtype=torch.bfloat16)
+    assert {r["method"]: r for r in bf16["localization"]}["ca1_mean"] == rows["ca1_mean"]
 
 
 def test_results_written_with_earlier_names_read_under_current_ones():
