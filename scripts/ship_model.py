@@ -51,6 +51,16 @@ def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[str]] | N
             f"`{'` then `'.join(commands)}` |\n")
 
 
+def how_taught(runs: list[Path]) -> str:
+    """The card's words on how training began and when a teacher joined, from the first and the last run's args
+    (oldest first): a stage that continues a distilled run does not make the whole line "then distilled"."""
+    first, last = (RunDir(run).read_record()["args"] for run in (runs[0], runs[-1]))
+    start = f"from `{first['init']}`" if first.get("init") else "from scratch"
+    if first.get("teacher"):
+        return f" ({start}, distilled from a convolutional teacher from the first epoch)"
+    return f" ({start}, then distilled from a convolutional teacher)" if last.get("teacher") else ""
+
+
 def resolution_row(trained_size: int | None, shipped_size: int) -> str:
     """The card's line on testing above the training size, or "" when the two are the same."""
     if trained_size in (None, shipped_size):
@@ -62,9 +72,9 @@ def resolution_row(trained_size: int | None, shipped_size: int) -> str:
 
 def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], weights: str, evaluation: dict,
          model: cait.CaiT, teacher: tuple[list[dict], list[str], list[str]] | None = None,
-         trained_size: int | None = None) -> str:
-    """The card of `run` (the last one), with `past` = history() of all the runs that led to it and
-    `teacher` = history() of the distillation teacher's runs, if any."""
+         trained_size: int | None = None, taught: str = "") -> str:
+    """The card of `run` (the last one), with `past` = history() of all the runs that led to it,
+    `teacher` = history() of the distillation teacher's runs, if any, and `taught` = how_taught() of the runs."""
     args = RunDir(run).read_record()
     epochs, commands, amps = past
     last = epochs[-1]
@@ -72,7 +82,6 @@ def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], we
     cfg = model.cfg
     ema = "" if last.get("val_top1_ema") is None else f", {last['val_top1_ema']:.2f}% (EMA)"
     at_size = f", at the training size {trained_size} px" if trained_size not in (None, cfg.img_size) else ""
-    taught = " (from scratch, then distilled from a convolutional teacher)" if args["args"].get("teacher") else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
     amp = " then ".join(dict.fromkeys(f"`--amp {a}`" for a in amps))
@@ -157,13 +166,15 @@ def main() -> None:
     model = as_variant(trained, name)
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
-    past = history([*args.continues, args.run])
+    runs = [*args.continues, args.run]
+    past = history(runs)
     write_jsonl(WEIGHTS_DIR / f"{name}.metrics.jsonl", past[0])
     # the evaluation of the run's checkpoint is, from now on, the evaluation of the shipped variant
     evaluation = {**json.loads(args.eval.read_text()), "model": name}
     (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, args.run, past, args.weights, evaluation, model, teacher, trained.cfg.img_size)
+    text = card(name, args.run, past, args.weights, evaluation, model, teacher, trained.cfg.img_size,
+                how_taught(runs))
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"

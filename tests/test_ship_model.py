@@ -8,9 +8,9 @@ import torch
 from scripts import ship_model
 
 
-def _run(path: Path, commands: list[str], amp: str, epochs: int, steps_per_epoch: int) -> Path:
+def _run(path: Path, commands: list[str], amp: str, epochs: int, steps_per_epoch: int, **args) -> Path:
     path.mkdir()
-    (path / "args.json").write_text(json.dumps({"args": {"amp": amp}, "commands": commands}))
+    (path / "args.json").write_text(json.dumps({"args": {"amp": amp, **args}, "commands": commands}))
     lines = [{"epoch": e, "step": e * steps_per_epoch, "val_top1": 50.0 + e, "epoch_seconds": 60.0}
              for e in range(1, epochs + 1)]
     (path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -27,6 +27,18 @@ def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
     assert [e["val_top1"] for e in epochs] == [51.0, 52.0, 53.0, 51.0, 52.0]  # the second run's own numbers
     assert commands[-1].endswith("--init first/ema.safetensors") and len(commands) == 3
     assert amps == ["bf16", "auto"]
+
+
+def test_the_card_says_when_the_teacher_joined(tmp_path):
+    plain = _run(tmp_path / "plain", ["python -m cait.train"], "auto", 1, 10)
+    taught = _run(tmp_path / "taught", ["python -m cait.train --teacher t"], "auto", 1, 10, teacher="t")
+    again = _run(tmp_path / "again", ["python -m cait.train --init w --teacher t"], "auto", 1, 10,
+                 init="w.safetensors", teacher="t")
+    assert ship_model.how_taught([plain]) == ""
+    assert ship_model.how_taught([plain, taught]) == " (from scratch, then distilled from a convolutional teacher)"
+    assert ship_model.how_taught([taught, again]) == (
+        " (from scratch, distilled from a convolutional teacher from the first epoch)")
+    assert ship_model.how_taught([again]).startswith(" (from `w.safetensors`, distilled")
 
 
 def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
