@@ -67,7 +67,7 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
 def load_model(args: argparse.Namespace) -> SourcedModel:
     """The model the flags ask for (`cait.provenance.load_or_init`). --checkpoint: that file. --pretrained:
     the variant's pretrained weights (shipped, or timm's official ones, downloaded when not in the local
-    cache), else a one-line error. Neither: the shipped weights of --model (default cait_nano_136), or a
+    cache), else a one-line error. Neither: the shipped weights of --model (default cait_micro_136), or a
     paper variant's official weights when already in the local cache; when there are none, random init,
     loudly, rather than no figure."""
     name = args.model if args.checkpoint else args.model or DEFAULT_MODEL

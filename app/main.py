@@ -1,6 +1,6 @@
 """The CaiT app: every class-attention head, LayerScale per depth, saliency and talking heads for one image.
 
-    python app/main.py [--host 127.0.0.1] [--port 7860] [--model cait_nano_136] [--checkpoint FILE]
+    python app/main.py [--host 127.0.0.1] [--port 7860] [--model cait_micro_136] [--checkpoint FILE]
                        [--device auto|cpu|cuda] [--precision auto|fp32|bf16] [--model-memory-gb 4]
 
 A thin command line: arguments are checked before torch and Gradio are imported (so --help and a bad

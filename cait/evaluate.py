@@ -1,6 +1,6 @@
 """Evaluate a CaiT: top-1 accuracy and, on data with boxes, where its explanations point.
 
-    python -m cait.evaluate --model cait_nano_136 --data fashion-mnist-scenes --json results.json
+    python -m cait.evaluate --model cait_micro_136 --data fashion-mnist-scenes --json results.json
     python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --scene-seed 1 --methods ca1_mean
     python -m cait.evaluate --checkpoint analysis/data/scenes_probes/teacher_resnet10t_16ep.safetensors --img-size 88
 

@@ -16,7 +16,7 @@ from app import session
 from app.models import ModelChoice, load_model
 
 CPU = torch.device("cpu")
-SCENES = 1000  # enough that 1% of disagreement is 10 scenes, not one unlucky image
+SCENES = 500  # 1% of disagreement is 5 scenes, not one unlucky image (the default model costs 2.6x cait_nano_136)
 
 
 def test_precision_flag_means_the_same_everywhere():
