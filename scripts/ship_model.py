@@ -26,15 +26,15 @@ a random place scores. Costly methods ran on fewer images, as the last column sa
 """
 
 
-def history(runs: list[Path]) -> tuple[list[dict], list[str], list[str]]:
-    """(metrics, commands, --amp values) of runs that continue one another, oldest first; epochs and steps
+def history(runs: list[Path]) -> tuple[list[dict], list[str], list[dict]]:
+    """(metrics, commands, each run's args) of runs that continue one another, oldest first; epochs and steps
     are counted on from the earlier runs, so the metrics read as one training."""
     records = [RunDir(run).read_record() for run in runs]
     epochs = continued([RunDir(run).read_metrics() for run in runs])
-    return epochs, [c for r in records for c in r["commands"]], [r["args"]["amp"] for r in records]
+    return epochs, [c for r in records for c in r["commands"]], [r["args"] for r in records]
 
 
-def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[str]] | None) -> str:
+def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[dict]] | None) -> str:
     """The card's lines on distillation: how the teacher taught, and the teacher's own test top-1 and commands."""
     if not args.get("teacher"):
         return ""
@@ -51,10 +51,10 @@ def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[str]] | N
             f"`{'` then `'.join(commands)}` |\n")
 
 
-def how_taught(runs: list[Path]) -> str:
+def how_taught(run_args: list[dict]) -> str:
     """The card's words on how training began and when a teacher joined, from the first and the last run's args
     (oldest first): a stage that continues a distilled run does not make the whole line "then distilled"."""
-    first, last = (RunDir(run).read_record()["args"] for run in (runs[0], runs[-1]))
+    first, last = run_args[0], run_args[-1]
     start = f"from `{first['init']}`" if first.get("init") else "from scratch"
     if first.get("teacher"):
         return f" ({start}, distilled from a convolutional teacher from the first epoch)"
@@ -70,13 +70,13 @@ def resolution_row(trained_size: int | None, shipped_size: int) -> str:
             f"at test; a test size above the training size makes up for it (FixRes, Touvron et al. 2019) |\n")
 
 
-def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], weights: str, evaluation: dict,
-         model: cait.CaiT, teacher: tuple[list[dict], list[str], list[str]] | None = None,
-         trained_size: int | None = None, taught: str = "") -> str:
-    """The card of `run` (the last one), with `past` = history() of all the runs that led to it,
-    `teacher` = history() of the distillation teacher's runs, if any, and `taught` = how_taught() of the runs."""
+def card(name: str, run: Path, past: tuple[list[dict], list[str], list[dict]], weights: str, evaluation: dict,
+         model: cait.CaiT, teacher: tuple[list[dict], list[str], list[dict]] | None = None,
+         trained_size: int | None = None) -> str:
+    """The card of `run` (the last one), with `past` = history() of all the runs that led to it and
+    `teacher` = history() of the distillation teacher's runs, if any."""
     args = RunDir(run).read_record()
-    epochs, commands, amps = past
+    epochs, commands, run_args = past
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
@@ -84,14 +84,15 @@ def card(name: str, run: Path, past: tuple[list[dict], list[str], list[str]], we
     at_size = f", at the training size {trained_size} px" if trained_size not in (None, cfg.img_size) else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
-    amp = " then ".join(dict.fromkeys(f"`--amp {a}`" for a in amps))
+    amp = " then ".join(dict.fromkeys(f"`--amp {a['amp']}`" for a in run_args))
+    seeds = " then ".join(str(a["seed"]) for a in run_args) + (" (one per run, oldest first)" if len(run_args) > 1 else "")
     rows = "\n".join(f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
                      f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
                      f"{e['lr']:.2e} | {e['images_per_s']:.0f} |" for e in epochs)
     return f"""# Model card: `{name}`
 
 A small CaiT (talking-heads self-attention, a 2-layer class-attention stage, LayerScale on every
-residual branch) trained by this project{taught}, shipped so that the app and the analysis
+residual branch) trained by this project{how_taught(run_args)}, shipped so that the app and the analysis
 scripts show a real trained model offline. It is **not** an ImageNet model and none of its numbers
 are the paper's.
 
@@ -101,7 +102,7 @@ are the paper's.
 | parameters / FLOPs | {model.num_params() / 1e6:.2f} M / {model.flops() / 1e6:.1f} M multiply-accumulates |
 | data | `{args['args']['data']}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
-| seed | {args['args']['seed']} |
+| seed | {seeds} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
 | final test top-1 | {last['val_top1']:.2f}% (raw weights){ema}{at_size} |
 {resolution_row(trained_size, cfg.img_size)}{teacher_row(args['args'], teacher)}
@@ -166,15 +167,13 @@ def main() -> None:
     model = as_variant(trained, name)
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
-    runs = [*args.continues, args.run]
-    past = history(runs)
+    past = history([*args.continues, args.run])
     write_jsonl(WEIGHTS_DIR / f"{name}.metrics.jsonl", past[0])
     # the evaluation of the run's checkpoint is, from now on, the evaluation of the shipped variant
     evaluation = {**json.loads(args.eval.read_text()), "model": name}
     (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, args.run, past, args.weights, evaluation, model, teacher, trained.cfg.img_size,
-                how_taught(runs))
+    text = card(name, args.run, past, args.weights, evaluation, model, teacher, trained.cfg.img_size)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"

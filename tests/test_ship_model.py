@@ -21,19 +21,16 @@ def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
     first = _run(tmp_path / "first", ["python -m cait.train --epochs 3", "python -m cait.train --resume first"],
                  "bf16", 3, 100)
     second = _run(tmp_path / "second", ["python -m cait.train --init first/ema.safetensors"], "auto", 2, 100)
-    epochs, commands, amps = ship_model.history([first, second])
+    epochs, commands, run_args = ship_model.history([first, second])
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5]
     assert [e["step"] for e in epochs] == [100, 200, 300, 400, 500]
     assert [e["val_top1"] for e in epochs] == [51.0, 52.0, 53.0, 51.0, 52.0]  # the second run's own numbers
     assert commands[-1].endswith("--init first/ema.safetensors") and len(commands) == 3
-    assert amps == ["bf16", "auto"]
+    assert [a["amp"] for a in run_args] == ["bf16", "auto"]
 
 
-def test_the_card_says_when_the_teacher_joined(tmp_path):
-    plain = _run(tmp_path / "plain", ["python -m cait.train"], "auto", 1, 10)
-    taught = _run(tmp_path / "taught", ["python -m cait.train --teacher t"], "auto", 1, 10, teacher="t")
-    again = _run(tmp_path / "again", ["python -m cait.train --init w --teacher t"], "auto", 1, 10,
-                 init="w.safetensors", teacher="t")
+def test_the_card_says_when_the_teacher_joined():
+    plain, taught, again = {}, {"teacher": "t"}, {"init": "w.safetensors", "teacher": "t"}
     assert ship_model.how_taught([plain]) == ""
     assert ship_model.how_taught([plain, taught]) == " (from scratch, then distilled from a convolutional teacher)"
     assert ship_model.how_taught([taught, again]) == (
@@ -69,6 +66,14 @@ def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
     for current in ("ca1_head1 ", "ca2_head2 ", "rollout_after_proj_l ", "rollout_after_proj_w "):
         assert current in text
     assert "mixing" not in text and "_head0" not in text
+    assert "| seed | 0 |" in text
+    later = tmp_path / "later"  # a second stage with its own seed: the card names both
+    later.mkdir()
+    (later / "args.json").write_text((run / "args.json").read_text().replace('"seed": 0', '"seed": 1'))
+    (later / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    text = ship_model.card("cait_pico_32", later, ship_model.history([run, later]), "last", old_eval,
+                           cait.create_model("cait_pico_32"))
+    assert "| seed | 0 then 1 (one per run, oldest first) |" in text
 
 
 def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
