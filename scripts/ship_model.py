@@ -70,13 +70,13 @@ def resolution_row(trained_size: int | None, shipped_size: int) -> str:
             f"at test; a test size above the training size makes up for it (FixRes, Touvron et al. 2019) |\n")
 
 
-def card(name: str, run: Path, past: tuple[list[dict], list[str], list[dict]], weights: str, evaluation: dict,
+def card(name: str, past: tuple[list[dict], list[str], list[dict]], weights: str, evaluation: dict,
          model: cait.CaiT, teacher: tuple[list[dict], list[str], list[dict]] | None = None,
          trained_size: int | None = None) -> str:
-    """The card of `run` (the last one), with `past` = history() of all the runs that led to it and
-    `teacher` = history() of the distillation teacher's runs, if any."""
-    args = RunDir(run).read_record()
+    """The card of the last of the runs whose history() is `past`, with `teacher` = history() of the
+    distillation teacher's runs, if any."""
     epochs, commands, run_args = past
+    args = run_args[-1]  # the shipped run's arguments
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
@@ -85,7 +85,8 @@ def card(name: str, run: Path, past: tuple[list[dict], list[str], list[dict]], w
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
     amp = " then ".join(dict.fromkeys(f"`--amp {a['amp']}`" for a in run_args))
-    seeds = " then ".join(str(a["seed"]) for a in run_args) + (" (one per run, oldest first)" if len(run_args) > 1 else "")
+    seeds = " then ".join(str(a["seed"]) for a in run_args)
+    seeds += " (one per run, oldest first)" if len(run_args) > 1 else ""
     rows = "\n".join(f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
                      f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
                      f"{e['lr']:.2e} | {e['images_per_s']:.0f} |" for e in epochs)
@@ -100,12 +101,12 @@ are the paper's.
 |---|---|
 | architecture | {cfg.depth} SA + {cfg.depth_token_only} CA layers, dim {cfg.embed_dim}, {cfg.num_heads} heads, patch {cfg.patch_size}, {cfg.img_size}x{cfg.img_size}x{cfg.in_chans} input, LayerScale eps {cfg.init_values} |
 | parameters / FLOPs | {model.num_params() / 1e6:.2f} M / {model.flops() / 1e6:.1f} M multiply-accumulates |
-| data | `{args['args']['data']}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
+| data | `{args['data']}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {seeds} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
 | final test top-1 | {last['val_top1']:.2f}% (raw weights){ema}{at_size} |
-{resolution_row(trained_size, cfg.img_size)}{teacher_row(args['args'], teacher)}
+{resolution_row(trained_size, cfg.img_size)}{teacher_row(args, teacher)}
 Exact command{resumed}:
 
 {commands}
@@ -116,7 +117,7 @@ Exact command{resumed}:
 |---|---|---|---|---|---|
 {rows}
 
-## Evaluation (`python -m cait.evaluate --model {name} --data {args['args']['data']}`)
+## Evaluation (`python -m cait.evaluate --model {name} --data {args['data']}`)
 {LOCALIZATION_NOTE if evaluation.get("localization") else ""}
 ```
 {format_table(evaluation)}
@@ -173,7 +174,7 @@ def main() -> None:
     evaluation = {**json.loads(args.eval.read_text()), "model": name}
     (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, args.run, past, args.weights, evaluation, model, teacher, trained.cfg.img_size)
+    text = card(name, past, args.weights, evaluation, model, teacher, trained.cfg.img_size)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"

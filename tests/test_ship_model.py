@@ -61,7 +61,7 @@ def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
     rows = [{"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
             for m in ("chance", "ca1_head0", "ca2_head1", "rollout_before_mixing", "rollout_after_mixing")]
     old_eval = {"images": 8, "top1": 0.5, "per_class_top1": {}, "localization": rows}  # written before the renames
-    text = ship_model.card("cait_pico_32", run, ship_model.history([run]), "last", old_eval,
+    text = ship_model.card("cait_pico_32", ship_model.history([run]), "last", old_eval,
                            cait.create_model("cait_pico_32"))
     for current in ("ca1_head1 ", "ca2_head2 ", "rollout_after_proj_l ", "rollout_after_proj_w "):
         assert current in text
@@ -71,7 +71,7 @@ def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
     later.mkdir()
     (later / "args.json").write_text((run / "args.json").read_text().replace('"seed": 0', '"seed": 1'))
     (later / "metrics.jsonl").write_text(json.dumps(line) + "\n")
-    text = ship_model.card("cait_pico_32", later, ship_model.history([run, later]), "last", old_eval,
+    text = ship_model.card("cait_pico_32", ship_model.history([run, later]), "last", old_eval,
                            cait.create_model("cait_pico_32"))
     assert "| seed | 0 then 1 (one per run, oldest first) |" in text
 
