@@ -46,9 +46,11 @@ def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[dict]] | 
     rows = f"| distillation | {how} |\n| teacher | `{args['teacher']}`"
     if teacher is None:
         return rows + " |\n"
-    epochs, commands, _ = teacher
-    return (rows + f": {epochs[-1]['val_top1']:.2f}% test top-1 after {epochs[-1]['epoch']} epochs, trained here by "
-            f"`{'` then `'.join(commands)}` |\n")
+    epochs, commands, run_args = teacher
+    # the teacher's last run scored it at its training size, which may not be the size it teaches at
+    size = f" at {run_args[-1]['img_size']} px" if run_args[-1].get("img_size") else ""
+    return (rows + f": {epochs[-1]['val_top1']:.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
+            f"trained here by `{'` then `'.join(commands)}` |\n")
 
 
 def how_taught(run_args: list[dict]) -> str:

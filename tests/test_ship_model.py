@@ -40,10 +40,11 @@ def test_the_card_says_when_the_teacher_joined():
 
 def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
     assert ship_model.teacher_row({"teacher": None}, None) == ""
-    teacher = _run(tmp_path / "teacher", ["python -m cait.train --model timm:resnet10t --epochs 4"], "auto", 4, 10)
+    teacher = _run(tmp_path / "teacher", ["python -m cait.train --model timm:resnet10t --epochs 4"], "auto", 4, 10,
+                   img_size=112)
     args = {"teacher": "t.safetensors", "distill_type": "soft", "distill_alpha": 0.5, "distill_tau": 3.0}
     row = ship_model.teacher_row(args, ship_model.history([teacher]))
-    assert "| teacher | `t.safetensors`: 54.00% test top-1 after 4 epochs" in row
+    assert "| teacher | `t.safetensors`: 54.00% test top-1 at 112 px after 4 epochs" in row
     assert "--model timm:resnet10t" in row and "soft distillation through the class token, alpha 0.5, tau 3.0 |" in row
     # a teacher run above its training size says so
     row = ship_model.teacher_row({**args, "teacher_img_size": 80}, None)
