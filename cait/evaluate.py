@@ -2,7 +2,7 @@
 
     python -m cait.evaluate --model cait_micro_136 --data fashion-mnist-scenes --json results.json
     python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --scene-seed 1 --methods ca1_mean
-    python -m cait.evaluate --checkpoint analysis/data/scenes_probes/teacher_resnet10t_16ep.safetensors --img-size 88
+    python -m cait.evaluate --checkpoint analysis/data/scenes_probes/teacher_resnet10t_112px.safetensors --img-size 128 --scene-seed 1
 
 A timm CNN that `cait.train` wrote (a distillation teacher) is scored too, on top-1 and per class only: it
 has no class attention to explain.
