@@ -12,6 +12,9 @@ the pointing game (is the map's top patch inside the box?) and the share of the 
 the box. The row "chance" is what a map with its maximum at a random place would score (the box's
 share of the image). Gradient and perturbation methods are costly, so they run on the first
 `--attribution-subset` images; the table says how many images each row saw.
+
+On data with boxes, top-1 is also broken down by the garment's size (its box's longer side as a share of the
+image), overall and per class: whether the errors are the garments drawn small.
 """
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollo
 # Rows name each CA head from 1, as the app and the figures do: "ca1_head1" is CA layer 1's first head.
 # Results written before (no "head_numbering" key) named heads from 0; `localization_rows` reads both.
 HEAD_NUMBERING = 1
+# edges of the garment-size bins (the box's longer side as a share of the image) that top-1 is broken down by:
+# whether errors come from garments drawn small
+BOX_SIDE_BINS = (0.0, 0.3, 0.4, 0.5, 0.6, 1.0)
 _HEAD_ROW = re.compile(r"^ca(\d+)_head(\d+)$")
 
 
@@ -84,6 +90,23 @@ class _Transformed(Dataset):
         return self.tf(image), label, box
 
 
+def accuracy_by_box_side(sides: torch.Tensor, correct: torch.Tensor, labels: torch.Tensor,
+                         names: list[str]) -> list[dict]:
+    """Top-1 overall and per class within each BOX_SIDE_BINS bin of `sides` (the box's longer side / image side,
+    per image), from per-image `correct` (bool) and `labels`; bins without images are left out."""
+    edges = torch.tensor(BOX_SIDE_BINS[1:-1], dtype=sides.dtype)
+    which = torch.bucketize(sides, edges, right=True)  # bin i holds BOX_SIDE_BINS[i] <= side < BOX_SIDE_BINS[i + 1]
+    rows = []
+    for i, (lo, hi) in enumerate(zip(BOX_SIDE_BINS, BOX_SIDE_BINS[1:])):
+        inside = which == i
+        if inside.any():
+            per_class = {name: correct[inside & (labels == c)].float().mean().item()
+                         for c, name in enumerate(names) if (inside & (labels == c)).any()}
+            rows.append({"box_side": [lo, hi], "images": int(inside.sum()),
+                         "top1": correct[inside].float().mean().item(), "per_class_top1": per_class})
+    return rows
+
+
 class _Tally:
     """Running sums of pointing-game hits and mass-in-box shares per explanation row."""
 
@@ -116,14 +139,19 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
     img_size, explained = model.cfg.img_size, isinstance(model, CaiT)
     seen, classes = 0, model.cfg.num_classes
     confusion = torch.zeros(classes, classes, dtype=torch.long)  # [true, predicted]
-    tally = _Tally()
+    tally, sides, correct, labels = _Tally(), [], [], []
     for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
         x, y = x.to(device), y.to(device)
         with autocast(dtype, device):
             ca = explain.class_attention(model, x) if explained else None
             logits = ca.logits if explained else model(x)
-        pairs = y.cpu() * classes + logits.argmax(-1).cpu()
+        predicted = logits.argmax(-1).cpu()
+        pairs = y.cpu() * classes + predicted
         confusion += torch.bincount(pairs, minlength=classes * classes).view(classes, classes)
+        if ds.boxes is not None:
+            sides.append(torch.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]) / img_size)
+            correct.append(predicted == y.cpu())
+            labels.append(y.cpu())
         if ds.boxes is not None and explained:
             box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size ** 2
             tally.hits["chance"] += box_area.sum().item()
@@ -145,8 +173,10 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
     names = [str(c) for c in getattr(data, "classes", range(classes))]
     per_class = {name: (confusion[i, i] / confusion[i].sum()).item() if confusion[i].sum() else None
                  for i, name in enumerate(names)}
+    by_side = accuracy_by_box_side(torch.cat(sides), torch.cat(correct), torch.cat(labels), names) if sides else []
     return {"images": seen, "top1": confusion.diag().sum().item() / max(seen, 1), "per_class_top1": per_class,
-            "confusion": confusion.tolist(), "localization": tally.rows(), "head_numbering": HEAD_NUMBERING}
+            "top1_by_box_side": by_side, "confusion": confusion.tolist(), "localization": tally.rows(),
+            "head_numbering": HEAD_NUMBERING}
 
 
 def format_table(result: dict) -> str:
@@ -154,6 +184,10 @@ def format_table(result: dict) -> str:
     if result.get("per_class_top1"):
         lines.append("per class: " + ", ".join(f"{name} {'-' if v is None else f'{100 * v:.0f}%'}"
                                                for name, v in result["per_class_top1"].items()))
+    if result.get("top1_by_box_side"):
+        lines.append("top-1 by the garment box's side (share of the image): " + ", ".join(
+            f"{row['box_side'][0]:.1f}-{row['box_side'][1]:.1f} {100 * row['top1']:.0f}% ({row['images']})"
+            for row in result["top1_by_box_side"]))
     rows = localization_rows(result)
     if rows:
         lines.append(f"{'method':<26}{'pointing game':>15}{'mass in box':>13}{'images':>8}")
