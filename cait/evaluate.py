@@ -145,15 +145,15 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
         with autocast(dtype, device):
             ca = explain.class_attention(model, x) if explained else None
             logits = ca.logits if explained else model(x)
-        predicted = logits.argmax(-1).cpu()
-        pairs = y.cpu() * classes + predicted
-        confusion += torch.bincount(pairs, minlength=classes * classes).view(classes, classes)
+        truth, predicted = y.cpu(), logits.argmax(-1).cpu()
+        confusion += torch.bincount(truth * classes + predicted, minlength=classes * classes).view(classes, classes)
         if ds.boxes is not None:
-            sides.append(torch.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]) / img_size)
-            correct.append(predicted == y.cpu())
-            labels.append(y.cpu())
+            width, height = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+            sides.append(torch.maximum(width, height) / img_size)
+            correct.append(predicted == truth)
+            labels.append(truth)
         if ds.boxes is not None and explained:
-            box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size ** 2
+            box_area = width * height / img_size ** 2
             tally.hits["chance"] += box_area.sum().item()
             tally.mass["chance"] += box_area.sum().item()
             tally.count["chance"] += len(y)
