@@ -11,6 +11,7 @@ directory: the earlier epochs come first in the metrics and the card, so the his
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -34,21 +35,40 @@ def history(runs: list[Path]) -> tuple[list[dict], list[str], list[dict]]:
     return epochs, [c for r in records for c in r["commands"]], [r["args"] for r in records]
 
 
-def teacher_row(args: dict, teacher: tuple[list[dict], list[str], list[dict]] | None) -> str:
-    """The card's lines on distillation: how the teacher taught, and the teacher's own test top-1 and commands."""
+def teachers_by_stage(run_args: list[dict]) -> list[str]:
+    """Which teacher taught which stages (runs, oldest first) and at what size, one entry per span of stages
+    with the same teacher: a line whose teacher changed names every teacher, not only the last."""
+    spans = []
+    for (teacher, size), group in itertools.groupby(
+            enumerate(run_args, 1), key=lambda stage: (stage[1].get("teacher"), stage[1].get("teacher_img_size"))):
+        numbers = [n for n, _ in group]
+        span = f"stage {numbers[0]}" if len(numbers) == 1 else f"stages {numbers[0]}-{numbers[-1]}"
+        who = "no teacher" if teacher is None else f"`{teacher}`" + (f" at {size} px" if size else "")
+        spans.append(f"{who} ({span})")
+    return spans
+
+
+def teacher_row(run_args: list[dict], teacher: tuple[list[dict], list[str], list[dict]] | None) -> str:
+    """The card's lines on distillation, from each run's args (oldest first): how the teacher taught, which
+    teacher taught which stages, and the last teacher's own test top-1 and commands."""
+    args = run_args[-1]
     if not args.get("teacher"):
         return ""
     how = f"{args.get('distill_type', 'hard')} distillation through the class token, alpha {args['distill_alpha']}"
     if args.get("distill_type") == "soft":
         how += f", tau {args['distill_tau']}"
-    if args.get("teacher_img_size"):
+    spans = teachers_by_stage(run_args)
+    if len(spans) > 1:
+        how += f"; by stage, oldest first: {', '.join(spans)} (`--teacher`, `--teacher-img-size`)"
+    elif args.get("teacher_img_size"):
         how += f", the teacher run at {args['teacher_img_size']} px (`--teacher-img-size`)"
-    rows = f"| distillation | {how} |\n| teacher | `{args['teacher']}`"
+    last = " (the last stage's)" if len(spans) > 1 else ""
+    rows = f"| distillation | {how} |\n| teacher | `{args['teacher']}`{last}"
     if teacher is None:
         return rows + " |\n"
-    epochs, commands, run_args = teacher
+    epochs, commands, teacher_args = teacher
     # the teacher's last run scored it at its training size, which may not be the size it teaches at
-    size = f" at {run_args[-1]['img_size']} px" if run_args[-1].get("img_size") else ""
+    size = f" at {teacher_args[-1]['img_size']} px" if teacher_args[-1].get("img_size") else ""
     return (rows + f": {epochs[-1]['val_top1']:.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
             f"trained here by `{'` then `'.join(commands)}` |\n")
 
@@ -108,7 +128,7 @@ are the paper's.
 | seed | {seeds} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
 | final test top-1 | {last['val_top1']:.2f}% (raw weights){ema}{at_size} |
-{resolution_row(trained_size, cfg.img_size)}{teacher_row(args, teacher)}
+{resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}
 Exact command{resumed}:
 
 {commands}

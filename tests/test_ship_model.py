@@ -39,16 +39,29 @@ def test_the_card_says_when_the_teacher_joined():
 
 
 def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
-    assert ship_model.teacher_row({"teacher": None}, None) == ""
+    assert ship_model.teacher_row([{"teacher": None}], None) == ""
     teacher = _run(tmp_path / "teacher", ["python -m cait.train --model timm:resnet10t --epochs 4"], "auto", 4, 10,
                    img_size=112)
     args = {"teacher": "t.safetensors", "distill_type": "soft", "distill_alpha": 0.5, "distill_tau": 3.0}
-    row = ship_model.teacher_row(args, ship_model.history([teacher]))
+    row = ship_model.teacher_row([args], ship_model.history([teacher]))
     assert "| teacher | `t.safetensors`: 54.00% test top-1 at 112 px after 4 epochs" in row
     assert "--model timm:resnet10t" in row and "soft distillation through the class token, alpha 0.5, tau 3.0 |" in row
     # a teacher run above its training size says so
-    row = ship_model.teacher_row({**args, "teacher_img_size": 80}, None)
+    row = ship_model.teacher_row([{**args, "teacher_img_size": 80}], None)
     assert "tau 3.0, the teacher run at 80 px (`--teacher-img-size`) |" in row
+
+
+def test_teacher_row_names_every_teacher_of_a_line_whose_teacher_changed():
+    old, new = {"teacher": "old.safetensors", "teacher_img_size": 88}, {"teacher": "new.safetensors",
+                                                                         "teacher_img_size": 128}
+    stages = [{}, old, old, new, {**new, "teacher_img_size": 136}]
+    assert ship_model.teachers_by_stage(stages) == [
+        "no teacher (stage 1)", "`old.safetensors` at 88 px (stages 2-3)", "`new.safetensors` at 128 px (stage 4)",
+        "`new.safetensors` at 136 px (stage 5)"]
+    args = {"distill_type": "hard", "distill_alpha": 0.5}
+    row = ship_model.teacher_row([{**args, **s} for s in stages], None)
+    assert "alpha 0.5; by stage, oldest first: no teacher (stage 1), `old.safetensors` at 88 px (stages 2-3)" in row
+    assert "| teacher | `new.safetensors` (the last stage's) |" in row and "the teacher run at" not in row
 
 
 def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
