@@ -51,8 +51,8 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
                        "checkpoint that does not carry its config (timm/deit files)")
         p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
                        help="forward passes whose maps are drawn (class attention, top-1): fp32 (default: the JSON "
-                            "files are reference numbers), bf16 autocast, or auto = bf16 where the hardware computes "
-                            "it natively (faster; maps differ by ~0.5%%); gradient methods always run in fp32")
+                            "files are reference numbers), bf16 autocast, or auto = bf16 where it measures faster "
+                            "than fp32 here (maps differ by ~0.5%%); gradient methods always run in fp32")
         p.add_argument("--pretrained", action="store_true", help="the variant's pretrained weights: for a paper "
                        "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
                        "(HF_HUB_OFFLINE=1: the cache only)")

@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="auto = CUDA when there is one, else the CPU")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="forward-only passes (predictions, class attention, deletion/insertion scoring) in bf16 "
-                        "autocast or fp32; auto = bf16 where the hardware computes it natively. Gradients and "
+                        "autocast or fp32; auto = bf16 where it measures faster than fp32 here. Gradients and "
                         "attributions always run in fp32")
     p.add_argument("--model-memory-gb", type=float, default=4.0,
                    help="weights of loaded models kept for all pages together; the least recently used model is "

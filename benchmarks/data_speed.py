@@ -7,7 +7,7 @@ each pipeline.
 
 Both pipelines run cait.train's default recipe (RandAugment, random erasing, ...) through its own
 loader, sampler and seeding. The model step is forward + loss + backward + AdamW with `--amp auto`'s
-precision (bf16 only where the CPU computes it natively). Prints images/s and each row's ratio to the
+precision (bf16 only where it measures faster than fp32). Prints images/s and each row's ratio to the
 PIL pipeline; the first-use cache build is not timed (it is done before, with a progress bar).
 """
 from __future__ import annotations

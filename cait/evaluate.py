@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
     p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
                    help="the classification pass (top-1, class attention) in bf16 autocast or fp32; auto = bf16 "
-                        "where the hardware computes it natively; gradient methods always run in fp32")
+                        "where it measures faster than fp32 here; gradient methods always run in fp32")
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
     args = p.parse_args(argv)
     if args.methods:

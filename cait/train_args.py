@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", type=int, default=None,
                    help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)")
     g.add_argument("--amp", default="auto", choices=AMP_CHOICES,
-                   help="autocast dtype; auto = bf16 where the hardware computes it natively (CUDA, or a CPU with "
-                        "AVX512-BF16/AMX: ~1.7x faster), else fp32 (on an AVX2-only CPU bf16 is ~12x slower)")
+                   help="autocast dtype; auto = bf16 where it measures faster than fp32 here (CUDA, or a CPU with "
+                        "AVX512-BF16/AMX whose bf16 is faster: ~1.7x on a Zen 4; slower on a Xeon without AMX), "
+                        "else fp32 (on an AVX2-only CPU bf16 is ~12x slower)")
     g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and always after the last)")
     g.add_argument("--init", default=None, metavar="CHECKPOINT",
                    help="start from these weights (our safetensors, e.g. a shipped model or another run's "

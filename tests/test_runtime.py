@@ -1,5 +1,7 @@
 """cait.runtime: what --device auto and --amp auto mean, in one place for train, evaluate and the app."""
 
+import math
+
 import pytest
 import torch
 
@@ -22,20 +24,38 @@ def test_asking_for_missing_cuda_or_an_unknown_device_is_one_line(monkeypatch):
         resolve_device("tpu")
 
 
-@pytest.mark.parametrize("bf16_native,expected", [(True, torch.bfloat16), (False, None)])
-def test_amp_auto_takes_bf16_only_where_the_cpu_computes_it(monkeypatch, bf16_native, expected):
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_native, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+def _cpu_flags(monkeypatch, *, avx512_bf16: bool, amx: bool) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+
+
+@pytest.mark.parametrize("avx512_bf16,amx,speedup,expected", [
+    (True, False, 2.6, torch.bfloat16),   # Zen 4: native and fast
+    (False, True, 2.0, torch.bfloat16),   # AMX alone counts
+    (True, False, 0.73, None),            # native instructions, but slower than fp32 (a Xeon without AMX)
+    (True, False, 1.1, None),             # a near tie goes to fp32
+])
+def test_amp_auto_takes_bf16_only_where_it_measures_faster(monkeypatch, avx512_bf16, amx, speedup, expected):
+    _cpu_flags(monkeypatch, avx512_bf16=avx512_bf16, amx=amx)
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: speedup)
     assert autocast_dtype("auto", torch.device("cpu")) is expected
     assert autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
     assert autocast_dtype("fp16", torch.device("cpu")) is torch.float16
     assert autocast_dtype("none", torch.device("cpu")) is None
 
 
-def test_amx_alone_counts_as_native_bf16(monkeypatch):
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
-    assert runtime.native_bf16(torch.device("cpu"))
+def test_a_cpu_without_bf16_instructions_is_fp32_without_timing_anything(monkeypatch):
+    _cpu_flags(monkeypatch, avx512_bf16=False, amx=False)
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: pytest.fail("timed a CPU that emulates bf16"))
+    assert autocast_dtype("auto", torch.device("cpu")) is None
+
+
+def test_the_bf16_speedup_is_measured_once_per_process():
+    runtime.cpu_bf16_speedup.cache_clear()
+    first = runtime.cpu_bf16_speedup()
+    assert 0 < first < math.inf
+    assert runtime.cpu_bf16_speedup() == first
+    assert runtime.cpu_bf16_speedup.cache_info().misses == 1
 
 
 @pytest.mark.parametrize("supported", [True, False])
