@@ -1,6 +1,10 @@
 """Training throughput of our CaiT against timm's Cait: same config, same weights, same batches, same run.
 
     python benchmarks/train_speed.py --model cait_nano_64 --batch-size 64
+    python benchmarks/train_speed.py --model timm:resnet10t --img-size 112 --batch-size 128
+
+The second compares a distillation teacher as `cait.train` trains it (`TimmCNN`, channels-last) with the
+same timm CNN as `timm.create_model` builds it (NCHW).
 
 One step = forward + cross-entropy + backward + AdamW step, with bf16 autocast and in fp32. The two
 models alternate in short rounds so that load from other processes hits both alike (cait.timing); the
@@ -11,13 +15,16 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+import timm
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import cait
+from cait.config import CNNConfig
 from cait.reference import timm_cait
 from cait.runtime import autocast
+from cait.teacher import TimmCNN, cnn_arch
 from cait.timing import time_interleaved
 
 
@@ -34,9 +41,24 @@ def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: torch.dt
     return step
 
 
+def models(name: str, img_size: int | None) -> tuple[nn.Module, nn.Module]:
+    """(ours, timm's) with the same weights: our CaiT and timm's Cait, or a TimmCNN and the bare timm CNN."""
+    arch = cnn_arch(name)
+    if arch is None:
+        ours = cait.create_model(name, **({"img_size": img_size} if img_size else {}))
+        return ours, timm_cait(ours.cfg, ours.state_dict())
+    ours = TimmCNN(CNNConfig(arch=arch, img_size=img_size or 64))
+    theirs = timm.create_model(arch, pretrained=False, num_classes=ours.cfg.num_classes)
+    theirs.load_state_dict(ours.net.state_dict())
+    theirs.cfg = ours.cfg
+    return ours, theirs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=cait.DEFAULT_MODEL, help="variant from cait.list_models()")
+    p.add_argument("--model", default=cait.DEFAULT_MODEL,
+                   help="variant from cait.list_models(), or timm:NAME for a teacher CNN")
+    p.add_argument("--img-size", type=int, default=None, help="input side (default: the variant's; 64 for a CNN)")
     p.add_argument("--batch-size", type=int, default=64, help="images per step")
     p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds per model and precision")
     p.add_argument("--steps", type=int, default=5, help="training steps per round")
@@ -46,8 +68,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
-    ours = cait.create_model(args.model)
-    theirs = timm_cait(ours.cfg, ours.state_dict())
+    ours, theirs = models(args.model, args.img_size)
     cfg = ours.cfg
     x = torch.randn(args.batch_size, cfg.in_chans, cfg.img_size, cfg.img_size)
     y = torch.randint(0, cfg.num_classes, (args.batch_size,))

@@ -34,8 +34,8 @@ class TimmCNN(nn.Module):
         extra = {"drop_path_rate": cfg.drop_path_rate} if cfg.drop_path_rate else {}
         self.net = timm.create_model(cfg.arch, pretrained=False, num_classes=cfg.num_classes,
                                      in_chans=cfg.in_chans, **extra)
-        # oneDNN's convolutions run channels-last natively; NCHW costs a layout conversion per layer
-        # (measured on a 2-core Xeon: resnet10t training steps at 112 px 1.5x faster in fp32)
+        # oneDNN's convolutions run channels-last natively; NCHW costs layout conversions (training steps
+        # 1.1-1.2x faster: `benchmarks/train_speed.py --model timm:resnet10t`, benchmarks/README.md)
         self.net.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import cait
+from cait.calibration import ClassBias, apply_class_bias
 from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.evaluate import format_table
 from cait.runs import RunDir, continued, write_jsonl
@@ -92,11 +93,27 @@ def resolution_row(trained_size: int | None, shipped_size: int) -> str:
             f"at test; a test size above the training size makes up for it (FixRes, Touvron et al. 2019) |\n")
 
 
+def calibration_row(report: dict | None) -> str:
+    """The card's line on the head bias `scripts/calibrate_head.py` chose (its JSON report), or ""."""
+    if report is None:
+        return ""
+    fit = report["fit"]
+    checks = "; ".join(f"on the {c['images']} scenes of seed {c['scene_seed']}{' (the test scenes)' * (c['scene_seed'] == 0)} "
+                       f"top-1 {100 * c['before']['top1']:.2f} -> {100 * c['after']['top1']:.2f}%, lowest class "
+                       f"{100 * c['before']['lowest']:.1f} -> {100 * c['after']['lowest']:.1f}%" for c in report["checks"])
+    return (f"| head bias | {report['class']}'s logit + {fit['bias']:g} after training (`scripts/calibrate_head.py`, "
+            f"`cait.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
+            f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * min(fit['per_class_before']):.1f} "
+            f"to {100 * min(fit['per_class_after']):.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
+            f"{100 * fit['top1_after']:.2f}%; {checks}. It moves errors from {report['class']} to its neighbours; "
+            f"attention and saliency maps are unchanged |\n")
+
+
 def card(name: str, past: tuple[list[dict], list[str], list[dict]], weights: str, evaluation: dict,
          model: cait.CaiT, teacher: tuple[list[dict], list[str], list[dict]] | None = None,
-         trained_size: int | None = None) -> str:
+         trained_size: int | None = None, calibration: dict | None = None) -> str:
     """The card of the last of the runs whose history() is `past`, with `teacher` = history() of the
-    distillation teacher's runs, if any."""
+    distillation teacher's runs, if any, and `calibration` the head-bias report, if any."""
     epochs, commands, run_args = past
     args = run_args[-1]  # the shipped run's arguments
     last = epochs[-1]
@@ -128,7 +145,7 @@ are the paper's.
 | seed | {seeds} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
 | final test top-1 | {last['val_top1']:.2f}% (raw weights){ema}{at_size} |
-{resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}
+{resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}{calibration_row(calibration)}
 Exact command{resumed}:
 
 {commands}
@@ -177,6 +194,9 @@ def main() -> None:
                         "training-only fields aside, except the input size, which may differ: the position "
                         "embedding is resampled and the card says so (e.g. a run of --model cait_nano_64 "
                         "--img-size 96 ships as cait_nano_104)")
+    p.add_argument("--calibration", type=Path, default=None, metavar="JSON",
+                   help="report of scripts/calibrate_head.py on the run's weights: its head bias is applied to the "
+                        "shipped weights and the card says so (--eval is then of its calibrated weights)")
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument("--extra", type=Path, action="append", default=[],
                    help="markdown file(s) appended to the card (e.g. the companion model's results)")
@@ -188,6 +208,12 @@ def main() -> None:
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
     trained = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
     model = as_variant(trained, name)
+    calibration = json.loads(args.calibration.read_text()) if args.calibration else None
+    if calibration is not None:
+        if calibration["img_size"] != model.cfg.img_size:
+            raise SystemExit(f"{args.calibration} was fitted at {calibration['img_size']} px, {name} is "
+                             f"{model.cfg.img_size} px")
+        apply_class_bias(model, ClassBias.from_dict(calibration["fit"]))
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
     past = history([*args.continues, args.run])
@@ -196,7 +222,7 @@ def main() -> None:
     evaluation = {**json.loads(args.eval.read_text()), "model": name}
     (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, past, args.weights, evaluation, model, teacher, trained.cfg.img_size)
+    text = card(name, past, args.weights, evaluation, model, teacher, trained.cfg.img_size, calibration)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"

@@ -101,3 +101,16 @@ def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
     assert shipped.pos_embed.shape[1] == 64 and torch.equal(shipped.head.weight, trained.head.weight)
     assert "trained at 56 px, shipped at 64 px" in ship_model.resolution_row(56, 64)
     assert ship_model.resolution_row(64, 64) == ""
+
+
+def test_a_calibrated_model_says_its_head_bias_and_what_it_did():
+    assert ship_model.calibration_row(None) == ""
+    fit = {"scene_seed": 1, "index": 6, "bias": 0.55, "images": 5000, "top1_before": 0.8064, "top1_after": 0.8024,
+           "per_class_before": [0.775, 0.506, 0.9], "per_class_after": [0.70, 0.658, 0.9]}
+    check = {"scene_seed": 0, "images": 10000, "before": {"top1": 0.8071, "lowest": 0.531},
+             "after": {"top1": 0.8013, "lowest": 0.623}}
+    row = ship_model.calibration_row({"class": "Shirt", "img_size": 136, "fit": fit, "checks": [check]})
+    assert row.startswith("| head bias | Shirt's logit + 0.55 after training")
+    assert "on 5000 held-out scenes (seed 1), where it took the lowest class from 50.6 to 65.8%" in row
+    assert "top-1 from 80.64 to 80.24%" in row
+    assert "on the 10000 scenes of seed 0 (the test scenes) top-1 80.71 -> 80.13%, lowest class 53.1 -> 62.3%" in row
