@@ -106,7 +106,7 @@ def calibration_row(report: dict | None) -> str:
             f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * min(fit['per_class_before']):.1f} "
             f"to {100 * min(fit['per_class_after']):.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
             f"{100 * fit['top1_after']:.2f}%; {checks}. It moves errors from {report['class']} to its neighbours; "
-            f"attention and saliency maps are unchanged |\n")
+            f"class attention and the gradients of each class's logit are unchanged |\n")
 
 
 def card(name: str, past: tuple[list[dict], list[str], list[dict]], weights: str, evaluation: dict,
