@@ -24,8 +24,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from .evaluate import EvalImages
 from .model import CaiT
-from .preprocess import eval_transform
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,16 @@ class ClassBias:
     def from_dict(cls, d: dict) -> "ClassBias":
         """From to_dict()'s keys; other keys (a report's scene seed) are ignored."""
         return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
+def top1(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Share of rows whose largest logit is the label's."""
+    return (logits.argmax(1) == labels).float().mean().item()
+
+
+def lowest(per_class: torch.Tensor) -> float:
+    """The lowest per-class top-1, classes without images (NaN) left out."""
+    return per_class[~per_class.isnan()].min().item()
 
 
 def per_class_top1(logits: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -73,15 +83,13 @@ def fit_weakest_class_bias(logits: torch.Tensor, labels: torch.Tensor, *, step: 
     for k in range(int(round(limit / step)) + 1):
         bias = k * step
         moved = shifted(logits, index, bias)
-        floor = torch.nan_to_num(per_class_top1(moved, labels, num_classes), nan=2.0).min().item()
-        key = (round(floor, 6), round((moved.argmax(1) == labels).float().mean().item(), 6))
+        key = (round(lowest(per_class_top1(moved, labels, num_classes)), 6), round(top1(moved, labels), 6))
         if best_key is None or key > best_key:
             best_key, best_bias = key, bias
     after = shifted(logits, index, best_bias)
     return ClassBias(index=index, bias=round(best_bias, 6), per_class_before=before.tolist(),
                      per_class_after=per_class_top1(after, labels, num_classes).tolist(),
-                     top1_before=(logits.argmax(1) == labels).float().mean().item(),
-                     top1_after=(after.argmax(1) == labels).float().mean().item(), images=len(labels))
+                     top1_before=top1(logits, labels), top1_after=top1(after, labels), images=len(labels))
 
 
 def apply_class_bias(model: CaiT, choice: ClassBias) -> None:
@@ -91,15 +99,14 @@ def apply_class_bias(model: CaiT, choice: ClassBias) -> None:
 
 
 @torch.no_grad()
-def collect_logits(model: nn.Module, data: Dataset, *, batch_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+def collect_logits(model: nn.Module, data: Dataset, *, batch_size: int = 128,
+                   workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp32 logits [N, classes], labels [N]) of `model` on a dataset of (PIL image, label), through the
-    model's evaluation transform."""
-    transform = eval_transform(model.cfg)
-    loader = DataLoader(data, batch_size=batch_size, collate_fn=lambda items: (
-        torch.stack([transform(image) for image, _ in items]), torch.tensor([label for _, label in items])))
+    images `cait.evaluate` scores (the model's evaluation transform, in `workers` loader processes)."""
+    loader = DataLoader(EvalImages(data, model), batch_size=batch_size, num_workers=workers)
     model = model.eval()
     logits, labels = [], []
-    for x, y in tqdm(loader, desc="logits", unit="batch"):
+    for x, y, _ in tqdm(loader, desc="logits", unit="batch"):
         logits.append(model(x).float())
         labels.append(y)
     return torch.cat(logits), torch.cat(labels)

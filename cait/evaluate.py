@@ -72,8 +72,9 @@ def localization_rows(result: dict) -> list[dict]:
     return [{**row, "method": current_row_name(row["method"], numbering)} for row in result.get("localization") or []]
 
 
-class _Transformed(Dataset):
-    """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images."""
+class EvalImages(Dataset):
+    """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images: what the model
+    is scored on here and in `cait.calibration`."""
 
     def __init__(self, base: Dataset, model: nn.Module):
         self.base, self.tf = base, eval_transform(model.cfg)
@@ -132,7 +133,7 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
     method (a timm CNN: accuracy only). dtype: autocast dtype of the classification pass, whose class attention is scored too (None: fp32);
     the other methods (gradients, rollout, occlusion) always run in fp32."""
     model = model.to(device).eval()
-    ds = _Transformed(data, model)
+    ds = EvalImages(data, model)
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
     asked = [explain.METHODS.canonical(m) for m in (explain.METHODS if methods is None else methods)]
     cheap, costly = [m for m in asked if m in CHEAP_METHODS], [m for m in asked if m not in CHEAP_METHODS]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from cait.calibration import apply_class_bias, collect_logits, fit_weakest_class_bias, per_class_top1, shifted
+from cait.calibration import (apply_class_bias, collect_logits, fit_weakest_class_bias, lowest, per_class_top1, shifted,
+                              top1)
 from cait.checkpoint import save_weights
 from cait.data import build_dataset
 from cait.factory import create_model
@@ -23,8 +24,8 @@ from cait.factory import create_model
 
 def scores(logits: torch.Tensor, labels: torch.Tensor, names: tuple[str, ...]) -> dict:
     per_class = per_class_top1(logits, labels, len(names))
-    return {"top1": (logits.argmax(1) == labels).float().mean().item(),
-            "per_class_top1": dict(zip(names, per_class.tolist())), "lowest": min(per_class.tolist())}
+    return {"top1": top1(logits, labels), "per_class_top1": dict(zip(names, per_class.tolist())),
+            "lowest": lowest(per_class)}
 
 
 def main() -> None:
