@@ -4,6 +4,7 @@ made from, the example images, and writing PNG (matplotlib) + HTML (plotly, self
 Every figure carries a "made from" line: architecture only, which checkpoint (and what it was trained
 on, from its metadata), random init when the shipped weights are missing, or a miniature retraining.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,7 @@ from PIL import Image
 import cait
 from cait.checkpoint import CheckpointError
 from cait.config import DEFAULT_MODEL, CaiTConfig
-from cait.data import DataError
-from cait.data import read_examples
+from cait.data import DataError, read_examples
 from cait.preprocess import model_view
 from cait.provenance import SourcedModel, load_or_init
 from cait.runs import RunDir, write_text
@@ -41,21 +41,37 @@ def fail(message: str) -> NoReturn:
 
 def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParser:
     """The common flags: --out and --quick, and with model=True --checkpoint / --model."""
-    p = argparse.ArgumentParser(prog=f"python analysis/{name}.py", description=doc,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=f"python analysis/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     if model:
-        p.add_argument("--checkpoint", default=None,
-                       help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL} "
-                            f"(random init, said on every figure, while its weights are not there)")
-        p.add_argument("--model", default=None, help="variant name (see cait.list_models()); needed with a "
-                       "checkpoint that does not carry its config (timm/deit files)")
-        p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
-                       help="forward passes whose maps are drawn (class attention, top-1): fp32 (default: the JSON "
-                            "files are reference numbers), bf16 autocast, or auto = bf16 where it measures faster "
-                            "than fp32 here (maps differ by ~0.5%%); gradient methods always run in fp32")
-        p.add_argument("--pretrained", action="store_true", help="the variant's pretrained weights: for a paper "
-                       "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
-                       "(HF_HUB_OFFLINE=1: the cache only)")
+        p.add_argument(
+            "--checkpoint",
+            default=None,
+            help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL} "
+            f"(random init, said on every figure, while its weights are not there)",
+        )
+        p.add_argument(
+            "--model",
+            default=None,
+            help="variant name (see cait.list_models()); needed with a "
+            "checkpoint that does not carry its config (timm/deit files)",
+        )
+        p.add_argument(
+            "--precision",
+            default="fp32",
+            choices=PRECISION_CHOICES,
+            help="forward passes whose maps are drawn (class attention, top-1): fp32 (default: the JSON "
+            "files are reference numbers), bf16 autocast, or auto = bf16 where it measures faster "
+            "than fp32 here (maps differ by ~0.5%%); gradient methods always run in fp32",
+        )
+        p.add_argument(
+            "--pretrained",
+            action="store_true",
+            help="the variant's pretrained weights: for a paper "
+            "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
+            "(HF_HUB_OFFLINE=1: the cache only)",
+        )
     p.add_argument("--out", type=Path, default=Path("out") / name, help=f"output directory (default: out/{name})")
     p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")
     return p
@@ -63,6 +79,7 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
 
 # ----------------------------------------------------------------------------------------------------
 # model and provenance
+
 
 def load_model(args: argparse.Namespace) -> SourcedModel:
     """The model the flags ask for (`cait.provenance.load_or_init`). --checkpoint: that file. --pretrained:
@@ -88,6 +105,7 @@ def inference_dtype_of(args: argparse.Namespace) -> torch.dtype | None:
 def forward_only(args: argparse.Namespace):
     """No autograd and --precision, for the passes whose numbers are only drawn."""
     from contextlib import ExitStack
+
     stack = ExitStack()
     stack.enter_context(torch.inference_mode())
     stack.enter_context(autocast(inference_dtype_of(args), torch.device("cpu")))
@@ -97,15 +115,18 @@ def forward_only(args: argparse.Namespace):
 # ----------------------------------------------------------------------------------------------------
 # images
 
+
 @dataclass
 class Example:
-    name: str                     # file stem
-    image: Image.Image            # RGB, as the model sees it (`cait.preprocess.model_view`, not normalised)
-    label: int | None             # true class, when the image comes with an examples.json entry
-    box: torch.Tensor | None      # [4] x0, y0, x1, y1 in model-input pixels, when known
+    name: str  # file stem
+    image: Image.Image  # RGB, as the model sees it (`cait.preprocess.model_view`, not normalised)
+    label: int | None  # true class, when the image comes with an examples.json entry
+    box: torch.Tensor | None  # [4] x0, y0, x1, y1 in model-input pixels, when known
 
 
-def load_examples(paths: Iterable[str | os.PathLike] | None, cfg: CaiTConfig, *, limit: int | None = None) -> list[Example]:
+def load_examples(
+    paths: Iterable[str | os.PathLike] | None, cfg: CaiTConfig, *, limit: int | None = None
+) -> list[Example]:
     """Images to explain: `paths`, or the shipped example scenes. Labels and boxes come from an
     examples.json next to an image (as shipped in cait/examples), boxes rescaled to the model input."""
     files = read_examples(paths or None)
@@ -133,16 +154,19 @@ def default_images(cfg: CaiTConfig) -> list[Path] | None:
     if cfg.labels != "imagenet":
         return None
     from cait.photos import available_photos
+
     return [path for _, path in available_photos()] or None
 
 
 def batch_of(examples: list[Example], cfg: CaiTConfig) -> torch.Tensor:
     from cait.preprocess import to_batch
+
     return to_batch([e.image for e in examples], cfg)
 
 
 # ----------------------------------------------------------------------------------------------------
 # writing
+
 
 def out_dir(path: Path) -> Path:
     try:
@@ -155,6 +179,7 @@ def out_dir(path: Path) -> Path:
 def save_png(fig, path: Path, made_from: str, *, dpi: int = 110) -> Path:
     """Matplotlib figure -> PNG with the provenance line along the bottom."""
     import matplotlib.pyplot as plt
+
     # Below the figure, not on it (the PNG's box grows to take it in): however many lines the line wraps
     # to, it cannot overlap what the figure draws along its bottom edge.
     fig.text(0.005, 0, f"made from: {made_from}", fontsize=7, color="#444", ha="left", va="top", wrap=True)
@@ -168,6 +193,7 @@ def save_image(image: Image.Image, path: Path, made_from: str) -> Path:
     from PIL import ImageDraw
 
     from cait.figures.attention import load_font
+
     font = load_font(11)
     text = f"made from: {made_from}"
     width = max(image.width, int(ImageDraw.Draw(image).textlength(text, font=font)) + 12)
@@ -206,8 +232,10 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
 def matplotlib_pyplot():
     """pyplot on the file-only backend (the scripts run headless)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -220,17 +248,30 @@ def matplotlib_pyplot():
 MINIATURE = {"model": "cait_nano_64", "img_size": 32, "patch_size": 8, "embed_dim": 96, "num_heads": 2}
 QUICK_MINIATURE = {"model": "cait_pico_32"}  # seconds per run, for tests
 # One light recipe for every run of a comparison, so that only the ablated setting differs between runs.
-RECIPE = {"warmup_epochs": 1.0, "mixup": 0.0, "cutmix": 0.0, "randaug": "none", "reprob": 0.0, "crop_scale": 0.8,
-          "seed": 0, "workers": 0}
+RECIPE = {
+    "warmup_epochs": 1.0,
+    "mixup": 0.0,
+    "cutmix": 0.0,
+    "randaug": "none",
+    "reprob": 0.0,
+    "crop_scale": 0.8,
+    "seed": 0,
+    "workers": 0,
+}
 
 
-def add_budget_flags(p: argparse.ArgumentParser, *, epochs: int, subset: int, lr: bool = True,
-                     runs: str = "every run") -> None:
+def add_budget_flags(
+    p: argparse.ArgumentParser, *, epochs: int, subset: int, lr: bool = True, runs: str = "every run"
+) -> None:
     """The training budget, the same for `runs` of a sweep (lr=False: a sweep that sets --lr per run)."""
     g = p.add_argument_group(f"training budget (the same for {runs})")
-    g.add_argument("--data", default="fashion-mnist", choices=("fashion-mnist", "fashion-mnist-scenes"),
-                   help="training data (default fashion-mnist: from scratch, models stay at chance on the scenes "
-                        "for their first ~60k images, longer than a CPU sweep's budget per run)")
+    g.add_argument(
+        "--data",
+        default="fashion-mnist",
+        choices=("fashion-mnist", "fashion-mnist-scenes"),
+        help="training data (default fashion-mnist: from scratch, models stay at chance on the scenes "
+        "for their first ~60k images, longer than a CPU sweep's budget per run)",
+    )
     g.add_argument("--epochs", type=int, default=epochs, help=f"epochs per run (default {epochs})")
     g.add_argument("--subset", type=int, default=subset, help=f"training images per run (default {subset})")
     g.add_argument("--val-subset", type=int, default=2000, help="validation images (default 2000)")
@@ -245,26 +286,34 @@ def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> dict[str, Any]
     """The cait.train flags of the budget; --quick shrinks it to seconds."""
     if args.quick:
         args.epochs, args.subset, args.val_subset, args.batch_size = quick_epochs, 64, 32, 32
-    flags = {"data": args.data, "epochs": args.epochs, "subset": args.subset, "val_subset": args.val_subset,
-             "batch_size": args.batch_size, "threads": args.threads}
+    flags = {
+        "data": args.data,
+        "epochs": args.epochs,
+        "subset": args.subset,
+        "val_subset": args.val_subset,
+        "batch_size": args.batch_size,
+        "threads": args.threads,
+    }
     return {**flags, "lr": args.lr} if "lr" in vars(args) else flags
 
 
 def budget_note(args: argparse.Namespace) -> str:
     data = {"fashion-mnist": "Fashion-MNIST", "fashion-mnist-scenes": "Fashion-MNIST scenes"}[args.data]
-    return (f"{data}, first {args.subset} training images, {args.epochs} epoch(s), batch {args.batch_size}, "
-            f"lr {args.lr:g}, seed 0, val on {args.val_subset} images")
+    return (
+        f"{data}, first {args.subset} training images, {args.epochs} epoch(s), batch {args.batch_size}, "
+        f"lr {args.lr:g}, seed 0, val on {args.val_subset} images"
+    )
 
 
 @dataclass
 class SweepRun:
     name: str
     run: Path
-    flags: dict[str, Any]          # the cait.train flags (by name) that made it
-    divergence: dict | None        # where the loss became non-finite (cait.train.Diverged: epoch, step, loss)
-    val_top1: list[float]          # per finished epoch
+    flags: dict[str, Any]  # the cait.train flags (by name) that made it
+    divergence: dict | None  # where the loss became non-finite (cait.train.Diverged: epoch, step, loss)
+    val_top1: list[float]  # per finished epoch
     params: int
-    macs: int                      # multiply-accumulates of one forward
+    macs: int  # multiply-accumulates of one forward
 
     @property
     def diverged(self) -> bool:
@@ -278,6 +327,7 @@ class SweepRun:
 
 def _run_args(name: str, flags: dict[str, Any], run: Path, **more: Any) -> argparse.Namespace:
     from cait.train_args import ArgsError, train_args
+
     try:
         return train_args(**flags, output=run, **more)
     except ArgsError as e:
@@ -287,6 +337,7 @@ def _run_args(name: str, flags: dict[str, Any], run: Path, **more: Any) -> argpa
 def _same_flags(run: Path, args: argparse.Namespace) -> bool:
     """Was the run in `run` started with the flags `args` train with (as its args.json records them)?"""
     from cait.train_args import same_run
+
     try:
         return same_run(RunDir(run).read_args(), args)
     except (OSError, ValueError):
@@ -316,14 +367,18 @@ def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path
 
     from cait import train
     from cait.train_args import to_argv
+
     if resume:
         args = _run_args(name, flags, run, resume=run)
     elif run.exists():
         shutil.rmtree(run)  # never mix the epochs of two trainings
     run.mkdir(parents=True, exist_ok=True)
     divergence = None
-    with open(run / "train.log", "a" if resume else "w") as log, contextlib.redirect_stderr(log), \
-            contextlib.redirect_stdout(log):
+    with (
+        open(run / "train.log", "a" if resume else "w") as log,
+        contextlib.redirect_stderr(log),
+        contextlib.redirect_stdout(log),
+    ):
         try:
             result = train.run(args)
         except train.Diverged as e:
@@ -334,14 +389,18 @@ def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path
     if isinstance(result, Exception):
         fail(f"training run {name}: {str(result).splitlines()[0]} (log: {run / 'train.log'})")
     if result is not None and not result.finished:
-        print(f"sweep stopped ({result.stopped_by}) in run {name}, its state saved: run the same command again to "
-              f"continue it and the runs after it", file=sys.stderr)
+        print(
+            f"sweep stopped ({result.stopped_by}) in run {name}, its state saved: run the same command again to "
+            f"continue it and the runs after it",
+            file=sys.stderr,
+        )
         raise SystemExit(result.exit_code or 1)
     return {"flags": to_argv(flags), "diverged": divergence is not None, "divergence": divergence}
 
 
 def _sweep_run(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path, record: dict) -> SweepRun:
     from cait.train_args import model_config
+
     model = cait.CaiT(model_config(args))  # also for a run that diverged in epoch 1
     curve = [line["val_top1"] for line in RunDir(run).read_metrics() if line.get("val_top1") is not None]
     # records written before divergences were typed say only diverged: true
@@ -368,13 +427,16 @@ def sweep_lock(out: Path) -> Iterator[None]:
     same runs over each other, and compete for the cores) is refused with one line. The lock goes with the
     process, however it ends."""
     import fcntl
+
     with open(out / "sweep.lock", "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            fail(f"another sweep is training into {out} (pid {f.read().strip() or '?'}); one training at a time: "
-                 f"wait for it to end or stop it (it continues where it stopped when started again)")
+            fail(
+                f"another sweep is training into {out} (pid {f.read().strip() or '?'}); one training at a time: "
+                f"wait for it to end or stop it (it continues where it stopped when started again)"
+            )
         f.truncate(0)
         f.write(f"{os.getpid()}\n")
         f.flush()
@@ -384,8 +446,9 @@ def sweep_lock(out: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def train_runs(plan: dict[str, dict[str, Any]], out: Path, args: argparse.Namespace, *,
-               deadline: float | None = None) -> dict[str, SweepRun]:
+def train_runs(
+    plan: dict[str, dict[str, Any]], out: Path, args: argparse.Namespace, *, deadline: float | None = None
+) -> dict[str, SweepRun]:
     """Train every run of `plan` (name -> cait.train flags by name) into OUT/runs/NAME, one after another,
     each run's log in its train.log. A run that finished before with the same flags is reused, and one
     stopped part-way continues from its saved state, so an interrupted sweep continues where it stopped

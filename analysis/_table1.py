@@ -7,6 +7,7 @@ A row is one run in one phase, as depth_stability.py writes them to its CSV/JSON
      "seed": int, "images": training images seen, "diverged": bool, "final_top1": float | None,
      "gamma_final": mean |gamma| of the SA blocks after training (LayerScale runs, optional)}
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,18 +15,18 @@ from statistics import mean
 
 from cait.paper import TABLE1
 
-CHANCE = 10.0          # Fashion-MNIST: 10 classes
+CHANCE = 10.0  # Fashion-MNIST: 10 classes
 LEARNED = CHANCE + 10  # a run that finished below this top-1 (%) did not learn
-NEAR_BEST = 5.0        # an eps "learns" when its run ends within this many points of the best eps's
-MIN_GAP = 0.5          # differences below this, or below the larger seed spread of the two, are ties
+NEAR_BEST = 5.0  # an eps "learns" when its run ends within this many points of the best eps's
+MIN_GAP = 0.5  # differences below this, or below the larger seed spread of the two, are ties
 
 
 @dataclass(frozen=True)
 class Method:
     label: str
     residual_scale: str  # cait.train --residual-scale
-    paper_column: str    # its column in cait.paper.TABLE1
-    has_eps: bool        # its branch weight starts at eps (else at 1: plain residual, or at 0: ReZero)
+    paper_column: str  # its column in cait.paper.TABLE1
+    has_eps: bool  # its branch weight starts at eps (else at 1: plain residual, or at 0: ReZero)
 
 
 METHODS = {
@@ -64,6 +65,7 @@ def _where(rows: list[dict]) -> str:
 # ----------------------------------------------------------------------------------------------------
 # the learning-rate sweep
 
+
 def stability(rows: list[dict]) -> list[str]:
     """Sentences on the lr phase: divergence, runs that did not learn, the largest lr each method trains
     at per depth, and what depth does to each method's best accuracy."""
@@ -78,19 +80,32 @@ def stability(rows: list[dict]) -> list[str]:
     else:
         low = min(r["lr"] for r in bad)
         below = f"no divergence below lr {num(low)}" if low > lrs[0] else "divergence already at the lowest lr"
-        out = [f"{len(bad)} of {len(runs)} runs of the lr sweep diverged (non-finite loss; {span}): {_where(bad)}; "
-               f"{below}."]
+        out = [
+            f"{len(bad)} of {len(runs)} runs of the lr sweep diverged (non-finite loss; {span}): {_where(bad)}; "
+            f"{below}."
+        ]
     stalled = [r for r in runs if not r["diverged"] and not learned(r)]
     if stalled:
-        out.append(f"{len(stalled)} finished without learning (below {LEARNED:g}% top-1, chance {CHANCE:g}%): "
-                   f"{_where(stalled)}.")
-    out.append(f"Learning rates that trained (finished at >= {LEARNED:g}%), at depth {' / '.join(map(str, depths))}: "
-               + "; ".join(f"{m.label} {' / '.join(_trained(runs, lrs, key, d) for d in depths)}"
-                           for key, m in METHODS.items()) + ".")
+        out.append(
+            f"{len(stalled)} finished without learning (below {LEARNED:g}% top-1, chance {CHANCE:g}%): "
+            f"{_where(stalled)}."
+        )
+    out.append(
+        f"Learning rates that trained (finished at >= {LEARNED:g}%), at depth {' / '.join(map(str, depths))}: "
+        + "; ".join(
+            f"{m.label} {' / '.join(_trained(runs, lrs, key, d) for d in depths)}" for key, m in METHODS.items()
+        )
+        + "."
+    )
     if len(depths) > 1:
-        out.append(f"Best top-1 over the lrs from depth {depths[0]} to {depths[-1]}: " + "; ".join(
-            f"{m.label} {_best_text(runs, key, depths[0])} -> {_best_text(runs, key, depths[-1])}"
-            for key, m in METHODS.items()) + ".")
+        out.append(
+            f"Best top-1 over the lrs from depth {depths[0]} to {depths[-1]}: "
+            + "; ".join(
+                f"{m.label} {_best_text(runs, key, depths[0])} -> {_best_text(runs, key, depths[-1])}"
+                for key, m in METHODS.items()
+            )
+            + "."
+        )
     return out
 
 
@@ -127,6 +142,7 @@ def _best_text(runs: list[dict], method: str, depth: int) -> str:
 # ----------------------------------------------------------------------------------------------------
 # LayerScale's init eps
 
+
 def best_eps(rows: list[dict]) -> float | None:
     """The eps of the eps phase's best finished run (None when none finished)."""
     finished = [r for r in in_phase(rows, "eps") if not r["diverged"] and r["final_top1"] is not None]
@@ -141,8 +157,11 @@ def eps_effect(rows: list[dict]) -> list[str]:
         return []
     depth, lr, images = runs[0]["depth"], runs[0]["lr"], runs[0]["images"]
     result = lambda r: "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%"
-    out = [f"LayerScale at depth {depth} (lr {num(lr)}, {images} training images): "
-           + ", ".join(f"eps {num(r['eps'])} {result(r)}" for r in runs) + "."]
+    out = [
+        f"LayerScale at depth {depth} (lr {num(lr)}, {images} training images): "
+        + ", ".join(f"eps {num(r['eps'])} {result(r)}" for r in runs)
+        + "."
+    ]
     top = max((r["final_top1"] for r in runs if not r["diverged"] and r["final_top1"] is not None), default=None)
     if top is None:
         return out + ["No eps trained without diverging."]
@@ -156,35 +175,44 @@ def eps_effect(rows: list[dict]) -> list[str]:
         needed = r["eps"]
     rule = paper_eps(depth)
     if needed is not None and needed <= runs[-1]["eps"]:
-        out.append(f"Every eps tried ends within {NEAR_BEST:g} points of the best: at this budget the init does not "
-                   f"matter.")
+        out.append(
+            f"Every eps tried ends within {NEAR_BEST:g} points of the best: at this budget the init does not matter."
+        )
     elif needed is not None:
-        out.append(f"LayerScale needs eps >= {num(needed)} to end within {NEAR_BEST:g} points of its best in {images} "
-                   f"images.")
+        out.append(
+            f"LayerScale needs eps >= {num(needed)} to end within {NEAR_BEST:g} points of its best in {images} images."
+        )
     else:
         out.append(f"The largest eps ({num(runs[0]['eps'])}) does not end near the best: no threshold.")
     ruled = next((r for r in runs if r["eps"] == rule), None)
     if ruled is not None:
-        out.append(f"The paper's rule for depth {depth} (eps {num(rule)}, set for 300-epoch ImageNet runs) gets "
-                   f"{result(ruled)} here, {'within' if good(ruled) else 'outside'} {NEAR_BEST:g} points of the best.")
+        out.append(
+            f"The paper's rule for depth {depth} (eps {num(rule)}, set for 300-epoch ImageNet runs) gets "
+            f"{result(ruled)} here, {'within' if good(ruled) else 'outside'} {NEAR_BEST:g} points of the best."
+        )
     moved = [r for r in runs if r.get("gamma_final") is not None]
     if moved:
-        out.append("Mean |gamma| of the SA blocks, init -> after training: "
-                   + ", ".join(f"{num(r['eps'])} -> {num(r['gamma_final'])}" for r in moved) + ".")
+        out.append(
+            "Mean |gamma| of the SA blocks, init -> after training: "
+            + ", ".join(f"{num(r['eps'])} -> {num(r['gamma_final'])}" for r in moved)
+            + "."
+        )
     return out
 
 
 # ----------------------------------------------------------------------------------------------------
 # the main comparison against the paper's ordering
 
+
 @dataclass
 class Arm:
     """One method at one eps and depth, over its seeds."""
+
     method: str
     eps: float | None
     depth: int
     top1: list[float] = field(default_factory=list)  # final top-1 of the seeds that finished
-    diverged: int = 0                                # seeds that diverged
+    diverged: int = 0  # seeds that diverged
 
     @property
     def tuned(self) -> bool:
@@ -249,25 +277,28 @@ def order_text(values: dict[str, float | None], noise: dict[str, float], labels:
 @dataclass
 class Verdict:
     depth: int
-    word: str          # "reproduced", "not reproduced" or "not resolved" (ties, or no arm learned)
-    agree: int         # the paper's pairwise differences ours shows too
-    reversed: int      # ... that ours shows the other way round
-    ties: int          # ... that ours has within the noise
-    ours: str          # our ordering
-    paper: str         # the paper's ordering (ImageNet, quoted)
+    word: str  # "reproduced", "not reproduced" or "not resolved" (ties, or no arm learned)
+    agree: int  # the paper's pairwise differences ours shows too
+    reversed: int  # ... that ours shows the other way round
+    ties: int  # ... that ours has within the noise
+    ours: str  # our ordering
+    paper: str  # the paper's ordering (ImageNet, quoted)
 
     def sentence(self, prefix: str = "") -> str:
         pairs = self.agree + self.reversed + self.ties
-        return (f"Depth {self.depth}{prefix}: the paper's ordering ({self.paper}; ImageNet, quoted) is "
-                f"{self.word.upper()} here ({self.ours}; of its {pairs} pairwise differences: {self.agree} agree, "
-                f"{self.reversed} reversed, {self.ties} within the seed spread).")
+        return (
+            f"Depth {self.depth}{prefix}: the paper's ordering ({self.paper}; ImageNet, quoted) is "
+            f"{self.word.upper()} here ({self.ours}; of its {pairs} pairwise differences: {self.agree} agree, "
+            f"{self.reversed} reversed, {self.ties} within the seed spread)."
+        )
 
 
 @dataclass(frozen=True)
 class Quoted:
     """One number of the paper's Table 1."""
-    top1: float      # ImageNet top-1 (%), as printed (for a run that diverged, the paper's 78.9)
-    diverged: bool   # the paper's dagger
+
+    top1: float  # ImageNet top-1 (%), as printed (for a run that diverged, the paper's 78.9)
+    diverged: bool  # the paper's dagger
 
     def text(self) -> str:
         return f"{self.top1:g}" + (" (diverged)" if self.diverged else "")
@@ -291,7 +322,7 @@ def compare(depth: int, chosen: list[Arm]) -> Verdict | None:
     counts = {1: 0, -1: 0, 0: 0}
     keys = [k for k in paper if k in ours]
     for i, a in enumerate(keys):
-        for b in keys[i + 1:]:
+        for b in keys[i + 1 :]:
             claim = _ahead(paper[a].top1, paper[b].top1, MIN_GAP)
             if claim:
                 noise = max(ours[a].spread, ours[b].spread, MIN_GAP)
@@ -300,10 +331,14 @@ def compare(depth: int, chosen: list[Arm]) -> Verdict | None:
     word = "not reproduced" if counts[-1] else "reproduced" if not counts[0] else "not resolved"
     if not any(a.score is not None and a.score >= LEARNED for a in chosen):
         word = "not resolved"  # nothing learned: the order of chance-level numbers says nothing
-    ours_text = order_text({k: a.score for k, a in ours.items()},
-                           {k: a.spread for k, a in ours.items()}, {k: a.text() for k, a in ours.items()})
-    paper_text = order_text({k: paper[k].top1 for k in keys}, dict.fromkeys(keys, 0.0),
-                            {k: f"{labels[k]} {paper[k].text()}" for k in keys})
+    ours_text = order_text(
+        {k: a.score for k, a in ours.items()},
+        {k: a.spread for k, a in ours.items()},
+        {k: a.text() for k, a in ours.items()},
+    )
+    paper_text = order_text(
+        {k: paper[k].top1 for k in keys}, dict.fromkeys(keys, 0.0), {k: f"{labels[k]} {paper[k].text()}" for k in keys}
+    )
     return Verdict(depth, word, counts[1], counts[-1], counts[0], ours_text, paper_text)
 
 
@@ -341,9 +376,10 @@ def depth_trend(rows: list[dict]) -> list[str]:
 # ----------------------------------------------------------------------------------------------------
 # the summary
 
+
 @dataclass
 class Summary:
-    headline: str                 # one line, for the main figure's title
+    headline: str  # one line, for the main figure's title
     findings: dict[str, list[str]]  # phase -> sentences
 
     def text(self) -> str:

@@ -6,6 +6,7 @@ the result rows of _table1 and carrying its made-from line:
   depth_stability      the main comparison: each arm's mean over seeds with the seeds' range as error bars,
                        and the paper's Table 1 numbers (quoted) in a panel of their own, never on our axes
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -23,8 +24,15 @@ def _wrap(text: str, width: int = 150) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
 
-def _figure(title: str, notes: list[str], ncols: int, *, width: float, width_ratios: list[float] | None = None,
-            sharey: bool = False):
+def _figure(
+    title: str,
+    notes: list[str],
+    ncols: int,
+    *,
+    width: float,
+    width_ratios: list[float] | None = None,
+    sharey: bool = False,
+):
     """A row of `ncols` plot panels under `title`, and below them the findings `notes` (one paragraph each)."""
     plt = matplotlib_pyplot()
     text = "\n".join(_wrap(f"- {n}", int(width * 15)) for n in notes)
@@ -52,8 +60,11 @@ def plot_all(rows: list[dict], gamma: dict[str, list[dict]], summary: Summary, m
     """Every figure whose phase has finished runs; the figures of a phase without any are removed (never
     leave a previous sweep's figure beside this one's numbers). Returns the files written."""
     written = []
-    for phase, stem, draw in (("lr", "depth_stability_lr", _lr), ("eps", "depth_stability_eps", _eps),
-                              ("main", "depth_stability", _main)):
+    for phase, stem, draw in (
+        ("lr", "depth_stability_lr", _lr),
+        ("eps", "depth_stability_eps", _eps),
+        ("main", "depth_stability", _main),
+    ):
         paths = [out / f"{stem}.png", out / f"{stem}.html"]
         selected = in_phase(rows, phase)
         if not selected:
@@ -68,16 +79,27 @@ def plot_all(rows: list[dict], gamma: dict[str, list[dict]], summary: Summary, m
 # ----------------------------------------------------------------------------------------------------
 # accuracy against learning rate
 
+
 def _lr(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> None:
     depths = sorted({r["depth"] for r in rows})
     lrs = sorted({r["lr"] for r in rows})
-    fig, axes = _figure("Final accuracy against learning rate per depth - MINIATURE retraining (paper: Table 1)",
-                        summary.findings["lr"], len(depths), width=4.6 * len(depths) + 0.5, sharey=True)
+    fig, axes = _figure(
+        "Final accuracy against learning rate per depth - MINIATURE retraining (paper: Table 1)",
+        summary.findings["lr"],
+        len(depths),
+        width=4.6 * len(depths) + 0.5,
+        sharey=True,
+    )
     for ax, depth in zip(axes, depths):
         for method, m in METHODS.items():
             series = _series(rows, method, depth)
-            ax.plot([r["lr"] for r in series], [_top1(r) if _top1(r) is not None else float("nan") for r in series],
-                    "o-", color=COLOURS[method], label=m.label)
+            ax.plot(
+                [r["lr"] for r in series],
+                [_top1(r) if _top1(r) is not None else float("nan") for r in series],
+                "o-",
+                color=COLOURS[method],
+                label=m.label,
+            )
             bad = [r["lr"] for r in series if r["diverged"]]
             ax.plot(bad, [0] * len(bad), "x", ms=10, mew=2, color=COLOURS[method])
         ax.axhline(CHANCE, ls="--", lw=0.8, color="#999")
@@ -93,30 +115,50 @@ def _lr(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> Non
     save_png(fig, paths[0], made_from)
 
     from plotly.subplots import make_subplots
+
     figp = make_subplots(1, len(depths), shared_yaxes=True, subplot_titles=[f"depth {d}" for d in depths])
     for col, depth in enumerate(depths, start=1):
         for method, m in METHODS.items():
             series = _series(rows, method, depth)
-            figp.add_scatter(x=[r["lr"] for r in series], y=[_top1(r) for r in series], mode="lines+markers",
-                             name=m.label, legendgroup=method, showlegend=col == 1, line=dict(color=COLOURS[method]),
-                             row=1, col=col)
+            figp.add_scatter(
+                x=[r["lr"] for r in series],
+                y=[_top1(r) for r in series],
+                mode="lines+markers",
+                name=m.label,
+                legendgroup=method,
+                showlegend=col == 1,
+                line=dict(color=COLOURS[method]),
+                row=1,
+                col=col,
+            )
             bad = [r for r in series if r["diverged"]]
             if bad:
-                figp.add_scatter(x=[r["lr"] for r in bad], y=[0] * len(bad), mode="markers", legendgroup=method,
-                                 name=f"{m.label}: diverged", showlegend=False,
-                                 marker=dict(symbol="x", size=12, color=COLOURS[method]),
-                                 hovertext=[f"diverged at step {r['diverged_at_step']}" for r in bad], row=1, col=col)
+                figp.add_scatter(
+                    x=[r["lr"] for r in bad],
+                    y=[0] * len(bad),
+                    mode="markers",
+                    legendgroup=method,
+                    name=f"{m.label}: diverged",
+                    showlegend=False,
+                    marker=dict(symbol="x", size=12, color=COLOURS[method]),
+                    hovertext=[f"diverged at step {r['diverged_at_step']}" for r in bad],
+                    row=1,
+                    col=col,
+                )
         figp.add_hline(y=CHANCE, line_dash="dash", line_color="#999", row=1, col=col)
     figp.update_xaxes(type="log", title="peak learning rate (no warmup)", tickvals=lrs, ticktext=[num(x) for x in lrs])
     figp.update_yaxes(title="final val top-1 (%), x = diverged", col=1)
-    figp.update_layout(title=f"Final accuracy against learning rate per depth - miniature (paper: Table 1)<br>"
-                             f"<sup>{'<br>'.join(textwrap.wrap(' '.join(summary.findings['lr'][:2]), 180))}</sup>",
-                       height=580)
+    figp.update_layout(
+        title=f"Final accuracy against learning rate per depth - miniature (paper: Table 1)<br>"
+        f"<sup>{'<br>'.join(textwrap.wrap(' '.join(summary.findings['lr'][:2]), 180))}</sup>",
+        height=580,
+    )
     save_html(figp, paths[1], made_from)
 
 
 # ----------------------------------------------------------------------------------------------------
 # LayerScale's init eps
+
 
 def _eps(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> None:
     runs = sorted(rows, key=lambda r: -r["eps"])
@@ -124,8 +166,12 @@ def _eps(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> No
     rule = paper_eps(depth)
     title = "LayerScale's init eps on a short run - MINIATURE retraining (paper: sec. 2's eps rule)"
     fig, (left, right) = _figure(title, summary.findings["eps"], 2, width=12)
-    left.plot([r["eps"] for r in runs], [_top1(r) if _top1(r) is not None else float("nan") for r in runs], "o-",
-              color=COLOURS["layerscale"])
+    left.plot(
+        [r["eps"] for r in runs],
+        [_top1(r) if _top1(r) is not None else float("nan") for r in runs],
+        "o-",
+        color=COLOURS["layerscale"],
+    )
     for r in runs:
         if r["diverged"]:
             left.plot([r["eps"]], [0], "x", ms=10, mew=2, color=COLOURS["layerscale"])
@@ -154,30 +200,53 @@ def _eps(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> No
 
 def _eps_html(runs: list[dict], gamma: dict[str, list[dict]], summary: Summary, made_from: str, path: Path) -> None:
     from plotly.subplots import make_subplots
+
     figp = make_subplots(1, 2, subplot_titles=["final val top-1 against init eps", "mean |gamma| of the SA blocks"])
-    figp.add_scatter(x=[r["eps"] for r in runs], y=[_top1(r) for r in runs], mode="lines+markers", name="final top-1",
-                     hovertext=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in runs],
-                     line=dict(color=COLOURS["layerscale"]), row=1, col=1)
+    figp.add_scatter(
+        x=[r["eps"] for r in runs],
+        y=[_top1(r) for r in runs],
+        mode="lines+markers",
+        name="final top-1",
+        hovertext=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in runs],
+        line=dict(color=COLOURS["layerscale"]),
+        row=1,
+        col=1,
+    )
     rule = paper_eps(runs[0]["depth"])
     figp.add_vline(x=rule, line_dash="dot", annotation_text="paper's rule", row=1, col=1)
     for colour, r in zip(EPS_COLOURS, runs):
         points = gamma.get(r["run"], [])
-        figp.add_scatter(x=[p["epoch"] for p in points], y=[p["mean"] for p in points], mode="lines+markers",
-                         name=f"eps {num(r['eps'])}", line=dict(color=colour),
-                         error_y=dict(type="data", symmetric=False, array=[p["max"] - p["mean"] for p in points],
-                                      arrayminus=[p["mean"] - p["min"] for p in points]), row=1, col=2)
+        figp.add_scatter(
+            x=[p["epoch"] for p in points],
+            y=[p["mean"] for p in points],
+            mode="lines+markers",
+            name=f"eps {num(r['eps'])}",
+            line=dict(color=colour),
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[p["max"] - p["mean"] for p in points],
+                arrayminus=[p["mean"] - p["min"] for p in points],
+            ),
+            row=1,
+            col=2,
+        )
     figp.update_xaxes(type="log", title="init eps", row=1, col=1)
     figp.update_xaxes(title="epoch (0 = init)", dtick=1, row=1, col=2)
     figp.update_yaxes(title="final val top-1 (%)", row=1, col=1)
     figp.update_yaxes(type="log", title="mean |gamma| (bars: smallest to largest block)", row=1, col=2)
-    figp.update_layout(title="LayerScale's init eps on a short run - miniature<br><sup>"
-                             + "<br>".join(textwrap.wrap(" ".join(summary.findings["eps"][1:3]), 180)) + "</sup>",
-                       height=560)
+    figp.update_layout(
+        title="LayerScale's init eps on a short run - miniature<br><sup>"
+        + "<br>".join(textwrap.wrap(" ".join(summary.findings["eps"][1:3]), 180))
+        + "</sup>",
+        height=560,
+    )
     save_html(figp, path, made_from)
 
 
 # ----------------------------------------------------------------------------------------------------
 # the main comparison
+
 
 def _arm_colour(arm) -> str:
     return TUNED_COLOUR if arm.tuned else COLOURS[arm.method]
@@ -195,11 +264,24 @@ def _main(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> N
                 ours.plot([x], [0], "x", ms=10, mew=2, color=_arm_colour(arm))
                 continue
             low, high = arm.mean - min(arm.top1), max(arm.top1) - arm.mean
-            ours.bar(x, arm.mean, width, color=_arm_colour(arm), label=arm.label if g == 0 or arm.tuned else None,
-                     yerr=[[low], [high]], capsize=3)
+            ours.bar(
+                x,
+                arm.mean,
+                width,
+                color=_arm_colour(arm),
+                label=arm.label if g == 0 or arm.tuned else None,
+                yerr=[[low], [high]],
+                capsize=3,
+            )
             ours.plot([x] * len(arm.top1), arm.top1, ".", color="black", ms=4)
-            ours.text(x, max(arm.top1) + 1, f"{arm.mean:.1f}" + ("*" if arm.diverged else ""), fontsize=6, ha="center",
-                      va="bottom")
+            ours.text(
+                x,
+                max(arm.top1) + 1,
+                f"{arm.mean:.1f}" + ("*" if arm.diverged else ""),
+                fontsize=6,
+                ha="center",
+                va="bottom",
+            )
     ours.set_xticks(range(len(depths)), [f"depth {d}" for d in depths])
     ours.axhline(CHANCE, ls="--", lw=0.8, color="#999")
     ours.set_ylabel("final val top-1 (%)\nbar: mean; whiskers: range over seeds; dots: seeds", fontsize=8)
@@ -221,10 +303,17 @@ def _paper_panel(ax, depths: list[int]) -> None:
                 continue
             x = g + (i - len(METHODS) / 2) * width
             quoted = values[method]
-            ax.bar(x, quoted.top1, width, color=COLOURS[method], alpha=0.5, hatch="//",
-                   label=m.label if g == 0 else None)
-            ax.text(x, quoted.top1, f"{quoted.top1:g}" + ("†" if quoted.diverged else ""), fontsize=6, ha="center",
-                    va="bottom")
+            ax.bar(
+                x, quoted.top1, width, color=COLOURS[method], alpha=0.5, hatch="//", label=m.label if g == 0 else None
+            )
+            ax.text(
+                x,
+                quoted.top1,
+                f"{quoted.top1:g}" + ("†" if quoted.diverged else ""),
+                fontsize=6,
+                ha="center",
+                va="bottom",
+            )
     if all(paper_values(d) is None for d in depths):
         ax.text(0.5, 0.5, "the paper's Table 1 has none of these depths", transform=ax.transAxes, ha="center")
     ax.set_xticks(range(len(depths)), [f"depth {d}" for d in depths])
@@ -235,26 +324,60 @@ def _paper_panel(ax, depths: list[int]) -> None:
 
 def _main_html(rows: list[dict], depths: list[int], summary: Summary, made_from: str, path: Path) -> None:
     from plotly.subplots import make_subplots
-    figp = make_subplots(1, 2, column_widths=[0.6, 0.4],
-                         subplot_titles=["ours: miniature, each at its best lr (bars: range over seeds)",
-                                         "paper, Table 1 (ImageNet; quoted)"])
+
+    figp = make_subplots(
+        1,
+        2,
+        column_widths=[0.6, 0.4],
+        subplot_titles=[
+            "ours: miniature, each at its best lr (bars: range over seeds)",
+            "paper, Table 1 (ImageNet; quoted)",
+        ],
+    )
     for depth in depths:
         for arm in arms(rows, depth):
             mean = arm.mean if arm.top1 else 0
-            figp.add_bar(x=[f"depth {depth}"], y=[mean], name=arm.label, legendgroup=arm.label, offsetgroup=arm.label,
-                         marker_color=_arm_colour(arm), showlegend=depth == depths[0] or arm.tuned,
-                         hovertext=arm.text(), error_y=dict(type="data", symmetric=False,
-                                                            array=[max(arm.top1) - mean if arm.top1 else 0],
-                                                            arrayminus=[mean - min(arm.top1) if arm.top1 else 0]),
-                         row=1, col=1)
+            figp.add_bar(
+                x=[f"depth {depth}"],
+                y=[mean],
+                name=arm.label,
+                legendgroup=arm.label,
+                offsetgroup=arm.label,
+                marker_color=_arm_colour(arm),
+                showlegend=depth == depths[0] or arm.tuned,
+                hovertext=arm.text(),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[max(arm.top1) - mean if arm.top1 else 0],
+                    arrayminus=[mean - min(arm.top1) if arm.top1 else 0],
+                ),
+                row=1,
+                col=1,
+            )
         values = paper_values(depth) or {}
         for method, m in METHODS.items():
             if method in values:
-                figp.add_bar(x=[f"depth {depth}"], y=[values[method].top1], name=f"paper: {m.label}",
-                             offsetgroup=method, marker_color=COLOURS[method], opacity=0.5, showlegend=False,
-                             hovertext=f"{m.label}: {values[method].text()}", row=1, col=2)
+                figp.add_bar(
+                    x=[f"depth {depth}"],
+                    y=[values[method].top1],
+                    name=f"paper: {m.label}",
+                    offsetgroup=method,
+                    marker_color=COLOURS[method],
+                    opacity=0.5,
+                    showlegend=False,
+                    hovertext=f"{m.label}: {values[method].text()}",
+                    row=1,
+                    col=2,
+                )
     figp.update_yaxes(title="final val top-1 (%)", row=1, col=1)
     figp.update_yaxes(title="ImageNet top-1 (%)", range=[70, 85], row=1, col=2)
-    figp.update_layout(barmode="group", height=600, title=summary.headline + "<br><sup>" + "<br>".join(
-        textwrap.wrap(" ".join(summary.findings["main"]), 200)) + "</sup>")
+    figp.update_layout(
+        barmode="group",
+        height=600,
+        title=summary.headline
+        + "<br><sup>"
+        + "<br>".join(textwrap.wrap(" ".join(summary.findings["main"]), 200))
+        + "</sup>",
+    )
     save_html(figp, path, made_from)

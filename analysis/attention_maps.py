@@ -9,13 +9,25 @@ Default images: the example scenes shipped in cait/examples; for an ImageNet mod
 attention_maps.html (all images, pick one from the menu; hover shows the attention values) and
 attention_maps.json (the maps, the class token's attention to itself, the prediction).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
+from _common import (
+    Example,
+    batch_of,
+    default_images,
+    forward_only,
+    load_examples,
+    load_model,
+    out_dir,
+    parser,
+    save_html,
+    save_image,
+    write_json,
+)
 
-from _common import (Example, batch_of, default_images, forward_only, load_examples, load_model, out_dir, parser,
-                     save_html, save_image, write_json)
 from cait.explain import class_attention
 from cait.figures import attention_tiles, colour_bar, grid_columns, head_name, tile_sheet
 from cait.preprocess import class_names
@@ -29,8 +41,9 @@ def panel_titles(layers: int, heads: int) -> list[list[str]]:
 def figure_png(ex: Example, maps: torch.Tensor, self_share: torch.Tensor, caption: str, made_from: str, path) -> None:
     """The app's class-attention grid for one image: maps [L, heads, g, g]; self_share [L, heads]."""
     layers = attention_tiles(ex.image, maps.numpy(), self_share.numpy())
-    sheet = tile_sheet(layers, title=f"{ex.name}: {caption}",
-                       footer=colour_bar("inferno", "each tile's min", "each tile's max"))
+    sheet = tile_sheet(
+        layers, title=f"{ex.name}: {caption}", footer=colour_bar("inferno", "each tile's min", "each tile's max")
+    )
     save_image(sheet, path, made_from)
 
 
@@ -39,37 +52,72 @@ def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str]
     attention; the menu switches images. maps [B, L, heads, g, g]."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
     B, layers, heads, g, _ = maps.shape
     order = [(l, h) for l in range(layers) for h in (None, *range(heads))]
     columns = grid_columns(heads + 1)
     rows = layers * -(-(heads + 1) // columns)
-    fig = make_subplots(rows, columns, subplot_titles=[head_name(l, h) for l, h in order], horizontal_spacing=0.02,
-                        vertical_spacing=0.08)
+    fig = make_subplots(
+        rows,
+        columns,
+        subplot_titles=[head_name(l, h) for l, h in order],
+        horizontal_spacing=0.02,
+        vertical_spacing=0.08,
+    )
     step = examples[0].image.width / g
     for b, ex in enumerate(examples):
         for i, (l, h) in enumerate(order):
             heat = (maps[b, l].mean(0) if h is None else maps[b, l, h]).numpy()
-            where = dict(row=l * (rows // layers) + (i % (heads + 1)) // columns + 1, col=(i % (heads + 1)) % columns + 1)
+            where = dict(
+                row=l * (rows // layers) + (i % (heads + 1)) // columns + 1, col=(i % (heads + 1)) % columns + 1
+            )
             fig.add_trace(go.Image(z=np.asarray(ex.image), visible=b == 0, hoverinfo="skip"), **where)
-            fig.add_trace(go.Heatmap(z=heat, x0=step / 2, dx=step, y0=step / 2, dy=step, colorscale="Inferno",
-                                     opacity=0.55, showscale=False, visible=b == 0,
-                                     hovertemplate="attention %{z:.4f}<extra></extra>"), **where)
+            fig.add_trace(
+                go.Heatmap(
+                    z=heat,
+                    x0=step / 2,
+                    dx=step,
+                    y0=step / 2,
+                    dy=step,
+                    colorscale="Inferno",
+                    opacity=0.55,
+                    showscale=False,
+                    visible=b == 0,
+                    hovertemplate="attention %{z:.4f}<extra></extra>",
+                ),
+                **where,
+            )
     per_image = 2 * len(order)
-    buttons = [dict(label=ex.name, method="update",
-                    args=[{"visible": [b == k // per_image for k in range(B * per_image)]},
-                          {"title.text": f"{ex.name}: {captions[b]}<br><sup>made from: {made_from}</sup>"}])
-               for b, ex in enumerate(examples)]
+    buttons = [
+        dict(
+            label=ex.name,
+            method="update",
+            args=[
+                {"visible": [b == k // per_image for k in range(B * per_image)]},
+                {"title.text": f"{ex.name}: {captions[b]}<br><sup>made from: {made_from}</sup>"},
+            ],
+        )
+        for b, ex in enumerate(examples)
+    ]
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_layout(title=f"{examples[0].name}: {captions[0]}", updatemenus=[dict(buttons=buttons, x=1.0, y=1.12)],
-                      height=260 * rows + 120, width=210 * columns + 80)
+    fig.update_layout(
+        title=f"{examples[0].name}: {captions[0]}",
+        updatemenus=[dict(buttons=buttons, x=1.0, y=1.12)],
+        height=260 * rows + 120,
+        width=210 * columns + 80,
+    )
     save_html(fig, path, made_from)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("attention_maps", __doc__)
-    p.add_argument("--images", nargs="+", default=None, help="image files (default: the shipped example scenes; "
-                   "for an ImageNet model real photos, see cait.photos)")
+    p.add_argument(
+        "--images",
+        nargs="+",
+        default=None,
+        help="image files (default: the shipped example scenes; for an ImageNet model real photos, see cait.photos)",
+    )
     args = p.parse_args(argv)
     loaded = load_model(args)
     model, cfg = loaded.model, loaded.model.cfg
@@ -85,15 +133,33 @@ def main(argv: list[str] | None = None) -> int:
         truth = f" (true: {names[ex.label]})" if ex.label is not None else ""
         captions.append(f"predicted {names[k]} {100 * probs[b, k]:.1f}%{truth}")
         figure_png(ex, ca.maps[b], ca.self_share[b], captions[-1], loaded.made_from, out / f"attention_{ex.name}.png")
-        records.append({"image": ex.name, "predicted": names[k], "probability": probs[b, k].item(),
-                        "label": ex.label, "maps": ca.maps[b].tolist(), "self_share": ca.self_share[b].tolist()})
+        records.append(
+            {
+                "image": ex.name,
+                "predicted": names[k],
+                "probability": probs[b, k].item(),
+                "label": ex.label,
+                "maps": ca.maps[b].tolist(),
+                "self_share": ca.self_share[b].tolist(),
+            }
+        )
         print(f"{ex.name}: {captions[-1]}")
     figure_html(examples, ca.maps, captions, loaded.made_from, out / "attention_maps.html")
     layers, heads = ca.maps.shape[1:3]
-    write_json(out / "attention_maps.json", {"made_from": loaded.made_from, "layers": layers, "heads": heads,
-                                             "panels": panel_titles(layers, heads), "images": records})
-    print(f"{loaded.made_from}\nwrote {len(examples)} attention_*.png, attention_maps.html/.json "
-          f"({layers} CA layers x ({heads} heads + mean)) to {out}")
+    write_json(
+        out / "attention_maps.json",
+        {
+            "made_from": loaded.made_from,
+            "layers": layers,
+            "heads": heads,
+            "panels": panel_titles(layers, heads),
+            "images": records,
+        },
+    )
+    print(
+        f"{loaded.made_from}\nwrote {len(examples)} attention_*.png, attention_maps.html/.json "
+        f"({layers} CA layers x ({heads} heads + mean)) to {out}"
+    )
     return 0
 
 

@@ -15,16 +15,31 @@ talking heads in every run; the paper's numbers (DeiT-S on ImageNet) are quoted 
 Runs go to OUT/runs/<name> (each with its train.log and metrics.jsonl); rerunning reuses finished runs.
 Writes class_attention_ablation.csv/.json/.png/.html.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, SweepRun, add_budget_flags, budget, budget_note,
-                     matplotlib_pyplot, out_dir, parser, save_html, save_png, train_runs, write_csv, write_json)
+from _common import (
+    MINIATURE,
+    QUICK_MINIATURE,
+    RECIPE,
+    SweepRun,
+    add_budget_flags,
+    budget,
+    budget_note,
+    matplotlib_pyplot,
+    out_dir,
+    parser,
+    save_html,
+    save_png,
+    train_runs,
+    write_csv,
+    write_json,
+)
 
 from cait.paper import TABLE2
 from cait.train_args import to_argv
-
 
 COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in the order of settings()
 
@@ -32,20 +47,30 @@ COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in th
 def settings(depth: int) -> dict[str, tuple[str, dict, dict]]:
     """name -> (label, cait.train flags by name, the paper's Table 2 row it mirrors) at total depth `depth`."""
     late, ca = depth - 2, 2
-    paper = lambda setting, **k: next(r for r in TABLE2 if r["setting"] == setting and all(r[a] == b for a, b in k.items()))
+    paper = lambda setting, **k: next(
+        r for r in TABLE2 if r["setting"] == setting and all(r[a] == b for a, b in k.items())
+    )
     return {
-        "token_at_0": ("class token from the start (ViT/DeiT)",
-                       {"depth": depth, "depth_token_only": 0, "class_token_at": 0},
-                       paper("DeiT-S baseline")),
-        "token_late": (f"class token inserted at layer {late}",
-                       {"depth": depth, "depth_token_only": 0, "class_token_at": late},
-                       paper("late insertion", insert_layer=10)),
-        "avg_pool": ("average pooling, no class token",
-                     {"depth": depth, "depth_token_only": 0, "global_pool": "avg"},
-                     paper("average pooling")),
-        "class_attention": (f"CaiT: {depth - ca} SA + {ca} CA",
-                            {"depth": depth - ca, "depth_token_only": ca},
-                            paper("class attention", sa=10, ca=2)),
+        "token_at_0": (
+            "class token from the start (ViT/DeiT)",
+            {"depth": depth, "depth_token_only": 0, "class_token_at": 0},
+            paper("DeiT-S baseline"),
+        ),
+        "token_late": (
+            f"class token inserted at layer {late}",
+            {"depth": depth, "depth_token_only": 0, "class_token_at": late},
+            paper("late insertion", insert_layer=10),
+        ),
+        "avg_pool": (
+            "average pooling, no class token",
+            {"depth": depth, "depth_token_only": 0, "global_pool": "avg"},
+            paper("average pooling"),
+        ),
+        "class_attention": (
+            f"CaiT: {depth - ca} SA + {ca} CA",
+            {"depth": depth - ca, "depth_token_only": ca},
+            paper("class attention", sa=10, ca=2),
+        ),
     }
 
 
@@ -54,9 +79,13 @@ def plot(rows: list[dict], results: dict[str, SweepRun], made_from: str, out: Pa
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     labels = [r["label"] for r in rows]
     values = [r["final_top1"] or 0 for r in rows]
-    bars = left.barh(labels, values, color=COLOURS[:len(rows)])
+    bars = left.barh(labels, values, color=COLOURS[: len(rows)])
     for bar, r in zip(bars, rows):
-        text = "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%  ({r['params'] / 1e6:.2f}M, {r['macs'] / 1e6:.0f}M MACs)"
+        text = (
+            "diverged"
+            if r["diverged"]
+            else f"{r['final_top1']:.1f}%  ({r['params'] / 1e6:.2f}M, {r['macs'] / 1e6:.0f}M MACs)"
+        )
         text += f"\n paper, ImageNet (quoted): {r['paper_top1_quoted']}%"
         left.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + text, va="center", fontsize=7)
     left.invert_yaxis()
@@ -76,16 +105,32 @@ def plot(rows: list[dict], results: dict[str, SweepRun], made_from: str, out: Pa
     save_png(fig, out / "class_attention_ablation.png", made_from)
 
     from plotly.subplots import make_subplots
+
     figp = make_subplots(1, 2, subplot_titles=["final val top-1, same budget", "val top-1 per epoch"])
-    figp.add_bar(y=labels, x=values, orientation="h", showlegend=False, row=1, col=1, marker_color=COLOURS[:len(rows)],
-                 text=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in rows],
-                 customdata=[[r["params"], r["macs"], r["paper_top1_quoted"]] for r in rows],
-                 hovertemplate="%{y}: %{x:.2f}%<br>params %{customdata[0]:,}<br>MACs %{customdata[1]:,}"
-                               "<br>paper (ImageNet, quoted): %{customdata[2]}%<extra></extra>")
+    figp.add_bar(
+        y=labels,
+        x=values,
+        orientation="h",
+        showlegend=False,
+        row=1,
+        col=1,
+        marker_color=COLOURS[: len(rows)],
+        text=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in rows],
+        customdata=[[r["params"], r["macs"], r["paper_top1_quoted"]] for r in rows],
+        hovertemplate="%{y}: %{x:.2f}%<br>params %{customdata[0]:,}<br>MACs %{customdata[1]:,}"
+        "<br>paper (ImageNet, quoted): %{customdata[2]}%<extra></extra>",
+    )
     for r, colour in zip(rows, COLOURS):
         curve = results[r["name"]].val_top1
-        figp.add_scatter(x=list(range(1, len(curve) + 1)), y=curve, mode="lines+markers", name=r["label"],
-                         line=dict(color=colour), row=1, col=2)
+        figp.add_scatter(
+            x=list(range(1, len(curve) + 1)),
+            y=curve,
+            mode="lines+markers",
+            name=r["label"],
+            line=dict(color=colour),
+            row=1,
+            col=2,
+        )
     figp.update_yaxes(autorange="reversed", row=1, col=1)
     figp.update_xaxes(title="val top-1 (%)", row=1, col=1)
     figp.update_xaxes(title="epoch", row=1, col=2)
@@ -104,27 +149,48 @@ def main(argv: list[str] | None = None) -> int:
     out = out_dir(args.out)
     base = QUICK_MINIATURE if args.quick else MINIATURE
     plan = settings(depth)
-    results = train_runs({name: {**base, **RECIPE, **budget(args), **flags} for name, (_, flags, _) in plan.items()},
-                         out, args)
+    results = train_runs(
+        {name: {**base, **RECIPE, **budget(args), **flags} for name, (_, flags, _) in plan.items()}, out, args
+    )
 
-    made_from = (f"miniature retraining: {'cait_pico_32' if args.quick else 'CaiT 32px, patch 8, dim 96, 2 heads'}"
-                 f", total depth {depth}; {budget_note(args)}; one seed per setting")
-    rows = [{"name": name, "label": label, "flags": " ".join(to_argv(flags)), "diverged": results[name].diverged,
-             "final_top1": results[name].final_top1, "params": results[name].params, "macs": results[name].macs,
-             "paper_setting_quoted": f"{quoted['sa']}+{quoted['ca']}, {quoted['setting']}"
-                                     + (f" at {quoted['insert_layer']}" if quoted["insert_layer"] is not None else ""),
-             "paper_top1_quoted": quoted["top1"]}
-            for name, (label, flags, quoted) in plan.items()]
+    made_from = (
+        f"miniature retraining: {'cait_pico_32' if args.quick else 'CaiT 32px, patch 8, dim 96, 2 heads'}"
+        f", total depth {depth}; {budget_note(args)}; one seed per setting"
+    )
+    rows = [
+        {
+            "name": name,
+            "label": label,
+            "flags": " ".join(to_argv(flags)),
+            "diverged": results[name].diverged,
+            "final_top1": results[name].final_top1,
+            "params": results[name].params,
+            "macs": results[name].macs,
+            "paper_setting_quoted": f"{quoted['sa']}+{quoted['ca']}, {quoted['setting']}"
+            + (f" at {quoted['insert_layer']}" if quoted["insert_layer"] is not None else ""),
+            "paper_top1_quoted": quoted["top1"],
+        }
+        for name, (label, flags, quoted) in plan.items()
+    ]
     write_csv(out / "class_attention_ablation.csv", rows)
-    write_json(out / "class_attention_ablation.json", {"made_from": made_from, "scale": "miniature", "rows": rows,
-                                                        "curves": {n: r.val_top1 for n, r in results.items()}})
+    write_json(
+        out / "class_attention_ablation.json",
+        {
+            "made_from": made_from,
+            "scale": "miniature",
+            "rows": rows,
+            "curves": {n: r.val_top1 for n, r in results.items()},
+        },
+    )
     plot(rows, results, made_from, out)
 
     print(made_from)
     for r in rows:
         acc = "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%"
-        print(f"{r['label']:<40} {acc:>9}  {r['params'] / 1e6:5.2f}M params  "
-              f"(paper, ImageNet, quoted: {r['paper_top1_quoted']}%)")
+        print(
+            f"{r['label']:<40} {acc:>9}  {r['params'] / 1e6:5.2f}M params  "
+            f"(paper, ImageNet, quoted: {r['paper_top1_quoted']}%)"
+        )
     print(f"wrote class_attention_ablation.csv/.json/.png/.html to {out}")
     return 0
 

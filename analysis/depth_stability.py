@@ -34,6 +34,7 @@ Writes depth_stability.csv/.json (every run: phase, setting, result; the paper's
 columns), depth_stability_summary.md, and PNG + HTML: depth_stability (main comparison),
 depth_stability_lr (accuracy against lr per depth) and depth_stability_eps (LayerScale's eps).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, SweepRun, add_budget_flags, budget, fail, finished_runs,
-                     out_dir, parser, sweep_lock, train_runs, write_csv, write_json)
+from _common import (
+    MINIATURE,
+    QUICK_MINIATURE,
+    RECIPE,
+    SweepRun,
+    add_budget_flags,
+    budget,
+    fail,
+    finished_runs,
+    out_dir,
+    parser,
+    sweep_lock,
+    train_runs,
+    write_csv,
+    write_json,
+)
 from _table1 import METHODS, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
 
 from cait.explain.layerscale import layerscale_stats_from_metrics
@@ -68,10 +83,11 @@ class Budget:
 @dataclass(frozen=True)
 class Setting:
     """One run of the design: everything that differs between runs."""
-    method: str          # a METHODS key
-    depth: int           # SA blocks
-    lr: float            # peak learning rate
-    eps: float | None    # init of LayerScale's gamma / the scalar alpha (None: the method has none)
+
+    method: str  # a METHODS key
+    depth: int  # SA blocks
+    lr: float  # peak learning rate
+    eps: float | None  # init of LayerScale's gamma / the scalar alpha (None: the method has none)
     seed: int
     budget: Budget
 
@@ -84,24 +100,40 @@ class Setting:
     def flags(self, common: dict[str, Any]) -> dict[str, Any]:
         """The cait.train flags of this run (by name), on top of the sweep's common ones."""
         eps = {} if self.eps is None else {"init_values": self.eps}
-        return {**common, "depth": self.depth, "residual_scale": METHODS[self.method].residual_scale, "lr": self.lr,
-                "seed": self.seed, "epochs": self.budget.epochs, "subset": self.budget.subset, **eps}
+        return {
+            **common,
+            "depth": self.depth,
+            "residual_scale": METHODS[self.method].residual_scale,
+            "lr": self.lr,
+            "seed": self.seed,
+            "epochs": self.budget.epochs,
+            "subset": self.budget.subset,
+            **eps,
+        }
 
 
 @dataclass(frozen=True)
 class Design:
-    depths: tuple[int, ...]        # lr phase
-    lrs: tuple[float, ...]         # lr phase
-    eps_depth: int                 # eps phase: LayerScale at this depth ...
-    eps_lr: float                  # ... and this lr ...
+    depths: tuple[int, ...]  # lr phase
+    lrs: tuple[float, ...]  # lr phase
+    eps_depth: int  # eps phase: LayerScale at this depth ...
+    eps_lr: float  # ... and this lr ...
     eps_values: tuple[float, ...]  # ... with these init eps
-    main_depths: tuple[int, ...]   # main phase (each must be in `depths`: it takes the best lr found there)
-    seeds: tuple[int, ...]         # main phase (the other phases: seed 0)
-    sweep: Budget                  # lr and eps phases
-    main: Budget                   # main phase
+    main_depths: tuple[int, ...]  # main phase (each must be in `depths`: it takes the best lr found there)
+    seeds: tuple[int, ...]  # main phase (the other phases: seed 0)
+    sweep: Budget  # lr and eps phases
+    main: Budget  # main phase
 
-    def setting(self, method: str, depth: int, lr: float, *, seed: int = 0, budget: Budget | None = None,
-                eps: float | None = None) -> Setting:
+    def setting(
+        self,
+        method: str,
+        depth: int,
+        lr: float,
+        *,
+        seed: int = 0,
+        budget: Budget | None = None,
+        eps: float | None = None,
+    ) -> Setting:
         if eps is None and METHODS[method].has_eps:
             eps = paper_eps(depth)
         return Setting(method, depth, lr, eps, seed, budget or self.sweep)
@@ -120,24 +152,40 @@ class Design:
         have = Counter((r["method"], r["depth"]) for r in swept)
         if any(have[m, d] < len(self.lrs) for m in METHODS for d in self.main_depths):
             return None
-        settings = [self.setting(m, d, best_lr(swept, m, d), seed=s, budget=self.main)
-                    for d in self.main_depths for m in METHODS for s in self.seeds]
+        settings = [
+            self.setting(m, d, best_lr(swept, m, d), seed=s, budget=self.main)
+            for d in self.main_depths
+            for m in METHODS
+            for s in self.seeds
+        ]
         eps = best_eps(rows) if len(in_phase(rows, "eps")) == len(self.eps_values) else None
         if eps is not None and self.eps_depth in self.main_depths and eps != paper_eps(self.eps_depth):
-            settings += [self.setting("layerscale", self.eps_depth, self.eps_lr, seed=s, budget=self.main, eps=eps)
-                         for s in self.seeds]
+            settings += [
+                self.setting("layerscale", self.eps_depth, self.eps_lr, seed=s, budget=self.main, eps=eps)
+                for s in self.seeds
+            ]
         return settings
 
     def phase(self, name: str, rows: list[dict]) -> list[Setting] | None:
         return {"lr": self.lr_phase, "eps": self.eps_phase}[name]() if name != "main" else self.main_phase(rows)
 
 
-QUICK_DESIGN = Design(depths=(2, 3), lrs=(1e-3, 1e9), eps_depth=3, eps_lr=1e-3, eps_values=(0.1, 1e-6),
-                      main_depths=(2, 3), seeds=(0, 1), sweep=Budget(2, 64), main=Budget(2, 64))
+QUICK_DESIGN = Design(
+    depths=(2, 3),
+    lrs=(1e-3, 1e9),
+    eps_depth=3,
+    eps_lr=1e-3,
+    eps_values=(0.1, 1e-6),
+    main_depths=(2, 3),
+    seeds=(0, 1),
+    sweep=Budget(2, 64),
+    main=Budget(2, 64),
+)
 
 
 # ----------------------------------------------------------------------------------------------------
 # results
+
 
 def common_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The cait.train flags every run shares: the miniature, the light recipe, the budget's data part."""
@@ -155,8 +203,9 @@ def gamma_trajectory(run: SweepRun, eps: float) -> list[dict]:
         return points
     for epoch in sorted({r["epoch"] for r in stats}):
         per_block = [r["mean"] for r in stats if r["epoch"] == epoch and r["stage"] == "sa"]
-        points.append({"epoch": epoch, "mean": sum(per_block) / len(per_block), "min": min(per_block),
-                       "max": max(per_block)})
+        points.append(
+            {"epoch": epoch, "mean": sum(per_block) / len(per_block), "min": min(per_block), "max": max(per_block)}
+        )
     return points
 
 
@@ -165,22 +214,36 @@ def result_row(phase: str, s: Setting, run: SweepRun, gamma: list[dict] | None) 
     where the setting is the paper's (main phase, eps by its rule, a depth of its Table 1)."""
     theirs = phase == "main" and s.eps in (None, paper_eps(s.depth))
     quoted = (paper_values(s.depth) or {}).get(s.method) if theirs else None
-    return {"phase": phase, "method": s.method, "label": METHODS[s.method].label, "depth": s.depth, "lr": s.lr,
-            "eps": s.eps, "seed": s.seed, "epochs": s.budget.epochs, "subset": s.budget.subset,
-            "images": s.budget.images, "diverged": run.diverged,
-            "diverged_at_step": (run.divergence or {}).get("step"), "epochs_done": len(run.val_top1),
-            "final_top1": run.final_top1, "best_top1": max(run.val_top1) if run.val_top1 else None,
-            "gamma_final": gamma[-1]["mean"] if gamma and len(gamma) > 1 else None, "params": run.params,
-            "run": run.name,
-            "paper_top1_quoted": quoted and quoted.top1, "paper_diverged_quoted": quoted and quoted.diverged}
+    return {
+        "phase": phase,
+        "method": s.method,
+        "label": METHODS[s.method].label,
+        "depth": s.depth,
+        "lr": s.lr,
+        "eps": s.eps,
+        "seed": s.seed,
+        "epochs": s.budget.epochs,
+        "subset": s.budget.subset,
+        "images": s.budget.images,
+        "diverged": run.diverged,
+        "diverged_at_step": (run.divergence or {}).get("step"),
+        "epochs_done": len(run.val_top1),
+        "final_top1": run.final_top1,
+        "best_top1": max(run.val_top1) if run.val_top1 else None,
+        "gamma_final": gamma[-1]["mean"] if gamma and len(gamma) > 1 else None,
+        "params": run.params,
+        "run": run.name,
+        "paper_top1_quoted": quoted and quoted.top1,
+        "paper_diverged_quoted": quoted and quoted.diverged,
+    }
 
 
 @dataclass
 class Results:
-    rows: list[dict]                     # one per run and phase
-    runs: dict[str, SweepRun]            # run name -> the finished run
-    gamma: dict[str, list[dict]]         # run name -> gamma trajectory (methods with an eps)
-    planned: dict[str, int]              # phase -> runs planned (0: not plannable yet)
+    rows: list[dict]  # one per run and phase
+    runs: dict[str, SweepRun]  # run name -> the finished run
+    gamma: dict[str, list[dict]]  # run name -> gamma trajectory (methods with an eps)
+    planned: dict[str, int]  # phase -> runs planned (0: not plannable yet)
 
 
 def collect(design: Design, common: dict[str, Any], out: Path) -> Results:
@@ -208,8 +271,10 @@ def residual_ratio_pair(rows: list[dict]) -> dict[str, str] | None:
         return None
     depth = max(r["depth"] for r in swept)
     top = best_lr(swept, "layerscale", depth)
-    ls, plain = ({r["lr"]: r for r in swept if r["method"] == method and r["depth"] == depth and r["epochs_done"]}
-                 for method in ("layerscale", "baseline"))
+    ls, plain = (
+        {r["lr"]: r for r in swept if r["method"] == method and r["depth"] == depth and r["epochs_done"]}
+        for method in ("layerscale", "baseline")
+    )
     shared = [lr for lr in ls if lr in plain and (top is None or lr <= top)]
     if not shared:
         return None
@@ -219,6 +284,7 @@ def residual_ratio_pair(rows: list[dict]) -> dict[str, str] | None:
 
 # ----------------------------------------------------------------------------------------------------
 # training the phases, measuring their cost
+
 
 def run_phases(design: Design, common: dict[str, Any], args: argparse.Namespace, out: Path) -> None:
     """Train the phases --phase asks for, in order, each run once; with --hours, no run starts after that."""
@@ -235,8 +301,11 @@ def run_phases(design: Design, common: dict[str, Any], args: argparse.Namespace,
         print(f"== phase {phase}: {len(settings)} runs", file=sys.stderr)
         train_runs({s.name: s.flags(common) for s in settings}, out, args, deadline=deadline)
     if deadline is not None and time.time() >= deadline:
-        print(f"--hours {args.hours:g} used up: runs not started are left for the next invocation (the same command "
-              f"continues)", file=sys.stderr)
+        print(
+            f"--hours {args.hours:g} used up: runs not started are left for the next invocation (the same command "
+            f"continues)",
+            file=sys.stderr,
+        )
 
 
 def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespace, out: Path) -> int:
@@ -247,9 +316,17 @@ def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespa
 
     from cait.runs import RunDir
     from cait.runtime import autocast_dtype, resolve_device
+
     depths = sorted({*design.depths, *design.main_depths, design.eps_depth})
-    probes = {f"d{d}-{m}": {**design.setting(m, d, design.eps_lr).flags(common), "epochs": 1,
-                            "subset": args.measure_speed * common["batch_size"]} for d in depths for m in METHODS}
+    probes = {
+        f"d{d}-{m}": {
+            **design.setting(m, d, design.eps_lr).flags(common),
+            "epochs": 1,
+            "subset": args.measure_speed * common["batch_size"],
+        }
+        for d in depths
+        for m in METHODS
+    }
     load = os.getloadavg()[0]
     amp = autocast_dtype("auto", resolve_device("auto"))
     # not beside this sweep training (it would slow it, and measure a machine busier than the sweep will find it)
@@ -259,19 +336,37 @@ def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespa
         for name, flags in probes.items():
             line = RunDir(Path(tmp) / "runs" / name).read_metrics()[-1]
             train_seconds = flags["subset"] / line["images_per_s"]
-            speeds[name] = {"images_per_s": line["images_per_s"],
-                            "epoch_overhead_s": line["epoch_seconds"] - train_seconds}
+            speeds[name] = {
+                "images_per_s": line["images_per_s"],
+                "epoch_overhead_s": line["epoch_seconds"] - train_seconds,
+            }
     estimate = {phase: _phase_seconds(design, phase, speeds) / 3600 for phase in PHASES}
-    write_json(out / "speed.json", {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                    "load_average_1min_before": load, "amp": str(amp), "threads": args.threads,
-                                    "steps": args.measure_speed, "speeds": speeds, "estimated_hours": estimate})
-    print(f"training speed here ({args.measure_speed} steps of batch {common['batch_size']}, --threads {args.threads}, "
-          f"load average {load:.1f} on {os.cpu_count()} cores before; amp auto = {amp or 'fp32'}):")
+    write_json(
+        out / "speed.json",
+        {
+            "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_average_1min_before": load,
+            "amp": str(amp),
+            "threads": args.threads,
+            "steps": args.measure_speed,
+            "speeds": speeds,
+            "estimated_hours": estimate,
+        },
+    )
+    print(
+        f"training speed here ({args.measure_speed} steps of batch {common['batch_size']}, --threads {args.threads}, "
+        f"load average {load:.1f} on {os.cpu_count()} cores before; amp auto = {amp or 'fp32'}):"
+    )
     for name, s in speeds.items():
-        print(f"  {name:<14} {s['images_per_s']:6.0f} img/s, {s['epoch_overhead_s']:5.1f} s per epoch to evaluate "
-              f"and save")
-    print("estimated wall time: " + ", ".join(f"{p} {h:.2f} h" for p, h in estimate.items())
-          + f"; total {sum(estimate.values()):.2f} h (main: with the tuned-LayerScale arm, its upper bound)")
+        print(
+            f"  {name:<14} {s['images_per_s']:6.0f} img/s, {s['epoch_overhead_s']:5.1f} s per epoch to evaluate "
+            f"and save"
+        )
+    print(
+        "estimated wall time: "
+        + ", ".join(f"{p} {h:.2f} h" for p, h in estimate.items())
+        + f"; total {sum(estimate.values()):.2f} h (main: with the tuned-LayerScale arm, its upper bound)"
+    )
     print(f"wrote {out / 'speed.json'}")
     return 0
 
@@ -281,11 +376,17 @@ def _phase_seconds(design: Design, phase: str, speeds: dict[str, dict]) -> float
     with the lr phase). The main phase's lrs are not known before the lr phase: its runs are counted at
     any lr, with the tuned-LayerScale arm."""
     if phase == "main":
-        settings = [design.setting(m, d, design.eps_lr, seed=s, budget=design.main)
-                    for d in design.main_depths for m in METHODS for s in design.seeds]
+        settings = [
+            design.setting(m, d, design.eps_lr, seed=s, budget=design.main)
+            for d in design.main_depths
+            for m in METHODS
+            for s in design.seeds
+        ]
         if design.eps_depth in design.main_depths:
-            settings += [design.setting("layerscale", design.eps_depth, design.eps_lr, seed=s, budget=design.main)
-                         for s in design.seeds]  # costs what the arm at the paper's eps costs
+            settings += [
+                design.setting("layerscale", design.eps_depth, design.eps_lr, seed=s, budget=design.main)
+                for s in design.seeds
+            ]  # costs what the arm at the paper's eps costs
     else:
         earlier = {s.name for s in design.lr_phase()} if phase == "eps" else set()
         settings = [s for s in design.phase(phase, []) if s.name not in earlier]
@@ -299,40 +400,65 @@ def _phase_seconds(design: Design, phase: str, speeds: dict[str, dict]) -> float
 # ----------------------------------------------------------------------------------------------------
 # outputs
 
+
 def made_from(design: Design, args: argparse.Namespace, results: Results) -> str:
     model = "cait_pico_32" if args.quick else "CaiT 32px, patch 8, dim 96, 2 heads, 2 CA"
     data = {"fashion-mnist": "Fashion-MNIST", "fashion-mnist-scenes": "Fashion-MNIST scenes"}[args.data]
     done = {p: sum(r["phase"] == p for r in results.rows) for p in PHASES}
-    progress = ", ".join(f"{p} {done[p]}/{results.planned[p]}" if results.planned[p] else f"{p} not planned yet"
-                         for p in PHASES)
-    return (f"miniature retraining: {model} from scratch on {data}, AdamW, no mixup/RandAugment, "
-            f"{'no' if not args.warmup else f'{args.warmup:g} epoch(s) of'} warmup, cosine, batch {args.batch_size}, "
-            f"amp auto, val on {args.val_subset} images; lr and eps phases {design.sweep.epochs} epoch(s) x first "
-            f"{design.sweep.subset} images, seed 0; main {design.main.epochs} epoch(s) x first {design.main.subset} "
-            f"images, seeds {', '.join(map(str, design.seeds))}; runs finished: {progress}")
+    progress = ", ".join(
+        f"{p} {done[p]}/{results.planned[p]}" if results.planned[p] else f"{p} not planned yet" for p in PHASES
+    )
+    return (
+        f"miniature retraining: {model} from scratch on {data}, AdamW, no mixup/RandAugment, "
+        f"{'no' if not args.warmup else f'{args.warmup:g} epoch(s) of'} warmup, cosine, batch {args.batch_size}, "
+        f"amp auto, val on {args.val_subset} images; lr and eps phases {design.sweep.epochs} epoch(s) x first "
+        f"{design.sweep.subset} images, seed 0; main {design.main.epochs} epoch(s) x first {design.main.subset} "
+        f"images, seeds {', '.join(map(str, design.seeds))}; runs finished: {progress}"
+    )
 
 
 def paper_quoted() -> dict[str, Any]:
     from cait.paper import TABLE1
-    return {"source": "Touvron et al. 2021, Table 1: DeiT-S stabilised, ImageNet top-1 after 300 epochs (quoted)",
-            "rows": [{"depth": r["depth"], **{m: r[METHODS[m].paper_column] for m in METHODS},
-                      "baseline_diverged": r["baseline_diverged"]} for r in TABLE1]}
+
+    return {
+        "source": "Touvron et al. 2021, Table 1: DeiT-S stabilised, ImageNet top-1 after 300 epochs (quoted)",
+        "rows": [
+            {
+                "depth": r["depth"],
+                **{m: r[METHODS[m].paper_column] for m in METHODS},
+                "baseline_diverged": r["baseline_diverged"],
+            }
+            for r in TABLE1
+        ],
+    }
 
 
 def write_outputs(design: Design, args: argparse.Namespace, results: Results, out: Path):
     from _table1_plots import plot_all
+
     summary = summarize(results.rows)
     made = made_from(design, args, results)
     write_csv(out / "depth_stability.csv", results.rows)
-    write_json(out / "depth_stability.json", {
-        "made_from": made, "scale": "miniature", "design": asdict(design), "planned": results.planned,
-        "summary": {"headline": summary.headline, **summary.findings}, "rows": results.rows,
-        "curves": {name: run.val_top1 for name, run in results.runs.items()}, "gamma": results.gamma,
-        "residual_ratio_pair": residual_ratio_pair(results.rows), "paper_table1_quoted": paper_quoted()})
+    write_json(
+        out / "depth_stability.json",
+        {
+            "made_from": made,
+            "scale": "miniature",
+            "design": asdict(design),
+            "planned": results.planned,
+            "summary": {"headline": summary.headline, **summary.findings},
+            "rows": results.rows,
+            "curves": {name: run.val_top1 for name, run in results.runs.items()},
+            "gamma": results.gamma,
+            "residual_ratio_pair": residual_ratio_pair(results.rows),
+            "paper_table1_quoted": paper_quoted(),
+        },
+    )
     (out / "depth_stability_summary.md").write_text(
         f"# Table 1 in miniature: what the sweep shows\n\n{summary.text()}\nMade from: {made}.\n\n"
         f"The paper's numbers (ImageNet, DeiT-S, 300 epochs) are quoted in depth_stability.json, never mixed with "
-        f"ours.\n")
+        f"ours.\n"
+    )
     plot_all(results.rows, results.gamma, summary, made, out)
     return summary
 
@@ -340,6 +466,7 @@ def write_outputs(design: Design, args: argparse.Namespace, results: Results, ou
 def replot(out: Path) -> int:
     """The figures drawn again from what write_outputs saved in out/depth_stability.json alone."""
     from _table1_plots import plot_all
+
     try:
         saved = json.loads((out / "depth_stability.json").read_text())
         rows, gamma, made = saved["rows"], saved["gamma"], saved["made_from"]
@@ -355,34 +482,72 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     g = p.add_argument_group("the design (defaults: the full sweep)")
     g.add_argument("--depths", type=int, nargs="+", default=[12, 24, 36], help="lr phase: SA depths")
     g.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3, 1e-2], help="lr phase: peak lrs")
-    g.add_argument("--eps", dest="eps_values", type=float, nargs="+", default=[0.1, 1e-3, 1e-5, 1e-6],
-                   help="eps phase: LayerScale init eps")
+    g.add_argument(
+        "--eps",
+        dest="eps_values",
+        type=float,
+        nargs="+",
+        default=[0.1, 1e-3, 1e-5, 1e-6],
+        help="eps phase: LayerScale init eps",
+    )
     g.add_argument("--eps-depth", type=int, default=36, help="eps phase: depth (default 36)")
     g.add_argument("--eps-lr", type=float, default=1e-3, help="eps phase: peak lr (default 1e-3)")
-    g.add_argument("--main-depths", type=int, nargs="+", default=[12, 36],
-                   help="main phase: depths, each one of --depths (it takes the best lr found there)")
+    g.add_argument(
+        "--main-depths",
+        type=int,
+        nargs="+",
+        default=[12, 36],
+        help="main phase: depths, each one of --depths (it takes the best lr found there)",
+    )
     g.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="main phase: seeds (default 0 1)")
     g.add_argument("--main-epochs", type=int, default=4, help="main phase: epochs per run (default 4)")
     g.add_argument("--main-subset", type=int, default=10000, help="main phase: training images (default 10000)")
     g.add_argument("--warmup", type=float, default=0.0, help="linear warmup in epochs, every run (default 0: none)")
     add_budget_flags(p, epochs=3, subset=4000, lr=False, runs="every run; --epochs, --subset: of the lr and eps phases")
     g = p.add_argument_group("running it: a part at a time, in the background")
-    g.add_argument("--phase", choices=("all", *PHASES, "none"), default="all",
-                   help="train only this phase (main needs lr done); none: train nothing, draw the finished runs")
-    g.add_argument("--hours", type=float, default=None,
-                   help="start no run after this many hours (the run under way finishes); the same command later "
-                        "continues")
-    g.add_argument("--measure-speed", type=int, nargs="?", const=30, default=None, metavar="STEPS",
-                   help="only measure: STEPS (default 30) training steps per depth x method, then each phase's "
-                        "estimated hours; trains nothing of the sweep")
-    g.add_argument("--replot", action="store_true",
-                   help="only draw: the figures again from OUT/depth_stability.json (e.g. the committed results, "
-                        "without their runs)")
+    g.add_argument(
+        "--phase",
+        choices=("all", *PHASES, "none"),
+        default="all",
+        help="train only this phase (main needs lr done); none: train nothing, draw the finished runs",
+    )
+    g.add_argument(
+        "--hours",
+        type=float,
+        default=None,
+        help="start no run after this many hours (the run under way finishes); the same command later continues",
+    )
+    g.add_argument(
+        "--measure-speed",
+        type=int,
+        nargs="?",
+        const=30,
+        default=None,
+        metavar="STEPS",
+        help="only measure: STEPS (default 30) training steps per depth x method, then each phase's "
+        "estimated hours; trains nothing of the sweep",
+    )
+    g.add_argument(
+        "--replot",
+        action="store_true",
+        help="only draw: the figures again from OUT/depth_stability.json (e.g. the committed results, "
+        "without their runs)",
+    )
     args = p.parse_args(argv)
-    positive = {"--depths": args.depths, "--lrs": args.lrs, "--eps": args.eps_values, "--main-depths": args.main_depths,
-                "--eps-depth": [args.eps_depth], "--eps-lr": [args.eps_lr], "--main-epochs": [args.main_epochs],
-                "--main-subset": [args.main_subset], "--hours": [args.hours or 1], "--epochs": [args.epochs],
-                "--subset": [args.subset], "--measure-speed": [args.measure_speed or 1]}
+    positive = {
+        "--depths": args.depths,
+        "--lrs": args.lrs,
+        "--eps": args.eps_values,
+        "--main-depths": args.main_depths,
+        "--eps-depth": [args.eps_depth],
+        "--eps-lr": [args.eps_lr],
+        "--main-epochs": [args.main_epochs],
+        "--main-subset": [args.main_subset],
+        "--hours": [args.hours or 1],
+        "--epochs": [args.epochs],
+        "--subset": [args.subset],
+        "--measure-speed": [args.measure_speed or 1],
+    }
     for flag, values in positive.items():
         if any(v <= 0 for v in values):
             p.error(f"{flag} must be positive")
@@ -396,10 +561,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def design_from(args: argparse.Namespace) -> Design:
     if args.quick:
         return QUICK_DESIGN
-    return Design(depths=tuple(sorted(set(args.depths))), lrs=tuple(sorted(set(args.lrs))), eps_depth=args.eps_depth,
-                  eps_lr=args.eps_lr, eps_values=tuple(sorted(set(args.eps_values), reverse=True)),
-                  main_depths=tuple(sorted(set(args.main_depths))), seeds=tuple(dict.fromkeys(args.seeds)),
-                  sweep=Budget(args.epochs, args.subset), main=Budget(args.main_epochs, args.main_subset))
+    return Design(
+        depths=tuple(sorted(set(args.depths))),
+        lrs=tuple(sorted(set(args.lrs))),
+        eps_depth=args.eps_depth,
+        eps_lr=args.eps_lr,
+        eps_values=tuple(sorted(set(args.eps_values), reverse=True)),
+        main_depths=tuple(sorted(set(args.main_depths))),
+        seeds=tuple(dict.fromkeys(args.seeds)),
+        sweep=Budget(args.epochs, args.subset),
+        main=Budget(args.main_epochs, args.main_subset),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ its own sub-folder, copies the shipped results of the miniature retrainings (dep
 class_attention_ablation in analysis/data/) beside them, then writes OUT/index.html linking every PNG,
 HTML and data file (relative links, so the folder can be moved or zipped).
 """
+
 from __future__ import annotations
 
 import html
@@ -41,8 +42,11 @@ SHIPPED_RESULTS = REPO / "analysis" / "data"  # sweeps too long to redo here: th
 
 def jobs(args) -> dict[str, list[str] | None]:
     """script -> its arguments (None: skipped, with the reason printed)."""
-    model = ((["--checkpoint", args.checkpoint] if args.checkpoint else []) + (["--model", args.model] if args.model else [])
-             + (["--pretrained"] if args.pretrained else []))
+    model = (
+        (["--checkpoint", args.checkpoint] if args.checkpoint else [])
+        + (["--model", args.model] if args.model else [])
+        + (["--pretrained"] if args.pretrained else [])
+    )
     quick = ["--quick"] if args.quick else []
     plan = {
         "model_table": quick,
@@ -62,8 +66,13 @@ def run(name: str, argv: list[str], out: Path) -> str | None:
     if name == "throughput":  # not ours to import: run it as its own process
         done = subprocess.run([sys.executable, str(REPO / "analysis" / "throughput.py"), *argv], cwd=REPO)
         return None if done.returncode == 0 else f"exit {done.returncode}"
-    module = {"model_table": model_table, "layerscale_stats": layerscale_stats, "attention_maps": attention_maps,
-              "saliency": saliency, "residual_ratio": residual_ratio}[name]
+    module = {
+        "model_table": model_table,
+        "layerscale_stats": layerscale_stats,
+        "attention_maps": attention_maps,
+        "saliency": saliency,
+        "residual_ratio": residual_ratio,
+    }[name]
     try:
         module.main(argv)
     except SystemExit as e:  # a script's own clean failure (bad input): keep going with the others
@@ -85,11 +94,13 @@ def _made_from(folder: Path) -> str:
 def gallery(out: Path, results: dict[str, str | None]) -> Path:
     """index.html: for each script, its PNGs (each linking its interactive HTML when there is one) and
     its data files, all by relative links."""
-    parts = ["<!doctype html><meta charset='utf-8'><title>CaiT analysis</title>",
-             "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%;border:1px solid #ccc}"
-             ".src{color:#555;font-size:90%}.fail{color:#b00}</style>",
-             f"<h1>CaiT analysis figures</h1><p class=src>generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-             f" by analysis/make_all.py. Every figure states what it was made from.</p>"]
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>CaiT analysis</title>",
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%;border:1px solid #ccc}"
+        ".src{color:#555;font-size:90%}.fail{color:#b00}</style>",
+        f"<h1>CaiT analysis figures</h1><p class=src>generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        f" by analysis/make_all.py. Every figure states what it was made from.</p>",
+    ]
     for name, error in results.items():
         parts.append(f"<h2 id='{name}'>{html.escape(TITLES[name])}</h2>")
         if error:
@@ -104,10 +115,15 @@ def gallery(out: Path, results: dict[str, str | None]) -> Path:
             rel = f"{name}/{png.name}"
             page = pages.get(png.stem) or (pages.get("attention_maps") if png.stem.startswith("attention_") else None)
             img = f"<img src='{html.escape(rel)}' alt='{html.escape(png.stem)}' loading=lazy>"
-            parts.append(f"<p><a href='{html.escape(f'{name}/{page.name}')}'>{img}</a></p>" if page else f"<p>{img}</p>")
+            parts.append(
+                f"<p><a href='{html.escape(f'{name}/{page.name}')}'>{img}</a></p>" if page else f"<p>{img}</p>"
+            )
         files = sorted(p for p in folder.iterdir() if p.suffix in (".html", ".csv", ".json"))
-        parts.append("<p>files: " + ", ".join(f"<a href='{html.escape(f'{name}/{p.name}')}'>{html.escape(p.name)}</a>"
-                                            for p in files) + "</p>")
+        parts.append(
+            "<p>files: "
+            + ", ".join(f"<a href='{html.escape(f'{name}/{p.name}')}'>{html.escape(p.name)}</a>" for p in files)
+            + "</p>"
+        )
     index = out / "index.html"
     index.write_text("\n".join(parts))
     return index
@@ -121,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, str | None] = {}
     for name, script_args in jobs(args).items():
         if script_args is None:
-            why = "no shipped run pair in analysis/data/residual_ratio" if name == "residual_ratio" else "skipped in --quick"
+            why = (
+                "no shipped run pair in analysis/data/residual_ratio"
+                if name == "residual_ratio"
+                else "skipped in --quick"
+            )
             print(f"== {name}: {why}")
             continue
         results[name] = run(name, script_args, out)
@@ -133,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {name}: no shipped results in {SHIPPED_RESULTS / name} (run analysis/{name}.py)")
     index = gallery(out, results)
     failed = [n for n, e in results.items() if e]
-    print(f"gallery: {index} ({len(results) - len(failed)} of {len(results)} scripts ok"
-          f"{'; failed: ' + ', '.join(failed) if failed else ''})")
+    print(
+        f"gallery: {index} ({len(results) - len(failed)} of {len(results)} scripts ok"
+        f"{'; failed: ' + ', '.join(failed) if failed else ''})"
+    )
     return 1 if failed else 0
 
 

@@ -7,11 +7,12 @@ for M-48) are computed from our CaiT built on the meta device (no weights, no me
 next to the paper's values with the difference. The ImageNet top-1 columns are QUOTED from the paper,
 not measured. Writes model_table.csv/.json/.png/.html.
 """
+
 from __future__ import annotations
 
 import torch
+from _common import matplotlib_pyplot, out_dir, parser, save_html, save_png, write_csv, write_json
 
-from _common import out_dir, parser, matplotlib_pyplot, save_html, save_png, write_csv, write_json
 from cait.config import get_config
 from cait.model import CaiT
 from cait.paper import MAIN_TABLE, PaperModel
@@ -25,9 +26,16 @@ def computed_row(row: PaperModel) -> dict:
     with torch.device("meta"):  # shapes only: even M-48 costs nothing
         model = CaiT(get_config(row.variants[0], img_size=224))
     params = model.num_params() / 1e6
-    out = {"model": row.label, "depth": row.depth, "ca_depth": row.depth_token_only, "dim": row.embed_dim,
-           "heads": model.cfg.num_heads, "params_m": round(params, 2), "paper_params_m": row.params_m,
-           "params_diff_m": round(params - row.params_m, 2)}
+    out = {
+        "model": row.label,
+        "depth": row.depth,
+        "ca_depth": row.depth_token_only,
+        "dim": row.embed_dim,
+        "heads": model.cfg.num_heads,
+        "params_m": round(params, 2),
+        "paper_params_m": row.params_m,
+        "params_diff_m": round(params - row.params_m, 2),
+    }
     for res in (224, 384, 448):
         paper = row.flops_g.get(res)
         if paper is None and res == 448:
@@ -46,19 +54,50 @@ def _fmt(v, *, signed: bool = False) -> str:
 
 
 def _display_rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    head = ["model", "depth", "dim", "params M\nours", "paper", "diff", "GFLOPs 224\nours", "paper", "diff",
-            "GFLOPs 384\nours", "paper", "diff", "top-1 224\n(quoted)", "top-1 384\n(quoted)", "top-1 384 dist\n(quoted)"]
+    head = [
+        "model",
+        "depth",
+        "dim",
+        "params M\nours",
+        "paper",
+        "diff",
+        "GFLOPs 224\nours",
+        "paper",
+        "diff",
+        "GFLOPs 384\nours",
+        "paper",
+        "diff",
+        "top-1 224\n(quoted)",
+        "top-1 384\n(quoted)",
+        "top-1 384 dist\n(quoted)",
+    ]
     body = []
     for r in rows:
         # M-48 appears in the paper at 448 only: show its 448 FLOPs / top-1 in the 384 columns, labelled
-        g384 = ("gflops_384", "paper_gflops_384", "gflops_384_diff") if "gflops_448" not in r else \
-               ("gflops_448", "paper_gflops_448", "gflops_448_diff")
-        body.append([r["model"] + (" (448)" if "gflops_448" in r else ""), str(r["depth"]), str(r["dim"]),
-                     str(r["params_m"]), str(r["paper_params_m"]), _fmt(r["params_diff_m"], signed=True),
-                     _fmt(r["gflops_224"]), _fmt(r["paper_gflops_224"]), _fmt(r["gflops_224_diff"], signed=True),
-                     _fmt(r[g384[0]]), _fmt(r[g384[1]]), _fmt(r[g384[2]], signed=True),
-                     _fmt(r["top1_224_quoted"]), _fmt(r["top1_384_quoted"]),
-                     _fmt(r["top1_384_dist_quoted"] if r["top1_448_dist_quoted"] is None else r["top1_448_dist_quoted"])])
+        g384 = (
+            ("gflops_384", "paper_gflops_384", "gflops_384_diff")
+            if "gflops_448" not in r
+            else ("gflops_448", "paper_gflops_448", "gflops_448_diff")
+        )
+        body.append(
+            [
+                r["model"] + (" (448)" if "gflops_448" in r else ""),
+                str(r["depth"]),
+                str(r["dim"]),
+                str(r["params_m"]),
+                str(r["paper_params_m"]),
+                _fmt(r["params_diff_m"], signed=True),
+                _fmt(r["gflops_224"]),
+                _fmt(r["paper_gflops_224"]),
+                _fmt(r["gflops_224_diff"], signed=True),
+                _fmt(r[g384[0]]),
+                _fmt(r[g384[1]]),
+                _fmt(r[g384[2]], signed=True),
+                _fmt(r["top1_224_quoted"]),
+                _fmt(r["top1_384_quoted"]),
+                _fmt(r["top1_384_dist_quoted"] if r["top1_448_dist_quoted"] is None else r["top1_448_dist_quoted"]),
+            ]
+        )
     return head, body
 
 
@@ -77,8 +116,14 @@ def png(rows: list[dict], path) -> None:
     ax_b.bar([i - 0.2 for i in x], [r["params_m"] for r in rows], 0.4, label="params M (ours, computed)")
     ax_b.plot(list(x), [r["paper_params_m"] for r in rows], "k_", markersize=22, mew=2, label="params M (paper)")
     ax_b.bar([i + 0.2 for i in x], [r.get("gflops_224") for r in rows], 0.4, label="GFLOPs at 224 (ours, computed)")
-    ax_b.plot([i + 0.2 for i in x], [r.get("paper_gflops_224") or float("nan") for r in rows], "r_", markersize=22,
-              mew=2, label="GFLOPs at 224 (paper)")
+    ax_b.plot(
+        [i + 0.2 for i in x],
+        [r.get("paper_gflops_224") or float("nan") for r in rows],
+        "r_",
+        markersize=22,
+        mew=2,
+        label="GFLOPs at 224 (paper)",
+    )
     ax_b.set_yscale("log")
     ax_b.set_xticks(list(x), labels)
     ax_b.legend(fontsize=8)
@@ -90,17 +135,37 @@ def png(rows: list[dict], path) -> None:
 def html(rows: list[dict], path) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
     head, body = _display_rows(rows)
     fig = make_subplots(rows=2, cols=1, specs=[[{"type": "table"}], [{"type": "xy"}]], row_heights=[0.55, 0.45])
-    fig.add_trace(go.Table(header=dict(values=[h.replace("\n", "<br>") for h in head]),
-                           cells=dict(values=list(map(list, zip(*body))))), row=1, col=1)
+    fig.add_trace(
+        go.Table(
+            header=dict(values=[h.replace("\n", "<br>") for h in head]), cells=dict(values=list(map(list, zip(*body))))
+        ),
+        row=1,
+        col=1,
+    )
     labels = [r["model"] for r in rows]
     fig.add_bar(x=labels, y=[r["params_m"] for r in rows], name="params M (ours)", row=2, col=1)
-    fig.add_scatter(x=labels, y=[r["paper_params_m"] for r in rows], name="params M (paper)", mode="markers",
-                    marker=dict(symbol="line-ew-open", size=24, color="black"), row=2, col=1)
+    fig.add_scatter(
+        x=labels,
+        y=[r["paper_params_m"] for r in rows],
+        name="params M (paper)",
+        mode="markers",
+        marker=dict(symbol="line-ew-open", size=24, color="black"),
+        row=2,
+        col=1,
+    )
     fig.add_bar(x=labels, y=[r.get("gflops_224") for r in rows], name="GFLOPs 224 (ours)", row=2, col=1)
-    fig.add_scatter(x=labels, y=[r.get("paper_gflops_224") for r in rows], name="GFLOPs 224 (paper)",
-                    mode="markers", marker=dict(symbol="line-ew-open", size=24, color="red"), row=2, col=1)
+    fig.add_scatter(
+        x=labels,
+        y=[r.get("paper_gflops_224") for r in rows],
+        name="GFLOPs 224 (paper)",
+        mode="markers",
+        marker=dict(symbol="line-ew-open", size=24, color="red"),
+        row=2,
+        col=1,
+    )
     fig.update_yaxes(type="log", row=2, col=1)
     fig.update_layout(title="CaiT models: our architecture vs the paper (top-1 quoted)", height=900, barmode="group")
     save_html(fig, path, MADE_FROM)
@@ -119,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     for b in body:
         print("  ".join(f"{c:>7}" for c in b[:12]))
     worst = max(rows, key=lambda r: abs(r["params_diff_m"]))
-    print(f"largest parameter difference: {worst['model']} {worst['params_diff_m']:+.2f}M; "
-          f"wrote model_table.csv/.json/.png/.html to {out}")
+    print(
+        f"largest parameter difference: {worst['model']} {worst['params_diff_m']:+.2f}M; "
+        f"wrote model_table.csv/.json/.png/.html to {out}"
+    )
     return 0
 
 

@@ -18,14 +18,30 @@ depth_stability.py, only --residual-scale differs) into OUT/runs/{layerscale,non
 pair's metrics.jsonl + args.json into analysis/data/residual_ratio/, the data this script shows by default.
 Writes residual_ratio.csv/.json/.png/.html.
 """
+
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
 
-from _common import (MINIATURE, QUICK_MINIATURE, RECIPE, REPO, add_budget_flags, budget, fail, matplotlib_pyplot,
-                     out_dir, parser, save_html, save_png, train_runs, write_csv, write_json)
+from _common import (
+    MINIATURE,
+    QUICK_MINIATURE,
+    RECIPE,
+    REPO,
+    add_budget_flags,
+    budget,
+    fail,
+    matplotlib_pyplot,
+    out_dir,
+    parser,
+    save_html,
+    save_png,
+    train_runs,
+    write_csv,
+    write_json,
+)
 
 from cait.runs import ARGS_FILE, METRICS_FILE, RunDir, RunError, read_metrics
 
@@ -45,15 +61,19 @@ def read_run(run: Path) -> dict:
         fail(f"{run}: {e}")
     if not lines:
         fail(f"{run / 'metrics.jsonl'} has no 'residual_ratios' lines (written by cait.train at the end of each epoch)")
-    out = {"epochs": [line["epoch"] for line in lines],
-           **{k: [line["residual_ratios"].get(k, []) for line in lines] for k in ("sa", "ffn", "ca", "ca_ffn")}}
+    out = {
+        "epochs": [line["epoch"] for line in lines],
+        **{k: [line["residual_ratios"].get(k, []) for line in lines] for k in ("sa", "ffn", "ca", "ca_ffn")},
+    }
     cfg, recorded = RunDir(run).config(), RunDir(run).read_args()
     kind = (cfg.residual_scale if cfg else recorded.get("residual_scale")) or "layerscale"
     shape = f"{cfg.img_size}px dim {cfg.embed_dim} depth {cfg.depth}" if cfg else f"depth {len(out['sa'][0])}"
     subset = recorded.get("subset")
     out["residual_scale"] = kind
-    out["description"] = (f"{recorded.get('model', '?')} ({shape}), residual {kind}, {recorded.get('data', '?')}"
-                          f"{f' first {subset} train images' if subset else ''}, {len(out['epochs'])} epochs")
+    out["description"] = (
+        f"{recorded.get('model', '?')} ({shape}), residual {kind}, {recorded.get('data', '?')}"
+        f"{f' first {subset} train images' if subset else ''}, {len(out['epochs'])} epochs"
+    )
     return out
 
 
@@ -64,8 +84,10 @@ def sweep_pair(sweep: Path) -> dict[str, Path]:
     except (OSError, ValueError):
         fail(f"no readable depth_stability.json in {sweep} (the --out of analysis/depth_stability.py)")
     if not pair:
-        fail(f"{sweep / 'depth_stability.json'} names no pair yet: its lr phase has no finished LayerScale and "
-             f"plain-residual runs at one lr (python analysis/depth_stability.py --phase lr --out {sweep})")
+        fail(
+            f"{sweep / 'depth_stability.json'} names no pair yet: its lr phase has no finished LayerScale and "
+            f"plain-residual runs at one lr (python analysis/depth_stability.py --phase lr --out {sweep})"
+        )
     runs = {kind: sweep / "runs" / pair[kind] for kind in KINDS}
     missing = [str(run) for run in runs.values() if not (run / METRICS_FILE).is_file()]
     if missing:
@@ -90,9 +112,15 @@ def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
             n = len(run["epochs"])
             for i, (epoch, values) in enumerate(zip(run["epochs"], run[branch])):
                 last = i == n - 1
-                ax.plot(range(1, len(values) + 1), values, "o-" if last else "-", ms=3, lw=1.8 if last else 1,
-                        color=cmap[kind](0.3 + 0.7 * (i + 1) / n),
-                        label=f"{KINDS[kind]}, epoch {epoch}" if i in (0, n - 1) else None)
+                ax.plot(
+                    range(1, len(values) + 1),
+                    values,
+                    "o-" if last else "-",
+                    ms=3,
+                    lw=1.8 if last else 1,
+                    color=cmap[kind](0.3 + 0.7 * (i + 1) / n),
+                    label=f"{KINDS[kind]}, epoch {epoch}" if i in (0, n - 1) else None,
+                )
         ax.set_yscale("log")
         ax.set_xticks(range(1, 1 + max(len(v) for d in data.values() for v in d[branch])))
         ax.set_xlabel("SA layer")
@@ -104,6 +132,7 @@ def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
     save_png(fig, out / "residual_ratio.png", made_from)
 
     from plotly.subplots import make_subplots
+
     figp = make_subplots(1, 2, shared_yaxes=True, subplot_titles=list(BRANCHES.values()))
     colours = {"layerscale": (31, 119, 180), "none": (255, 127, 14)}
     for col, branch in enumerate(BRANCHES, start=1):
@@ -112,9 +141,17 @@ def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
             for i, (epoch, values) in enumerate(zip(run["epochs"], run[branch])):
                 shade = 0.25 + 0.75 * (i + 1) / n  # opacity: darker = later
                 r, g, b = colours[kind]
-                figp.add_scatter(x=list(range(1, len(values) + 1)), y=values, mode="lines+markers",
-                                 name=f"{KINDS[kind]}, epoch {epoch}", legendgroup=f"{kind}{epoch}",
-                                 showlegend=col == 1, line=dict(color=f"rgba({r},{g},{b},{shade:.2f})"), row=1, col=col)
+                figp.add_scatter(
+                    x=list(range(1, len(values) + 1)),
+                    y=values,
+                    mode="lines+markers",
+                    name=f"{KINDS[kind]}, epoch {epoch}",
+                    legendgroup=f"{kind}{epoch}",
+                    showlegend=col == 1,
+                    line=dict(color=f"rgba({r},{g},{b},{shade:.2f})"),
+                    row=1,
+                    col=col,
+                )
     figp.update_yaxes(type="log", title="||gamma * branch|| / ||residual||", col=1)
     figp.update_xaxes(title="SA layer")
     figp.update_layout(title="Residual-branch ratio per layer across training (miniature retraining)", height=540)
@@ -124,10 +161,20 @@ def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = parser("residual_ratio", __doc__, model=False)
     p.add_argument("--with", dest="with_run", type=Path, default=None, help="run directory trained with LayerScale")
-    p.add_argument("--without", dest="without_run", type=Path, default=None,
-                   help="run directory trained with --residual-scale none")
-    p.add_argument("--sweep", type=Path, default=None, metavar="DIR",
-                   help="the pair depth_stability.py picked from its runs in DIR (its --out)")
+    p.add_argument(
+        "--without",
+        dest="without_run",
+        type=Path,
+        default=None,
+        help="run directory trained with --residual-scale none",
+    )
+    p.add_argument(
+        "--sweep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the pair depth_stability.py picked from its runs in DIR (its --out)",
+    )
     p.add_argument("--retrain", action="store_true", help="train the pair first (python -m cait.train)")
     p.add_argument("--ship", action="store_true", help="store the pair's metrics as the shipped data")
     p.add_argument("--depth", type=int, default=12, help="--retrain: SA depth of both runs (default 12)")
@@ -160,19 +207,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shipped the pair's metrics to {SHIPPED}")
 
     made_from = "miniature retraining: " + " | ".join(f"{KINDS[k]}: {d['description']}" for k, d in data.items())
-    rows = [{"residual_scale": kind, "epoch": epoch, "branch": branch, "layer": layer, "ratio": value}
-            for kind, d in data.items() for i, epoch in enumerate(d["epochs"])
-            for branch in ("sa", "ffn", "ca", "ca_ffn") for layer, value in enumerate(d[branch][i])]
+    rows = [
+        {"residual_scale": kind, "epoch": epoch, "branch": branch, "layer": layer, "ratio": value}
+        for kind, d in data.items()
+        for i, epoch in enumerate(d["epochs"])
+        for branch in ("sa", "ffn", "ca", "ca_ffn")
+        for layer, value in enumerate(d[branch][i])
+    ]
     write_csv(out / "residual_ratio.csv", rows)
-    write_json(out / "residual_ratio.json", {"made_from": made_from, "runs": {k: str(v) for k, v in runs.items()},
-                                             "data": data})
+    write_json(
+        out / "residual_ratio.json",
+        {"made_from": made_from, "runs": {k: str(v) for k, v in runs.items()}, "data": data},
+    )
     plot(data, made_from, out)
     print(made_from)
     for kind, d in data.items():
         for branch in BRANCHES:
             last = d[branch][-1]
-            print(f"{KINDS[kind]:<26}{branch:<4} epoch {d['epochs'][-1]}: mean ratio {sum(last) / len(last):.3g} "
-                  f"(layers {', '.join(f'{v:.2g}' for v in last)})")
+            print(
+                f"{KINDS[kind]:<26}{branch:<4} epoch {d['epochs'][-1]}: mean ratio {sum(last) / len(last):.3g} "
+                f"(layers {', '.join(f'{v:.2g}' for v in last)})"
+            )
     print(f"wrote residual_ratio.csv/.json/.png/.html to {out}")
     return 0
 

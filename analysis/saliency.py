@@ -12,14 +12,29 @@ Few images means a noisy table: for a real measurement run `python -m cait.evalu
 
 Writes regions_of_focus.png/.html/.json and, with boxes, localization.csv/.json/.png/.html.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _common import (
+    Example,
+    batch_of,
+    default_images,
+    forward_only,
+    inference_dtype_of,
+    load_examples,
+    load_model,
+    matplotlib_pyplot,
+    out_dir,
+    parser,
+    save_html,
+    save_png,
+    write_csv,
+    write_json,
+)
 
-from _common import (Example, batch_of, default_images, forward_only, inference_dtype_of, load_examples, load_model,
-                     matplotlib_pyplot, out_dir, parser, save_html, save_png, write_csv, write_json)
 from cait import explain
 from cait.data import ImagesWithBoxes
 from cait.evaluate import CHEAP_METHODS, evaluate
@@ -31,13 +46,15 @@ def boxed_examples(examples: list[Example], cfg) -> ImagesWithBoxes:
     already the model's view, so the boxes are in model-input pixels (canvas = img_size)."""
     kept = [e for e in examples if e.box is not None and e.label is not None]
     boxes = np.stack([e.box.numpy() for e in kept]) if kept else np.zeros((0, 4))
-    return ImagesWithBoxes([e.image for e in kept], [e.label for e in kept], boxes, canvas=cfg.img_size,
-                           classes=class_names(cfg))
+    return ImagesWithBoxes(
+        [e.image for e in kept], [e.label for e in kept], boxes, canvas=cfg.img_size, classes=class_names(cfg)
+    )
 
 
 def regions_png(examples, masks, boxes, captions, made_from, path) -> None:
     plt = matplotlib_pyplot()
     from matplotlib.patches import Rectangle
+
     cols = min(6, len(examples))
     rows = -(-len(examples) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(2.3 * cols, 2.6 * rows + 0.8), squeeze=False)
@@ -51,8 +68,11 @@ def regions_png(examples, masks, boxes, captions, made_from, path) -> None:
             gx0, gy0, gx1, gy1 = ex.box.tolist()
             ax.add_patch(Rectangle((gx0 - 0.5, gy0 - 0.5), gx1 - gx0, gy1 - gy0, fill=False, ec="cyan", lw=1, ls="--"))
         ax.set_title(caption, fontsize=8)
-    fig.suptitle(f"Regions of focus of CA layer 1 (head mean, {int(100 * explain.DEFAULT_SHARE)}% of the mass; "
-                 f"yellow: its box, cyan dashed: garment box)", fontsize=9)
+    fig.suptitle(
+        f"Regions of focus of CA layer 1 (head mean, {int(100 * explain.DEFAULT_SHARE)}% of the mass; "
+        f"yellow: its box, cyan dashed: garment box)",
+        fontsize=9,
+    )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     save_png(fig, path, made_from)
 
@@ -68,6 +88,7 @@ def _dim_outside(image, mask: torch.Tensor) -> np.ndarray:
 def regions_html(examples, masks, boxes, captions, made_from, path) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
     cols = min(6, len(examples))
     rows = -(-len(examples) // cols)
     fig = make_subplots(rows, cols, subplot_titles=captions, horizontal_spacing=0.01, vertical_spacing=0.06)
@@ -75,17 +96,29 @@ def regions_html(examples, masks, boxes, captions, made_from, path) -> None:
         r, c = i // cols + 1, i % cols + 1
         fig.add_trace(go.Image(z=(_dim_outside(ex.image, mask) * 255).astype(np.uint8), name=ex.name), row=r, col=c)
         x0, y0, x1, y1 = box.tolist()
-        fig.add_shape(type="rect", x0=x0 - 0.5, y0=y0 - 0.5, x1=x1 - 0.5, y1=y1 - 0.5, line=dict(color="yellow"),
-                      row=r, col=c)
+        fig.add_shape(
+            type="rect", x0=x0 - 0.5, y0=y0 - 0.5, x1=x1 - 0.5, y1=y1 - 0.5, line=dict(color="yellow"), row=r, col=c
+        )
         if ex.box is not None:
             gx0, gy0, gx1, gy1 = ex.box.tolist()
-            fig.add_shape(type="rect", x0=gx0 - 0.5, y0=gy0 - 0.5, x1=gx1 - 0.5, y1=gy1 - 0.5,
-                          line=dict(color="cyan", dash="dash"), row=r, col=c)
+            fig.add_shape(
+                type="rect",
+                x0=gx0 - 0.5,
+                y0=gy0 - 0.5,
+                x1=gx1 - 0.5,
+                y1=gy1 - 0.5,
+                line=dict(color="cyan", dash="dash"),
+                row=r,
+                col=c,
+            )
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_annotations(font_size=10)
-    fig.update_layout(title="Regions of focus, CA layer 1 (yellow: region box, cyan dashed: garment box)",
-                      height=260 * rows + 140, width=220 * cols + 60)
+    fig.update_layout(
+        title="Regions of focus, CA layer 1 (yellow: region box, cyan dashed: garment box)",
+        height=260 * rows + 140,
+        width=220 * cols + 60,
+    )
     save_html(fig, path, made_from)
 
 
@@ -106,21 +139,31 @@ def localization_figures(table: list[dict], made_from: str, out) -> None:
     save_png(fig, out / "localization.png", made_from)
 
     import plotly.graph_objects as go
+
     figp = go.Figure()
     figp.add_bar(y=names, x=[100 * r["pointing_game"] for r in rows], orientation="h", name="pointing game %")
     figp.add_bar(y=names, x=[100 * r["mass_in_box"] for r in rows], orientation="h", name="mass in box %")
     figp.update_yaxes(autorange="reversed")
-    figp.update_layout(title="Localization of each explanation against the garment box", barmode="group",
-                       height=22 * len(rows) + 220)
+    figp.update_layout(
+        title="Localization of each explanation against the garment box", barmode="group", height=22 * len(rows) + 220
+    )
     save_html(figp, out / "localization.html", made_from)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("saliency", __doc__)
-    p.add_argument("--images", nargs="+", default=None, help="image files (default: the shipped example scenes; "
-                   "for an ImageNet model real photos, see cait.photos)")
-    p.add_argument("--methods", nargs="*", default=None,
-                   help=f"explanations to score (default: all; --quick: {', '.join(CHEAP_METHODS)})")
+    p.add_argument(
+        "--images",
+        nargs="+",
+        default=None,
+        help="image files (default: the shipped example scenes; for an ImageNet model real photos, see cait.photos)",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="*",
+        default=None,
+        help=f"explanations to score (default: all; --quick: {', '.join(CHEAP_METHODS)})",
+    )
     args = p.parse_args(argv)
     unknown = {m for m in args.methods or () if m not in explain.METHODS}  # earlier names are accepted too
     if unknown:
@@ -140,12 +183,24 @@ def main(argv: list[str] | None = None) -> int:
     captions = [f"{names[k]} {100 * probs[b, k]:.0f}%" for b, k in enumerate(top.tolist())]
     regions_png(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.png")
     regions_html(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.html")
-    write_json(out / "regions_of_focus.json", {"made_from": loaded.made_from, "share": explain.DEFAULT_SHARE,
-                                               "images": [{"image": e.name, "predicted": names[k],
-                                                           "probability": probs[b, k].item(),
-                                                           "patches": int(masks[b].sum()),
-                                                           "region_box": boxes[b].tolist(), "mask": masks[b].tolist()}
-                                                          for b, (e, k) in enumerate(zip(examples, top.tolist()))]})
+    write_json(
+        out / "regions_of_focus.json",
+        {
+            "made_from": loaded.made_from,
+            "share": explain.DEFAULT_SHARE,
+            "images": [
+                {
+                    "image": e.name,
+                    "predicted": names[k],
+                    "probability": probs[b, k].item(),
+                    "patches": int(masks[b].sum()),
+                    "region_box": boxes[b].tolist(),
+                    "mask": masks[b].tolist(),
+                }
+                for b, (e, k) in enumerate(zip(examples, top.tolist()))
+            ],
+        },
+    )
     for e, caption, m in zip(examples, captions, masks):
         print(f"{e.name}: {caption}, region of {int(m.sum())}/{m.numel()} patches")
     written = "regions_of_focus.png/.html/.json"
@@ -153,15 +208,25 @@ def main(argv: list[str] | None = None) -> int:
     boxed = boxed_examples(examples, cfg)
     if len(boxed):
         methods = tuple(args.methods) if args.methods else (CHEAP_METHODS if args.quick else None)
-        result = evaluate(model, boxed, batch_size=len(boxed), workers=0, methods=methods,
-                          attribution_subset=len(boxed), dtype=inference_dtype_of(args))
+        result = evaluate(
+            model,
+            boxed,
+            batch_size=len(boxed),
+            workers=0,
+            methods=methods,
+            attribution_subset=len(boxed),
+            dtype=inference_dtype_of(args),
+        )
         made = f"{loaded.made_from}; {len(boxed)} example images with boxes"
         write_csv(out / "localization.csv", result["localization"])
         write_json(out / "localization.json", {"made_from": made, **result})
         localization_figures(result["localization"], made, out)
         print(f"localization on {len(boxed)} images (top-1 {100 * result['top1']:.0f}%):")
         for r in sorted(result["localization"], key=lambda r: -r["pointing_game"]):
-            print(f"  {r['method']:<26}pointing {100 * r['pointing_game']:5.1f}%  mass in box {100 * r['mass_in_box']:5.1f}%")
+            print(
+                f"  {r['method']:<26}pointing {100 * r['pointing_game']:5.1f}%"
+                f"  mass in box {100 * r['mass_in_box']:5.1f}%"
+            )
         written += ", localization.csv/.json/.png/.html"
     print(f"{loaded.made_from}\nwrote {written} to {out}")
     return 0

@@ -9,6 +9,7 @@ Timing (cait.timing, as in benchmarks/): every function is warmed up, then the f
 run in interleaved rounds (the order rotates each round) so that load from other processes hits them
 alike; a function's figure is its median round. Writes <name>.csv, .json, .html (plotly) and .png to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,8 @@ import torch
 from tqdm import tqdm
 
 import cait
-from cait.reference import timm_cait
 from cait.paper import HEADS_DEPTH, HEADS_DIM, HEADS_TABLE
+from cait.reference import timm_cait
 from cait.timing import time_interleaved
 
 
@@ -33,8 +34,7 @@ def _sig(value: float) -> float:
     return float(f"{value:.4g}")
 
 
-def compare(names: list[str], batch_sizes: list[int], *, repeats: int, warmup: int,
-            min_seconds: float) -> list[dict]:
+def compare(names: list[str], batch_sizes: list[int], *, repeats: int, warmup: int, min_seconds: float) -> list[dict]:
     """Ours vs timm (plain forward) and forward_insights vs plain forward, per model and batch size."""
     rows = []
     for name in names:
@@ -47,15 +47,28 @@ def compare(names: list[str], batch_sizes: list[int], *, repeats: int, warmup: i
             with torch.inference_mode():
                 torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)  # same weights, same maths
                 sec = time_interleaved(
-                    {"timm": lambda: theirs(x), "ours": lambda: ours(x),
-                     "ours_insights": lambda: ours.forward_insights(x)},
-                    repeats=repeats, warmup=warmup, min_seconds=min_seconds, desc=f"{name} batch {batch}")
-            rows.append(dict(
-                model=name, batch=batch, gflops_per_image=round(ours.flops() / 1e9, 3),
-                timm_img_s=_sig(batch / sec["timm"]), ours_img_s=_sig(batch / sec["ours"]),
-                insights_img_s=_sig(batch / sec["ours_insights"]),
-                speed_ratio_ours_over_timm=round(sec["timm"] / sec["ours"], 3),
-                insights_cost_over_forward=round(sec["ours_insights"] / sec["ours"], 3)))
+                    {
+                        "timm": lambda: theirs(x),
+                        "ours": lambda: ours(x),
+                        "ours_insights": lambda: ours.forward_insights(x),
+                    },
+                    repeats=repeats,
+                    warmup=warmup,
+                    min_seconds=min_seconds,
+                    desc=f"{name} batch {batch}",
+                )
+            rows.append(
+                dict(
+                    model=name,
+                    batch=batch,
+                    gflops_per_image=round(ours.flops() / 1e9, 3),
+                    timm_img_s=_sig(batch / sec["timm"]),
+                    ours_img_s=_sig(batch / sec["ours"]),
+                    insights_img_s=_sig(batch / sec["ours_insights"]),
+                    speed_ratio_ours_over_timm=round(sec["timm"] / sec["ours"], 3),
+                    insights_cost_over_forward=round(sec["ours_insights"] / sec["ours"], 3),
+                )
+            )
     return rows
 
 
@@ -67,34 +80,55 @@ def heads_table(heads: list[int], batch: int, *, repeats: int, warmup: int, min_
     quoted = {row["heads"]: row for row in HEADS_TABLE}
     rows = []
     for h in tqdm(heads, desc="heads"):
-        shape = dict(img_size=224, embed_dim=HEADS_DIM, depth=HEADS_DEPTH, num_heads=h, depth_token_only=0,
-                     class_token_at=0)
+        shape = dict(
+            img_size=224, embed_dim=HEADS_DIM, depth=HEADS_DEPTH, num_heads=h, depth_token_only=0, class_token_at=0
+        )
         plain = cait.create_model("cait_s24_224", talking_heads=False, **shape)
         talking = cait.create_model("cait_s24_224", talking_heads=True, **shape)
         x = torch.randn(batch, 3, 224, 224)
         with torch.inference_mode():
-            sec = time_interleaved({"plain": lambda: plain(x), "talking": lambda: talking(x)}, repeats=repeats,
-                                   warmup=warmup, min_seconds=min_seconds, desc=f"{h} heads")
+            sec = time_interleaved(
+                {"plain": lambda: plain(x), "talking": lambda: talking(x)},
+                repeats=repeats,
+                warmup=warmup,
+                min_seconds=min_seconds,
+                desc=f"{h} heads",
+            )
         paper = quoted.get(h, {})
-        rows.append(dict(
-            heads=h, head_dim=HEADS_DIM // h, batch=batch,
-            img_s=_sig(batch / sec["plain"]), gflops=round(plain.flops() / 1e9, 3),
-            talking_heads_img_s=_sig(batch / sec["talking"]), talking_heads_gflops=round(talking.flops() / 1e9, 3),
-            paper_top1_quoted=paper.get("top1"), paper_img_s_gpu_quoted=paper.get("throughput_gpu"),
-            paper_gflops_quoted=paper.get("flops_g")))
+        rows.append(
+            dict(
+                heads=h,
+                head_dim=HEADS_DIM // h,
+                batch=batch,
+                img_s=_sig(batch / sec["plain"]),
+                gflops=round(plain.flops() / 1e9, 3),
+                talking_heads_img_s=_sig(batch / sec["talking"]),
+                talking_heads_gflops=round(talking.flops() / 1e9, 3),
+                paper_top1_quoted=paper.get("top1"),
+                paper_img_s_gpu_quoted=paper.get("throughput_gpu"),
+                paper_gflops_quoted=paper.get("flops_g"),
+            )
+        )
     return rows
 
 
 def figure(rows: list[dict], heads: bool):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
     if heads:
         fig = make_subplots(specs=[[{"secondary_y": True}]])
         hs = [r["heads"] for r in rows]
         fig.add_bar(x=hs, y=[r["img_s"] for r in rows], name="ours, plain MHSA (measured)")
         fig.add_bar(x=hs, y=[r["talking_heads_img_s"] for r in rows], name="ours, talking heads (measured)")
-        fig.add_scatter(x=hs, y=[r["paper_top1_quoted"] for r in rows], name="top-1 (quoted from the paper)",
-                        mode="lines+markers", line=dict(dash="dash"), secondary_y=True)
+        fig.add_scatter(
+            x=hs,
+            y=[r["paper_top1_quoted"] for r in rows],
+            name="top-1 (quoted from the paper)",
+            mode="lines+markers",
+            line=dict(dash="dash"),
+            secondary_y=True,
+        )
         fig.update_xaxes(title="heads (12 layers, dim 384)", type="category")
         fig.update_yaxes(title=f"images/s on this CPU, batch {rows[0]['batch']}", secondary_y=False)
         fig.update_yaxes(title="ImageNet top-1 % (paper, quoted)", tickformat=".1f", secondary_y=True)
@@ -102,10 +136,18 @@ def figure(rows: list[dict], heads: bool):
     else:
         labels = [f"{r['model']}<br>batch {r['batch']}" for r in rows]
         fig = go.Figure()
-        for key, label in (("timm_img_s", "timm forward"), ("ours_img_s", "ours forward"),
-                           ("insights_img_s", "ours forward_insights")):
-            fig.add_bar(x=labels, y=[r[key] for r in rows], name=label,
-                        text=[f"{r[key]:.3g}" for r in rows], textposition="outside")
+        for key, label in (
+            ("timm_img_s", "timm forward"),
+            ("ours_img_s", "ours forward"),
+            ("insights_img_s", "ours forward_insights"),
+        ):
+            fig.add_bar(
+                x=labels,
+                y=[r[key] for r in rows],
+                name=label,
+                text=[f"{r[key]:.3g}" for r in rows],
+                textposition="outside",
+            )
         fig.update_yaxes(title="images/s on this CPU (median round)", type="log")
         fig.update_layout(title="Inference throughput, same weights, same run", barmode="group")
     return fig
@@ -117,18 +159,25 @@ def save_png(fig, rows: list[dict], heads: bool, path: Path) -> str:
         fig.write_image(str(path), width=1000, height=550, scale=1)
         return "plotly/kaleido"
     except Exception as e:  # kaleido needs a headless Chrome; fall back rather than lose the figure
-        print(f"plotly PNG export failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-              f"using matplotlib")
+        print(
+            f"plotly PNG export failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            f"using matplotlib"
+        )
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig_m, ax = plt.subplots(figsize=(10, 5.5))
     if heads:
         keys = (("img_s", "plain MHSA"), ("talking_heads_img_s", "talking heads"))
         labels = [str(r["heads"]) for r in rows]
     else:
-        keys = (("timm_img_s", "timm forward"), ("ours_img_s", "ours forward"),
-                ("insights_img_s", "ours forward_insights"))
+        keys = (
+            ("timm_img_s", "timm forward"),
+            ("ours_img_s", "ours forward"),
+            ("insights_img_s", "ours forward_insights"),
+        )
         labels = [f"{r['model']}\nbatch {r['batch']}" for r in rows]
     width = 0.8 / len(keys)
     for i, (key, label) in enumerate(keys):
@@ -158,10 +207,17 @@ def print_table(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--models", nargs="+", default=["cait_xxs24_224", "cait_nano_64"],
-                   help="variants from cait.list_models() (random weights; speed does not depend on them)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=["cait_xxs24_224", "cait_nano_64"],
+        help="variants from cait.list_models() (random weights; speed does not depend on them)",
+    )
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16])
     p.add_argument("--heads", action="store_true", help="measure the paper's number-of-heads table instead")
     p.add_argument("--heads-list", nargs="+", type=int, default=[row["heads"] for row in HEADS_TABLE])
@@ -196,8 +252,14 @@ def main() -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    env = dict(torch=torch.__version__, timm=timm.__version__, threads=torch.get_num_threads(),
-               cpu=platform.processor() or platform.machine(), load_average=os.getloadavg(), **timing)
+    env = dict(
+        torch=torch.__version__,
+        timm=timm.__version__,
+        threads=torch.get_num_threads(),
+        cpu=platform.processor() or platform.machine(),
+        load_average=os.getloadavg(),
+        **timing,
+    )
     (args.out / f"{stem}.json").write_text(json.dumps(dict(rows=rows, environment=env), indent=2))
     fig = figure(rows, args.heads)
     fig.write_html(args.out / f"{stem}.html", include_plotlyjs=True)

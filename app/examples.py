@@ -1,15 +1,15 @@
 """Example images for a model: real photos for ImageNet models, the shipped test scenes for colour
 Fashion-MNIST models, plain Fashion-MNIST test images for grey ones (generated into the work folder)."""
+
 from __future__ import annotations
 
 from functools import lru_cache
 
 import cait
+from app.workdir import WORK
 from cait.checkpoint import WEIGHTS_DIR
 from cait.data import EXAMPLES_DIR, read_examples
 from cait.photos import available_photos
-
-from app.workdir import WORK
 
 
 def find_examples(cfg: cait.CaiTConfig) -> list[tuple[str, str]]:
@@ -27,6 +27,7 @@ def find_examples(cfg: cait.CaiTConfig) -> list[tuple[str, str]]:
 def generated_examples(data: str, count: int = 8) -> tuple[tuple[str, str], ...]:
     """The first `count` test images of `data`, written once per process (empty without the dataset)."""
     from cait.data import DataError, build_dataset
+
     try:
         dataset = build_dataset(data, "val", subset=count)
     except DataError:

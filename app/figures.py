@@ -1,6 +1,7 @@
 """Figures only the app shows: saliency tiles, the region of focus, talking-heads views. Pure functions
 of numbers (no Gradio). The class-attention grid and the LayerScale plots are shared with the analysis
 scripts and live in `cait.figures`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,8 +46,9 @@ def save_tiles(images: list[Image.Image], folder: Path, stem: str, *, exact: boo
     return paths
 
 
-def draw_box(image: Image.Image, box: tuple[float, float, float, float], scale: float,
-             colour: str = "#00e0ff") -> Image.Image:
+def draw_box(
+    image: Image.Image, box: tuple[float, float, float, float], scale: float, colour: str = "#00e0ff"
+) -> Image.Image:
     """A copy of `image` with `box` (model-input pixels, scaled by `scale` to the image) outlined."""
     out = image.copy()
     x0, y0, x1, y1 = (v * scale for v in box)
@@ -54,36 +56,67 @@ def draw_box(image: Image.Image, box: tuple[float, float, float, float], scale: 
     return out
 
 
-def region_image(view: Image.Image, mask: torch.Tensor, box: tuple[float, float, float, float],
-                 img_size: int) -> Image.Image:
+def region_image(
+    view: Image.Image, mask: torch.Tensor, box: tuple[float, float, float, float], img_size: int
+) -> Image.Image:
     """The region of focus bright on the dimmed image, with its box."""
     base = display_base(view)
     region = overlay(base, mask.float(), cmap="gray", alpha=0.45, smooth=False)
     return draw_box(region, box, base.width / img_size)
 
 
-def saliency_tile(view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float,
-                  smooth: bool = True) -> Image.Image:
+def saliency_tile(
+    view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float, smooth: bool = True
+) -> Image.Image:
     return overlay(display_base(view), heat, cmap=cmap, alpha=alpha, smooth=smooth)
 
 
-PLOTLY_SCALES = {"inferno": "Inferno", "viridis": "Viridis", "magma": "Magma", "jet": "Jet", "turbo": "Turbo",
-                 "gray": "gray"}
+PLOTLY_SCALES = {
+    "inferno": "Inferno",
+    "viridis": "Viridis",
+    "magma": "Magma",
+    "jet": "Jet",
+    "turbo": "Turbo",
+    "gray": "gray",
+}
 
 
 def enlarged_figure(tile: Image.Image, view: Image.Image, heat: np.ndarray, *, cmap: str, title: str) -> go.Figure:
     """The selected tile as shown (left) beside its patch grid as it is, one block per patch, over the
     image (right), whose hover gives the value under the cursor with its row and column (from 1)."""
     g = heat.shape[-1]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("as in the grid", "patch grid (hover: the value)"),
-                        horizontal_spacing=0.04)
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("as in the grid", "patch grid (hover: the value)"), horizontal_spacing=0.04
+    )
     fig.add_trace(go.Image(z=np.asarray(tile), hoverinfo="skip"), row=1, col=1)
     cells = list(range(1, g + 1))
-    fig.add_trace(go.Heatmap(z=heat, x=cells, y=cells, colorscale=PLOTLY_SCALES.get(cmap, "Inferno"), opacity=0.6,
-                             zsmooth=False, colorbar=dict(title="attention", len=0.8),
-                             hovertemplate="row %{y}, column %{x}: %{z:.4f}<extra></extra>"), row=1, col=2)
-    fig.add_layout_image(source=display_base(view, 448), xref="x2", yref="y2", x=0.5, y=0.5, sizex=g, sizey=g,
-                         xanchor="left", yanchor="top", sizing="stretch", layer="below")
+    fig.add_trace(
+        go.Heatmap(
+            z=heat,
+            x=cells,
+            y=cells,
+            colorscale=PLOTLY_SCALES.get(cmap, "Inferno"),
+            opacity=0.6,
+            zsmooth=False,
+            colorbar=dict(title="attention", len=0.8),
+            hovertemplate="row %{y}, column %{x}: %{z:.4f}<extra></extra>",
+        ),
+        row=1,
+        col=2,
+    )
+    fig.add_layout_image(
+        source=display_base(view, 448),
+        xref="x2",
+        yref="y2",
+        x=0.5,
+        y=0.5,
+        sizex=g,
+        sizey=g,
+        xanchor="left",
+        yanchor="top",
+        sizing="stretch",
+        layer="below",
+    )
     fig.update_xaxes(visible=False, row=1, col=1)
     fig.update_yaxes(visible=False, row=1, col=1)
     fig.update_xaxes(range=[0.5, g + 0.5], constrain="domain", showgrid=False, row=1, col=2)
@@ -94,19 +127,38 @@ def enlarged_figure(tile: Image.Image, view: Image.Image, heat: np.ndarray, *, c
 
 def mixing_figure(proj_l: np.ndarray, proj_w: np.ndarray, layer: int) -> go.Figure:
     """The talking-heads mixing matrices of one SA layer (rows: output head, columns: input head, from 1)."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("proj_l (mixes the logits, before the softmax)",
-                                                        "proj_w (mixes the weights, after it)"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("proj_l (mixes the logits, before the softmax)", "proj_w (mixes the weights, after it)"),
+    )
     limit = float(max(np.abs(proj_l).max(), np.abs(proj_w).max(), 1e-12))
     heads = list(range(1, proj_l.shape[0] + 1))
     for col, matrix in ((1, proj_l), (2, proj_w)):
-        fig.add_trace(go.Heatmap(z=matrix, x=heads, y=heads, colorscale="RdBu", zmid=0, zmin=-limit, zmax=limit,
-                                 showscale=col == 2, texttemplate="%{z:.2f}" if len(heads) <= 8 else None,
-                                 hovertemplate="out head %{y}<br>in head %{x}<br>%{z:.3f}<extra></extra>"),
-                      row=1, col=col)
+        fig.add_trace(
+            go.Heatmap(
+                z=matrix,
+                x=heads,
+                y=heads,
+                colorscale="RdBu",
+                zmid=0,
+                zmin=-limit,
+                zmax=limit,
+                showscale=col == 2,
+                texttemplate="%{z:.2f}" if len(heads) <= 8 else None,
+                hovertemplate="out head %{y}<br>in head %{x}<br>%{z:.3f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_xaxes(title_text="input head", dtick=1, row=1, col=col)
         fig.update_yaxes(title_text="output head", dtick=1, autorange="reversed", row=1, col=col)
-    fig.update_layout(title=f"Talking-heads mixing of SA layer {layer + 1}", height=380 + 10 * max(0, len(heads) - 8),
-                      margin=dict(l=60, r=20, t=70, b=50), template="plotly_white")
+    fig.update_layout(
+        title=f"Talking-heads mixing of SA layer {layer + 1}",
+        height=380 + 10 * max(0, len(heads) - 8),
+        margin=dict(l=60, r=20, t=70, b=50),
+        template="plotly_white",
+    )
     return fig
 
 
@@ -124,8 +176,15 @@ def query_picker(view: Image.Image, g: int, patch: int, side: int = PICKER_SIDE)
     return draw_box(image, (c * cell, r * cell, (c + 1) * cell, (r + 1) * cell), 1.0)
 
 
-def query_tiles(view: Image.Image, stages: dict[str, np.ndarray], patch: int, *, cmap: str = "inferno",
-                alpha: float = 0.6, side: int = 160) -> list[tuple[Image.Image, str]]:
+def query_tiles(
+    view: Image.Image,
+    stages: dict[str, np.ndarray],
+    patch: int,
+    *,
+    cmap: str = "inferno",
+    alpha: float = 0.6,
+    side: int = 160,
+) -> list[tuple[Image.Image, str]]:
     """Where one query patch looks, per head, at each stage (stages: name -> [h, N, N]); the query patch
     is outlined. After proj_w the weights can be negative; each tile spans its own min .. max."""
     first = next(iter(stages.values()))
@@ -142,6 +201,17 @@ def query_tiles(view: Image.Image, stages: dict[str, np.ndarray], patch: int, *,
     return tiles
 
 
-__all__ = ["COLORMAPS", "STAGE_LABELS", "TILE", "display_base", "draw_box", "enlarged_figure", "mixing_figure",
-           "query_picker", "query_tiles",
-           "region_image", "saliency_tile", "save_tiles"]
+__all__ = [
+    "COLORMAPS",
+    "STAGE_LABELS",
+    "TILE",
+    "display_base",
+    "draw_box",
+    "enlarged_figure",
+    "mixing_figure",
+    "query_picker",
+    "query_tiles",
+    "region_image",
+    "saliency_tile",
+    "save_tiles",
+]

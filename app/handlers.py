@@ -1,5 +1,6 @@
 """What each event of the page does: read the session's model from the shared cache, call `app.session`,
 and return {component: new value} for the components that change (the others stay as they are)."""
+
 from __future__ import annotations
 
 import json
@@ -12,15 +13,23 @@ import gradio as gr
 from gradio.data_classes import FileData
 
 import cait
-from cait import explain, hub
-from cait.figures import (attention_tile, attention_tiles, colour_bar, display_base, grid_columns, layerscale_plot,
-                          residual_ratio_plot, tile_sheet, to_plotly)
-
 from app import figures, session, texts, torch_thread
 from app.images import ImageInputError
 from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, talking_columns
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
+from cait import explain, hub
+from cait.figures import (
+    attention_tile,
+    attention_tiles,
+    colour_bar,
+    display_base,
+    grid_columns,
+    layerscale_plot,
+    residual_ratio_plot,
+    tile_sheet,
+    to_plotly,
+)
 
 log = logging.getLogger("cait.app")
 
@@ -44,8 +53,9 @@ def _colour_bar(cmap: str, scale: str):
 
 def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[str, Any]:
     """The class-attention controls (in `layout.Page.look` order) as `attention_tile` arguments."""
-    return dict(cmap=cmap, alpha=float(alpha), shared_scale=scale == SCALES[1], smooth=view == VIEWS[0],
-                keep_mass=float(keep))
+    return dict(
+        cmap=cmap, alpha=float(alpha), shared_scale=scale == SCALES[1], smooth=view == VIEWS[0], keep_mass=float(keep)
+    )
 
 
 class Handlers:
@@ -54,8 +64,9 @@ class Handlers:
 
     # ------------------------------------------------------------------------ class-attention view
 
-    def ca_outputs(self, a: session.Analysis, look: tuple, selected: tuple[int, int] | None, shown: tuple, *,
-                   sheet: bool = True) -> dict:
+    def ca_outputs(
+        self, a: session.Analysis, look: tuple, selected: tuple[int, int] | None, shown: tuple, *, sheet: bool = True
+    ) -> dict:
         """The class-attention galleries (one per CA layer), colour bar and enlarged tile for the
         controls' values `look` (cmap, alpha, scale, view, keep); with sheet, the PNG download too.
         shown: the galleries' props as the page has them (`Page.ca_props`)."""
@@ -68,8 +79,12 @@ class Handlers:
             tiles = layers[i] if i < len(layers) else []
             top = f", colour 0 .. {a.ca_maps[i].max():.3f}" if scale == SCALES[1] and tiles else ""
             files = figures.save_tiles([t.image for t in tiles], folder, f"ca{i + 1}", exact=view != VIEWS[0])
-            galleries.append(([(f, t.short_caption) for f, t in zip(files, tiles)] or None,
-                              GalleryProps(visible=bool(tiles), columns=columns, label=f"CA layer {i + 1}{top}")))
+            galleries.append(
+                (
+                    [(f, t.short_caption) for f, t in zip(files, tiles)] or None,
+                    GalleryProps(visible=bool(tiles), columns=columns, label=f"CA layer {i + 1}{top}"),
+                )
+            )
         out = self._galleries(galleries, shown)
         out.update({p.colour_bar: _colour_bar(cmap, scale), p.ca_big: self._big(a, look, selected)})
         if sheet:
@@ -88,8 +103,11 @@ class Handlers:
 
     def _sheet(self, layers, cmap: str, scale: str) -> str:
         """The class-attention grid as one PNG file (the download), laid out like the page."""
-        png = tile_sheet(layers[:MAX_CA_LAYERS], title="Class attention (rows: CA layers; head mean first)",
-                         footer=_colour_bar(cmap, scale))
+        png = tile_sheet(
+            layers[:MAX_CA_LAYERS],
+            title="Class attention (rows: CA layers; head mean first)",
+            footer=_colour_bar(cmap, scale),
+        )
         path = WORK.request_dir() / "class_attention.png"
         png.save(path, compress_level=1)  # lossless like the default level, 4x faster, ~10% larger
         return str(path)
@@ -101,8 +119,10 @@ class Handlers:
         head = None if index == 0 else index - 1
         tile = attention_tile(display_base(a.view, 448), a.ca_maps, a.self_share, layer, head, **_look(*look))
         heat = a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head]
-        return gr.Plot(value=figures.enlarged_figure(tile.image, a.view, heat, cmap=look[0], title=tile.caption),
-                       label=tile.caption)
+        return gr.Plot(
+            value=figures.enlarged_figure(tile.image, a.view, heat, cmap=look[0], title=tile.caption),
+            label=tile.caption,
+        )
 
     def rerender_ca(self, a, cmap, alpha, scale, view, keep, selected, shown) -> dict:
         if a is None:
@@ -114,8 +134,11 @@ class Handlers:
             if a is None:
                 return {}
             selected = (layer, int(evt.index))
-            return {self.page.ca_big: self._big(a, (cmap, alpha, scale, view, keep), selected),
-                    self.page.selected: selected}
+            return {
+                self.page.ca_big: self._big(a, (cmap, alpha, scale, view, keep), selected),
+                self.page.selected: selected,
+            }
+
         return handler
 
     # ------------------------------------------------------------------------ a new image
@@ -124,14 +147,27 @@ class Handlers:
         """Every result of the last image emptied (a removed image, a new model, a file that failed);
         shown: the CA galleries' props as the page has them (`Page.ca_props`)."""
         p = self.page
-        out = {p.analysis: None, p.selected: None, p.top5: "", p.status: status, p.grid_file: None,
-               p.json_file: None, p.ca_big: None, p.colour_bar: None, p.sal_gallery: None, p.sal_region: None,
-               p.sal_table: None, p.ratio_plot: None, p.th_gallery: None, p.th_plot: None, p.th_pick: None}
+        out = {
+            p.analysis: None,
+            p.selected: None,
+            p.top5: "",
+            p.status: status,
+            p.grid_file: None,
+            p.json_file: None,
+            p.ca_big: None,
+            p.colour_bar: None,
+            p.sal_gallery: None,
+            p.sal_region: None,
+            p.sal_table: None,
+            p.ratio_plot: None,
+            p.th_gallery: None,
+            p.th_plot: None,
+            p.th_pick: None,
+        }
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
-    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, shown: tuple, *,
-                  uploaded: bool) -> dict:
+    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, shown: tuple, *, uploaded: bool) -> dict:
         """The first answer to a new image: predictions and the class-attention view, as soon as they are
         computed; what the other tabs and the downloads need follows in `details`."""
         p = self.page
@@ -153,15 +189,21 @@ class Handlers:
         json_path = WORK.request_dir() / "cait_analysis.json"
         json_path.write_text(json.dumps(data))
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
-        sheet = self._sheet(attention_tiles(a.view, a.ca_maps, a.self_share, **_look(cmap, alpha, scale, view, keep)),
-                            cmap, scale)
-        out = {p.json_file: str(json_path), p.grid_file: sheet, p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
-               p.sal_class: gr.Dropdown(choices=classes, value=a.top_class)}
+        sheet = self._sheet(
+            attention_tiles(a.view, a.ca_maps, a.self_share, **_look(cmap, alpha, scale, view, keep)), cmap, scale
+        )
+        out = {
+            p.json_file: str(json_path),
+            p.grid_file: sheet,
+            p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
+            p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
+        }
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
         return out
 
-    def _analyse_path(self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, shown: tuple, *,
-                      uploaded: bool) -> dict:
+    def _analyse_path(
+        self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, shown: tuple, *, uploaded: bool
+    ) -> dict:
         if path is None:
             return self.cleared(shown)
         loaded = self.cache.get(choice)
@@ -175,8 +217,9 @@ class Handlers:
         return self._analysed(loaded, a, look, shown, uploaded=uploaded)
 
     def on_upload(self, choice, shown, payload, cmap, alpha, scale, view, keep, th_layer) -> dict:
-        return self._analyse_path(choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer, shown,
-                                  uploaded=True)
+        return self._analyse_path(
+            choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=True
+        )
 
     def on_example(self, choice, shown, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:
         path = evt.value["image"]["path"]
@@ -203,12 +246,17 @@ class Handlers:
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
         rows, tiles = [], []
         yield self._saliency_progress(name, methods, rows, tiles)
-        for row in session.saliency_rows(loaded, a, target=target, methods=methods,
-                                         options=explain.MethodOptions(ig_steps=int(steps))):
+        for row in session.saliency_rows(
+            loaded, a, target=target, methods=methods, options=explain.MethodOptions(ig_steps=int(steps))
+        ):
             rows.append(row)
-            tiles.append((figures.saliency_tile(a.view, row.heat, **look),
-                          f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · "
-                          f"insertion AUC {row.insertion_auc:.3f}"))
+            tiles.append(
+                (
+                    figures.saliency_tile(a.view, row.heat, **look),
+                    f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · "
+                    f"insertion AUC {row.insertion_auc:.3f}",
+                )
+            )
             yield self._saliency_progress(name, methods, rows, tiles)
         mask, box = session.regions_of_focus(loaded, a)
         yield {p.sal_region: figures.region_image(a.view, mask, box, loaded.cfg.img_size)}
@@ -217,9 +265,10 @@ class Handlers:
         done = len(rows)
         running = f"; computing {methods[done]} ({done + 1} of {len(methods)})" if done < len(methods) else ""
         table = [[r.method, round(r.deletion_auc, 4), round(r.insertion_auc, 4), round(r.seconds, 2)] for r in rows]
-        return {self.page.sal_gallery: gr.Gallery(value=list(tiles) or None,
-                                                  label=f"Maps for class '{name}'{running}"),
-                self.page.sal_table: table or None}
+        return {
+            self.page.sal_gallery: gr.Gallery(value=list(tiles) or None, label=f"Maps for class '{name}'{running}"),
+            self.page.sal_table: table or None,
+        }
 
     # ------------------------------------------------------------------------ talking heads
 
@@ -227,14 +276,17 @@ class Handlers:
         g = loaded.cfg.grid_size
         patch = (min(max(int(row), 1), g) - 1) * g + min(max(int(col), 1), g) - 1
         st = a.stages
-        tiles = figures.query_tiles(a.view, {"raw": st.raw, "after_proj_l": st.after_proj_l,
-                                             "after_proj_w": st.after_proj_w}, patch)
+        tiles = figures.query_tiles(
+            a.view, {"raw": st.raw, "after_proj_l": st.after_proj_l, "after_proj_w": st.after_proj_w}, patch
+        )
         proj_l, proj_w = (m.float().cpu().numpy() for m in explain.mixing_matrices(loaded.model, st.layer))
         files = figures.save_tiles([image for image, _ in tiles], WORK.request_dir(), "query")
         # a value only: the columns follow the model (`model_outputs`)
-        return {self.page.th_gallery: [(f, caption) for f, (_, caption) in zip(files, tiles)],
-                self.page.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
-                self.page.th_pick: figures.query_picker(a.view, g, patch)}
+        return {
+            self.page.th_gallery: [(f, caption) for f, (_, caption) in zip(files, tiles)],
+            self.page.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
+            self.page.th_pick: figures.query_picker(a.view, g, patch),
+        }
 
     def talking(self, choice, a, layer, row, col) -> dict:
         if a is None or a.choice != choice:
@@ -257,12 +309,20 @@ class Handlers:
     def model_outputs(self, loaded: LoadedModel) -> dict:
         """Everything on the page that depends on the session's model, for `loaded`."""
         p, cfg, g = self.page, loaded.cfg, loaded.cfg.grid_size
-        return {p.choice: loaded.choice, p.header: texts.header_markdown(loaded, hub.cached_variants()),
-                p.model_md: texts.model_markdown(loaded),
-                p.examples: gr.Gallery(value=loaded.examples), p.image_in: None, p.ls_plot: layerscale_figure(loaded),
-                p.th_layer: gr.Slider(maximum=cfg.depth, value=1), p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
-                p.th_col: gr.Slider(maximum=g, value=g // 2 + 1), p.sal_class: gr.Dropdown(choices=[], value=None),
-                p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)), p.variant: loaded.choice.name}
+        return {
+            p.choice: loaded.choice,
+            p.header: texts.header_markdown(loaded, hub.cached_variants()),
+            p.model_md: texts.model_markdown(loaded),
+            p.examples: gr.Gallery(value=loaded.examples),
+            p.image_in: None,
+            p.ls_plot: layerscale_figure(loaded),
+            p.th_layer: gr.Slider(maximum=cfg.depth, value=1),
+            p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
+            p.th_col: gr.Slider(maximum=g, value=g // 2 + 1),
+            p.sal_class: gr.Dropdown(choices=[], value=None),
+            p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)),
+            p.variant: loaded.choice.name,
+        }
 
     def weights_status(self, name: str | None) -> str:
         """Where the chosen variant's weights would come from, without any request (cait.hub)."""
@@ -273,12 +333,22 @@ class Handlers:
         except ValueError as e:
             return str(e)
 
-    def load_model(self, choice: ModelChoice, shown: tuple, name: str | None, checkpoint: str | None,
-                   download: bool = False, progress=gr.Progress()) -> dict:
+    def load_model(
+        self,
+        choice: ModelChoice,
+        shown: tuple,
+        name: str | None,
+        checkpoint: str | None,
+        download: bool = False,
+        progress=gr.Progress(),
+    ) -> dict:
         """Load a model for this session only (a download, when asked for, with a progress bar). A failure
         is one message next to the button; nothing else on the page changes."""
-        wanted = ModelChoice(name=name or None, checkpoint=(checkpoint or "").strip() or None,
-                             download=bool(download) and not (checkpoint or "").strip())
+        wanted = ModelChoice(
+            name=name or None,
+            checkpoint=(checkpoint or "").strip() or None,
+            download=bool(download) and not (checkpoint or "").strip(),
+        )
         try:
             if wanted.download and wanted.name and hub.weights_status(wanted.name).where == "download":
                 report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")
@@ -317,8 +387,9 @@ class Handlers:
             out = session.numbers(loaded, a)
             out["methods"] = list(explain.METHODS)
             if method:
-                out["attribution"] = session.attribution_for_api(loaded, a, method=method, target=int(target),
-                                                                 steps=int(steps))
+                out["attribution"] = session.attribution_for_api(
+                    loaded, a, method=method, target=int(target), steps=int(steps)
+                )
         except (ImageInputError, ValueError) as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
             raise gr.Error(f"{prefix}{e}")

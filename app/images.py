@@ -4,6 +4,7 @@ Every failure raises `ImageInputError` with one sentence a user can act on; oddi
 give a correct result (EXIF rotation, animation, transparency, 16-bit, tiny or very long images)
 are reported as notes so the UI can say what was done.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-MAX_PIXELS = 40_000_000       # refuse larger images before decoding (a 40 MP photo decodes to ~120 MB RGB)
-MAX_SIDE = 2048               # larger images are downscaled first: the models see at most 448 px anyway
-MAX_ASPECT = 4.0              # longer images are centre-cropped to this ratio first (see `_crop_aspect`)
-TINY_SIDE = 8                 # below this the image has almost no information: say so, still classify
+MAX_PIXELS = 40_000_000  # refuse larger images before decoding (a 40 MP photo decodes to ~120 MB RGB)
+MAX_SIDE = 2048  # larger images are downscaled first: the models see at most 448 px anyway
+MAX_ASPECT = 4.0  # longer images are centre-cropped to this ratio first (see `_crop_aspect`)
+TINY_SIDE = 8  # below this the image has almost no information: say so, still classify
 
 
 class ImageInputError(ValueError):
@@ -26,8 +27,8 @@ class ImageInputError(ValueError):
 
 @dataclass
 class DecodedImage:
-    image: Image.Image                            # RGB or L, at most MAX_SIDE on its long side
-    original_size: tuple[int, int]                # (width, height) as stored in the file
+    image: Image.Image  # RGB or L, at most MAX_SIDE on its long side
+    original_size: tuple[int, int]  # (width, height) as stored in the file
     notes: list[str] = field(default_factory=list)  # what was done to get a correct result
 
 
@@ -46,16 +47,20 @@ def load_image(path: str | os.PathLike, *, max_pixels: int = MAX_PIXELS, mode: s
         try:
             im = Image.open(path)  # reads the header only
         except Image.DecompressionBombError:
-            raise ImageInputError(f"the image has too many pixels (limit {max_pixels / 1e6:.0f} megapixels); "
-                                  f"refused without decoding it.") from None
+            raise ImageInputError(
+                f"the image has too many pixels (limit {max_pixels / 1e6:.0f} megapixels); refused without decoding it."
+            ) from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-            raise ImageInputError(f"'{path.name}' is not an image format this app can read "
-                                  f"(PNG, JPEG, GIF, WebP, BMP, TIFF ...).") from None
+            raise ImageInputError(
+                f"'{path.name}' is not an image format this app can read (PNG, JPEG, GIF, WebP, BMP, TIFF ...)."
+            ) from None
     with im:
         width, height = im.size
         if width * height > max_pixels:
-            raise ImageInputError(f"the image is {width}x{height} = {width * height / 1e6:.0f} megapixels, above "
-                                  f"the limit of {max_pixels / 1e6:.0f}; refused without decoding it.")
+            raise ImageInputError(
+                f"the image is {width}x{height} = {width * height / 1e6:.0f} megapixels, above "
+                f"the limit of {max_pixels / 1e6:.0f}; refused without decoding it."
+            )
         if width < 1 or height < 1:
             raise ImageInputError("the image has no pixels.")
         notes = []
@@ -67,8 +72,9 @@ def load_image(path: str | os.PathLike, *, max_pixels: int = MAX_PIXELS, mode: s
             im.load()
             rotated = ImageOps.exif_transpose(im)
         except Exception as e:  # truncated data, broken codecs, corrupt EXIF
-            raise ImageInputError(f"the image file is truncated or corrupt and cannot be decoded "
-                                  f"({type(e).__name__}).") from None
+            raise ImageInputError(
+                f"the image file is truncated or corrupt and cannot be decoded ({type(e).__name__})."
+            ) from None
         if _exif_orientation(im) not in (None, 1):
             notes.append("rotated as its EXIF orientation tag says.")
         image = _to_mode(rotated, mode, notes)

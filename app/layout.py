@@ -1,5 +1,6 @@
 """The page: every component, placed, with the values of the model a new session starts with. No event
 wiring here (`app.ui`) and no computing (`app.session`); `Page` names each component for the handlers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -8,16 +9,15 @@ from typing import NamedTuple
 import gradio as gr
 
 import cait
-from cait import explain, hub
-
 from app import figures, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
+from cait import explain, hub
 
-MAX_UPLOAD_MB = 20           # larger uploads are refused by the server before any handler runs
+MAX_UPLOAD_MB = 20  # larger uploads are refused by the server before any handler runs
 MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
-STATE_TTL = 3600             # seconds a session's analysis is kept
-MAX_CA_LAYERS = 4            # class-attention galleries on the page (CaiT has 2 CA layers; ablations may differ)
+STATE_TTL = 3600  # seconds a session's analysis is kept
+MAX_CA_LAYERS = 4  # class-attention galleries on the page (CaiT has 2 CA layers; ablations may differ)
 SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
 SCALES = ("per tile", "shared per layer")
 VIEWS = ("smooth", "patch grid")
@@ -25,6 +25,7 @@ VIEWS = ("smooth", "patch grid")
 
 class GalleryProps(NamedTuple):
     """The props of a class-attention gallery that change with the model or the colour scale."""
+
     visible: bool
     columns: int | None
     label: str
@@ -37,10 +38,10 @@ def _ca_gallery_props(layer: int) -> GalleryProps:
 
 @dataclass
 class Page:
-    choice: gr.State           # the session's ModelChoice
-    ca_props: gr.State         # the CA galleries' GalleryProps as this page shows them (sent only when changed)
-    analysis: gr.State         # the session's Analysis (or None)
-    selected: gr.State         # the enlarged tile (layer, head or None for the mean) or None
+    choice: gr.State  # the session's ModelChoice
+    ca_props: gr.State  # the CA galleries' GalleryProps as this page shows them (sent only when changed)
+    analysis: gr.State  # the session's Analysis (or None)
+    selected: gr.State  # the enlarged tile (layer, head or None for the mean) or None
     header: gr.Markdown
     image_in: gr.Image
     examples: gr.Gallery
@@ -84,9 +85,25 @@ class Page:
     def results(self) -> list:
         """What analysing an image writes: its results in every tab (all of them, none left to be skipped:
         Gradio rebuilds a skipped output's component as if its props had changed)."""
-        return [self.analysis, self.selected, self.ca_props, self.top5, self.status, self.grid_file, self.json_file,
-                self.ca_big, self.colour_bar, self.sal_gallery, self.sal_region, self.sal_table, self.ratio_plot,
-                self.th_gallery, self.th_plot, self.th_pick, *self.ca_galleries]
+        return [
+            self.analysis,
+            self.selected,
+            self.ca_props,
+            self.top5,
+            self.status,
+            self.grid_file,
+            self.json_file,
+            self.ca_big,
+            self.colour_bar,
+            self.sal_gallery,
+            self.sal_region,
+            self.sal_table,
+            self.ratio_plot,
+            self.th_gallery,
+            self.th_plot,
+            self.th_pick,
+            *self.ca_galleries,
+        ]
 
     @property
     def look(self) -> list:
@@ -100,12 +117,22 @@ class Page:
 def _inputs(first: LoadedModel, parts: dict) -> None:
     with gr.Row():
         with gr.Column(scale=2):
-            parts["image_in"] = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=300,
-                                         elem_id="image_in")
-            gr.Markdown(f"Any common image format, up to {MAX_UPLOAD_MB} MB (larger files are refused). The model "
-                        f"sees the central square, resized to its input size.", elem_id="upload_note")
-            parts["examples"] = gr.Gallery(value=first.examples, label="Examples (click one)", columns=4,
-                                           height="auto", allow_preview=False, elem_id="examples")
+            parts["image_in"] = gr.Image(
+                type="filepath", label="Image", sources=["upload", "clipboard"], height=300, elem_id="image_in"
+            )
+            gr.Markdown(
+                f"Any common image format, up to {MAX_UPLOAD_MB} MB (larger files are refused). The model "
+                f"sees the central square, resized to its input size.",
+                elem_id="upload_note",
+            )
+            parts["examples"] = gr.Gallery(
+                value=first.examples,
+                label="Examples (click one)",
+                columns=4,
+                height="auto",
+                allow_preview=False,
+                elem_id="examples",
+            )
         with gr.Column(scale=3):
             parts["top5"] = gr.HTML(elem_id="top5")
             parts["status"] = gr.Markdown(elem_id="status")
@@ -115,62 +142,118 @@ def _inputs(first: LoadedModel, parts: dict) -> None:
 
 
 def _class_attention_tab(parts: dict) -> None:
-    gr.Markdown("Attention of the class token to every patch: one block per class-attention layer, its head mean "
-                "first, then every head. *self* is the share the class token keeps for itself (not drawn). "
-                "Click a tile to enlarge it.")
+    gr.Markdown(
+        "Attention of the class token to every patch: one block per class-attention layer, its head mean "
+        "first, then every head. *self* is the share the class token keeps for itself (not drawn). "
+        "Click a tile to enlarge it."
+    )
     with gr.Row():
         parts["cmap"] = gr.Dropdown(list(figures.COLORMAPS), value="inferno", label="Colormap", elem_id="cmap")
         parts["alpha"] = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="Overlay opacity", elem_id="alpha")
         parts["scale"] = gr.Radio(list(SCALES), value=SCALES[0], label="Colour scale", elem_id="scale")
         parts["view"] = gr.Radio(list(VIEWS), value=VIEWS[0], label="Heat map", elem_id="view")
-    parts["keep"] = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Keep the top share of attention mass",
-                              info="per tile, the paper's Fig. 7 rule: patches outside the smallest set holding this "
-                                   "share of the tile's attention are dimmed (1 = show all)", elem_id="keep")
-    parts["colour_bar"] = gr.Image(label="Colour scale", type="pil", interactive=False, height=60, show_label=False,
-                                   container=False, elem_id="colour_bar", buttons=[])
+    parts["keep"] = gr.Slider(
+        0.05,
+        1.0,
+        value=1.0,
+        step=0.05,
+        label="Keep the top share of attention mass",
+        info="per tile, the paper's Fig. 7 rule: patches outside the smallest set holding this "
+        "share of the tile's attention are dimmed (1 = show all)",
+        elem_id="keep",
+    )
+    parts["colour_bar"] = gr.Image(
+        label="Colour scale",
+        type="pil",
+        interactive=False,
+        height=60,
+        show_label=False,
+        container=False,
+        elem_id="colour_bar",
+        buttons=[],
+    )
     props = [_ca_gallery_props(i) for i in range(MAX_CA_LAYERS)]
     parts["ca_props"] = gr.State(tuple(props))
     parts["ca_galleries"] = [
-        gr.Gallery(allow_preview=False, object_fit="contain", height="auto", elem_id=f"ca_grid_{i + 1}",
-                   elem_classes=["ca-grid"], **props[i]._asdict()) for i in range(MAX_CA_LAYERS)]
+        gr.Gallery(
+            allow_preview=False,
+            object_fit="contain",
+            height="auto",
+            elem_id=f"ca_grid_{i + 1}",
+            elem_classes=["ca-grid"],
+            **props[i]._asdict(),
+        )
+        for i in range(MAX_CA_LAYERS)
+    ]
     parts["ca_big"] = gr.Plot(label="Selected tile (click one)", elem_id="ca_big")
 
 
 def _saliency_tab(parts: dict) -> None:
-    gr.Markdown("Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
-                "insertion AUC (higher = more faithful). Only the ticked methods run.")
+    gr.Markdown(
+        "Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
+        "insertion AUC (higher = more faithful). Only the ticked methods run."
+    )
     with gr.Row():
         parts["sal_class"] = gr.Dropdown(label="Class", choices=[], elem_id="sal_class")
-        parts["ig_steps"] = gr.Slider(4, 128, value=explain.MethodOptions().ig_steps, step=4,
-                                      label="Integrated-gradients steps", elem_id="ig_steps")
-    parts["sal_methods"] = gr.CheckboxGroup(list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods",
-                                            elem_id="sal_methods")
+        parts["ig_steps"] = gr.Slider(
+            4,
+            128,
+            value=explain.MethodOptions().ig_steps,
+            step=4,
+            label="Integrated-gradients steps",
+            elem_id="ig_steps",
+        )
+    parts["sal_methods"] = gr.CheckboxGroup(
+        list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
+    )
     parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
-    parts["sal_gallery"] = gr.Gallery(label="Maps", columns=4, allow_preview=True, height="auto",
-                                      elem_id="sal_gallery", elem_classes=["no-scroll"])
+    parts["sal_gallery"] = gr.Gallery(
+        label="Maps", columns=4, allow_preview=True, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
+    )
     with gr.Row():
-        parts["sal_region"] = gr.Image(label="Regions of focus (CA layer 1 head mean, half the attention mass)",
-                                       type="pil", interactive=False, height=300, elem_id="sal_region")
-        parts["sal_table"] = gr.Dataframe(headers=["method", "deletion AUC", "insertion AUC", "seconds"],
-                                          label="Scores (seconds: the map and its deletion/insertion scoring)",
-                                          interactive=False, elem_id="sal_table")
+        parts["sal_region"] = gr.Image(
+            label="Regions of focus (CA layer 1 head mean, half the attention mass)",
+            type="pil",
+            interactive=False,
+            height=300,
+            elem_id="sal_region",
+        )
+        parts["sal_table"] = gr.Dataframe(
+            headers=["method", "deletion AUC", "insertion AUC", "seconds"],
+            label="Scores (seconds: the map and its deletion/insertion scoring)",
+            interactive=False,
+            elem_id="sal_table",
+        )
 
 
 def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
-    gr.Markdown("Where one query patch (outlined) looks in a self-attention layer, per head, at each stage of the "
-                "talking-heads computation: the raw per-head softmax(QK^T), which the model never computes; after "
-                "proj_l mixes the logits across heads and the softmax; after proj_w mixes the weights (what "
-                "multiplies the values). Below, the two mixing matrices.")
+    gr.Markdown(
+        "Where one query patch (outlined) looks in a self-attention layer, per head, at each stage of the "
+        "talking-heads computation: the raw per-head softmax(QK^T), which the model never computes; after "
+        "proj_l mixes the logits across heads and the softmax; after proj_w mixes the weights (what "
+        "multiplies the values). Below, the two mixing matrices."
+    )
     g = first.cfg.grid_size
     with gr.Row():
         parts["th_layer"] = gr.Slider(1, first.cfg.depth, value=1, step=1, label="SA layer", elem_id="th_layer")
         parts["th_row"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch row", elem_id="th_row")
         parts["th_col"] = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch column", elem_id="th_col")
-    parts["th_pick"] = gr.Image(label="Click a patch to make it the query", type="pil", interactive=False,
-                                height=figures.PICKER_SIDE, elem_id="th_pick", buttons=[])
-    parts["th_gallery"] = gr.Gallery(label="Attention of the query patch", columns=talking_columns(first.cfg),
-                                     allow_preview=False, height="auto", elem_id="th_gallery",
-                                     elem_classes=["no-scroll"])
+    parts["th_pick"] = gr.Image(
+        label="Click a patch to make it the query",
+        type="pil",
+        interactive=False,
+        height=figures.PICKER_SIDE,
+        elem_id="th_pick",
+        buttons=[],
+    )
+    parts["th_gallery"] = gr.Gallery(
+        label="Attention of the query patch",
+        columns=talking_columns(first.cfg),
+        allow_preview=False,
+        height="auto",
+        elem_id="th_gallery",
+        elem_classes=["no-scroll"],
+    )
     parts["th_plot"] = gr.Plot(label="Mixing matrices", elem_id="th_plot")
 
 
@@ -181,17 +264,23 @@ def talking_columns(cfg: cait.CaiTConfig) -> int:
 
 def _model_tab(first: LoadedModel, parts: dict) -> None:
     parts["model_md"] = gr.Markdown(texts.model_markdown(first), elem_id="model_md")
-    gr.Markdown("### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
-                "timm .pth/.safetensors or ours). Without a path: the shipped weights or timm's official ones in "
-                "the local Hugging Face cache, downloaded once if you tick the box, else random weights. The "
-                "choice is yours only: other pages keep their own model.")
+    gr.Markdown(
+        "### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
+        "timm .pth/.safetensors or ours). Without a path: the shipped weights or timm's official ones in "
+        "the local Hugging Face cache, downloaded once if you tick the box, else random weights. The "
+        "choice is yours only: other pages keep their own model."
+    )
     with gr.Row():
         parts["variant"] = gr.Dropdown(cait.list_models(), value=first.choice.name, label="Variant", elem_id="variant")
-        parts["checkpoint"] = gr.Textbox(label="Checkpoint file (optional)", placeholder="/path/to/cait.pth",
-                                         elem_id="checkpoint")
+        parts["checkpoint"] = gr.Textbox(
+            label="Checkpoint file (optional)", placeholder="/path/to/cait.pth", elem_id="checkpoint"
+        )
     parts["weights_md"] = gr.Markdown(elem_id="weights_md")
-    parts["download"] = gr.Checkbox(value=False, label="Download timm's official weights from the Hugging Face Hub "
-                                                       "when they are not cached", elem_id="download")
+    parts["download"] = gr.Checkbox(
+        value=False,
+        label="Download timm's official weights from the Hugging Face Hub when they are not cached",
+        elem_id="download",
+    )
     parts["load_btn"] = gr.Button("Load model", elem_id="load_btn")
     parts["load_msg"] = gr.Markdown(elem_id="load_msg")
     with gr.Accordion("Every paper variant: size and where its weights come from", open=False):
@@ -244,4 +333,15 @@ CSS = """
 .top5-value { text-align: right; font-variant-numeric: tabular-nums; }
 """
 
-__all__ = ["CSS", "GalleryProps", "MAX_CA_LAYERS", "MAX_UPLOAD", "Page", "ModelChoice", "SCALES", "VIEWS", "build_page", "talking_columns"]
+__all__ = [
+    "CSS",
+    "GalleryProps",
+    "MAX_CA_LAYERS",
+    "MAX_UPLOAD",
+    "Page",
+    "ModelChoice",
+    "SCALES",
+    "VIEWS",
+    "build_page",
+    "talking_columns",
+]

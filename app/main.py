@@ -6,6 +6,7 @@
 A thin command line: arguments are checked before torch and Gradio are imported (so --help and a bad
 flag answer at once), then `app.ui` builds and serves the page.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,23 +25,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python app/main.py", description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
-    p.add_argument("--model", default=None, choices=list_models(), metavar="VARIANT",
-                   help=f"model a new page starts with (default {DEFAULT_MODEL}, or the one a --checkpoint of ours "
-                        f"describes); one of: {', '.join(list_models())}")
-    p.add_argument("--checkpoint", default=None, help="local checkpoint file (.pth / .safetensors); official deit "
-                   "and timm files need --model")
-    p.add_argument("--pretrained", action="store_true",
-                   help="for a paper variant, download timm's official weights from the Hugging Face Hub when they "
-                        "are not in the local cache (without it: cached or shipped weights, else random ones)")
-    p.add_argument("--device", choices=DEVICES, default="auto",
-                   help="auto = CUDA when there is one, else the CPU")
-    p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="forward-only passes (predictions, class attention, deletion/insertion scoring) in bf16 "
-                        "autocast or fp32; auto = bf16 where it measures faster than fp32 here. Gradients and "
-                        "attributions always run in fp32")
-    p.add_argument("--model-memory-gb", type=float, default=4.0,
-                   help="weights of loaded models kept for all pages together; the least recently used model is "
-                        "dropped first (default 4)")
+    p.add_argument(
+        "--model",
+        default=None,
+        choices=list_models(),
+        metavar="VARIANT",
+        help=f"model a new page starts with (default {DEFAULT_MODEL}, or the one a --checkpoint of ours "
+        f"describes); one of: {', '.join(list_models())}",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="local checkpoint file (.pth / .safetensors); official deit and timm files need --model",
+    )
+    p.add_argument(
+        "--pretrained",
+        action="store_true",
+        help="for a paper variant, download timm's official weights from the Hugging Face Hub when they "
+        "are not in the local cache (without it: cached or shipped weights, else random ones)",
+    )
+    p.add_argument("--device", choices=DEVICES, default="auto", help="auto = CUDA when there is one, else the CPU")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="forward-only passes (predictions, class attention, deletion/insertion scoring) in bf16 "
+        "autocast or fp32; auto = bf16 where it measures faster than fp32 here. Gradients and "
+        "attributions always run in fp32",
+    )
+    p.add_argument(
+        "--model-memory-gb",
+        type=float,
+        default=4.0,
+        help="weights of loaded models kept for all pages together; the least recently used model is "
+        "dropped first (default 4)",
+    )
     return p.parse_args(argv)
 
 
@@ -65,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as e:
         if e.name != "app":
             raise
-        print("error: the app package is not installed in this Python; run `bash setup.sh` (or "
-              "`pip install -e .`) in the repository", file=sys.stderr)
+        print(
+            "error: the app package is not installed in this Python; run `bash setup.sh` (or "
+            "`pip install -e .`) in the repository",
+            file=sys.stderr,
+        )
         return 2
     return serve(args)
 

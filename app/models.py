@@ -1,6 +1,7 @@
 """The models the app serves: what a browser session chose (`ModelChoice`), a loaded model with everything
 the page shows about it (`LoadedModel`), and one bounded cache of loaded models shared by all sessions
 (`ModelCache`: a memory ceiling in bytes, least recently used evicted first). No Gradio here."""
+
 from __future__ import annotations
 
 import ctypes
@@ -16,20 +17,28 @@ from typing import Callable, Iterator
 import torch
 
 import cait
+from app.examples import find_examples
 from cait.config import DEFAULT_MODEL
 from cait.preprocess import class_names
 from cait.provenance import ShippedCard, load_or_init, shipped_card
 from cait.runtime import autocast
 
-from app.examples import find_examples
-
-ARCHITECTURE = ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
-                "depth_token_only")  # the fields that make two configs the same network
+ARCHITECTURE = (
+    "img_size",
+    "patch_size",
+    "in_chans",
+    "num_classes",
+    "embed_dim",
+    "depth",
+    "num_heads",
+    "depth_token_only",
+)  # the fields that make two configs the same network
 
 
 @dataclass(frozen=True)
 class ModelChoice:
     """What a session asked for: a variant name, a checkpoint file, or both (timm/deit files need the name)."""
+
     name: str | None = DEFAULT_MODEL
     checkpoint: str | None = None
     download: bool = False  # a paper variant's official weights may be downloaded when not cached
@@ -42,14 +51,14 @@ class ModelChoice:
 class LoadedModel:
     model: cait.CaiT
     choice: ModelChoice
-    name: str                        # the variant, or the checkpoint's file name (see `display_name`)
-    source: str                      # where the weights came from, shown in the header and the Model tab
-    notice: str                      # "" or a warning shown everywhere (e.g. untrained weights)
+    name: str  # the variant, or the checkpoint's file name (see `display_name`)
+    source: str  # where the weights came from, shown in the header and the Model tab
+    notice: str  # "" or a warning shown everywhere (e.g. untrained weights)
     device: torch.device
-    dtype: torch.dtype | None        # autocast dtype of forward-only passes (None: fp32)
+    dtype: torch.dtype | None  # autocast dtype of forward-only passes (None: fp32)
     labels: tuple[str, ...]
     examples: list[tuple[str, str]]  # (image path, caption)
-    card: ShippedCard | None         # shipped model card and test accuracy, when there is one
+    card: ShippedCard | None  # shipped model card and test accuracy, when there is one
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     @property
@@ -89,9 +98,18 @@ def load_model(choice: ModelChoice, device: torch.device, dtype: torch.dtype | N
     # this shared model (explain's temporary freezing is not meant for concurrent callers).
     model = sourced.model.requires_grad_(False).to(device)
     name = display_name(choice, model.cfg)
-    return LoadedModel(model=model, choice=choice, name=name, source=sourced.source, notice=sourced.notice,
-                       device=device, dtype=dtype, labels=class_names(model.cfg), examples=find_examples(model.cfg),
-                       card=shipped_card(model.cfg) if choice.checkpoint is None else None)
+    return LoadedModel(
+        model=model,
+        choice=choice,
+        name=name,
+        source=sourced.source,
+        notice=sourced.notice,
+        device=device,
+        dtype=dtype,
+        labels=class_names(model.cfg),
+        examples=find_examples(model.cfg),
+        card=shipped_card(model.cfg) if choice.checkpoint is None else None,
+    )
 
 
 def _return_memory_to_the_system() -> None:

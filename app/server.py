@@ -1,5 +1,6 @@
 """Start the app from checked command-line arguments: device and precision, the shared model cache with
 the default model loaded, then the server. Every user mistake ends in one line on stderr, no traceback."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,12 +9,12 @@ import sys
 from functools import partial
 
 import cait
-from cait.config import DEFAULT_MODEL
-from cait.runtime import DeviceError, inference_dtype, resolve_device
-
 from app import torch_thread
 from app.models import ModelCache, ModelChoice, load_model
 from app.ui import build_app, launch
+from cait.config import DEFAULT_MODEL
+from cait.runtime import DeviceError, inference_dtype, resolve_device
+
 
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -25,8 +26,11 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     dtype = inference_dtype(args.precision, device)
     cache = ModelCache(partial(load_model, device=device, dtype=dtype), max_bytes=int(args.model_memory_gb * 2**30))
-    default = ModelChoice(name=args.model or (None if args.checkpoint else DEFAULT_MODEL), checkpoint=args.checkpoint,
-                          download=args.pretrained)
+    default = ModelChoice(
+        name=args.model or (None if args.checkpoint else DEFAULT_MODEL),
+        checkpoint=args.checkpoint,
+        download=args.pretrained,
+    )
     try:
         first = torch_thread.call(cache.get, default)
     except (cait.CheckpointError, ValueError) as e:
@@ -37,7 +41,9 @@ def serve(args: argparse.Namespace) -> int:
     try:
         launch(build_app(cache, default), host=args.host, port=args.port)
     except OSError as e:  # the port was taken between the check and the bind
-        print(f"error: cannot serve on {args.host}:{args.port} ({e.strerror or e}); choose another with --port",
-              file=sys.stderr)
+        print(
+            f"error: cannot serve on {args.host}:{args.port} ({e.strerror or e}); choose another with --port",
+            file=sys.stderr,
+        )
         return 2
     return 0

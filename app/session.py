@@ -1,5 +1,6 @@
 """One image's analysis and what is computed from it, as plain functions of a `LoadedModel` (no Gradio):
 the page's handlers call these, and so do the tests, without a server."""
+
 from __future__ import annotations
 
 import time
@@ -10,35 +11,36 @@ import numpy as np
 import torch
 from PIL import Image
 
+from app.images import load_image
+from app.models import LoadedModel, ModelChoice
 from cait import explain
 from cait.explain import ClassAttention, MethodOptions
 from cait.preprocess import model_view, view_tensor
-
-from app.images import load_image
-from app.models import LoadedModel, ModelChoice
 
 
 @dataclass
 class StageMaps:
     """One SA layer's attention at each stage of the talking-heads computation, [heads, N, N] each."""
-    layer: int               # SA layer, 0-based
-    raw: np.ndarray          # softmax(q k^T) per head: the counterfactual the model does not compute
-    after_proj_l: np.ndarray # softmax(proj_l(q k^T)): the softmax the model computes
-    after_proj_w: np.ndarray # proj_w(...): the weights that multiply the values
+
+    layer: int  # SA layer, 0-based
+    raw: np.ndarray  # softmax(q k^T) per head: the counterfactual the model does not compute
+    after_proj_l: np.ndarray  # softmax(proj_l(q k^T)): the softmax the model computes
+    after_proj_w: np.ndarray  # proj_w(...): the weights that multiply the values
 
 
 @dataclass
 class Analysis:
     """One image's analysis, kept per browser session so that controls re-render without the model."""
-    choice: ModelChoice              # the session's model when it was made: another choice makes it stale
-    view: Image.Image                # what the model sees: the eval crop at its input size
-    x: torch.Tensor                  # [1, C, H, W] normalised, on the CPU
-    probs: np.ndarray                # [K], fp32
-    ca_maps: np.ndarray              # [L, heads, g, g] class token -> patch attention
-    self_share: np.ndarray           # [L, heads] class token -> itself
-    ratios: dict[str, list[float]]   # residual-branch ratio per block ("sa", "ffn", "ca", "ca_ffn")
-    stages: StageMaps                # the SA layer shown in the talking-heads tab
-    notes: list[str]                 # what was done to the upload (EXIF rotation, transparency, ...)
+
+    choice: ModelChoice  # the session's model when it was made: another choice makes it stale
+    view: Image.Image  # what the model sees: the eval crop at its input size
+    x: torch.Tensor  # [1, C, H, W] normalised, on the CPU
+    probs: np.ndarray  # [K], fp32
+    ca_maps: np.ndarray  # [L, heads, g, g] class token -> patch attention
+    self_share: np.ndarray  # [L, heads] class token -> itself
+    ratios: dict[str, list[float]]  # residual-branch ratio per block ("sa", "ffn", "ca", "ca_ffn")
+    stages: StageMaps  # the SA layer shown in the talking-heads tab
+    notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
 
     @property
@@ -62,12 +64,17 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
         ins = loaded.model.forward_insights(x.to(loaded.device), sa_layers=(sa_layer,), raw_attention=True)
     ca = ClassAttention.from_insights(ins)
     return Analysis(
-        choice=loaded.choice, view=view, x=x,
+        choice=loaded.choice,
+        view=view,
+        x=x,
         probs=ins.logits[0].float().softmax(-1).cpu().numpy(),
-        ca_maps=ca.maps[0].float().cpu().numpy(), self_share=ca.self_share[0].float().cpu().numpy(),
+        ca_maps=ca.maps[0].float().cpu().numpy(),
+        self_share=ca.self_share[0].float().cpu().numpy(),
         ratios={k: v[0].float().cpu().tolist() for k, v in ins.residual_ratios.items()},
         stages=_stages(sa_layer, ins.raw_self_attention[sa_layer], *ins.self_attention[sa_layer]),
-        notes=decoded.notes, original_size=decoded.original_size)
+        notes=decoded.notes,
+        original_size=decoded.original_size,
+    )
 
 
 def with_sa_layer(loaded: LoadedModel, a: Analysis, layer: int) -> Analysis:
@@ -88,16 +95,25 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
     """Everything the analysis computed, JSON-able (the /analyze answer and the JSON download)."""
     cfg = loaded.cfg
     return {
-        "model": {"name": loaded.name, "source": loaded.source, "img_size": cfg.img_size,
-                  "patch_size": cfg.patch_size, "grid_size": cfg.grid_size, "num_classes": cfg.num_classes,
-                  "notice": loaded.notice},
+        "model": {
+            "name": loaded.name,
+            "source": loaded.source,
+            "img_size": cfg.img_size,
+            "patch_size": cfg.patch_size,
+            "grid_size": cfg.grid_size,
+            "num_classes": cfg.num_classes,
+            "notice": loaded.notice,
+        },
         "image": {"original_size": list(a.original_size), "notes": a.notes},
         "predictions": top_predictions(a.probs, loaded.labels),
         "probabilities": a.probs.tolist(),
         "class_attention": {
             "layout": "maps[ca_layer][head][row][col]: class token -> patch attention (row-major patch grid; "
-                      "0-based indices, shown from 1 in the app as CA1 head 1)",
-            "maps": a.ca_maps.tolist(), "mean": a.ca_maps.mean(1).tolist(), "self_share": a.self_share.tolist()},
+            "0-based indices, shown from 1 in the app as CA1 head 1)",
+            "maps": a.ca_maps.tolist(),
+            "mean": a.ca_maps.mean(1).tolist(),
+            "self_share": a.self_share.tolist(),
+        },
         "residual_ratios": a.ratios,
     }
 
@@ -105,14 +121,15 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
 @dataclass
 class SaliencyRow:
     method: str
-    heat: torch.Tensor       # [g, g] on the patch grid
-    deletion_auc: float      # lower = more faithful
-    insertion_auc: float     # higher = more faithful
-    seconds: float           # the map and its deletion/insertion scoring: what the user waits for
+    heat: torch.Tensor  # [g, g] on the patch grid
+    deletion_auc: float  # lower = more faithful
+    insertion_auc: float  # higher = more faithful
+    seconds: float  # the map and its deletion/insertion scoring: what the user waits for
 
 
-def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str],
-                  options: MethodOptions) -> Iterator[SaliencyRow]:
+def saliency_rows(
+    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions
+) -> Iterator[SaliencyRow]:
     """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. The
     attributions run in fp32; the forward-only work in the session's precision: the scoring and the CA head
     means, read from the analysis.
@@ -123,14 +140,21 @@ def saliency_rows(loaded: LoadedModel, a: Analysis, *, target: int, methods: lis
     start = time.perf_counter()
     with torch.inference_mode():
         endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
-    maps = explain.saliency_maps(loaded.model, x, t, methods, options,
-                                 class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device))
+    maps = explain.saliency_maps(
+        loaded.model, x, t, methods, options, class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device)
+    )
     for method, (_, heat) in zip(methods, maps):  # rows keep the names asked for (earlier names too)
         with torch.inference_mode():
-            scores = explain.deletion_insertion(loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype,
-                                                endpoints=endpoints)
-        yield SaliencyRow(method, heat[0].float().cpu(), float(scores["deletion_auc"][0]),
-                          float(scores["insertion_auc"][0]), time.perf_counter() - start)
+            scores = explain.deletion_insertion(
+                loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype, endpoints=endpoints
+            )
+        yield SaliencyRow(
+            method,
+            heat[0].float().cpu(),
+            float(scores["deletion_auc"][0]),
+            float(scores["insertion_auc"][0]),
+            time.perf_counter() - start,
+        )
         start = time.perf_counter()
 
 
@@ -147,6 +171,11 @@ def attribution_for_api(loaded: LoadedModel, a: Analysis, *, method: str, target
     if not 0 <= target < loaded.cfg.num_classes:
         raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
     name = explain.METHODS.canonical(method)
-    heat = explain.saliency_map(loaded.model, a.x.to(loaded.device), torch.tensor([target], device=loaded.device),
-                                name, MethodOptions(ig_steps=int(steps)))
+    heat = explain.saliency_map(
+        loaded.model,
+        a.x.to(loaded.device),
+        torch.tensor([target], device=loaded.device),
+        name,
+        MethodOptions(ig_steps=int(steps)),
+    )
     return {"method": method, "target": target, "patch": heat[0].float().cpu().tolist()}

@@ -1,17 +1,19 @@
 """What the page says about the model and a result, in words (markdown); no Gradio, no computing."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from cait.data import SCENE_SIDE
-
 from app.models import LoadedModel
+from cait.data import SCENE_SIDE
 
 if TYPE_CHECKING:
     from cait.hub import WeightsStatus
 
-DATA_NAMES = {"fashion-mnist-scenes": f"Fashion-MNIST scenes ({SCENE_SIDE} px canvases of garments pasted on clutter)",
-              "fashion-mnist": "Fashion-MNIST (grey 28x28 garments)"}
+DATA_NAMES = {
+    "fashion-mnist-scenes": f"Fashion-MNIST scenes ({SCENE_SIDE} px canvases of garments pasted on clutter)",
+    "fashion-mnist": "Fashion-MNIST (grey 28x28 garments)",
+}
 
 
 def precision_name(loaded: LoadedModel) -> str:
@@ -33,17 +35,21 @@ def model_summary(loaded: LoadedModel) -> str:
         return f"A {cfg.img_size} px {kind} CaiT ({loaded.source})."
     card = loaded.card
     data = DATA_NAMES.get(card.data, card.data)
-    return (f"A {cfg.img_size} px, {cfg.num_classes}-class miniature CaiT trained by this project on {data}, not the "
-            f"paper's ImageNet model: **{card.test_top1:.1%} top-1** on {card.test_images:,} test images "
-            f"({card_link(loaded)}).")
+    return (
+        f"A {cfg.img_size} px, {cfg.num_classes}-class miniature CaiT trained by this project on {data}, not the "
+        f"paper's ImageNet model: **{card.test_top1:.1%} top-1** on {card.test_images:,} test images "
+        f"({card_link(loaded)})."
+    )
 
 
 def garment_warning(loaded: LoadedModel) -> str:
     """What to say when a user's own picture goes to a model that knows only garments ("" otherwise)."""
     if loaded.cfg.labels == "imagenet" or loaded.card is None or "fashion" not in loaded.card.data:
         return ""
-    return (f"This model knows only {loaded.cfg.num_classes} garment classes: whatever your picture shows, "
-            f"it answers with one of them.")
+    return (
+        f"This model knows only {loaded.cfg.num_classes} garment classes: whatever your picture shows, "
+        f"it answers with one of them."
+    )
 
 
 def cached_offer(cached: Sequence[str], current: str) -> str:
@@ -51,23 +57,29 @@ def cached_offer(cached: Sequence[str], current: str) -> str:
     others = [name for name in cached if name != current]
     if not others:
         return ""
-    return (f"\n\nThe paper's official ImageNet weights are in your local Hugging Face cache: "
-            f"**{', '.join(others)}**. Load one in the Model tab to look at real photos (no download).")
+    return (
+        f"\n\nThe paper's official ImageNet weights are in your local Hugging Face cache: "
+        f"**{', '.join(others)}**. Load one in the Model tab to look at real photos (no download)."
+    )
 
 
 def header_markdown(loaded: LoadedModel, cached: Sequence[str] = ()) -> str:
     """The first screen: which model this page shows, how good it is, and the cached official weights."""
-    return (f"# CaiT: class attention & LayerScale\nModel **{loaded.name}** on **{loaded.device}** "
-            f"({precision_name(loaded)}). {model_summary(loaded)} Upload an image or pick an example."
-            f"{cached_offer(cached, loaded.name)}")
+    return (
+        f"# CaiT: class attention & LayerScale\nModel **{loaded.name}** on **{loaded.device}** "
+        f"({precision_name(loaded)}). {model_summary(loaded)} Upload an image or pick an example."
+        f"{cached_offer(cached, loaded.name)}"
+    )
 
 
 def weights_table(statuses: Sequence[WeightsStatus]) -> str:
     """Every paper variant with its size and where its weights would come from (cait.hub, no request)."""
+
     def where(s: WeightsStatus) -> str:
         if s.where == "needs file":
             return "needs a file (" + ("offline and not cached)" if s.repo_id else "never released)")
         return {"cached": "in the local cache", "download": "download (tick the box)", "shipped": "shipped"}[s.where]
+
     rows = "\n".join(f"| {s.name} | {s.size_mb:.0f} | {where(s)} | {s.repo_id or '-'} |" for s in statuses)
     return f"| variant | MB | weights | Hub repo |\n|---|---|---|---|\n{rows}"
 
@@ -75,18 +87,26 @@ def weights_table(statuses: Sequence[WeightsStatus]) -> str:
 def model_markdown(loaded: LoadedModel) -> str:
     cfg = loaded.cfg
     classes = "ImageNet-1k" if cfg.labels == "imagenet" else ", ".join(loaded.labels)
-    rows = [("variant", loaded.name), ("weights", loaded.source),
-            ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
-            ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
-            ("FLOPs (multiply-accumulates)", f"{loaded.model.flops() / 1e9:.3f} G"),
-            ("input", f"{cfg.img_size}x{cfg.img_size}, {cfg.in_chans} channel(s), patch {cfg.patch_size} "
-                      f"-> {cfg.grid_size}x{cfg.grid_size} patches"),
-            ("blocks", f"{cfg.depth} SA + {cfg.depth_token_only} CA, width {cfg.embed_dim}, {cfg.num_heads} heads"),
-            ("LayerScale init eps", f"{cfg.init_values:g}"), ("talking heads", str(cfg.talking_heads)),
-            ("classes", f"{cfg.num_classes} ({classes})")]
+    rows = [
+        ("variant", loaded.name),
+        ("weights", loaded.source),
+        ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
+        ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
+        ("FLOPs (multiply-accumulates)", f"{loaded.model.flops() / 1e9:.3f} G"),
+        (
+            "input",
+            f"{cfg.img_size}x{cfg.img_size}, {cfg.in_chans} channel(s), patch {cfg.patch_size} "
+            f"-> {cfg.grid_size}x{cfg.grid_size} patches",
+        ),
+        ("blocks", f"{cfg.depth} SA + {cfg.depth_token_only} CA, width {cfg.embed_dim}, {cfg.num_heads} heads"),
+        ("LayerScale init eps", f"{cfg.init_values:g}"),
+        ("talking heads", str(cfg.talking_heads)),
+        ("classes", f"{cfg.num_classes} ({classes})"),
+    ]
     if loaded.card is not None:
-        rows.append(("test top-1", f"{loaded.card.test_top1:.2%} on {loaded.card.test_images:,} images "
-                                   f"({card_link(loaded)})"))
+        rows.append(
+            ("test top-1", f"{loaded.card.test_top1:.2%} on {loaded.card.test_images:,} images ({card_link(loaded)})")
+        )
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     warn = f"\n\n**⚠ {loaded.notice}**" if loaded.notice else ""
     return f"| model | |\n|---|---|\n{table}{warn}"
@@ -100,10 +120,13 @@ def percent(p: float) -> str:
 def top5_html(predictions: list[dict]) -> str:
     """The top predictions as rows of label, bar and percentage (one decimal, so small ones are not 0%)."""
     import html
+
     rows = "".join(
         f"<div class='top5-row'><span class='top5-label'>{html.escape(q['label'])}</span>"
         f"<span class='top5-track'><span class='top5-bar' style='width:{100 * q['probability']:.1f}%'></span></span>"
-        f"<span class='top5-value'>{percent(q['probability'])}</span></div>" for q in predictions)
+        f"<span class='top5-value'>{percent(q['probability'])}</span></div>"
+        for q in predictions
+    )
     return f"<div class='top5'><div class='top5-title'>Top-5 predictions</div>{rows}</div>"
 
 

@@ -17,6 +17,7 @@ forward in the server took ~74 ms with torch's two threads and ~61 ms with one (
 alone: 42 and 62 ms). Batched work (the saliency tab's perturbation passes) uses every thread: 2 threads
 ran a batch of 8 in 0.25-0.3 s, one in 0.44 s.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -54,6 +55,7 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     def run() -> T:
         _remember_thread()
         return context.run(fn, *args, **kwargs)
+
     return _EXECUTOR.submit(run).result()
 
 
@@ -75,6 +77,7 @@ def _threads(n: int, fn: Callable[..., T]) -> Callable[..., T]:
             return fn(*args, **kwargs)
         finally:
             torch.set_num_threads(_ALL_THREADS)
+
     return run
 
 
@@ -85,16 +88,19 @@ def handler(fn: Callable, *, batched: bool = False) -> Callable:
     fn's."""
     n = all_threads() if batched else interactive_threads()
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def steps(*args, **kwargs):
             generator, done = call(fn, *args, **kwargs), object()
             while (item := call(_threads(n, next), generator, done)) is not done:
                 yield item
+
         return steps
 
     @functools.wraps(fn)
     def body(*args, **kwargs):
         return call(_threads(n, fn), *args, **kwargs)
+
     return body
 
 

@@ -3,6 +3,7 @@
 Each browser session has its own model (a `ModelChoice` in gr.State), served from one `ModelCache`
 shared by all sessions. One public API endpoint, `/analyze`, answers with the server's default model.
 """
+
 from __future__ import annotations
 
 import gradio as gr
@@ -12,8 +13,8 @@ from app.examples import served_paths
 from app.handlers import Handlers, layerscale_figure
 from app.models import ModelCache, ModelChoice
 
-CONCURRENCY = 2              # model runs at once (all model events share one concurrency group)
-QUEUE_SIZE = 64              # waiting requests beyond this are refused: memory stays bounded
+CONCURRENCY = 2  # model runs at once (all model events share one concurrency group)
+QUEUE_SIZE = 64  # waiting requests beyond this are refused: memory stays bounded
 # Run in the browser before `details` is sent: wait (at most 3 s) until the class-attention tiles on screen
 # are decoded, so that the follow-up's work does not compete with the browser fetching them; the inputs go on
 # unchanged. Timers, not animation frames, which a background tab never gets.
@@ -38,8 +39,9 @@ def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
     for slider in (p.alpha, p.keep):
         slider.change(rerender, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
     for layer, gallery in enumerate(p.ca_galleries):
-        gallery.select(torch_thread.handler(h.enlarge(layer)), look[:-2], [p.ca_big, p.selected],
-                       api_visibility="private")
+        gallery.select(
+            torch_thread.handler(h.enlarge(layer)), look[:-2], [p.ca_big, p.selected], api_visibility="private"
+        )
 
 
 def _wire(p: layout.Page, h: Handlers) -> None:
@@ -48,33 +50,58 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     everything = [c for c in everything if not isinstance(c, list)] + p.ca_galleries
     view = [*p.look, p.th_layer]
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
-    details = dict(fn=on_torch(h.details), inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
-                   outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class],
-                   show_progress="hidden", js=AFTER_TILES_SHOWN, **model_events)
+    details = dict(
+        fn=on_torch(h.details),
+        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
+        outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class],
+        show_progress="hidden",
+        js=AFTER_TILES_SHOWN,
+        **model_events,
+    )
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
     # not run the analysis a second time. The class-attention view comes first, the rest right after.
     # Each event lists as outputs only what it writes, and writes all of them.
     # one progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the
     # browser busy on the cores the analysis runs on
     progress = dict(show_progress_on=[p.top5])
-    p.image_in.upload(on_torch(h.on_upload), [p.choice, p.ca_props, p.image_in, *view], p.results,
-                      preprocess=False, **progress, **model_events).success(**details)
+    p.image_in.upload(
+        on_torch(h.on_upload),
+        [p.choice, p.ca_props, p.image_in, *view],
+        p.results,
+        preprocess=False,
+        **progress,
+        **model_events,
+    ).success(**details)
     p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
-    p.examples.select(on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in],
-                      **progress, **model_events).success(**details)
+    p.examples.select(
+        on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **model_events
+    ).success(**details)
     _wire_class_attention(p, h)
-    p.sal_run.click(on_torch(h.saliency, batched=True),
-                    [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
-                    [p.sal_gallery, p.sal_region, p.sal_table, p.status], show_progress_on=[p.sal_gallery],
-                    **model_events)
+    p.sal_run.click(
+        on_torch(h.saliency, batched=True),
+        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
+        [p.sal_gallery, p.sal_region, p.sal_table, p.status],
+        show_progress_on=[p.sal_gallery],
+        **model_events,
+    )
     talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
     for slider in (p.th_layer, p.th_row, p.th_col):
-        slider.release(on_torch(h.talking), [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col], talking_outputs,
-                       **model_events)
-    p.th_pick.select(on_torch(h.pick_query), [p.choice, p.analysis, p.th_layer], [p.th_row, p.th_col, *talking_outputs],
-                     **model_events)
-    p.load_btn.click(h.load_model, [p.choice, p.ca_props, p.variant, p.checkpoint, p.download], everything,
-                     show_progress_on=[p.load_msg], **model_events)
+        slider.release(
+            on_torch(h.talking), [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col], talking_outputs, **model_events
+        )
+    p.th_pick.select(
+        on_torch(h.pick_query),
+        [p.choice, p.analysis, p.th_layer],
+        [p.th_row, p.th_col, *talking_outputs],
+        **model_events,
+    )
+    p.load_btn.click(
+        h.load_model,
+        [p.choice, p.ca_props, p.variant, p.checkpoint, p.download],
+        everything,
+        show_progress_on=[p.load_msg],
+        **model_events,
+    )
     p.variant.change(h.weights_status, p.variant, p.weights_md, api_visibility="private")
 
 
@@ -91,6 +118,16 @@ def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
 
 
 def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> None:
-    demo.launch(server_name=host, server_port=port, share=False, theme=gr.themes.Default(**THEME), css=layout.CSS,
-                max_file_size=layout.MAX_UPLOAD, ssr_mode=False, show_error=True, prevent_thread_lock=not block,
-                allowed_paths=served_paths(), quiet=True)
+    demo.launch(
+        server_name=host,
+        server_port=port,
+        share=False,
+        theme=gr.themes.Default(**THEME),
+        css=layout.CSS,
+        max_file_size=layout.MAX_UPLOAD,
+        ssr_mode=False,
+        show_error=True,
+        prevent_thread_lock=not block,
+        allowed_paths=served_paths(),
+        quiet=True,
+    )

@@ -1,5 +1,6 @@
 """The app's own temporary folder: made on first use (importing the app creates nothing), removed when
 the process exits; per-request download folders inside it are swept after FILE_TTL seconds."""
+
 from __future__ import annotations
 
 import atexit

@@ -21,14 +21,15 @@ Rounds are interleaved (cait.timing); medians. Models without local weights run 
     python benchmarks/app_latency.py [--models cait_xxs24_224 cait_nano_64] [--repeats 7] [--saliency-repeats 2]
                                    [--no-floor]
 """
+
 from __future__ import annotations
 
 import argparse
 import functools
 import json
 import os
-import socket
 import shutil
+import socket
 import statistics
 import tempfile
 import time
@@ -38,18 +39,18 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 import torch  # noqa: E402
-from PIL import Image  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
+from PIL import Image  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from cait import explain  # noqa: E402
-from cait.figures import display_base  # noqa: E402
-from cait.runtime import PRECISION_CHOICES, inference_dtype  # noqa: E402
-from cait.timing import time_interleaved  # noqa: E402
 from app import torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
 from app.session import analyse, saliency_rows  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
+from cait import explain  # noqa: E402
+from cait.figures import display_base  # noqa: E402
+from cait.runtime import PRECISION_CHOICES, inference_dtype  # noqa: E402
+from cait.timing import time_interleaved  # noqa: E402
 
 CPU = torch.device("cpu")
 GOALS = {"view_over_forward": 2.0}  # issue 15, for cait_xxs24_224 (its saliency goal: saliency_then_and_now.py)
@@ -160,6 +161,7 @@ def gradio_floor_seconds(forward, tile: Image.Image, repeats: int) -> dict[str, 
                 tile.putpixel((0, 0), (n[0] % 256, i, 0))
                 tile.save(f, quality=90, subsampling=0)
             return [(str(f), f"{n[0]}.{i}") for i, f in enumerate(files)]
+
         with gr.Blocks() as demo:
             button = gr.Button("go", elem_id="go")
             shown = gr.Textbox(elem_id="out") if out == "text" else gr.Gallery(elem_id="out", columns=5)
@@ -167,11 +169,13 @@ def gradio_floor_seconds(forward, tile: Image.Image, repeats: int) -> dict[str, 
         port = free_port()
         demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, allowed_paths=[str(folder)])
         try:
-            views, forwards = browser_rounds(f"http://127.0.0.1:{port}/", "#go",
-                                             lambda page, r: page.evaluate(CLICK_TO_SHOWN), forward, repeats)
+            views, forwards = browser_rounds(
+                f"http://127.0.0.1:{port}/", "#go", lambda page, r: page.evaluate(CLICK_TO_SHOWN), forward, repeats
+            )
         finally:
             demo.close()
         return statistics.median(views) / statistics.median(forwards)
+
     try:
         return {out: run(out) for out in ("text", "gallery")}
     finally:
@@ -185,11 +189,18 @@ def saliency_seconds(app: ModelCache, fp32: ModelCache, choice: ModelChoice, ima
     def run(cache: ModelCache):
         loaded = cache.get(choice)
         a = analyse(loaded, image)
-        return lambda: list(saliency_rows(loaded, a, target=a.top_class, methods=methods,
-                                          options=explain.MethodOptions()))
+        return lambda: list(
+            saliency_rows(loaded, a, target=a.top_class, methods=methods, options=explain.MethodOptions())
+        )
+
     # each run takes many seconds: no warm-up call needed, rounds alternate which precision goes first
-    return time_interleaved({"app": run(app), "fp32": run(fp32)}, repeats=repeats, warmup=0, calls=1,
-                            desc=f"{choice.name} saliency, {len(methods)} methods")
+    return time_interleaved(
+        {"app": run(app), "fp32": run(fp32)},
+        repeats=repeats,
+        warmup=0,
+        calls=1,
+        desc=f"{choice.name} saliency, {len(methods)} methods",
+    )
 
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
@@ -205,6 +216,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     def plain_forward() -> None:
         with torch.inference_mode():
             loaded.model(x)
+
     # every torch call on the app's torch thread, as the app makes them (app.torch_thread says why)
     forward = functools.partial(torch_thread.call, plain_forward)
     demo = build_app(app, choice)
@@ -215,43 +227,67 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         view, view_forward = browser_view_seconds(url, forward, args.repeats)
         client = Client(url, verbose=False)
         in_process = torch_thread.handler(analyse)  # as the app's handlers run it
-        sec = time_interleaved({"forward": forward, "in_process": lambda: in_process(loaded, image),
-                                "api": lambda: client.predict(handle_file(image), api_name="/analyze")},
-                               repeats=args.repeats, desc=f"{name} forward, analyse(), /analyze")
+        sec = time_interleaved(
+            {
+                "forward": forward,
+                "in_process": lambda: in_process(loaded, image),
+                "api": lambda: client.predict(handle_file(image), api_name="/analyze"),
+            },
+            repeats=args.repeats,
+            desc=f"{name} forward, analyse(), /analyze",
+        )
     finally:
         demo.close()
     floor = gradio_floor_seconds(forward, display_base(first.view), args.repeats) if args.floor else {}
     sal = {"app": float("nan"), "fp32": float("nan")}
     if args.saliency_repeats:
         sal = torch_thread.call(saliency_seconds, app, fp32, choice, image, args.saliency_repeats)
-    return {"model": name, "weights": loaded.source, "precision": str(dtype or "fp32"),
-            "forward_ms": 1e3 * sec["forward"], "view_ms": 1e3 * view, "view_over_forward": view / view_forward,
-            "api_over_forward": sec["api"] / sec["forward"],
-            "in_process_over_forward": sec["in_process"] / sec["forward"],
-            "saliency_app_s": sal["app"], "saliency_fp32_s": sal["fp32"], "saliency_speedup": sal["fp32"] / sal["app"],
-            **{f"floor_{out}_over_forward": ratio for out, ratio in floor.items()}}
+    return {
+        "model": name,
+        "weights": loaded.source,
+        "precision": str(dtype or "fp32"),
+        "forward_ms": 1e3 * sec["forward"],
+        "view_ms": 1e3 * view,
+        "view_over_forward": view / view_forward,
+        "api_over_forward": sec["api"] / sec["forward"],
+        "in_process_over_forward": sec["in_process"] / sec["forward"],
+        "saliency_app_s": sal["app"],
+        "saliency_fp32_s": sal["fp32"],
+        "saliency_speedup": sal["fp32"] / sal["app"],
+        **{f"floor_{out}_over_forward": ratio for out, ratio in floor.items()},
+    }
 
 
 def report(rows: list[dict]) -> None:
     print(f"torch threads {torch.get_num_threads()}, CPU, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'model':<16} {'precision':<15} {'forward ms':>10} {'view ms':>8} {'view/fwd':>8} {'api/fwd':>8} "
-          f"{'saliency s':>10} {'fp32 s':>7} {'speed-up':>8}")
+    print(
+        f"{'model':<16} {'precision':<15} {'forward ms':>10} {'view ms':>8} {'view/fwd':>8} {'api/fwd':>8} "
+        f"{'saliency s':>10} {'fp32 s':>7} {'speed-up':>8}"
+    )
     for r in rows:
-        print(f"{r['model']:<16} {r['precision']:<15} {r['forward_ms']:>10.1f} {r['view_ms']:>8.0f} "
-              f"{r['view_over_forward']:>8.2f} {r['api_over_forward']:>8.2f} {r['saliency_app_s']:>10.1f} "
-              f"{r['saliency_fp32_s']:>7.1f} {r['saliency_speedup']:>8.2f}")
+        print(
+            f"{r['model']:<16} {r['precision']:<15} {r['forward_ms']:>10.1f} {r['view_ms']:>8.0f} "
+            f"{r['view_over_forward']:>8.2f} {r['api_over_forward']:>8.2f} {r['saliency_app_s']:>10.1f} "
+            f"{r['saliency_fp32_s']:>7.1f} {r['saliency_speedup']:>8.2f}"
+        )
     for r in rows:
         if r["model"] != "cait_xxs24_224":
             continue
         view_ok = r["view_over_forward"] <= GOALS["view_over_forward"]
-        print(f"goal: class-attention view click -> rendered <= {GOALS['view_over_forward']:g}x one forward: "
-              f"{r['view_over_forward']:.2f}x, {'met' if view_ok else 'NOT met'}")
+        print(
+            f"goal: class-attention view click -> rendered <= {GOALS['view_over_forward']:g}x one forward: "
+            f"{r['view_over_forward']:.2f}x, {'met' if view_ok else 'NOT met'}"
+        )
         if "floor_text_over_forward" in r:
-            print(f"Gradio's floor here: a bare page whose click runs one forward, to its result rendered: "
-                  f"{r['floor_text_over_forward']:.2f}x with a text, {r['floor_gallery_over_forward']:.2f}x with "
-                  f"ten tiles in a gallery")
-        print(f"saliency in the app's precision vs fp32: {r['saliency_speedup']:.2f}x faster (the goal, 2x faster "
-              f"than the app when issue 15 was filed, is measured by benchmarks/saliency_then_and_now.py)")
+            print(
+                f"Gradio's floor here: a bare page whose click runs one forward, to its result rendered: "
+                f"{r['floor_text_over_forward']:.2f}x with a text, {r['floor_gallery_over_forward']:.2f}x with "
+                f"ten tiles in a gallery"
+            )
+        print(
+            f"saliency in the app's precision vs fp32: {r['saliency_speedup']:.2f}x faster (the goal, 2x faster "
+            f"than the app when issue 15 was filed, is measured by benchmarks/saliency_then_and_now.py)"
+        )
 
 
 def main() -> None:
@@ -260,8 +296,12 @@ def main() -> None:
     parser.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help="the app's --precision")
     parser.add_argument("--repeats", type=int, default=7, help="rounds of the view, /analyze and forward timings")
     parser.add_argument("--saliency-repeats", type=int, default=2, help="rounds of the saliency timing (0: skip it)")
-    parser.add_argument("--no-floor", dest="floor", action="store_false",
-                        help="skip the bare Gradio page (Gradio's own cost on this machine)")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the bare Gradio page (Gradio's own cost on this machine)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     rows = [bench_model(name, args) for name in args.models]

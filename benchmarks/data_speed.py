@@ -10,6 +10,7 @@ loader, sampler and seeding. The model step is forward + loss + backward + AdamW
 precision (bf16 only where it measures faster than fp32). Prints images/s and each row's ratio to the
 PIL pipeline; the first-use cache build is not timed (it is done before, with a progress bar).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,13 @@ from cait.train_data import EpochSampler, make_loader, train_images
 
 def loader_for(args: argparse.Namespace, pipeline: str, cache: bool) -> Iterable:
     """Batches of epoch 0 as cait.train makes them, on `pipeline`, rendering or reading the cache."""
-    flags = train_args(model=args.model, data="fashion-mnist-scenes", batch_size=args.batch_size,
-                       workers=args.workers, pipeline=pipeline)
+    flags = train_args(
+        model=args.model,
+        data="fashion-mnist-scenes",
+        batch_size=args.batch_size,
+        workers=args.workers,
+        pipeline=pipeline,
+    )
     raw = build_dataset("fashion-mnist-scenes", "train", cache=cache)
     cfg = model_config(flags, num_classes=len(raw.classes), labels=tuple(raw.classes))
     images = train_images(flags, cfg, raw)
@@ -74,16 +80,23 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
 
     fixed = next(iter(loader_for(args, "tensor", cache=True)))
-    pipelines = {"PIL: render + PIL transforms": ("pil", False), "PIL transforms on the cache": ("pil", True),
-                 "tensor: cache + batched tensor augmentation": ("tensor", True)}
-    rows = {f"data only, {name}": rate(loader_for(args, *how), lambda x, y: None, args.batches)
-            for name, how in pipelines.items()}
+    pipelines = {
+        "PIL: render + PIL transforms": ("pil", False),
+        "PIL transforms on the cache": ("pil", True),
+        "tensor: cache + batched tensor augmentation": ("tensor", True),
+    }
+    rows = {
+        f"data only, {name}": rate(loader_for(args, *how), lambda x, y: None, args.batches)
+        for name, how in pipelines.items()
+    }
     rows["model step only (one fixed batch)"] = rate(itertools.repeat(fixed), step, args.batches)
     for name in ("PIL: render + PIL transforms", "tensor: cache + batched tensor augmentation"):
         rows[f"train step fed by {name.split(':')[0]}"] = rate(loader_for(args, *pipelines[name]), step, args.batches)
 
-    print(f"{args.model}, batch {args.batch_size}, {args.workers} loader worker(s), {torch.get_num_threads()} threads, "
-          f"model step in {amp or 'fp32'}; {args.batches} batches per row")
+    print(
+        f"{args.model}, batch {args.batch_size}, {args.workers} loader worker(s), {torch.get_num_threads()} threads, "
+        f"model step in {amp or 'fp32'}; {args.batches} batches per row"
+    )
     base = rows["data only, PIL: render + PIL transforms"]
     print(f"{'':<60}{'img/s':>9}{'x PIL':>8}")
     for name, value in rows.items():

@@ -8,6 +8,7 @@ forward pass, so that load from other processes drifts both alike, and the repor
 median over --repeats such rounds after one warm-up call of each (cait.timing, as every benchmark; a
 round repeats a call faster than 0.2 s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,14 @@ from cait import explain
 from cait.timing import time_interleaved
 
 # Goals of issue 4 (x one forward pass); methods without a goal are reported only.
-GOALS = {"ca_maps": 1.2, "regions": 1.2, "integrated_gradients": 40.0,
-         "rollout_raw": 1.5, "rollout_after_proj_l": 1.5, "rollout_after_proj_w": 1.5}
+GOALS = {
+    "ca_maps": 1.2,
+    "regions": 1.2,
+    "integrated_gradients": 40.0,
+    "rollout_raw": 1.5,
+    "rollout_after_proj_l": 1.5,
+    "rollout_after_proj_w": 1.5,
+}
 
 SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
 
@@ -65,11 +72,16 @@ def row(name: str, batch: int, method: str, t: float, ref: float) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=["cait_xxs24_224:4", "cait_nano_64:16"],
-                   help="name:batch pairs (default: %(default)s)")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=["cait_xxs24_224:4", "cait_nano_64:16"],
+        help="name:batch pairs (default: %(default)s)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed rounds per method (median)")
-    p.add_argument("--methods", nargs="+", default=None,
-                   help="only these (ca_maps, regions and the names of cait.explain.METHODS)")
+    p.add_argument(
+        "--methods", nargs="+", default=None, help="only these (ca_maps, regions and the names of cait.explain.METHODS)"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = p.parse_args()
     known = {"ca_maps", "regions", *explain.METHODS} - set(SAME_AS_CA_MAPS)

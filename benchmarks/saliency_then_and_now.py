@@ -13,6 +13,7 @@ after one warm-up map each. Medians.
 
     python benchmarks/saliency_then_and_now.py [--then 86d590f] [--rounds 2] [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,14 @@ print(json.dumps({{"seconds": time.perf_counter() - start, "methods": len(method
 
 
 def run(code: str, root: Path, threads: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": str(threads), "GRADIO_ANALYTICS_ENABLED": "False",
-           "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "OMP_NUM_THREADS": str(threads),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"the run in {root} failed:\n{done.stderr[-3000:]}")
@@ -79,19 +86,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each run (1 on a shared machine)")
     parser.add_argument("--precision", default="auto", help="today's app --precision")
     args = parser.parse_args()
-    from skimage import data
     from PIL import Image
+    from skimage import data
+
     with tempfile.TemporaryDirectory() as tmp:
         image = Path(tmp) / "chelsea.png"
         Image.fromarray(data.chelsea()).save(image)
         old = Path(tmp) / "then"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(old), args.then], check=True)
         try:
-            codes = {"then": (THEN.format(model=MODEL, image=image), old),
-                     "now": (NOW.format(model=MODEL, image=image, precision=args.precision), REPO)}
+            codes = {
+                "then": (THEN.format(model=MODEL, image=image), old),
+                "now": (NOW.format(model=MODEL, image=image, precision=args.precision), REPO),
+            }
             seconds: dict[str, list[float]] = {"then": [], "now": []}
             for r in tqdm(range(args.rounds), desc="rounds (then, now)"):
-                for name in (("then", "now") if r % 2 == 0 else ("now", "then")):
+                for name in ("then", "now") if r % 2 == 0 else ("now", "then"):
                     result = run(*codes[name], args.threads)
                     seconds[name].append(result["seconds"])
         finally:

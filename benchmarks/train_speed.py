@@ -10,6 +10,7 @@ One step = forward + cross-entropy + backward + AdamW step, with bf16 autocast a
 models alternate in short rounds so that load from other processes hits both alike (cait.timing); the
 figure per model is the median round. Prints images/s and the ratio ours / timm (goal: >= 1.0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,7 @@ def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: torch.dt
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
 
 
@@ -56,8 +58,9 @@ def models(name: str, img_size: int | None) -> tuple[nn.Module, nn.Module]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=cait.DEFAULT_MODEL,
-                   help="variant from cait.list_models(), or timm:NAME for a teacher CNN")
+    p.add_argument(
+        "--model", default=cait.DEFAULT_MODEL, help="variant from cait.list_models(), or timm:NAME for a teacher CNN"
+    )
     p.add_argument("--img-size", type=int, default=None, help="input side (default: the variant's; 64 for a CNN)")
     p.add_argument("--batch-size", type=int, default=64, help="images per step")
     p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds per model and precision")
@@ -74,8 +77,10 @@ def main() -> None:
     y = torch.randint(0, cfg.num_classes, (args.batch_size,))
     with torch.no_grad():  # same function before timing anything
         gap = (ours.eval()(x) - theirs.eval()(x)).abs().max().item()
-    print(f"{args.model}, batch {args.batch_size}, {torch.get_num_threads()} threads; "
-          f"max |logit difference| ours vs timm: {gap:.2e}")
+    print(
+        f"{args.model}, batch {args.batch_size}, {torch.get_num_threads()} threads; "
+        f"max |logit difference| ours vs timm: {gap:.2e}"
+    )
 
     print(f"{'precision':<10}{'ours img/s':>12}{'timm img/s':>12}{'ratio':>8}")
     for label, amp in (("bf16", torch.bfloat16), ("fp32", None)):

@@ -15,6 +15,7 @@ app_latency.py times it (medians over rounds; the first round warms up).
 
     python benchmarks/view_timeline.py [--model cait_xxs24_224] [--repeats 9]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ import torch  # noqa: E402
 
 # run as a script: benchmarks/ is on the path
 from app_latency import CPU, EXAMPLES_READY, browser_rounds, click_example, free_port  # noqa: E402
+
 from app import handlers, session, torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
@@ -39,6 +41,7 @@ PHASES = ("request", "to handler", "analyse", "outputs", "to browser")
 
 def stamped(fn, stamps: dict[str, float], name: str):
     """fn, recording the epoch ms at which its last call started and ended (signature kept for Gradio)."""
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
         stamps[name + ">"] = time.time() * 1e3
@@ -46,13 +49,23 @@ def stamped(fn, stamps: dict[str, float], name: str):
             return fn(*args, **kwargs)
         finally:
             stamps[name + "<"] = time.time() * 1e3
+
     return run
 
 
 def phases(browser: dict, stamps: dict[str, float]) -> dict[str, float]:
-    return dict(zip(PHASES, (browser["sent"] - browser["start"], stamps["handler>"] - browser["sent"],
-                             stamps["analyse<"] - stamps["analyse>"], stamps["handler<"] - stamps["analyse<"],
-                             browser["end"] - stamps["handler<"])))
+    return dict(
+        zip(
+            PHASES,
+            (
+                browser["sent"] - browser["start"],
+                stamps["handler>"] - browser["sent"],
+                stamps["analyse<"] - stamps["analyse>"],
+                stamps["handler<"] - stamps["analyse<"],
+                browser["end"] - stamps["handler<"],
+            ),
+        )
+    )
 
 
 def measure(name: str, precision: str, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
@@ -67,15 +80,19 @@ def measure(name: str, precision: str, repeats: int) -> tuple[dict[str, list[flo
     def plain_forward() -> None:
         with torch.inference_mode():
             loaded.model(x)
+
     demo, port = build_app(cache, choice), free_port()
     launch(demo, port=port, block=False)
     try:
         # a round's phases are read off the server's stamps as soon as the tiles are shown, while the stamps
         # are still the click's own (the follow-up runs handlers too)
         split, forwards = browser_rounds(
-            f"http://127.0.0.1:{port}/", EXAMPLES_READY,
+            f"http://127.0.0.1:{port}/",
+            EXAMPLES_READY,
             lambda page, r: click_example(page, r, read=lambda clicked: phases(clicked, stamps)),
-            functools.partial(torch_thread.call, plain_forward), repeats)
+            functools.partial(torch_thread.call, plain_forward),
+            repeats,
+        )
     finally:
         demo.close()
     return {phase: [row[phase] for row in split] for phase in PHASES}, [1e3 * f for f in forwards]
@@ -89,15 +106,22 @@ def main() -> None:
     args = parser.parse_args()
     rows, forwards = measure(args.model, args.precision, args.repeats)
     forward = statistics.median(forwards)
-    print(f"{args.model}, --precision {args.precision}, torch threads {torch.get_num_threads()}, load average "
-          f"{os.getloadavg()[0]:.1f}; plain fp32 forward {forward:.1f} ms (median of {len(forwards)})")
+    print(
+        f"{args.model}, --precision {args.precision}, torch threads {torch.get_num_threads()}, load average "
+        f"{os.getloadavg()[0]:.1f}; plain fp32 forward {forward:.1f} ms (median of {len(forwards)})"
+    )
     total = 0.0
     for phase in PHASES:
         ms = statistics.median(rows[phase])
         total += ms
-        print(f"  {phase:<11} {ms:7.1f} ms  {ms / forward:5.2f}x   (min {min(rows[phase]):.1f}, max {max(rows[phase]):.1f})")
-    print(f"  {'sum':<11} {total:7.1f} ms  {total / forward:5.2f}x  of which Gradio and the browser "
-          f"{total - statistics.median(rows['analyse']) - statistics.median(rows['outputs']):.1f} ms")
+        print(
+            f"  {phase:<11} {ms:7.1f} ms  {ms / forward:5.2f}x"
+            f"   (min {min(rows[phase]):.1f}, max {max(rows[phase]):.1f})"
+        )
+    print(
+        f"  {'sum':<11} {total:7.1f} ms  {total / forward:5.2f}x  of which Gradio and the browser "
+        f"{total - statistics.median(rows['analyse']) - statistics.median(rows['outputs']):.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """CaiT (Touvron et al. 2021, "Going deeper with Image Transformers") with the tools to look inside it."""
+
 from __future__ import annotations
 
 import importlib
@@ -8,8 +9,13 @@ from .config import DEFAULT_MODEL, CaiTConfig, ConfigError, get_config, list_mod
 
 # Everything else needs torch, so it is imported on first use: a command line can list the variants
 # (`cait.config`) and answer --help in milliseconds instead of the seconds a torch import takes.
-_LAZY = {"CaiT": "model", "Insights": "model", "create_model": "factory", "CheckpointError": "checkpoint",
-         "save_weights": "checkpoint"}
+_LAZY = {
+    "CaiT": "model",
+    "Insights": "model",
+    "create_model": "factory",
+    "CheckpointError": "checkpoint",
+    "save_weights": "checkpoint",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -23,5 +29,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'cait' has no attribute {name!r}")
 
 
-__all__ = ["CaiT", "CaiTConfig", "CheckpointError", "ConfigError", "DEFAULT_MODEL", "Insights", "create_model",
-           "get_config", "list_models", "save_weights"]
+__all__ = [
+    "CaiT",
+    "CaiTConfig",
+    "CheckpointError",
+    "ConfigError",
+    "DEFAULT_MODEL",
+    "Insights",
+    "create_model",
+    "get_config",
+    "list_models",
+    "save_weights",
+]

@@ -16,6 +16,7 @@ normalised float [B, in_chans, img_size, img_size] input. It does what `cait.tra
 Image k's draws come from the global torch (and python, for erasing) RNG seeded with seeds[k] inside a
 `fork_rng`, so an image's augmentation depends only on its seed: not on its batch, worker or rank.
 """
+
 from __future__ import annotations
 
 import random
@@ -50,15 +51,15 @@ def parse_randaug(spec: str | None) -> tuple[int, int] | None:
 
 @dataclass
 class BatchAugment:
-    img_size: int                        # output side (the model's input)
-    in_chans: int                        # output channels (the model's)
-    mean: tuple[float, ...]              # normalisation of the output, per output channel
+    img_size: int  # output side (the model's input)
+    in_chans: int  # output channels (the model's)
+    mean: tuple[float, ...]  # normalisation of the output, per output channel
     std: tuple[float, ...]
     crop_scale: tuple[float, float] = (0.25, 1.0)  # area range of the random resized crop
-    hflip: float = 0.5                   # horizontal flip probability
-    color_jitter: float = 0.0            # brightness/contrast/saturation strength; ignored with RandAugment
-    randaug: str | None = None           # timm RandAugment string (run as RandAugment-lite) or None
-    reprob: float = 0.0                  # random erasing probability
+    hflip: float = 0.5  # horizontal flip probability
+    color_jitter: float = 0.0  # brightness/contrast/saturation strength; ignored with RandAugment
+    randaug: str | None = None  # timm RandAugment string (run as RandAugment-lite) or None
+    reprob: float = 0.0  # random erasing probability
     _randaug: T.RandAugment | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
@@ -97,11 +98,12 @@ class BatchAugment:
             image = TF.resized_crop(image, top, left, h, w, [self.img_size] * 2, interpolation=bicubic, antialias=True)
             out.append(TF.horizontal_flip(image) if torch.rand(()) < self.hflip else image)
             jitter.append(torch.empty(3).uniform_(max(0.0, 1 - j), 1 + j))
-            erase_seeds.append(int(torch.randint(0, 2 ** 62, ())))
+            erase_seeds.append(int(torch.randint(0, 2**62, ())))
         return torch.stack(out), torch.stack(jitter), erase_seeds
 
     def _erase(self, x: torch.Tensor, seeds: list[int]) -> None:
         from timm.data.random_erasing import RandomErasing
+
         erase = RandomErasing(self.reprob, mode="pixel", device=x.device)
         state = random.getstate()
         with torch.random.fork_rng(devices=[]):

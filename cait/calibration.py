@@ -15,6 +15,7 @@ top-1. One class and one number, so that a few thousand held-out images fix it w
 Class attention, gradients and every saliency map of a class are unchanged: a constant added to a logit
 has no gradient and moves no attention.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -30,13 +31,13 @@ from .model import CaiT
 
 @dataclass(frozen=True)
 class ClassBias:
-    index: int                       # the class whose logit is raised: the weakest one before
-    bias: float                      # added to its logit (0.0: nothing helped)
-    per_class_before: list[float]    # top-1 of each class on the data it was fitted on, before ...
-    per_class_after: list[float]     # ... and after
+    index: int  # the class whose logit is raised: the weakest one before
+    bias: float  # added to its logit (0.0: nothing helped)
+    per_class_before: list[float]  # top-1 of each class on the data it was fitted on, before ...
+    per_class_after: list[float]  # ... and after
     top1_before: float
     top1_after: float
-    images: int                      # how many images it was fitted on
+    images: int  # how many images it was fitted on
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -72,8 +73,9 @@ def shifted(logits: torch.Tensor, index: int, bias: float) -> torch.Tensor:
     return out
 
 
-def fit_weakest_class_bias(logits: torch.Tensor, labels: torch.Tensor, *, step: float = 0.05,
-                           limit: float = 2.0) -> ClassBias:
+def fit_weakest_class_bias(
+    logits: torch.Tensor, labels: torch.Tensor, *, step: float = 0.05, limit: float = 2.0
+) -> ClassBias:
     """The bias in [0, limit] (a grid of `step`) for the weakest class's logit that makes the lowest
     per-class top-1 highest; a tie goes to the higher top-1, then to the smaller bias."""
     num_classes = logits.shape[1]
@@ -87,9 +89,15 @@ def fit_weakest_class_bias(logits: torch.Tensor, labels: torch.Tensor, *, step: 
         if best_key is None or key > best_key:
             best_key, best_bias = key, bias
     after = shifted(logits, index, best_bias)
-    return ClassBias(index=index, bias=round(best_bias, 6), per_class_before=before.tolist(),
-                     per_class_after=per_class_top1(after, labels, num_classes).tolist(),
-                     top1_before=top1(logits, labels), top1_after=top1(after, labels), images=len(labels))
+    return ClassBias(
+        index=index,
+        bias=round(best_bias, 6),
+        per_class_before=before.tolist(),
+        per_class_after=per_class_top1(after, labels, num_classes).tolist(),
+        top1_before=top1(logits, labels),
+        top1_after=top1(after, labels),
+        images=len(labels),
+    )
 
 
 def apply_class_bias(model: CaiT, choice: ClassBias) -> None:
@@ -99,8 +107,9 @@ def apply_class_bias(model: CaiT, choice: ClassBias) -> None:
 
 
 @torch.no_grad()
-def collect_logits(model: nn.Module, data: Dataset, *, batch_size: int = 128,
-                   workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def collect_logits(
+    model: nn.Module, data: Dataset, *, batch_size: int = 128, workers: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp32 logits [N, classes], labels [N]) of `model` on a dataset of (PIL image, label), through the
     images `cait.evaluate` scores (the model's evaluation transform, in `workers` loader processes)."""
     loader = DataLoader(EvalImages(data, model), batch_size=batch_size, num_workers=workers)

@@ -4,6 +4,7 @@ files that carry their config in the metadata. (Where pretrained files come from
 `.pth` files are read with `torch.load(weights_only=True)`: a pickle that tries to build arbitrary
 objects (and so run code) is refused, never executed.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,10 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{path.name}: refused to load. It is a pickle that holds more than tensors "
-                              f"(weights_only=True blocked it, so none of its code ran): {str(e).splitlines()[0]}")
+        raise CheckpointError(
+            f"{path.name}: refused to load. It is a pickle that holds more than tensors "
+            f"(weights_only=True blocked it, so none of its code ran): {str(e).splitlines()[0]}"
+        )
     except CheckpointError:
         raise
     except Exception as e:  # truncated files, random bytes, wrong format
@@ -106,8 +109,9 @@ def _unreadable(path: Path, e: Exception) -> CheckpointError:
 def _config_in(path: Path) -> CaiTConfig | CNNConfig | None:
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
-    return next((cls.from_dict(json.loads(meta[cls.METADATA_KEY])) for cls in STORED_CONFIGS
-                 if cls.METADATA_KEY in meta), None)
+    return next(
+        (cls.from_dict(json.loads(meta[cls.METADATA_KEY])) for cls in STORED_CONFIGS if cls.METADATA_KEY in meta), None
+    )
 
 
 def _is_safetensors(path: Path) -> bool:
@@ -132,8 +136,10 @@ def _unwrap(obj: Any, name: str) -> dict[str, torch.Tensor]:
 
 def infer_config(state: dict[str, torch.Tensor]) -> dict[str, int]:
     """Architecture read off a state dict's shapes (what the weights are, whatever the file says)."""
+
     def count(prefix: str) -> int:
         return len({k.split(".")[1] for k in state if k.startswith(prefix + ".")})
+
     out: dict[str, int] = {"depth": count("blocks"), "depth_token_only": count("blocks_token_only")}
     if "cls_token" in state:
         out["embed_dim"] = state["cls_token"].shape[-1]
@@ -154,10 +160,18 @@ def closest_variant(state: dict[str, torch.Tensor]) -> str:
     found = infer_config(state)
 
     def score(cfg: CaiTConfig) -> int:
-        want = {"depth": cfg.depth, "depth_token_only": cfg.depth_token_only, "embed_dim": cfg.embed_dim,
-                "patch_size": cfg.patch_size, "in_chans": cfg.in_chans, "grid": cfg.grid_size,
-                "num_classes": cfg.num_classes, "num_heads": cfg.num_heads}
+        want = {
+            "depth": cfg.depth,
+            "depth_token_only": cfg.depth_token_only,
+            "embed_dim": cfg.embed_dim,
+            "patch_size": cfg.patch_size,
+            "in_chans": cfg.in_chans,
+            "grid": cfg.grid_size,
+            "num_classes": cfg.num_classes,
+            "num_heads": cfg.num_heads,
+        }
         return sum(found.get(k) == v for k, v in want.items())
+
     return max(VARIANTS, key=lambda n: score(VARIANTS[n]))
 
 
@@ -165,6 +179,7 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
     """Load `state` into `model` strictly, resampling the position embedding if only the grid differs.
     Anything else that does not fit raises one CheckpointError naming the likely variant and the diff."""
     from .model import resize_pos_embed
+
     state = dict(state)
     target = model.state_dict()
     pe = state.get("pos_embed")
@@ -172,11 +187,16 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
         state["pos_embed"] = resize_pos_embed(pe, model.cfg.grid_size)
     missing = sorted(set(target) - set(state))
     unexpected = sorted(set(state) - set(target))
-    shapes = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
-              for k in target if k in state and state[k].shape != target[k].shape]
+    shapes = [
+        f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
+        for k in target
+        if k in state and state[k].shape != target[k].shape
+    ]
     if missing or unexpected or shapes:
-        lines = [f"{source} does not fit this model ({_describe(model.cfg)}).",
-                 f"It looks like '{closest_variant(state)}' ({_describe_found(infer_config(state))})."]
+        lines = [
+            f"{source} does not fit this model ({_describe(model.cfg)}).",
+            f"It looks like '{closest_variant(state)}' ({_describe_found(infer_config(state))}).",
+        ]
         for label, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", shapes)):
             if items:
                 more = f" ... (+{len(items) - 8} more)" if len(items) > 8 else ""
@@ -186,8 +206,10 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
 
 
 def _describe(cfg: CaiTConfig) -> str:
-    return (f"depth {cfg.depth}+{cfg.depth_token_only}, dim {cfg.embed_dim}, heads {cfg.num_heads}, "
-            f"patch {cfg.patch_size}, {cfg.img_size}px, {cfg.num_classes} classes")
+    return (
+        f"depth {cfg.depth}+{cfg.depth_token_only}, dim {cfg.embed_dim}, heads {cfg.num_heads}, "
+        f"patch {cfg.patch_size}, {cfg.img_size}px, {cfg.num_classes} classes"
+    )
 
 
 def _describe_found(found: dict[str, int]) -> str:
@@ -211,7 +233,7 @@ def grow_depth(state: dict[str, torch.Tensor], depth: int, *, gamma: float) -> d
         prefix = f"blocks.{source}."
         for key, value in state.items():
             if key.startswith(prefix):
-                name = key[len(prefix):]
+                name = key[len(prefix) :]
                 fresh = is_copy and name.startswith("gamma_")
                 grown[f"blocks.{j}.{name}"] = torch.full_like(value, gamma) if fresh else value.clone()
     return grown

@@ -4,6 +4,7 @@ Every variant is one line in VARIANTS; `cait.create_model(name)` builds it.
 The paper variants use the hyper-parameters of the official deit `cait_models.py`
 (LayerScale eps, uniform stochastic depth) as listed in the paper's Table 4 / appendix.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
@@ -12,11 +13,19 @@ from typing import Any, ClassVar, TypeVar
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 FASHION_MNIST_CLASSES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 RESIDUAL_SCALES = ("layerscale", "scalar", "rezero", "none")  # CaiTConfig.residual_scale's choices
-GLOBAL_POOLS = ("token", "avg")                                # CaiTConfig.global_pool's choices
+GLOBAL_POOLS = ("token", "avg")  # CaiTConfig.global_pool's choices
 
 
 class ConfigError(ValueError):
@@ -29,13 +38,13 @@ _Config = TypeVar("_Config", bound="_StoredConfig")
 class _StoredConfig:
     """What the frozen config dataclasses share: checked replace, and a JSON round trip (files store
     their config as JSON in the safetensors metadata under METADATA_KEY)."""
+
     METADATA_KEY: ClassVar[str]
 
     def replace(self: _Config, **overrides: Any) -> _Config:
         unknown = set(overrides) - set(self.__dataclass_fields__)
         if unknown:
-            raise TypeError(f"unknown config field(s) {sorted(unknown)}; "
-                            f"known: {sorted(self.__dataclass_fields__)}")
+            raise TypeError(f"unknown config field(s) {sorted(unknown)}; known: {sorted(self.__dataclass_fields__)}")
         return replace(self, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,30 +62,30 @@ class _StoredConfig:
 @dataclass(frozen=True)
 class CaiTConfig(_StoredConfig):
     METADATA_KEY: ClassVar[str] = "cait_config"
-    img_size: int = 224            # square input side in pixels the position embedding is built for
-    patch_size: int = 16           # side of the square patches cut by the conv patch embedding
-    in_chans: int = 3              # input channels (3 for RGB; 1 for grey Fashion-MNIST)
-    num_classes: int = 1000        # size of the linear head on the class token
-    embed_dim: int = 192           # token width d
-    depth: int = 24                # number of self-attention (SA) blocks, patches only
-    num_heads: int = 4             # heads in SA and CA; the paper keeps head dim 48
-    depth_token_only: int = 2      # number of class-attention (CA) blocks
-    mlp_ratio: float = 4.0         # FFN hidden width / d in SA blocks
+    img_size: int = 224  # square input side in pixels the position embedding is built for
+    patch_size: int = 16  # side of the square patches cut by the conv patch embedding
+    in_chans: int = 3  # input channels (3 for RGB; 1 for grey Fashion-MNIST)
+    num_classes: int = 1000  # size of the linear head on the class token
+    embed_dim: int = 192  # token width d
+    depth: int = 24  # number of self-attention (SA) blocks, patches only
+    num_heads: int = 4  # heads in SA and CA; the paper keeps head dim 48
+    depth_token_only: int = 2  # number of class-attention (CA) blocks
+    mlp_ratio: float = 4.0  # FFN hidden width / d in SA blocks
     mlp_ratio_token_only: float = 4.0  # FFN hidden width / d in CA blocks
-    qkv_bias: bool = True          # bias in q/k/v projections (official: True)
-    init_values: float = 1e-5      # LayerScale eps: initial value of every gamma
-    drop_path_rate: float = 0.0    # stochastic depth, the SAME rate in every SA block (paper: uniform)
-    drop_rate: float = 0.0         # dropout before the head
+    qkv_bias: bool = True  # bias in q/k/v projections (official: True)
+    init_values: float = 1e-5  # LayerScale eps: initial value of every gamma
+    drop_path_rate: float = 0.0  # stochastic depth, the SAME rate in every SA block (paper: uniform)
+    drop_rate: float = 0.0  # dropout before the head
     residual_scale: str = "layerscale"  # "layerscale" (per-channel gamma), "scalar" (one alpha=eps per
-                                        # branch), "rezero" (alpha=0, no pre-norm) or "none" (plain residual);
-                                        # the alternatives exist for the paper's Table 1 / Figure 4 ablations
-    talking_heads: bool = True     # mix heads before/after the softmax in SA (proj_l / proj_w)
+    # branch), "rezero" (alpha=0, no pre-norm) or "none" (plain residual);
+    # the alternatives exist for the paper's Table 1 / Figure 4 ablations
+    talking_heads: bool = True  # mix heads before/after the softmax in SA (proj_l / proj_w)
     class_token_at: int | None = None  # None: CaiT (class token joins in the CA stage). k: ViT-style, the class
-                                       # token is inserted before SA block k (0 = from the start; paper Table 2)
-    global_pool: str = "token"     # "token": head on the class token; "avg": on the mean patch token (Table 2)
+    # token is inserted before SA block k (0 = from the start; paper Table 2)
+    global_pool: str = "token"  # "token": head on the class token; "avg": on the mean patch token (Table 2)
     mean: tuple[float, ...] = IMAGENET_MEAN  # per-channel normalisation of the eval transform
     std: tuple[float, ...] = IMAGENET_STD
-    crop_pct: float = 1.0          # eval transform: resize then centre crop this fraction (CaiT: 1.0)
+    crop_pct: float = 1.0  # eval transform: resize then centre crop this fraction (CaiT: 1.0)
     labels: tuple[str, ...] | str = "imagenet"  # class names, or "imagenet" for timm's ImageNet-1k names
     pretrained: str | None = None  # file name under cait/weights/ shipped with the package, if any
 
@@ -119,38 +128,52 @@ class CaiTConfig(_StoredConfig):
 
     @property
     def num_patches(self) -> int:
-        return self.grid_size ** 2
+        return self.grid_size**2
 
 
 @dataclass(frozen=True)
 class CNNConfig(_StoredConfig):
     """A timm convolutional classifier trained here (the distillation teacher of the paper's recipe)."""
+
     METADATA_KEY: ClassVar[str] = "timm_cnn_config"
-    arch: str                      # timm model name, e.g. "resnet18" (built with pretrained=False)
-    img_size: int                  # input side it is trained and evaluated at
-    in_chans: int = 3              # input channels
-    num_classes: int = 10          # size of its classifier
-    drop_path_rate: float = 0.0    # stochastic depth, for the timm models that have it
+    arch: str  # timm model name, e.g. "resnet18" (built with pretrained=False)
+    img_size: int  # input side it is trained and evaluated at
+    in_chans: int = 3  # input channels
+    num_classes: int = 10  # size of its classifier
+    drop_path_rate: float = 0.0  # stochastic depth, for the timm models that have it
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)  # per-channel normalisation of its input
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
-    crop_pct: float = 1.0          # eval transform: resize then centre crop this fraction
+    crop_pct: float = 1.0  # eval transform: resize then centre crop this fraction
     labels: tuple[str, ...] = FASHION_MNIST_CLASSES  # class names
 
 
 def _paper(img_size: int, dim: int, depth: int, eps: float, drop_path: float) -> CaiTConfig:
     # Paper variants: patch 16, head dim 48, MLP ratio 4, ImageNet-1k.
-    return CaiTConfig(img_size=img_size, embed_dim=dim, depth=depth, num_heads=dim // 48,
-                      init_values=eps, drop_path_rate=drop_path)
+    return CaiTConfig(
+        img_size=img_size, embed_dim=dim, depth=depth, num_heads=dim // 48, init_values=eps, drop_path_rate=drop_path
+    )
 
 
-def _small(img_size: int, patch: int, dim: int, depth: int, heads: int, in_chans: int = 3,
-           pretrained: str | None = None) -> CaiTConfig:
+def _small(
+    img_size: int, patch: int, dim: int, depth: int, heads: int, in_chans: int = 3, pretrained: str | None = None
+) -> CaiTConfig:
     # Small configs for Fashion-MNIST and its scenes (28-104 px inputs): LayerScale eps 0.1 is the
     # paper's rule for depth <= 18.
-    return CaiTConfig(img_size=img_size, patch_size=patch, in_chans=in_chans, num_classes=10,
-                      embed_dim=dim, depth=depth, num_heads=heads, init_values=0.1,
-                      drop_path_rate=0.05, mean=(0.5,) * in_chans, std=(0.5,) * in_chans,
-                      labels=FASHION_MNIST_CLASSES, pretrained=pretrained)
+    return CaiTConfig(
+        img_size=img_size,
+        patch_size=patch,
+        in_chans=in_chans,
+        num_classes=10,
+        embed_dim=dim,
+        depth=depth,
+        num_heads=heads,
+        init_values=0.1,
+        drop_path_rate=0.05,
+        mean=(0.5,) * in_chans,
+        std=(0.5,) * in_chans,
+        labels=FASHION_MNIST_CLASSES,
+        pretrained=pretrained,
+    )
 
 
 # name: config. eps and stochastic depth as in the official deit cait_models.py (its XXS-36 uses
@@ -175,12 +198,9 @@ VARIANTS: dict[str, CaiTConfig] = {
     "cait_m48_448": _paper(448, 768, 48, 1e-6, 0.4),
     # small configs for our own training and tests
     "cait_nano_28": _small(28, 4, 96, 6, 3, in_chans=1, pretrained="cait_nano_28.safetensors"),
-    "cait_nano_64": _small(64, 8, 128, 6, 4, pretrained="cait_nano_64.safetensors"),
-    # cait_nano_64 at 104 px input (13x13 patches of the 64 px scenes, upscaled): trained at 96, tested at 104
-    "cait_nano_104": _small(104, 8, 128, 6, 4, pretrained="cait_nano_104.safetensors"),
-    # the same at 136 px (17x17 patches): cait_nano_104 fine-tuned at 128, tested at 136
-    "cait_nano_136": _small(136, 8, 128, 6, 4, pretrained="cait_nano_136.safetensors"),
-    # a wider, deeper student for the scenes (issue 14: 4.5 M parameters, 18 MB): the size its training began at
+    # training's default: a small model for the 64 px scenes (no shipped weights)
+    "cait_nano_64": _small(64, 8, 128, 6, 4),
+    # the default model's architecture at the scenes' own 64 px, where its training began
     "cait_micro_64": _small(64, 8, 192, 8, 4),
     # the same at 136 px (17x17 patches): trained in stages at 64 to 128 px, tested at 136; the default
     "cait_micro_136": _small(136, 8, 192, 8, 4, pretrained="cait_micro_136.safetensors"),
@@ -188,8 +208,18 @@ VARIANTS: dict[str, CaiTConfig] = {
 }
 
 # The ten variants released with the paper (timm's names); the others are paper sizes without weights.
-RELEASED = ("cait_xxs24_224", "cait_xxs24_384", "cait_xxs36_224", "cait_xxs36_384", "cait_xs24_384",
-            "cait_s24_224", "cait_s24_384", "cait_s36_384", "cait_m36_384", "cait_m48_448")
+RELEASED = (
+    "cait_xxs24_224",
+    "cait_xxs24_384",
+    "cait_xxs36_224",
+    "cait_xxs36_384",
+    "cait_xs24_384",
+    "cait_s24_224",
+    "cait_s24_384",
+    "cait_s36_384",
+    "cait_m36_384",
+    "cait_m48_448",
+)
 
 # The default model of the app and the analysis scripts: trained by us on Fashion-MNIST scenes.
 DEFAULT_MODEL = "cait_micro_136"
@@ -207,6 +237,7 @@ def list_models() -> list[str]:
 def get_config(name: str, **overrides: Any) -> CaiTConfig:
     if name not in VARIANTS:
         import difflib
+
         close = difflib.get_close_matches(name, VARIANTS, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown model '{name}'.{hint} Known: {', '.join(VARIANTS)}")

@@ -7,6 +7,7 @@ example images shipped in cait/examples/ are read here too (`read_examples`).
 The two Fashion-MNIST datasets also offer all their images at once as `.pixels`, a uint8 [n, H, W, C]
 array (the scenes' from a disk cache, see `scene_cache`), for augmentation on batched tensors.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -44,8 +45,8 @@ def _read_idx(path: Path, magic: int) -> np.ndarray:
     if header != magic:
         raise DataError(f"{path} is not an idx file (magic {header}, expected {magic})")
     ndim = magic & 0xFF
-    shape = tuple(int(n) for n in np.frombuffer(raw[4:4 + 4 * ndim], ">u4"))
-    return np.frombuffer(raw[4 + 4 * ndim:], np.uint8).reshape(shape)
+    shape = tuple(int(n) for n in np.frombuffer(raw[4 : 4 + 4 * ndim], ">u4"))
+    return np.frombuffer(raw[4 + 4 * ndim :], np.uint8).reshape(shape)
 
 
 @lru_cache(maxsize=2)
@@ -59,6 +60,7 @@ def load_fashion_mnist(split: str, root: Path = FASHION_MNIST_DIR) -> tuple[np.n
 
 class FashionMNIST(Dataset):
     """Real Fashion-MNIST: grey 28x28 garments."""
+
     classes = FASHION_MNIST_CLASSES
 
     def __init__(self, split: str, *, subset: int | None = None):
@@ -74,7 +76,7 @@ class FashionMNIST(Dataset):
     @property
     def pixels(self) -> np.ndarray:
         """uint8 [n, 28, 28, 1]: a view, no copy."""
-        return self.images[:self.n, :, :, None]
+        return self.images[: self.n, :, :, None]
 
 
 SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
@@ -90,12 +92,14 @@ class FashionMNISTScenes(Dataset):
     same sample, and `cache=True` renders the split once into a memory-mapped file (`.pixels`) that
     items are then read from. `boxes` are the garment's tight box (x0, y0, x1, y1) in canvas pixels.
     """
+
     classes = FASHION_MNIST_CLASSES
     MIN_SIDE, MAX_SIDE = 0.30, 0.65
     GENERATOR_VERSION = 1  # bump whenever render() or the layout draws change: it renames the cache files
 
-    def __init__(self, split: str, *, canvas: int = SCENE_SIDE, seed: int = 0, subset: int | None = None,
-                 cache: bool = False):
+    def __init__(
+        self, split: str, *, canvas: int = SCENE_SIDE, seed: int = 0, subset: int | None = None, cache: bool = False
+    ):
         self.split, self.canvas, self.seed = split, canvas, seed
         self.garments, all_labels = load_fashion_mnist(split)
         n = len(all_labels) if subset is None else min(subset, len(all_labels))
@@ -112,14 +116,22 @@ class FashionMNISTScenes(Dataset):
 
     def generator_params(self) -> dict[str, object]:
         """What the pixels depend on besides the source garments (the cache hashes both)."""
-        return {"version": self.GENERATOR_VERSION, "canvas": self.canvas, "seed": self.seed, "split": self.split,
-                "n": len(self.labels), "min_side": self.MIN_SIDE, "max_side": self.MAX_SIDE}
+        return {
+            "version": self.GENERATOR_VERSION,
+            "canvas": self.canvas,
+            "seed": self.seed,
+            "split": self.split,
+            "n": len(self.labels),
+            "min_side": self.MIN_SIDE,
+            "max_side": self.MAX_SIDE,
+        }
 
     @property
     def pixels(self) -> np.ndarray:
         """uint8 [n, canvas, canvas, 3], every scene: memory-mapped from the cache (built on first use)."""
         if self._pixels is None:
             from .scene_cache import cached_pixels
+
             self._pixels = cached_pixels(self)
         return self._pixels
 
@@ -139,8 +151,15 @@ class FashionMNISTScenes(Dataset):
         first = lambda m: m.argmax(axis=1)
         last = lambda m: m.shape[1] - m[:, ::-1].argmax(axis=1)
         scale = self.sides / garments.shape[1]
-        return np.stack([self.x0 + first(cols) * scale, self.y0 + first(rows) * scale,
-                         self.x0 + last(cols) * scale, self.y0 + last(rows) * scale], axis=1).astype(np.float32)
+        return np.stack(
+            [
+                self.x0 + first(cols) * scale,
+                self.y0 + first(rows) * scale,
+                self.x0 + last(cols) * scale,
+                self.y0 + last(rows) * scale,
+            ],
+            axis=1,
+        ).astype(np.float32)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -185,14 +204,15 @@ def _resize(arr: np.ndarray, side: int) -> np.ndarray:
 
 
 def _paste(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray, x: int, y: int) -> None:
-    """Alpha-blend `colour` (array or [3]) into img at (x, y) with per-pixel `alpha` [h, w, 1], clipped to the canvas."""
+    """Alpha-blend `colour` (array or [3]) into img at (x, y) with per-pixel `alpha` [h, w, 1],
+    clipped to the canvas."""
     h, w = alpha.shape[:2]
     H, W = img.shape[:2]
     y0, x0, y1, x1 = max(y, 0), max(x, 0), min(y + h, H), min(x + w, W)
     if y0 >= y1 or x0 >= x1:
         return
-    a = alpha[y0 - y:y1 - y, x0 - x:x1 - x]
-    col = colour[y0 - y:y1 - y, x0 - x:x1 - x] if np.ndim(colour) == 3 else colour
+    a = alpha[y0 - y : y1 - y, x0 - x : x1 - x]
+    col = colour[y0 - y : y1 - y, x0 - x : x1 - x] if np.ndim(colour) == 3 else colour
     img[y0:y1, x0:x1] = img[y0:y1, x0:x1] * (1 - a) + col * a
 
 
@@ -202,6 +222,7 @@ class BoxedDataset(Protocol):
     and the analysis scripts: item i is (PIL image, int label) of a SQUARE image of side `canvas` pixels,
     and `boxes[i]` is its object's box (x0, y0, x1, y1) in those pixels. Square, so that the evaluation
     resize scales both axes alike: in the model's input the box is boxes[i] * img_size / canvas."""
+
     classes: Sequence[str]
     boxes: np.ndarray  # float [len, 4]
     canvas: int
@@ -214,8 +235,9 @@ class BoxedDataset(Protocol):
 class ImagesWithBoxes(Dataset):
     """Square images with labels and boxes (in the images' pixels), as a `BoxedDataset`."""
 
-    def __init__(self, images: list[Image.Image], labels: list[int], boxes: np.ndarray, *, canvas: int,
-                 classes: Sequence[str]):
+    def __init__(
+        self, images: list[Image.Image], labels: list[int], boxes: np.ndarray, *, canvas: int, classes: Sequence[str]
+    ):
         if not all(im.size == (canvas, canvas) for im in images):
             raise ValueError(f"boxes need square images of side {canvas}")
         self.images, self.labels, self.canvas, self.classes = images, labels, canvas, classes
@@ -231,10 +253,11 @@ class ImagesWithBoxes(Dataset):
 @dataclass(frozen=True)
 class ExampleImage:
     """An image file and, when an examples.json beside it lists the file, its label and box."""
+
     path: Path
-    label: int | None = None                               # true class index
-    class_name: str | None = None                          # its name, as examples.json spells it
-    box: tuple[float, float, float, float] | None = None   # (x0, y0, x1, y1) in the image file's pixels
+    label: int | None = None  # true class index
+    class_name: str | None = None  # its name, as examples.json spells it
+    box: tuple[float, float, float, float] | None = None  # (x0, y0, x1, y1) in the image file's pixels
 
     @property
     def caption(self) -> str:
@@ -260,8 +283,14 @@ def read_examples(paths: Iterable[str | os.PathLike] | None = None) -> list[Exam
     for f in files:
         note = notes.setdefault(f.parent, _annotations(f.parent)).get(f.name, {})
         box = note.get("box_xyxy")
-        out.append(ExampleImage(path=f, label=note.get("label"), class_name=note.get("class"),
-                                box=tuple(float(v) for v in box) if box else None))
+        out.append(
+            ExampleImage(
+                path=f,
+                label=note.get("label"),
+                class_name=note.get("class"),
+                box=tuple(float(v) for v in box) if box else None,
+            )
+        )
     return out
 
 
@@ -270,10 +299,13 @@ class ImageFolderData(Dataset):
 
     def __init__(self, root: str | Path, split: str, *, subset: int | None = None):
         from torchvision.datasets import ImageFolder
+
         path = Path(root) / split
         if not path.is_dir():
-            raise DataError(f"{path} does not exist; an image folder needs {Path(root)}/train/<class>/ and "
-                            f"{Path(root)}/val/<class>/ with images")
+            raise DataError(
+                f"{path} does not exist; an image folder needs {Path(root)}/train/<class>/ and "
+                f"{Path(root)}/val/<class>/ with images"
+            )
         try:
             self.folder = ImageFolder(str(path))
         except (FileNotFoundError, RuntimeError) as e:

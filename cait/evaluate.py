@@ -2,7 +2,7 @@
 
     python -m cait.evaluate --model cait_micro_136 --data fashion-mnist-scenes --json results.json
     python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --scene-seed 1 --methods ca1_mean
-    python -m cait.evaluate --checkpoint analysis/data/scenes_probes/teacher_resnet10t_112px.safetensors --img-size 128 --scene-seed 1
+    python -m cait.evaluate --checkpoint runs/teacher/best.safetensors --img-size 128 --scene-seed 1
 
 A timm CNN that `cait.train` wrote (a distillation teacher) is scored too, on top-1 and per class only: it
 has no class attention to explain.
@@ -16,6 +16,7 @@ share of the image). Gradient and perturbation methods are costly, so they run o
 On data with boxes, top-1 is also broken down by the garment's size (its box's longer side as a share of the
 image), overall and per class: whether the errors are the garments drawn small.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,14 @@ from .preprocess import eval_transform
 from .runtime import DEVICE_CHOICES, PRECISION_CHOICES, DeviceError, autocast, inference_dtype, resolve_device
 from .teacher import load_teacher
 
-CHEAP_METHODS = ("ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l",
-                 "rollout_after_proj_w")
+CHEAP_METHODS = (
+    "ca1_mean",
+    "ca2_mean",
+    "class_specific",
+    "rollout_raw",
+    "rollout_after_proj_l",
+    "rollout_after_proj_w",
+)
 # Rows name each CA head from 1, as the app and the figures do: "ca1_head1" is CA layer 1's first head.
 # Results written before (no "head_numbering" key) named heads from 0; `localization_rows` reads both.
 HEAD_NUMBERING = 1
@@ -91,8 +98,9 @@ class EvalImages(Dataset):
         return self.tf(image), label, box
 
 
-def accuracy_by_box_side(sides: torch.Tensor, correct: torch.Tensor, labels: torch.Tensor,
-                         names: list[str]) -> list[dict]:
+def accuracy_by_box_side(
+    sides: torch.Tensor, correct: torch.Tensor, labels: torch.Tensor, names: list[str]
+) -> list[dict]:
     """Top-1 overall and per class within each BOX_SIDE_BINS bin of `sides` (the box's longer side / image side,
     per image), from per-image `correct` (bool) and `labels`; bins without images are left out."""
     edges = torch.tensor(BOX_SIDE_BINS[1:-1], dtype=sides.dtype)
@@ -101,10 +109,19 @@ def accuracy_by_box_side(sides: torch.Tensor, correct: torch.Tensor, labels: tor
     for i, (lo, hi) in enumerate(zip(BOX_SIDE_BINS, BOX_SIDE_BINS[1:])):
         inside = which == i
         if inside.any():
-            per_class = {name: correct[inside & (labels == c)].float().mean().item()
-                         for c, name in enumerate(names) if (inside & (labels == c)).any()}
-            rows.append({"box_side": [lo, hi], "images": int(inside.sum()),
-                         "top1": correct[inside].float().mean().item(), "per_class_top1": per_class})
+            per_class = {
+                name: correct[inside & (labels == c)].float().mean().item()
+                for c, name in enumerate(names)
+                if (inside & (labels == c)).any()
+            }
+            rows.append(
+                {
+                    "box_side": [lo, hi],
+                    "images": int(inside.sum()),
+                    "top1": correct[inside].float().mean().item(),
+                    "per_class_top1": per_class,
+                }
+            )
     return rows
 
 
@@ -122,15 +139,31 @@ class _Tally:
         self.count[name] += len(boxes)
 
     def rows(self) -> list[dict]:
-        return [{"method": k, "pointing_game": self.hits[k] / self.count[k],
-                 "mass_in_box": self.mass[k] / self.count[k], "images": self.count[k]} for k in self.count]
+        return [
+            {
+                "method": k,
+                "pointing_game": self.hits[k] / self.count[k],
+                "mass_in_box": self.mass[k] / self.count[k],
+                "images": self.count[k],
+            }
+            for k in self.count
+        ]
 
 
-def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers: int = 1,
-             attribution_subset: int = 500, methods: tuple[str, ...] | None = None,
-             device: torch.device = torch.device("cpu"), dtype: torch.dtype | None = None) -> dict:
+def evaluate(
+    model: nn.Module,
+    data: Dataset,
+    *,
+    batch_size: int = 128,
+    workers: int = 1,
+    attribution_subset: int = 500,
+    methods: tuple[str, ...] | None = None,
+    device: torch.device = torch.device("cpu"),
+    dtype: torch.dtype | None = None,
+) -> dict:
     """Accuracy on `data` and, when it carries boxes and `model` is a CaiT, the localization of every explanation
-    method (a timm CNN: accuracy only). dtype: autocast dtype of the classification pass, whose class attention is scored too (None: fp32);
+    method (a timm CNN: accuracy only). dtype: autocast dtype of the classification pass, whose class attention
+    is scored too (None: fp32);
     the other methods (gradients, rollout, occlusion) always run in fp32."""
     model = model.to(device).eval()
     ds = EvalImages(data, model)
@@ -154,7 +187,7 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
             correct.append(predicted == truth)
             labels.append(truth)
         if ds.boxes is not None and explained:
-            box_area = width * height / img_size ** 2
+            box_area = width * height / img_size**2
             tally.hits["chance"] += box_area.sum().item()
             tally.mass["chance"] += box_area.sum().item()
             tally.count["chance"] += len(y)
@@ -167,34 +200,53 @@ def evaluate(model: nn.Module, data: Dataset, *, batch_size: int = 128, workers:
             for group, todo in ((cheap, len(y)), (costly, min(len(y), attribution_subset - seen))):
                 if group and todo > 0:
                     maps = None if shared is None else shared[:todo]
-                    for name, heat in explain.saliency_maps(model, x[:todo], y[:todo], group,
-                                                            class_attention_maps=maps):
+                    for name, heat in explain.saliency_maps(
+                        model, x[:todo], y[:todo], group, class_attention_maps=maps
+                    ):
                         tally.add(name, heat.cpu(), boxes[:todo], img_size)
         seen += len(y)
     names = [str(c) for c in getattr(data, "classes", range(classes))]
-    per_class = {name: (confusion[i, i] / confusion[i].sum()).item() if confusion[i].sum() else None
-                 for i, name in enumerate(names)}
+    per_class = {
+        name: (confusion[i, i] / confusion[i].sum()).item() if confusion[i].sum() else None
+        for i, name in enumerate(names)
+    }
     by_side = accuracy_by_box_side(torch.cat(sides), torch.cat(correct), torch.cat(labels), names) if sides else []
-    return {"images": seen, "top1": confusion.diag().sum().item() / max(seen, 1), "per_class_top1": per_class,
-            "top1_by_box_side": by_side, "confusion": confusion.tolist(), "localization": tally.rows(),
-            "head_numbering": HEAD_NUMBERING}
+    return {
+        "images": seen,
+        "top1": confusion.diag().sum().item() / max(seen, 1),
+        "per_class_top1": per_class,
+        "top1_by_box_side": by_side,
+        "confusion": confusion.tolist(),
+        "localization": tally.rows(),
+        "head_numbering": HEAD_NUMBERING,
+    }
 
 
 def format_table(result: dict) -> str:
     lines = [f"top-1 accuracy: {100 * result['top1']:.2f}% on {result['images']} images"]
     if result.get("per_class_top1"):
-        lines.append("per class: " + ", ".join(f"{name} {'-' if v is None else f'{100 * v:.0f}%'}"
-                                               for name, v in result["per_class_top1"].items()))
+        lines.append(
+            "per class: "
+            + ", ".join(
+                f"{name} {'-' if v is None else f'{100 * v:.0f}%'}" for name, v in result["per_class_top1"].items()
+            )
+        )
     if result.get("top1_by_box_side"):
-        lines.append("top-1 by the garment box's side (share of the image): " + ", ".join(
-            f"{row['box_side'][0]:.1f}-{row['box_side'][1]:.1f} {100 * row['top1']:.0f}% ({row['images']})"
-            for row in result["top1_by_box_side"]))
+        lines.append(
+            "top-1 by the garment box's side (share of the image): "
+            + ", ".join(
+                f"{row['box_side'][0]:.1f}-{row['box_side'][1]:.1f} {100 * row['top1']:.0f}% ({row['images']})"
+                for row in result["top1_by_box_side"]
+            )
+        )
     rows = localization_rows(result)
     if rows:
         lines.append(f"{'method':<26}{'pointing game':>15}{'mass in box':>13}{'images':>8}")
         for row in sorted(rows, key=lambda r: -r["pointing_game"]):
-            lines.append(f"{row['method']:<26}{100 * row['pointing_game']:>14.1f}%"
-                         f"{100 * row['mass_in_box']:>12.1f}%{row['images']:>8}")
+            lines.append(
+                f"{row['method']:<26}{100 * row['pointing_game']:>14.1f}%"
+                f"{100 * row['mass_in_box']:>12.1f}%{row['images']:>8}"
+            )
     return "\n".join(lines)
 
 
@@ -208,32 +260,65 @@ def load_model(name: str | None, checkpoint: str | None, *, img_size: int | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cait.evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help="variant name (see cait.list_models()); optional when "
-                   "--checkpoint is one of our safetensors files, which carry their config")
-    p.add_argument("--checkpoint", default=None, help="weights file; default: the model's shipped weights. A timm "
-                   "CNN written by cait.train (e.g. the distillation teacher) is scored on top-1 and per class")
-    p.add_argument("--data", default="fashion-mnist-scenes",
-                   help="fashion-mnist-scenes (has boxes), fashion-mnist, or an ImageFolder root (its val/ split)")
-    p.add_argument("--img-size", type=int, default=None,
-                   help="test at this input size instead of the model's (the position embedding is resampled, "
-                        "DeiT's rule): a test size above the training size can score higher (FixRes)")
+    p = argparse.ArgumentParser(
+        prog="python -m cait.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="variant name (see cait.list_models()); optional when "
+        "--checkpoint is one of our safetensors files, which carry their config",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="weights file; default: the model's shipped weights. A timm "
+        "CNN written by cait.train (e.g. the distillation teacher) is scored on top-1 and per class",
+    )
+    p.add_argument(
+        "--data",
+        default="fashion-mnist-scenes",
+        help="fashion-mnist-scenes (has boxes), fashion-mnist, or an ImageFolder root (its val/ split)",
+    )
+    p.add_argument(
+        "--img-size",
+        type=int,
+        default=None,
+        help="test at this input size instead of the model's (the position embedding is resampled, "
+        "DeiT's rule): a test size above the training size can score higher (FixRes)",
+    )
     p.add_argument("--subset", type=int, default=None, help="evaluate only the first N images")
-    p.add_argument("--scene-seed", type=int, default=0,
-                   help="fashion-mnist-scenes drawn with this seed: 0 = the test scenes every number here is "
-                        "reported on; another seed puts the same test garments on newly drawn canvases (a "
-                        "held-out set for choosing e.g. --img-size, and a check on differently drawn scenes)")
-    p.add_argument("--attribution-subset", type=int, default=500,
-                   help="images for the costly methods (captum, occlusion); default 500")
-    p.add_argument("--methods", nargs="*", default=None, help=f"explanations to score; default all of "
-                   f"{', '.join(explain.METHODS)} (earlier names, e.g. rollout_before_mixing, are accepted)")
+    p.add_argument(
+        "--scene-seed",
+        type=int,
+        default=0,
+        help="fashion-mnist-scenes drawn with this seed: 0 = the test scenes every number here is "
+        "reported on; another seed puts the same test garments on newly drawn canvases (a "
+        "held-out set for choosing e.g. --img-size, and a check on differently drawn scenes)",
+    )
+    p.add_argument(
+        "--attribution-subset",
+        type=int,
+        default=500,
+        help="images for the costly methods (captum, occlusion); default 500",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="*",
+        default=None,
+        help=f"explanations to score; default all of "
+        f"{', '.join(explain.METHODS)} (earlier names, e.g. rollout_before_mixing, are accepted)",
+    )
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
-    p.add_argument("--precision", default="auto", choices=PRECISION_CHOICES,
-                   help="the classification pass (top-1, class attention) in bf16 autocast or fp32; auto = bf16 "
-                        "where it measures faster than fp32 here; gradient methods always run in fp32")
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=PRECISION_CHOICES,
+        help="the classification pass (top-1, class attention) in bf16 autocast or fp32; auto = bf16 "
+        "where it measures faster than fp32 here; gradient methods always run in fp32",
+    )
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
     args = p.parse_args(argv)
     if args.methods:
@@ -251,20 +336,35 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model = load_model(args.model, args.checkpoint, img_size=args.img_size)
         if args.methods and not isinstance(model, CaiT):
-            raise ValueError(f"{args.checkpoint} holds a CNN ({model.cfg.arch}): it has no class attention, so "
-                             f"--methods does not apply (it is scored on top-1 and per class)")
-        data = build_dataset(args.data, "val", seed=args.scene_seed, subset=args.subset,
-                             cache=True)  # scenes: read from the disk cache
+            raise ValueError(
+                f"{args.checkpoint} holds a CNN ({model.cfg.arch}): it has no class attention, so "
+                f"--methods does not apply (it is scored on top-1 and per class)"
+            )
+        data = build_dataset(
+            args.data, "val", seed=args.scene_seed, subset=args.subset, cache=True
+        )  # scenes: read from the disk cache
     except (CheckpointError, DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     dtype = inference_dtype(args.precision, device)
-    result = evaluate(model, data, batch_size=args.batch_size, workers=args.workers,
-                      attribution_subset=args.attribution_subset,
-                      methods=tuple(args.methods) if args.methods else None, device=device, dtype=dtype)
-    result.update(model=args.model or "from checkpoint", checkpoint=model.source, img_size=model.cfg.img_size,
-                  data=args.data, scene_seed=args.scene_seed,
-                  precision="bf16 autocast" if dtype is not None else "fp32")
+    result = evaluate(
+        model,
+        data,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        attribution_subset=args.attribution_subset,
+        methods=tuple(args.methods) if args.methods else None,
+        device=device,
+        dtype=dtype,
+    )
+    result.update(
+        model=args.model or "from checkpoint",
+        checkpoint=model.source,
+        img_size=model.cfg.img_size,
+        data=args.data,
+        scene_seed=args.scene_seed,
+        precision="bf16 autocast" if dtype is not None else "fp32",
+    )
     print(format_table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

@@ -1,4 +1,5 @@
 """`create_model`: the one builder behind every variant name and checkpoint format."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,9 @@ from .hub import fetch_weights
 from .model import CaiT
 
 
-def create_model(name: str | None = None, checkpoint: str | os.PathLike | None = None, *,
-                 pretrained: bool = False, **overrides: Any) -> CaiT:
+def create_model(
+    name: str | None = None, checkpoint: str | os.PathLike | None = None, *, pretrained: bool = False, **overrides: Any
+) -> CaiT:
     """Build a CaiT by variant name (see `list_models()`), optionally loading weights.
 
     checkpoint: an official deit .pth, a timm .pth/.safetensors, or one of our safetensors files
@@ -35,8 +37,10 @@ def create_model(name: str | None = None, checkpoint: str | os.PathLike | None =
         state, stored = read_checkpoint(checkpoint)
         source = source or Path(checkpoint).name
         if isinstance(stored, CNNConfig):
-            raise CheckpointError(f"{source} holds a timm CNN ({stored.arch}), not a CaiT: it serves as a "
-                                  f"distillation --teacher (cait.teacher.load_teacher reads it)")
+            raise CheckpointError(
+                f"{source} holds a timm CNN ({stored.arch}), not a CaiT: it serves as a "
+                f"distillation --teacher (cait.teacher.load_teacher reads it)"
+            )
     if stored is not None:
         cfg = stored.replace(**overrides)
     elif name is not None:
@@ -49,4 +53,3 @@ def create_model(name: str | None = None, checkpoint: str | os.PathLike | None =
     if source is not None:
         model.source = source
     return model.eval()
-

@@ -10,6 +10,7 @@ itself. Which repo holds a variant's weights is timm's fact (its pretrained conf
     list_weights()         that, for every paper variant (the app's Model tab)
     fetch_weights(name)    the local file: shipped, in the cache, or downloaded now with progress
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,24 +37,29 @@ class WeightsUnavailable(CheckpointError):
 
 @dataclass(frozen=True)
 class WeightsStatus:
-    name: str              # the variant (cait.list_models())
-    where: Where           # "shipped": in this package; "cached": in the local Hugging Face cache;
-                           # "download": fetched from the Hub on first use; "needs file": offline (or no
-                           # released weights) and not cached, so only checkpoint=PATH gives weights
-    repo_id: str | None    # timm's Hub repo of the released weights; None for variants without any
-    size_mb: float         # the file's size when local, else the size of its float32 tensors (what timm's
-                           # files hold), in MB of 10^6 bytes
-    path: Path | None      # the local file when shipped or cached
+    name: str  # the variant (cait.list_models())
+    where: Where  # "shipped": in this package; "cached": in the local Hugging Face cache;
+    # "download": fetched from the Hub on first use; "needs file": offline (or no
+    # released weights) and not cached, so only checkpoint=PATH gives weights
+    repo_id: str | None  # timm's Hub repo of the released weights; None for variants without any
+    size_mb: float  # the file's size when local, else the size of its float32 tensors (what timm's
+    # files hold), in MB of 10^6 bytes
+    path: Path | None  # the local file when shipped or cached
 
     def describe(self) -> str:
         """One line for a user: where the weights come from and how big they are."""
         size = f"{self.size_mb:.0f} MB" if self.size_mb >= 10 else f"{self.size_mb:.1f} MB"
-        return {"shipped": f"shipped with the package ({size})",
-                "cached": f"in the local Hugging Face cache ({size}, {self.repo_id})",
-                "download": f"download {size} from the Hugging Face Hub ({self.repo_id})",
-                "needs file": f"needs a weights file (checkpoint=PATH; {size})" + (
-                    f": {self.repo_id} is not cached and the Hub is off (HF_HUB_OFFLINE)" if self.repo_id
-                    else ": no released weights for this size")}[self.where]
+        return {
+            "shipped": f"shipped with the package ({size})",
+            "cached": f"in the local Hugging Face cache ({size}, {self.repo_id})",
+            "download": f"download {size} from the Hugging Face Hub ({self.repo_id})",
+            "needs file": f"needs a weights file (checkpoint=PATH; {size})"
+            + (
+                f": {self.repo_id} is not cached and the Hub is off (HF_HUB_OFFLINE)"
+                if self.repo_id
+                else ": no released weights for this size"
+            ),
+        }[self.where]
 
 
 def hub_repo(name: str) -> str | None:
@@ -73,12 +79,14 @@ def official_url(name: str) -> str | None:
 
 def _timm_pretrained_cfg(name: str):
     from timm.models import get_pretrained_cfg  # importing timm.models registers every architecture: ~2 s
+
     return get_pretrained_cfg(name)
 
 
 def cached_file(name: str) -> Path | None:
     """`name`'s weights in the local Hugging Face cache (the revision `main` points to), without any request."""
     from huggingface_hub import try_to_load_from_cache
+
     repo = hub_repo(name)
     found = try_to_load_from_cache(repo, HUB_FILENAME) if repo else None
     return Path(found) if isinstance(found, str) else None  # a str is a file; None/_CACHED_NO_EXIST are not
@@ -87,11 +95,17 @@ def cached_file(name: str) -> Path | None:
 def weights_status(name: str) -> WeightsStatus:
     """Where `name`'s pretrained weights would come from now, and their size. Makes no request."""
     from huggingface_hub import is_offline_mode
+
     cfg = get_config(name)
     if cfg.pretrained:
         path = WEIGHTS_DIR / cfg.pretrained
-        return WeightsStatus(name, "shipped", None, _megabytes(path) if path.is_file() else _float32_mb(name),
-                             path if path.is_file() else None)
+        return WeightsStatus(
+            name,
+            "shipped",
+            None,
+            _megabytes(path) if path.is_file() else _float32_mb(name),
+            path if path.is_file() else None,
+        )
     repo = hub_repo(name)
     path = cached_file(name)
     if path is not None:
@@ -117,6 +131,7 @@ def _megabytes(path: Path) -> float:
 @lru_cache(maxsize=None)  # a variant's size never changes; the app asks again after every model load
 def _float32_mb(name: str) -> float:
     from .model import CaiT
+
     with torch.device("meta"):  # shapes only, no memory
         model = CaiT(get_config(name))
     return sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6
@@ -124,12 +139,13 @@ def _float32_mb(name: str) -> float:
 
 @dataclass(frozen=True)
 class LocalWeights:
-    path: Path     # the file to read (read_checkpoint)
-    source: str    # what the weights are, for the app and the figures' provenance lines
+    path: Path  # the file to read (read_checkpoint)
+    source: str  # what the weights are, for the app and the figures' provenance lines
 
 
-def fetch_weights(name: str, *, tqdm_class: type | None = None,
-                  on_progress: ProgressCallback | None = None) -> LocalWeights:
+def fetch_weights(
+    name: str, *, tqdm_class: type | None = None, on_progress: ProgressCallback | None = None
+) -> LocalWeights:
     """The local file of `name`'s pretrained weights: shipped with the package, in the local Hugging
     Face cache (no request), or downloaded now into that cache. Raises WeightsUnavailable, naming the
     ways out, when there are none (offline and not cached, download failed, or never released).
@@ -143,13 +159,19 @@ def fetch_weights(name: str, *, tqdm_class: type | None = None,
         path = WEIGHTS_DIR / cfg.pretrained
         if not path.is_file():
             # (also a variant declared in VARIANTS before its weights are trained and shipped)
-            raise WeightsUnavailable(f"no shipped weights for '{name}' in this package ({path} is absent): train "
-                                     f"them with `python -m cait.train --model {name}` and ship them with "
-                                     f"scripts/ship_model.py, or pass checkpoint=PATH")
+            raise WeightsUnavailable(
+                f"no shipped weights for '{name}' in this package ({path} is absent): train "
+                f"them with `python -m cait.train --model {name}` and ship them with "
+                f"scripts/ship_model.py, or pass checkpoint=PATH"
+            )
         return LocalWeights(path, path.name)
     repo = hub_repo(name)
     if repo is None:
-        kind = "a paper size without a public checkpoint" if is_paper_variant(name) else "a small config we have not shipped"
+        kind = (
+            "a paper size without a public checkpoint"
+            if is_paper_variant(name)
+            else "a small config we have not shipped"
+        )
         raise WeightsUnavailable(f"no released weights for '{name}' ({kind}); pass your own with checkpoint=PATH")
     # Released weights never change on the Hub: a cached copy is used without asking the Hub again, so a
     # machine with a flaky network does not wait for a timeout on every load.
@@ -160,6 +182,7 @@ def fetch_weights(name: str, *, tqdm_class: type | None = None,
 def _download(name: str, repo: str, tqdm_class: type | None, on_progress: ProgressCallback | None) -> Path:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import LocalEntryNotFoundError
+
     if on_progress is not None:
         tqdm_class = _reporting(tqdm_class, on_progress)
     try:
@@ -167,12 +190,16 @@ def _download(name: str, repo: str, tqdm_class: type | None, on_progress: Progre
     except LocalEntryNotFoundError as e:  # offline, or the Hub unreachable, and not in the cache
         raise WeightsUnavailable(_unavailable(name, repo, _why_offline(e))) from None
     except Exception as e:  # an interrupted download, a server error, a missing repo: the client kept nothing
-        raise WeightsUnavailable(_unavailable(name, repo, f"the download failed ({type(e).__name__}: "
-                                                          f"{_first_line(e)}); nothing of it was kept")) from None
+        raise WeightsUnavailable(
+            _unavailable(
+                name, repo, f"the download failed ({type(e).__name__}: {_first_line(e)}); nothing of it was kept"
+            )
+        ) from None
 
 
 def _why_offline(error: Exception) -> str:
     from huggingface_hub import constants, is_offline_mode
+
     if is_offline_mode():
         return "offline mode is on (HF_HUB_OFFLINE=1)"
     cause = error.__cause__
@@ -187,14 +214,17 @@ def _first_line(error: BaseException) -> str:
 
 def _unavailable(name: str, repo: str, why: str) -> str:
     from huggingface_hub import constants, is_offline_mode
+
     deit = official_url(name)
     official = f"the official deit file ({deit}) " if deit else "the official deit .pth "
     online = "go online (unset HF_HUB_OFFLINE)" if is_offline_mode() else "go online"
-    return (f"no weights for '{name}': timm's {repo} ({HUB_FILENAME}) is not in the local Hugging Face cache "
-            f"({constants.HF_HUB_CACHE}) and {why}. Ways out: {online} and run again "
-            f"to download it once ({_float32_mb(name):.0f} MB); or give a file, checkpoint=PATH (--checkpoint PATH on "
-            f"the command line), with {official}or a timm .pth/.safetensors; or point HF_HOME / HF_HUB_CACHE at a "
-            f"cache that holds {repo}")
+    return (
+        f"no weights for '{name}': timm's {repo} ({HUB_FILENAME}) is not in the local Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}) and {why}. Ways out: {online} and run again "
+        f"to download it once ({_float32_mb(name):.0f} MB); or give a file, checkpoint=PATH (--checkpoint PATH on "
+        f"the command line), with {official}or a timm .pth/.safetensors; or point HF_HOME / HF_HUB_CACHE at a "
+        f"cache that holds {repo}"
+    )
 
 
 def _reporting(base: type | None, on_progress: ProgressCallback) -> type:
@@ -212,4 +242,5 @@ def _reporting(base: type | None, on_progress: ProgressCallback) -> type:
             self._done += n
             on_progress(self._done, self._total)
             return super().update(n)
+
     return Reporting

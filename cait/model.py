@@ -4,6 +4,7 @@ Parameter names follow the official deit `cait_models.py` and timm's `cait.py`, 
 checkpoints load with strict=True. `forward` is the lean path; `forward_insights` returns the
 same logits plus what the paper analyses (class attention, residual ratios, LayerScale).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,10 +19,11 @@ from .config import CaiTConfig
 @dataclass
 class Insights:
     """What `CaiT.forward_insights` returns; every tensor is detached except `logits`."""
-    logits: torch.Tensor                        # [B, classes]
-    class_attention: tuple[torch.Tensor, ...]   # per CA layer [B, heads, 1+N]; index 0 = class token itself
-    residual_ratios: dict[str, torch.Tensor]    # "sa", "ffn": [B, depth]; "ca", "ca_ffn": [B, depth_token_only]
-    layerscale: dict[str, torch.Tensor]         # "sa_gamma_1", "sa_gamma_2": [depth, d]; "ca_gamma_1/2": [2, d]
+
+    logits: torch.Tensor  # [B, classes]
+    class_attention: tuple[torch.Tensor, ...]  # per CA layer [B, heads, 1+N]; index 0 = class token itself
+    residual_ratios: dict[str, torch.Tensor]  # "sa", "ffn": [B, depth]; "ca", "ca_ffn": [B, depth_token_only]
+    layerscale: dict[str, torch.Tensor]  # "sa_gamma_1", "sa_gamma_2": [depth, d]; "ca_gamma_1/2": [2, d]
     self_attention: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     # SA layer -> (softmax(proj_l(q k^T)), then proj_w(that): the weights that multiply the values), each
     # [B, heads, N, N]; only for the layers asked for.
@@ -87,8 +89,9 @@ class TalkingHeadAttn(nn.Module):
         B, h, N, M = attn.shape
         # One batched [h, h] @ [h, N*M] matmul keeps the maps contiguous; permuting heads to the last dim
         # for nn.Linear (timm's way) leaves strided maps that make the softmax slow (~2x on this step).
-        return torch.baddbmm(proj.bias.view(1, h, 1).expand(B, h, 1), proj.weight.expand(B, h, h),
-                             attn.reshape(B, h, N * M)).view(B, h, N, M)
+        return torch.baddbmm(
+            proj.bias.view(1, h, 1).expand(B, h, 1), proj.weight.expand(B, h, h), attn.reshape(B, h, N * M)
+        ).view(B, h, N, M)
 
     def forward(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
         B, N, C = x.shape
@@ -160,7 +163,11 @@ class _ScaledResidualBlock(nn.Module):
 
     def __init__(self, cfg: CaiTConfig, attn: nn.Module, mlp_ratio: float, drop_path: float):
         super().__init__()
-        norm = (lambda: nn.Identity()) if cfg.residual_scale == "rezero" else (lambda: nn.LayerNorm(cfg.embed_dim, eps=1e-6))
+        norm = (
+            (lambda: nn.Identity())
+            if cfg.residual_scale == "rezero"
+            else (lambda: nn.LayerNorm(cfg.embed_dim, eps=1e-6))
+        )
         self.norm1 = norm()
         self.attn = attn
         self.drop_path = DropPath(drop_path)
@@ -174,8 +181,9 @@ class LayerScaleBlock(_ScaledResidualBlock):
     """Self-attention block over the patch tokens."""
 
     def __init__(self, cfg: CaiTConfig):
-        attn = TalkingHeadAttn(cfg.embed_dim, num_heads=cfg.num_heads, qkv_bias=cfg.qkv_bias,
-                               talking_heads=cfg.talking_heads)
+        attn = TalkingHeadAttn(
+            cfg.embed_dim, num_heads=cfg.num_heads, qkv_bias=cfg.qkv_bias, talking_heads=cfg.talking_heads
+        )
         super().__init__(cfg, attn, cfg.mlp_ratio, cfg.drop_path_rate)
 
     def forward(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
@@ -283,28 +291,38 @@ class CaiT(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
-    def forward_insights(self, x: torch.Tensor, *, sa_layers: tuple[int, ...] = (),
-                         raw_attention: bool = False) -> Insights:
+    def forward_insights(
+        self, x: torch.Tensor, *, sa_layers: tuple[int, ...] = (), raw_attention: bool = False
+    ) -> Insights:
         """Logits plus class-attention maps, residual-branch ratios, LayerScale weights and, for the
         SA layers in `sa_layers`, the self-attention around the talking-heads mixing (with
         raw_attention=True also the unmixed per-head softmax, see `Insights`)."""
         probe = _Probe(sa_layers, raw_attention)
         logits = self.forward_head(self.forward_features(x, probe))
         ratios = {k: torch.stack(v, dim=1) if v else x.new_zeros(x.shape[0], 0) for k, v in probe.ratios.items()}
-        return Insights(logits=logits, class_attention=tuple(probe.class_attention), residual_ratios=ratios,
-                        layerscale=self.layerscale(), self_attention=probe.self_attention,
-                        raw_self_attention=probe.raw_self_attention)
+        return Insights(
+            logits=logits,
+            class_attention=tuple(probe.class_attention),
+            residual_ratios=ratios,
+            layerscale=self.layerscale(),
+            self_attention=probe.self_attention,
+            raw_self_attention=probe.raw_self_attention,
+        )
 
     @torch.no_grad()
     def layerscale(self) -> dict[str, torch.Tensor]:
         """LayerScale weights per depth: {"sa_gamma_1": [depth, d'], ...} (d'=1 for scalar ablations)."""
+
         def stack(blocks: nn.ModuleList, name: str) -> torch.Tensor:
             if not len(blocks):
                 return torch.zeros(0, 1)
             return torch.stack([getattr(b, name).detach().float().cpu() for b in blocks])
-        return {f"{stage}_{g}": stack(blocks, g)
-                for stage, blocks in (("sa", self.blocks), ("ca", self.blocks_token_only))
-                for g in ("gamma_1", "gamma_2")}
+
+        return {
+            f"{stage}_{g}": stack(blocks, g)
+            for stage, blocks in (("sa", self.blocks), ("ca", self.blocks_token_only))
+            for g in ("gamma_1", "gamma_2")
+        }
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -314,11 +332,12 @@ class CaiT(nn.Module):
         linear layers, convolutions and attention matmuls; norms, softmax and activations are ignored."""
         cfg = self.cfg
         d, h, n = cfg.embed_dim, cfg.num_heads, ((img_size or cfg.img_size) // cfg.patch_size) ** 2
-        patch = n * d * cfg.in_chans * cfg.patch_size ** 2
+        patch = n * d * cfg.in_chans * cfg.patch_size**2
 
         def sa(t: int) -> int:  # one SA block over t tokens
             mix = 2 * h * h * t * t if cfg.talking_heads else 0
             return t * 3 * d * d + 2 * t * t * d + mix + t * d * d + 2 * t * d * int(d * cfg.mlp_ratio)
+
         # A ViT-style class token (ablations) makes every SA block from `class_token_at` on see 1+N tokens.
         insert_at = cfg.depth if cfg.class_token_at is None else cfg.class_token_at
         sa_total = sum(sa(n if i < insert_at else n + 1) for i in range(cfg.depth))

@@ -1,5 +1,6 @@
 """Real photos to look at an ImageNet model with, taken from packages this project already installs
 (scikit-image's sample data and gradio's bundled demo images), each photo once, with its licence."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -9,10 +10,10 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Photo:
-    name: str      # short name, used as file stem and caption
-    package: str   # the installed package that ships the file
-    file: str      # path inside that package
-    credit: str    # author and licence, as the package documents them
+    name: str  # short name, used as file stem and caption
+    package: str  # the installed package that ships the file
+    file: str  # path inside that package
+    credit: str  # author and licence, as the package documents them
 
     @property
     def path(self) -> Path | None:
@@ -30,8 +31,15 @@ _GRADIO = "bundled with gradio (Apache-2.0 package; no author or licence given f
 PHOTOS: tuple[Photo, ...] = (
     Photo("chelsea", "skimage", "data/chelsea.png", "Chelsea the cat, Stefan van der Walt, CC0 (scikit-image data)"),
     Photo("astronaut", "skimage", "data/astronaut.png", "Eileen Collins, NASA, public domain (scikit-image data)"),
-    Photo("coffee", "skimage", "data/coffee.png", "Rachel Michetti, courtesy of Pikolo Espresso Bar, CC0 (scikit-image data)"),
-    Photo("rocket", "skimage", "data/rocket.jpg", "DSCOVR launch on Falcon 9, SpaceX, public domain (scikit-image data)"),
+    Photo(
+        "coffee",
+        "skimage",
+        "data/coffee.png",
+        "Rachel Michetti, courtesy of Pikolo Espresso Bar, CC0 (scikit-image data)",
+    ),
+    Photo(
+        "rocket", "skimage", "data/rocket.jpg", "DSCOVR launch on Falcon 9, SpaceX, public domain (scikit-image data)"
+    ),
     Photo("cheetah", "gradio", "media_assets/images/cheetah.jpg", _GRADIO),
     Photo("lion", "gradio", "media_assets/images/lion.jpg", _GRADIO),
     Photo("tower", "gradio", "media_assets/images/tower.jpg", _GRADIO),

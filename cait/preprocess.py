@@ -1,4 +1,5 @@
 """What the model sees of an image (its evaluation view and transform), and class names for a model config."""
+
 from __future__ import annotations
 
 import math
@@ -16,6 +17,7 @@ from .config import CaiTConfig
 def imagenet_class_names() -> tuple[str, ...]:
     """ImageNet-1k class descriptions as shipped by timm (no network)."""
     from timm.data import ImageNetInfo
+
     info = ImageNetInfo()
     return tuple(info.index_to_description(i) for i in range(info.num_classes()))
 
@@ -32,15 +34,17 @@ def model_view(image: Image.Image, cfg: CaiTConfig) -> Image.Image:
     to img_size / crop_pct, centre crop img_size (CaiT uses crop_pct 1.0, so the crop keeps the central
     square). Figures draw heat maps on this view, so that a map and its pixels line up."""
     resize = math.floor(cfg.img_size / cfg.crop_pct)
-    view = T.Compose([T.Resize(resize, interpolation=T.InterpolationMode.BICUBIC, antialias=True),
-                      T.CenterCrop(cfg.img_size)])
+    view = T.Compose(
+        [T.Resize(resize, interpolation=T.InterpolationMode.BICUBIC, antialias=True), T.CenterCrop(cfg.img_size)]
+    )
     return view(image.convert("RGB" if cfg.in_chans == 3 else "L"))
 
 
 def view_tensor(view: Image.Image, cfg: CaiTConfig) -> torch.Tensor:
     """A `model_view` as the model's input: float tensor [C, H, W] normalised with the config's mean and std."""
-    return T.Normalize(cfg.mean, cfg.std)(T.functional.to_dtype(T.functional.pil_to_tensor(view), torch.float32,
-                                                                 scale=True))
+    return T.Normalize(cfg.mean, cfg.std)(
+        T.functional.to_dtype(T.functional.pil_to_tensor(view), torch.float32, scale=True)
+    )
 
 
 def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:

@@ -3,6 +3,7 @@ weights shipped with the package (with their model card and test accuracy), timm
 (`cait.hub`: cached, or downloaded when asked), or, when there are none, a seeded random init that says
 so loudly; and the one line that says what a figure or a number was made from.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,11 @@ RANDOM_SEED = 0  # the random init of a model without weights: the same numbers 
 @dataclass(frozen=True)
 class ShippedCard:
     """The model card and evaluation shipped beside a model's weights in cait/weights/."""
-    card: Path          # <name>.md: how it was trained, its curves and what it does badly
-    test_top1: float    # top-1 accuracy in [0, 1] on the evaluation below, from <name>.eval.json
-    test_images: int    # how many test images that accuracy is over
-    data: str           # what it was evaluated on, e.g. "fashion-mnist-scenes"
+
+    card: Path  # <name>.md: how it was trained, its curves and what it does badly
+    test_top1: float  # top-1 accuracy in [0, 1] on the evaluation below, from <name>.eval.json
+    test_images: int  # how many test images that accuracy is over
+    data: str  # what it was evaluated on, e.g. "fashion-mnist-scenes"
 
 
 def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
@@ -40,8 +42,12 @@ def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
     card, evaluation = stem.with_suffix(".md"), stem.with_suffix(".eval.json")
     try:
         result = json.loads(evaluation.read_text())
-        return ShippedCard(card=card, test_top1=float(result["top1"]), test_images=int(result["images"]),
-                           data=str(result.get("data", "")))
+        return ShippedCard(
+            card=card,
+            test_top1=float(result["top1"]),
+            test_images=int(result["images"]),
+            data=str(result.get("data", "")),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -49,15 +55,17 @@ def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
 @dataclass
 class SourcedModel:
     model: CaiT
-    source: str     # short: "shipped weights: x.safetensors", "checkpoint /p/x.pth", "random init (seed 0)"
+    source: str  # short: "shipped weights: x.safetensors", "checkpoint /p/x.pth", "random init (seed 0)"
     made_from: str  # one line for figures and numbers: the file with its architecture and training
-    trained: bool   # False for a random init
-    notice: str     # "" or why the weights are random, for wherever the model's numbers are shown
+    trained: bool  # False for a random init
+    notice: str  # "" or why the weights are random, for wherever the model's numbers are shown
 
 
 def describe_architecture(cfg: CaiTConfig) -> str:
-    return (f"{cfg.img_size}px, patch {cfg.patch_size}, dim {cfg.embed_dim}, {cfg.depth} SA + "
-            f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}")
+    return (
+        f"{cfg.img_size}px, patch {cfg.patch_size}, dim {cfg.embed_dim}, {cfg.depth} SA + "
+        f"{cfg.depth_token_only} CA, {cfg.num_heads} heads, residual {cfg.residual_scale}"
+    )
 
 
 def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
@@ -86,8 +94,13 @@ def random_init(name: str, reason: str, **overrides) -> SourcedModel:
         torch.manual_seed(RANDOM_SEED)
         model = create_model(name, **overrides)
     made = f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): no shipped or cached weights, NOT a trained model"
-    return SourcedModel(model, f"random init (seed {RANDOM_SEED})", made, trained=False,
-                        notice=f"Untrained: no weights for {name} here ({reason})")
+    return SourcedModel(
+        model,
+        f"random init (seed {RANDOM_SEED})",
+        made,
+        trained=False,
+        notice=f"Untrained: no weights for {name} here ({reason})",
+    )
 
 
 def check_checkpoint_file(path: Path) -> None:
@@ -107,12 +120,15 @@ def check_checkpoint_file(path: Path) -> None:
     if "\0" in text or not all(c.isprintable() or c.isspace() for c in text):
         return  # binary too (a safetensors file starts with 8 length bytes, mostly zeros)
     first = text.strip().splitlines()[0][:60] if text.strip() else ""
-    raise CheckpointError(f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
-                          f"give a .pth or .safetensors weights file")
+    raise CheckpointError(
+        f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
+        f"give a .pth or .safetensors weights file"
+    )
 
 
-def load_or_init(name: str | None, checkpoint: str | os.PathLike | None = None, *, download: bool = False,
-                 **overrides) -> SourcedModel:
+def load_or_init(
+    name: str | None, checkpoint: str | os.PathLike | None = None, *, download: bool = False, **overrides
+) -> SourcedModel:
     """The model a user asked for: `checkpoint` when given (our safetensors carry their config, so `name`
     may be None); else the shipped weights of `name` or timm's in the local Hugging Face cache, or, with
     download=True, fetched from the Hub; else a seeded random init. Raises CheckpointError / ValueError
@@ -122,8 +138,13 @@ def load_or_init(name: str | None, checkpoint: str | os.PathLike | None = None, 
         path = Path(checkpoint)
         check_checkpoint_file(path)
         model = create_model(name, checkpoint=path, **overrides)
-        return SourcedModel(model, f"checkpoint {path}", "checkpoint " + describe_checkpoint(path, model.cfg)
-                            + _scale_note(model.cfg), trained=True, notice="")
+        return SourcedModel(
+            model,
+            f"checkpoint {path}",
+            "checkpoint " + describe_checkpoint(path, model.cfg) + _scale_note(model.cfg),
+            trained=True,
+            notice="",
+        )
     if not name:
         raise ValueError("give a model name (see cait.list_models()) or a checkpoint file")
     get_config(name)  # an unknown name fails here, with the known ones

@@ -9,6 +9,7 @@
 Every write goes to a temporary name that is then renamed, so a kill at any moment leaves the previous
 version of each file readable.
 """
+
 from __future__ import annotations
 
 import json
@@ -90,6 +91,7 @@ def checkpoint_metadata(path: str | os.PathLike) -> dict[str, str]:
     {} for files without any (timm / deit .pth), whose real problems the loader reports."""
     try:
         from safetensors import safe_open
+
         with safe_open(str(path), framework="pt") as f:
             return dict(f.metadata() or {})
     except Exception:
@@ -99,6 +101,7 @@ def checkpoint_metadata(path: str | os.PathLike) -> dict[str, str]:
 @dataclass(frozen=True)
 class RunDir:
     """One run's directory; nothing is read or written until a method asks."""
+
     path: Path
 
     def __post_init__(self) -> None:
@@ -150,8 +153,9 @@ class RunDir:
 
     # weights and state ----------------------------------------------------------------------------------
 
-    def save_checkpoint(self, name: str, model: nn.Module, *, epochs_completed: int, step: int, data: str,
-                        **extra: Any) -> None:
+    def save_checkpoint(
+        self, name: str, model: nn.Module, *, epochs_completed: int, step: int, data: str, **extra: Any
+    ) -> None:
         """<name>.safetensors: the weights with their config and what they are, all as strings."""
         info = {"epochs_completed": epochs_completed, "data": data, "step": step, **extra}
         save_weights(model, self.checkpoint(name), {k: str(v) for k, v in info.items()})

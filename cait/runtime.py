@@ -7,6 +7,7 @@
 
 One owner for both facts, so training, evaluation and the app agree on what "auto" means.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -10,6 +10,7 @@ for complete, and parallel processes wait for one build instead of racing.
 
 Where: $CAIT_LENS_CACHE if set, else $XDG_CACHE_HOME/cait-lens, else ~/.cache/cait-lens.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from .data import FashionMNISTScenes
 
 CACHE_ENV = "CAIT_LENS_CACHE"
-CHUNK = 500           # scenes per task when rendering in several processes
+CHUNK = 500  # scenes per task when rendering in several processes
 PARALLEL_FROM = 4000  # below this many scenes, starting processes costs more than it saves
 
 
@@ -68,6 +69,7 @@ def cached_pixels(scenes: "FashionMNISTScenes", *, processes: int | None = None)
     if pixels is not None:
         return pixels
     from .data import DataError
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(lock_path(path)):
@@ -77,8 +79,10 @@ def cached_pixels(scenes: "FashionMNISTScenes", *, processes: int | None = None)
                 _remove_stale(path, _prefix(scenes))
                 pixels = _open(path, shape)
     except OSError as e:
-        raise DataError(f"cannot write the scene cache in {path.parent} ({e.strerror or e}); "
-                        f"set {CACHE_ENV} to a writable directory") from None
+        raise DataError(
+            f"cannot write the scene cache in {path.parent} ({e.strerror or e}); "
+            f"set {CACHE_ENV} to a writable directory"
+        ) from None
     if pixels is None:
         raise DataError(f"the scene cache {path} was written but cannot be read back; delete it and retry")
     return pixels
@@ -98,17 +102,26 @@ def _build(scenes: "FashionMNISTScenes", path: Path, shape: tuple[int, ...], pro
     free = shutil.disk_usage(path.parent).free
     if free < needed:
         from .data import DataError
-        raise DataError(f"the {scenes.split} scene cache needs {needed / 2**20:.0f} MB in {path.parent}, "
-                        f"{free / 2**20:.0f} MB are free; free space or set {CACHE_ENV}")
+
+        raise DataError(
+            f"the {scenes.split} scene cache needs {needed / 2**20:.0f} MB in {path.parent}, "
+            f"{free / 2**20:.0f} MB are free; free space or set {CACHE_ENV}"
+        )
     for leftover in path.parent.glob(path.name + ".tmp*"):  # an interrupted build's; we hold the lock
         leftover.unlink(missing_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     try:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape)
-        with tqdm(total=shape[0], desc=f"rendering {scenes.split} scenes into {path.parent}", unit="scene",
-                  file=sys.stderr, mininterval=1.0, dynamic_ncols=True) as bar:
+        with tqdm(
+            total=shape[0],
+            desc=f"rendering {scenes.split} scenes into {path.parent}",
+            unit="scene",
+            file=sys.stderr,
+            mininterval=1.0,
+            dynamic_ncols=True,
+        ) as bar:
             for start, chunk in _render_chunks(scenes, processes):
-                out[start:start + len(chunk)] = chunk
+                out[start : start + len(chunk)] = chunk
                 bar.update(len(chunk))
         out.flush()
         del out
@@ -131,8 +144,9 @@ def _render_chunks(scenes: "FashionMNISTScenes", processes: int | None):
             yield start, _render_range(scenes, start, min(start + CHUNK, n))
         return
     # spawn, not fork: the parent may hold torch's thread pools, which a forked child can deadlock on
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(scenes,)) as pool:
+    with ProcessPoolExecutor(
+        processes, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(scenes,)
+    ) as pool:
         yield from zip(starts, pool.map(_render_in_worker, starts, [min(s + CHUNK, n) for s in starts]))
 
 

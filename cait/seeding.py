@@ -1,5 +1,6 @@
 """Randomness as a function of the seed: every draw of a training run comes from (seed, epoch, ...), and
 the global RNG states travel in state.pt as tensors, so that a resumed run reproduces an unstopped one."""
+
 from __future__ import annotations
 
 import contextlib
@@ -41,10 +42,12 @@ def rng_state() -> dict[str, Any]:
     """The global RNG states as tensors and plain containers, so torch.load(weights_only=True) reads them."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     version, internal, gauss_next = random.getstate()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "python": [version, list(internal), gauss_next]}
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+        "python": [version, list(internal), gauss_next],
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ best models from a convnet), or any CaiT checkpoint.
 `python -m cait.train --model timm:resnet10t ...` trains a `TimmCNN`; its safetensors file carries a
 `CNNConfig`, so `load_teacher(path)` rebuilds it without being told the architecture.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ CNN_PREFIX = "timm:"  # --model timm:<name> trains a timm CNN instead of a CaiT 
 
 
 def cnn_arch(model_name: str) -> str | None:
-    """"resnet18" for "timm:resnet18"; None for a CaiT variant name."""
-    return model_name[len(CNN_PREFIX):] if model_name.startswith(CNN_PREFIX) else None
+    """ "resnet18" for "timm:resnet18"; None for a CaiT variant name."""
+    return model_name[len(CNN_PREFIX) :] if model_name.startswith(CNN_PREFIX) else None
 
 
 class TimmCNN(nn.Module):
@@ -28,12 +29,14 @@ class TimmCNN(nn.Module):
     def __init__(self, cfg: CNNConfig):
         super().__init__()
         import timm
+
         if not timm.is_model(cfg.arch):
             raise ValueError(f"timm has no model '{cfg.arch}' (see timm.list_models(), e.g. resnet10t, resnet18)")
         self.cfg = cfg
         extra = {"drop_path_rate": cfg.drop_path_rate} if cfg.drop_path_rate else {}
-        self.net = timm.create_model(cfg.arch, pretrained=False, num_classes=cfg.num_classes,
-                                     in_chans=cfg.in_chans, **extra)
+        self.net = timm.create_model(
+            cfg.arch, pretrained=False, num_classes=cfg.num_classes, in_chans=cfg.in_chans, **extra
+        )
         # oneDNN's convolutions run channels-last natively; NCHW costs layout conversions (training steps
         # 1.1-1.2x faster: `benchmarks/train_speed.py --model timm:resnet10t`, benchmarks/README.md)
         self.net.to(memory_format=torch.channels_last)
@@ -59,6 +62,7 @@ def load_teacher(path: str | os.PathLike, *, img_size: int | None = None) -> nn.
         model.source = os.path.basename(path)  # as create_model names its weights
     else:
         from .factory import create_model
+
         model = create_model(None, checkpoint=path, **size)
     return model.eval().requires_grad_(False)
 
@@ -68,5 +72,6 @@ def load_cnn_weights(model: TimmCNN, state: dict[str, torch.Tensor], source: str
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
-        raise CheckpointError(f"{source}: the weights do not fit timm's {model.cfg.arch} "
-                              f"({str(e).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{source}: the weights do not fit timm's {model.cfg.arch} ({str(e).splitlines()[0]})"
+        ) from None

@@ -5,8 +5,9 @@
 
 Each function is warmed up (lazy initialisation, allocator, kernel choice), then the functions being
 compared run in interleaved rounds whose order rotates, so that load from other processes (the CPU is
-shared) hits them alike. In a round each function makes a fixed number of calls, or as many as make its round last
-`min_seconds` (shorter rounds are dominated by timer and scheduler noise; a slow call runs once). A function's figure is the median over rounds of its seconds per call. Results
+shared) hits them alike. In a round each function makes a fixed number of calls, or as many as make its
+round last `min_seconds` (shorter rounds are dominated by timer and scheduler noise; a slow call runs once).
+A function's figure is the median over rounds of its seconds per call. Results
 are meant as ratios between functions timed together, never as absolute speeds.
 
 torch.utils.benchmark.Timer does not fit the rounds: every timeit() adds at least two untimed warm-up
@@ -14,6 +15,7 @@ calls, which for a slow call (a training step, an integrated-gradients pass, an 
 cost of each round, and importing it probes for a C++ toolchain. Its clock's rule is kept: an
 accelerator's queued work is waited for before reading the time.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,9 +27,15 @@ import torch
 from tqdm import tqdm
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]], *, repeats: int = 7, warmup: int = 1,
-                     calls: int | None = None, min_seconds: float = 0.2,
-                     desc: str | None = None) -> dict[str, float]:
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    *,
+    repeats: int = 7,
+    warmup: int = 1,
+    calls: int | None = None,
+    min_seconds: float = 0.2,
+    desc: str | None = None,
+) -> dict[str, float]:
     """Median seconds per call of each function over `repeats` interleaved rounds (see module doc).
     calls: calls per round; None calibrates each function's from one timed call and `min_seconds`."""
     if repeats < 1 or warmup < 0 or (calls is not None and calls < 1):
@@ -35,12 +43,11 @@ def time_interleaved(fns: dict[str, Callable[[], object]], *, repeats: int = 7, 
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    per_round = {name: calls or max(1, math.ceil(min_seconds / max(_seconds(fn, 1), 1e-6)))
-                 for name, fn in fns.items()}
+    per_round = {name: calls or max(1, math.ceil(min_seconds / max(_seconds(fn, 1), 1e-6))) for name, fn in fns.items()}
     rounds: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for r in tqdm(range(repeats), desc=desc, leave=False, disable=desc is None):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             rounds[name].append(_seconds(fns[name], per_round[name]) / per_round[name])
     return {name: statistics.median(times) for name, times in rounds.items()}
 

@@ -35,6 +35,7 @@ line per epoch, including the paper's LayerScale / residual-ratio / class-attent
 args.json (the layout, and its one reader and writer, is cait/runs.py). Every file is written to a
 temporary name and renamed, so a kill at any moment leaves the previous version readable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,10 @@ __all__ = ["ArgsError", "Diverged", "RunResult", "TrainState", "main", "run", "t
 # ----------------------------------------------------------------------------------------------------
 # recipe pieces
 
+
 def build_optimizer(model: nn.Module, args: argparse.Namespace, lr: float) -> torch.optim.Optimizer:
     from timm.optim import create_optimizer_v2, param_groups_weight_decay
+
     # 1-d parameters (LayerScale gammas, norms, biases) are excluded by timm; the position embedding and
     # class token are listed by name (timm reads that list from model.no_weight_decay()).
     groups = lambda m: param_groups_weight_decay(m, args.weight_decay, no_weight_decay_list=("pos_embed", "cls_token"))
@@ -84,19 +87,29 @@ def build_optimizer(model: nn.Module, args: argparse.Namespace, lr: float) -> to
 
 def build_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace, steps_per_epoch: int):
     from timm.scheduler import CosineLRScheduler
+
     total = args.epochs * steps_per_epoch
     warmup = min(int(round(args.warmup_epochs * steps_per_epoch)), total // 2)  # short runs still get a cosine
-    return CosineLRScheduler(optimizer, t_initial=max(total - warmup, 1), lr_min=args.min_lr, warmup_t=warmup,
-                             warmup_lr_init=1e-6, warmup_prefix=True, t_in_epochs=False)
+    return CosineLRScheduler(
+        optimizer,
+        t_initial=max(total - warmup, 1),
+        lr_min=args.min_lr,
+        warmup_t=warmup,
+        warmup_lr_init=1e-6,
+        warmup_prefix=True,
+        t_in_epochs=False,
+    )
 
 
 def build_criterion(args: argparse.Namespace, num_classes: int):
     """(mixup or None, loss): soft-target CE when mixing (timm's Mixup smooths the targets itself)."""
     from timm.data import Mixup
     from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+
     if args.mixup > 0 or args.cutmix > 0:
-        mixup = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, label_smoothing=args.smoothing,
-                      num_classes=num_classes)
+        mixup = Mixup(
+            mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, label_smoothing=args.smoothing, num_classes=num_classes
+        )
         return mixup, SoftTargetCrossEntropy()
     if args.smoothing > 0:
         return None, LabelSmoothingCrossEntropy(args.smoothing)
@@ -105,8 +118,12 @@ def build_criterion(args: argparse.Namespace, num_classes: int):
 
 def teacher_view(x: torch.Tensor, student: ModelConfig, teacher: ModelConfig) -> torch.Tensor:
     """The student's normalised batch as the teacher expects it (its size, channels, mean/std)."""
-    if (student.img_size, student.in_chans, student.mean, student.std) == \
-            (teacher.img_size, teacher.in_chans, teacher.mean, teacher.std):
+    if (student.img_size, student.in_chans, student.mean, student.std) == (
+        teacher.img_size,
+        teacher.in_chans,
+        teacher.mean,
+        teacher.std,
+    ):
         return x
     stats = lambda v: torch.tensor(v, device=x.device).view(1, -1, 1, 1)
     raw = x * stats(student.std) + stats(student.mean)
@@ -120,6 +137,7 @@ def teacher_view(x: torch.Tensor, student: ModelConfig, teacher: ModelConfig) ->
 # ----------------------------------------------------------------------------------------------------
 # what the paper analyses, measured once per epoch
 
+
 @torch.no_grad()
 def insight_stats(model: CaiT, batch: torch.Tensor) -> dict[str, Any]:
     """Residual ratios per layer and class-attention entropy (nats) per CA layer and head, averaged over a
@@ -129,8 +147,7 @@ def insight_stats(model: CaiT, batch: torch.Tensor) -> dict[str, Any]:
     ins = model.forward_insights(batch)
     model.train(was_training)
     entropy = [(-(a * a.clamp_min(1e-12).log()).sum(-1)).mean(0).tolist() for a in ins.class_attention]
-    return {"residual_ratios": {k: v.mean(0).tolist() for k, v in ins.residual_ratios.items()},
-            "ca_entropy": entropy}
+    return {"residual_ratios": {k: v.mean(0).tolist() for k, v in ins.residual_ratios.items()}, "ca_entropy": entropy}
 
 
 @torch.no_grad()
@@ -152,6 +169,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: to
 
 # ----------------------------------------------------------------------------------------------------
 # distributed
+
 
 def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
     """(rank, world size, device). torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; gloo on CPU, NCCL on GPU."""
@@ -193,12 +211,14 @@ class StopRequest:
 # ----------------------------------------------------------------------------------------------------
 # the state a run carries from step to step, and that --resume restores
 
+
 @dataclass
 class EpochTally:
     """Running sums of the epoch in progress; saved mid-epoch, so that a resumed epoch reports all of it."""
-    loss: float = 0.0     # sum over images of the training loss
-    correct: int = 0      # training images whose top-1 is their (un-mixed) label
-    seen: int = 0         # training images of this epoch, on this process
+
+    loss: float = 0.0  # sum over images of the training loss
+    correct: int = 0  # training images whose top-1 is their (un-mixed) label
+    seen: int = 0  # training images of this epoch, on this process
     seconds: float = 0.0  # time spent in training steps
 
     def add(self, loss: float, correct: int, images: int, seconds: float) -> None:
@@ -218,24 +238,34 @@ class EpochTally:
 class TrainState:
     """Everything that changes while training. `state_dict()` is state.pt: with it, a run that stopped at
     any step boundary continues to the very weights it would have reached without stopping."""
+
     model: CaiT | TimmCNN
     optimizer: torch.optim.Optimizer
-    scheduler: Any                 # timm CosineLRScheduler: a function of (flags, step), so rebuilt, never saved
+    scheduler: Any  # timm CosineLRScheduler: a function of (flags, step), so rebuilt, never saved
     scaler: torch.amp.GradScaler
-    ema: Any | None                # timm ModelEmaV3, or None without --ema
-    epoch: int = 0                 # epochs completed
-    batch: int = 0                 # batches done in the current epoch
-    step: int = 0                  # optimizer steps in total
-    best_top1: float = -1.0        # best val top-1 of the raw weights so far (best.safetensors)
+    ema: Any | None  # timm ModelEmaV3, or None without --ema
+    epoch: int = 0  # epochs completed
+    batch: int = 0  # batches done in the current epoch
+    step: int = 0  # optimizer steps in total
+    best_top1: float = -1.0  # best val top-1 of the raw weights so far (best.safetensors)
     tally: EpochTally = field(default_factory=EpochTally)
     resume_rng: dict[str, Any] | None = None  # global RNG states to put back when continuing mid-epoch
 
     def state_dict(self) -> dict[str, Any]:
         """Model weights included, so that state and weights never disagree; readable with weights_only."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(), "ema": self.ema.module.state_dict() if self.ema else None,
-                "config": self.model.cfg.to_dict(), "epoch": self.epoch, "batch": self.batch, "step": self.step,
-                "best_top1": self.best_top1, "partial": asdict(self.tally), "rng": rng_state()}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "ema": self.ema.module.state_dict() if self.ema else None,
+            "config": self.model.cfg.to_dict(),
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "step": self.step,
+            "best_top1": self.best_top1,
+            "partial": asdict(self.tally),
+            "rng": rng_state(),
+        }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         self.model.load_state_dict(saved["model"])
@@ -264,16 +294,29 @@ class TrainState:
         return done
 
 
-def new_state(model: CaiT | TimmCNN, args: argparse.Namespace, *, lr: float, steps_per_epoch: int,
-              amp: torch.dtype | None, device: torch.device) -> TrainState:
+def new_state(
+    model: CaiT | TimmCNN,
+    args: argparse.Namespace,
+    *,
+    lr: float,
+    steps_per_epoch: int,
+    amp: torch.dtype | None,
+    device: torch.device,
+) -> TrainState:
     """The state of a fresh run: the recipe's optimizer, schedule, loss scaler and EMA around `model`."""
     optimizer = build_optimizer(model, args, lr)
     ema = None
     if args.ema:
         from timm.utils import ModelEmaV3
+
         ema = ModelEmaV3(model, decay=args.ema, use_warmup=True)
-    return TrainState(model=model, optimizer=optimizer, scheduler=build_scheduler(optimizer, args, steps_per_epoch),
-                      scaler=torch.amp.GradScaler(device.type, enabled=amp is torch.float16), ema=ema)
+    return TrainState(
+        model=model,
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, args, steps_per_epoch),
+        scaler=torch.amp.GradScaler(device.type, enabled=amp is torch.float16),
+        ema=ema,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -283,19 +326,20 @@ def new_state(model: CaiT | TimmCNN, args: argparse.Namespace, *, lr: float, ste
 @dataclass
 class Setup:
     """What stays fixed through one call of run(): flags, processes, data, model wrapper and loss."""
+
     args: argparse.Namespace
     cfg: ModelConfig
-    run: RunDir                     # where the run's files go (--output)
+    run: RunDir  # where the run's files go (--output)
     device: torch.device
-    amp: torch.dtype | None         # autocast dtype, None = fp32
+    amp: torch.dtype | None  # autocast dtype, None = fp32
     rank: int
     world: int
     data: Data
-    net: nn.Module                  # the model as trained: DDP-wrapped when world > 1
-    mixup: Any | None               # timm Mixup/CutMix, or None
+    net: nn.Module  # the model as trained: DDP-wrapped when world > 1
+    mixup: Any | None  # timm Mixup/CutMix, or None
     criterion: nn.Module
-    teacher: nn.Module | None       # hard-distillation teacher (CaiT or TimmCNN, with .cfg), or None
-    lr: float                       # peak learning rate
+    teacher: nn.Module | None  # hard-distillation teacher (CaiT or TimmCNN, with .cfg), or None
+    lr: float  # peak learning rate
     stop: "StopRequest"
     started: tuple[float, int] = (0.0, 0)  # (time, step) when this call started, for the run's ETA
 
@@ -330,7 +374,9 @@ def build_teacher(args: argparse.Namespace, cfg: ModelConfig, device: torch.devi
         return None
     teacher = load_teacher(args.teacher, img_size=args.teacher_img_size).to(device)
     if teacher.cfg.num_classes != cfg.num_classes:
-        raise CheckpointError(f"teacher {args.teacher} has {teacher.cfg.num_classes} classes, the data {cfg.num_classes}")
+        raise CheckpointError(
+            f"teacher {args.teacher} has {teacher.cfg.num_classes} classes, the data {cfg.num_classes}"
+        )
     return teacher
 
 
@@ -339,8 +385,9 @@ def saved_config(config: dict[str, Any]) -> ModelConfig:
     return (CNNConfig if "arch" in config else CaiTConfig).from_dict(config)
 
 
-def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.device,
-            stop: "StopRequest") -> tuple[Setup, TrainState]:
+def prepare(
+    args: argparse.Namespace, *, rank: int, world: int, device: torch.device, stop: "StopRequest"
+) -> tuple[Setup, TrainState]:
     """Data, model, recipe and state of a fresh run, or of the run in --resume as it was saved."""
     run = RunDir(args.output)
     train_raw, val_raw, classes = load_data(args, world)
@@ -359,8 +406,23 @@ def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.de
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     mixup, criterion = build_criterion(args, cfg.num_classes)
-    setup = Setup(args, cfg, run, device, amp, rank, world, data, net, mixup, criterion, teacher, lr, stop,
-                  started=(time.time(), state.step))
+    setup = Setup(
+        args,
+        cfg,
+        run,
+        device,
+        amp,
+        rank,
+        world,
+        data,
+        net,
+        mixup,
+        criterion,
+        teacher,
+        lr,
+        stop,
+        started=(time.time(), state.step),
+    )
     if args.init and saved is None:
         setup.log(f"initialised from {args.init}")
     if saved is not None:
@@ -371,6 +433,7 @@ def prepare(args: argparse.Namespace, *, rank: int, world: int, device: torch.de
 # ----------------------------------------------------------------------------------------------------
 # training
 
+
 class Diverged(RuntimeError):
     """The training loss became non-finite (on any process); the step was not applied and nothing was
     saved after the last completed epoch. A result for the stability sweeps, an error for the command line."""
@@ -378,21 +441,22 @@ class Diverged(RuntimeError):
     def __init__(self, message: str, *, epoch: int, step: int, loss: float | None):
         super().__init__(message)
         self.epoch = epoch  # 1-based epoch it happened in
-        self.step = step    # the optimizer step that was not applied (1-based)
-        self.loss = loss    # the value, or None when it was another process's
+        self.step = step  # the optimizer step that was not applied (1-based)
+        self.loss = loss  # the value, or None when it was another process's
 
 
 @dataclass
 class RunResult:
     """What one call of run() did."""
-    output: Path                # the run directory
-    finished: bool              # all --epochs done; False: stopped early and saved, --resume continues
-    stopped_by: str | None      # why it stopped early: "interrupted" or "--stop-after N reached"
-    signum: int                 # the signal that stopped it, 0 for none
-    epochs: int                 # epochs completed
-    step: int                   # optimizer steps in total
-    best_top1: float | None     # best val top-1 of the raw weights, None if never evaluated
-    metrics: list[dict]         # metrics.jsonl, one line per completed epoch (empty on ranks other than 0)
+
+    output: Path  # the run directory
+    finished: bool  # all --epochs done; False: stopped early and saved, --resume continues
+    stopped_by: str | None  # why it stopped early: "interrupted" or "--stop-after N reached"
+    signum: int  # the signal that stopped it, 0 for none
+    epochs: int  # epochs completed
+    step: int  # optimizer steps in total
+    best_top1: float | None  # best val top-1 of the raw weights, None if never evaluated
+    metrics: list[dict]  # metrics.jsonl, one line per completed epoch (empty on ranks other than 0)
 
     @property
     def final(self) -> dict | None:
@@ -422,7 +486,9 @@ def distill_loss(setup: Setup, loss: torch.Tensor, logits: torch.Tensor, x: torc
     return (1 - alpha) * loss + alpha * term
 
 
-def train_step(setup: Setup, state: TrainState, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+def train_step(
+    setup: Setup, state: TrainState, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """One optimizer step on a batch: (loss, logits, whether a stop was requested on any process).
     Raises Diverged, before the step is applied, when the loss is not finite on any process."""
     target = y
@@ -458,10 +524,14 @@ def train_step(setup: Setup, state: TrainState, x: torch.Tensor, y: torch.Tensor
 def diverged(setup: Setup, state: TrainState, loss: torch.Tensor) -> Diverged:
     value = loss.item() if not torch.isfinite(loss) else None
     last = f"{setup.run}/last.safetensors (end of epoch {state.epoch})" if state.epoch else "none (no epoch finished)"
-    return Diverged(f"loss is {'non-finite on another rank' if value is None else value} at epoch {state.epoch + 1}, "
-                    f"batch {state.batch + 1}, step {state.step + 1}; this step was not applied. Last good checkpoint: "
-                    f"{last}. Try a lower --lr (now {setup.lr:g}) or --clip-grad",
-                    epoch=state.epoch + 1, step=state.step + 1, loss=value)
+    return Diverged(
+        f"loss is {'non-finite on another rank' if value is None else value} at epoch {state.epoch + 1}, "
+        f"batch {state.batch + 1}, step {state.step + 1}; this step was not applied. Last good checkpoint: "
+        f"{last}. Try a lower --lr (now {setup.lr:g}) or --clip-grad",
+        epoch=state.epoch + 1,
+        step=state.step + 1,
+        loss=value,
+    )
 
 
 def train_one_epoch(setup: Setup, state: TrainState) -> str | None:
@@ -471,8 +541,15 @@ def train_one_epoch(setup: Setup, state: TrainState) -> str | None:
     state.begin_epoch(args.seed, setup.rank)
     loader = setup.data.train_loader(args, state.epoch, skip=state.batch * args.batch_size)
     tick = time.time()
-    with tqdm(total=setup.data.steps_per_epoch, initial=state.batch, desc=f"epoch {state.epoch + 1}/{args.epochs}",
-              disable=setup.rank != 0, dynamic_ncols=True, mininterval=1.0, file=sys.stderr) as bar:
+    with tqdm(
+        total=setup.data.steps_per_epoch,
+        initial=state.batch,
+        desc=f"epoch {state.epoch + 1}/{args.epochs}",
+        disable=setup.rank != 0,
+        dynamic_ncols=True,
+        mininterval=1.0,
+        file=sys.stderr,
+    ) as bar:
         for x, y in loader:
             x, y = x.to(setup.device, non_blocking=True), y.to(setup.device, non_blocking=True)
             loss, logits, stop_requested = train_step(setup, state, x, y)
@@ -490,10 +567,16 @@ def train_one_epoch(setup: Setup, state: TrainState) -> str | None:
 
 def _progress(setup: Setup, state: TrainState, now: float) -> dict[str, str]:
     tally, (start, start_step) = state.tally, setup.started
-    remaining = (setup.args.epochs * setup.data.steps_per_epoch - state.step) * (now - start) / max(state.step - start_step, 1)
-    return {"loss": f"{tally.mean_loss():.3f}", "acc": f"{tally.top1():.1f}",
-            "img_s": f"{tally.seen * setup.world / max(tally.seconds, 1e-9):.0f}",
-            "lr": f"{state.optimizer.param_groups[0]['lr']:.1e}", "run_eta": _eta(remaining)}
+    remaining = (
+        (setup.args.epochs * setup.data.steps_per_epoch - state.step) * (now - start) / max(state.step - start_step, 1)
+    )
+    return {
+        "loss": f"{tally.mean_loss():.3f}",
+        "acc": f"{tally.top1():.1f}",
+        "img_s": f"{tally.seen * setup.world / max(tally.seconds, 1e-9):.0f}",
+        "lr": f"{state.optimizer.param_groups[0]['lr']:.1e}",
+        "run_eta": _eta(remaining),
+    }
 
 
 def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
@@ -505,10 +588,17 @@ def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
     top1_ema = evaluate(ema.module, setup.data.val_loader, setup.device, setup.amp) if evaluated and ema else None
     tally = state.finish_epoch()
     if setup.rank == 0:
-        line = {"epoch": state.epoch, "step": state.step, "train_loss": tally.mean_loss(), "train_top1": tally.top1(),
-                "val_top1": top1, "val_top1_ema": top1_ema, "lr": state.optimizer.param_groups[0]["lr"],
-                "images_per_s": tally.seen * setup.world / max(tally.seconds, 1e-9),
-                "epoch_seconds": time.time() - started}
+        line = {
+            "epoch": state.epoch,
+            "step": state.step,
+            "train_loss": tally.mean_loss(),
+            "train_top1": tally.top1(),
+            "val_top1": top1,
+            "val_top1_ema": top1_ema,
+            "lr": state.optimizer.param_groups[0]["lr"],
+            "images_per_s": tally.seen * setup.world / max(tally.seconds, 1e-9),
+            "epoch_seconds": time.time() - started,
+        }
         if isinstance(model, CaiT):  # the paper's per-epoch statistics exist for CaiT only
             line.update(layerscale=layerscale_stats(model), **insight_stats(model, setup.data.insight_batch))
         save_checkpoint(setup, state, "last", model, val_top1=top1)
@@ -518,16 +608,19 @@ def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
             state.best_top1 = top1
             save_checkpoint(setup, state, "best", model, val_top1=top1)
         setup.run.append_metrics(line)
-        setup.log(f"epoch {state.epoch}/{args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
-                  f"{'-' if top1 is None else f'{top1:.2f}'}%, {line['images_per_s']:.0f} img/s, "
-                  f"{line['epoch_seconds']:.0f}s")
+        setup.log(
+            f"epoch {state.epoch}/{args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
+            f"{'-' if top1 is None else f'{top1:.2f}'}%, {line['images_per_s']:.0f} img/s, "
+            f"{line['epoch_seconds']:.0f}s"
+        )
     save_state(setup, state)
 
 
 def save_checkpoint(setup: Setup, state: TrainState, name: str, net: nn.Module, **meta: Any) -> None:
     if setup.rank == 0:
-        setup.run.save_checkpoint(name, net, epochs_completed=state.epoch, step=state.step, data=setup.args.data,
-                                  **meta)
+        setup.run.save_checkpoint(
+            name, net, epochs_completed=state.epoch, step=state.step, data=setup.args.data, **meta
+        )
 
 
 def save_state(setup: Setup, state: TrainState) -> None:
@@ -539,8 +632,9 @@ def record_args(setup: Setup) -> None:
     """args.json: the run's flags, and the command that started or continued it."""
     if setup.rank == 0:
         args = setup.args
-        setup.run.record_command({k: v for k, v in vars(args).items() if k != "argv"},
-                                 shlex.join(["python", "-m", "cait.train", *args.argv]))
+        setup.run.record_command(
+            {k: v for k, v in vars(args).items() if k != "argv"}, shlex.join(["python", "-m", "cait.train", *args.argv])
+        )
 
 
 def run(args: argparse.Namespace) -> RunResult:
@@ -564,19 +658,23 @@ def train(setup: Setup, state: TrainState) -> RunResult:
     """The epochs from where `state` is to --epochs, or to a stop."""
     args = setup.args
     record_args(setup)
-    setup.log(f"{args.model}: {state.model.num_params() / 1e6:.2f}M params, {len(setup.data.train)} train / "
-              f"{len(setup.data.val_loader.dataset)} val images, {setup.data.steps_per_epoch} steps/epoch x "
-              f"{args.epochs} epochs, global batch {args.batch_size * setup.world}, lr {setup.lr:.2e}, amp {args.amp} "
-              f"({setup.amp or 'fp32'}), {setup.world} process(es) on {setup.device}")
+    setup.log(
+        f"{args.model}: {state.model.num_params() / 1e6:.2f}M params, {len(setup.data.train)} train / "
+        f"{len(setup.data.val_loader.dataset)} val images, {setup.data.steps_per_epoch} steps/epoch x "
+        f"{args.epochs} epochs, global batch {args.batch_size * setup.world}, lr {setup.lr:.2e}, amp {args.amp} "
+        f"({setup.amp or 'fp32'}), {setup.world} process(es) on {setup.device}"
+    )
     while state.epoch < args.epochs:
         started = time.time() - state.tally.seconds  # a resumed epoch counts its time before the stop too
         stopped_by = train_one_epoch(setup, state)
         if stopped_by is not None:
             save_checkpoint(setup, state, "last", state.model)
             save_state(setup, state)
-            setup.log(f"{stopped_by}: saved {setup.run}/state.pt at epoch {state.epoch + 1}, batch {state.batch}/"
-                      f"{setup.data.steps_per_epoch} (step {state.step}); continue with: python -m cait.train "
-                      f"--resume {setup.run}")
+            setup.log(
+                f"{stopped_by}: saved {setup.run}/state.pt at epoch {state.epoch + 1}, batch {state.batch}/"
+                f"{setup.data.steps_per_epoch} (step {state.step}); continue with: python -m cait.train "
+                f"--resume {setup.run}"
+            )
             return result(setup, state, stopped_by)
         end_of_epoch(setup, state, started)
     setup.log(f"done: best val top-1 {state.best_top1:.2f}%; weights in {setup.run}")
@@ -585,9 +683,16 @@ def train(setup: Setup, state: TrainState) -> RunResult:
 
 def result(setup: Setup, state: TrainState, stopped_by: str | None) -> RunResult:
     metrics = setup.run.read_metrics() if setup.rank == 0 else []
-    return RunResult(output=setup.run.path, finished=stopped_by is None, stopped_by=stopped_by, signum=setup.stop.signum,
-                     epochs=state.epoch, step=state.step, best_top1=state.best_top1 if state.best_top1 >= 0 else None,
-                     metrics=metrics)
+    return RunResult(
+        output=setup.run.path,
+        finished=stopped_by is None,
+        stopped_by=stopped_by,
+        signum=setup.stop.signum,
+        epochs=state.epoch,
+        step=state.step,
+        best_top1=state.best_top1 if state.best_top1 >= 0 else None,
+        metrics=metrics,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

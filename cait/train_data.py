@@ -1,6 +1,7 @@
 """The images of a training run: augmented a batch at a time on uint8 tensors (`cait.augment`) where the
 dataset has a pixel array, through timm's PIL transforms otherwise; sample i of epoch e augmented from
 (seed, e, i) alone, the epoch's order from (seed, e), so any worker, rank or resume sees the same images."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,15 +29,29 @@ def train_transform(cfg: ModelConfig, args: argparse.Namespace):
     from timm.data import create_transform
     from timm.data.random_erasing import RandomErasing
     from torchvision.transforms import v2 as T
+
     rgb_mean, rgb_std = (tuple(v) * (3 // len(v)) for v in (cfg.mean, cfg.std))  # RandAugment fills with the mean
     primary, secondary, _ = create_transform(
-        cfg.img_size, is_training=True, scale=(args.crop_scale, 1.0), hflip=args.hflip,
-        auto_augment=None if args.randaug == "none" else args.randaug, interpolation="bicubic",
+        cfg.img_size,
+        is_training=True,
+        scale=(args.crop_scale, 1.0),
+        hflip=args.hflip,
+        auto_augment=None if args.randaug == "none" else args.randaug,
+        interpolation="bicubic",
         color_jitter=args.color_jitter or None,
-        mean=rgb_mean, std=rgb_std, separate=True)
+        mean=rgb_mean,
+        std=rgb_std,
+        separate=True,
+    )
     mode = "RGB" if cfg.in_chans == 3 else "L"
-    final = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(cfg.mean, cfg.std),
-                       RandomErasing(args.reprob, mode="pixel", device="cpu")])
+    final = T.Compose(
+        [
+            T.PILToTensor(),
+            T.ToDtype(torch.float32, scale=True),
+            T.Normalize(cfg.mean, cfg.std),
+            RandomErasing(args.reprob, mode="pixel", device="cpu"),
+        ]
+    )
     pil = T.Compose([*primary.transforms, *secondary.transforms])
     return lambda image: final(pil(image.convert("RGB")).convert(mode))
 
@@ -86,9 +101,17 @@ class AugmentedPixels(Dataset):
 
 def batch_augment(cfg: ModelConfig, args: argparse.Namespace) -> BatchAugment:
     """The training augmentation of the flags on tensors (what train_transform does with PIL)."""
-    return BatchAugment(img_size=cfg.img_size, in_chans=cfg.in_chans, mean=cfg.mean, std=cfg.std,
-                        crop_scale=(args.crop_scale, 1.0), hflip=args.hflip, color_jitter=args.color_jitter,
-                        randaug=None if args.randaug == "none" else args.randaug, reprob=args.reprob)
+    return BatchAugment(
+        img_size=cfg.img_size,
+        in_chans=cfg.in_chans,
+        mean=cfg.mean,
+        std=cfg.std,
+        crop_scale=(args.crop_scale, 1.0),
+        hflip=args.hflip,
+        color_jitter=args.color_jitter,
+        randaug=None if args.randaug == "none" else args.randaug,
+        reprob=args.reprob,
+    )
 
 
 def train_images(args: argparse.Namespace, cfg: ModelConfig, raw: Dataset) -> Transformed | AugmentedPixels:
@@ -96,8 +119,10 @@ def train_images(args: argparse.Namespace, cfg: ModelConfig, raw: Dataset) -> Tr
     if args.pipeline == "pil" or (args.pipeline == "auto" and not hasattr(raw, "pixels")):
         return Transformed(raw, train_transform(cfg, args), seed=args.seed)
     if not hasattr(raw, "pixels"):
-        raise DataError(f"--pipeline tensor needs a dataset with a pixel array (fashion-mnist, fashion-mnist-scenes), "
-                        f"not {args.data}; use --pipeline pil")
+        raise DataError(
+            f"--pipeline tensor needs a dataset with a pixel array (fashion-mnist, fashion-mnist-scenes), "
+            f"not {args.data}; use --pipeline pil"
+        )
     return AugmentedPixels(raw, batch_augment(cfg, args), seed=args.seed)
 
 
@@ -124,17 +149,24 @@ def _quiet_worker(_: int) -> None:
 
 
 def make_loader(data: Dataset, *, batch_size: int, sampler, workers: int, drop_last: bool) -> DataLoader:
-    return DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=drop_last,
-                      worker_init_fn=_quiet_worker if workers else None,
-                      generator=torch.Generator().manual_seed(0))  # never touch the global RNG
+    return DataLoader(
+        data,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        drop_last=drop_last,
+        worker_init_fn=_quiet_worker if workers else None,
+        generator=torch.Generator().manual_seed(0),
+    )  # never touch the global RNG
 
 
 @dataclass
 class Data:
     """The images of a run, adapted to the model (size, channels, normalisation)."""
+
     train: Transformed | AugmentedPixels  # augmented training images; sample i of epoch e depends on (seed, e, i)
-    val_loader: DataLoader          # this process's share of the validation images
-    insight_batch: torch.Tensor     # fixed validation images for the per-epoch residual ratios and entropies
+    val_loader: DataLoader  # this process's share of the validation images
+    insight_batch: torch.Tensor  # fixed validation images for the per-epoch residual ratios and entropies
     steps_per_epoch: int
     rank: int
     world: int
@@ -142,10 +174,12 @@ class Data:
     def train_loader(self, args: argparse.Namespace, epoch: int, *, skip: int) -> DataLoader:
         """Epoch `epoch`'s batches on this process, the first `skip` images left out (resuming mid-epoch)."""
         self.train.epoch = epoch
-        sampler = EpochSampler(len(self.train), seed=args.seed, epoch=epoch, rank=self.rank, world=self.world,
-                               skip=skip)
-        return make_loader(self.train, batch_size=args.batch_size, sampler=sampler, workers=args.workers,
-                           drop_last=True)
+        sampler = EpochSampler(
+            len(self.train), seed=args.seed, epoch=epoch, rank=self.rank, world=self.world, skip=skip
+        )
+        return make_loader(
+            self.train, batch_size=args.batch_size, sampler=sampler, workers=args.workers, drop_last=True
+        )
 
 
 def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, tuple[str, ...]]:
@@ -156,18 +190,33 @@ def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, t
     if tuple(train_raw.classes) != tuple(val_raw.classes):
         raise DataError(f"train and val of {args.data} have different classes")
     if len(train_raw) // world < args.batch_size:
-        raise DataError(f"{len(train_raw)} training images cannot fill one batch of {args.batch_size} "
-                        f"on each of {world} process(es); lower --batch-size or raise --subset")
+        raise DataError(
+            f"{len(train_raw)} training images cannot fill one batch of {args.batch_size} "
+            f"on each of {world} process(es); lower --batch-size or raise --subset"
+        )
     return train_raw, val_raw, tuple(str(c) for c in train_raw.classes)
 
 
-def build_loaders(args: argparse.Namespace, cfg: ModelConfig, train_raw: Dataset, val_raw: Dataset, *,
-                  rank: int, world: int, device: torch.device) -> Data:
+def build_loaders(
+    args: argparse.Namespace,
+    cfg: ModelConfig,
+    train_raw: Dataset,
+    val_raw: Dataset,
+    *,
+    rank: int,
+    world: int,
+    device: torch.device,
+) -> Data:
     """The model input pipeline around the raw datasets: any dataset feeds any variant."""
     train_data = train_images(args, cfg, train_raw)
     val_data = Transformed(val_raw, eval_transform(cfg))
-    val_loader = make_loader(torch.utils.data.Subset(val_data, range(rank, len(val_data), world)),
-                             batch_size=args.batch_size, sampler=None, workers=args.workers, drop_last=False)
+    val_loader = make_loader(
+        torch.utils.data.Subset(val_data, range(rank, len(val_data), world)),
+        batch_size=args.batch_size,
+        sampler=None,
+        workers=args.workers,
+        drop_last=False,
+    )
     insight_batch = torch.stack([val_data[i][0] for i in range(min(INSIGHT_BATCH, len(val_data)))]).to(device)
     steps = len(EpochSampler(len(train_data), seed=0, epoch=0, rank=rank, world=world)) // args.batch_size
     return Data(train_data, val_loader, insight_batch, steps, rank, world)

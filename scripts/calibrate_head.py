@@ -7,6 +7,7 @@ other scenes, and write the calibrated weights with a JSON report of every numbe
 --fit-seed draws the held-out scenes the bias is chosen on (the test garments on other canvases); each
 --check-seeds draw is scored before and after (0 = the test scenes every reported number uses).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,15 @@ from pathlib import Path
 
 import torch
 
-from cait.calibration import (apply_class_bias, collect_logits, fit_weakest_class_bias, lowest, per_class_top1, shifted,
-                              top1)
+from cait.calibration import (
+    apply_class_bias,
+    collect_logits,
+    fit_weakest_class_bias,
+    lowest,
+    per_class_top1,
+    shifted,
+    top1,
+)
 from cait.checkpoint import save_weights
 from cait.data import build_dataset
 from cait.factory import create_model
@@ -24,8 +32,11 @@ from cait.factory import create_model
 
 def scores(logits: torch.Tensor, labels: torch.Tensor, names: tuple[str, ...]) -> dict:
     per_class = per_class_top1(logits, labels, len(names))
-    return {"top1": top1(logits, labels), "per_class_top1": dict(zip(names, per_class.tolist())),
-            "lowest": lowest(per_class)}
+    return {
+        "top1": top1(logits, labels),
+        "per_class_top1": dict(zip(names, per_class.tolist())),
+        "lowest": lowest(per_class),
+    }
 
 
 def main() -> None:
@@ -45,18 +56,28 @@ def main() -> None:
     names = model.cfg.labels
     held_out = build_dataset(args.data, "val", seed=args.fit_seed, subset=args.fit_subset, cache=True)
     choice = fit_weakest_class_bias(*collect_logits(model, held_out))
-    report = {"checkpoint": args.checkpoint, "img_size": model.cfg.img_size, "class": names[choice.index],
-              "fit": {"scene_seed": args.fit_seed, **choice.to_dict()}, "checks": []}
-    print(f"{names[choice.index]} + {choice.bias:g} on {choice.images} scenes of seed {args.fit_seed}: "
-          f"lowest class {100 * min(choice.per_class_before):.1f} -> {100 * min(choice.per_class_after):.1f}%, "
-          f"top-1 {100 * choice.top1_before:.2f} -> {100 * choice.top1_after:.2f}%")
+    report = {
+        "checkpoint": args.checkpoint,
+        "img_size": model.cfg.img_size,
+        "class": names[choice.index],
+        "fit": {"scene_seed": args.fit_seed, **choice.to_dict()},
+        "checks": [],
+    }
+    print(
+        f"{names[choice.index]} + {choice.bias:g} on {choice.images} scenes of seed {args.fit_seed}: "
+        f"lowest class {100 * min(choice.per_class_before):.1f} -> {100 * min(choice.per_class_after):.1f}%, "
+        f"top-1 {100 * choice.top1_before:.2f} -> {100 * choice.top1_after:.2f}%"
+    )
     for seed in args.check_seeds:
-        logits, labels = collect_logits(model, build_dataset(args.data, "val", seed=seed, subset=args.check_subset,
-                                                             cache=True))
+        logits, labels = collect_logits(
+            model, build_dataset(args.data, "val", seed=seed, subset=args.check_subset, cache=True)
+        )
         before, after = scores(logits, labels, names), scores(shifted(logits, choice.index, choice.bias), labels, names)
         report["checks"].append({"scene_seed": seed, "images": len(labels), "before": before, "after": after})
-        print(f"check, scene seed {seed} ({len(labels)} scenes): top-1 {100 * before['top1']:.2f} -> "
-              f"{100 * after['top1']:.2f}%, lowest class {100 * before['lowest']:.1f} -> {100 * after['lowest']:.1f}%")
+        print(
+            f"check, scene seed {seed} ({len(labels)} scenes): top-1 {100 * before['top1']:.2f} -> "
+            f"{100 * after['top1']:.2f}%, lowest class {100 * before['lowest']:.1f} -> {100 * after['lowest']:.1f}%"
+        )
     apply_class_bias(model, choice)
     save_weights(model, args.out)
     args.json.write_text(json.dumps(report, indent=1))

@@ -1,5 +1,6 @@
 """Write the example scenes shipped with the package (cait/examples/): 12 Fashion-MNIST scenes from the
 test split, as PNG, with their labels and garment boxes in examples.json. Deterministic; rerun to refresh."""
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,21 @@ def main() -> None:
         image, label = scenes[i]
         name = f"scene_{i:05d}_{scenes.classes[label].split('/')[0].replace(' ', '_').lower()}.png"
         image.save(OUT / name)
-        entries.append({"file": name, "test_index": i, "label": label, "class": scenes.classes[label],
-                        "box_xyxy": [round(float(v), 2) for v in scenes.boxes[i]]})
-    (OUT / "examples.json").write_text(json.dumps({"dataset": "fashion-mnist-scenes (test split, seed 0)",
-                                                   "canvas": scenes.canvas, "examples": entries}, indent=1))
+        entries.append(
+            {
+                "file": name,
+                "test_index": i,
+                "label": label,
+                "class": scenes.classes[label],
+                "box_xyxy": [round(float(v), 2) for v in scenes.boxes[i]],
+            }
+        )
+    (OUT / "examples.json").write_text(
+        json.dumps(
+            {"dataset": "fashion-mnist-scenes (test split, seed 0)", "canvas": scenes.canvas, "examples": entries},
+            indent=1,
+        )
+    )
     print(f"wrote {len(entries)} examples to {OUT}")
 
 

@@ -6,6 +6,7 @@ for every run, written as Markdown (for people and model cards) and CSV (for plo
 Each row reads only what `python -m cait.train` wrote (args.json, metrics.jsonl, the weights' metadata),
 so a table cannot disagree with its runs. A probe still running shows its completed epochs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,6 +18,7 @@ import torch
 
 from cait.model import CaiT
 from cait.runs import RunDir
+
 
 def probe_row(run: RunDir) -> dict[str, object]:
     """One probe's row: its flags, size, per-epoch test top-1 and speed."""
@@ -58,8 +60,16 @@ def _params_millions(run: RunDir) -> str:
 
 
 def to_markdown(rows: list[dict[str, object]]) -> str:
-    columns = ["run", "flags", "params_M", "epochs_done", "test_top1_by_epoch", "final_train_loss", "img_per_s",
-               "minutes"]
+    columns = [
+        "run",
+        "flags",
+        "params_M",
+        "epochs_done",
+        "test_top1_by_epoch",
+        "final_train_loss",
+        "img_per_s",
+        "minutes",
+    ]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
     lines += ["", "Commands:", ""] + [f"    {row['command']}" for row in rows]

@@ -8,6 +8,7 @@ Everything in the card is read from files the run(s) and `python -m cait.evaluat
 that started from an earlier run's weights (`cait.train --init`) is shipped with `--continues` that run's
 directory: the earlier epochs come first in the metrics and the card, so the history is the whole one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,6 @@ from cait.calibration import ClassBias, apply_class_bias
 from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.evaluate import format_table
 from cait.runs import RunDir, continued, write_jsonl
-
 
 LOCALIZATION_NOTE = """
 Localization uses the garment's box and the true class. "chance" is what a map whose maximum falls at
@@ -41,7 +41,8 @@ def teachers_by_stage(run_args: list[dict]) -> list[str]:
     with the same teacher: a line whose teacher changed names every teacher, not only the last."""
     spans = []
     for (teacher, size), group in itertools.groupby(
-            enumerate(run_args, 1), key=lambda stage: (stage[1].get("teacher"), stage[1].get("teacher_img_size"))):
+        enumerate(run_args, 1), key=lambda stage: (stage[1].get("teacher"), stage[1].get("teacher_img_size"))
+    ):
         numbers = [n for n, _ in group]
         span = f"stage {numbers[0]}" if len(numbers) == 1 else f"stages {numbers[0]}-{numbers[-1]}"
         who = "no teacher" if teacher is None else f"`{teacher}`" + (f" at {size} px" if size else "")
@@ -70,8 +71,10 @@ def teacher_row(run_args: list[dict], teacher: tuple[list[dict], list[str], list
     epochs, commands, teacher_args = teacher
     # the teacher's last run scored it at its training size, which may not be the size it teaches at
     size = f" at {teacher_args[-1]['img_size']} px" if teacher_args[-1].get("img_size") else ""
-    return (rows + f": {epochs[-1]['val_top1']:.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
-            f"trained here by `{'` then `'.join(commands)}` |\n")
+    return (
+        rows + f": {epochs[-1]['val_top1']:.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
+        f"trained here by `{'` then `'.join(commands)}` |\n"
+    )
 
 
 def how_taught(run_args: list[dict]) -> str:
@@ -88,9 +91,11 @@ def resolution_row(trained_size: int | None, shipped_size: int) -> str:
     """The card's line on testing above the training size, or "" when the two are the same."""
     if trained_size in (None, shipped_size):
         return ""
-    return (f"| input size | trained at {trained_size} px, shipped at {shipped_size} px: the position embedding "
-            f"resampled (bicubic, DeiT's rule). Random-resized crops make objects look larger in training than "
-            f"at test; a test size above the training size makes up for it (FixRes, Touvron et al. 2019) |\n")
+    return (
+        f"| input size | trained at {trained_size} px, shipped at {shipped_size} px: the position embedding "
+        f"resampled (bicubic, DeiT's rule). Random-resized crops make objects look larger in training than "
+        f"at test; a test size above the training size makes up for it (FixRes, Touvron et al. 2019) |\n"
+    )
 
 
 def calibration_row(report: dict | None) -> str:
@@ -98,20 +103,32 @@ def calibration_row(report: dict | None) -> str:
     if report is None:
         return ""
     fit = report["fit"]
-    checks = "; ".join(f"on the {c['images']} scenes of seed {c['scene_seed']}{' (the test scenes)' * (c['scene_seed'] == 0)} "
-                       f"top-1 {100 * c['before']['top1']:.2f} -> {100 * c['after']['top1']:.2f}%, lowest class "
-                       f"{100 * c['before']['lowest']:.1f} -> {100 * c['after']['lowest']:.1f}%" for c in report["checks"])
-    return (f"| head bias | {report['class']}'s logit + {fit['bias']:g} after training (`scripts/calibrate_head.py`, "
-            f"`cait.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
-            f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * min(fit['per_class_before']):.1f} "
-            f"to {100 * min(fit['per_class_after']):.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
-            f"{100 * fit['top1_after']:.2f}%; {checks}. It moves errors from {report['class']} to its neighbours; "
-            f"class attention and the gradients of each class's logit are unchanged |\n")
+    checks = "; ".join(
+        f"on the {c['images']} scenes of seed {c['scene_seed']}{' (the test scenes)' * (c['scene_seed'] == 0)} "
+        f"top-1 {100 * c['before']['top1']:.2f} -> {100 * c['after']['top1']:.2f}%, lowest class "
+        f"{100 * c['before']['lowest']:.1f} -> {100 * c['after']['lowest']:.1f}%"
+        for c in report["checks"]
+    )
+    return (
+        f"| head bias | {report['class']}'s logit + {fit['bias']:g} after training (`scripts/calibrate_head.py`, "
+        f"`cait.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
+        f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * min(fit['per_class_before']):.1f} "
+        f"to {100 * min(fit['per_class_after']):.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
+        f"{100 * fit['top1_after']:.2f}%; {checks}. It moves errors from {report['class']} to its neighbours; "
+        f"class attention and the gradients of each class's logit are unchanged |\n"
+    )
 
 
-def card(name: str, past: tuple[list[dict], list[str], list[dict]], weights: str, evaluation: dict,
-         model: cait.CaiT, teacher: tuple[list[dict], list[str], list[dict]] | None = None,
-         trained_size: int | None = None, calibration: dict | None = None) -> str:
+def card(
+    name: str,
+    past: tuple[list[dict], list[str], list[dict]],
+    weights: str,
+    evaluation: dict,
+    model: cait.CaiT,
+    teacher: tuple[list[dict], list[str], list[dict]] | None = None,
+    trained_size: int | None = None,
+    calibration: dict | None = None,
+) -> str:
     """The card of the last of the runs whose history() is `past`, with `teacher` = history() of the
     distillation teacher's runs, if any, and `calibration` the head-bias report, if any."""
     epochs, commands, run_args = past
@@ -126,9 +143,12 @@ def card(name: str, past: tuple[list[dict], list[str], list[dict]], weights: str
     amp = " then ".join(dict.fromkeys(f"`--amp {a['amp']}`" for a in run_args))
     seeds = " then ".join(str(a["seed"]) for a in run_args)
     seeds += " (one per run, oldest first)" if len(run_args) > 1 else ""
-    rows = "\n".join(f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
-                     f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
-                     f"{e['lr']:.2e} | {e['images_per_s']:.0f} |" for e in epochs)
+    rows = "\n".join(
+        f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
+        f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
+        f"{e['lr']:.2e} | {e['images_per_s']:.0f} |"
+        for e in epochs
+    )
     return f"""# Model card: `{name}`
 
 A small CaiT (talking-heads self-attention, a 2-layer class-attention stage, LayerScale on every
@@ -140,11 +160,11 @@ are the paper's.
 |---|---|
 | architecture | {cfg.depth} SA + {cfg.depth_token_only} CA layers, dim {cfg.embed_dim}, {cfg.num_heads} heads, patch {cfg.patch_size}, {cfg.img_size}x{cfg.img_size}x{cfg.in_chans} input, LayerScale eps {cfg.init_values} |
 | parameters / FLOPs | {model.num_params() / 1e6:.2f} M / {model.flops() / 1e6:.1f} M multiply-accumulates |
-| data | `{args['data']}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
+| data | `{args["data"]}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {seeds} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
-| final test top-1 | {last['val_top1']:.2f}% (raw weights){ema}{at_size} |
+| final test top-1 | {last["val_top1"]:.2f}% (raw weights){ema}{at_size} |
 {resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}{calibration_row(calibration)}
 Exact command{resumed}:
 
@@ -156,7 +176,7 @@ Exact command{resumed}:
 |---|---|---|---|---|---|
 {rows}
 
-## Evaluation (`python -m cait.evaluate --model {name} --data {args['data']}`)
+## Evaluation (`python -m cait.evaluate --model {name} --data {args["data"]}`)
 {LOCALIZATION_NOTE if evaluation.get("localization") else ""}
 ```
 {format_table(evaluation)}
@@ -171,8 +191,11 @@ def as_variant(trained: cait.CaiT, name: str) -> cait.CaiT:
     """`trained`'s weights in a model of variant `name`, whose config must describe the same model. Only the
     input size may differ: the position embedding is then resampled (DeiT's rule), and the card says so."""
     want, have = cait.get_config(name).to_dict(), trained.cfg.to_dict()
-    differ = [f"{k}: run {have.get(k)!r}, {name} {v!r}" for k, v in want.items()
-              if k not in TRAINING_ONLY | {"img_size"} and have.get(k) != v]
+    differ = [
+        f"{k}: run {have.get(k)!r}, {name} {v!r}"
+        for k, v in want.items()
+        if k not in TRAINING_ONLY | {"img_size"} and have.get(k) != v
+    ]
     if differ:
         raise SystemExit(f"the run's model is not {name}: " + "; ".join(differ))
     model = cait.CaiT(cait.get_config(name))
@@ -185,21 +208,46 @@ def main() -> None:
     p.add_argument("run", type=Path, help="training output directory")
     p.add_argument("--weights", choices=("last", "ema"), default="ema")
     p.add_argument("--eval", type=Path, required=True, help="JSON written by python -m cait.evaluate --json")
-    p.add_argument("--continues", type=Path, action="append", default=[], metavar="RUN",
-                   help="earlier run directory whose weights this run started from (--init), oldest first")
-    p.add_argument("--teacher-run", type=Path, action="append", default=[], metavar="RUN",
-                   help="run directory (oldest first when continued) that trained the --teacher, for its number")
-    p.add_argument("--name", default=None,
-                   help="variant to ship as (default: the run's --model); its config must be the run's model, "
-                        "training-only fields aside, except the input size, which may differ: the position "
-                        "embedding is resampled and the card says so (e.g. a run of --model cait_nano_64 "
-                        "--img-size 96 ships as cait_nano_104)")
-    p.add_argument("--calibration", type=Path, default=None, metavar="JSON",
-                   help="report of scripts/calibrate_head.py on the run's weights: its head bias is applied to the "
-                        "shipped weights and the card says so (--eval is then of its calibrated weights)")
+    p.add_argument(
+        "--continues",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="earlier run directory whose weights this run started from (--init), oldest first",
+    )
+    p.add_argument(
+        "--teacher-run",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="run directory (oldest first when continued) that trained the --teacher, for its number",
+    )
+    p.add_argument(
+        "--name",
+        default=None,
+        help="variant to ship as (default: the run's --model); its config must be the run's model, "
+        "training-only fields aside, except the input size, which may differ: the position "
+        "embedding is resampled and the card says so (e.g. a run of --model cait_nano_64 "
+        "--img-size 96 ships as cait_nano_104)",
+    )
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="report of scripts/calibrate_head.py on the run's weights: its head bias is applied to the "
+        "shipped weights and the card says so (--eval is then of its calibrated weights)",
+    )
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
-    p.add_argument("--extra", type=Path, action="append", default=[],
-                   help="markdown file(s) appended to the card (e.g. the companion model's results)")
+    p.add_argument(
+        "--extra",
+        type=Path,
+        action="append",
+        default=[],
+        help="markdown file(s) appended to the card (e.g. the companion model's results)",
+    )
     args = p.parse_args()
     run = RunDir(args.run)
     run_args = run.read_record()
@@ -211,8 +259,9 @@ def main() -> None:
     calibration = json.loads(args.calibration.read_text()) if args.calibration else None
     if calibration is not None:
         if calibration["img_size"] != model.cfg.img_size:
-            raise SystemExit(f"{args.calibration} was fitted at {calibration['img_size']} px, {name} is "
-                             f"{model.cfg.img_size} px")
+            raise SystemExit(
+                f"{args.calibration} was fitted at {calibration['img_size']} px, {name} is {model.cfg.img_size} px"
+            )
         apply_class_bias(model, ClassBias.from_dict(calibration["fit"]))
     run_meta = {"run_command": run_args["commands"][-1]}
     save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)

@@ -1,5 +1,6 @@
 """Shared fixtures: timm's CaiT (the independent oracle) with the same random weights as ours; a
 session-wide scene cache directory, so tests never write into the user's cache."""
+
 from __future__ import annotations
 
 import atexit
@@ -70,6 +71,7 @@ def twins():
             ours.load_state_dict(theirs.state_dict(), strict=True)
             cache[(cfg, seed)] = ours, theirs
         return cache[(cfg, seed)]
+
     return make
 
 
@@ -86,6 +88,7 @@ def hf_env(tmp_path, monkeypatch):
         monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline else "0")
         importlib.reload(constants)
         return tmp_path / "hf" / "hub"
+
     yield set_env
     monkeypatch.undo()
     importlib.reload(constants)

@@ -7,6 +7,7 @@ client at it:
         cait.create_model("cait_xxs24_224", pretrained=True)
         hub.methods()                   # ["HEAD", "GET"]
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,9 +73,15 @@ class _HubHandler(BaseHTTPRequestHandler):
         start = int(ranged[1]) if ranged else 0
         etag = f'"{hashlib.sha256(data).hexdigest()}"'  # an LFS file's etag is its sha256
         self.send_response(206 if start else 200)
-        headers = {"X-Repo-Commit": hub_.commit, "ETag": etag, "X-Linked-Etag": etag, "X-Linked-Size": len(data),
-                   "Content-Length": len(data) - start, "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": hub_.commit,
+            "ETag": etag,
+            "X-Linked-Etag": etag,
+            "X-Linked-Size": len(data),
+            "Content-Length": len(data) - start,
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         if start:
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         for key, value in headers.items():
@@ -84,7 +91,7 @@ class _HubHandler(BaseHTTPRequestHandler):
             return
         if hub_.die_after is not None:
             hub_.die()
-            self.wfile.write(data[start:start + hub_.die_after])
+            self.wfile.write(data[start : start + hub_.die_after])
             self.close_connection = True
             return
         self.wfile.write(data[start:])

@@ -1,6 +1,7 @@
 """The analysis scripts, each run as a user would (a subprocess in --quick mode on a tiny random model),
 checked against numbers computed here independently: the paper's table, the checkpoint's own gammas,
 the model's own attention, the training runs' own metrics."""
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import randomise_
 from PIL import Image
 from safetensors.torch import load_file
 
@@ -20,15 +22,15 @@ import cait
 from cait import explain
 from cait.paper import MAIN_TABLE
 from cait.preprocess import to_batch
-from conftest import randomise_
 
 ANALYSIS = Path(__file__).resolve().parent.parent / "analysis"
 EXAMPLES = Path(cait.__file__).resolve().parent / "examples"
 
 
 def run(script: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, str(ANALYSIS / script), *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ANALYSIS / script), *map(str, args)], capture_output=True, text=True, timeout=600
+    )
     if ok:
         assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
@@ -53,15 +55,20 @@ def gallery(checkpoint, tmp_path_factory) -> Path:
 
 
 def test_every_figure_written_with_its_provenance(gallery, checkpoint):
-    for name, stems in {"model_table": ["model_table"], "layerscale_stats": ["layerscale_stats"],
-                        "saliency": ["regions_of_focus", "localization"]}.items():
+    for name, stems in {
+        "model_table": ["model_table"],
+        "layerscale_stats": ["layerscale_stats"],
+        "saliency": ["regions_of_focus", "localization"],
+    }.items():
         for stem in stems:
             for ext in ("png", "html", "json"):
                 path = gallery / name / f"{stem}.{ext}"
                 assert path.is_file() and path.stat().st_size > 1000, path
     for name in ("layerscale_stats", "attention_maps", "saliency"):
         made = json.loads((gallery / name / f"{name if name != 'saliency' else 'regions_of_focus'}.json").read_text())
-        assert "pico.safetensors" in made["made_from"] and "trained 3 epochs on fashion-mnist-scenes" in made["made_from"]
+        assert (
+            "pico.safetensors" in made["made_from"] and "trained 3 epochs on fashion-mnist-scenes" in made["made_from"]
+        )
         assert "not the paper's" in made["made_from"]
     # HTML is self-contained (plotly.js embedded, no CDN) and says what it was made from
     page = (gallery / "layerscale_stats" / "layerscale_stats.html").read_text()
@@ -77,8 +84,12 @@ def test_gallery_links_resolve(gallery):
     for link in links:
         assert not link.startswith(("/", "http")), link
         assert (gallery / link).is_file(), link
-    for png in ("model_table/model_table.png", "layerscale_stats/layerscale_stats.png",
-                "attention_maps/attention_scene_00000_ankle_boot.png", "saliency/regions_of_focus.png"):
+    for png in (
+        "model_table/model_table.png",
+        "layerscale_stats/layerscale_stats.png",
+        "attention_maps/attention_scene_00000_ankle_boot.png",
+        "saliency/regions_of_focus.png",
+    ):
         assert f"src='{png}'" in index
 
 
@@ -126,8 +137,9 @@ def test_attention_grid_is_the_models_class_attention(gallery, checkpoint):
         maps = torch.tensor(record["maps"])
         assert maps.shape == (layers, heads, g, g)
         torch.testing.assert_close(maps, ca.maps[b], atol=1e-4, rtol=1e-3)
-        torch.testing.assert_close(maps.sum((-1, -2)) + torch.tensor(record["self_share"]),
-                                   torch.ones(layers, heads), atol=1e-4, rtol=0)
+        torch.testing.assert_close(
+            maps.sum((-1, -2)) + torch.tensor(record["self_share"]), torch.ones(layers, heads), atol=1e-4, rtol=0
+        )
         probs = ca.logits[b].softmax(-1)
         assert record["probability"] == pytest.approx(probs.max().item(), abs=1e-4)
         assert (gallery / "attention_maps" / f"attention_{record['image']}.png").is_file()
@@ -142,9 +154,18 @@ def test_saliency_regions_and_localization(gallery, checkpoint):
     for b, record in enumerate(regions["images"]):
         assert torch.equal(torch.tensor(record["mask"]), masks[b])
         assert record["region_box"] == pytest.approx(boxes[b].tolist())
-    table = {r["method"]: r for r in json.loads((gallery / "saliency" / "localization.json").read_text())["localization"]}
-    assert {"chance", "ca1_mean", "ca2_mean", "class_specific", "rollout_raw", "rollout_after_proj_l",
-            "rollout_after_proj_w"} <= set(table)
+    table = {
+        r["method"]: r for r in json.loads((gallery / "saliency" / "localization.json").read_text())["localization"]
+    }
+    assert {
+        "chance",
+        "ca1_mean",
+        "ca2_mean",
+        "class_specific",
+        "rollout_raw",
+        "rollout_after_proj_l",
+        "rollout_after_proj_w",
+    } <= set(table)
     for row in table.values():
         assert row["images"] == 4 and 0 <= row["pointing_game"] <= 1 and 0 <= row["mass_in_box"] <= 1 + 1e-6
 
@@ -198,8 +219,11 @@ def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(t
         folder = tmp_path / "runs" / row["run"]
         saved = json.loads((folder / "args.json").read_text())["args"]
         # the flags reached the run: depth, residual weighting, eps, lr, seed, budget
-        assert (saved["depth"], saved["residual_scale"], saved["init_values"]) == (row["depth"], kinds[row["method"]],
-                                                                                  row["eps"])
+        assert (saved["depth"], saved["residual_scale"], saved["init_values"]) == (
+            row["depth"],
+            kinds[row["method"]],
+            row["eps"],
+        )
         budget = saved["epochs"] * saved["subset"]
         assert (saved["lr"], saved["seed"], budget) == (row["lr"], row["seed"], row["images"])
         # divergence is the typed result: every run at lr 1e9, none below; the others' numbers are their own
@@ -266,6 +290,7 @@ def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path)
     assert not (tmp_path / "depth_stability.png").exists()
     # one training at a time: a second sweep into the same directory is refused while the first holds it
     import fcntl
+
     with open(tmp_path / "sweep.lock", "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         busy = run("depth_stability.py", "--quick", "--phase", "eps", "--out", tmp_path, ok=False)
@@ -273,8 +298,9 @@ def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path)
     # the budget is measured, not guessed: a few steps per depth x method, and each phase's hours from them
     measured = run("depth_stability.py", "--quick", "--measure-speed", "2", "--out", tmp_path)
     speed = json.loads((tmp_path / "speed.json").read_text())
-    assert sorted(speed["speeds"]) == sorted(f"d{d}-{m}" for d in (2, 3)
-                                             for m in ("baseline", "scalar", "rezero", "layerscale"))
+    assert sorted(speed["speeds"]) == sorted(
+        f"d{d}-{m}" for d in (2, 3) for m in ("baseline", "scalar", "rezero", "layerscale")
+    )
     assert all(s["images_per_s"] > 0 for s in speed["speeds"].values())
     hours = speed["estimated_hours"]
     assert set(hours) == {"lr", "eps", "main"} and all(h > 0 for h in hours.values())
@@ -287,10 +313,15 @@ def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
     run("class_attention_ablation.py", "--quick", "--out", tmp_path)
     data = json.loads((tmp_path / "class_attention_ablation.json").read_text())
     runs = _runs_of(tmp_path)
-    shape = {name: (cfg.depth, cfg.depth_token_only, cfg.class_token_at, cfg.global_pool)
-             for name, (cfg, _) in runs.items()}
-    assert shape == {"token_at_0": (3, 0, 0, "token"), "token_late": (3, 0, 1, "token"),
-                     "avg_pool": (3, 0, None, "avg"), "class_attention": (1, 2, None, "token")}
+    shape = {
+        name: (cfg.depth, cfg.depth_token_only, cfg.class_token_at, cfg.global_pool) for name, (cfg, _) in runs.items()
+    }
+    assert shape == {
+        "token_at_0": (3, 0, 0, "token"),
+        "token_late": (3, 0, 1, "token"),
+        "avg_pool": (3, 0, None, "avg"),
+        "class_attention": (1, 2, None, "token"),
+    }
     for row in data["rows"]:
         cfg, curve = runs[row["name"]]
         assert row["final_top1"] == curve[-1] and row["params"] == cait.CaiT(cfg).num_params()
@@ -304,9 +335,20 @@ def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
 def test_a_diverging_run_is_a_result_not_a_crash(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ANALYSIS))
     import argparse
+
     import _common
-    flags = {**_common.QUICK_MINIATURE, **_common.RECIPE, "epochs": 2, "subset": 64, "val_subset": 32,
-             "batch_size": 16, "threads": 1, "warmup_epochs": 0, "lr": 1e9}
+
+    flags = {
+        **_common.QUICK_MINIATURE,
+        **_common.RECIPE,
+        "epochs": 2,
+        "subset": 64,
+        "val_subset": 32,
+        "batch_size": 16,
+        "threads": 1,
+        "warmup_epochs": 0,
+        "lr": 1e9,
+    }
     result = _common.train_runs({"boom": flags}, tmp_path, argparse.Namespace(fresh=False))["boom"]
     assert result.diverged and result.val_top1 == [] and result.params > 0
     assert "loss is nan" in (tmp_path / "runs" / "boom" / "train.log").read_text()
@@ -320,11 +362,14 @@ def test_a_divergence_reaches_the_sweep_as_the_typed_result(tmp_path, monkeypatc
     """The runner takes where training diverged from cait.train.Diverged itself, not from any log text."""
     monkeypatch.syspath_prepend(str(ANALYSIS))
     import argparse
+
     import _common
+
     from cait import train
 
     def diverges(args):
         raise train.Diverged("quiet", epoch=2, step=17, loss=float("inf"))
+
     monkeypatch.setattr(train, "run", diverges)
     flags = {**_common.QUICK_MINIATURE, **_common.RECIPE, "epochs": 2, "subset": 64, "threads": 1}
     result = _common.train_runs({"typed": flags}, tmp_path, argparse.Namespace(fresh=False))["typed"]
@@ -335,10 +380,20 @@ def test_a_divergence_reaches_the_sweep_as_the_typed_result(tmp_path, monkeypatc
 def test_a_stopped_run_continues_where_it_stopped(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ANALYSIS))
     import argparse
+
     import _common
+
     from cait import train
-    flags = {**_common.QUICK_MINIATURE, **_common.RECIPE, "epochs": 2, "subset": 64, "val_subset": 32,
-             "batch_size": 16, "threads": 1}
+
+    flags = {
+        **_common.QUICK_MINIATURE,
+        **_common.RECIPE,
+        "epochs": 2,
+        "subset": 64,
+        "val_subset": 32,
+        "batch_size": 16,
+        "threads": 1,
+    }
     whole = _common.train_runs({"whole": flags}, tmp_path, argparse.Namespace(fresh=False))["whole"]
     # as if the sweep was killed in epoch 2 (cait.train saves on a signal; --stop-after does the same)
     stopped = train.run(train.train_args(**flags, output=tmp_path / "runs" / "parted", stop_after=6))
@@ -353,29 +408,55 @@ def test_a_stopped_run_continues_where_it_stopped(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 # what the Table 1 miniature's summary says follows its results (synthetic result rows)
 
+
 @pytest.fixture
 def table1(monkeypatch):
     monkeypatch.syspath_prepend(str(ANALYSIS))
     import _table1
+
     return _table1
 
 
-def _row(phase: str, method: str, depth: int, top1: float | None, *, lr: float = 1e-3, eps: float | None = None,
-         seed: int = 0, images: int = 12000) -> dict:
-    return {"phase": phase, "method": method, "depth": depth, "lr": lr, "eps": eps, "seed": seed, "images": images,
-            "diverged": top1 is None, "final_top1": top1}
+def _row(
+    phase: str,
+    method: str,
+    depth: int,
+    top1: float | None,
+    *,
+    lr: float = 1e-3,
+    eps: float | None = None,
+    seed: int = 0,
+    images: int = 12000,
+) -> dict:
+    return {
+        "phase": phase,
+        "method": method,
+        "depth": depth,
+        "lr": lr,
+        "eps": eps,
+        "seed": seed,
+        "images": images,
+        "diverged": top1 is None,
+        "final_top1": top1,
+    }
 
 
 def _main_rows(table1, depth: int, top1: dict[str, tuple[float | None, float | None]]) -> list[dict]:
     """Main-phase rows at `depth`, two seeds per method, eps by the paper's rule."""
-    return [_row("main", m, depth, value, seed=seed, eps=table1.paper_eps(depth) if table1.METHODS[m].has_eps else None)
-            for m, values in top1.items() for seed, value in enumerate(values)]
+    return [
+        _row("main", m, depth, value, seed=seed, eps=table1.paper_eps(depth) if table1.METHODS[m].has_eps else None)
+        for m, values in top1.items()
+        for seed, value in enumerate(values)
+    ]
 
 
 def test_summary_says_the_paper_ordering_is_reproduced_when_it_is(table1):
     # the paper at depth 36: LayerScale 82.9 > scalar alpha 81.6 = ReZero 81.6 > plain residual (diverged)
-    rows = _main_rows(table1, 36, {"layerscale": (71.0, 72.0), "scalar": (66.0, 66.4), "rezero": (65.8, 66.6),
-                                   "baseline": (None, None)})
+    rows = _main_rows(
+        table1,
+        36,
+        {"layerscale": (71.0, 72.0), "scalar": (66.0, 66.4), "rezero": (65.8, 66.6), "baseline": (None, None)},
+    )
     summary = table1.summarize(rows)
     assert summary.headline == "Paper's Table 1 ordering at depth 36: reproduced"
     [sentence] = summary.findings["main"]
@@ -385,10 +466,16 @@ def test_summary_says_the_paper_ordering_is_reproduced_when_it_is(table1):
 
 def test_summary_says_when_the_paper_ordering_is_not_reproduced(table1):
     # ours: the plain residual is best at depth 36 and LayerScale (eps 1e-6) worst, as in the shipped 3-epoch sweep
-    rows = _main_rows(table1, 36, {"layerscale": (40.0, 41.0), "scalar": (53.0, 54.0), "rezero": (38.0, 39.0),
-                                   "baseline": (56.0, 55.0)})
-    rows += _main_rows(table1, 12, {"layerscale": (58.0, 58.2), "scalar": (56.0, 56.2), "rezero": (35.0, 35.2),
-                                    "baseline": (57.9, 58.1)})
+    rows = _main_rows(
+        table1,
+        36,
+        {"layerscale": (40.0, 41.0), "scalar": (53.0, 54.0), "rezero": (38.0, 39.0), "baseline": (56.0, 55.0)},
+    )
+    rows += _main_rows(
+        table1,
+        12,
+        {"layerscale": (58.0, 58.2), "scalar": (56.0, 56.2), "rezero": (35.0, 35.2), "baseline": (57.9, 58.1)},
+    )
     summary = table1.summarize(rows)
     assert summary.headline.startswith("Paper's Table 1 ordering at depth 36: not reproduced; at depth 12:")
     deep = next(s for s in summary.findings["main"] if s.startswith("Depth 36"))
@@ -397,24 +484,36 @@ def test_summary_says_when_the_paper_ordering_is_not_reproduced(table1):
     shallow = next(s for s in summary.findings["main"] if s.startswith("Depth 12"))
     assert "LayerScale 58.1 ± 0.1 = plain residual 58.0 ± 0.1" in shallow
     # what depth does to each method, the paper's numbers beside
-    assert summary.findings["main"][-1].startswith("From depth 12 to 36, mean final top-1 over seeds: plain residual "
-                                                   "58.0 -> 55.5 (paper: 79.9 -> 78.9 (diverged));")
+    assert summary.findings["main"][-1].startswith(
+        "From depth 12 to 36, mean final top-1 over seeds: plain residual "
+        "58.0 -> 55.5 (paper: 79.9 -> 78.9 (diverged));"
+    )
     # a tuned LayerScale arm is judged separately, and the headline says so when its verdict differs
     rows += [_row("main", "layerscale", 36, v, eps=1e-3, seed=s) for s, v in enumerate((70.0, 70.4))]
-    rows = [r for r in rows if not (r["method"] == "baseline" and r["depth"] == 36)] + \
-        [_row("main", "baseline", 36, None, seed=s) for s in (0, 1)]
-    rows = [r for r in rows if not (r["method"] == "rezero" and r["depth"] == 36)] + \
-        [_row("main", "rezero", 36, 54.5, seed=s) for s in (0, 1)]
+    rows = [r for r in rows if not (r["method"] == "baseline" and r["depth"] == 36)] + [
+        _row("main", "baseline", 36, None, seed=s) for s in (0, 1)
+    ]
+    rows = [r for r in rows if not (r["method"] == "rezero" and r["depth"] == 36)] + [
+        _row("main", "rezero", 36, 54.5, seed=s) for s in (0, 1)
+    ]
     summary = table1.summarize(rows)
     assert "not reproduced (with LayerScale's eps tuned: reproduced)" in summary.headline
 
 
 def test_summary_reports_divergence_and_the_stable_lrs(table1):
-    rows = [_row("lr", m, d, top1, lr=lr) for m, d, lr, top1 in (
-        ("baseline", 12, 1e-3, 60.0), ("baseline", 12, 1e-2, 55.0),
-        ("baseline", 36, 1e-3, 52.0), ("baseline", 36, 1e-2, None),
-        ("layerscale", 12, 1e-3, 61.0), ("layerscale", 12, 1e-2, 15.0),
-        ("layerscale", 36, 1e-3, 62.0), ("layerscale", 36, 1e-2, 58.0))]
+    rows = [
+        _row("lr", m, d, top1, lr=lr)
+        for m, d, lr, top1 in (
+            ("baseline", 12, 1e-3, 60.0),
+            ("baseline", 12, 1e-2, 55.0),
+            ("baseline", 36, 1e-3, 52.0),
+            ("baseline", 36, 1e-2, None),
+            ("layerscale", 12, 1e-3, 61.0),
+            ("layerscale", 12, 1e-2, 15.0),
+            ("layerscale", 36, 1e-3, 62.0),
+            ("layerscale", 36, 1e-2, 58.0),
+        )
+    ]
     sentences = table1.stability(rows)
     assert sentences[0].startswith("1 of 8 runs of the lr sweep diverged")
     assert "plain residual at depth 36 lr 1e-2" in sentences[0] and "no divergence below lr 1e-2" in sentences[0]
@@ -427,11 +526,15 @@ def test_summary_reports_divergence_and_the_stable_lrs(table1):
 
 def test_summary_says_which_eps_learns(table1):
     gamma = {0.1: 0.12, 1e-3: 0.02, 1e-5: 3e-4, 1e-6: 4e-5}
-    rows = [dict(_row("eps", "layerscale", 36, top1, eps=eps), gamma_final=gamma[eps])
-            for eps, top1 in ((0.1, 64.0), (1e-3, 61.0), (1e-5, 45.0), (1e-6, 30.0))]
+    rows = [
+        dict(_row("eps", "layerscale", 36, top1, eps=eps), gamma_final=gamma[eps])
+        for eps, top1 in ((0.1, 64.0), (1e-3, 61.0), (1e-5, 45.0), (1e-6, 30.0))
+    ]
     sentences = table1.eps_effect(rows)
-    assert sentences[0] == ("LayerScale at depth 36 (lr 1e-3, 12000 training images): eps 0.1 64.0%, eps 1e-3 61.0%, "
-                            "eps 1e-5 45.0%, eps 1e-6 30.0%.")
+    assert sentences[0] == (
+        "LayerScale at depth 36 (lr 1e-3, 12000 training images): eps 0.1 64.0%, eps 1e-3 61.0%, "
+        "eps 1e-5 45.0%, eps 1e-6 30.0%."
+    )
     assert sentences[1] == "LayerScale needs eps >= 1e-3 to end within 5 points of its best in 12000 images."
     assert "eps 1e-6" in sentences[2] and "gets 30.0% here, outside 5 points" in sentences[2]
     assert sentences[3].endswith("0.1 -> 0.12, 1e-3 -> 2e-2, 1e-5 -> 3e-4, 1e-6 -> 4e-5.")
@@ -443,6 +546,9 @@ def test_summary_says_which_eps_learns(table1):
 
 def test_no_verdict_from_runs_that_learned_nothing(table1):
     # chance-level numbers in the paper's order are not a reproduction
-    rows = _main_rows(table1, 36, {"layerscale": (14.0, 14.2), "scalar": (12.0, 12.2), "rezero": (11.9, 12.1),
-                                   "baseline": (None, None)})
+    rows = _main_rows(
+        table1,
+        36,
+        {"layerscale": (14.0, 14.2), "scalar": (12.0, 12.2), "rezero": (11.9, 12.1), "baseline": (None, None)},
+    )
     assert table1.summarize(rows).headline == "Paper's Table 1 ordering at depth 36: not resolved"

@@ -1,6 +1,7 @@
 """The app: safe decoding of every odd upload, model loading, and the running server's /analyze API
 (answers equal a direct model call, 8 simultaneous requests each get their own answer, bad files get
 a message and the server keeps serving)."""
+
 from __future__ import annotations
 
 import io
@@ -14,18 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import randomise_
 from PIL import Image
 
 import cait
 from cait import explain
-from conftest import randomise_
 
 ROOT = Path(__file__).resolve().parents[1]
 
 from app import images, torch_thread  # noqa: E402
 from app.examples import find_examples  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
-from app.models import ModelCache, ModelChoice, load_model as load_choice  # noqa: E402
+from app.models import ModelCache, ModelChoice  # noqa: E402
+from app.models import load_model as load_choice  # noqa: E402
 from app.session import analyse  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 
@@ -38,13 +40,14 @@ def load_model(name, checkpoint, device=CPU):
 
 # ------------------------------------------------------------------------------ odd image files
 
+
 def png_claiming(width: int, height: int) -> bytes:
     """A tiny valid PNG whose header claims width x height (a decompression bomb's header)."""
     buf = io.BytesIO()
     Image.new("L", (1, 1)).save(buf, "PNG")
     data = bytearray(buf.getvalue())
-    data[16:24] = struct.pack(">II", width, height)                      # IHDR width, height
-    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))      # IHDR CRC over type + data
+    data[16:24] = struct.pack(">II", width, height)  # IHDR width, height
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))  # IHDR CRC over type + data
     return bytes(data)
 
 
@@ -79,15 +82,16 @@ def test_transparency_goes_on_white(tmp_path):
     assert any("transparent" in n for n in out.notes)
     palette = rgba.convert("P")  # palette with a transparent index
     palette.info["transparency"] = palette.getpixel((15, 5))
-    assert load_image(save(palette, tmp_path / "p.png", transparency=palette.info["transparency"])
-                      ).image.getpixel((15, 5)) == (255, 255, 255)
+    assert load_image(save(palette, tmp_path / "p.png", transparency=palette.info["transparency"])).image.getpixel(
+        (15, 5)
+    ) == (255, 255, 255)
 
 
 def test_16_bit_is_rescaled_not_clipped(tmp_path):
     data = (gradient(64, 16) * 65535).astype(np.uint16)
     out = load_image(save(Image.fromarray(data), tmp_path / "deep.png"))
     values = np.asarray(out.image.convert("L"), dtype=float)
-    assert values.min() <= 1 and values.max() >= 254            # full range kept
+    assert values.min() <= 1 and values.max() >= 254  # full range kept
     assert abs(values[8, 32] - 255 * gradient(64, 16)[8, 32]) < 2  # middle grey stays middle grey
     assert any("bit depth" in n for n in out.notes)
 
@@ -137,12 +141,15 @@ def test_elongated_crop_keeps_what_the_model_sees(tmp_path):
     assert (direct - via_app).abs().max() < 0.05
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("empty.png", b"", "empty"),
-    ("text.png", b"this is not an image\n" * 50, "not an image"),
-    ("bomb.png", png_claiming(10_000, 10_000), "megapixels"),        # above our limit
-    ("giant.png", png_claiming(40_000, 40_000), "megapixels"),       # above Pillow's own bomb limit
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("empty.png", b"", "empty"),
+        ("text.png", b"this is not an image\n" * 50, "not an image"),
+        ("bomb.png", png_claiming(10_000, 10_000), "megapixels"),  # above our limit
+        ("giant.png", png_claiming(40_000, 40_000), "megapixels"),  # above Pillow's own bomb limit
+    ],
+)
 def test_unreadable_files_get_a_clear_message(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_bytes(content)
@@ -160,6 +167,7 @@ def test_truncated_file_gets_a_clear_message(tmp_path):
 
 
 # ------------------------------------------------------------------------------- model loading
+
 
 def test_model_without_weights_is_flagged_untrained_and_reproducible():
     a, b = load_model("cait_pico_32", None), load_model("cait_pico_32", None)
@@ -198,6 +206,7 @@ def test_an_imagenet_model_has_imagenet_labels_and_photos():
 
 # -------------------------------------------------------------------------- the running server
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,6 +219,7 @@ def server(tmp_path_factory):
     (non-uniform attention); `loaded` is the same model for direct calls. The browser test starts it
     as a user does, `python app/main.py`."""
     from gradio_client import Client
+
     tmp = tmp_path_factory.mktemp("app")
     ckpt = tmp / "nano.safetensors"
     cait.save_weights(randomise_(cait.create_model("cait_nano_64")), ckpt)
@@ -263,6 +273,7 @@ def check_answer(answer: dict, loaded, path: Path) -> None:
 
 def test_analyze_equals_a_direct_model_call(server):
     from gradio_client import handle_file
+
     path = scene_images(server["tmp"], 1)[0]
     answer = server["client"].predict(handle_file(str(path)), api_name="/analyze")
     check_answer(answer, server["loaded"], path)
@@ -276,6 +287,7 @@ def test_analyze_equals_a_direct_model_call(server):
 
 def test_analyze_runs_the_asked_attribution(server):
     from gradio_client import handle_file
+
     path = scene_images(server["tmp"], 1)[0]
     answer = server["client"].predict(handle_file(str(path)), "saliency", 3, 32, api_name="/analyze")
     loaded = server["loaded"]
@@ -291,12 +303,15 @@ def test_the_served_app_runs_its_torch_work_on_one_thread(server, monkeypatch):
     """All model work on app.torch_thread's thread, with one-image threads (a second thread calling torch
     made every call ~3x slower); this test process's own direct calls run elsewhere."""
     from gradio_client import handle_file
+
     from app import session
+
     seen = []
 
     def recording(*args, **kwargs):
         seen.append((threading.current_thread().name, torch.get_num_threads()))
         return analyse(*args, **kwargs)
+
     monkeypatch.setattr(session, "analyse", recording)
     path = scene_images(server["tmp"], 1)[0]
     for _ in range(2):
@@ -314,6 +329,7 @@ def rss_mb() -> float:
 
 def test_eight_simultaneous_requests_get_their_own_answers(server):
     from gradio_client import handle_file
+
     paths = scene_images(server["tmp"], 8)
     client = server["client"]
 
@@ -335,9 +351,13 @@ def test_eight_simultaneous_requests_get_their_own_answers(server):
 
 def test_bad_uploads_get_messages_and_the_server_keeps_serving(server):
     from gradio_client import handle_file
+
     tmp, client = server["tmp"], server["client"]
-    cases = {"empty.png": (b"", "empty"), "notes.jpg": (b"hello " * 100, "not an image"),
-             "bomb.png": (png_claiming(12_000, 12_000), "megapixels")}
+    cases = {
+        "empty.png": (b"", "empty"),
+        "notes.jpg": (b"hello " * 100, "not an image"),
+        "bomb.png": (png_claiming(12_000, 12_000), "megapixels"),
+    }
     for name, (content, message) in cases.items():
         (tmp / name).write_bytes(content)
         with pytest.raises(Exception, match=message):
@@ -350,6 +370,7 @@ def test_bad_uploads_get_messages_and_the_server_keeps_serving(server):
 
 def test_uploads_above_the_size_limit_are_refused(server):
     from gradio_client import handle_file
+
     big = server["tmp"] / "big.png"
     big.write_bytes(b"\0" * (21 * 1024 * 1024))
     with pytest.raises(Exception, match="(?i)size|large|exceed|413"):

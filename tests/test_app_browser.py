@@ -2,6 +2,7 @@
 predictions, the attention grid, the saliency maps and the LayerScale plot, switch the colormap, upload
 a bad file and see the message; the page makes no request outside this machine.
 Screenshots go to /tmp/cait_app_*.png."""
+
 from __future__ import annotations
 
 import os
@@ -15,13 +16,20 @@ from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
-
-import cait
 from test_app import ROOT, free_port
 
+import cait
+
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 TIMEOUT = 90_000  # ms; generous because the test machine is shared
 expect.set_options(timeout=TIMEOUT)
 
@@ -31,8 +39,13 @@ def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     # PYTHONPATH: the checkout under test (cait and app), whatever version is installed in the environment
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app" / "main.py"), "--port", str(port), "--device", "cpu",
-                             *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "app" / "main.py"), "--port", str(port), "--device", "cpu", *args],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+    )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -88,8 +101,9 @@ def page(chromium, server):
     requests: list[str] = []
     page = open_page(chromium, url)
     page.on("request", lambda r: requests.append(r.url))
-    page.outside_requests = lambda: [u for u in requests if urlparse(u).hostname not in ("127.0.0.1", None)
-                                     and not u.startswith(("data:", "blob:"))]
+    page.outside_requests = lambda: [
+        u for u in requests if urlparse(u).hostname not in ("127.0.0.1", None) and not u.startswith(("data:", "blob:"))
+    ]
     page.tmp = tmp
     yield page
     page.context.close()
@@ -109,7 +123,9 @@ def test_example_gives_predictions_and_attention_grid(page):
     labels = set(cait.config.FASHION_MNIST_CLASSES)
     top5_text = page.locator("#top5").inner_text()
     assert sum(label in top5_text for label in labels) >= 5
-    page.wait_for_function("() => [...document.querySelectorAll('.ca-grid img')].every(i => i.complete && i.naturalWidth > 100)")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.ca-grid img')].every(i => i.complete && i.naturalWidth > 100)"
+    )
     expect(page.locator("#ca_grid_2")).to_contain_text("CA layer 2")
     expect(page.locator("#ca_grid_2")).to_contain_text("mean · self")
     expect(page.locator("#grid_png")).to_contain_text("class_attention")
@@ -121,8 +137,11 @@ def test_colormap_switch_and_enlarging_a_head(page):
     before = grid_images(page).first.get_attribute("src")
     page.locator("#cmap input").click()
     page.get_by_role("option", name="viridis").click()
-    page.wait_for_function("(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old "
-                           "&& i.complete && i.naturalWidth > 100; }", arg=before)
+    page.wait_for_function(
+        "(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old "
+        "&& i.complete && i.naturalWidth > 100; }",
+        arg=before,
+    )
     grid_images(page).nth(1).click()  # CA1 head 1 (after the CA1 mean): enlarged below the grid
     expect(page.locator("#ca_big .js-plotly-plot")).to_be_visible()
     expect(page.locator("#ca_big")).to_contain_text("CA1 head 1")
@@ -232,8 +251,10 @@ def test_each_page_keeps_its_own_model(chromium, server):
         first.get_by_role("tab", name="Class attention").click()
         pick_example(first)
         pick_example(second)
-        heads = {page: cait.get_config(name).num_heads for page, name in ((first, "cait_nano_28"),
-                                                                           (second, cait.DEFAULT_MODEL))}
+        heads = {
+            page: cait.get_config(name).num_heads
+            for page, name in ((first, "cait_nano_28"), (second, cait.DEFAULT_MODEL))
+        }
         for page, h in heads.items():
             expect(page.locator(".ca-grid img")).to_have_count(2 * (h + 1))
         expect(first.locator("#examples")).to_contain_text("true:")
@@ -289,12 +310,12 @@ def test_replacing_an_image_runs_the_analysis_once(chromium, server):
         page.context.close()
 
 
-
 def tile_pixels(page, index: int) -> bytes:
     """The RGB pixels of class-attention tile `index` as the server sends them."""
     from io import BytesIO
 
     from PIL import Image
+
     with urllib.request.urlopen(grid_images(page).nth(index).get_attribute("src"), timeout=30) as r:
         return Image.open(BytesIO(r.read())).convert("RGB").tobytes()
 
@@ -304,8 +325,10 @@ def test_opacity_redraws_from_the_keyboard_without_a_new_analysis(chromium, serv
     try:
         pick_example(page)
         analyses, json_before = analyses_logged(server), json_href(page)
-        changed = "(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old " \
-                  "&& i.complete && i.naturalWidth > 100; }"
+        changed = (
+            "(old) => { const i = document.querySelector('.ca-grid img'); return i && i.src !== old "
+            "&& i.complete && i.naturalWidth > 100; }"
+        )
         # arrow keys on the slider: one step each
         before = grid_images(page).first.get_attribute("src")
         page.locator("#alpha input[type=range]").focus()
@@ -359,8 +382,13 @@ def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server)
         expect(page.locator(".ca-grid img")).to_have_count(2 * 17)
         page.wait_for_function("() => [...document.querySelectorAll('.ca-grid img')].every(i => i.complete)")
         assert page.evaluate(OUTSIDE, ".ca-grid img") == 0
-        assert page.evaluate("() => Math.min(...[...document.querySelectorAll('.ca-grid img')].map("
-                             "i => i.getBoundingClientRect().width))") >= 100
+        assert (
+            page.evaluate(
+                "() => Math.min(...[...document.querySelectorAll('.ca-grid img')].map("
+                "i => i.getBoundingClientRect().width))"
+            )
+            >= 100
+        )
         assert page.evaluate(CUT_CAPTIONS, ".ca-grid .caption-label") == []
         expect(page.locator("#ca_grid_1")).to_contain_text("head 16")
         page.screenshot(path="/tmp/cait_app_16_heads.png", full_page=True)
@@ -374,8 +402,10 @@ def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server)
         page.locator("#sal_run").click()
         expect(page.locator("#sal_gallery img")).to_have_count(len(cait.explain.METHODS))
         expect(page.locator("#sal_table")).to_contain_text("occlusion")
-        page.wait_for_function("() => [...document.querySelectorAll('#sal_gallery img, #sal_region img')].every("
-                               "i => i.complete && i.naturalWidth > 0)")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#sal_gallery img, #sal_region img')].every("
+            "i => i.complete && i.naturalWidth > 0)"
+        )
         assert page.evaluate(SCROLLING, "#sal_gallery") == 0
         page.screenshot(path="/tmp/cait_app_16_heads_saliency.png", full_page=True)
     finally:

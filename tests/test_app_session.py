@@ -1,5 +1,6 @@
 """The app's layers without a server: the command line, the shared model cache, the analysis session, the
 page's texts and the handlers' answers (called directly, as plain functions)."""
+
 from __future__ import annotations
 
 import json
@@ -13,18 +14,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import randomise_
 from PIL import Image
 
 import cait
-from cait import explain, hub
-from cait.checkpoint import WEIGHTS_DIR
-from conftest import randomise_
-
 from app import main as cli
 from app import session, texts
 from app.layout import GalleryProps
 from app.models import LoadedModel, ModelCache, ModelChoice, load_model
 from app.workdir import WorkDir
+from cait import explain, hub
+from cait.checkpoint import WEIGHTS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -32,34 +32,52 @@ SCENE = sorted((ROOT / "cait" / "examples").glob("*.png"))[0]
 
 
 def python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 # ------------------------------------------------------------------------------ command line
 
+
 def test_help_answers_before_torch_and_gradio_are_imported():
-    done = python("import sys\nfrom app import main\ntry:\n    main.parse_args(['--help'])\nexcept SystemExit:\n"
-                  "    pass\nprint('torch' in sys.modules, 'gradio' in sys.modules)")
+    done = python(
+        "import sys\nfrom app import main\ntry:\n    main.parse_args(['--help'])\nexcept SystemExit:\n"
+        "    pass\nprint('torch' in sys.modules, 'gradio' in sys.modules)"
+    )
     assert done.returncode == 0, done.stderr
     assert "cait_m48_448" in done.stdout and "--precision" in done.stdout and "port to serve on" in done.stdout
     assert done.stdout.strip().endswith("False False")
-    script = subprocess.run([sys.executable, str(ROOT / "app" / "main.py"), "--help"], capture_output=True, text=True,
-                            cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    script = subprocess.run(
+        [sys.executable, str(ROOT / "app" / "main.py"), "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert script.returncode == 0 and "usage: python app/main.py" in script.stdout
 
 
 def test_importing_the_app_has_no_side_effects():
-    done = python("import sys, tempfile, os\npath = list(sys.path)\nbefore = set(os.listdir(tempfile.gettempdir()))\n"
-                  "import app.main, app.ui, app.handlers\nfrom app.workdir import WORK\n"
-                  "new = [d for d in set(os.listdir(tempfile.gettempdir())) - before if d.startswith('cait-app-')]\n"
-                  "print(sys.path == path, WORK._path, new)")
+    done = python(
+        "import sys, tempfile, os\npath = list(sys.path)\nbefore = set(os.listdir(tempfile.gettempdir()))\n"
+        "import app.main, app.ui, app.handlers\nfrom app.workdir import WORK\n"
+        "new = [d for d in set(os.listdir(tempfile.gettempdir())) - before if d.startswith('cait-app-')]\n"
+        "print(sys.path == path, WORK._path, new)"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == "True None []"
 
 
 def test_a_port_in_use_is_one_line_naming_the_flag(capsys):
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -80,6 +98,7 @@ def test_work_dir_is_made_lazily_and_removed():
 
 # ------------------------------------------------------------------------------ the model cache
 
+
 class Fake(SimpleNamespace):
     nbytes = 100
 
@@ -90,14 +109,14 @@ def test_cache_evicts_the_least_recently_used_by_bytes():
     a, b, c, d = (ModelChoice(n) for n in "abcd")
     for choice in (a, b, c):
         cache.get(choice)
-    assert cache.cached == [b, c]           # 300 bytes > 250: a, the least recently used, went
-    cache.get(b)                            # a hit: b becomes the most recent, nothing loads
+    assert cache.cached == [b, c]  # 300 bytes > 250: a, the least recently used, went
+    cache.get(b)  # a hit: b becomes the most recent, nothing loads
     cache.get(d)
     assert cache.cached == [b, d] and loads == [a, b, c, d] and cache.nbytes == 200
     big = ModelChoice("big")
     cache._loader = lambda ch: Fake(choice=ch, nbytes=1000)
     cache.get(big)
-    assert cache.cached == [big]            # alone above the ceiling: kept, everything else dropped
+    assert cache.cached == [big]  # alone above the ceiling: kept, everything else dropped
 
 
 def test_cache_loads_each_model_once_and_others_meanwhile():
@@ -105,7 +124,7 @@ def test_cache_loads_each_model_once_and_others_meanwhile():
 
     def loader(choice):
         loads.append(choice)
-        if choice.name == "slow":           # waits until another model was loaded meanwhile
+        if choice.name == "slow":  # waits until another model was loaded meanwhile
             assert release.wait(30), "a second model could not load while the first was loading"
         else:
             release.set()
@@ -131,6 +150,7 @@ def test_an_evicted_model_is_freed():
 
 # ------------------------------------------------------------------------------ the analysis session
 
+
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory) -> LoadedModel:
     path = tmp_path_factory.mktemp("ckpt") / "nano.safetensors"
@@ -150,16 +170,24 @@ def test_analysis_is_the_models_own_numbers(loaded):
     for stage in ("raw", "after_proj_l", "after_proj_w"):
         np.testing.assert_allclose(getattr(a.stages, stage), getattr(th, stage)[0].numpy(), atol=1e-6)
     a = session.with_sa_layer(loaded, a, 4)
-    np.testing.assert_allclose(a.stages.after_proj_w, explain.talking_heads(loaded.model, x, 4).after_proj_w[0].numpy(),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        a.stages.after_proj_w, explain.talking_heads(loaded.model, x, 4).after_proj_w[0].numpy(), atol=1e-6
+    )
     data = json.loads(json.dumps(session.numbers(loaded, a)))  # JSON-able
     assert data["predictions"][0]["index"] == a.top_class and len(data["class_attention"]["maps"]) == 2
 
 
 def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
     a = session.analyse(loaded, str(SCENE))
-    rows = list(session.saliency_rows(loaded, a, target=3, methods=["rollout_before_mixing", "integrated_gradients"],
-                                      options=explain.MethodOptions(ig_steps=4)))
+    rows = list(
+        session.saliency_rows(
+            loaded,
+            a,
+            target=3,
+            methods=["rollout_before_mixing", "integrated_gradients"],
+            options=explain.MethodOptions(ig_steps=4),
+        )
+    )
     assert [r.method for r in rows] == ["rollout_before_mixing", "integrated_gradients"]
     expected = explain.attribution(loaded.model, a.x, torch.tensor([3]), "integrated_gradients", n_steps=4).patch[0]
     torch.testing.assert_close(rows[1].heat, expected)
@@ -174,6 +202,7 @@ def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
 
 
 # ------------------------------------------------------------------------------ what the page says
+
 
 def test_the_default_model_is_described_from_its_shipped_files():
     loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
@@ -205,12 +234,17 @@ def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists
     assert "| cait_s36_224 | 273 | needs a file (never released) | - |" in table
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda tmp: tmp, "is a directory"),
-    (lambda tmp: (tmp / "notes.pth").write_text("my training notes\nepoch 1\n") and tmp / "notes.pth",
-     "is a text file, not a checkpoint"),
-    (lambda tmp: tmp / "missing.pth", "not found"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda tmp: tmp, "is a directory"),
+        (
+            lambda tmp: (tmp / "notes.pth").write_text("my training notes\nepoch 1\n") and tmp / "notes.pth",
+            "is a text file, not a checkpoint",
+        ),
+        (lambda tmp: tmp / "missing.pth", "not found"),
+    ],
+)
 def test_checkpoints_that_cannot_be_say_what_they_are(tmp_path, make, message):
     with pytest.raises(cait.CheckpointError, match=message) as info:
         load_model(ModelChoice("cait_pico_32", str(make(tmp_path))), CPU)
@@ -222,10 +256,12 @@ def test_checkpoints_that_cannot_be_say_what_they_are(tmp_path, make, message):
 SHOWN = tuple(GalleryProps(False, None, f"CA layer {i + 1}") for i in range(4))  # a new page's CA galleries
 SHOWN_ANALYSED = tuple(GalleryProps(i < 2, 5, f"CA layer {i + 1}") for i in range(4))
 
+
 @pytest.fixture(scope="module")
 def handlers():
     from app import layout
     from app.handlers import Handlers, layerscale_figure
+
     cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
     first = cache.get(ModelChoice("cait_pico_32"))
     _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
@@ -254,6 +290,7 @@ def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
 
 def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
     from cait.figures import grid_columns
+
     assert [grid_columns(h + 1) for h in (3, 4, 8, 12, 16)] == [4, 5, 9, 7, 9]
     path = tmp_path / "wide.safetensors"
     cait.save_weights(randomise_(cait.create_model("cait_pico_32", num_heads=16)), path)
@@ -271,9 +308,9 @@ def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
         assert sheet.width == 9 * 224  # the PNG wraps like the page
 
 
-
 def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixels(handlers):
     from cait.figures import attention_tiles
+
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     look = ("viridis", 0.4, "per tile", "smooth", 1.0)
@@ -306,8 +343,11 @@ def test_saliency_shows_each_map_as_it_is_done(handlers):
     steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth"))
     labels = [s[p.sal_gallery].label for s in steps if p.sal_gallery in s]
     name = loaded.labels[2]
-    assert labels == [f"Maps for class '{name}'; computing ca1_mean (1 of 2)",
-                      f"Maps for class '{name}'; computing saliency (2 of 2)", f"Maps for class '{name}'"]
+    assert labels == [
+        f"Maps for class '{name}'; computing ca1_mean (1 of 2)",
+        f"Maps for class '{name}'; computing saliency (2 of 2)",
+        f"Maps for class '{name}'",
+    ]
     assert [len(s[p.sal_table] or []) for s in steps if p.sal_table in s] == [0, 1, 2]
     assert [row[0] for row in steps[2][p.sal_table]] == ["ca1_mean", "saliency"]  # the menu's order
     assert p.sal_region in steps[-1]
@@ -317,20 +357,29 @@ def test_saliency_shows_each_map_as_it_is_done(handlers):
 
 def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins):
     from safetensors.torch import save
+    from stand_in_hub import StandInHub
 
     from cait import hub
-    from stand_in_hub import StandInHub
+
     name = "cait_xxs24_224"
     _, theirs = twins(name, seed=7)
-    served = {f"{hub.hub_repo(name)}/{hub.HUB_FILENAME}": save({k: v.contiguous() for k, v in theirs.state_dict().items()})}
+    served = {
+        f"{hub.hub_repo(name)}/{hub.HUB_FILENAME}": save({k: v.contiguous() for k, v in theirs.state_dict().items()})
+    }
     with StandInHub(served) as stand_in:
         hf_env(stand_in.url)
         assert handlers.weights_status(name).startswith(f"Weights of {name}: download")
         failed = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, name, "", False)  # no download: random weights
         assert "Untrained" in failed[handlers.page.load_msg] and stand_in.methods() == []
         seen = []
-        out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, name, "", True,
-                                  progress=lambda fraction, **kw: seen.append((fraction, kw.get("desc"))))
+        out = handlers.load_model(
+            ModelChoice("cait_pico_32"),
+            SHOWN,
+            name,
+            "",
+            True,
+            progress=lambda fraction, **kw: seen.append((fraction, kw.get("desc"))),
+        )
         assert stand_in.methods() == ["HEAD", "GET"] and seen and seen[-1][1] == f"downloading {name}"
         done, total = seen[-1][0]
         assert done == total == len(next(iter(served.values())))

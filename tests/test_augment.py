@@ -1,5 +1,6 @@
 """Augmentation on batched uint8 tensors: a function of each image's seed only, the eval transform when
 every random part is off, each part doing what it says, clear errors."""
+
 from __future__ import annotations
 
 import random
@@ -9,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
+import cait
 from cait.augment import BatchAugment, parse_randaug
 from cait.data import FashionMNIST, FashionMNISTScenes
 from cait.preprocess import eval_transform
-import cait
 
 HALF = dict(mean=(0.5,) * 3, std=(0.5,) * 3)
 ALL_ON = dict(crop_scale=(0.25, 1.0), hflip=0.5, color_jitter=0.4, reprob=0.5)
@@ -58,8 +59,14 @@ def test_with_every_random_part_off_it_is_the_eval_transform(scenes):
 def test_shapes_and_ranges_for_any_data_and_model_size():
     garments = torch.from_numpy(FashionMNIST("val", subset=8).pixels.copy())  # uint8 [8, 28, 28, 1]
     for chans in (1, 3):
-        aug = BatchAugment(img_size=32, in_chans=chans, mean=(0.5,) * chans, std=(0.25,) * chans,
-                           crop_scale=(0.25, 1.0), color_jitter=0.4)
+        aug = BatchAugment(
+            img_size=32,
+            in_chans=chans,
+            mean=(0.5,) * chans,
+            std=(0.25,) * chans,
+            crop_scale=(0.25, 1.0),
+            color_jitter=0.4,
+        )
         out = aug(garments, range(8))
         assert out.shape == (8, chans, 32, 32) and out.dtype == torch.float32
         assert out.min() >= (0 - 0.5) / 0.25 - 1e-5 and out.max() <= (1 - 0.5) / 0.25 + 1e-5
@@ -71,21 +78,25 @@ def test_flip_jitter_and_erasing_do_what_they_say(scenes):
     base = BatchAugment(img_size=64, in_chans=3, **HALF, crop_scale=(1.0, 1.0), hflip=0.0)
     ref = base(scenes, seeds)
     # jitter: other pixel values, same picture (strongly correlated), still in range
-    jit = BatchAugment(img_size=64, in_chans=3, **HALF, crop_scale=(1.0, 1.0), hflip=0.0, color_jitter=0.4)(scenes, seeds)
+    jit = BatchAugment(img_size=64, in_chans=3, **HALF, crop_scale=(1.0, 1.0), hflip=0.0, color_jitter=0.4)(
+        scenes, seeds
+    )
     assert not torch.equal(jit, ref) and jit.min() >= -1 and jit.max() <= 1
     corr = [np.corrcoef(a.flatten(), b.flatten())[0, 1] for a, b in zip(ref, jit)]
     assert min(corr) > 0.5
     # RandAugment replaces jitter (as in timm): the jitter strength changes nothing then
     ra = dict(crop_scale=(1.0, 1.0), hflip=0.0, randaug="rand-m9")
-    assert torch.equal(BatchAugment(img_size=64, in_chans=3, **HALF, **ra)(scenes, seeds),
-                       BatchAugment(img_size=64, in_chans=3, **HALF, **ra, color_jitter=0.4)(scenes, seeds))
+    assert torch.equal(
+        BatchAugment(img_size=64, in_chans=3, **HALF, **ra)(scenes, seeds),
+        BatchAugment(img_size=64, in_chans=3, **HALF, **ra, color_jitter=0.4)(scenes, seeds),
+    )
     # erasing: every image gets one rectangle of noise, the rest untouched
     erased = BatchAugment(img_size=64, in_chans=3, **HALF, crop_scale=(1.0, 1.0), hflip=0.0, reprob=1.0)(scenes, seeds)
     for k in range(len(scenes)):
         changed = (erased[k] != ref[k]).any(0)
         rows, cols = changed.nonzero().T
         assert 0.02 * 64 * 64 * 0.5 <= changed.sum() <= 64 * 64 / 3 + 64
-        box = changed[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+        box = changed[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
         assert box.float().mean() > 0.95  # a rectangle
 
 
@@ -100,8 +111,11 @@ def test_crop_scale_bounds_the_zoom(scenes):
 def test_bad_inputs_are_clear():
     assert parse_randaug("none") is None and parse_randaug("rand-m9-mstd0.5-inc1") == (2, 9)
     assert parse_randaug("rand-n3-m5") == (3, 5)
-    for bad, match in (("autoaug", "timm RandAugment string"), ("rand-mstd0.5", "timm RandAugment string"),
-                       ("rand-m12", "0..10")):
+    for bad, match in (
+        ("autoaug", "timm RandAugment string"),
+        ("rand-mstd0.5", "timm RandAugment string"),
+        ("rand-m12", "0..10"),
+    ):
         with pytest.raises(ValueError, match=match):
             parse_randaug(bad)
     aug = BatchAugment(img_size=32, in_chans=3, **HALF)

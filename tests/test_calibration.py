@@ -1,4 +1,5 @@
 """cait.calibration: the weakest class's head bias, chosen for the floor on every class's top-1."""
+
 import json
 import sys
 
@@ -7,8 +8,14 @@ import torch
 
 import cait
 from cait import explain
-from cait.calibration import (ClassBias, apply_class_bias, collect_logits, fit_weakest_class_bias, per_class_top1,
-                              shifted)
+from cait.calibration import (
+    ClassBias,
+    apply_class_bias,
+    collect_logits,
+    fit_weakest_class_bias,
+    per_class_top1,
+    shifted,
+)
 from cait.checkpoint import read_checkpoint
 from cait.data import build_dataset
 from scripts import calibrate_head
@@ -54,8 +61,10 @@ def test_the_bias_moves_one_logit_and_no_attention():
     model = cait.create_model("cait_nano_28").eval()
     x = torch.randn(3, 1, 28, 28)
     before = explain.class_attention(model, x)
-    apply_class_bias(model, ClassBias(index=6, bias=0.5, per_class_before=[], per_class_after=[],
-                                      top1_before=0, top1_after=0, images=0))
+    apply_class_bias(
+        model,
+        ClassBias(index=6, bias=0.5, per_class_before=[], per_class_after=[], top1_before=0, top1_after=0, images=0),
+    )
     after = explain.class_attention(model, x)
     assert torch.allclose(after.logits, shifted(before.logits, 6, 0.5), atol=1e-5)
     assert torch.equal(after.maps, before.maps)
@@ -63,17 +72,32 @@ def test_the_bias_moves_one_logit_and_no_attention():
 
 def test_the_script_writes_weights_that_score_what_its_report_says(tmp_path, monkeypatch):
     out, report = tmp_path / "calibrated.safetensors", tmp_path / "calibration.json"
-    monkeypatch.setattr(sys, "argv", ["calibrate_head.py", str(cait.checkpoint.WEIGHTS_DIR / "cait_nano_64.safetensors"),
-                                      "--fit-subset", "300", "--check-seeds", "0", "--check-subset", "200",
-                                      "--out", str(out), "--json", str(report)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "calibrate_head.py",
+            str(cait.checkpoint.WEIGHTS_DIR / "cait_micro_136.safetensors"),
+            "--fit-subset",
+            "300",
+            "--check-seeds",
+            "0",
+            "--check-subset",
+            "200",
+            "--out",
+            str(out),
+            "--json",
+            str(report),
+        ],
+    )
     calibrate_head.main()
     result = json.loads(report.read_text())
     fit = result["fit"]
-    assert result["class"] == cait.create_model("cait_nano_64").cfg.labels[fit["index"]]
+    assert result["class"] == cait.create_model("cait_micro_136").cfg.labels[fit["index"]]
     assert min(fit["per_class_after"]) >= min(fit["per_class_before"])
     calibrated = cait.create_model(None, checkpoint=out)
     state, _ = read_checkpoint(out)
-    original, _ = read_checkpoint(cait.checkpoint.WEIGHTS_DIR / "cait_nano_64.safetensors")
+    original, _ = read_checkpoint(cait.checkpoint.WEIGHTS_DIR / "cait_micro_136.safetensors")
     changed = [k for k in state if not torch.equal(state[k], original[k])]
     assert changed == (["head.bias"] if fit["bias"] else [])
     logits, labels = collect_logits(calibrated, build_dataset("fashion-mnist-scenes", "val", subset=200, cache=True))

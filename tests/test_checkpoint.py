@@ -1,5 +1,6 @@
 """Checkpoint formats in, our format round trip, and files that must be refused. (Pretrained weights from the
 Hugging Face Hub and its cache: tests/test_hub.py.)"""
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,7 @@ def test_published_formats_load_strict_and_reproduce_timm(tmp_path, twins, layou
         save_file({k: v.contiguous() for k, v in state.items()}, str(path))
     else:
         path = tmp_path / "checkpoint.pth"
-        if layout == "deit":      # official deit release: {"model": state_dict, ...}
+        if layout == "deit":  # official deit release: {"model": state_dict, ...}
             obj = {"model": state}
         elif layout == "deit-ddp":  # saved from DistributedDataParallel: keys prefixed with "module."
             obj = {"model": {f"module.{k}": v for k, v in state.items()}, "epoch": 299}
@@ -86,11 +87,14 @@ def _empty_state(name: str) -> dict[str, torch.Tensor]:
     return {k: torch.empty(s) for k, s in shapes.items()}
 
 
-@pytest.mark.parametrize("source, target, sections", [
-    ("cait_s24_224", "cait_xxs24_224", ["shape mismatches"]),
-    ("cait_xxs36_224", "cait_xxs24_224", ["unexpected keys"]),
-    ("cait_xxs24_224", "cait_xxs36_224", ["missing keys"]),
-])
+@pytest.mark.parametrize(
+    "source, target, sections",
+    [
+        ("cait_s24_224", "cait_xxs24_224", ["shape mismatches"]),
+        ("cait_xxs36_224", "cait_xxs24_224", ["unexpected keys"]),
+        ("cait_xxs24_224", "cait_xxs36_224", ["missing keys"]),
+    ],
+)
 def test_wrong_variant_names_the_likely_one(source, target, sections):
     with torch.device("meta"):
         model = cait.CaiT(VARIANTS[target])
@@ -158,12 +162,15 @@ def test_truncated_files_are_a_checkpoint_error(tmp_path, real_files, which, kee
         cait.create_model(SMALL if which == 0 else None, checkpoint=bad)
 
 
-@pytest.mark.parametrize("content, suffix", [
-    (os.urandom(4096), ".pth"),
-    (b"\x00" * 64, ".safetensors"),
-    (b"", ".pth"),
-    (b"not a checkpoint at all\n", ".bin"),
-])
+@pytest.mark.parametrize(
+    "content, suffix",
+    [
+        (os.urandom(4096), ".pth"),
+        (b"\x00" * 64, ".safetensors"),
+        (b"", ".pth"),
+        (b"not a checkpoint at all\n", ".bin"),
+    ],
+)
 def test_garbage_files_are_a_checkpoint_error(tmp_path, content, suffix):
     path = tmp_path / f"garbage{suffix}"
     path.write_bytes(content)
@@ -201,8 +208,14 @@ def test_grow_depth_keeps_the_function_with_muted_copies(depth):
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         assert torch.allclose(deep(x), shallow(x), atol=1e-5)
-    sources = [next(i for i in range(6) if torch.equal(grown[f"blocks.{j}.attn.qkv.weight"], state[f"blocks.{i}.attn.qkv.weight"]))
-               for j in range(depth)]
+    sources = [
+        next(
+            i
+            for i in range(6)
+            if torch.equal(grown[f"blocks.{j}.attn.qkv.weight"], state[f"blocks.{i}.attn.qkv.weight"])
+        )
+        for j in range(depth)
+    ]
     assert sources == sorted(sources) and set(sources) == set(range(6))
     muted = [j for j in range(depth) if not grown[f"blocks.{j}.gamma_1"].any()]
     assert len(muted) == depth - 6 and all(sources[j - 1] == sources[j] for j in muted)

@@ -1,4 +1,5 @@
 """Datasets: real Fashion-MNIST files, deterministic scenes with honest boxes, ImageFolder errors."""
+
 import json
 from pathlib import Path
 
@@ -33,7 +34,12 @@ def test_scenes_are_deterministic_and_split_honestly():
 def test_scene_boxes_hold_the_garment_and_vary():
     scenes = FashionMNISTScenes("val", subset=400)
     boxes = scenes.boxes
-    assert (boxes[:, 0] >= 0).all() and (boxes[:, 1] >= 0).all() and (boxes[:, 2] <= 64).all() and (boxes[:, 3] <= 64).all()
+    assert (
+        (boxes[:, 0] >= 0).all()
+        and (boxes[:, 1] >= 0).all()
+        and (boxes[:, 2] <= 64).all()
+        and (boxes[:, 3] <= 64).all()
+    )
     assert (boxes[:, 2] > boxes[:, 0]).all() and (boxes[:, 3] > boxes[:, 1]).all()
     frame = scenes.sides / 64
     assert frame.min() >= 0.29 and frame.max() <= 0.66  # garment frame: 30-65% of the canvas side
@@ -51,7 +57,12 @@ def test_scene_boxes_hold_the_garment_and_vary():
     x0, y0, x1, y1 = boxes[i]
     ys, xs = np.nonzero(changed)
     assert len(ys) > 20
-    assert xs.min() >= np.floor(x0) - 1 and xs.max() <= np.ceil(x1) and ys.min() >= np.floor(y0) - 1 and ys.max() <= np.ceil(y1)
+    assert (
+        xs.min() >= np.floor(x0) - 1
+        and xs.max() <= np.ceil(x1)
+        and ys.min() >= np.floor(y0) - 1
+        and ys.max() <= np.ceil(y1)
+    )
 
 
 def test_shipped_examples_match_the_dataset():

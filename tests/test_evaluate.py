@@ -1,4 +1,5 @@
 """python -m cait.evaluate: accuracy and localization table on real scenes."""
+
 import json
 import subprocess
 import sys
@@ -9,9 +10,9 @@ import torch
 
 import cait
 from cait import explain
-from cait.data import FashionMNISTScenes
 from cait.checkpoint import WEIGHTS_DIR
 from cait.config import CNNConfig
+from cait.data import FashionMNISTScenes
 from cait.evaluate import current_row_name, evaluate, format_table, localization_rows
 from cait.teacher import TimmCNN
 
@@ -20,8 +21,14 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     torch.manual_seed(0)
     model = cait.create_model("cait_nano_64", depth=1)  # untrained: the table, not its values, is under test
     scenes = FashionMNISTScenes("val", subset=24)
-    result = evaluate(model, scenes, batch_size=12, workers=0, attribution_subset=4,
-                      methods=("ca1_mean", "rollout_before_mixing", "saliency"))
+    result = evaluate(
+        model,
+        scenes,
+        batch_size=12,
+        workers=0,
+        attribution_subset=4,
+        methods=("ca1_mean", "rollout_before_mixing", "saliency"),
+    )
     rows = {r["method"]: r for r in result["localization"]}
     heads = model.cfg.num_heads
     assert {f"ca{l}_head{h}" for l in (1, 2) for h in range(1, heads + 1)} <= set(rows)  # from 1, as the app
@@ -29,7 +36,7 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     assert rows["ca1_mean"]["images"] == 24 and rows["saliency"]["images"] == 4  # costly methods on a subset
     assert rows["rollout_after_proj_l"]["images"] == 24  # an earlier name: still cheap, and rows say the current one
     boxes = scenes.boxes
-    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64 ** 2).mean()
+    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64**2).mean()
     assert np.isclose(rows["chance"]["pointing_game"], area, atol=1e-6)
     # the table's numbers are the metrics of the maps themselves
     x = torch.stack([cait.preprocess.eval_transform(model.cfg)(scenes[i][0]) for i in range(24)])
@@ -61,17 +68,40 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
             assert top1 == pytest.approx((predicted[of_class] == labels[of_class]).float().mean().item())
     assert "top-1 by the garment box's side" in format_table(result)
     # a bf16 classification pass scores its own head maps; the methods' rows stay the fp32 maps'
-    bf16 = evaluate(model, scenes, batch_size=12, workers=0, attribution_subset=4, methods=("ca1_mean", "saliency"),
-                    dtype=torch.bfloat16)
+    bf16 = evaluate(
+        model,
+        scenes,
+        batch_size=12,
+        workers=0,
+        attribution_subset=4,
+        methods=("ca1_mean", "saliency"),
+        dtype=torch.bfloat16,
+    )
     assert {r["method"]: r for r in bf16["localization"]}["ca1_mean"] == rows["ca1_mean"]
 
 
 def test_results_written_with_earlier_names_read_under_current_ones():
-    old = {"localization": [{"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
-                            for m in ("ca1_head0", "ca2_head3", "rollout_before_mixing", "rollout_after_mixing",
-                                      "ca_mean_both_layers", "saliency")]}
+    old = {
+        "localization": [
+            {"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
+            for m in (
+                "ca1_head0",
+                "ca2_head3",
+                "rollout_before_mixing",
+                "rollout_after_mixing",
+                "ca_mean_both_layers",
+                "saliency",
+            )
+        ]
+    }
     assert [r["method"] for r in localization_rows(old)] == [
-        "ca1_head1", "ca2_head4", "rollout_after_proj_l", "rollout_after_proj_w", "ca_mean_both_layers", "saliency"]
+        "ca1_head1",
+        "ca2_head4",
+        "rollout_after_proj_l",
+        "rollout_after_proj_w",
+        "ca_mean_both_layers",
+        "saliency",
+    ]
     new = {**old, "head_numbering": 1, "localization": [{**old["localization"][1], "method": "ca2_head4"}]}
     assert [r["method"] for r in localization_rows(new)] == ["ca2_head4"]  # a current file is left as it is
     assert current_row_name("ca1_head0", 0) == "ca1_head1" and current_row_name("ca1_head1") == "ca1_head1"
@@ -87,10 +117,30 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     ckpt = tmp_path / "m.safetensors"
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"
-    run = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(ckpt), "--subset", "16",
-                          "--methods", "ca1_mean", "--workers", "0", "--img-size", "80", "--scene-seed", "1",
-                          "--json", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cait.evaluate",
+            "--checkpoint",
+            str(ckpt),
+            "--subset",
+            "16",
+            "--methods",
+            "ca1_mean",
+            "--workers",
+            "0",
+            "--img-size",
+            "80",
+            "--scene-seed",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
     assert "top-1 accuracy" in run.stdout and result["images"] == 16
@@ -98,15 +148,23 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     # on newly drawn scenes of the test garments: the chance row is their boxes' mean share of the canvas
     redrawn = FashionMNISTScenes("val", seed=1, subset=16)
     boxes = np.asarray(redrawn.boxes)
-    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / redrawn.canvas ** 2).mean()
+    area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / redrawn.canvas**2).mean()
     chance = {r["method"]: r for r in result["localization"]}["chance"]["pointing_game"]
     assert result["scene_seed"] == 1 and np.isclose(chance, area, atol=1e-6)
     assert not np.allclose(boxes, FashionMNISTScenes("val", subset=16).boxes)
-    bad = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(tmp_path / "nope.pth")],
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "cait.evaluate", "--checkpoint", str(tmp_path / "nope.pth")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
-    unknown = subprocess.run([sys.executable, "-m", "cait.evaluate", "--model", "cait_pico_32", "--methods", "magic"],
-                             capture_output=True, text=True, timeout=300)
+    unknown = subprocess.run(
+        [sys.executable, "-m", "cait.evaluate", "--model", "cait_pico_32", "--methods", "magic"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert unknown.returncode == 2 and "unknown method" in unknown.stderr
 
 
@@ -116,9 +174,28 @@ def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path):
     path = tmp_path / "teacher.safetensors"
     cait.save_weights(cnn, path)
     out = tmp_path / "r.json"
-    run = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(path), "--img-size", "48",
-                          "--subset", "12", "--workers", "0", "--precision", "fp32", "--json", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cait.evaluate",
+            "--checkpoint",
+            str(path),
+            "--img-size",
+            "48",
+            "--subset",
+            "12",
+            "--workers",
+            "0",
+            "--precision",
+            "fp32",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
     assert result["img_size"] == 48 and result["checkpoint"] == "teacher.safetensors"
@@ -129,6 +206,10 @@ def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path):
     with torch.no_grad():
         predicted = cnn(x).argmax(-1)
     assert np.isclose(result["top1"], (predicted == torch.as_tensor(scenes.labels)).float().mean().item())
-    refused = subprocess.run([sys.executable, "-m", "cait.evaluate", "--checkpoint", str(path), "--methods", "ca1_mean"],
-                             capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [sys.executable, "-m", "cait.evaluate", "--checkpoint", str(path), "--methods", "ca1_mean"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode == 2 and "no class attention" in refused.stderr and "Traceback" not in refused.stderr

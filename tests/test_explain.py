@@ -1,5 +1,6 @@
 """cait.explain against independent references: timm's class attention, IG completeness, rollout by
 hand, metrics on oracle / uniform maps, and faithfulness on a model trained here for a few seconds."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def object_scenes(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Ten
     pos = torch.randint(0, GRID * GRID, (n,), generator=gen)
     for i in range(n):
         r, c = divmod(int(pos[i]), GRID)
-        x[i, y[i], r * PATCH:(r + 1) * PATCH, c * PATCH:(c + 1) * PATCH] += 2.0
+        x[i, y[i], r * PATCH : (r + 1) * PATCH, c * PATCH : (c + 1) * PATCH] += 2.0
     return x, y, pos
 
 
@@ -70,14 +71,23 @@ def trained():
 
 # ---------------------------------------------------------------------------- class attention
 
+
 def test_class_attention_equals_timm():
     from timm.models.cait import Cait, ClassAttn
 
     model = sharpen(pico())
     c = model.cfg
-    ref = Cait(img_size=c.img_size, patch_size=c.patch_size, in_chans=c.in_chans, num_classes=c.num_classes,
-               embed_dim=c.embed_dim, depth=c.depth, num_heads=c.num_heads, init_values=c.init_values,
-               depth_token_only=c.depth_token_only).eval()
+    ref = Cait(
+        img_size=c.img_size,
+        patch_size=c.patch_size,
+        in_chans=c.in_chans,
+        num_classes=c.num_classes,
+        embed_dim=c.embed_dim,
+        depth=c.depth,
+        num_heads=c.num_heads,
+        init_values=c.init_values,
+        depth_token_only=c.depth_token_only,
+    ).eval()
     ref.load_state_dict(model.state_dict(), strict=True)
     caught = []
     for m in ref.modules():
@@ -134,14 +144,15 @@ def test_class_specific_attention_by_hand():
 
 # ---------------------------------------------------------------------------- rollout
 
+
 def hand_model(depth: int) -> cait.CaiT:
     """16 px, patch 8: 4 patches. Zero query/key weights make every attention uniform."""
     model = pico(img_size=16, depth=depth)
     with torch.no_grad():
         d = model.cfg.embed_dim
         for blk in model.blocks:
-            blk.attn.qkv.weight[:2 * d].zero_()
-            blk.attn.qkv.bias[:2 * d].zero_()
+            blk.attn.qkv.weight[: 2 * d].zero_()
+            blk.attn.qkv.bias[: 2 * d].zero_()
             blk.attn.proj_l.bias.zero_()
             blk.attn.proj_w.weight.copy_(torch.tensor([[1.0, 0.5], [-0.5, 1.0]]))
             blk.attn.proj_w.bias.zero_()
@@ -183,8 +194,9 @@ def rollout_by_loops(before_after, ca_layers, mixing: str) -> list[float]:
     source = [1.0] + [0.0] * n  # class token: all relevance on its learned constant
     for heads_rows in ca_layers:
         a = [sum(r[j] for r in heads_rows) / len(heads_rows) for j in range(n + 1)]
-        mixed = [a[0] * source[0]] + [a[0] * source[1 + j] + sum(a[1 + k] * relevance[k][j] for k in range(n))
-                                      for j in range(n)]
+        mixed = [a[0] * source[0]] + [
+            a[0] * source[1 + j] + sum(a[1 + k] * relevance[k][j] for k in range(n)) for j in range(n)
+        ]
         source = [(s + m) / 2 for s, m in zip(source, mixed)]
     return source[1:]
 
@@ -240,11 +252,14 @@ def test_method_options_reach_the_method():
     direct = explain.attribution(model, x, target, "smoothgrad", nt_samples=3, stdevs=0.3).patch
     torch.testing.assert_close(smooth, direct)
     # methods without options ignore them
-    torch.testing.assert_close(explain.saliency_map(model, x, target, "class_specific", options),
-                               explain.class_specific_attention(model, x, target))
+    torch.testing.assert_close(
+        explain.saliency_map(model, x, target, "class_specific", options),
+        explain.class_specific_attention(model, x, target),
+    )
 
 
 # ---------------------------------------------------------------------------- captum attributions
+
 
 def test_integrated_gradients_completeness():
     model = pico().double()
@@ -269,7 +284,7 @@ def test_occlusion_is_the_logit_drop_of_each_patch():
     att = explain.attribution(model, x, target, "occlusion")
     r, c = 1, 2  # hide one patch by hand
     hidden = x.clone()
-    hidden[:, :, r * PATCH:(r + 1) * PATCH, c * PATCH:(c + 1) * PATCH] = 0
+    hidden[:, :, r * PATCH : (r + 1) * PATCH, c * PATCH : (c + 1) * PATCH] = 0
     with torch.no_grad():
         drop = (model(x) - model(hidden)).gather(1, target[:, None]).squeeze(1)
     torch.testing.assert_close(att.patch[:, r, c], drop * PATCH * PATCH, rtol=1e-4, atol=1e-5)
@@ -289,6 +304,7 @@ def test_every_method_runs_by_name_even_under_inference_mode():
 
 
 # ---------------------------------------------------------------------------- maps and regions
+
 
 def test_regions_of_focus_smallest_set_and_box():
     heat = torch.zeros(2, 4, 4)
@@ -317,11 +333,11 @@ def test_upsample_and_overlay():
     assert full.getpixel((0, 0)) == (0, 0, 0) and full.getpixel((39, 39)) == (255, 255, 255)
 
 
-
 def overlay_by_formula(image, heat_2d, *, cmap, alpha, value_range=None, smooth=True):
     """The overlay computed the straightforward way (matplotlib's colormap on every pixel, float blend):
     what `explain.overlay`'s lookup table must reproduce byte for byte."""
     import matplotlib
+
     base = image.convert("RGB")
     size = (base.height, base.width)
     heat = explain.upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size)[0, 0]
@@ -338,21 +354,23 @@ def test_overlay_lookup_gives_the_formulas_bytes(cmap):
     gen = torch.Generator().manual_seed(3)
     image = Image.fromarray(torch.randint(0, 256, (56, 56, 3), generator=gen, dtype=torch.uint8).numpy())
     heats = torch.rand(5, 7, 7, generator=gen) ** 3
-    heats[1] = 0.25          # a flat map: the bottom colour
+    heats[1] = 0.25  # a flat map: the bottom colour
     heats[2, 3, 3] = torch.nan  # a bad value: the colormap's colour for NaN (and every pixel it touches)
     ranges = [None, None, (0.0, 0.5), (0.1, 0.9), None]
     for alpha in (0.0, 0.35, 0.5, 1.0):
         for smooth in (True, False):
             fast = explain.overlays(image, heats, cmap=cmap, alpha=alpha, value_ranges=ranges, smooth=smooth)
             for heat, value_range, tile in zip(heats, ranges, fast):
-                expected = overlay_by_formula(image, heat, cmap=cmap, alpha=alpha, value_range=value_range,
-                                              smooth=smooth)
+                expected = overlay_by_formula(
+                    image, heat, cmap=cmap, alpha=alpha, value_range=value_range, smooth=smooth
+                )
                 assert tile.tobytes() == expected.tobytes(), (alpha, smooth, value_range)
             one = explain.overlay(image, heats[3], cmap=cmap, alpha=alpha, value_range=ranges[3], smooth=smooth)
             assert one.tobytes() == fast[3].tobytes()
 
 
 # ---------------------------------------------------------------------------- metrics
+
 
 def random_boxes(n: int, gen: torch.Generator) -> torch.Tensor:
     corners = torch.rand(n, 2, 2, generator=gen) * 32
@@ -366,7 +384,7 @@ def test_pointing_game_oracle_and_uniform():
     centres = torch.arange(GRID) * PATCH + PATCH / 2
     inside_x = (centres >= boxes[:, 0:1]) & (centres <= boxes[:, 2:3])  # [n, g] columns
     inside_y = (centres >= boxes[:, 1:2]) & (centres <= boxes[:, 3:4])
-    inside = inside_y[:, :, None] & inside_x[:, None, :]                  # [n, g, g]
+    inside = inside_y[:, :, None] & inside_x[:, None, :]  # [n, g, g]
     has_centre = inside.flatten(1).any(dim=1)
     oracle = inside.float() + torch.rand(inside.shape, generator=gen) * 0.1
     assert explain.pointing_game(oracle[has_centre], boxes[has_centre], 32).all()
@@ -378,7 +396,7 @@ def test_pointing_game_oracle_and_uniform():
 def test_mass_in_box_oracle_and_uniform():
     gen = torch.Generator().manual_seed(8)
     boxes = random_boxes(200, gen)
-    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 32 ** 2
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 32**2
     torch.testing.assert_close(explain.mass_in_box(torch.ones(200, GRID, GRID), boxes, 32), area)
     one_patch = torch.zeros(1, GRID, GRID)
     one_patch[0, 2, 1] = 5.0
@@ -411,6 +429,7 @@ def test_class_attention_points_at_the_object_once_trained(trained):
 
 
 # ---------------------------------------------------------------------------- talking heads, LayerScale
+
 
 def test_talking_heads_inspector():
     model = sharpen(pico())
@@ -446,7 +465,11 @@ def test_layerscale_stats_from_model():
         model.blocks[1].gamma_2.copy_(-torch.linspace(1, 32, 32))  # |gamma| = 1..32
     rows = explain.layerscale_stats(model, torch.randn(2, 3, 32, 32))
     assert [(r["stage"], r["layer"], r["gamma"]) for r in rows[:4]] == [
-        ("sa", 0, "gamma_1"), ("sa", 0, "gamma_2"), ("sa", 1, "gamma_1"), ("sa", 1, "gamma_2")]
+        ("sa", 0, "gamma_1"),
+        ("sa", 0, "gamma_2"),
+        ("sa", 1, "gamma_1"),
+        ("sa", 1, "gamma_2"),
+    ]
     assert len(rows) == 2 * (2 + 2)
     row = rows[3]
     assert row["mean"] == pytest.approx(16.5) and row["median"] == pytest.approx(16.5)
@@ -466,7 +489,10 @@ def test_layerscale_stats_from_metrics(tmp_path):
     path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"epoch": 3, "layersc')  # torn last line
     rows = explain.layerscale_stats_from_metrics(tmp_path)
     assert [(r["epoch"], r["stage"], r["layer"], r["gamma"]) for r in rows] == [
-        (1, "sa", 0, "gamma_1"), (2, "sa", 0, "gamma_1"), (2, "ca", 1, "gamma_2")]
+        (1, "sa", 0, "gamma_1"),
+        (2, "sa", 0, "gamma_1"),
+        (2, "ca", 1, "gamma_2"),
+    ]
     assert rows[1]["p90"] == 0.3 and rows[2]["mean"] == 0.1
     with pytest.raises(FileNotFoundError, match="no metrics file"):
         explain.layerscale_stats_from_metrics(tmp_path / "missing")
@@ -492,8 +518,12 @@ def test_perturbation_methods_in_small_batches_give_the_one_batch_numbers():
     for key in ("deletion", "insertion", "deletion_auc", "insertion_auc"):
         torch.testing.assert_close(small[key], whole[key], atol=1e-5, rtol=1e-5)
     occlusion = explain.attribution(model, x, target, "occlusion", perturbations_per_eval=3).raw
-    torch.testing.assert_close(occlusion, explain.attribution(model, x, target, "occlusion",
-                                                              perturbations_per_eval=10_000).raw, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        occlusion,
+        explain.attribution(model, x, target, "occlusion", perturbations_per_eval=10_000).raw,
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_shared_work_gives_each_methods_own_map():

@@ -9,6 +9,7 @@ huggingface_hub.constants, where the client reads it; the analysis test runs the
 with that environment. The stand-in is tests/stand_in_hub.py.
 Nothing here reaches beyond 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,12 +19,12 @@ import os
 import socket
 import subprocess
 import sys
-import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tomllib
 import torch
 import tqdm
 from huggingface_hub import file_download
@@ -32,13 +33,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from PIL import Image
 from safetensors.torch import save
+from stand_in_hub import StandInHub
 
 import cait
 from cait import explain, hub
 from cait.config import RELEASED, VARIANTS, is_paper_variant
 from cait.paper import MAIN_TABLE
 from cait.photos import PHOTOS, available_photos
-from stand_in_hub import StandInHub
 
 NAME = "cait_xxs24_224"
 REPO = "timm/cait_xxs24_224.fb_dist_in1k"  # written out: the id timm's model card gives
@@ -70,6 +71,7 @@ def images(batch: int = 2) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------- repo ids, status
 
+
 def test_repo_ids_come_from_timm_and_cover_exactly_the_released_variants():
     assert hub.hub_repo(NAME) == REPO
     assert {n for n in VARIANTS if hub.hub_repo(n)} == set(RELEASED)
@@ -84,15 +86,18 @@ def test_status_lists_every_paper_variant_with_its_size():
         if status is not None and status.name.endswith("_224"):
             assert status.size_mb == pytest.approx(4 * row.params_m, rel=0.02), status
     assert listed["cait_s36_224"].where == "needs file" and listed["cait_s36_224"].repo_id is None
-    shipped = hub.weights_status("cait_nano_64")
+    shipped = hub.weights_status("cait_nano_28")
     assert shipped.where == "shipped" and shipped.size_mb == shipped.path.stat().st_size / 1e6
-    with pytest.raises(hub.WeightsUnavailable, match=r"'cait_s36_224' \(a paper size without a public.*checkpoint=PATH"):
+    with pytest.raises(
+        hub.WeightsUnavailable, match=r"'cait_s36_224' \(a paper size without a public.*checkpoint=PATH"
+    ):
         cait.create_model("cait_s36_224", pretrained=True)
     with pytest.raises(hub.WeightsUnavailable, match=r"'cait_micro_64' \(a small config we have not shipped\)"):
         cait.create_model("cait_micro_64", pretrained=True)
 
 
-# ---------------------------------------------------------------------------------------------- download, cache, offline
+# ------------------------------------------------------------------------------------------ download, cache, offline
+
 
 class RecordingBar(tqdm.tqdm):
     made: list["RecordingBar"] = []
@@ -113,7 +118,9 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     assert hub.weights_status(NAME).where == "download" and hub.cached_variants() == []
     progress: list[tuple[int, int | None]] = []
     RecordingBar.made.clear()
-    got = hub.fetch_weights(NAME, tqdm_class=RecordingBar, on_progress=lambda done, total: progress.append((done, total)))
+    got = hub.fetch_weights(
+        NAME, tqdm_class=RecordingBar, on_progress=lambda done, total: progress.append((done, total))
+    )
     assert stand_in.methods() == ["HEAD", "GET"], stand_in.requests
     requests = len(stand_in.requests)
     assert got.path.read_bytes() == data and got.path.is_relative_to(cache.resolve())  # under HF_HOME/hub
@@ -141,9 +148,17 @@ def test_offline_with_an_empty_cache_is_one_clear_error_and_no_request(stand_in,
         cait.create_model(NAME, pretrained=True)
     msg = str(err.value)
     assert isinstance(err.value, hub.WeightsUnavailable) and len(msg.splitlines()) == 1
-    for part in (f"'{NAME}'", REPO, "HF_HUB_OFFLINE", "go online", "checkpoint=PATH", "--checkpoint PATH",
-                 "timm .pth/.safetensors",
-                 "https://dl.fbaipublicfiles.com/deit/XXS24_224.pth", str(cache)):
+    for part in (
+        f"'{NAME}'",
+        REPO,
+        "HF_HUB_OFFLINE",
+        "go online",
+        "checkpoint=PATH",
+        "--checkpoint PATH",
+        "timm .pth/.safetensors",
+        "https://dl.fbaipublicfiles.com/deit/XXS24_224.pth",
+        str(cache),
+    ):
         assert part in msg, part
     assert stand_in.requests == []
 
@@ -177,9 +192,15 @@ def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_f
 
 # ---------------------------------------------------------------------------------------------- an analysis script
 
+
 def run_script(script: str, *args, env: dict[str, str]) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, str(ROOT / "analysis" / script), *map(str, args)], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **env})
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "analysis" / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -209,17 +230,27 @@ def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights
     torch.testing.assert_close(torch.tensor(data["images"][0]["maps"]), maps, atol=1e-5, rtol=0)
 
     # offline, from the cache: LayerScale per depth of those weights, without a request
-    run_script("layerscale_stats.py", "--model", NAME, "--pretrained", "--out", tmp_path / "ls",
-               env={**env, "HF_HUB_OFFLINE": "1"})
+    run_script(
+        "layerscale_stats.py",
+        "--model",
+        NAME,
+        "--pretrained",
+        "--out",
+        tmp_path / "ls",
+        env={**env, "HF_HUB_OFFLINE": "1"},
+    )
     assert len(stand_in.requests) == requests
     rows = json.loads((tmp_path / "ls" / "layerscale_stats.json").read_text())["rows"]
     expected = explain.layerscale_stats(ours)
-    assert [(r["stage"], r["layer"], r["gamma"]) for r in rows] == [(r["stage"], r["layer"], r["gamma"]) for r in expected]
+    assert [(r["stage"], r["layer"], r["gamma"]) for r in rows] == [
+        (r["stage"], r["layer"], r["gamma"]) for r in expected
+    ]
     for key in ("median", "p10", "p90"):
         assert [r[key] for r in rows] == pytest.approx([r[key] for r in expected], rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- photos, packaging
+
 
 def test_real_photos_each_once_with_their_licence():
     found = available_photos()
@@ -239,8 +270,13 @@ def _third_party_imports(folder: Path) -> set[str]:
     found = set()
     for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                       [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
             for module in modules:
                 top = module.split(".")[0]
                 if top not in sys.stdlib_module_names and top in dists:
@@ -251,8 +287,11 @@ def _third_party_imports(folder: Path) -> set[str]:
 def test_pyproject_declares_what_the_package_imports_in_ranges_that_hold_the_pins():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
-    extras = {canonicalize_name(r.name): r for deps in project["optional-dependencies"].values()
-              for r in map(Requirement, deps)}
+    extras = {
+        canonicalize_name(r.name): r
+        for deps in project["optional-dependencies"].values()
+        for r in map(Requirement, deps)
+    }
     assert _third_party_imports(ROOT / "cait") <= set(declared)
     assert _third_party_imports(ROOT / "app") <= set(declared) | set(extras)
     pins = {}

@@ -1,10 +1,12 @@
 """The model against the paper's table and against timm's CaiT (the independent oracle)."""
+
 from __future__ import annotations
 
 import pytest
 import timm
 import torch
 import torch.nn.functional as F
+from conftest import randomise_
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -12,13 +14,13 @@ from torch.utils.flop_counter import FlopCounterMode
 import cait
 from cait.config import RELEASED, VARIANTS, is_paper_variant
 from cait.paper import MAIN_TABLE, paper_model
-from conftest import randomise_
 
 PAPER_VARIANTS = [n for n in VARIANTS if is_paper_variant(n)]
 SMALL_VARIANTS = [n for n in VARIANTS if not is_paper_variant(n)]
 # A small config that differs from every named one in each dimension timm's Cait takes as a kwarg.
-ODD_SMALL = cait.get_config("cait_pico_32").replace(img_size=48, patch_size=6, in_chans=2, embed_dim=48,
-                                                    depth=3, num_heads=3, num_classes=7, init_values=0.2)
+ODD_SMALL = cait.get_config("cait_pico_32").replace(
+    img_size=48, patch_size=6, in_chans=2, embed_dim=48, depth=3, num_heads=3, num_classes=7, init_values=0.2
+)
 
 
 def meta_model(cfg: cait.CaiTConfig) -> cait.CaiT:
@@ -33,6 +35,7 @@ def images(cfg: cait.CaiTConfig, batch: int = 2, seed: int = 0) -> torch.Tensor:
 
 # ---------------------------------------------------------------- the paper's table
 
+
 def test_every_paper_variant_has_a_paper_row():
     in_table = {v for row in MAIN_TABLE for v in row.variants}
     assert set(PAPER_VARIANTS) == in_table
@@ -43,8 +46,12 @@ def test_params_and_flops_match_paper(name):
     cfg, row = VARIANTS[name], paper_model(name)
     model = meta_model(cfg)
     assert next(model.parameters()).is_meta
-    assert (cfg.depth, cfg.depth_token_only, cfg.embed_dim, cfg.num_heads) == \
-        (row.depth, row.depth_token_only, row.embed_dim, row.num_heads)
+    assert (cfg.depth, cfg.depth_token_only, cfg.embed_dim, cfg.num_heads) == (
+        row.depth,
+        row.depth_token_only,
+        row.embed_dim,
+        row.num_heads,
+    )
     params_224 = meta_model(cfg.replace(img_size=224)).num_params() / 1e6  # the paper counts at 224
     assert abs(params_224 - row.params_m) <= 0.1, f"{name}: {params_224:.3f}M vs paper {row.params_m}M"
     res = row.resolution(name)
@@ -63,8 +70,11 @@ def test_hyperparameters_match_paper(name):
     assert cfg.init_values == expected_eps
 
 
-@pytest.mark.parametrize("spec", ["cait_pico_32", ODD_SMALL, cait.get_config("cait_pico_32").replace(
-    talking_heads=False)], ids=["pico", "odd", "no-talking-heads"])
+@pytest.mark.parametrize(
+    "spec",
+    ["cait_pico_32", ODD_SMALL, cait.get_config("cait_pico_32").replace(talking_heads=False)],
+    ids=["pico", "odd", "no-talking-heads"],
+)
 def test_flops_equal_what_runs(spec):
     """The analytic count equals torch's own count of the matmuls/convs that run (FLOPs = 2 x MACs);
     only norms, softmax, GELU and bias adds are left out, on purpose (the paper's convention)."""
@@ -82,6 +92,7 @@ def test_flops_equal_what_runs(spec):
 
 
 # ---------------------------------------------------------------- parity with timm
+
 
 def class_attention_of(timm_model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """timm's own class-attention softmax, captured at its attn_drop with the fused path switched off."""
@@ -167,8 +178,9 @@ def test_pos_embed_resize_equals_timm(tmp_path, twins):
     assert ours384.cfg.img_size == 384 and ours384.pos_embed.shape == (1, 24 * 24, 192)
 
     state = theirs224.state_dict()
-    state["pos_embed"] = timm.layers.resample_abs_pos_embed(state["pos_embed"], (24, 24), num_prefix_tokens=0,
-                                                               antialias=False)
+    state["pos_embed"] = timm.layers.resample_abs_pos_embed(
+        state["pos_embed"], (24, 24), num_prefix_tokens=0, antialias=False
+    )
     torch.testing.assert_close(ours384.pos_embed.data, state["pos_embed"], atol=1e-5, rtol=0)
 
     with torch.device("meta"):
@@ -180,6 +192,7 @@ def test_pos_embed_resize_equals_timm(tmp_path, twins):
 
 
 # ---------------------------------------------------------------- small configs and the insight API
+
 
 @pytest.mark.parametrize("name", SMALL_VARIANTS)
 def test_small_variant_forward_and_insights(name):

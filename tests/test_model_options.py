@@ -1,4 +1,5 @@
 """The config switches used by the paper's ablations (Tables 1 and 2) do what they say."""
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -13,8 +14,15 @@ def _make(**kw):
     return cait.create_model("cait_pico_32", **kw)
 
 
-@pytest.mark.parametrize("kw", [dict(class_token_at=0, depth_token_only=0), dict(class_token_at=1, depth_token_only=0),
-                                dict(global_pool="avg", depth_token_only=0), dict(talking_heads=False, depth_token_only=0)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(class_token_at=0, depth_token_only=0),
+        dict(class_token_at=1, depth_token_only=0),
+        dict(global_pool="avg", depth_token_only=0),
+        dict(talking_heads=False, depth_token_only=0),
+    ],
+)
 def test_flops_count_what_runs(kw):
     # Without the fused CA kernel every matmul is visible to torch's counter (which reports 2 FLOPs per MAC).
     model = _make(**kw)
@@ -64,17 +72,23 @@ def test_unknown_override_is_named():
         cait.create_model("cait_xxs24_244")
 
 
-@pytest.mark.parametrize("override,message", [
-    (dict(num_heads=5), "num_heads 5 does not divide embed_dim 128"),
-    (dict(img_size=60), "img_size 60 is not a multiple of patch_size 8"),
-    (dict(residual_scale="sometimes"), "residual_scale must be one of layerscale, scalar, rezero, none, got 'sometimes'"),
-    (dict(global_pool="max"), "global_pool must be one of token, avg, got 'max'"),
-    (dict(class_token_at=7), "class_token_at must be in [0, depth=6], got 7"),
-    (dict(depth=-1), "depth must be >= 0, got -1"),
-    (dict(embed_dim=0), "embed_dim must be positive, got 0"),
-    (dict(drop_path_rate=1.0), "drop_path_rate is a probability in [0, 1), got 1.0"),
-    (dict(crop_pct=0.0), "crop_pct must be in (0, 1], got 0.0"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (dict(num_heads=5), "num_heads 5 does not divide embed_dim 128"),
+        (dict(img_size=60), "img_size 60 is not a multiple of patch_size 8"),
+        (
+            dict(residual_scale="sometimes"),
+            "residual_scale must be one of layerscale, scalar, rezero, none, got 'sometimes'",
+        ),
+        (dict(global_pool="max"), "global_pool must be one of token, avg, got 'max'"),
+        (dict(class_token_at=7), "class_token_at must be in [0, depth=6], got 7"),
+        (dict(depth=-1), "depth must be >= 0, got -1"),
+        (dict(embed_dim=0), "embed_dim must be positive, got 0"),
+        (dict(drop_path_rate=1.0), "drop_path_rate is a probability in [0, 1), got 1.0"),
+        (dict(crop_pct=0.0), "crop_pct must be in (0, 1], got 0.0"),
+    ],
+)
 def test_a_config_that_makes_no_model_fails_with_its_reason(override, message):
     with pytest.raises(cait.ConfigError) as caught:
         cait.create_model("cait_nano_64", **override)

@@ -1,4 +1,5 @@
 """scripts/probe_table.py: one row per probe run, naming only the flags in which the probes differ."""
+
 import csv
 from pathlib import Path
 
@@ -8,13 +9,19 @@ from cait.runs import RunDir
 from scripts import probe_table
 
 
-
 def _probe(path: Path, args: dict, top1: list[float]) -> Path:
     run = RunDir(path)
     run.record_command({**args, "output": str(path)}, f"python -m cait.train --model {args['model']}")
     for epoch, value in enumerate(top1, start=1):
-        run.append_metrics({"epoch": epoch, "train_loss": 2.0 - epoch / 10, "val_top1": value,
-                            "images_per_s": 100.0 * epoch, "epoch_seconds": 90.0})
+        run.append_metrics(
+            {
+                "epoch": epoch,
+                "train_loss": 2.0 - epoch / 10,
+                "val_top1": value,
+                "images_per_s": 100.0 * epoch,
+                "epoch_seconds": 90.0,
+            }
+        )
     return path
 
 

@@ -1,4 +1,5 @@
 """cait.runs: the one reader and writer of a training run's directory."""
+
 import json
 
 import pytest
@@ -14,8 +15,10 @@ def test_args_record_keeps_every_command(tmp_path):
     run.record_command({"model": "cait_pico_32", "epochs": 2}, "python -m cait.train --epochs 2")
     run.record_command({"model": "cait_pico_32", "epochs": 4}, "python -m cait.train --resume run --epochs 4")
     saved = json.loads((tmp_path / "run" / "args.json").read_text())
-    assert saved == {"args": {"model": "cait_pico_32", "epochs": 4},
-                     "commands": ["python -m cait.train --epochs 2", "python -m cait.train --resume run --epochs 4"]}
+    assert saved == {
+        "args": {"model": "cait_pico_32", "epochs": 4},
+        "commands": ["python -m cait.train --epochs 2", "python -m cait.train --resume run --epochs 4"],
+    }
     assert run.read_args() == saved["args"]
     (tmp_path / "run" / "args.json").write_text("{not json")
     with pytest.raises(RunError, match="args.json: not valid JSON"):
@@ -63,8 +66,12 @@ def test_checkpoints_carry_their_config_and_what_they_are(tmp_path):
     model = cait.create_model("cait_pico_32", depth=1)
     run.save_checkpoint("best", model, epochs_completed=3, step=30, data="fashion-mnist", val_top1=None)
     meta = checkpoint_metadata(tmp_path / "best.safetensors")
-    assert {k: meta[k] for k in ("epochs_completed", "step", "data", "val_top1")} == \
-        {"epochs_completed": "3", "step": "30", "data": "fashion-mnist", "val_top1": "None"}
+    assert {k: meta[k] for k in ("epochs_completed", "step", "data", "val_top1")} == {
+        "epochs_completed": "3",
+        "step": "30",
+        "data": "fashion-mnist",
+        "val_top1": "None",
+    }
     assert run.config() == model.cfg  # last is missing: best's config
     assert cait.create_model(None, checkpoint=run.checkpoint("best")).cfg.depth == 1
     (tmp_path / "timm.pth").write_bytes(b"not safetensors")
@@ -75,7 +82,11 @@ def test_state_round_trips_with_weights_only(tmp_path):
     run = RunDir(tmp_path)
     run.save_state({"epoch": 2, "weights": torch.arange(3.0), "rng": [1, [2, 3], None]})
     loaded = run.load_state()
-    assert loaded["epoch"] == 2 and torch.equal(loaded["weights"], torch.arange(3.0)) and loaded["rng"] == [1, [2, 3], None]
+    assert (
+        loaded["epoch"] == 2
+        and torch.equal(loaded["weights"], torch.arange(3.0))
+        and loaded["rng"] == [1, [2, 3], None]
+    )
     torch.save({"evil": RunDir(tmp_path)}, tmp_path / "state.pt")  # an object, not tensors: refused, never built
     with pytest.raises(Exception, match="Weights only load failed"):
         run.load_state()

@@ -29,12 +29,15 @@ def _cpu_flags(monkeypatch, *, avx512_bf16: bool, amx: bool) -> None:
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
 
 
-@pytest.mark.parametrize("avx512_bf16,amx,speedup,expected", [
-    (True, False, 2.6, torch.bfloat16),   # Zen 4: native and fast
-    (False, True, 2.0, torch.bfloat16),   # AMX alone counts
-    (True, False, 0.73, None),            # native instructions, but slower than fp32 (a Xeon without AMX)
-    (True, False, 1.1, None),             # a near tie goes to fp32
-])
+@pytest.mark.parametrize(
+    "avx512_bf16,amx,speedup,expected",
+    [
+        (True, False, 2.6, torch.bfloat16),  # Zen 4: native and fast
+        (False, True, 2.0, torch.bfloat16),  # AMX alone counts
+        (True, False, 0.73, None),  # native instructions, but slower than fp32 (a Xeon without AMX)
+        (True, False, 1.1, None),  # a near tie goes to fp32
+    ],
+)
 def test_amp_auto_takes_bf16_only_where_it_measures_faster(monkeypatch, avx512_bf16, amx, speedup, expected):
     _cpu_flags(monkeypatch, avx512_bf16=avx512_bf16, amx=amx)
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: speedup)

@@ -1,6 +1,7 @@
 """The scene cache: the same pixels as rendering, rebuilt when the generator changes, never a half-written
 file taken for complete, one build for parallel readers, clear errors. Every test uses its own cache
 directory and a few dozen scenes."""
+
 from __future__ import annotations
 
 import pickle
@@ -78,6 +79,7 @@ def test_an_interrupted_build_leaves_nothing_that_is_taken_for_done(own_cache, m
             raise KeyboardInterrupt
         done.append(start)
         return real(scenes, start, stop)
+
     monkeypatch.setattr(scene_cache, "_render_range", dies_on_third_chunk)
     with pytest.raises(KeyboardInterrupt):
         FashionMNISTScenes("val", subset=N, cache=True)
@@ -97,8 +99,7 @@ def test_parallel_readers_wait_for_one_build(monkeypatch):
     builds = _builds(monkeypatch)
     scenes = [FashionMNISTScenes("val", subset=N) for _ in range(3)]
     results: list = [None] * 3
-    threads = [threading.Thread(target=lambda k=k: results.__setitem__(k, cached_pixels(scenes[k])))
-               for k in range(3)]
+    threads = [threading.Thread(target=lambda k=k: results.__setitem__(k, cached_pixels(scenes[k]))) for k in range(3)]
     for t in threads:
         t.start()
     for t in threads:

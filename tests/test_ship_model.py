@@ -1,25 +1,29 @@
 """scripts/ship_model.py: a run continued from an earlier run's weights ships with the whole history."""
+
 import json
 from pathlib import Path
 
-import cait
 import torch
 
+import cait
 from scripts import ship_model
 
 
 def _run(path: Path, commands: list[str], amp: str, epochs: int, steps_per_epoch: int, **args) -> Path:
     path.mkdir()
     (path / "args.json").write_text(json.dumps({"args": {"amp": amp, **args}, "commands": commands}))
-    lines = [{"epoch": e, "step": e * steps_per_epoch, "val_top1": 50.0 + e, "epoch_seconds": 60.0}
-             for e in range(1, epochs + 1)]
+    lines = [
+        {"epoch": e, "step": e * steps_per_epoch, "val_top1": 50.0 + e, "epoch_seconds": 60.0}
+        for e in range(1, epochs + 1)
+    ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
 
 def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
-    first = _run(tmp_path / "first", ["python -m cait.train --epochs 3", "python -m cait.train --resume first"],
-                 "bf16", 3, 100)
+    first = _run(
+        tmp_path / "first", ["python -m cait.train --epochs 3", "python -m cait.train --resume first"], "bf16", 3, 100
+    )
     second = _run(tmp_path / "second", ["python -m cait.train --init first/ema.safetensors"], "auto", 2, 100)
     epochs, commands, run_args = ship_model.history([first, second])
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5]
@@ -34,14 +38,16 @@ def test_the_card_says_when_the_teacher_joined():
     assert ship_model.how_taught([plain]) == ""
     assert ship_model.how_taught([plain, taught]) == " (from scratch, then distilled from a convolutional teacher)"
     assert ship_model.how_taught([taught, again]) == (
-        " (from scratch, distilled from a convolutional teacher from the first epoch)")
+        " (from scratch, distilled from a convolutional teacher from the first epoch)"
+    )
     assert ship_model.how_taught([again]).startswith(" (from `w.safetensors`, distilled")
 
 
 def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
     assert ship_model.teacher_row([{"teacher": None}], None) == ""
-    teacher = _run(tmp_path / "teacher", ["python -m cait.train --model timm:resnet10t --epochs 4"], "auto", 4, 10,
-                   img_size=112)
+    teacher = _run(
+        tmp_path / "teacher", ["python -m cait.train --model timm:resnet10t --epochs 4"], "auto", 4, 10, img_size=112
+    )
     args = {"teacher": "t.safetensors", "distill_type": "soft", "distill_alpha": 0.5, "distill_tau": 3.0}
     row = ship_model.teacher_row([args], ship_model.history([teacher]))
     assert "| teacher | `t.safetensors`: 54.00% test top-1 at 112 px after 4 epochs" in row
@@ -52,12 +58,17 @@ def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
 
 
 def test_teacher_row_names_every_teacher_of_a_line_whose_teacher_changed():
-    old, new = {"teacher": "old.safetensors", "teacher_img_size": 88}, {"teacher": "new.safetensors",
-                                                                         "teacher_img_size": 128}
+    old, new = (
+        {"teacher": "old.safetensors", "teacher_img_size": 88},
+        {"teacher": "new.safetensors", "teacher_img_size": 128},
+    )
     stages = [{}, old, old, new, {**new, "teacher_img_size": 136}]
     assert ship_model.teachers_by_stage(stages) == [
-        "no teacher (stage 1)", "`old.safetensors` at 88 px (stages 2-3)", "`new.safetensors` at 128 px (stage 4)",
-        "`new.safetensors` at 136 px (stage 5)"]
+        "no teacher (stage 1)",
+        "`old.safetensors` at 88 px (stages 2-3)",
+        "`new.safetensors` at 128 px (stage 4)",
+        "`new.safetensors` at 136 px (stage 5)",
+    ]
     args = {"distill_type": "hard", "distill_alpha": 0.5}
     row = ship_model.teacher_row([{**args, **s} for s in stages], None)
     assert "alpha 0.5; by stage, oldest first: no teacher (stage 1), `old.safetensors` at 88 px (stages 2-3)" in row
@@ -67,16 +78,33 @@ def test_teacher_row_names_every_teacher_of_a_line_whose_teacher_changed():
 def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "args.json").write_text(json.dumps({"args": {"amp": "auto", "data": "fashion-mnist-scenes", "seed": 0},
-                                               "commands": ["python -m cait.train --epochs 1"]}))
-    line = {"epoch": 1, "step": 10, "train_loss": 1.0, "val_top1": 50.0, "val_top1_ema": None, "lr": 1e-3,
-            "images_per_s": 100.0, "epoch_seconds": 60.0}
+    (run / "args.json").write_text(
+        json.dumps(
+            {
+                "args": {"amp": "auto", "data": "fashion-mnist-scenes", "seed": 0},
+                "commands": ["python -m cait.train --epochs 1"],
+            }
+        )
+    )
+    line = {
+        "epoch": 1,
+        "step": 10,
+        "train_loss": 1.0,
+        "val_top1": 50.0,
+        "val_top1_ema": None,
+        "lr": 1e-3,
+        "images_per_s": 100.0,
+        "epoch_seconds": 60.0,
+    }
     (run / "metrics.jsonl").write_text(json.dumps(line) + "\n")
-    rows = [{"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
-            for m in ("chance", "ca1_head0", "ca2_head1", "rollout_before_mixing", "rollout_after_mixing")]
+    rows = [
+        {"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
+        for m in ("chance", "ca1_head0", "ca2_head1", "rollout_before_mixing", "rollout_after_mixing")
+    ]
     old_eval = {"images": 8, "top1": 0.5, "per_class_top1": {}, "localization": rows}  # written before the renames
-    text = ship_model.card("cait_pico_32", ship_model.history([run]), "last", old_eval,
-                           cait.create_model("cait_pico_32"))
+    text = ship_model.card(
+        "cait_pico_32", ship_model.history([run]), "last", old_eval, cait.create_model("cait_pico_32")
+    )
     for current in ("ca1_head1 ", "ca2_head2 ", "rollout_after_proj_l ", "rollout_after_proj_w "):
         assert current in text
     assert "mixing" not in text and "_head0" not in text
@@ -85,13 +113,15 @@ def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
     later.mkdir()
     (later / "args.json").write_text((run / "args.json").read_text().replace('"seed": 0', '"seed": 1'))
     (later / "metrics.jsonl").write_text(json.dumps(line) + "\n")
-    text = ship_model.card("cait_pico_32", ship_model.history([run, later]), "last", old_eval,
-                           cait.create_model("cait_pico_32"))
+    text = ship_model.card(
+        "cait_pico_32", ship_model.history([run, later]), "last", old_eval, cait.create_model("cait_pico_32")
+    )
     assert "| seed | 0 then 1 (one per run, oldest first) |" in text
 
 
 def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
     import pytest
+
     wide = cait.create_model("cait_nano_64", embed_dim=192, num_heads=4, drop_path_rate=0.0)
     with pytest.raises(SystemExit, match="embed_dim: run 192, cait_nano_64 128"):
         ship_model.as_variant(wide, "cait_nano_64")
@@ -105,10 +135,22 @@ def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
 
 def test_a_calibrated_model_says_its_head_bias_and_what_it_did():
     assert ship_model.calibration_row(None) == ""
-    fit = {"scene_seed": 1, "index": 6, "bias": 0.55, "images": 5000, "top1_before": 0.8064, "top1_after": 0.8024,
-           "per_class_before": [0.775, 0.506, 0.9], "per_class_after": [0.70, 0.658, 0.9]}
-    check = {"scene_seed": 0, "images": 10000, "before": {"top1": 0.8071, "lowest": 0.531},
-             "after": {"top1": 0.8013, "lowest": 0.623}}
+    fit = {
+        "scene_seed": 1,
+        "index": 6,
+        "bias": 0.55,
+        "images": 5000,
+        "top1_before": 0.8064,
+        "top1_after": 0.8024,
+        "per_class_before": [0.775, 0.506, 0.9],
+        "per_class_after": [0.70, 0.658, 0.9],
+    }
+    check = {
+        "scene_seed": 0,
+        "images": 10000,
+        "before": {"top1": 0.8071, "lowest": 0.531},
+        "after": {"top1": 0.8013, "lowest": 0.623},
+    }
     row = ship_model.calibration_row({"class": "Shirt", "img_size": 136, "fit": fit, "checks": [check]})
     assert row.startswith("| head bias | Shirt's logit + 0.55 after training")
     assert "on 5000 held-out scenes (seed 1), where it took the lowest class from 50.6 to 65.8%" in row

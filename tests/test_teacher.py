@@ -1,5 +1,6 @@
 """CNN teachers: a timm model saved with its config comes back as the same function; CaiT files still
 load as teachers; a CNN file given where a CaiT is expected is a clear error."""
+
 from __future__ import annotations
 
 import pytest

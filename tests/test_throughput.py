@@ -1,4 +1,5 @@
 """analysis/throughput.py runs end to end on a tiny model and reports what it measured."""
+
 import csv
 import subprocess
 import sys
@@ -10,9 +11,28 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_throughput_script_writes_ratios(tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "analysis" / "throughput.py"), "--models", "cait_pico_32",
-                          "--batch-sizes", "1", "2", "--repeats", "1", "--warmup", "1", "--min-seconds", "0",
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "analysis" / "throughput.py"),
+            "--models",
+            "cait_pico_32",
+            "--batch-sizes",
+            "1",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "1",
+            "--min-seconds",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     rows = list(csv.DictReader((tmp_path / "throughput.csv").open()))
     assert [(r["model"], r["batch"]) for r in rows] == [("cait_pico_32", "1"), ("cait_pico_32", "2")]

@@ -1,4 +1,5 @@
 """cait.timing: the one timing method of the benchmarks and the throughput figures."""
+
 import pytest
 
 from cait.timing import time_interleaved
@@ -11,9 +12,12 @@ def test_medians_per_call_rank_the_functions_and_every_call_is_counted():
         def fn():
             counts[name] += 1
             sum(range(size))
+
         return fn
-    sec = time_interleaved({"cheap": work("cheap", 1_000), "costly": work("costly", 200_000)},
-                           repeats=3, warmup=2, calls=4)
+
+    sec = time_interleaved(
+        {"cheap": work("cheap", 1_000), "costly": work("costly", 200_000)}, repeats=3, warmup=2, calls=4
+    )
     assert counts == {"cheap": 2 + 3 * 4, "costly": 2 + 3 * 4}  # warm-up, then 3 rounds of 4 calls
     assert 0 < sec["cheap"] < sec["costly"]
 
@@ -23,6 +27,7 @@ def test_calls_per_round_are_calibrated_from_min_seconds():
 
     def fn():
         counts["fn"] += 1
+
     time_interleaved({"fn": fn}, repeats=2, warmup=0, min_seconds=0.001)
     assert counts["fn"] > 1 + 2 * 2  # one calibration call, then rounds of several calls each
 
@@ -41,5 +46,6 @@ def test_a_slow_call_runs_once_per_round_a_fast_one_many_times():
     def slow():
         counts["slow"] += 1
         sum(range(300_000))
+
     time_interleaved({"fast": fast, "slow": slow}, repeats=2, warmup=0, min_seconds=1e-4)
     assert counts["slow"] == 1 + 2 and counts["fast"] > 1 + 2 * 2

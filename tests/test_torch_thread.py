@@ -1,4 +1,5 @@
 """app.torch_thread: every computing handler of the app runs on one thread, with the caller's context."""
+
 import contextvars
 import inspect
 import threading
@@ -20,6 +21,7 @@ def test_calls_from_any_thread_run_on_one_thread_with_the_callers_context():
     def from_a_thread(name: str) -> None:
         WHO.set(name)
         seen.append(torch_thread.call(where))
+
     threads = [threading.Thread(target=from_a_thread, args=(f"caller {i}",)) for i in range(4)]
     for t in threads:
         t.start()
@@ -33,6 +35,7 @@ def test_calls_from_any_thread_run_on_one_thread_with_the_callers_context():
 def test_exceptions_reach_the_caller():
     def fails():
         raise ValueError("bad checkpoint")
+
     with pytest.raises(ValueError, match="bad checkpoint"):
         torch_thread.call(fails)
     assert torch_thread.call(lambda: 3) == 3  # the thread survives
@@ -59,6 +62,7 @@ def test_a_generator_handler_runs_each_step_on_the_torch_thread():
     def steps(n: int):
         for i in range(n):
             yield i, torch_thread.on_torch_thread()
+
     wrapped = torch_thread.handler(steps, batched=True)
     assert inspect.isgeneratorfunction(wrapped)  # Gradio streams each update
     assert list(wrapped(3)) == [(0, True), (1, True), (2, True)]

@@ -4,11 +4,12 @@ Runs use the tiny cait_pico_32 on a few hundred Fashion-MNIST images with one to
 process (importing torch and timm in a subprocess costs seconds); the CLI-level behaviours (no traceback,
 signals, torchrun) run as real subprocesses.
 """
+
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,15 +33,38 @@ from cait.seeding import seeded
 from cait.teacher import load_teacher
 from cait.train import main, teacher_view
 
-TINY = ["--model", "cait_pico_32", "--data", "fashion-mnist", "--batch-size", "32", "--workers", "0",
-        "--threads", "1", "--val-subset", "64", "--warmup-epochs", "1", "--lr", "2e-3"]
+TINY = [
+    "--model",
+    "cait_pico_32",
+    "--data",
+    "fashion-mnist",
+    "--batch-size",
+    "32",
+    "--workers",
+    "0",
+    "--threads",
+    "1",
+    "--val-subset",
+    "64",
+    "--warmup-epochs",
+    "1",
+    "--lr",
+    "2e-3",
+]
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args: str, timeout: float = 240, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "cait.train", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=env, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "cait.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +76,14 @@ def smoke_run(tmp_path_factory) -> Path:
 
 def test_smoke_run_writes_every_file_and_metric(smoke_run):
     names = {p.name for p in smoke_run.iterdir()}
-    assert {"last.safetensors", "best.safetensors", "ema.safetensors", "state.pt", "metrics.jsonl", "args.json"} <= names
+    assert {
+        "last.safetensors",
+        "best.safetensors",
+        "ema.safetensors",
+        "state.pt",
+        "metrics.jsonl",
+        "args.json",
+    } <= names
     assert not [n for n in names if n.endswith(".tmp")]
     lines = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in lines] == [1, 2]
@@ -62,8 +93,12 @@ def test_smoke_run_writes_every_file_and_metric(smoke_run):
     cfg = cait.get_config("cait_pico_32")
     # LayerScale: one row per block x gamma for every SA and CA block
     rows = {(r["stage"], r["layer"], r["gamma"]) for r in m["layerscale"]}
-    expected = {(s, i, g) for s, n in (("sa", cfg.depth), ("ca", cfg.depth_token_only))
-                for i in range(n) for g in ("gamma_1", "gamma_2")}
+    expected = {
+        (s, i, g)
+        for s, n in (("sa", cfg.depth), ("ca", cfg.depth_token_only))
+        for i in range(n)
+        for g in ("gamma_1", "gamma_2")
+    }
     assert rows == expected
     for r in m["layerscale"]:
         assert 0 <= r["p10"] <= r["median"] <= r["p90"]
@@ -95,11 +130,26 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
-@pytest.mark.parametrize("amp,workers,pipeline", [("bf16", "0", "tensor"), ("none", "2", "tensor"), ("none", "2", "pil")])
+@pytest.mark.parametrize(
+    "amp,workers,pipeline", [("bf16", "0", "tensor"), ("none", "2", "tensor"), ("none", "2", "pil")]
+)
 def test_resume_is_exact(tmp_path, amp, workers, pipeline):
     """2 epochs in one go == stop mid-epoch, resume, stop at the epoch boundary, resume to the end."""
-    args = [*TINY, "--subset", "192", "--epochs", "2", "--ema", "0.9", "--amp", amp, "--workers", workers,
-            "--pipeline", pipeline]
+    args = [
+        *TINY,
+        "--subset",
+        "192",
+        "--epochs",
+        "2",
+        "--ema",
+        "0.9",
+        "--amp",
+        amp,
+        "--workers",
+        workers,
+        "--pipeline",
+        pipeline,
+    ]
     assert main([*args, "--output", str(tmp_path / "once")]) == 0
     assert main([*args, "--output", str(tmp_path / "split"), "--stop-after", "4"]) == 0
     state = torch.load(tmp_path / "split" / "state.pt", weights_only=True)
@@ -139,7 +189,9 @@ def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, mo
             calls["n"] += 1
             value = loss_fn(logits, target)
             return value * float("nan") if calls["n"] == 6 else value
+
         return mixup, loss
+
     monkeypatch.setattr(train_mod, "build_criterion", poisoned)
     out = tmp_path / "run"
     assert main([*TINY, "--subset", "128", "--epochs", "3", "--amp", "none", "--output", str(out)]) == 1
@@ -154,29 +206,47 @@ def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, mo
 
 
 def test_huge_lr_diverges_into_the_nan_stop(tmp_path, capsys):
-    code = main([*TINY, "--subset", "256", "--epochs", "1", "--amp", "none", "--warmup-epochs", "0",
-                 "--lr", "1e30", "--output", str(tmp_path)])
+    code = main(
+        [
+            *TINY,
+            "--subset",
+            "256",
+            "--epochs",
+            "1",
+            "--amp",
+            "none",
+            "--warmup-epochs",
+            "0",
+            "--lr",
+            "1e30",
+            "--output",
+            str(tmp_path),
+        ]
+    )
     assert code == 1
     assert "at epoch 1, batch" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--model", "cait_nope"], "unknown model 'cait_nope'"),
-    (["--batch-size", "0"], "--batch-size must be positive"),
-    (["--epochs", "-1"], "--epochs must be positive"),
-    (["--batch-size", "33"], "need an even --batch-size"),
-    (["--data", "/no/such/dir"], "unknown dataset '/no/such/dir'"),
-    (["--resume", "/no/such/run"], "not a run directory"),
-    (["--subset", "16"], "cannot fill one batch of 32"),
-    (["--teacher", "/no/teacher.safetensors"], "checkpoint not found"),
-    (["--teacher-img-size", "0"], "--teacher-img-size must be positive"),
-    (["--embed-dim", "48", "--num-heads", "5"], "--num-heads 5 does not divide --embed-dim 48"),
-    (["--img-size", "30"], "--img-size 30 is not a multiple of --patch-size 8"),
-    (["--depth", "0"], "--depth must be positive"),
-    (["--depth-token-only", "0"], "needs --class-token-at K"),
-    (["--depth-token-only", "0", "--class-token-at", "3"], "--class-token-at must be in [0, depth=2]"),
-    (["--randaug", "augmix-m5"], "--pipeline pil runs any timm policy"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--model", "cait_nope"], "unknown model 'cait_nope'"),
+        (["--batch-size", "0"], "--batch-size must be positive"),
+        (["--epochs", "-1"], "--epochs must be positive"),
+        (["--batch-size", "33"], "need an even --batch-size"),
+        (["--data", "/no/such/dir"], "unknown dataset '/no/such/dir'"),
+        (["--resume", "/no/such/run"], "not a run directory"),
+        (["--subset", "16"], "cannot fill one batch of 32"),
+        (["--teacher", "/no/teacher.safetensors"], "checkpoint not found"),
+        (["--teacher-img-size", "0"], "--teacher-img-size must be positive"),
+        (["--embed-dim", "48", "--num-heads", "5"], "--num-heads 5 does not divide --embed-dim 48"),
+        (["--img-size", "30"], "--img-size 30 is not a multiple of --patch-size 8"),
+        (["--depth", "0"], "--depth must be positive"),
+        (["--depth-token-only", "0"], "needs --class-token-at K"),
+        (["--depth-token-only", "0", "--class-token-at", "3"], "--class-token-at must be in [0, depth=2]"),
+        (["--randaug", "augmix-m5"], "--pipeline pil runs any timm policy"),
+    ],
+)
 def test_bad_arguments_get_one_line(argv, message, capsys, tmp_path):
     try:
         code = main([*TINY, "--output", str(tmp_path), *argv])
@@ -228,8 +298,26 @@ def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
     teacher = cait.create_model("cait_nano_28", num_classes=2, labels=("circle", "square"))
     cait.save_weights(teacher, tmp_path / "teacher.safetensors")
     out = tmp_path / "run"
-    argv = ["--model", "cait_pico_32", "--data", str(data), "--batch-size", "4", "--workers", "0", "--threads", "1",
-            "--epochs", "1", "--amp", "none", "--teacher", str(tmp_path / "teacher.safetensors"), "--output", str(out)]
+    argv = [
+        "--model",
+        "cait_pico_32",
+        "--data",
+        str(data),
+        "--batch-size",
+        "4",
+        "--workers",
+        "0",
+        "--threads",
+        "1",
+        "--epochs",
+        "1",
+        "--amp",
+        "none",
+        "--teacher",
+        str(tmp_path / "teacher.safetensors"),
+        "--output",
+        str(out),
+    ]
     assert main(argv) == 0
     model = cait.create_model(None, checkpoint=out / "last.safetensors")
     assert model.cfg.num_classes == 2 and model.cfg.labels == ("circle", "square")
@@ -239,9 +327,11 @@ def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
 def test_pipeline_flag_picks_where_images_are_augmented(tmp_path):
     folder = _image_folder(tmp_path / "shapes")
     cfg = cait.get_config("cait_pico_32")
-    for data, pipeline, kind in (("fashion-mnist", "auto", train_data.AugmentedPixels),
-                                 ("fashion-mnist", "pil", train_data.Transformed),
-                                 (str(folder), "auto", train_data.Transformed)):
+    for data, pipeline, kind in (
+        ("fashion-mnist", "auto", train_data.AugmentedPixels),
+        ("fashion-mnist", "pil", train_data.Transformed),
+        (str(folder), "auto", train_data.Transformed),
+    ):
         args = train_args_mod.parse_args([*TINY, "--data", data, "--pipeline", pipeline])
         raw = build_dataset(data, "train", subset=64)
         images = train_data.train_images(args, cfg, raw)
@@ -249,8 +339,14 @@ def test_pipeline_flag_picks_where_images_are_augmented(tmp_path):
         assert isinstance(images, kind) and x.shape == (3, 32, 32) and label == raw[3][1]
     # the tensor path gives the same kind of input as the PIL path: normalised, every channel in range
     args = train_args_mod.parse_args([*TINY, "--pipeline", "tensor", "--reprob", "0"])  # (erasing draws N(0, 1) noise)
-    batch = torch.stack([x for x, _ in train_data.train_images(args, cfg, build_dataset("fashion-mnist", "train", subset=64))
-                         .__getitems__(list(range(32)))])
+    batch = torch.stack(
+        [
+            x
+            for x, _ in train_data.train_images(
+                args, cfg, build_dataset("fashion-mnist", "train", subset=64)
+            ).__getitems__(list(range(32)))
+        ]
+    )
     assert batch.min() >= -1 - 1e-5 and batch.max() <= 1 + 1e-5 and batch.std() > 0.2
     args = train_args_mod.parse_args([*TINY, "--data", str(folder), "--pipeline", "tensor"])
     with pytest.raises(DataError, match="use --pipeline pil"):
@@ -276,21 +372,51 @@ def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
     student = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--distill-alpha", "0.9"]
     assert main([*student, "--output", str(tmp_path / "alone")]) == 0
     assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--output", str(tmp_path / "taught")]) == 0
-    assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--distill-type", "soft",
-                 "--output", str(tmp_path / "soft")]) == 0
-    assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--distill-type", "soft",
-                 "--teacher-img-size", "40", "--output", str(tmp_path / "soft40")]) == 0
-    alone, taught, soft, soft40 = (_weights(tmp_path / name / "last.safetensors")
-                                   for name in ("alone", "taught", "soft", "soft40"))
+    assert (
+        main(
+            [
+                *student,
+                "--teacher",
+                str(cnn / "last.safetensors"),
+                "--distill-type",
+                "soft",
+                "--output",
+                str(tmp_path / "soft"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                *student,
+                "--teacher",
+                str(cnn / "last.safetensors"),
+                "--distill-type",
+                "soft",
+                "--teacher-img-size",
+                "40",
+                "--output",
+                str(tmp_path / "soft40"),
+            ]
+        )
+        == 0
+    )
+    alone, taught, soft, soft40 = (
+        _weights(tmp_path / name / "last.safetensors") for name in ("alone", "taught", "soft", "soft40")
+    )
     assert not torch.equal(alone["head.weight"], taught["head.weight"])
     assert not torch.equal(soft["head.weight"], taught["head.weight"])
     assert not torch.equal(soft40["head.weight"], soft["head.weight"])  # the teacher at 40 px taught otherwise
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--model", "timm:resnet_nonesuch"], "timm has no model 'resnet_nonesuch'"),
-    (["--model", "timm:resnet10t", "--depth", "4"], "--depth: for CaiT models only"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--model", "timm:resnet_nonesuch"], "timm has no model 'resnet_nonesuch'"),
+        (["--model", "timm:resnet10t", "--depth", "4"], "--depth: for CaiT models only"),
+    ],
+)
 def test_bad_cnn_flags_get_one_line(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main([*TINY, "--output", str(tmp_path), *argv])
@@ -299,9 +425,9 @@ def test_bad_cnn_flags_get_one_line(argv, message, capsys, tmp_path):
 
 
 def test_teacher_view_converts_size_channels_and_normalisation():
-    student = cait.get_config("cait_pico_32")                    # 32 px, RGB, mean/std 0.5
+    student = cait.get_config("cait_pico_32")  # 32 px, RGB, mean/std 0.5
     teacher = CaiTConfig(img_size=28, patch_size=4, in_chans=1, mean=(0.2,), std=(0.4,))
-    grey = torch.full((2, 3, 32, 32), 0.6)                       # raw value 0.6*0.5+0.5 = 0.8 everywhere
+    grey = torch.full((2, 3, 32, 32), 0.6)  # raw value 0.6*0.5+0.5 = 0.8 everywhere
     out = teacher_view(grey, student, teacher)
     assert out.shape == (2, 1, 28, 28)
     # (luma weights sum to 0.9999, hence the tolerance)
@@ -309,17 +435,35 @@ def test_teacher_view_converts_size_channels_and_normalisation():
     assert teacher_view(grey, student, student) is grey
     # colour goes to grey the way the data pipeline makes grey (PIL's convert("L") luma), not a channel mean
     red = torch.full((1, 3, 32, 32), -1.0)
-    red[:, 0] = 1.0                                              # raw red 1.0, green and blue 0.0
+    red[:, 0] = 1.0  # raw red 1.0, green and blue 0.0
     luma = np.asarray(Image.new("RGB", (1, 1), (255, 0, 0)).convert("L"), np.float32)[0, 0] / 255
-    torch.testing.assert_close(teacher_view(red, student, teacher)[0, 0, 0, 0],
-                               torch.tensor((luma - 0.2) / 0.4), atol=5e-3, rtol=0)  # PIL rounds to 8 bits
+    torch.testing.assert_close(
+        teacher_view(red, student, teacher)[0, 0, 0, 0], torch.tensor((luma - 0.2) / 0.4), atol=5e-3, rtol=0
+    )  # PIL rounds to 8 bits
 
 
 def test_sigint_saves_state_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "cait.train", *TINY, "--subset", "256", "--epochs", "200",
-                             "--amp", "none", "--output", str(out)], cwd=REPO, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cait.train",
+            *TINY,
+            "--subset",
+            "256",
+            "--epochs",
+            "200",
+            "--amp",
+            "none",
+            "--output",
+            str(out),
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     deadline = time.time() + 180
     while not (out / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
@@ -335,9 +479,28 @@ def test_sigint_saves_state_and_exits_cleanly(tmp_path):
 def test_torchrun_two_processes_trains_and_checkpoint_loads(tmp_path):
     out = tmp_path / "ddp"
     torchrun = Path(sys.executable).with_name("torchrun")
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "cait.train", *TINY,
-                           "--subset", "256", "--epochs", "1", "--amp", "none", "--output", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "cait.train",
+            *TINY,
+            "--subset",
+            "256",
+            "--epochs",
+            "1",
+            "--amp",
+            "none",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 process(es)" in proc.stderr and proc.stderr.count("done: best val top-1") == 1  # rank 0 only logs
     state = torch.load(out / "state.pt", weights_only=True)
@@ -348,7 +511,7 @@ def test_torchrun_two_processes_trains_and_checkpoint_loads(tmp_path):
 
 def test_resume_with_more_epochs_stretches_the_schedule(tmp_path):
     args = [*TINY, "--subset", "128", "--amp", "none", "--output", str(tmp_path)]
-    assert main([*args, "--epochs", "2", "--stop-after", "4"]) == 0   # one epoch of a 2-epoch schedule
+    assert main([*args, "--epochs", "2", "--stop-after", "4"]) == 0  # one epoch of a 2-epoch schedule
     assert main(["--resume", str(tmp_path), "--epochs", "4", "--stop-after", "8"]) == 0
     state = torch.load(tmp_path / "state.pt", weights_only=True)
     # a 2-epoch cosine is at --min-lr (1e-5) after step 8; stretched to 4 epochs it is still near its middle
@@ -358,8 +521,30 @@ def test_resume_with_more_epochs_stretches_the_schedule(tmp_path):
 def test_init_starts_from_the_given_weights(smoke_run, tmp_path):
     # lr 1e-9 for one step: the weights after it are the --init weights (a fresh init would be far away)
     init = smoke_run / "ema.safetensors"
-    assert main([*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--warmup-epochs", "0", "--lr", "1e-9",
-                 "--init", str(init), "--stop-after", "1", "--output", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                *TINY,
+                "--subset",
+                "64",
+                "--epochs",
+                "1",
+                "--amp",
+                "none",
+                "--warmup-epochs",
+                "0",
+                "--lr",
+                "1e-9",
+                "--init",
+                str(init),
+                "--stop-after",
+                "1",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     start, after = _weights(init), _weights(tmp_path / "last.safetensors")
     assert all(torch.allclose(start[k], after[k], atol=1e-6) for k in start)
     assert "--init" in json.loads((tmp_path / "args.json").read_text())["commands"][0]
@@ -367,19 +552,48 @@ def test_init_starts_from_the_given_weights(smoke_run, tmp_path):
 
 def test_init_grow_gamma_starts_a_deeper_model_from_muted_copies(smoke_run, tmp_path):
     from cait.checkpoint import grow_depth, infer_config
+
     init = smoke_run / "ema.safetensors"
     depth = 2 * infer_config(_weights(init))["depth"]
-    assert main([*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--warmup-epochs", "0", "--lr", "1e-9",
-                 "--init", str(init), "--depth", str(depth), "--init-grow-gamma", "0.01", "--stop-after", "1",
-                 "--output", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                *TINY,
+                "--subset",
+                "64",
+                "--epochs",
+                "1",
+                "--amp",
+                "none",
+                "--warmup-epochs",
+                "0",
+                "--lr",
+                "1e-9",
+                "--init",
+                str(init),
+                "--depth",
+                str(depth),
+                "--init-grow-gamma",
+                "0.01",
+                "--stop-after",
+                "1",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     start, after = grow_depth(_weights(init), depth, gamma=0.01), _weights(tmp_path / "last.safetensors")
     assert set(start) == set(after) and all(torch.allclose(start[k], after[k], atol=1e-6) for k in start)
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda: cait.create_model("cait_nano_28"), "does not fit this model"),
-    (lambda: cait.create_model("cait_pico_32", num_classes=3), "has 3 classes, the data 10"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: cait.create_model("cait_nano_28"), "does not fit this model"),
+        (lambda: cait.create_model("cait_pico_32", num_classes=3), "has 3 classes, the data 10"),
+    ],
+)
 def test_init_from_weights_that_do_not_fit_is_one_line(tmp_path, capsys, make, message):
     cait.save_weights(make(), tmp_path / "other.safetensors")
     code = main([*TINY, "--init", str(tmp_path / "other.safetensors"), "--output", str(tmp_path / "run")])
@@ -402,7 +616,7 @@ def test_color_jitter_flag_reaches_the_transform(jitter):
 
 def test_resumed_epoch_counts_its_time_before_the_stop(tmp_path, monkeypatch):
     # a clock that advances one second per reading: epoch_seconds counts readings, not the machine's speed
-    clock = iter(range(10 ** 6))
+    clock = iter(range(10**6))
     monkeypatch.setattr(train_mod.time, "time", lambda: float(next(clock)))
     args = [*TINY, "--subset", "192", "--epochs", "1", "--amp", "none"]
     assert main([*args, "--output", str(tmp_path / "once")]) == 0
@@ -413,8 +627,12 @@ def test_resumed_epoch_counts_its_time_before_the_stop(tmp_path, monkeypatch):
 
 
 def test_resume_of_a_run_saved_before_newer_flags_takes_their_defaults(tmp_path):
-    assert main([*TINY, "--subset", "64", "--epochs", "2", "--amp", "none", "--stop-after", "1",
-                 "--output", str(tmp_path)]) == 0
+    assert (
+        main(
+            [*TINY, "--subset", "64", "--epochs", "2", "--amp", "none", "--stop-after", "1", "--output", str(tmp_path)]
+        )
+        == 0
+    )
     saved = json.loads((tmp_path / "args.json").read_text())
     for flag in ("color_jitter", "init"):  # as written by a cait.train that had no such flags
         del saved["args"][flag]
@@ -426,8 +644,17 @@ def test_resume_of_a_run_saved_before_newer_flags_takes_their_defaults(tmp_path)
 
 # ---------------------------------------------------------------------------------------------------- from Python
 
-TINY_ARGS = dict(model="cait_pico_32", data="fashion-mnist", batch_size=32, workers=0, threads=1, val_subset=64,
-                 warmup_epochs=1, lr=2e-3, amp="none")
+TINY_ARGS = dict(
+    model="cait_pico_32",
+    data="fashion-mnist",
+    batch_size=32,
+    workers=0,
+    threads=1,
+    val_subset=64,
+    warmup_epochs=1,
+    lr=2e-3,
+    amp="none",
+)
 
 
 def test_train_args_equal_the_command_line_and_check_the_same_way():
@@ -436,16 +663,20 @@ def test_train_args_equal_the_command_line_and_check_the_same_way():
     assert {**vars(from_python), "argv": None} == {**vars(from_cli), "argv": None}
     assert train_args_mod.parse_args(from_python.argv) == from_python  # the command recorded in args.json
     assert train_mod.train_args(warmup_epochs=1).warmup_epochs == 1.0  # converted like the flag
-    for bad, message in [({"batch_size": 0}, "--batch-size must be positive"), ({"nope": 1}, "unknown flag(s) --nope"),
-                         ({"amp": "fp8"}, "--amp: invalid choice 'fp8'"), ({"epochs": 1.5}, "--epochs takes a int"),
-                         ({"num_heads": 5, "embed_dim": 48}, "--num-heads 5 does not divide --embed-dim 48")]:
+    for bad, message in [
+        ({"batch_size": 0}, "--batch-size must be positive"),
+        ({"nope": 1}, "unknown flag(s) --nope"),
+        ({"amp": "fp8"}, "--amp: invalid choice 'fp8'"),
+        ({"epochs": 1.5}, "--epochs takes a int"),
+        ({"num_heads": 5, "embed_dim": 48}, "--num-heads 5 does not divide --embed-dim 48"),
+    ]:
         with pytest.raises(train_mod.ArgsError, match=re.escape(message)):
             train_mod.train_args(**bad)
 
 
 def test_run_returns_its_result_and_resumes_from_python(tmp_path):
     args = dict(TINY_ARGS, subset=64, epochs=2, output=tmp_path)
-    first = train_mod.run(train_mod.train_args(**args, stop_after=3))   # 2 steps per epoch: stops in epoch 2
+    first = train_mod.run(train_mod.train_args(**args, stop_after=3))  # 2 steps per epoch: stops in epoch 2
     assert (first.finished, first.stopped_by, first.exit_code) == (False, "--stop-after 3 reached", 0)
     assert (first.epochs, first.step, len(first.metrics)) == (1, 3, 1)
     done = train_mod.run(train_mod.train_args(resume=str(tmp_path)))

@@ -5,18 +5,55 @@ are on the patch grid [B, g, g] (higher = more important), boxes are [B, 4] (x0,
 pixels. `METHODS[name](model, x, target, options)` runs any method by name (target: LongTensor [B];
 options: `MethodOptions`, optional), `saliency_map` does the same with the name checked.
 """
+
 from __future__ import annotations
 
-from .attention import (ROLLOUT_STAGES, ClassAttention, TalkingHeads, class_attention, class_specific_attention,
-                        mixing_matrices, rollout, rollouts, talking_heads)
+from .attention import (
+    ROLLOUT_STAGES,
+    ClassAttention,
+    TalkingHeads,
+    class_attention,
+    class_specific_attention,
+    mixing_matrices,
+    rollout,
+    rollouts,
+    talking_heads,
+)
 from .attribution import CAPTUM_METHODS, Attribution, MethodOptions, attribution, patch_sum
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
 from .methods import METHODS, Method, saliency_map, saliency_maps
 from .metrics import deletion_insertion, endpoint_probabilities, mass_in_box, pointing_game
 
-__all__ = ["Attribution", "CAPTUM_METHODS", "ClassAttention", "DEFAULT_SHARE", "METHODS", "Method", "MethodOptions",
-           "ROLLOUT_STAGES", "TalkingHeads", "attribution", "class_attention", "class_specific_attention",
-           "deletion_insertion", "endpoint_probabilities", "layerscale_stats", "layerscale_stats_from_metrics", "mask_to_boxes", "mass_in_box",
-           "mixing_matrices", "overlay", "overlays", "patch_sum", "pointing_game", "regions_of_focus", "rollout", "rollouts", "saliency_map", "saliency_maps",
-           "talking_heads", "upsample"]
+__all__ = [
+    "Attribution",
+    "CAPTUM_METHODS",
+    "ClassAttention",
+    "DEFAULT_SHARE",
+    "METHODS",
+    "Method",
+    "MethodOptions",
+    "ROLLOUT_STAGES",
+    "TalkingHeads",
+    "attribution",
+    "class_attention",
+    "class_specific_attention",
+    "deletion_insertion",
+    "endpoint_probabilities",
+    "layerscale_stats",
+    "layerscale_stats_from_metrics",
+    "mask_to_boxes",
+    "mass_in_box",
+    "mixing_matrices",
+    "overlay",
+    "overlays",
+    "patch_sum",
+    "pointing_game",
+    "regions_of_focus",
+    "rollout",
+    "rollouts",
+    "saliency_map",
+    "saliency_maps",
+    "talking_heads",
+    "upsample",
+]

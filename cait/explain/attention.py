@@ -4,6 +4,7 @@ version, attention rollout adapted to the SA + CA split, and the talking-heads i
 Token order everywhere: the class-attention rows from `forward_insights` are [class token, patch 0,
 ..., patch N-1] with patches in row-major grid order, so `row[1:].reshape(g, g)` is the image layout.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -17,8 +18,9 @@ from torch import nn
 @dataclass
 class ClassAttention:
     """Class-token attention of every CA layer, split into the patch maps and the self share."""
-    logits: torch.Tensor      # [B, K]
-    maps: torch.Tensor        # [B, L, heads, g, g]: class token -> patch attention of each CA layer
+
+    logits: torch.Tensor  # [B, K]
+    maps: torch.Tensor  # [B, L, heads, g, g]: class token -> patch attention of each CA layer
     self_share: torch.Tensor  # [B, L, heads]: attention the class token gives itself (maps + self = 1)
 
     @property
@@ -46,8 +48,9 @@ def _check_input(model: nn.Module, x: torch.Tensor) -> None:
     cfg = model.cfg
     expected = (cfg.in_chans, cfg.img_size, cfg.img_size)
     if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-        raise ValueError(f"expected a normalised batch [B, {', '.join(map(str, expected))}] for this model, "
-                         f"got {list(x.shape)}")
+        raise ValueError(
+            f"expected a normalised batch [B, {', '.join(map(str, expected))}] for this model, got {list(x.shape)}"
+        )
 
 
 @torch.no_grad()
@@ -93,6 +96,7 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
     def keep(kind: str, i: int):
         def hook(module, args, output=None):
             seen[kind, i] = output if output is not None else args[0]
+
         return hook
 
     handles = [ca_blocks[0].register_forward_pre_hook(leaf_patches)]
@@ -110,9 +114,9 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
     B, N1, C = seen["v", 0].shape
     maps = []
     for i, (attn, grad_o) in enumerate(zip(ins.class_attention, grads)):
-        v = seen["v", i].detach().reshape(B, N1, heads, C // heads)          # [B, 1+N, h, c]
+        v = seen["v", i].detach().reshape(B, N1, heads, C // heads)  # [B, 1+N, h, c]
         grad_attn = torch.einsum("bhc,bjhc->bhj", grad_o.reshape(B, heads, C // heads), v)
-        maps.append((attn * grad_attn.clamp_min(0)).mean(dim=1)[:, 1:])    # [B, N]
+        maps.append((attn * grad_attn.clamp_min(0)).mean(dim=1)[:, 1:])  # [B, N]
     return _grid(torch.stack(maps).sum(dim=0))
 
 
@@ -130,8 +134,10 @@ def rollout_stage(stage: str) -> str:
     """The canonical stage name for `stage` or one of its earlier names; ValueError for anything else."""
     stage = STAGE_ALIASES.get(stage, stage)
     if stage not in ROLLOUT_STAGES:
-        raise ValueError(f"stage must be one of {', '.join(ROLLOUT_STAGES)} (or the earlier "
-                         f"{', '.join(STAGE_ALIASES)}), got {stage!r}")
+        raise ValueError(
+            f"stage must be one of {', '.join(ROLLOUT_STAGES)} (or the earlier "
+            f"{', '.join(STAGE_ALIASES)}), got {stage!r}"
+        )
     return stage
 
 
@@ -145,7 +151,9 @@ def _head_mean_attention(ins, layer: int, stage: str) -> torch.Tensor:
     return _normalise_rows(after_proj_w.clamp_min(0).mean(dim=1))
 
 
-def rollout(model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l", mixing: str | None = None) -> torch.Tensor:
+def rollout(
+    model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l", mixing: str | None = None
+) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) adapted to CaiT, class token -> patch relevance [B, g, g].
 
     SA stage: per layer the head-mean attention A, the residual folded in as (A + I) / 2 with rows
@@ -200,11 +208,12 @@ def _rollout_from(ins, ca: torch.Tensor, stage: str) -> torch.Tensor:
 @dataclass
 class TalkingHeads:
     """One SA layer's attention at each stage of the talking-heads computation, and the mixing matrices."""
-    raw: torch.Tensor           # [B, h, N, N] softmax(q k^T) per head: the counterfactual without mixing
+
+    raw: torch.Tensor  # [B, h, N, N] softmax(q k^T) per head: the counterfactual without mixing
     after_proj_l: torch.Tensor  # [B, h, N, N] softmax(proj_l(q k^T)): logits mixed, then softmax; rows sum to 1
     after_proj_w: torch.Tensor  # [B, h, N, N] proj_w(after_proj_l): what multiplies the values (the model's)
-    proj_l: torch.Tensor        # [h, h] mixes the logits before the softmax (out head x in head)
-    proj_w: torch.Tensor        # [h, h] mixes the weights after it
+    proj_l: torch.Tensor  # [h, h] mixes the logits before the softmax (out head x in head)
+    proj_w: torch.Tensor  # [h, h] mixes the weights after it
 
 
 def mixing_matrices(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,5 +232,10 @@ def talking_heads(model: nn.Module, x: torch.Tensor, layer: int) -> TalkingHeads
     proj_l, proj_w = mixing_matrices(model, layer)
     ins = model.forward_insights(x, sa_layers=(layer,), raw_attention=True)
     after_proj_l, after_proj_w = ins.self_attention[layer]
-    return TalkingHeads(raw=ins.raw_self_attention[layer], after_proj_l=after_proj_l, after_proj_w=after_proj_w,
-                        proj_l=proj_l, proj_w=proj_w)
+    return TalkingHeads(
+        raw=ins.raw_self_attention[layer],
+        after_proj_l=after_proj_l,
+        after_proj_w=after_proj_w,
+        proj_l=proj_l,
+        proj_w=proj_w,
+    )

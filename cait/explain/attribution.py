@@ -2,6 +2,7 @@
 
 Baselines are 0 in normalised space, i.e. an image at the dataset mean colour (a flat grey field).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,9 +21,10 @@ CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 class MethodOptions:
     """The settings of the explanation methods that have any. Every method of `cait.explain.METHODS`
     takes the whole set and reads what concerns it, so callers never special-case a method."""
-    ig_steps: int = 32               # integrated gradients: Gauss-Legendre steps from the baseline
-    smoothgrad_samples: int = 16     # smoothgrad: noisy copies whose saliency is averaged
-    smoothgrad_stdev: float = 0.15   # smoothgrad: noise standard deviation, in normalised units
+
+    ig_steps: int = 32  # integrated gradients: Gauss-Legendre steps from the baseline
+    smoothgrad_samples: int = 16  # smoothgrad: noisy copies whose saliency is averaged
+    smoothgrad_stdev: float = 0.15  # smoothgrad: noise standard deviation, in normalised units
 
     def captum_kwargs(self, method: str) -> dict[str, Any]:
         """The keyword arguments of `attribution` for `method` that these options set."""
@@ -40,7 +42,7 @@ DEFAULT_OPTIONS = MethodOptions()
 class Attribution:
     pixel: torch.Tensor  # [B, H, W] importance per pixel (see `attribution` for the channel reduction)
     patch: torch.Tensor  # [B, g, g] pixel map summed over each patch
-    raw: torch.Tensor    # [B, C, H, W] captum's signed attribution, e.g. for IG's completeness check
+    raw: torch.Tensor  # [B, C, H, W] captum's signed attribution, e.g. for IG's completeness check
 
 
 def patch_sum(pixel: torch.Tensor, patch_size: int) -> torch.Tensor:
@@ -87,8 +89,9 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         if method == "integrated_gradients":
             n_steps = kw.pop("n_steps")
             kw.setdefault("internal_batch_size", B * _copies_per_pass(B, n_steps, model.cfg.num_patches))
-            raw = IntegratedGradients(model).attribute(x, baselines=torch.zeros_like(x), target=target,
-                                                       n_steps=n_steps, **kw)
+            raw = IntegratedGradients(model).attribute(
+                x, baselines=torch.zeros_like(x), target=target, n_steps=n_steps, **kw
+            )
         elif method == "saliency":
             raw = Saliency(model).attribute(x, target=target, abs=True, **kw)
         elif method == "smoothgrad":
@@ -98,8 +101,9 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
             # a few occluded images per forward pass, as the other perturbation method; no gradients needed
             kw.setdefault("perturbations_per_eval", max(1, images_per_pass(model) // B))
             with torch.no_grad():
-                raw = Occlusion(model).attribute(x, sliding_window_shapes=(C, p, p), strides=(C, p, p),
-                                                 baselines=0.0, target=target, **kw)
+                raw = Occlusion(model).attribute(
+                    x, sliding_window_shapes=(C, p, p), strides=(C, p, p), baselines=0.0, target=target, **kw
+                )
     raw = raw.detach()
     pixel = raw.mean(dim=1) if method == "occlusion" else raw.abs().sum(dim=1)
     return Attribution(pixel=pixel, patch=patch_sum(pixel, p), raw=raw)

@@ -9,6 +9,7 @@ gamma_1 scales the attention branch, gamma_2 the FFN branch. `layerscale_stats(m
 Across epochs: `python -m cait.train` writes these rows (without the ratio) into every line of the run's
 metrics.jsonl, {"epoch": 3, "layerscale": [rows], ...}; `layerscale_stats_from_metrics` reads them back.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Patch-grid heat maps to pixels: upsampling, colour overlays and the paper's regions of focus."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -26,8 +27,15 @@ def upsample(heat: torch.Tensor, size: int | tuple[int, int]) -> torch.Tensor:
     return out.reshape(*lead, *out.shape[-2:])
 
 
-def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno", alpha: float = 0.5,
-            value_range: tuple[float, float] | None = None, smooth: bool = True) -> Image.Image:
+def overlay(
+    image: Image.Image,
+    heat_2d: torch.Tensor,
+    *,
+    cmap: str = "inferno",
+    alpha: float = 0.5,
+    value_range: tuple[float, float] | None = None,
+    smooth: bool = True,
+) -> Image.Image:
     """`image` blended with the colour-mapped heat map, upsampled to the image size; alpha is the opacity
     of the heat layer (0 = image only, 1 = heat only).
 
@@ -37,12 +45,25 @@ def overlay(image: Image.Image, heat_2d: torch.Tensor, *, cmap: str = "inferno",
     """
     if heat_2d.dim() != 2:
         raise ValueError(f"overlay takes one 2-D heat map, got shape {list(heat_2d.shape)}")
-    return overlays(image, heat_2d[None], cmap=cmap, alpha=alpha, smooth=smooth,
-                    value_ranges=None if value_range is None else [value_range])[0]
+    return overlays(
+        image,
+        heat_2d[None],
+        cmap=cmap,
+        alpha=alpha,
+        smooth=smooth,
+        value_ranges=None if value_range is None else [value_range],
+    )[0]
 
 
-def overlays(image: Image.Image, heats: torch.Tensor, *, cmap: str = "inferno", alpha: float = 0.5,
-             value_ranges: list[tuple[float, float] | None] | None = None, smooth: bool = True) -> list[Image.Image]:
+def overlays(
+    image: Image.Image,
+    heats: torch.Tensor,
+    *,
+    cmap: str = "inferno",
+    alpha: float = 0.5,
+    value_ranges: list[tuple[float, float] | None] | None = None,
+    smooth: bool = True,
+) -> list[Image.Image]:
     """`overlay` of each map of heats [T, g, g] on the same image (value_ranges: one per map, None for
     the map's own min .. max), upsampled in one call; the pixels are `overlay`'s, only computed faster:
     the colour index (as matplotlib's colormap quantises it) and the base pixel select the blended byte
@@ -61,8 +82,9 @@ def overlays(image: Image.Image, heats: torch.Tensor, *, cmap: str = "inferno", 
     # pixel's part computed once for every map
     base_offset = base.astype(np.int32) * table.shape[2] + np.arange(3, dtype=np.int32) * table[0].size
     ranges = value_ranges or [None] * len(up)
-    index = np.stack([_colour_index(_unit(heat, value_range), colours)
-                      for heat, value_range in zip(up.numpy(), ranges)])
+    index = np.stack(
+        [_colour_index(_unit(heat, value_range), colours) for heat, value_range in zip(up.numpy(), ranges)]
+    )
     pixels = table.reshape(-1)[base_offset + index[..., None]]
     return [Image.fromarray(tile) for tile in pixels]
 
@@ -113,8 +135,9 @@ def mask_to_boxes(mask: torch.Tensor, img_size: int | tuple[int, int]) -> torch.
     return torch.stack((x0 * W / g, y0 * H / g, x1 * W / g, y1 * H / g), dim=1).float()
 
 
-def regions_of_focus(heat: torch.Tensor, share: float = DEFAULT_SHARE, *,
-                     img_size: int | tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+def regions_of_focus(
+    heat: torch.Tensor, share: float = DEFAULT_SHARE, *, img_size: int | tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Paper Fig. 7 style regions: the smallest set of patches holding `share` of the map's mass
     (negative values count as 0), as a mask [B, g, g] and its bounding box [B, 4] in input pixels.
 

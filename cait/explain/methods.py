@@ -1,5 +1,6 @@
 """Every saliency method by name, with one calling convention: `METHODS[name](model, x, target, options)`
 -> heat map [B, g, g] for the classes `target` [B]. Method settings travel in one `MethodOptions`."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -19,8 +20,9 @@ def _ca_mean(layer: int) -> Method:
     return lambda model, x, target, options=DEFAULT_OPTIONS: class_attention(model, x).mean[:, layer]
 
 
-def _class_specific(model: nn.Module, x: torch.Tensor, target: torch.Tensor,
-                    options: MethodOptions = DEFAULT_OPTIONS) -> torch.Tensor:
+def _class_specific(
+    model: nn.Module, x: torch.Tensor, target: torch.Tensor, options: MethodOptions = DEFAULT_OPTIONS
+) -> torch.Tensor:
     return class_specific_attention(model, x, target)
 
 
@@ -29,8 +31,9 @@ def _rollout(stage: str) -> Method:
 
 
 def _captum(method: str) -> Method:
-    return lambda model, x, target, options=DEFAULT_OPTIONS: attribution(
-        model, x, target, method, **options.captum_kwargs(method)).patch
+    return lambda model, x, target, options=DEFAULT_OPTIONS: (
+        attribution(model, x, target, method, **options.captum_kwargs(method)).patch
+    )
 
 
 class MethodTable(Mapping):
@@ -57,26 +60,36 @@ class MethodTable(Mapping):
         return len(self._methods)
 
 
-CA_MEAN_METHODS = {"ca1_mean": 0, "ca2_mean": 1}                    # name -> CA layer (0-based)
+CA_MEAN_METHODS = {"ca1_mean": 0, "ca2_mean": 1}  # name -> CA layer (0-based)
 ROLLOUT_METHODS = {f"rollout_{stage}": stage for stage in ROLLOUT_STAGES}  # name -> SA attention stage
 
-METHODS = MethodTable({
-    **{name: _ca_mean(layer) for name, layer in CA_MEAN_METHODS.items()},
-    "class_specific": _class_specific,
-    **{name: _rollout(stage) for name, stage in ROLLOUT_METHODS.items()},
-    **{name: _captum(name) for name in CAPTUM_METHODS},
-}, aliases={"rollout_before_mixing": "rollout_after_proj_l", "rollout_after_mixing": "rollout_after_proj_w"})
+METHODS = MethodTable(
+    {
+        **{name: _ca_mean(layer) for name, layer in CA_MEAN_METHODS.items()},
+        "class_specific": _class_specific,
+        **{name: _rollout(stage) for name, stage in ROLLOUT_METHODS.items()},
+        **{name: _captum(name) for name in CAPTUM_METHODS},
+    },
+    aliases={"rollout_before_mixing": "rollout_after_proj_l", "rollout_after_mixing": "rollout_after_proj_w"},
+)
 
 
-def saliency_map(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str,
-                 options: MethodOptions = DEFAULT_OPTIONS) -> torch.Tensor:
+def saliency_map(
+    model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, options: MethodOptions = DEFAULT_OPTIONS
+) -> torch.Tensor:
     """Heat map [B, g, g] of `method` (a current or earlier name) for the classes `target` [B], detached."""
     return METHODS[METHODS.canonical(method)](model, x, target, options).detach()
 
 
-def saliency_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor, methods: Iterable[str],
-                  options: MethodOptions = DEFAULT_OPTIONS, *,
-                  class_attention_maps: torch.Tensor | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def saliency_maps(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    methods: Iterable[str],
+    options: MethodOptions = DEFAULT_OPTIONS,
+    *,
+    class_attention_maps: torch.Tensor | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(current name, `saliency_map`) for each of `methods` in order, as each is done, the work several
     methods share done once: every rollout asked for comes from one forward pass (at the first of them),
     and with class_attention_maps [B, L, heads, g, g] (e.g. from the analysis already shown) the CA head

@@ -1,4 +1,5 @@
 """How good is a heat map: localization against boxes, and faithfulness by deleting / inserting patches."""
+
 from __future__ import annotations
 
 import torch
@@ -70,8 +71,13 @@ def split_precision_logits(model: nn.Module, x: torch.Tensor, forward_dtype: tor
 
 
 @torch.no_grad()
-def _target_probabilities(model: nn.Module, images: torch.Tensor, target: torch.Tensor, batch_size: int | None,
-                          forward_dtype: torch.dtype | None) -> torch.Tensor:
+def _target_probabilities(
+    model: nn.Module,
+    images: torch.Tensor,
+    target: torch.Tensor,
+    batch_size: int | None,
+    forward_dtype: torch.dtype | None,
+) -> torch.Tensor:
     """Softmax probability of target [B] for images [B, k, C, H, W] (perturbed copies of B images) -> [B, k],
     batch_size images per pass (default `images_per_pass`), by `split_precision_logits` in `forward_dtype`."""
     B, k = images.shape[:2]
@@ -84,8 +90,14 @@ def _target_probabilities(model: nn.Module, images: torch.Tensor, target: torch.
 
 
 @torch.no_grad()
-def endpoint_probabilities(model: nn.Module, x: torch.Tensor, target: torch.Tensor, *, baseline: float = 0.0,
-                           forward_dtype: torch.dtype | None = None) -> torch.Tensor:
+def endpoint_probabilities(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    baseline: float = 0.0,
+    forward_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """[B, 2]: the target's probability on the intact image and on the image wholly replaced by `baseline`,
     the two ends every deletion/insertion curve shares whatever the map (give them to several
     `deletion_insertion` calls on the same images to score them once)."""
@@ -94,10 +106,18 @@ def endpoint_probabilities(model: nn.Module, x: torch.Tensor, target: torch.Tens
 
 
 @torch.no_grad()
-def deletion_insertion(model: nn.Module, x: torch.Tensor, target: torch.Tensor, heat: torch.Tensor,
-                       steps: int | None = None, *, baseline: float = 0.0, batch_size: int | None = None,
-                       forward_dtype: torch.dtype | None = None,
-                       endpoints: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def deletion_insertion(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    heat: torch.Tensor,
+    steps: int | None = None,
+    *,
+    baseline: float = 0.0,
+    batch_size: int | None = None,
+    forward_dtype: torch.dtype | None = None,
+    endpoints: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
     """Deletion and insertion curves (Petsiuk et al. 2018) on whole patches, with their AUC.
 
     Patches are ranked by `heat` (highest first). At step i of `steps` (default: one patch per step,
@@ -127,7 +147,7 @@ def deletion_insertion(model: nn.Module, x: torch.Tensor, target: torch.Tensor, 
     order = heat.detach().flatten(1).argsort(dim=1, descending=True).to(x.device)
     ranks = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=x.device).expand(B, -1))
     counts = torch.round(torch.arange(steps + 1, device=x.device) * n / steps)  # patches hidden per step
-    hidden = ranks[:, None, :] < counts[None, 1:-1, None]                       # [B, S-1, N]: the inner steps
+    hidden = ranks[:, None, :] < counts[None, 1:-1, None]  # [B, S-1, N]: the inner steps
     pixels = hidden.reshape(B, steps - 1, 1, g, g).repeat_interleave(p, 3).repeat_interleave(p, 4)
 
     def inner(keep_original: torch.Tensor) -> torch.Tensor:

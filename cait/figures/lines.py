@@ -1,5 +1,6 @@
 """A line plot described once (`LinePlot`) and drawn by plotly (the app, HTML files) or matplotlib (PNG
 files), so that the interactive and the printed figure show the same lines, bands, axes and labels."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,21 +11,22 @@ DASH_MATPLOTLIB = {"solid": "-", "dot": ":", "dash": "--"}
 @dataclass
 class Series:
     """One line of a panel, optionally with a shaded band around it."""
-    name: str                                   # legend entry
+
+    name: str  # legend entry
     x: list[float]
     y: list[float]
-    panel: int = 0                              # index of the panel (subplot) it is drawn in
-    colour: str | None = None                   # CSS / matplotlib colour; None: the renderer's cycle
-    dash: str = "solid"                         # "solid", "dot" or "dash"
+    panel: int = 0  # index of the panel (subplot) it is drawn in
+    colour: str | None = None  # CSS / matplotlib colour; None: the renderer's cycle
+    dash: str = "solid"  # "solid", "dot" or "dash"
     band: tuple[list[float], list[float]] | None = None  # (low, high) per point, shaded
-    hover: list[str] | None = None              # extra text per point, shown on hover (plotly only)
-    legend: bool = True                         # False: same legend entry as an earlier series
+    hover: list[str] | None = None  # extra text per point, shown on hover (plotly only)
+    legend: bool = True  # False: same legend entry as an earlier series
 
 
 @dataclass
 class LinePlot:
     title: str
-    panels: list[str]                           # subplot titles, side by side, sharing the y axis
+    panels: list[str]  # subplot titles, side by side, sharing the y axis
     x_label: str
     y_label: str
     series: list[Series]
@@ -32,46 +34,77 @@ class LinePlot:
     x_ticks: tuple[list[float], list[str]] | None = None  # positions and their labels
     hlines: list[tuple[float, str]] = field(default_factory=list)  # (y, label): dashed, in every panel
     vlines: list[tuple[float, str]] = field(default_factory=list)  # (x, label): thin, in every panel
-    height: int = 420                           # pixels of the plotly figure
+    height: int = 420  # pixels of the plotly figure
 
 
 def to_plotly(plot: LinePlot):
     """The plot as a plotly Figure (hover shows each point's values and `Series.hover`)."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=len(plot.panels), shared_yaxes=True, subplot_titles=plot.panels,
-                        horizontal_spacing=0.06)
+    fig = make_subplots(
+        rows=1, cols=len(plot.panels), shared_yaxes=True, subplot_titles=plot.panels, horizontal_spacing=0.06
+    )
     for s in plot.series:
         where = dict(row=1, col=s.panel + 1)
         line = dict(color=s.colour, dash=s.dash)
         if s.band is not None:
             low, high = s.band
-            fig.add_scatter(x=s.x + s.x[::-1], y=list(high) + list(low)[::-1], fill="toself", fillcolor=s.colour,
-                            opacity=0.15, line=dict(width=0), hoverinfo="skip", showlegend=False,
-                            legendgroup=s.name, **where)
-        fig.add_scatter(x=s.x, y=s.y, mode="lines+markers", name=s.name, legendgroup=s.name, line=line,
-                        showlegend=s.legend, text=s.hover,
-                        hovertemplate="%{x}: %{y:.3g}" + ("<br>%{text}" if s.hover else "") + f"<extra>{s.name}</extra>",
-                        **where)
+            fig.add_scatter(
+                x=s.x + s.x[::-1],
+                y=list(high) + list(low)[::-1],
+                fill="toself",
+                fillcolor=s.colour,
+                opacity=0.15,
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=s.name,
+                **where,
+            )
+        fig.add_scatter(
+            x=s.x,
+            y=s.y,
+            mode="lines+markers",
+            name=s.name,
+            legendgroup=s.name,
+            line=line,
+            showlegend=s.legend,
+            text=s.hover,
+            hovertemplate="%{x}: %{y:.3g}" + ("<br>%{text}" if s.hover else "") + f"<extra>{s.name}</extra>",
+            **where,
+        )
     for col in range(1, len(plot.panels) + 1):
         for y, label in plot.hlines:
-            fig.add_hline(y=y, line=dict(color="gray", dash="dash"), annotation_text=label,
-                          annotation_position="bottom right", row=1, col=col)
+            fig.add_hline(
+                y=y,
+                line=dict(color="gray", dash="dash"),
+                annotation_text=label,
+                annotation_position="bottom right",
+                row=1,
+                col=col,
+            )
         for x, label in plot.vlines:
-            fig.add_vline(x=x, line=dict(color="lightgray"), annotation_text=label, annotation_position="top",
-                          row=1, col=col)
+            fig.add_vline(
+                x=x, line=dict(color="lightgray"), annotation_text=label, annotation_position="top", row=1, col=col
+            )
         if plot.x_ticks is not None:
             fig.update_xaxes(tickvals=plot.x_ticks[0], ticktext=plot.x_ticks[1], row=1, col=col)
         fig.update_xaxes(title_text=plot.x_label, row=1, col=col)
     fig.update_yaxes(title_text=plot.y_label, type="log" if plot.log_y else "linear", row=1, col=1)
-    fig.update_layout(title=plot.title, height=plot.height, margin=dict(l=60, r=20, t=70, b=50),
-                      template="plotly_white", legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(
+        title=plot.title,
+        height=plot.height,
+        margin=dict(l=60, r=20, t=70, b=50),
+        template="plotly_white",
+        legend=dict(orientation="h", y=-0.2),
+    )
     return fig
 
 
 def to_matplotlib(plot: LinePlot, *, width: float = 12.0, height: float = 4.8):
     """The plot as a matplotlib Figure on the file-only backend (for PNG files)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -79,8 +112,9 @@ def to_matplotlib(plot: LinePlot, *, width: float = 12.0, height: float = 4.8):
     axes = axes[0]
     for s in plot.series:
         ax = axes[s.panel]
-        lines = ax.plot(s.x, s.y, DASH_MATPLOTLIB[s.dash], marker="o", ms=3, color=s.colour,
-                        label=s.name if s.legend else None)
+        lines = ax.plot(
+            s.x, s.y, DASH_MATPLOTLIB[s.dash], marker="o", ms=3, color=s.colour, label=s.name if s.legend else None
+        )
         if s.band is not None:
             ax.fill_between(s.x, s.band[0], s.band[1], color=lines[0].get_color(), alpha=0.15, lw=0)
     many = plot.x_ticks is not None and len(plot.x_ticks[0]) > 20
