@@ -1,0 +1,156 @@
+"""The ImageNet-C corruptions (Hendrycks & Dietterich 2019) on batches of model inputs.
+
+Each corruption takes a float batch x [B, C, H, W] in [0, 1] (the model's input view before normalisation, so
+pixel sizes are the model's input pixels, as ImageNet-C's are for 224 px crops), a severity 1-5 and a
+`torch.Generator`, and returns a batch of the same shape, dtype and range. Parameters are the paper's
+(its reference code, `imagecorruptions`); where that code works per image with OpenCV, scikit-image or PIL,
+the same operation is written once here on the whole batch with torch and torchvision:
+
+- gaussian_noise, shot_noise, impulse_noise: additive normal noise, Poisson photon noise, salt and pepper
+  on a share of the values;
+- defocus_blur: a disk kernel (smoothed by a small Gaussian as in the paper), gaussian_blur: a Gaussian;
+- brightness: the HSV value channel raised (done as a per-pixel scale: HSV's hue and saturation fixed),
+  contrast: each image's channel means kept and the deviations shrunk;
+- jpeg_compression: libjpeg through torchvision at low quality, pixelate: box down-sampling, nearest up.
+
+A maintained library was not used: `imagecorruptions` no longer imports with current scikit-image and needs
+OpenCV, its fork adds numba, and neither is batched nor seedable; kornia and albumentations lack several of
+the families (see benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+import torchvision.transforms.v2.functional as TF
+from torchvision.io import decode_jpeg, encode_jpeg
+
+SEVERITIES = (1, 2, 3, 4, 5)
+Corruption = Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]
+
+# The paper's parameter per severity 1-5 (imagecorruptions' corruptions.py).
+GAUSSIAN_NOISE_STD = (0.08, 0.12, 0.18, 0.26, 0.38)
+SHOT_NOISE_PHOTONS = (60, 25, 12, 5, 3)
+IMPULSE_NOISE_AMOUNT = (0.03, 0.06, 0.09, 0.17, 0.27)
+DEFOCUS_RADIUS_ALIAS = ((3, 0.1), (4, 0.5), (6, 0.5), (8, 0.5), (10, 0.5))
+GAUSSIAN_BLUR_SIGMA = (1, 2, 3, 4, 6)
+BRIGHTNESS_SHIFT = (0.1, 0.2, 0.3, 0.4, 0.5)
+CONTRAST_FACTOR = (0.4, 0.3, 0.2, 0.1, 0.05)
+JPEG_QUALITY = (25, 18, 15, 10, 7)
+PIXELATE_SCALE = (0.6, 0.5, 0.4, 0.3, 0.25)
+
+
+def _noise_like(x: torch.Tensor, generator: torch.Generator, draw: Callable[..., torch.Tensor]) -> torch.Tensor:
+    # drawn on the generator's device, so a CPU generator gives the same numbers whatever device x is on
+    return draw(x.shape, generator=generator, device=generator.device, dtype=torch.float32).to(x)
+
+
+def gaussian_noise(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    std = GAUSSIAN_NOISE_STD[severity - 1]
+    return (x + std * _noise_like(x, generator, torch.randn)).clamp(0, 1)
+
+
+def shot_noise(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    photons = SHOT_NOISE_PHOTONS[severity - 1]
+    rate = (x.float() * photons).to(generator.device)
+    return (torch.poisson(rate, generator=generator) / photons).to(x).clamp(0, 1)
+
+
+def impulse_noise(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    # scikit-image's "s&p": each value is replaced with probability `amount`, by 1 or 0 with even odds
+    amount = IMPULSE_NOISE_AMOUNT[severity - 1]
+    u = _noise_like(x, generator, torch.rand)
+    salt = _noise_like(x, generator, torch.rand) < 0.5
+    return torch.where(u < amount, salt.to(x), x)
+
+
+def _depthwise(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """x convolved per channel with an odd kernel [kh, kw], borders reflected (OpenCV's filter2D default), or
+    replicated where the kernel reaches further than reflection can."""
+    C, (kh, kw) = x.shape[1], kernel.shape
+    pad = [kw // 2, kw // 2, kh // 2, kh // 2]
+    mode = "reflect" if max(kh, kw) // 2 < min(x.shape[-2:]) else "replicate"
+    return F.conv2d(F.pad(x, pad, mode=mode), kernel.to(x).expand(C, 1, kh, kw), groups=C)
+
+
+def disk_kernel(radius: int, alias_blur: float) -> torch.Tensor:
+    """The paper's defocus kernel: a disk of `radius` pixels normalised to sum 1, smoothed by a Gaussian of
+    sigma `alias_blur` (3x3 for radii up to 8, else 5x5), on a grid of at least 17x17."""
+    half = max(radius, 8)
+    grid = torch.arange(-half, half + 1, dtype=torch.float32)
+    disk = ((grid[:, None] ** 2 + grid[None, :] ** 2) <= radius**2).float()
+    disk /= disk.sum()
+    size = 3 if radius <= 8 else 5
+    return TF.gaussian_blur(disk[None, None], [size, size], [alias_blur, alias_blur])[0, 0]
+
+
+def defocus_blur(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    return _depthwise(x, disk_kernel(*DEFOCUS_RADIUS_ALIAS[severity - 1])).clamp(0, 1)
+
+
+def gaussian_blur(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    # scikit-image's gaussian truncates at 4 sigma
+    sigma = float(GAUSSIAN_BLUR_SIGMA[severity - 1])
+    radius = int(4 * sigma + 0.5)
+    grid = torch.arange(-radius, radius + 1, dtype=torch.float32)
+    g = torch.exp(-(grid**2) / (2 * sigma**2))
+    g /= g.sum()
+    return _depthwise(_depthwise(x, g[None, :]), g[:, None]).clamp(0, 1)  # separable: rows, then columns
+
+
+def brightness(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    # HSV's value V = max over channels, raised by the shift and clipped at 1; hue and saturation fixed mean
+    # every channel scales by V'/V (a black pixel, V = 0, becomes grey V')
+    shift = BRIGHTNESS_SHIFT[severity - 1]
+    value = x.amax(dim=1, keepdim=True)
+    raised = (value + shift).clamp(max=1)
+    return torch.where(value > 0, x * raised / value.clamp_min(1e-12), raised).clamp(0, 1)
+
+
+def contrast(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    factor = CONTRAST_FACTOR[severity - 1]
+    means = x.mean(dim=(2, 3), keepdim=True)
+    return ((x - means) * factor + means).clamp(0, 1)
+
+
+def jpeg_compression(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    quality = JPEG_QUALITY[severity - 1]
+    images = list((x.detach().cpu().clamp(0, 1) * 255).round().to(torch.uint8))
+    decoded = decode_jpeg(encode_jpeg(images, quality=quality))
+    return torch.stack(decoded).to(device=x.device, dtype=x.dtype) / 255
+
+
+def pixelate(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    scale = PIXELATE_SCALE[severity - 1]
+    H, W = x.shape[-2:]
+    small = F.interpolate(x, size=(max(1, int(H * scale)), max(1, int(W * scale))), mode="area")
+    return F.interpolate(small, size=(H, W), mode="nearest-exact")
+
+
+CORRUPTIONS: dict[str, Corruption] = {
+    f.__name__: f
+    for f in (
+        gaussian_noise,
+        shot_noise,
+        impulse_noise,
+        defocus_blur,
+        gaussian_blur,
+        brightness,
+        contrast,
+        jpeg_compression,
+        pixelate,
+    )
+}
+
+
+def corrupt(x: torch.Tensor, name: str, severity: int, *, generator: torch.Generator) -> torch.Tensor:
+    """`CORRUPTIONS[name]` at `severity` (1-5) on x [B, C, H, W] in [0, 1], random draws from `generator`."""
+    if name not in CORRUPTIONS:
+        raise ValueError(f"unknown corruption {name!r}; choose from {', '.join(CORRUPTIONS)}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity must be 1-5, got {severity}")
+    if x.dim() != 4:
+        raise ValueError(f"x must be a batch [B, C, H, W], got shape {list(x.shape)}")
+    return CORRUPTIONS[name](x, severity, generator)
