@@ -26,19 +26,22 @@ import re
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms.v2.functional import normalize
 from tqdm import tqdm
 
 from . import explain
 from .checkpoint import CheckpointError, stored_config
 from .config import CNNConfig
+from .corruptions import CORRUPTIONS
 from .data import DataError, build_dataset
 from .factory import create_model
 from .model import CaiT
-from .preprocess import eval_transform
+from .preprocess import eval_transform, model_view, view_pixels
 from .runtime import DEVICE_CHOICES, PRECISION_CHOICES, DeviceError, autocast, inference_dtype, resolve_device
 from .teacher import load_teacher
 
@@ -81,10 +84,13 @@ def localization_rows(result: dict) -> list[dict]:
 
 class EvalImages(Dataset):
     """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images: what the model
-    is scored on here and in `cait.calibration`."""
+    is scored on here and in `cait.calibration`. normalise=False: the model's view in [0, 1] instead, for a
+    corruption to be applied before the normalisation."""
 
-    def __init__(self, base: Dataset, model: nn.Module):
-        self.base, self.tf = base, eval_transform(model.cfg)
+    def __init__(self, base: Dataset, model: nn.Module, *, normalise: bool = True):
+        cfg = model.cfg
+        self.base = base
+        self.tf = eval_transform(cfg) if normalise else lambda image: view_pixels(model_view(image, cfg))
         boxes = getattr(base, "boxes", None)
         # Scenes are square, so the eval resize scales both axes alike and crop_pct 1.0 crops nothing.
         self.boxes = None if boxes is None else torch.as_tensor(boxes) * (model.cfg.img_size / base.canvas)
@@ -160,13 +166,15 @@ def evaluate(
     methods: tuple[str, ...] | None = None,
     device: torch.device = torch.device("cpu"),
     dtype: torch.dtype | None = None,
+    corruption: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> dict:
     """Accuracy on `data` and, when it carries boxes and `model` is a CaiT, the localization of every explanation
     method (a timm CNN: accuracy only). dtype: autocast dtype of the classification pass, whose class attention
     is scored too (None: fp32);
-    the other methods (gradients, rollout, occlusion) always run in fp32."""
+    the other methods (gradients, rollout, occlusion) always run in fp32. corruption: applied to each batch of
+    model views in [0, 1] before normalisation (`cait.robustness`); boxes stay where they were."""
     model = model.to(device).eval()
-    ds = EvalImages(data, model)
+    ds = EvalImages(data, model, normalise=corruption is None)
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
     asked = [explain.METHODS.canonical(m) for m in (explain.METHODS if methods is None else methods)]
     cheap, costly = [m for m in asked if m in CHEAP_METHODS], [m for m in asked if m not in CHEAP_METHODS]
@@ -176,6 +184,8 @@ def evaluate(
     tally, sides, correct, labels = _Tally(), [], [], []
     for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
         x, y = x.to(device), y.to(device)
+        if corruption is not None:
+            x = normalize(corruption(x), model.cfg.mean, model.cfg.std)
         with autocast(dtype, device):
             ca = explain.class_attention(model, x) if explained else None
             logits = ca.logits if explained else model(x)
@@ -260,6 +270,9 @@ def load_model(name: str | None, checkpoint: str | None, *, img_size: int | None
 
 
 def main(argv: list[str] | None = None) -> int:
+    # cait.robustness builds on evaluate() above, so the command line imports it here, not at the top
+    from .robustness import POINTING_ROWS, corruption_section, format_sweep, parse_corruptions
+
     p = argparse.ArgumentParser(
         prog="python -m cait.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -309,6 +322,23 @@ def main(argv: list[str] | None = None) -> int:
         help=f"explanations to score; default all of "
         f"{', '.join(explain.METHODS)} (earlier names, e.g. rollout_before_mixing, are accepted)",
     )
+    p.add_argument(
+        "--corruption",
+        nargs="+",
+        default=None,
+        metavar="NAME[:SEVERITY]",
+        help="also evaluate under ImageNet-C corruptions of the model's input (cait.corruptions): a name "
+        "(severities 1-5), NAME:SEVERITY, 'all' or 'all:SEVERITY'; with it --methods defaults to "
+        f"ca1_mean ca2_mean (pointing per corruption). Names: {', '.join(CORRUPTIONS)}",
+    )
+    p.add_argument("--corruption-seed", type=int, default=0, help="seed of the corruptions' random draws")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="NAME_OR_FILE",
+        help="with --corruption: the model (variant name or checkpoint) or an earlier sweep's JSON that mCE is "
+        "measured against (Hendrycks & Dietterich 2019; cait.robustness)",
+    )
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
@@ -327,6 +357,14 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     if args.batch_size <= 0:
         p.error("--batch-size must be positive")
+    try:
+        pairs = parse_corruptions(args.corruption or [])
+    except ValueError as e:
+        p.error(str(e))
+    if args.baseline and not pairs:
+        p.error("--baseline needs --corruption")
+    if pairs and not args.methods:
+        args.methods = list(POINTING_ROWS)
     if args.img_size is not None and args.img_size <= 0:
         p.error("--img-size must be positive")
     try:
@@ -347,9 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     dtype = inference_dtype(args.precision, device)
-    result = evaluate(
-        model,
-        data,
+    kwargs = dict(
         batch_size=args.batch_size,
         workers=args.workers,
         attribution_subset=args.attribution_subset,
@@ -357,6 +393,15 @@ def main(argv: list[str] | None = None) -> int:
         device=device,
         dtype=dtype,
     )
+    result = evaluate(model, data, **kwargs)
+    if pairs:
+        try:
+            result["corruption"] = corruption_section(
+                model, data, result, pairs, baseline=args.baseline, seed=args.corruption_seed, **kwargs
+            )
+        except (CheckpointError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     result.update(
         model=args.model or "from checkpoint",
         checkpoint=model.source,
@@ -366,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         precision="bf16 autocast" if dtype is not None else "fp32",
     )
     print(format_table(result))
+    if pairs:
+        print(format_sweep(result["corruption"]))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -40,11 +40,14 @@ def model_view(image: Image.Image, cfg: CaiTConfig) -> Image.Image:
     return view(image.convert("RGB" if cfg.in_chans == 3 else "L"))
 
 
+def view_pixels(view: Image.Image) -> torch.Tensor:
+    """A `model_view` as float [C, H, W] in [0, 1], before normalisation (where `cait.corruptions` apply)."""
+    return T.functional.to_dtype(T.functional.pil_to_tensor(view), torch.float32, scale=True)
+
+
 def view_tensor(view: Image.Image, cfg: CaiTConfig) -> torch.Tensor:
     """A `model_view` as the model's input: float tensor [C, H, W] normalised with the config's mean and std."""
-    return T.Normalize(cfg.mean, cfg.std)(
-        T.functional.to_dtype(T.functional.pil_to_tensor(view), torch.float32, scale=True)
-    )
+    return T.Normalize(cfg.mean, cfg.std)(view_pixels(view))
 
 
 def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:

@@ -1,0 +1,185 @@
+"""Corruption robustness of a model: `cait.evaluate` under each ImageNet-C corruption and severity, and the mean
+corruption error (mCE) against a baseline model, as Hendrycks & Dietterich (2019) define it.
+
+    python -m cait.evaluate --model cait_micro_136 --corruption all:3 --subset 1000 --json sweep.json
+    python -m cait.evaluate --model cait_s24_224 --pretrained --data PHOTOS --corruption all --baseline base.json
+
+For corruption c, with E the top-1 error (1 - top-1) at severity s of the model and B the baseline's:
+CE_c = sum_s E_{s,c} / sum_s B_{s,c}, and relative CE_c = sum_s (E_{s,c} - E_clean) / sum_s (B_{s,c} - B_clean);
+mCE and relative mCE are their means over the corruptions. The paper's baseline is AlexNet; here it is whatever
+`--baseline` names (a model, a checkpoint, or an earlier sweep's JSON, which must cover the same corruptions,
+severities and images). Every model sees the same corrupted images: each run's random draws come from a
+generator seeded with `--corruption-seed`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from .corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from .evaluate import evaluate
+
+POINTING_ROWS = ("ca1_mean", "ca2_mean")  # the class-attention maps scored under corruption (head means)
+
+
+def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
+    """(name, severity) pairs from specs "NAME", "NAME:SEVERITY", "all" or "all:SEVERITY" (no severity: 1-5),
+    in the order given, each pair once."""
+    pairs: list[tuple[str, int]] = []
+    for spec in specs:
+        name, _, severity = spec.partition(":")
+        if name != "all" and name not in CORRUPTIONS:
+            raise ValueError(f"unknown corruption {name!r}; choose from all, {', '.join(CORRUPTIONS)}")
+        if severity and (not severity.isdigit() or int(severity) not in SEVERITIES):
+            raise ValueError(f"severity must be 1-5, got {severity!r} in {spec!r}")
+        names = list(CORRUPTIONS) if name == "all" else [name]
+        severities = [int(severity)] if severity else list(SEVERITIES)
+        pairs += [(n, s) for n in names for s in severities if (n, s) not in pairs]
+    return pairs
+
+
+def corruption_fn(name: str, severity: int, *, seed: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The batch function `evaluate(corruption=...)` takes: `name` at `severity`, draws from a generator seeded
+    with `seed` once, so a run over the same images in the same batches is repeated exactly."""
+    generator = torch.Generator().manual_seed(seed)
+    return lambda x: corrupt(x, name, severity, generator=generator)
+
+
+def summary(result: dict) -> dict:
+    """Top-1 and the class-attention pointing (CA-1 / CA-2 head means, when scored) of an `evaluate` result."""
+    rows = {r["method"]: r for r in result.get("localization") or []}
+    out = {"images": result["images"], "top1": result["top1"], "per_class_top1": result["per_class_top1"]}
+    for name in POINTING_ROWS:
+        if name in rows:
+            out[f"{name}_pointing"] = rows[name]["pointing_game"]
+            out[f"{name}_mass_in_box"] = rows[name]["mass_in_box"]
+    return out
+
+
+def sweep(
+    model: nn.Module, data: Dataset, pairs: Sequence[tuple[str, int]], *, seed: int = 0, **evaluate_kwargs
+) -> list[dict]:
+    """`summary` of `evaluate` under each (corruption, severity) of `pairs`, with those two keys added."""
+    rows = []
+    for name, severity in pairs:
+        result = evaluate(model, data, corruption=corruption_fn(name, severity, seed=seed), **evaluate_kwargs)
+        rows.append({"corruption": name, "severity": severity, **summary(result)})
+    return rows
+
+
+def _error_sums(rows: Sequence[dict]) -> dict[str, dict[int, float]]:
+    errors: dict[str, dict[int, float]] = {}
+    for row in rows:
+        errors.setdefault(row["corruption"], {})[row["severity"]] = 1 - row["top1"]
+    return errors
+
+
+def mean_corruption_error(
+    rows: Sequence[dict], clean_top1: float, baseline: Sequence[dict], baseline_top1: float
+) -> dict:
+    """mCE and relative mCE (module doc) of sweep `rows` against the baseline's sweep, both with their clean
+    top-1; per corruption CE and relative CE over the severities both sweeps ran (None where the baseline's
+    denominator is 0)."""
+    ours, theirs = _error_sums(rows), _error_sums(baseline)
+    per_corruption = {}
+    for name, by_severity in ours.items():
+        severities = sorted(set(by_severity) & set(theirs.get(name, {})))
+        if not severities:
+            continue
+        e = [by_severity[s] for s in severities]
+        b = [theirs[name][s] for s in severities]
+        rel_num = sum(v - (1 - clean_top1) for v in e)
+        rel_den = sum(v - (1 - baseline_top1) for v in b)
+        per_corruption[name] = {
+            "severities": severities,
+            "ce": sum(e) / sum(b) if sum(b) > 0 else None,
+            "relative_ce": rel_num / rel_den if rel_den != 0 else None,
+        }
+
+    def mean(key: str) -> float | None:
+        values = [v[key] for v in per_corruption.values()]
+        return sum(values) / len(values) if values and None not in values else None
+
+    return {"mce": mean("ce"), "relative_mce": mean("relative_ce"), "per_corruption": per_corruption}
+
+
+def read_sweep(path: str | Path) -> dict:
+    """An earlier `--corruption` result JSON's clean summary and sweep rows (as a baseline)."""
+    result = json.loads(Path(path).read_text())
+    if "corruption" not in result:
+        raise ValueError(f"{path} holds no corruption sweep (run cait.evaluate with --corruption and --json)")
+    return result["corruption"]
+
+
+def format_sweep(section: dict) -> str:
+    """The sweep as a table: one line per corruption and severity, then the mean per severity, then mCE."""
+    rows = section["rows"]
+    has_pointing = any("ca1_mean_pointing" in r for r in rows)
+    head = f"{'corruption':<18}{'sev':>4}{'top-1':>8}" + (f"{'CA-1 pt':>9}{'CA-2 pt':>9}" if has_pointing else "")
+    lines = [head]
+    clean = section["clean"]
+    for row in [{"corruption": "clean", "severity": 0, **clean}, *rows]:
+        line = f"{row['corruption']:<18}{row['severity'] or '-':>4}{100 * row['top1']:>7.1f}%"
+        if has_pointing:
+            line += "".join(f"{100 * row.get(f'{n}_pointing', float('nan')):>8.1f}%" for n in POINTING_ROWS)
+        lines.append(line)
+    for s, top1 in mean_by_severity(rows).items():
+        lines.append(f"{'mean':<18}{s:>4}{100 * top1:>7.1f}%")
+    mce = section.get("mce")
+    if mce and mce["mce"] is not None:
+        rel = mce["relative_mce"]
+        lines.append(
+            f"mCE {100 * mce['mce']:.1f}%, relative mCE "
+            f"{'-' if rel is None else f'{100 * rel:.1f}%'} against {section['baseline']['name']}"
+        )
+    return "\n".join(lines)
+
+
+def mean_by_severity(rows: Sequence[dict]) -> dict[int, float]:
+    """Mean top-1 over the corruptions at each severity run."""
+    by: dict[int, list[float]] = {}
+    for row in rows:
+        by.setdefault(row["severity"], []).append(row["top1"])
+    return {s: sum(v) / len(v) for s, v in sorted(by.items())}
+
+
+def corruption_section(
+    model: nn.Module,
+    data: Dataset,
+    clean: dict,
+    pairs: Sequence[tuple[str, int]],
+    *,
+    baseline: str | None = None,
+    seed: int = 0,
+    **evaluate_kwargs,
+) -> dict:
+    """What `cait.evaluate --corruption` adds to its result: the clean `summary`, the sweep's rows, and, with a
+    `baseline` (a model name, a checkpoint, or an earlier sweep's JSON), the baseline's clean and swept
+    numbers on the same corrupted images and the mCE against them."""
+    section = {"seed": seed, "clean": summary(clean), "rows": sweep(model, data, pairs, seed=seed, **evaluate_kwargs)}
+    if baseline is None:
+        return section
+    if baseline.endswith(".json") and Path(baseline).is_file():
+        earlier = read_sweep(baseline)
+        base_clean, base_rows = earlier["clean"], earlier["rows"]
+    else:
+        from .evaluate import load_model  # the model-loading rule of the evaluation it is compared with
+
+        is_file = Path(baseline).is_file()
+        other = load_model(None if is_file else baseline, baseline if is_file else None)
+        base_clean = summary(evaluate(other, data, **evaluate_kwargs))
+        base_rows = sweep(other, data, pairs, seed=seed, **evaluate_kwargs)
+    if base_clean["images"] != section["clean"]["images"]:
+        raise ValueError(
+            f"baseline {baseline} was scored on {base_clean['images']} images, this model on "
+            f"{section['clean']['images']}: mCE compares the same images"
+        )
+    section["baseline"] = {"name": baseline, "clean": base_clean, "rows": base_rows}
+    section["mce"] = mean_corruption_error(section["rows"], clean["top1"], base_rows, base_clean["top1"])
+    return section
