@@ -552,3 +552,41 @@ def test_no_verdict_from_runs_that_learned_nothing(table1):
         {"layerscale": (14.0, 14.2), "scalar": (12.0, 12.2), "rezero": (11.9, 12.1), "baseline": (None, None)},
     )
     assert table1.summarize(rows).headline == "Paper's Table 1 ordering at depth 36: not resolved"
+
+
+def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_prediction_held(checkpoint, tmp_path):
+    from torchvision.transforms.v2.functional import normalize
+
+    from cait.corruptions import corrupt
+    from cait.data import FashionMNISTScenes
+    from cait.evaluate import EvalImages
+
+    run("robustness.py", "--quick", "--checkpoint", checkpoint, "--out", tmp_path)
+    result = json.loads((tmp_path / "robustness.json").read_text())
+    assert [(r["corruption"], r["severity"]) for r in result["rows"]] == [
+        ("gaussian_noise", 1),
+        ("gaussian_noise", 5),
+        ("shot_noise", 1),
+        ("shot_noise", 5),
+    ]
+    assert (tmp_path / "robustness.png").is_file() and (tmp_path / "robustness.html").is_file()
+    # the row of gaussian_noise:5 recomputed here: the 8 scenes' views corrupted with seed 0, then normalised
+    model = cait.create_model(None, checkpoint)
+    views = EvalImages(FashionMNISTScenes("val", subset=8), model, normalise=False)
+    x = torch.stack([views[i][0] for i in range(8)])
+    labels, boxes = torch.as_tensor([views[i][1] for i in range(8)]), torch.stack([views[i][2] for i in range(8)])
+    x = corrupt(x, "gaussian_noise", 5, generator=torch.Generator().manual_seed(0))
+    ca = explain.class_attention(model, normalize(x, model.cfg.mean, model.cfg.std))
+    right = ca.logits.argmax(-1) == labels
+    hit = explain.pointing_game(ca.mean[:, 0], boxes, model.cfg.img_size)
+    row = result["rows"][1]
+    assert row["top1"] == pytest.approx(right.float().mean().item())
+    assert row["ca1_pointing"] == pytest.approx(hit.float().mean().item())
+    assert row["stayed_right"] + row["broke"] == round(result["clean"]["top1"] * 8)  # the clean-right ones, split
+    assert result["clean"]["agreement"] == 1 and result["clean"]["focus_kept"] >= 0.5  # the region holds >= 50%
+    # photos without labels: agreement with the clean prediction and the focus kept, no top-1 or pointing
+    photos = sorted(EXAMPLES.glob("*.png"))[:2]
+    run("robustness.py", "--quick", "--checkpoint", checkpoint, "--images", *photos, "--out", tmp_path / "photos")
+    unlabelled = json.loads((tmp_path / "photos" / "robustness.json").read_text())
+    assert unlabelled["images"] == "2 photos" and all("top1" not in r for r in unlabelled["rows"])
+    assert all(0 <= r["focus_kept"] <= 1 and 0 <= r["agreement"] <= 1 for r in unlabelled["rows"])
