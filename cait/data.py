@@ -82,25 +82,60 @@ class FashionMNIST(Dataset):
 SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
 
 
+SCENE_STYLES = ("default", "varied")
+# The "varied" style's draws per scene, each uniform in its range (see FashionMNISTScenes).
+VARIED_STYLE = {
+    "pixel_noise": (0.0, 0.10),  # std of the pixel noise (the default style's is PIXEL_NOISE)
+    "background_brightness": (-0.2, 0.2),  # added to the background
+    "background_contrast": (0.5, 1.5),  # the background's deviations from its mean colour scaled by this
+    "garment_floor": (0.1, 0.6),  # the garment's darkest shade, as a share of its tint (default 0.35)
+    "garment_gamma": (0.6, 1.6),  # its grey levels raised to this power before shading (default 1)
+    "garment_blur": (0.0, 1.2),  # std in canvas pixels of a Gaussian blur of the garment (default none)
+}
+PIXEL_NOISE = 0.04  # std of the default style's pixel noise
+
+
 class FashionMNISTScenes(Dataset):
     """Colour canvases with one tinted garment at a random position and scale over clutter.
 
     The garment's pasted frame has a side of 30-65% of the canvas; the clutter is a colour gradient,
     smooth texture, pixel noise and faint fragments of other garments from the same split, so an
     attention map that ignores the garment cannot land in its box by luck more often than the box's
-    area allows. Everything is a pure function of (seed, split, n, index): any worker or rank renders the
-    same sample, and `cache=True` renders the split once into a memory-mapped file (`.pixels`) that
+    area allows. Everything is a pure function of (seed, split, n, index, style): any worker or rank renders
+    the same sample, and `cache=True` renders the split once into a memory-mapped file (`.pixels`) that
     items are then read from. `boxes` are the garment's tight box (x0, y0, x1, y1) in canvas pixels.
+
+    style "default" draws every scene the same way (pixel noise std PIXEL_NOISE, fixed shading, no blur), as
+    every shipped model was trained and scored. style "varied" also draws, per scene from its own random
+    stream, the pixel noise level, the background's brightness and contrast, the garment's shading (darkest
+    shade, gamma) and blur (VARIED_STYLE's ranges); the layout, garments, colours and clutter are the default's,
+    and so are the boxes: the varied garment is drawn only inside its box (rounded out to whole pixels).
+    pixel_noise: the noise std of every scene instead (either style), e.g. to check a model's dependence on it.
     """
 
     classes = FASHION_MNIST_CLASSES
     MIN_SIDE, MAX_SIDE = 0.30, 0.65
-    GENERATOR_VERSION = 1  # bump whenever render() or the layout draws change: it renames the cache files
+    # bump whenever render() or the layout draws change: it renames the cache files. 2: styles and the noise
+    # override (the default style's pixels are version 1's, bit for bit)
+    GENERATOR_VERSION = 2
 
     def __init__(
-        self, split: str, *, canvas: int = SCENE_SIDE, seed: int = 0, subset: int | None = None, cache: bool = False
+        self,
+        split: str,
+        *,
+        canvas: int = SCENE_SIDE,
+        seed: int = 0,
+        subset: int | None = None,
+        cache: bool = False,
+        style: str = "default",
+        pixel_noise: float | None = None,
     ):
+        if style not in SCENE_STYLES:
+            raise DataError(f"unknown scene style {style!r}; choose from {', '.join(SCENE_STYLES)}")
+        if pixel_noise is not None and not 0 <= pixel_noise < 1:
+            raise DataError(f"pixel noise std must be in [0, 1), got {pixel_noise}")
         self.split, self.canvas, self.seed = split, canvas, seed
+        self.style, self.pixel_noise = style, pixel_noise
         self.garments, all_labels = load_fashion_mnist(split)
         n = len(all_labels) if subset is None else min(subset, len(all_labels))
         self.labels = all_labels[:n]
@@ -124,7 +159,16 @@ class FashionMNISTScenes(Dataset):
             "n": len(self.labels),
             "min_side": self.MIN_SIDE,
             "max_side": self.MAX_SIDE,
+            "style": self.style,
+            "varied_style": VARIED_STYLE if self.style == "varied" else None,
+            "pixel_noise": self.pixel_noise,
         }
+
+    @property
+    def style_tag(self) -> str:
+        """What sets these scenes' look apart from the default style's, for file names ("" for the default)."""
+        noise = "" if self.pixel_noise is None else f"-noise{self.pixel_noise:g}"
+        return ("" if self.style == "default" else f"-{self.style}") + noise
 
     @property
     def pixels(self) -> np.ndarray:
@@ -168,10 +212,20 @@ class FashionMNISTScenes(Dataset):
         image = self.render(i) if self._pixels is None else np.asarray(self._pixels[i])
         return Image.fromarray(image), int(self.labels[i])
 
-    def render(self, i: int) -> np.ndarray:
-        """The uint8 [canvas, canvas, 3] scene of sample i."""
+    def _style_draws(self, i: int) -> dict[str, float] | None:
+        """The varied style's draws for sample i (VARIED_STYLE's keys), from a stream of their own so that
+        the default style's draws stay as they were; None for the default style."""
+        if self.style == "default":
+            return None
+        rng = np.random.default_rng([self.seed, 0 if self.split == "train" else 1, 2, i])
+        return {key: float(rng.uniform(*bounds)) for key, bounds in VARIED_STYLE.items()}
+
+    def render(self, i: int, *, garment: bool = True) -> np.ndarray:
+        """The uint8 [canvas, canvas, 3] scene of sample i (garment=False: the same scene without its garment,
+        every random draw made alike: what tests compare to find where the garment was drawn)."""
         c = self.canvas
         rng = np.random.default_rng([self.seed, 0 if self.split == "train" else 1, 1, i])
+        style = self._style_draws(i)
         # Background: a colour gradient plus smooth low-frequency texture plus pixel noise.
         ramp = np.linspace(0, 1, c)[None, :, None]
         a, b = rng.uniform(0.1, 0.7, 3), rng.uniform(0.1, 0.7, 3)
@@ -185,15 +239,36 @@ class FashionMNISTScenes(Dataset):
             frag = _resize(self.garments[j].astype(np.float32) / 255, side)[..., None]
             y, x = rng.integers(-side // 3, c - side // 2, 2)
             _paste(img, frag * rng.uniform(0.15, 0.35), rng.uniform(0, 1, 3), x, y)
+        if style is not None:
+            mean = img.mean(axis=(0, 1))
+            img = (img - mean) * style["background_contrast"] + mean + style["background_brightness"]
         # The garment: its grey levels shade a random saturated colour.
         side = self.sides[i]
         g = _resize(self.garments[i].astype(np.float32) / 255, side)[..., None]
         tint = rng.uniform(0, 1, 3)
         tint[rng.integers(3)] = rng.uniform(0.8, 1.0)  # at least one strong channel: visible, not black
-        colour = tint * (0.35 + 0.65 * g)
-        _paste(img, np.clip(g * 1.6, 0, 1) * rng.uniform(0.85, 1.0), colour, self.x0[i], self.y0[i])
-        img = img + rng.normal(0, 0.04, img.shape)
+        if style is None:
+            colour, alpha = tint * (0.35 + 0.65 * g), np.clip(g * 1.6, 0, 1)
+        else:
+            floor = style["garment_floor"]
+            colour = tint * (floor + (1 - floor) * g ** style["garment_gamma"])
+            alpha = np.clip(_blur(g[..., 0], style["garment_blur"])[..., None] * 1.6, 0, 1) * self._box_mask(i)
+        alpha = alpha * rng.uniform(0.85, 1.0)
+        if garment:
+            _paste(img, alpha, colour, self.x0[i], self.y0[i])
+        noise = self.pixel_noise if self.pixel_noise is not None else PIXEL_NOISE if style is None else None
+        img = img + rng.normal(0, style["pixel_noise"] if noise is None else noise, img.shape)
         return (np.clip(img, 0, 1) * 255).astype(np.uint8)
+
+    def _box_mask(self, i: int) -> np.ndarray:
+        """[side, side, 1]: 1 on the pixels of sample i's pasted frame that lie in its box rounded out to
+        whole canvas pixels, 0 elsewhere (a blurred garment stays inside its box)."""
+        x0, y0, x1, y1 = self.boxes[i]
+        canvas_x = self.x0[i] + np.arange(self.sides[i])
+        canvas_y = self.y0[i] + np.arange(self.sides[i])
+        cols = (canvas_x >= np.floor(x0)) & (canvas_x < np.ceil(x1))
+        rows = (canvas_y >= np.floor(y0)) & (canvas_y < np.ceil(y1))
+        return (rows[:, None] & cols[None, :]).astype(np.float32)[..., None]
 
 
 def _resize(arr: np.ndarray, side: int) -> np.ndarray:
@@ -201,6 +276,17 @@ def _resize(arr: np.ndarray, side: int) -> np.ndarray:
     if arr.ndim == 2:
         return np.asarray(Image.fromarray(arr.astype(np.float32), mode="F").resize((side, side), Image.BILINEAR))
     return np.stack([_resize(arr[..., k], side) for k in range(arr.shape[-1])], axis=-1)
+
+
+def _blur(arr: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian blur (std `sigma` pixels, 3 sigma each side, zeros beyond the edge) of a float [h, w] array."""
+    if sigma <= 0:
+        return arr
+    radius = max(1, int(np.ceil(3 * sigma)))
+    kernel = np.exp(-(np.arange(-radius, radius + 1) ** 2) / (2 * sigma**2))
+    kernel /= kernel.sum()
+    arr = np.apply_along_axis(np.convolve, 0, arr, kernel, mode="same")
+    return np.apply_along_axis(np.convolve, 1, arr, kernel, mode="same")
 
 
 def _paste(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray, x: int, y: int) -> None:
@@ -320,17 +406,29 @@ class ImageFolderData(Dataset):
         return self.folder[i]
 
 
-def build_dataset(data: str, split: str, *, seed: int = 0, subset: int | None = None, cache: bool = False) -> Dataset:
+def build_dataset(
+    data: str,
+    split: str,
+    *,
+    seed: int = 0,
+    subset: int | None = None,
+    cache: bool = False,
+    style: str = "default",
+    pixel_noise: float | None = None,
+) -> Dataset:
     """data: "fashion-mnist", "fashion-mnist-scenes" or an ImageFolder root; split: "train" or "val".
-    cache: read scenes from the disk cache (rendering it first if needed) instead of rendering each."""
+    cache: read scenes from the disk cache (rendering it first if needed) instead of rendering each.
+    style, pixel_noise: the scenes' look (`FashionMNISTScenes`); other data refuses anything but the default."""
     if split not in SPLIT_FILES:
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
     if subset is not None and subset <= 0:
         raise DataError(f"--subset must be positive, got {subset}")
+    if data == "fashion-mnist-scenes":
+        return FashionMNISTScenes(split, seed=seed, subset=subset, cache=cache, style=style, pixel_noise=pixel_noise)
+    if style != "default" or pixel_noise is not None:
+        raise DataError(f"a scene style and pixel noise apply to fashion-mnist-scenes only, not {data}")
     if data == "fashion-mnist":
         return FashionMNIST(split, subset=subset)
-    if data == "fashion-mnist-scenes":
-        return FashionMNISTScenes(split, seed=seed, subset=subset, cache=cache)
     if not Path(data).exists():
         raise DataError(f"unknown dataset '{data}': use fashion-mnist, fashion-mnist-scenes or an existing directory")
     return ImageFolderData(data, split, subset=subset)

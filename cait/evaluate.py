@@ -38,7 +38,7 @@ from . import explain
 from .checkpoint import CheckpointError, stored_config
 from .config import CNNConfig
 from .corruptions import CORRUPTIONS
-from .data import DataError, build_dataset
+from .data import SCENE_STYLES, DataError, build_dataset
 from .factory import create_model
 from .model import CaiT
 from .preprocess import eval_transform, model_view, view_pixels
@@ -310,6 +310,21 @@ def main(argv: list[str] | None = None) -> int:
         "held-out set for choosing e.g. --img-size, and a check on differently drawn scenes)",
     )
     p.add_argument(
+        "--scene-style",
+        default="default",
+        choices=SCENE_STYLES,
+        help="fashion-mnist-scenes drawn in this style: default (as every number here), or varied (noise level, "
+        "background brightness and contrast, garment shading and blur drawn per scene; cait.data)",
+    )
+    p.add_argument(
+        "--pixel-noise",
+        type=float,
+        default=None,
+        metavar="STD",
+        help="fashion-mnist-scenes with this pixel-noise std instead (the default style's is 0.04): how much a "
+        "model depends on the renderer's noise level",
+    )
+    p.add_argument(
         "--attribution-subset",
         type=int,
         default=500,
@@ -378,9 +393,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.checkpoint} holds a CNN ({model.cfg.arch}): it has no class attention, so "
                 f"--methods does not apply (it is scored on top-1 and per class)"
             )
-        data = build_dataset(
-            args.data, "val", seed=args.scene_seed, subset=args.subset, cache=True
-        )  # scenes: read from the disk cache
+        data = build_dataset(  # scenes: read from the disk cache
+            args.data,
+            "val",
+            seed=args.scene_seed,
+            subset=args.subset,
+            cache=True,
+            style=args.scene_style,
+            pixel_noise=args.pixel_noise,
+        )
     except (CheckpointError, DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -408,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         img_size=model.cfg.img_size,
         data=args.data,
         scene_seed=args.scene_seed,
+        scene_style=args.scene_style,
+        pixel_noise=args.pixel_noise,
         precision="bf16 autocast" if dtype is not None else "fp32",
     )
     print(format_table(result))

@@ -57,7 +57,8 @@ def lock_path(path: Path) -> Path:
 
 
 def _prefix(scenes: "FashionMNISTScenes") -> str:
-    return f"scenes-{scenes.split}-seed{scenes.seed}-{scenes.canvas}px-n{len(scenes)}"
+    # the style before the seed: a glob for one style's stale files never matches another style's files
+    return f"scenes-{scenes.split}{scenes.style_tag}-seed{scenes.seed}-{scenes.canvas}px-n{len(scenes)}"
 
 
 def cached_pixels(scenes: "FashionMNISTScenes", *, processes: int | None = None) -> np.ndarray:

@@ -1,0 +1,95 @@
+"""The scenes' styles: the default renders as before, bit for bit; "varied" draws its look per scene and keeps the
+boxes exact; the pixel-noise override; each style its own cache file."""
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cait.data import DataError, FashionMNISTScenes, build_dataset
+from cait.scene_cache import _prefix, cache_path
+
+# sha256 (first 16 hex digits) of scenes rendered by generator version 1, before styles existed
+VERSION_1 = {
+    ("val", 0, 0): "b5be485fe9a4af24",
+    ("val", 0, 1): "e2e1cb7d81e9c61a",
+    ("val", 0, 77): "c4744ee56938182f",
+    ("val", 0, 199): "79b284fc30b2a4ed",
+    ("train", 3, 0): "2036f3d98b602506",
+    ("train", 3, 199): "fc5198424f786202",
+}
+
+
+def _digest(image: np.ndarray) -> str:
+    return hashlib.sha256(image.tobytes()).hexdigest()[:16]
+
+
+def test_the_default_style_renders_version_1s_pixels():
+    for (split, seed, i), digest in VERSION_1.items():
+        scenes = FashionMNISTScenes(split, seed=seed, subset=200)
+        assert _digest(scenes.render(i)) == digest, (split, seed, i)
+        # the noise override at the default's own std changes nothing either
+        assert _digest(FashionMNISTScenes(split, seed=seed, subset=200, pixel_noise=0.04).render(i)) == digest
+
+
+def test_the_varied_style_draws_its_look_per_scene_and_keeps_the_garment_in_its_box():
+    default = FashionMNISTScenes("val", subset=40)
+    varied = FashionMNISTScenes("val", subset=40, style="varied")
+    np.testing.assert_array_equal(varied.boxes, default.boxes)  # the same layout and garments
+    looks = set()
+    for i in range(40):
+        scene, bare = varied.render(i).astype(int), varied.render(i, garment=False).astype(int)
+        assert np.array_equal(scene, varied.render(i).astype(int))  # a pure function of the index
+        x0, y0, x1, y1 = varied.boxes[i]
+        inside = np.zeros(scene.shape[:2], bool)
+        inside[int(np.floor(y0)) : int(np.ceil(y1)), int(np.floor(x0)) : int(np.ceil(x1))] = True
+        drawn = (scene != bare).any(axis=-1)
+        assert not drawn[~inside].any(), i  # nothing of the garment outside its box
+        assert drawn[inside].mean() > 0.2, i  # and the garment is there
+        looks.add(tuple(np.round(list(varied._style_draws(i).values()), 3)))
+        assert not np.array_equal(scene, default.render(i))
+    assert len(looks) == 40  # every scene its own draws
+    noisy = FashionMNISTScenes("val", subset=40, pixel_noise=0.08)
+    diff = noisy.render(3).astype(float) - default.render(3).astype(float)
+    assert 4 < diff.std() < 12  # 0.08 vs 0.04 on the 0-255 scale: the added noise has std about 0.04 * 255
+
+
+def test_styles_are_cached_apart_and_bad_styles_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("CAIT_LENS_CACHE", str(tmp_path))
+    kinds = [
+        FashionMNISTScenes("val", subset=30),
+        FashionMNISTScenes("val", subset=30, style="varied"),
+        FashionMNISTScenes("val", subset=30, pixel_noise=0.08),
+    ]
+    paths = [cache_path(s) for s in kinds]
+    assert len(set(paths)) == 3
+    for s, path in zip(kinds, paths):  # a style's stale-file glob (prefix-*) never matches another style's file
+        assert [p.name.startswith(_prefix(s) + "-") for p in paths].count(True) == 1, path
+    for s in kinds:
+        s.pixels  # each built in the same directory: none removes another
+    assert all(p.is_file() for p in paths)
+    np.testing.assert_array_equal(kinds[1].pixels[5], kinds[1].render(5))
+    with pytest.raises(DataError, match="scene style"):
+        FashionMNISTScenes("val", subset=2, style="fancy")
+    with pytest.raises(DataError, match="fashion-mnist-scenes only"):
+        build_dataset("fashion-mnist", "val", subset=2, style="varied")
+
+
+def test_evaluate_runs_on_varied_scenes_and_with_more_noise(tmp_path):
+    import cait
+
+    model = cait.create_model("cait_pico_32", img_size=64)
+    ckpt = tmp_path / "m.safetensors"
+    cait.save_weights(model, ckpt)
+    out = tmp_path / "r.json"
+    command = [sys.executable, "-m", "cait.evaluate", "--checkpoint", str(ckpt), "--subset", "8", "--workers", "0"]
+    command += ["--methods", "ca1_mean", "--scene-style", "varied", "--pixel-noise", "0.08", "--json", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.read_text())
+    assert result["scene_style"] == "varied" and result["pixel_noise"] == 0.08 and result["images"] == 8
+    bad = subprocess.run([*command[:-2], "--data", "fashion-mnist"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "fashion-mnist-scenes only" in bad.stderr
