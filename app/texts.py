@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from app.models import LoadedModel
 from cait.data import SCENE_SIDE
+from cait.robustness import headline
 
 if TYPE_CHECKING:
     from cait.hub import WeightsStatus
@@ -107,6 +108,8 @@ def model_markdown(loaded: LoadedModel) -> str:
         rows.append(
             ("test top-1", f"{loaded.card.test_top1:.2%} on {loaded.card.test_images:,} images ({card_link(loaded)})")
         )
+    if loaded.card is not None and loaded.card.robustness is not None:
+        rows.append(("robustness (corrupted test scenes)", f"{headline(loaded.card.robustness)} (model card)"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     warn = f"\n\n**⚠ {loaded.notice}**" if loaded.notice else ""
     return f"| model | |\n|---|---|\n{table}{warn}"

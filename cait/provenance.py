@@ -31,6 +31,7 @@ class ShippedCard:
     test_top1: float  # top-1 accuracy in [0, 1] on the evaluation below, from <name>.eval.json
     test_images: int  # how many test images that accuracy is over
     data: str  # what it was evaluated on, e.g. "fashion-mnist-scenes"
+    robustness: dict | None = None  # <name>.robustness.json (`cait.robustness.shipped_summary`), when shipped
 
 
 def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
@@ -41,12 +42,17 @@ def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
     stem = WEIGHTS_DIR / Path(cfg.pretrained).stem
     card, evaluation = stem.with_suffix(".md"), stem.with_suffix(".eval.json")
     try:
+        robustness = json.loads(stem.with_suffix(".robustness.json").read_text())
+    except (OSError, ValueError):
+        robustness = None
+    try:
         result = json.loads(evaluation.read_text())
         return ShippedCard(
             card=card,
             test_top1=float(result["top1"]),
             test_images=int(result["images"]),
             data=str(result.get("data", "")),
+            robustness=robustness,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -183,3 +183,38 @@ def corruption_section(
     section["baseline"] = {"name": baseline, "clean": base_clean, "rows": base_rows}
     section["mce"] = mean_corruption_error(section["rows"], clean["top1"], base_rows, base_clean["top1"])
     return section
+
+
+def shipped_summary(sweep_result: dict, noise_result: dict | None = None) -> dict:
+    """The small record a model card's robustness section and the app are made from: the clean and corrupted
+    top-1 and pointing of an `evaluate --corruption` result, and optionally an `evaluate --pixel-noise` result."""
+    keep = ("corruption", "severity", "images", "top1", *(f"{n}_pointing" for n in POINTING_ROWS))
+    section = sweep_result["corruption"]
+    out = {
+        "scene_seed": sweep_result.get("scene_seed"),
+        "precision": sweep_result.get("precision"),
+        "corruption_seed": section["seed"],
+        "clean": {k: v for k, v in section["clean"].items() if k in keep},
+        "rows": [{k: v for k, v in row.items() if k in keep} for row in section["rows"]],
+        "mean_top1_by_severity": {str(s): v for s, v in mean_by_severity(section["rows"]).items()},
+    }
+    if noise_result is not None:
+        out["noise_shift"] = {"pixel_noise": noise_result["pixel_noise"], **summary(noise_result)}
+        out["noise_shift"].pop("per_class_top1")
+    return out
+
+
+def headline(record: dict) -> str:
+    """One line on a shipped model's robustness from its `shipped_summary` record (the app's Model tab)."""
+    parts = [f"clean {record['clean']['top1']:.1%}"]
+    for severity in ("3", "5"):
+        if severity in record["mean_top1_by_severity"]:
+            corruptions = sum(r["severity"] == int(severity) for r in record["rows"])
+            parts.append(
+                f"{record['mean_top1_by_severity'][severity]:.1%} mean over {corruptions} corruptions at severity "
+                f"{severity}"
+            )
+    shift = record.get("noise_shift")
+    if shift:
+        parts.append(f"{shift['top1']:.1%} with pixel noise std {shift['pixel_noise']:g}")
+    return "top-1 " + ", ".join(parts)

@@ -3,10 +3,14 @@ its metrics.jsonl beside them, and write the model card from the run's own files
 
     python scripts/ship_model.py runs/nano64_scenes --weights ema --eval eval.json
     python scripts/ship_model.py runs/stage2 --continues runs/stage1 --eval eval.json   # stage2 used --init
+    python scripts/ship_model.py --robustness-only cait_micro_136 --robustness sweep.json --noise-shift noise.json
 
 Everything in the card is read from files the run(s) and `python -m cait.evaluate --json` wrote. A run
 that started from an earlier run's weights (`cait.train --init`) is shipped with `--continues` that run's
 directory: the earlier epochs come first in the metrics and the card, so the history is the whole one.
+`--robustness` (an `evaluate --corruption` JSON) and `--noise-shift` (an `evaluate --pixel-noise` JSON) add the
+card's robustness section and <name>.robustness.json; `--robustness-only NAME` does only that, for a model
+already shipped (its weights, metrics and evaluation untouched).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import cait
 from cait.calibration import ClassBias, apply_class_bias
 from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.evaluate import format_table
+from cait.robustness import POINTING_ROWS, headline, shipped_summary
 from cait.runs import RunDir, continued, write_jsonl
 
 LOCALIZATION_NOTE = """
@@ -184,6 +189,79 @@ Exact command{resumed}:
 """
 
 
+ROBUSTNESS_HEADING = "## Robustness"
+
+
+def robustness_section(name: str, record: dict) -> str:
+    """The card's robustness section from `cait.robustness.shipped_summary`'s record: top-1 and CA-1 / CA-2
+    pointing per corruption and severity, the mean per severity, and the pixel-noise shift."""
+    rows, clean = record["rows"], record["clean"]
+    severities = sorted({r["severity"] for r in rows})
+
+    def cell(row: dict) -> str:
+        points = " / ".join(f"{100 * row[f'{n}_pointing']:.0f}" for n in POINTING_ROWS if f"{n}_pointing" in row)
+        return f"{100 * row['top1']:.1f}" + (f" ({points})" if points else "")
+
+    table = [
+        "| corruption | " + " | ".join(f"severity {s}" for s in severities) + " |",
+        "|---|" + "---|" * len(severities),
+    ]
+    for corruption in dict.fromkeys(r["corruption"] for r in rows):
+        by = {r["severity"]: r for r in rows if r["corruption"] == corruption}
+        table.append(f"| {corruption} | " + " | ".join(cell(by[s]) if s in by else "" for s in severities) + " |")
+    means = record["mean_top1_by_severity"]
+    table.append("| **mean top-1** | " + " | ".join(f"**{100 * means[str(s)]:.1f}**" for s in severities) + " |")
+    images = clean["images"]
+    spec = "all" if severities == [1, 2, 3, 4, 5] else " ".join(f"all:{s}" for s in severities)
+    text = f"""{ROBUSTNESS_HEADING}
+
+The ImageNet-C corruptions (`cait.corruptions`, Hendrycks & Dietterich 2019's parameters) applied to the
+model's input view of the first {images} test scenes (corruption seed {record["corruption_seed"]},
+{record["precision"]}): top-1 % and, in brackets, CA-1 / CA-2 head-mean pointing %. Clean: {cell(clean)}.
+In one line: {headline(record)}.
+
+    python -m cait.evaluate --model {name} --subset {images} --corruption {spec} --precision fp32 --batch-size 64 --json sweep.json
+
+{chr(10).join(table)}
+"""
+    shift = record.get("noise_shift")
+    if shift:
+        text += f"""
+The renderer's own scenes with its pixel noise doubled (std {shift["pixel_noise"]:g} instead of 0.04, the
+first {shift["images"]} test scenes, `--pixel-noise {shift["pixel_noise"]:g}`): top-1 {100 * shift["top1"]:.1f}%
+(clean {100 * clean["top1"]:.1f}% on its first {images}), CA-1 / CA-2 pointing
+{100 * shift["ca1_mean_pointing"]:.1f} / {100 * shift["ca2_mean_pointing"]:.1f}%: class attention still finds the
+garment much more often than the prediction is right.
+"""
+    return text
+
+
+def with_section(card_text: str, section: str) -> str:
+    """`card_text` with its robustness section replaced by `section`, or `section` put after the evaluation."""
+    start = card_text.find(ROBUSTNESS_HEADING + "\n")
+    if start < 0:
+        evaluation = card_text.find("## Evaluation")
+        start = card_text.find("\n## ", evaluation + 1) + 1 if evaluation >= 0 else 0
+        end = start
+        if start == 0:  # no section after the evaluation: at the end
+            start = end = len(card_text)
+    else:
+        following = card_text.find("\n## ", start + 1)
+        end = len(card_text) if following < 0 else following + 1
+    return card_text[:start] + section + ("\n" if end < len(card_text) else "") + card_text[end:]
+
+
+def ship_robustness(name: str, sweep: Path, noise_shift: Path | None) -> str:
+    """Write WEIGHTS_DIR/<name>.robustness.json from the evaluation JSONs and put its section in the card."""
+    record = shipped_summary(
+        json.loads(sweep.read_text()), json.loads(noise_shift.read_text()) if noise_shift else None
+    )
+    (WEIGHTS_DIR / f"{name}.robustness.json").write_text(json.dumps(record, indent=1) + "\n")
+    card_path = WEIGHTS_DIR / f"{name}.md"
+    card_path.write_text(with_section(card_path.read_text(), robustness_section(name, record)))
+    return headline(record)
+
+
 TRAINING_ONLY = {"drop_path_rate", "drop_rate", "pretrained"}  # config fields that do not change the function
 
 
@@ -205,9 +283,21 @@ def as_variant(trained: cait.CaiT, name: str) -> cait.CaiT:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run", type=Path, help="training output directory")
+    p.add_argument("run", type=Path, nargs="?", help="training output directory")
     p.add_argument("--weights", choices=("last", "ema"), default="ema")
-    p.add_argument("--eval", type=Path, required=True, help="JSON written by python -m cait.evaluate --json")
+    p.add_argument("--eval", type=Path, help="JSON written by python -m cait.evaluate --json (needed with a run)")
+    p.add_argument(
+        "--robustness", type=Path, default=None, help="JSON of python -m cait.evaluate --corruption ... --json"
+    )
+    p.add_argument(
+        "--noise-shift", type=Path, default=None, help="JSON of python -m cait.evaluate --pixel-noise STD --json"
+    )
+    p.add_argument(
+        "--robustness-only",
+        default=None,
+        metavar="NAME",
+        help="only write the robustness section of shipped model NAME's card (and NAME.robustness.json)",
+    )
     p.add_argument(
         "--continues",
         type=Path,
@@ -249,6 +339,13 @@ def main() -> None:
         help="markdown file(s) appended to the card (e.g. the companion model's results)",
     )
     args = p.parse_args()
+    if args.robustness_only:
+        if args.robustness is None or args.run is not None:
+            p.error("--robustness-only needs --robustness and no run")
+        print(f"{args.robustness_only}: {ship_robustness(args.robustness_only, args.robustness, args.noise_shift)}")
+        return
+    if args.run is None or args.eval is None:
+        p.error("a run directory and --eval are needed (or --robustness-only)")
     run = RunDir(args.run)
     run_args = run.read_record()
     name = args.name or run_args["args"]["model"]
@@ -278,6 +375,8 @@ def main() -> None:
     for extra in args.extra:
         text += "\n" + extra.read_text()
     (WEIGHTS_DIR / f"{name}.md").write_text(text)
+    if args.robustness:
+        ship_robustness(name, args.robustness, args.noise_shift)
     print(f"shipped {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl, .eval.json)")
 
 

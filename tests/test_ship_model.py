@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 import cait
@@ -156,3 +157,49 @@ def test_a_calibrated_model_says_its_head_bias_and_what_it_did():
     assert "on 5000 held-out scenes (seed 1), where it took the lowest class from 50.6 to 65.8%" in row
     assert "top-1 from 80.64 to 80.24%" in row
     assert "on the 10000 scenes of seed 0 (the test scenes) top-1 80.71 -> 80.13%, lowest class 53.1 -> 62.3%" in row
+
+
+def _sweep_result() -> dict:
+    """An `evaluate --corruption all:1 all:3` result in miniature: two corruptions, two severities."""
+    row = lambda c, s, t: {
+        "corruption": c,
+        "severity": s,
+        "images": 10,
+        "top1": t,
+        "per_class_top1": {},
+        **{"ca1_mean_pointing": 0.9, "ca2_mean_pointing": 0.8, "ca1_mean_mass_in_box": 0.5},
+    }
+    rows = [row("contrast", 1, 0.7), row("contrast", 3, 0.5), row("pixelate", 1, 0.6), row("pixelate", 3, 0.2)]
+    clean = {"images": 10, "top1": 0.8, "per_class_top1": {}, "ca1_mean_pointing": 1.0, "ca2_mean_pointing": 0.9}
+    return {"precision": "fp32", "scene_seed": 0, "corruption": {"seed": 0, "clean": clean, "rows": rows}}
+
+
+def test_the_robustness_section_tabulates_the_sweep_and_replaces_itself():
+    noise = {
+        "pixel_noise": 0.08,
+        "images": 10,
+        "top1": 0.3,
+        "per_class_top1": {},
+        "localization": [
+            {"method": "ca1_mean", "pointing_game": 0.85, "mass_in_box": 0.4, "images": 10},
+            {"method": "ca2_mean", "pointing_game": 0.7, "mass_in_box": 0.3, "images": 10},
+        ],
+    }
+    record = ship_model.shipped_summary(_sweep_result(), noise)
+    assert record["mean_top1_by_severity"] == pytest.approx({"1": 0.65, "3": 0.35})
+    assert record["noise_shift"]["top1"] == 0.3 and record["noise_shift"]["ca1_mean_pointing"] == 0.85
+    assert "per_class_top1" not in record["rows"][0] and "ca1_mean_mass_in_box" not in record["rows"][0]
+    section = ship_model.robustness_section("m", record)
+    assert "| contrast | 70.0 (90 / 80) | 50.0 (90 / 80) |" in section and "| pixelate | 60.0 (90 / 80) |" in section
+    assert "| **mean top-1** | **65.0** | **35.0** |" in section and "--corruption all:1 all:3" in section
+    assert "top-1 30.0%" in section and "pointing\n85.0 / 70.0%" in section
+    assert ship_model.headline(record) == (
+        "top-1 clean 80.0%, 35.0% mean over 2 corruptions at severity 3, 30.0% with pixel noise std 0.08"
+    )
+    card = "# Model card\n\n## Evaluation\n\ntable\n\n## How this model was made\n\nstory\n"
+    once = ship_model.with_section(card, section)
+    assert once.index("## Evaluation") < once.index("## Robustness") < once.index("## How this model was made")
+    assert ship_model.with_section(once, section) == once  # a second run replaces the section, adds nothing
+    other = ship_model.with_section(once, section.replace("70.0", "71.0"))
+    assert "71.0" in other and other.count("## Robustness") == 1 and other.endswith("story\n")
+    assert ship_model.with_section("# card\n\n## Evaluation\n\nx\n", section).endswith(section)
