@@ -5,7 +5,8 @@ one column per head plus the head mean, overlaid on the image, with the predicti
     python analysis/attention_maps.py --model cait_s24_224 --pretrained     # the official ImageNet weights
 
 Default images: the example scenes shipped in cait/examples; for an ImageNet model, real photos
-(cait.photos: scikit-image's and gradio's sample photos, licences listed there). Writes attention_<image>.png per image,
+(cait.data.photos: scikit-image's and gradio's sample photos, licences listed there). Writes
+attention_<image>.png per image,
 attention_maps.html (all images, pick one from the menu; hover shows the attention values) and
 attention_maps.json (the maps, the class token's attention to itself, the prediction).
 """
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "--images",
         nargs="+",
         default=None,
-        help="image files (default: the shipped example scenes; for an ImageNet model real photos, see cait.photos)",
+        help="image files (default: the shipped example scenes; for an ImageNet model real photos, cait.data.photos)",
     )
     args = p.parse_args(argv)
     loaded = load_model(args)

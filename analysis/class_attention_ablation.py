@@ -37,9 +37,9 @@ from _common import (
     write_csv,
     write_json,
 )
+from _paper import TABLE2
 
-from cait.paper import TABLE2
-from cait.train_args import to_argv
+from cait.train.args import to_argv
 
 COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in the order of settings()
 

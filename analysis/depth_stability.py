@@ -418,7 +418,7 @@ def made_from(design: Design, args: argparse.Namespace, results: Results) -> str
 
 
 def paper_quoted() -> dict[str, Any]:
-    from cait.paper import TABLE1
+    from _paper import TABLE1
 
     return {
         "source": "Touvron et al. 2021, Table 1: DeiT-S stabilised, ImageNet top-1 after 300 epochs (quoted)",

@@ -1,7 +1,7 @@
 """Regions of focus (the paper's Figure 7) and, where boxes exist, the localization of every explanation.
 
     python analysis/saliency.py [--checkpoint FILE] [--images a.png ...] [--out DIR]
-    python analysis/saliency.py --model cait_s24_224 --pretrained    # official weights, on real photos (cait.photos)
+    python analysis/saliency.py --model cait_s24_224 --pretrained    # official weights, on real photos
 
 Regions of focus: the smallest set of patches holding half of the first class-attention layer's mass
 (head mean, `cait.explain.regions_of_focus`), shown bright with its bounding box, captioned with the
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "--images",
         nargs="+",
         default=None,
-        help="image files (default: the shipped example scenes; for an ImageNet model real photos, see cait.photos)",
+        help="image files (default: the shipped example scenes; for an ImageNet model real photos, cait.data.photos)",
     )
     p.add_argument(
         "--methods",

@@ -17,10 +17,11 @@ import json
 from pathlib import Path
 
 import cait
-from cait.calibration import ClassBias, apply_class_bias
 from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.evaluate import format_table
+from cait.metrics import lowest_class
 from cait.runs import RunDir, continued, write_jsonl
+from cait.train.calibration import ClassBias, apply_class_bias
 
 LOCALIZATION_NOTE = """
 Localization uses the garment's box and the true class. "chance" is what a map whose maximum falls at
@@ -111,9 +112,9 @@ def calibration_row(report: dict | None) -> str:
     )
     return (
         f"| head bias | {report['class']}'s logit + {fit['bias']:g} after training (`scripts/calibrate_head.py`, "
-        f"`cait.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
-        f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * min(fit['per_class_before']):.1f} "
-        f"to {100 * min(fit['per_class_after']):.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
+        f"`cait.train.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
+        f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * lowest_class(fit['per_class_before'])[1]:.1f} "
+        f"to {100 * lowest_class(fit['per_class_after'])[1]:.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
         f"{100 * fit['top1_after']:.2f}%; {checks}. It moves errors from {report['class']} to its neighbours; "
         f"class attention and the gradients of each class's logit are unchanged |\n"
     )
@@ -184,20 +185,12 @@ Exact command{resumed}:
 """
 
 
-TRAINING_ONLY = {"drop_path_rate", "drop_rate", "pretrained"}  # config fields that do not change the function
-
-
 def as_variant(trained: cait.CaiT, name: str) -> cait.CaiT:
     """`trained`'s weights in a model of variant `name`, whose config must describe the same model. Only the
     input size may differ: the position embedding is then resampled (DeiT's rule), and the card says so."""
-    want, have = cait.get_config(name).to_dict(), trained.cfg.to_dict()
-    differ = [
-        f"{k}: run {have.get(k)!r}, {name} {v!r}"
-        for k, v in want.items()
-        if k not in TRAINING_ONLY | {"img_size"} and have.get(k) != v
-    ]
+    differ = trained.cfg.network_differences(cait.get_config(name), ignore={"img_size"})
     if differ:
-        raise SystemExit(f"the run's model is not {name}: " + "; ".join(differ))
+        raise SystemExit(f"the run's model is not {name} (run vs variant): " + "; ".join(differ))
     model = cait.CaiT(cait.get_config(name))
     load_into(model, trained.state_dict(), f"the run's weights ({trained.cfg.img_size} px)")
     return model

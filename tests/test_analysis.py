@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _paper import MAIN_TABLE
 from conftest import randomise_
 from PIL import Image
 from safetensors.torch import load_file
 
 import cait
 from cait import explain
-from cait.paper import MAIN_TABLE
 from cait.preprocess import to_batch
 
 ANALYSIS = Path(__file__).resolve().parent.parent / "analysis"

@@ -123,7 +123,7 @@ def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
     import pytest
 
     wide = cait.create_model("cait_nano_64", embed_dim=192, num_heads=4, drop_path_rate=0.0)
-    with pytest.raises(SystemExit, match="embed_dim: run 192, cait_nano_64 128"):
+    with pytest.raises(SystemExit, match=r"cait_nano_64 \(run vs variant\): embed_dim: 192 vs 128"):
         ship_model.as_variant(wide, "cait_nano_64")
     trained = cait.create_model("cait_nano_64", img_size=56, drop_path_rate=0.0)  # a run with --img-size 56
     shipped = ship_model.as_variant(trained, "cait_nano_64")

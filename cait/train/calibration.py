@@ -25,8 +25,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from .evaluate import EvalImages
-from .model import CaiT
+from ..metrics import lowest_class, per_class_top1, top1
+from ..model import CaiT
+from ..preprocess import EvalImages
 
 
 @dataclass(frozen=True)
@@ -48,24 +49,6 @@ class ClassBias:
         return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
-def top1(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """Share of rows whose largest logit is the label's."""
-    return (logits.argmax(1) == labels).float().mean().item()
-
-
-def lowest(per_class: torch.Tensor) -> float:
-    """The lowest per-class top-1, classes without images (NaN) left out."""
-    return per_class[~per_class.isnan()].min().item()
-
-
-def per_class_top1(logits: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Top-1 of each class (NaN for a class without images): [num_classes]."""
-    correct = (logits.argmax(1) == labels).float()
-    hits = torch.zeros(num_classes).index_add_(0, labels, correct)
-    counts = torch.bincount(labels, minlength=num_classes).float()
-    return hits / counts
-
-
 def shifted(logits: torch.Tensor, index: int, bias: float) -> torch.Tensor:
     """`logits` with `bias` added to class `index`'s column."""
     out = logits.clone()
@@ -79,13 +62,17 @@ def fit_weakest_class_bias(
     """The bias in [0, limit] (a grid of `step`) for the weakest class's logit that makes the lowest
     per-class top-1 highest; a tie goes to the higher top-1, then to the smaller bias."""
     num_classes = logits.shape[1]
-    before = per_class_top1(logits, labels, num_classes)
-    index = int(torch.nan_to_num(before, nan=2.0).argmin())
+    before = per_class_top1(logits.argmax(1), labels, num_classes)
+    index, _ = lowest_class(before)
     best_key, best_bias = None, 0.0
     for k in range(int(round(limit / step)) + 1):
         bias = k * step
         moved = shifted(logits, index, bias)
-        key = (round(lowest(per_class_top1(moved, labels, num_classes)), 6), round(top1(moved, labels), 6))
+        predicted = moved.argmax(1)
+        key = (
+            round(lowest_class(per_class_top1(predicted, labels, num_classes))[1], 6),
+            round(top1(predicted, labels), 6),
+        )
         if best_key is None or key > best_key:
             best_key, best_bias = key, bias
     after = shifted(logits, index, best_bias)
@@ -93,9 +80,9 @@ def fit_weakest_class_bias(
         index=index,
         bias=round(best_bias, 6),
         per_class_before=before.tolist(),
-        per_class_after=per_class_top1(after, labels, num_classes).tolist(),
-        top1_before=top1(logits, labels),
-        top1_after=top1(after, labels),
+        per_class_after=per_class_top1(after.argmax(1), labels, num_classes).tolist(),
+        top1_before=top1(logits.argmax(1), labels),
+        top1_after=top1(after.argmax(1), labels),
         images=len(labels),
     )
 

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
+from ..data import NATIVE_INPUT
+from ..flags import PRECISIONS, add_device_flag, add_precision_flag
+from ..runs import RunDir
+from ..runtime import resolve_device
 from .augment import parse_randaug
-from .config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
-from .data import NATIVE_INPUT
-from .runs import RunDir
-from .runtime import AMP_CHOICES, DEVICE_CHOICES, resolve_device
 from .teacher import CNN_PREFIX, cnn_arch
 
 # what --help says first (cait.train's docstring opens with the same line)
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of init, data order, augmentation, mixup and drop path")
     g.add_argument("--subset", type=int, default=None, help="use only the first N training images (smoke tests)")
     g.add_argument("--val-subset", type=int, default=None, help="evaluate on only the first N validation images")
-    g.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
+    add_device_flag(g)
     g.add_argument("--workers", type=int, default=2, help="data loading processes per training process (0 = inline)")
     g.add_argument(
         "--threads",
@@ -85,13 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)",
     )
-    g.add_argument(
-        "--amp",
-        default="auto",
-        choices=AMP_CHOICES,
-        help="autocast dtype; auto = bf16 where it measures faster than fp32 here (CUDA, or a CPU with "
-        "AVX512-BF16/AMX whose bf16 is faster: ~1.7x on a Zen 4; slower on a Xeon without AMX), "
-        "else fp32 (on an AVX2-only CPU bf16 is ~12x slower)",
+    add_precision_flag(
+        g,
+        choices=PRECISIONS,
+        help="autocast dtype of training and evaluation; auto = bf16 where it measures faster "
+        "than fp32 on this machine, else fp32; fp16 (CUDA) with a loss scaler",
     )
     g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and always after the last)")
     g.add_argument(

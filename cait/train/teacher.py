@@ -12,8 +12,8 @@ import os
 import torch
 from torch import nn
 
-from .checkpoint import CheckpointError, read_checkpoint
-from .config import CNNConfig
+from ..checkpoint import CheckpointError, read_checkpoint
+from ..config import CNNConfig
 
 CNN_PREFIX = "timm:"  # --model timm:<name> trains a timm CNN instead of a CaiT variant
 

@@ -11,8 +11,8 @@ From Python, the same flags by name, no command line (a non-finite loss raises `
 
 Shaped like timm's train.py: `TrainState` (model, EMA, optimizer, schedule, loss scaler, position) owns
 what --resume restores; `train_one_epoch`, `evaluate` and `end_of_epoch` are the loop; `run` drives it
-and `main` is the command line over it. The flags and the config they build are `cait.train_args`'s, the
-training images `cait.train_data`'s, the seeding that makes a resume exact `cait.seeding`'s.
+and `main` is the command line over it. The flags and the config they build are `cait.train.args`'s, the
+training images `cait.train.data`'s, the seeding that makes a resume exact `cait.train.seeding`'s.
 
 Recipe (Touvron et al. 2021, sec. 5 / DeiT): AdamW without weight decay on LayerScale, position
 embedding, class token, norms and biases; per-step cosine schedule with linear warmup; RandAugment,
@@ -20,8 +20,8 @@ random erasing, Mixup/CutMix with soft-target cross-entropy and label smoothing;
 depth; gradient clipping; model EMA; optional hard or soft distillation from a teacher through the
 class token.
 
-Training images are augmented on batched uint8 tensors (`cait.augment`) read from the dataset's pixel
-array, the scenes from a disk cache rendered once (`cait.scene_cache`); image folders, or --pipeline pil,
+Training images are augmented on batched uint8 tensors (`cait.train.augment`) read from the dataset's pixel
+array, the scenes from a disk cache rendered once (`cait.data.scene_cache`); image folders, or --pipeline pil,
 go through timm's PIL transforms image by image.
 
 Everything random is a pure function of --seed: the data order of epoch e comes from (seed, e), the
@@ -55,18 +55,18 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from ..checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
+from ..config import CaiTConfig, CNNConfig
+from ..data import DataError
+from ..explain import layerscale_stats
+from ..model import CaiT
+from ..runs import RunDir
+from ..runtime import autocast, autocast_dtype, resolve_device
+from .args import ArgsError, ModelConfig, model_config, parse_args, train_args
 from .augment import to_channels
-from .checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
-from .config import CaiTConfig, CNNConfig
-from .data import DataError
-from .explain import layerscale_stats
-from .model import CaiT
-from .runs import RunDir
-from .runtime import autocast, autocast_dtype, resolve_device
+from .data import Data, build_loaders, load_data
 from .seeding import derive_seed, rng_state, seed_everything, set_rng_state
 from .teacher import TimmCNN, load_cnn_weights, load_teacher
-from .train_args import ArgsError, ModelConfig, model_config, parse_args, train_args
-from .train_data import Data, build_loaders, load_data
 
 # the Python interface: run(train_args(...)) -> RunResult, or Diverged; train_args's ArgsError
 __all__ = ["ArgsError", "Diverged", "RunResult", "TrainState", "main", "run", "train_args"]
@@ -398,7 +398,7 @@ def prepare(
     teacher = build_teacher(args, cfg, device)
     data = build_loaders(args, cfg, train_raw, val_raw, rank=rank, world=world, device=device)
     lr = args.lr or 5e-4 * args.batch_size * world / 512
-    amp = autocast_dtype(args.amp, device)
+    amp = autocast_dtype(args.precision, device)
     state = new_state(model, args, lr=lr, steps_per_epoch=data.steps_per_epoch, amp=amp, device=device)
     if saved is not None:
         state.load_state_dict(saved)
@@ -661,8 +661,8 @@ def train(setup: Setup, state: TrainState) -> RunResult:
     setup.log(
         f"{args.model}: {state.model.num_params() / 1e6:.2f}M params, {len(setup.data.train)} train / "
         f"{len(setup.data.val_loader.dataset)} val images, {setup.data.steps_per_epoch} steps/epoch x "
-        f"{args.epochs} epochs, global batch {args.batch_size * setup.world}, lr {setup.lr:.2e}, amp {args.amp} "
-        f"({setup.amp or 'fp32'}), {setup.world} process(es) on {setup.device}"
+        f"{args.epochs} epochs, global batch {args.batch_size * setup.world}, lr {setup.lr:.2e}, "
+        f"precision {args.precision} ({setup.amp or 'fp32'}), {setup.world} process(es) on {setup.device}"
     )
     while state.epoch < args.epochs:
         started = time.time() - state.tally.seconds  # a resumed epoch counts its time before the stop too
@@ -717,7 +717,3 @@ def _error(message: str) -> None:
 def _eta(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,7 +28,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 if TYPE_CHECKING:
-    from .data import FashionMNISTScenes
+    from .scenes import FashionMNISTScenes
 
 CACHE_ENV = "CAIT_LENS_CACHE"
 CHUNK = 500  # scenes per task when rendering in several processes
@@ -68,7 +68,7 @@ def cached_pixels(scenes: "FashionMNISTScenes", *, processes: int | None = None)
     pixels = _open(path, shape)
     if pixels is not None:
         return pixels
-    from .data import DataError
+    from .base import DataError
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def _build(scenes: "FashionMNISTScenes", path: Path, shape: tuple[int, ...], pro
     needed = int(np.prod(shape)) + 4096
     free = shutil.disk_usage(path.parent).free
     if free < needed:
-        from .data import DataError
+        from .base import DataError
 
         raise DataError(
             f"the {scenes.split} scene cache needs {needed / 2**20:.0f} MB in {path.parent}, "

@@ -1,4 +1,4 @@
-"""The images of a training run: augmented a batch at a time on uint8 tensors (`cait.augment`) where the
+"""The images of a training run: augmented a batch at a time on uint8 tensors (`cait.train.augment`) where the
 dataset has a pixel array, through timm's PIL transforms otherwise; sample i of epoch e augmented from
 (seed, e, i) alone, the epoch's order from (seed, e), so any worker, rank or resume sees the same images."""
 
@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from ..data import DataError, build_dataset
+from ..preprocess import eval_transform
+from .args import ModelConfig
 from .augment import BatchAugment
-from .data import DataError, build_dataset
-from .preprocess import eval_transform
 from .seeding import derive_seed, seed_everything, seeded
-from .train_args import ModelConfig
 
 INSIGHT_BATCH = 64  # fixed validation images on which residual ratios and class-attention entropy are measured
 
