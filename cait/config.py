@@ -54,6 +54,11 @@ class _StoredConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def box_to_input(self, boxes: Any, canvas: int) -> Any:
+        """Boxes (x0, y0, x1, y1) in the pixels of a square image of side `canvas`, in this model's input
+        pixels: the evaluation resize of a square image scales both axes alike (crop_pct 1.0 crops nothing)."""
+        return boxes * (self.img_size / canvas)
+
     @classmethod
     def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
@@ -148,11 +153,6 @@ class CaiTConfig(_StoredConfig):
             for k, v in self.to_dict().items()
             if k not in skip and getattr(other, k) != v
         ]
-
-    def box_to_input(self, boxes: Any, canvas: int) -> Any:
-        """Boxes (x0, y0, x1, y1) in the pixels of a square image of side `canvas`, in this model's input
-        pixels: the evaluation resize of a square image scales both axes alike (crop_pct 1.0 crops nothing)."""
-        return boxes * (self.img_size / canvas)
 
 
 @dataclass(frozen=True)

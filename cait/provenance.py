@@ -16,7 +16,7 @@ import torch
 from .checkpoint import WEIGHTS_DIR, CheckpointError, file_metadata
 from .config import CaiTConfig, get_config
 from .factory import create_model
-from .hub import weights_status
+from .hub import fetch_weights, weights_status
 from .model import CaiT
 
 RANDOM_SEED = 0  # the random init of a model without weights: the same numbers on every run
@@ -151,7 +151,9 @@ def load_or_init(
     if not download and status.path is None:
         hint = "; --pretrained downloads them" if status.where == "download" else ""
         return random_init(name, status.describe() + hint, **overrides)
-    model = create_model(name, pretrained=True, **overrides)
+    weights = fetch_weights(name, status=status)
+    model = create_model(name, checkpoint=weights.path, **overrides)
+    model.source = weights.source
     if status.where == "shipped":
         made = f"shipped {name} weights {describe_checkpoint(status.path, model.cfg)}"
         source = f"shipped weights: {status.path.name}"
