@@ -269,7 +269,7 @@ def test_directory_without_images_is_a_clear_error(tmp_path, capsys):
 
 
 def test_cli_bad_model_exits_2_without_traceback():
-    proc = run_cli("--model", "cait_nope", "--output", "/tmp/never")
+    proc = run_cli("--model", "cait_nope", "--output", str(tmp_path / "never"))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "unknown model 'cait_nope'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
