@@ -268,7 +268,7 @@ def test_directory_without_images_is_a_clear_error(tmp_path, capsys):
     assert "holds no usable images" in err and len(err.splitlines()) == 1
 
 
-def test_cli_bad_model_exits_2_without_traceback():
+def test_cli_bad_model_exits_2_without_traceback(tmp_path):
     proc = run_cli("--model", "cait_nope", "--output", str(tmp_path / "never"))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "unknown model 'cait_nope'" in proc.stderr
