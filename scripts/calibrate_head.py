@@ -1,7 +1,7 @@
 """Choose a trained CaiT's head bias for the weakest class on held-out scenes (`cait.train.calibration`), check it on
 other scenes, and write the calibrated weights with a JSON report of every number.
 
-    python scripts/calibrate_head.py analysis/data/scenes_probes/student_micro_128px_5ep.safetensors \\
+    python scripts/calibrate_head.py runs/s14_micro128c/last.safetensors \\
         --img-size 136 --fit-seed 1 --check-seeds 0 2 --out calibrated.safetensors --json calibration.json
 
 --fit-seed draws the held-out scenes the bias is chosen on (the test garments on other canvases); each

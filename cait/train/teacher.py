@@ -37,8 +37,7 @@ class TimmCNN(nn.Module):
         self.net = timm.create_model(
             cfg.arch, pretrained=False, num_classes=cfg.num_classes, in_chans=cfg.in_chans, **extra
         )
-        # oneDNN's convolutions run channels-last natively; NCHW costs layout conversions (training steps
-        # 1.1-1.2x faster: `benchmarks/train_speed.py --model timm:resnet10t`, benchmarks/README.md)
+        # oneDNN's convolutions run channels-last natively; NCHW costs layout conversions (benchmarks/README.md)
         self.net.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
