@@ -40,8 +40,10 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParser:
-    """The common flags: --out and --quick, and with model=True --checkpoint / --model."""
+def parser(name: str, doc: str, *, model: bool = True, out: str | None = None) -> argparse.ArgumentParser:
+    """The common flags of analysis/<name>.py: --out (default out/<out or name>) and --quick, and with
+    model=True the model and precision flags."""
+    out = out or name
     p = argparse.ArgumentParser(
         prog=f"python analysis/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -58,7 +60,7 @@ def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParse
             "files are reference numbers), bf16 autocast, or auto = bf16 where it measures faster "
             "than fp32 here; gradient methods always run in fp32",
         )
-    p.add_argument("--out", type=Path, default=Path("out") / name, help=f"output directory (default: out/{name})")
+    p.add_argument("--out", type=Path, default=Path("out") / out, help=f"output directory (default: out/{out})")
     p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")
     return p
 
