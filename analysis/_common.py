@@ -40,9 +40,11 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def parser(name: str, doc: str, *, model: bool = True, out: str | None = None) -> argparse.ArgumentParser:
-    """The common flags of analysis/<name>.py: --out (default out/<out or name>) and --quick, and with
-    model=True the model and precision flags."""
+def parser(
+    name: str, doc: str, *, model: bool = True, images: bool = False, out: str | None = None
+) -> argparse.ArgumentParser:
+    """The common flags of analysis/<name>.py: --out (default out/<out or name>) and --quick; with model=True
+    the model and precision flags, with images=True --images (the images to explain)."""
     out = out or name
     p = argparse.ArgumentParser(
         prog=f"python analysis/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -59,6 +61,14 @@ def parser(name: str, doc: str, *, model: bool = True, out: str | None = None) -
             help="forward passes whose maps are drawn (class attention, top-1): fp32 (default: the JSON "
             "files are reference numbers), bf16 autocast, or auto = bf16 where it measures faster "
             "than fp32 here; gradient methods always run in fp32",
+        )
+    if images:
+        p.add_argument(
+            "--images",
+            nargs="+",
+            default=None,
+            help="image files (default: the shipped example scenes; for an ImageNet model, real photos: "
+            "cait.data.photos)",
         )
     p.add_argument("--out", type=Path, default=Path("out") / out, help=f"output directory (default: out/{out})")
     p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")

@@ -118,13 +118,7 @@ def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("attention_maps", __doc__)
-    p.add_argument(
-        "--images",
-        nargs="+",
-        default=None,
-        help="image files (default: the shipped example scenes; for an ImageNet model real photos, cait.data.photos)",
-    )
+    p = parser("attention_maps", __doc__, images=True)
     args = p.parse_args(argv)
     loaded = load_model(args)
     model, cfg = loaded.model, loaded.model.cfg

@@ -205,13 +205,7 @@ def write_localization(loaded, boxed: ImagesWithBoxes, args, out) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("saliency", __doc__)
-    p.add_argument(
-        "--images",
-        nargs="+",
-        default=None,
-        help="image files (default: the shipped example scenes; for an ImageNet model real photos, cait.data.photos)",
-    )
+    p = parser("saliency", __doc__, images=True)
     p.add_argument(
         "--methods",
         nargs="*",
