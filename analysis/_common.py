@@ -245,6 +245,21 @@ def matplotlib_pyplot():
 # Runs are given as cait.train flags by name (cait.train.train_args), e.g. {"depth": 12, "residual_scale": "none"}.
 MINIATURE = {"model": "cait_nano_64", "img_size": 32, "patch_size": 8, "embed_dim": 96, "num_heads": 2}
 QUICK_MINIATURE = {"model": "cait_pico_32"}  # seconds per run, for tests
+
+
+def miniature(quick: bool) -> dict[str, Any]:
+    """The cait.train flags of the miniature (QUICK_MINIATURE with --quick)."""
+    return dict(QUICK_MINIATURE if quick else MINIATURE)
+
+
+def miniature_name(quick: bool) -> str:
+    """What the miniature is, for the figures' "made from" lines."""
+    if quick:
+        return QUICK_MINIATURE["model"]
+    m = MINIATURE
+    return f"CaiT {m['img_size']}px, patch {m['patch_size']}, dim {m['embed_dim']}, {m['num_heads']} heads"
+
+
 # One light recipe for every run of a comparison, so that only the ablated setting differs between runs.
 RECIPE = {
     "warmup_epochs": 1.0,
