@@ -60,7 +60,7 @@ def load_teacher(path: str | os.PathLike, *, img_size: int | None = None) -> nn.
         load_cnn_weights(model, state, os.fspath(path))
         model.source = os.path.basename(path)  # as create_model names its weights
     else:
-        from .factory import create_model
+        from ..factory import create_model
 
         model = create_model(None, checkpoint=path, **size)
     return model.eval().requires_grad_(False)
