@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import mean
 
-from cait.paper import TABLE1
+from _paper import TABLE1
 
 CHANCE = 10.0  # Fashion-MNIST: 10 classes
 LEARNED = CHANCE + 10  # a run that finished below this top-1 (%) did not learn

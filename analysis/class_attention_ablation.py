@@ -21,14 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from _common import (
-    MINIATURE,
-    QUICK_MINIATURE,
     RECIPE,
     SweepRun,
     add_budget_flags,
     budget,
     budget_note,
     matplotlib_pyplot,
+    miniature,
+    miniature_name,
     out_dir,
     parser,
     save_html,
@@ -37,9 +37,9 @@ from _common import (
     write_csv,
     write_json,
 )
+from _paper import TABLE2
 
-from cait.paper import TABLE2
-from cait.train_args import to_argv
+from cait.train.args import to_argv
 
 COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in the order of settings()
 
@@ -147,14 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     if depth < 3:
         p.error("--depth must be at least 3 (the CaiT run needs 1 SA + 2 CA)")
     out = out_dir(args.out)
-    base = QUICK_MINIATURE if args.quick else MINIATURE
+    base = miniature(args.quick)
     plan = settings(depth)
     results = train_runs(
         {name: {**base, **RECIPE, **budget(args), **flags} for name, (_, flags, _) in plan.items()}, out, args
     )
 
     made_from = (
-        f"miniature retraining: {'cait_pico_32' if args.quick else 'CaiT 32px, patch 8, dim 96, 2 heads'}"
+        f"miniature retraining: {miniature_name(args.quick)}"
         f", total depth {depth}; {budget_note(args)}; one seed per setting"
     )
     rows = [

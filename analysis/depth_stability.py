@@ -47,14 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    MINIATURE,
-    QUICK_MINIATURE,
     RECIPE,
     SweepRun,
     add_budget_flags,
     budget,
     fail,
     finished_runs,
+    miniature,
+    miniature_name,
     out_dir,
     parser,
     sweep_lock,
@@ -189,7 +189,7 @@ QUICK_DESIGN = Design(
 
 def common_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The cait.train flags every run shares: the miniature, the light recipe, the budget's data part."""
-    base = QUICK_MINIATURE if args.quick else MINIATURE
+    base = miniature(args.quick)
     shared = {k: v for k, v in budget(args).items() if k not in ("epochs", "subset")}
     return {**base, **RECIPE, "warmup_epochs": args.warmup, **shared}
 
@@ -402,7 +402,7 @@ def _phase_seconds(design: Design, phase: str, speeds: dict[str, dict]) -> float
 
 
 def made_from(design: Design, args: argparse.Namespace, results: Results) -> str:
-    model = "cait_pico_32" if args.quick else "CaiT 32px, patch 8, dim 96, 2 heads, 2 CA"
+    model = miniature_name(args.quick) + ("" if args.quick else ", 2 CA")
     data = {"fashion-mnist": "Fashion-MNIST", "fashion-mnist-scenes": "Fashion-MNIST scenes"}[args.data]
     done = {p: sum(r["phase"] == p for r in results.rows) for p in PHASES}
     progress = ", ".join(
@@ -418,7 +418,7 @@ def made_from(design: Design, args: argparse.Namespace, results: Results) -> str
 
 
 def paper_quoted() -> dict[str, Any]:
-    from cait.paper import TABLE1
+    from _paper import TABLE1
 
     return {
         "source": "Touvron et al. 2021, Table 1: DeiT-S stabilised, ImageNet top-1 after 300 epochs (quoted)",

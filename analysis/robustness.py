@@ -40,14 +40,13 @@ from torchvision.transforms.v2.functional import normalize
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from cait.data import FashionMNISTScenes
-from cait.evaluate import EvalImages
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
-from cait.preprocess import view_pixels
+from cait.preprocess import EvalImages, view_pixels
 
 
 def inputs(args: argparse.Namespace, model) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, str]:
     """The clean model views [N, C, H, W] in [0, 1], their labels and boxes (None for photos), and what they are."""
-    if model.cfg.labels == "imagenet" or args.images:
+    if model.cfg.is_imagenet or args.images:  # photos, or any images given: judged without labels
         examples = load_examples(args.images or default_images(model.cfg), model.cfg, limit=2 if args.quick else None)
         if not examples:
             fail("no images to corrupt: give --images")
@@ -147,9 +146,8 @@ def figure(result: dict) -> LinePlot:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("robustness", __doc__)
+    p = parser("robustness", __doc__, images=True)
     p.add_argument("--scenes", type=int, default=300, help="test scenes (models trained on scenes); default 300")
-    p.add_argument("--images", nargs="*", default=None, help="image files instead (no labels: agreement only)")
     p.add_argument("--corruptions", nargs="+", default=list(CORRUPTIONS), choices=list(CORRUPTIONS))
     p.add_argument("--severities", nargs="+", type=int, default=list(SEVERITIES), choices=list(SEVERITIES))
     p.add_argument("--seed", type=int, default=0, help="seed of the corruptions' random draws")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint import CONFIG_KEY, atomic_write, save_weights
+from .checkpoint import CONFIG_KEY, atomic_write, file_metadata, save_weights
 from .config import CaiTConfig
 
 ARGS_FILE = "args.json"
@@ -84,18 +84,6 @@ def continued(histories: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         epoch, step = (out[-1]["epoch"], out[-1]["step"]) if out else (0, 0)
         out += [{**line, "epoch": line["epoch"] + epoch, "step": line["step"] + step} for line in lines]
     return out
-
-
-def checkpoint_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The metadata of one of our safetensors files (config, epochs_completed, data, step, val_top1);
-    {} for files without any (timm / deit .pth), whose real problems the loader reports."""
-    try:
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception:
-        return {}
 
 
 @dataclass(frozen=True)
@@ -161,7 +149,7 @@ class RunDir:
         save_weights(model, self.checkpoint(name), {k: str(v) for k, v in info.items()})
 
     def checkpoint_metadata(self, name: str) -> dict[str, str]:
-        return checkpoint_metadata(self.checkpoint(name))
+        return file_metadata(self.checkpoint(name))
 
     def config(self) -> CaiTConfig | None:
         """The model config saved with the run's weights (last, else best), if any."""

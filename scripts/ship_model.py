@@ -11,6 +11,8 @@ directory: the earlier epochs come first in the metrics and the card, so the his
 `--robustness` (an `evaluate --corruption` JSON) and `--noise-shift` (an `evaluate --pixel-noise` JSON) add the
 card's robustness section and <name>.robustness.json; `--robustness-only NAME` does only that, for a model
 already shipped (its weights, metrics and evaluation untouched).
+`--card-only` rewrites the card of a model already shipped from its run records (no weights needed).
+The rebuild of the default model, with its exact ship command, is in docs/scenes_models.md.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 from pathlib import Path
 
 import cait
-from cait.calibration import ClassBias, apply_class_bias
 from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.evaluate import format_table
+from cait.metrics import lowest_class
 from cait.robustness import POINTING_ROWS, headline, shipped_summary
 from cait.runs import RunDir, continued, write_jsonl
+from cait.train.calibration import ClassBias, apply_class_bias
 
 LOCALIZATION_NOTE = """
 Localization uses the garment's box and the true class. "chance" is what a map whose maximum falls at
@@ -33,12 +37,34 @@ a random place scores. Costly methods ran on fewer images, as the last column sa
 """
 
 
+REPO = Path(__file__).resolve().parent.parent
+_ABSOLUTE = re.compile(r"(?<![\w.~:/-])/[^\s'\"`|,;)]+")
+
+
+def portable(text: str, root: Path = REPO) -> str:
+    """`text` with every absolute path made machine-free: relative to the repository when inside it, else
+    from its last `runs` folder on (where `cait.train --output` puts runs), else its file name alone."""
+
+    def short(match: re.Match) -> str:
+        path = Path(match.group(0))
+        if path.is_relative_to(root):
+            return str(path.relative_to(root))
+        parts = path.parts
+        if "runs" in parts:
+            return str(Path(*parts[len(parts) - parts[::-1].index("runs") - 1 :]))
+        return path.name
+
+    return _ABSOLUTE.sub(short, text)
+
+
 def history(runs: list[Path]) -> tuple[list[dict], list[str], list[dict]]:
     """(metrics, commands, each run's args) of runs that continue one another, oldest first; epochs and steps
-    are counted on from the earlier runs, so the metrics read as one training."""
+    are counted on from the earlier runs, so the metrics read as one training. Paths are made portable()."""
     records = [RunDir(run).read_record() for run in runs]
     epochs = continued([RunDir(run).read_metrics() for run in runs])
-    return epochs, [c for r in records for c in r["commands"]], [r["args"] for r in records]
+    commands = [portable(c) for r in records for c in r["commands"]]
+    run_args = [{k: portable(v) if isinstance(v, str) else v for k, v in r["args"].items()} for r in records]
+    return epochs, commands, run_args
 
 
 def teachers_by_stage(run_args: list[dict]) -> list[str]:
@@ -116,9 +142,9 @@ def calibration_row(report: dict | None) -> str:
     )
     return (
         f"| head bias | {report['class']}'s logit + {fit['bias']:g} after training (`scripts/calibrate_head.py`, "
-        f"`cait.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
-        f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * min(fit['per_class_before']):.1f} "
-        f"to {100 * min(fit['per_class_after']):.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
+        f"`cait.train.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
+        f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * lowest_class(fit['per_class_before'])[1]:.1f} "
+        f"to {100 * lowest_class(fit['per_class_after'])[1]:.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
         f"{100 * fit['top1_after']:.2f}%; {checks}. It moves errors from {report['class']} to its neighbours; "
         f"class attention and the gradients of each class's logit are unchanged |\n"
     )
@@ -145,7 +171,7 @@ def card(
     at_size = f", at the training size {trained_size} px" if trained_size not in (None, cfg.img_size) else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
-    amp = " then ".join(dict.fromkeys(f"`--amp {a['amp']}`" for a in run_args))
+    precision = " then ".join(dict.fromkeys(f"`--precision {a['precision']}`" for a in run_args))
     seeds = " then ".join(str(a["seed"]) for a in run_args)
     seeds += " (one per run, oldest first)" if len(run_args) > 1 else ""
     rows = "\n".join(
@@ -168,7 +194,7 @@ are the paper's.
 | data | `{args["data"]}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {seeds} |
-| training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
+| training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {precision} (auto is bf16 only where it measures faster than fp32) |
 | final test top-1 | {last["val_top1"]:.2f}% (raw weights){ema}{at_size} |
 {resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}{calibration_row(calibration)}
 Exact command{resumed}:
@@ -262,26 +288,18 @@ def ship_robustness(name: str, sweep: Path, noise_shift: Path | None) -> str:
     return headline(record)
 
 
-TRAINING_ONLY = {"drop_path_rate", "drop_rate", "pretrained"}  # config fields that do not change the function
-
-
 def as_variant(trained: cait.CaiT, name: str) -> cait.CaiT:
     """`trained`'s weights in a model of variant `name`, whose config must describe the same model. Only the
     input size may differ: the position embedding is then resampled (DeiT's rule), and the card says so."""
-    want, have = cait.get_config(name).to_dict(), trained.cfg.to_dict()
-    differ = [
-        f"{k}: run {have.get(k)!r}, {name} {v!r}"
-        for k, v in want.items()
-        if k not in TRAINING_ONLY | {"img_size"} and have.get(k) != v
-    ]
+    differ = trained.cfg.network_differences(cait.get_config(name), ignore={"img_size"})
     if differ:
-        raise SystemExit(f"the run's model is not {name}: " + "; ".join(differ))
+        raise SystemExit(f"the run's model is not {name} (run vs variant): " + "; ".join(differ))
     model = cait.CaiT(cait.get_config(name))
     load_into(model, trained.state_dict(), f"the run's weights ({trained.cfg.img_size} px)")
     return model
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", type=Path, nargs="?", help="training output directory")
     p.add_argument("--weights", choices=("last", "ema"), default="ema")
@@ -330,45 +348,69 @@ def main() -> None:
         help="report of scripts/calibrate_head.py on the run's weights: its head bias is applied to the "
         "shipped weights and the card says so (--eval is then of its calibrated weights)",
     )
+    p.add_argument(
+        "--card-only",
+        action="store_true",
+        help="rewrite the card, metrics and evaluation of the model already shipped as --name from the run "
+        "records, leaving its weights file as it is (the run directories need no weights)",
+    )
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument(
         "--extra",
         type=Path,
         action="append",
         default=[],
-        help="markdown file(s) appended to the card (e.g. the companion model's results)",
+        help="markdown file(s) appended to the card (e.g. how the model was made, what it does badly)",
     )
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def shipped_model(args: argparse.Namespace, run: RunDir, name: str) -> tuple[cait.CaiT, int | None, dict | None]:
+    """(the model to ship as `name`, the size it was trained at, the head-bias report): the run's weights as the
+    variant with the bias applied, or with --card-only the weights already shipped (the bias is in them)."""
+    calibration = json.loads(args.calibration.read_text()) if args.calibration else None
+    if args.card_only:
+        last = run.read_args()
+        trained_size = last.get("img_size") or cait.get_config(last["model"]).img_size
+        model = cait.create_model(name, pretrained=True)
+    else:
+        trained = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
+        trained_size, model = trained.cfg.img_size, as_variant(trained, name)
+    if calibration is not None and calibration["img_size"] != model.cfg.img_size:
+        raise SystemExit(
+            f"{args.calibration} was fitted at {calibration['img_size']} px, {name} is {model.cfg.img_size} px"
+        )
+    if calibration is not None and not args.card_only:
+        apply_class_bias(model, ClassBias.from_dict(calibration["fit"]))
+    return model, trained_size, calibration
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.robustness_only:
         if args.robustness is None or args.run is not None:
-            p.error("--robustness-only needs --robustness and no run")
+            raise SystemExit("--robustness-only needs --robustness and no run")
         print(f"{args.robustness_only}: {ship_robustness(args.robustness_only, args.robustness, args.noise_shift)}")
         return
     if args.run is None or args.eval is None:
-        p.error("a run directory and --eval are needed (or --robustness-only)")
+        raise SystemExit("a run directory and --eval are needed (or --robustness-only)")
     run = RunDir(args.run)
     run_args = run.read_record()
     name = args.name or run_args["args"]["model"]
     if cait.get_config(name).pretrained != f"{name}.safetensors":
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
-    trained = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
-    model = as_variant(trained, name)
-    calibration = json.loads(args.calibration.read_text()) if args.calibration else None
-    if calibration is not None:
-        if calibration["img_size"] != model.cfg.img_size:
-            raise SystemExit(
-                f"{args.calibration} was fitted at {calibration['img_size']} px, {name} is {model.cfg.img_size} px"
-            )
-        apply_class_bias(model, ClassBias.from_dict(calibration["fit"]))
-    run_meta = {"run_command": run_args["commands"][-1]}
-    save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
+    model, trained_size, calibration = shipped_model(args, run, name)
+    if not args.card_only:
+        save_weights(
+            model, WEIGHTS_DIR / f"{name}.safetensors", metadata={"run_command": portable(run_args["commands"][-1])}
+        )
     past = history([*args.continues, args.run])
     write_jsonl(WEIGHTS_DIR / f"{name}.metrics.jsonl", past[0])
     # the evaluation of the run's checkpoint is, from now on, the evaluation of the shipped variant
     evaluation = {**json.loads(args.eval.read_text()), "model": name}
     (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, past, args.weights, evaluation, model, teacher, trained.cfg.img_size, calibration)
+    text = card(name, past, args.weights, evaluation, model, teacher, trained_size, calibration)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"
@@ -377,7 +419,8 @@ def main() -> None:
     (WEIGHTS_DIR / f"{name}.md").write_text(text)
     if args.robustness:
         ship_robustness(name, args.robustness, args.noise_shift)
-    print(f"shipped {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl, .eval.json)")
+    done = "card of" if args.card_only else "shipped"
+    print(f"{done} {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl, .eval.json)")
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _paper import MAIN_TABLE
 from conftest import randomise_
 from PIL import Image
 from safetensors.torch import load_file
 
 import cait
 from cait import explain
-from cait.paper import MAIN_TABLE
 from cait.preprocess import to_batch
 
 ANALYSIS = Path(__file__).resolve().parent.parent / "analysis"
@@ -559,7 +559,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
 
     from cait.corruptions import corrupt
     from cait.data import FashionMNISTScenes
-    from cait.evaluate import EvalImages
+    from cait.preprocess import EvalImages
 
     run("robustness.py", "--quick", "--checkpoint", checkpoint, "--out", tmp_path)
     result = json.loads((tmp_path / "robustness.json").read_text())

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import cait
-from cait.runs import RunDir, RunError, checkpoint_metadata, continued, read_jsonl, read_metrics
+from cait.checkpoint import file_metadata
+from cait.runs import RunDir, RunError, continued, read_jsonl, read_metrics
 
 
 def test_args_record_keeps_every_command(tmp_path):
@@ -65,7 +66,7 @@ def test_checkpoints_carry_their_config_and_what_they_are(tmp_path):
     assert run.config() is None and run.checkpoint_metadata("last") == {}
     model = cait.create_model("cait_pico_32", depth=1)
     run.save_checkpoint("best", model, epochs_completed=3, step=30, data="fashion-mnist", val_top1=None)
-    meta = checkpoint_metadata(tmp_path / "best.safetensors")
+    meta = file_metadata(tmp_path / "best.safetensors")
     assert {k: meta[k] for k in ("epochs_completed", "step", "data", "val_top1")} == {
         "epochs_completed": "3",
         "step": "30",
@@ -75,7 +76,7 @@ def test_checkpoints_carry_their_config_and_what_they_are(tmp_path):
     assert run.config() == model.cfg  # last is missing: best's config
     assert cait.create_model(None, checkpoint=run.checkpoint("best")).cfg.depth == 1
     (tmp_path / "timm.pth").write_bytes(b"not safetensors")
-    assert checkpoint_metadata(tmp_path / "timm.pth") == {}
+    assert file_metadata(tmp_path / "timm.pth") == {}
 
 
 def test_state_round_trips_with_weights_only(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cait.data import DataError, FashionMNISTScenes, build_dataset
-from cait.scene_cache import _prefix, cache_path
+from cait.data.scene_cache import _prefix, cache_path
 
 # sha256 (first 16 hex digits) of scenes rendered by generator version 1, before styles existed
 VERSION_1 = {

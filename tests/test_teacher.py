@@ -9,8 +9,8 @@ import torch
 import cait
 from cait.checkpoint import CheckpointError, read_checkpoint, save_weights, stored_config
 from cait.config import CNNConfig
-from cait.teacher import TimmCNN, cnn_arch, load_teacher
-from cait.train import teacher_view
+from cait.train.loop import teacher_view
+from cait.train.teacher import TimmCNN, cnn_arch, load_teacher
 
 
 def test_cnn_round_trips_through_safetensors(tmp_path):
