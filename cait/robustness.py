@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from .corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from .data.scenes import PIXEL_NOISE
 from .evaluate import evaluate
 
 POINTING_ROWS = ("ca1_mean", "ca2_mean")  # the class-attention maps scored under corruption (head means)
@@ -185,9 +186,10 @@ def corruption_section(
     return section
 
 
-def shipped_summary(sweep_result: dict, noise_result: dict | None = None) -> dict:
+def shipped_summary(sweep_result: dict, noise_results: Sequence[dict] = ()) -> dict:
     """The small record a model card's robustness section and the app are made from: the clean and corrupted
-    top-1 and pointing of an `evaluate --corruption` result, and optionally an `evaluate --pixel-noise` result."""
+    top-1 and pointing of an `evaluate --corruption` result, and the top-1 and pointing of `evaluate` results on
+    scenes of other pixel-noise levels (`--pixel-noise`; one without it is the renderer's own level)."""
     keep = ("corruption", "severity", "images", "top1", *(f"{n}_pointing" for n in POINTING_ROWS))
     section = sweep_result["corruption"]
     out = {
@@ -198,9 +200,12 @@ def shipped_summary(sweep_result: dict, noise_result: dict | None = None) -> dic
         "rows": [{k: v for k, v in row.items() if k in keep} for row in section["rows"]],
         "mean_top1_by_severity": {str(s): v for s, v in mean_by_severity(section["rows"]).items()},
     }
-    if noise_result is not None:
-        out["noise_shift"] = {"pixel_noise": noise_result["pixel_noise"], **summary(noise_result)}
-        out["noise_shift"].pop("per_class_top1")
+    if noise_results:
+        shifts = [{"pixel_noise": r.get("pixel_noise") or PIXEL_NOISE, **summary(r)} for r in noise_results]
+        out["noise_shift"] = sorted(
+            ({k: v for k, v in r.items() if k in ("pixel_noise", *keep)} for r in shifts),
+            key=lambda r: r["pixel_noise"],
+        )
     return out
 
 
@@ -214,7 +219,8 @@ def headline(record: dict) -> str:
                 f"{record['mean_top1_by_severity'][severity]:.1%} mean over {corruptions} corruptions at severity "
                 f"{severity}"
             )
-    shift = record.get("noise_shift")
-    if shift:
-        parts.append(f"{shift['top1']:.1%} with pixel noise std {shift['pixel_noise']:g}")
+    shifted = [r for r in record.get("noise_shift", []) if r["pixel_noise"] != PIXEL_NOISE]
+    if shifted:
+        worst = max(shifted, key=lambda r: r["pixel_noise"])
+        parts.append(f"{worst['top1']:.1%} with the renderer's pixel noise at std {worst['pixel_noise']:g}")
     return "top-1 " + ", ".join(parts)

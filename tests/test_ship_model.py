@@ -241,16 +241,21 @@ def test_the_robustness_section_tabulates_the_sweep_and_replaces_itself():
             {"method": "ca2_mean", "pointing_game": 0.7, "mass_in_box": 0.3, "images": 10},
         ],
     }
-    record = ship_model.shipped_summary(_sweep_result(), noise)
+    own = {**noise, "pixel_noise": None, "top1": 0.75}  # evaluated without --pixel-noise: the renderer's 0.04
+    record = ship_model.shipped_summary(_sweep_result(), [noise, own])
     assert record["mean_top1_by_severity"] == pytest.approx({"1": 0.65, "3": 0.35})
-    assert record["noise_shift"]["top1"] == 0.3 and record["noise_shift"]["ca1_mean_pointing"] == 0.85
+    assert [(r["pixel_noise"], r["top1"], r["ca1_mean_pointing"]) for r in record["noise_shift"]] == [
+        (0.04, 0.75, 0.85),
+        (0.08, 0.3, 0.85),
+    ]
     assert "per_class_top1" not in record["rows"][0] and "ca1_mean_mass_in_box" not in record["rows"][0]
     section = ship_model.robustness_section("m", record)
     assert "| contrast | 70.0 (90 / 80) | 50.0 (90 / 80) |" in section and "| pixelate | 60.0 (90 / 80) |" in section
     assert "| **mean top-1** | **65.0** | **35.0** |" in section and "--corruption all:1 all:3" in section
-    assert "top-1 30.0%" in section and "pointing\n85.0 / 70.0%" in section
+    assert "| 0.04 (the renderer's) | 10 | 75.0 | 85.0 | 70.0 |\n| 0.08 | 10 | 30.0 | 85.0 | 70.0 |" in section
     assert ship_model.headline(record) == (
-        "top-1 clean 80.0%, 35.0% mean over 2 corruptions at severity 3, 30.0% with pixel noise std 0.08"
+        "top-1 clean 80.0%, 35.0% mean over 2 corruptions at severity 3, "
+        "30.0% with the renderer's pixel noise at std 0.08"
     )
     card = "# Model card\n\n## Evaluation\n\ntable\n\n## How this model was made\n\nstory\n"
     once = ship_model.with_section(card, section)
