@@ -285,10 +285,15 @@ def with_section(card_text: str, section: str) -> str:
     return card_text[:start] + section + ("\n" if end < len(card_text) else "") + card_text[end:]
 
 
-def ship_robustness(name: str, sweep: Path, noise_shift: list[Path]) -> str:
-    """Write WEIGHTS_DIR/<name>.robustness.json from the evaluation JSONs and put its section in the card."""
-    record = shipped_summary(json.loads(sweep.read_text()), [json.loads(p.read_text()) for p in noise_shift])
-    (WEIGHTS_DIR / f"{name}.robustness.json").write_text(json.dumps(record, indent=1) + "\n")
+def ship_robustness(name: str, sweep: Path | None, noise_shift: list[Path]) -> str:
+    """Write WEIGHTS_DIR/<name>.robustness.json from the evaluation JSONs (sweep None: keep the record shipped)
+    and put its section in the card."""
+    path = WEIGHTS_DIR / f"{name}.robustness.json"
+    if sweep is None:
+        record = json.loads(path.read_text())
+    else:
+        record = shipped_summary(json.loads(sweep.read_text()), [json.loads(p.read_text()) for p in noise_shift])
+        path.write_text(json.dumps(record, indent=1) + "\n")
     card_path = WEIGHTS_DIR / f"{name}.md"
     card_path.write_text(with_section(card_path.read_text(), robustness_section(name, record)))
     return headline(record)
@@ -427,8 +432,12 @@ def main(argv: list[str] | None = None) -> None:
     for extra in args.extra:
         text += "\n" + extra.read_text()
     (WEIGHTS_DIR / f"{name}.md").write_text(text)
-    if args.robustness:
+    shipped_record = WEIGHTS_DIR / f"{name}.robustness.json"
+    if args.robustness or (args.card_only and shipped_record.is_file()):
+        # a rewritten card keeps the robustness section of the record shipped with these weights
         ship_robustness(name, args.robustness, args.noise_shift)
+    else:  # new weights: a record of the earlier ones would be wrong
+        shipped_record.unlink(missing_ok=True)
     done = "card of" if args.card_only else "shipped"
     print(f"{done} {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl, .eval.json)")
 

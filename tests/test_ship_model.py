@@ -213,6 +213,18 @@ def test_card_only_rewrites_the_card_and_leaves_the_weights(tmp_path, monkeypatc
     card = (tmp_path / "weights" / "cait_nano_28.md").read_text()
     assert "--output runs/run" in card and str(tmp_path) not in card
     assert "| input size |" not in card and card.endswith("Shirt.\n")
+    # the robustness section: --robustness-only adds it and the record; a later --card-only keeps both
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps(_sweep_result()))
+    ship_model.main(["--robustness-only", "cait_nano_28", "--robustness", str(sweep)])
+    record = (tmp_path / "weights" / "cait_nano_28.robustness.json").read_text()
+    with_robustness = (tmp_path / "weights" / "cait_nano_28.md").read_text()
+    assert with_robustness.index("## Robustness") < with_robustness.index("## What it does badly")
+    ship_model.main(
+        [str(run), "--card-only", "--name", "cait_nano_28", "--eval", str(evaluation), "--extra", str(extra)]
+    )
+    assert (tmp_path / "weights" / "cait_nano_28.md").read_text() == with_robustness
+    assert (tmp_path / "weights" / "cait_nano_28.robustness.json").read_text() == record
 
 
 def _sweep_result() -> dict:
