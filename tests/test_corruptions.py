@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from skimage.color import hsv2rgb, rgb2hsv
 from skimage.filters import gaussian
 from torchvision.transforms.v2.functional import normalize
@@ -143,3 +144,25 @@ def test_cli_sweeps_corruptions_before_normalisation_and_measures_mce(tmp_path):
     assert "mCE 100.0%" in again.stdout
     bad = subprocess.run([*command[:-3], "fog:2"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "unknown corruption" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_sweep_on_an_image_folder_scores_top1_without_pointing(tmp_path):
+    from cait.data import ImageFolderData
+    from cait.evaluate import evaluate
+    from cait.robustness import corruption_section, format_sweep
+
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("cats", "dogs")):
+        (tmp_path / "val" / name).mkdir(parents=True)
+        for i in range(3):  # photos of odd sizes: the model's view (resize, crop) is what gets corrupted
+            pixels = rng.integers(0, 256, (40 + 7 * i, 50, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "val" / name / f"{i}.png")
+    torch.manual_seed(0)
+    model = cait.create_model("cait_pico_32")
+    data = ImageFolderData(tmp_path, "val")
+    kwargs = dict(batch_size=4, workers=0, methods=("ca1_mean",))
+    clean = evaluate(model, data, **kwargs)
+    section = corruption_section(model, data, clean, [("jpeg_compression", 5), ("contrast", 3)], **kwargs)
+    assert [r["images"] for r in section["rows"]] == [6, 6]
+    assert all("ca1_mean_pointing" not in r for r in section["rows"])  # no boxes, no pointing
+    assert "CA-1 pt" not in format_sweep(section) and "jpeg_compression" in format_sweep(section)
