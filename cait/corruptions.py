@@ -11,7 +11,7 @@ the same operation is written once here on the whole batch with torch and torchv
 - defocus_blur: a disk kernel (smoothed by a small Gaussian as in the paper), gaussian_blur: a Gaussian;
 - brightness: the HSV value channel raised (done as a per-pixel scale: HSV's hue and saturation fixed),
   contrast: each image's channel means kept and the deviations shrunk;
-- jpeg_compression: libjpeg through torchvision at low quality, pixelate: box down-sampling, nearest up.
+- jpeg_compression: PIL's libjpeg at low quality, pixelate: box down-sampling, nearest up.
 
 A maintained library was not used: `imagecorruptions` no longer imports with current scikit-image and needs
 OpenCV, its fork adds numba, and neither is batched nor seedable; kornia and albumentations lack several of
@@ -20,12 +20,14 @@ the families (see benchmarks/README.md).
 
 from __future__ import annotations
 
+import io
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
-from torchvision.io import decode_jpeg, encode_jpeg
+from PIL import Image
 
 SEVERITIES = (1, 2, 3, 4, 5)
 Corruption = Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]
@@ -121,10 +123,15 @@ def contrast(x: torch.Tensor, severity: int, generator: torch.Generator) -> torc
 
 
 def jpeg_compression(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    # PIL's libjpeg, as the paper's code (torchvision's JPEG codec is deprecated from 0.29 on)
     quality = JPEG_QUALITY[severity - 1]
-    images = list((x.detach().cpu().clamp(0, 1) * 255).round().to(torch.uint8))
-    decoded = decode_jpeg(encode_jpeg(images, quality=quality))
-    return torch.stack(decoded).to(device=x.device, dtype=x.dtype) / 255
+    pixels = (x.detach().cpu().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    out = []
+    for image in pixels:
+        buffer = io.BytesIO()
+        Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, "JPEG", quality=quality)
+        out.append(np.asarray(Image.open(buffer)).reshape(image.shape))
+    return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2).to(device=x.device, dtype=x.dtype) / 255
 
 
 def pixelate(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:

@@ -221,6 +221,17 @@ def test_the_default_model_is_described_from_its_shipped_files():
     assert "Hugging Face cache" not in header  # nothing cached: no offer
 
 
+def test_the_model_tab_says_the_default_models_robustness_from_its_shipped_record():
+    from cait.robustness import headline
+
+    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    record = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.robustness.json").read_text())
+    tab = texts.model_markdown(loaded)
+    assert f"| robustness (corrupted test scenes) | {headline(record)}" in tab
+    assert f"{record['mean_top1_by_severity']['3']:.1%} mean over 9 corruptions at severity 3" in tab
+    assert "robustness" not in texts.model_markdown(load_model(ModelChoice("cait_pico_32"), CPU))  # no record
+
+
 def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists_every_variant():
     loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     header = texts.header_markdown(loaded, ["cait_xxs24_224", "cait_s24_384"])
