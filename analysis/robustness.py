@@ -19,7 +19,9 @@ images (the same seed and batches); this script adds the per-image split.
 from __future__ import annotations
 
 import argparse
+import json
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from _common import (
@@ -152,9 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--severities", nargs="+", type=int, default=list(SEVERITIES), choices=list(SEVERITIES))
     p.add_argument("--seed", type=int, default=0, help="seed of the corruptions' random draws")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--replot", action="store_true", help="redraw the figures from --out's robustness.json")
     args = p.parse_args(argv)
     if args.scenes <= 0 or args.batch_size <= 0:
         fail("--scenes and --batch-size must be positive")
+    if args.replot:
+        try:
+            result = json.loads((args.out / "robustness.json").read_text())
+        except (OSError, ValueError) as e:
+            fail(f"nothing to redraw in {args.out}: {e}")
+        draw(result, args.out)
+        return 0
     loaded = load_model(args)
     model = loaded.model.eval()
     names, severities = args.corruptions, args.severities
@@ -179,11 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = out_dir(args.out)
     write_json(out / "robustness.json", result)
-    plot = figure(result)
-    save_png(to_matplotlib(plot, width=15, height=4.6), out / "robustness.png", loaded.made_from)
-    save_html(to_plotly(plot), out / "robustness.html", loaded.made_from)
-    print(f"wrote robustness.json/.png/.html to {out}")
+    draw(result, out)
     return 0
+
+
+def draw(result: dict, out: Path) -> None:
+    """robustness.png (small enough to keep beside its JSON) and the interactive robustness.html."""
+    plot = figure(result)
+    save_png(to_matplotlib(plot, width=15, height=4.6), out / "robustness.png", result["made_from"], dpi=75)
+    save_html(to_plotly(plot), out / "robustness.html", result["made_from"])
+    print(f"wrote robustness.json/.png/.html to {out}")
 
 
 if __name__ == "__main__":

@@ -570,6 +570,9 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
         ("shot_noise", 5),
     ]
     assert (tmp_path / "robustness.png").is_file() and (tmp_path / "robustness.html").is_file()
+    (tmp_path / "robustness.png").unlink()
+    run("robustness.py", "--replot", "--out", tmp_path)  # the figures again from the JSON, no model run
+    assert 0 < (tmp_path / "robustness.png").stat().st_size < 100_000  # small enough to ship beside the JSON
     # the row of gaussian_noise:5 recomputed here: the 8 scenes' views corrupted with seed 0, then normalised
     model = cait.create_model(None, checkpoint)
     views = EvalImages(FashionMNISTScenes("val", subset=8), model, normalise=False)
