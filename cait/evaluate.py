@@ -3,6 +3,8 @@
     python -m cait.evaluate --model cait_micro_136 --data fashion-mnist-scenes --json results.json
     python -m cait.evaluate --checkpoint runs/x/last.safetensors --img-size 136 --scene-seed 1 --methods ca1_mean
     python -m cait.evaluate --checkpoint runs/teacher/best.safetensors --img-size 128 --scene-seed 1
+    python -m cait.evaluate --model cait_micro_136 --corruption all:3 --baseline sweep.json   # cait.robustness
+    python -m cait.evaluate --model cait_micro_136 --pixel-noise 0.08   # or --scene-style varied
 
 A timm CNN that `cait.train` wrote (a distillation teacher) is scored too, on top-1 and per class only: it
 has no class attention to explain.
