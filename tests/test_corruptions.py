@@ -166,3 +166,20 @@ def test_a_sweep_on_an_image_folder_scores_top1_without_pointing(tmp_path):
     assert [r["images"] for r in section["rows"]] == [6, 6]
     assert all("ca1_mean_pointing" not in r for r in section["rows"])  # no boxes, no pointing
     assert "CA-1 pt" not in format_sweep(section) and "jpeg_compression" in format_sweep(section)
+
+
+def test_a_baseline_checkpoint_is_swept_on_the_same_corrupted_images(tmp_path):
+    from cait.evaluate import evaluate
+    from cait.robustness import corruption_section
+
+    torch.manual_seed(0)
+    model = cait.create_model("cait_pico_32", img_size=64)
+    ckpt = tmp_path / "same.safetensors"
+    cait.save_weights(model, ckpt)
+    data = FashionMNISTScenes("val", subset=8)
+    kwargs = dict(batch_size=4, workers=0, methods=("ca1_mean",))
+    pairs = [("gaussian_noise", 2), ("defocus_blur", 4)]
+    section = corruption_section(model, data, evaluate(model, data, **kwargs), pairs, baseline=str(ckpt), **kwargs)
+    # the same weights as the baseline, the same noise draws: every error ratio is exactly 1
+    assert section["baseline"]["rows"] == section["rows"]
+    assert section["mce"]["mce"] == pytest.approx(1.0) and len(section["mce"]["per_corruption"]) == 2
