@@ -21,6 +21,9 @@ from torch.func import functional_call
 from .attention import _check_input, _grid
 
 Branch = Literal["both", "attn", "mlp"]
+# Tokens in one knockout sweep (images x streams x tokens): the streams of a batch grow to SA depth + 1 by
+# the last block, and the attention maps with them; larger batches are swept in chunks.
+SWEEP_TOKENS = 2**16
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
 
 
@@ -141,28 +144,21 @@ def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Te
 
 
 @dataclass
-class _States:
-    """Every residual state of one forward pass, for re-running only a suffix of the model."""
+class _ClassStage:
+    """The class stage's residual states of one forward pass, for re-running only a suffix of it."""
 
-    sa_inputs: list[torch.Tensor]  # depth + 1: tokens entering SA block k; the last: the tokens CA reads
+    tokens: torch.Tensor  # [B, N, d] the patch tokens after the SA stage, which every CA block reads
     cls_inputs: list[torch.Tensor]  # depth_token_only + 1: class token entering CA block c; the last: final
     logits: torch.Tensor  # [B, K]
 
-    @property
-    def tokens(self) -> torch.Tensor:
-        return self.sa_inputs[-1]
 
-
-def _states(model: nn.Module, x: torch.Tensor) -> _States:
-    """One forward pass that keeps the input of every block (same kernels as `model(x)`)."""
-    sa = [model.patch_embed(x) + model.pos_embed]
-    for k in range(len(model.blocks)):
-        sa.append(model.forward_sa_blocks(sa[-1], start=k, stop=k + 1))
-    cls = [model.cls_token.expand(x.shape[0], -1, -1)]
+def _class_stage(model: nn.Module, tokens: torch.Tensor) -> _ClassStage:
+    """The CA stage on `tokens`, keeping the class token entering every block (same kernels as `model`)."""
+    cls = [model.cls_token.expand(tokens.shape[0], -1, -1)]
     for blk in model.blocks_token_only:
-        cls.append(blk(sa[-1], cls[-1]))
-    logits = model.forward_head(model.forward_class_attention(sa[-1], start=len(cls) - 1, cls=cls[-1]))
-    return _States(sa, cls, logits)
+        cls.append(blk(tokens, cls[-1]))
+    logits = model.forward_head(model.forward_class_attention(tokens, start=len(cls) - 1, cls=cls[-1]))
+    return _ClassStage(tokens, cls, logits)
 
 
 def _zeroed(block: nn.Module, branch: Branch, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -170,17 +166,31 @@ def _zeroed(block: nn.Module, branch: Branch, prefix: str = "") -> dict[str, tor
     return {f"{prefix}{g}": torch.zeros_like(getattr(block, g)) for g in BRANCH_GAMMAS[branch]}
 
 
-def _sa_knockout_logits(model: nn.Module, states: _States, k: int, branch: Branch) -> torch.Tensor:
-    blk = model.blocks[k]
-    x = states.sa_inputs[k]
-    # gamma = 0 makes the block the identity (x + 0 * branch == x exactly), so it need not run at all
-    x = x if branch == "both" else functional_call(blk, _zeroed(blk, branch), (x,))
-    return model.forward_head(model.forward_class_attention(model.forward_sa_blocks(x, start=k + 1)))
+def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tensor:
+    """The block's output with `branch` removed; gamma = 0 makes a whole block the identity (x + 0 * branch
+    == x exactly), so then it need not run at all."""
+    if branch == "both":
+        return args[-1]
+    return functional_call(block, _zeroed(block, branch), args)
 
 
-def _ca_knockout_logits(model: nn.Module, states: _States, c: int, branch: Branch) -> torch.Tensor:
+def _sa_knockouts(model: nn.Module, x: torch.Tensor, branch: Branch) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(intact tokens after the SA stage, the logits with SA block k knocked out for each k) in one sweep:
+    the stream knocked out at block k joins the batch there, and every later block runs once on all the
+    streams alive at it (the intact one and those knocked out before), so each prefix is computed once
+    and the suffixes share batched kernels."""
+    B = x.shape[0]
+    streams = model.patch_embed(x) + model.pos_embed  # [(1 + k) * B, ...]: intact first, then knocked 0..k-1
+    for k, blk in enumerate(model.blocks):
+        knocked = _knock(blk, branch, streams[:B])
+        streams = torch.cat((model.forward_sa_blocks(streams, start=k, stop=k + 1), knocked))
+    logits = model.forward_head(model.forward_class_attention(streams[B:])).split(B)
+    return streams[:B], list(logits)
+
+
+def _ca_knockout_logits(model: nn.Module, states: _ClassStage, c: int, branch: Branch) -> torch.Tensor:
     blk, cls = model.blocks_token_only[c], states.cls_inputs[c]
-    cls = cls if branch == "both" else functional_call(blk, _zeroed(blk, branch), (states.tokens, cls))
+    cls = _knock(blk, branch, states.tokens, cls)
     return model.forward_head(model.forward_class_attention(states.tokens, start=c + 1, cls=cls))
 
 
@@ -197,8 +207,9 @@ def knockout_profile(
     """Change of the target logit [B, SA depth + CA depth] when block k's residual branches are removed
     (gamma_1 = gamma_2 = 0; branch="attn" / "mlp": only one of them), blocks in model order, SA first.
 
-    The prefix before each block is run once and cached, so knocking out SA block k re-runs only the
-    blocks after it; shared_prefix=False runs the whole model once per block instead (the reference)."""
+    Each prefix runs once: the SA stage is swept once, block k's knocked-out stream joining the batch at k,
+    and the CA knockouts re-run only the class stage from the cached class token; shared_prefix=False
+    runs the whole model once per block instead (the reference)."""
     _check_input(model, x)
     _check_class_stage(model)
     if branch not in BRANCH_GAMMAS:
@@ -206,9 +217,12 @@ def knockout_profile(
     with _evaluating(model):
         target = target.to(x.device).long().view(-1, 1)
         if shared_prefix:
-            states = _states(model, x)
+            chunk = max(1, SWEEP_TOKENS // ((len(model.blocks) + 1) * (model.cfg.num_patches + 1)))
+            sweeps = [_sa_knockouts(model, part, branch) for part in x.split(chunk)]
+            tokens = torch.cat([t for t, _ in sweeps])
+            knocked = [torch.cat(parts) for parts in zip(*(k for _, k in sweeps))]
+            states = _class_stage(model, tokens)
             base = states.logits
-            knocked = [_sa_knockout_logits(model, states, k, branch) for k in range(len(model.blocks))]
             knocked += [_ca_knockout_logits(model, states, c, branch) for c in range(len(model.blocks_token_only))]
         else:
             base = model(x)
@@ -262,7 +276,7 @@ def _fills(model: nn.Module, reference: torch.Tensor | None) -> torch.Tensor | N
     return mean_head_outputs(model, reference).view(len(model.blocks_token_only), model.cfg.num_heads, -1)
 
 
-def _ablated_logits(model: nn.Module, states: _States, layer: int, head: int, fills: torch.Tensor | None):
+def _ablated_logits(model: nn.Module, states: _ClassStage, layer: int, head: int, fills: torch.Tensor | None):
     blk = model.blocks_token_only[layer]
     fill = None if fills is None else fills[layer, head]
     params = _without_head(blk, head, fill, model.cfg.num_heads)
@@ -282,7 +296,7 @@ def head_ablation(
         raise ValueError(f"no CA head ({layer}, {head}): {len(model.blocks_token_only)} layers of {heads} heads")
     fills = _fills(model, reference)
     with _evaluating(model):
-        states = _states(model, x)
+        states = _class_stage(model, model.forward_self_attention(x))
         after = _ablated_logits(model, states, layer, head, fills)
     return HeadAblation(layer=layer, head=head, before=states.logits, after=after)
 
@@ -293,9 +307,18 @@ def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Te
     _check_class_stage(model)
     fills = _fills(model, reference)
     with _evaluating(model):
-        states = _states(model, x)
+        states = _class_stage(model, model.forward_self_attention(x))
         rows = [
             torch.stack([_ablated_logits(model, states, i, h, fills) for h in range(model.cfg.num_heads)], dim=1)
             for i in range(len(model.blocks_token_only))
         ]
     return torch.stack(rows, dim=1)
+
+
+def block_gamma_mean_abs(model: nn.Module) -> torch.Tensor:
+    """Mean |gamma| of every block [SA depth + CA depth] in model order, over the entries of both its
+    gamma_1 and gamma_2 (LayerScale's own say on how much a block's branches write)."""
+    ls = model.layerscale()
+    return torch.cat(
+        [torch.cat((ls[f"{s}_gamma_1"], ls[f"{s}_gamma_2"]), dim=1).abs().mean(dim=1) for s in ("sa", "ca")]
+    )
