@@ -552,3 +552,38 @@ def test_no_verdict_from_runs_that_learned_nothing(table1):
         {"layerscale": (14.0, 14.2), "scalar": (12.0, 12.2), "rezero": (11.9, 12.1), "baseline": (None, None)},
     )
     assert table1.summarize(rows).headline == "Paper's Table 1 ordering at depth 36: not resolved"
+
+
+def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
+    """--quick: the first 8 test scenes; each block's mean |gamma| and mean knockout change, and each CA
+    head's mean attribution, recomputed here for the predicted class."""
+    from cait.data import build_dataset
+    from cait.evaluate import EvalImages
+
+    data = json.loads((gallery / "layer_importance" / "layer_importance.json").read_text())
+    model = cait.create_model(None, checkpoint).eval()
+    cfg = model.cfg
+    images = EvalImages(build_dataset("fashion-mnist-scenes", "val", subset=8), model)
+    x = torch.stack([images[i][0] for i in range(8)])
+    target = model(x).argmax(1)
+    delta = explain.knockout_profile(model, x, target).mean(0)
+    heads = explain.direct_logit_attribution(model, x, target).heads.mean(0)
+    assert data["images"] == 8 and "pico.safetensors" in data["made_from"]
+    blocks = data["blocks"]
+    assert [(b["stage"], b["index"]) for b in blocks] == [("sa", i + 1) for i in range(cfg.depth)] + [
+        ("ca", i + 1) for i in range(cfg.depth_token_only)
+    ]
+    for k, (b, name) in enumerate(zip(blocks, explain.block_names(model))):
+        block = model.get_submodule(name)
+        gamma = torch.cat((block.gamma_1, block.gamma_2)).abs().mean().item()
+        assert b["gamma_mean_abs"] == pytest.approx(gamma, rel=1e-5)
+        assert b["knockout_delta_logit_mean"] == pytest.approx(delta[k].item(), abs=1e-4)
+        assert np.isfinite(b["knockout_delta_logit_ci95"])
+    for row in data["heads"]:
+        assert row["attribution_mean"] == pytest.approx(heads[row["layer"] - 1, row["head"] - 1].item(), abs=1e-4)
+        assert 0 <= row["pointing"] <= 1
+    rho = data["spearman"]["all_blocks"]
+    assert -1 <= rho["low"] <= rho["high"] <= 1 and -1 <= rho["rho"] <= 1
+    assert f"rho {rho['rho']:.2f}" in data["verdict"] and "Over 8 images" in data["verdict"]
+    for ext in ("png", "html"):
+        assert (gallery / "layer_importance" / f"layer_importance.{ext}").stat().st_size > 1000
