@@ -21,9 +21,6 @@ from torch.func import functional_call
 from .attention import _check_input, _grid
 
 Branch = Literal["both", "attn", "mlp"]
-# Tokens in one knockout sweep (images x streams x tokens): the streams of a batch grow to SA depth + 1 by
-# the last block, and the attention maps with them; larger batches are swept in chunks.
-SWEEP_TOKENS = 2**16
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
 
 
@@ -174,18 +171,18 @@ def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tenso
     return functional_call(block, _zeroed(block, branch), args)
 
 
-def _sa_knockouts(model: nn.Module, x: torch.Tensor, branch: Branch) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """(intact tokens after the SA stage, the logits with SA block k knocked out for each k) in one sweep:
-    the stream knocked out at block k joins the batch there, and every later block runs once on all the
-    streams alive at it (the intact one and those knocked out before), so each prefix is computed once
-    and the suffixes share batched kernels."""
-    B = x.shape[0]
-    streams = model.patch_embed(x) + model.pos_embed  # [(1 + k) * B, ...]: intact first, then knocked 0..k-1
-    for k, blk in enumerate(model.blocks):
-        knocked = _knock(blk, branch, streams[:B])
-        streams = torch.cat((model.forward_sa_blocks(streams, start=k, stop=k + 1), knocked))
-    logits = model.forward_head(model.forward_class_attention(streams[B:])).split(B)
-    return streams[:B], list(logits)
+def _sa_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The tokens entering every SA block, and last the tokens leaving the stage (one forward's work)."""
+    states = [model.patch_embed(x) + model.pos_embed]
+    for k in range(len(model.blocks)):
+        states.append(model.forward_sa_blocks(states[-1], start=k, stop=k + 1))
+    return states
+
+
+def _sa_knockout_logits(model: nn.Module, inputs: list[torch.Tensor], k: int, branch: Branch) -> torch.Tensor:
+    """Logits with SA block k knocked out: from its cached input, only the blocks after it run."""
+    x = _knock(model.blocks[k], branch, inputs[k])
+    return model.forward_head(model.forward_class_attention(model.forward_sa_blocks(x, start=k + 1)))
 
 
 def _ca_knockout_logits(model: nn.Module, states: _ClassStage, c: int, branch: Branch) -> torch.Tensor:
@@ -207,9 +204,9 @@ def knockout_profile(
     """Change of the target logit [B, SA depth + CA depth] when block k's residual branches are removed
     (gamma_1 = gamma_2 = 0; branch="attn" / "mlp": only one of them), blocks in model order, SA first.
 
-    Each prefix runs once: the SA stage is swept once, block k's knocked-out stream joining the batch at k,
-    and the CA knockouts re-run only the class stage from the cached class token; shared_prefix=False
-    runs the whole model once per block instead (the reference)."""
+    Each prefix runs once: one forward caches every block's input, then knocking out block k re-runs only
+    the blocks after it (a CA knockout only the rest of the class stage); shared_prefix=False runs the
+    whole model once per block instead (the reference)."""
     _check_input(model, x)
     _check_class_stage(model)
     if branch not in BRANCH_GAMMAS:
@@ -217,11 +214,9 @@ def knockout_profile(
     with _evaluating(model):
         target = target.to(x.device).long().view(-1, 1)
         if shared_prefix:
-            chunk = max(1, SWEEP_TOKENS // ((len(model.blocks) + 1) * (model.cfg.num_patches + 1)))
-            sweeps = [_sa_knockouts(model, part, branch) for part in x.split(chunk)]
-            tokens = torch.cat([t for t, _ in sweeps])
-            knocked = [torch.cat(parts) for parts in zip(*(k for _, k in sweeps))]
-            states = _class_stage(model, tokens)
+            inputs = _sa_inputs(model, x)
+            knocked = [_sa_knockout_logits(model, inputs, k, branch) for k in range(len(model.blocks))]
+            states = _class_stage(model, inputs[-1])
             base = states.logits
             knocked += [_ca_knockout_logits(model, states, c, branch) for c in range(len(model.blocks_token_only))]
         else:
