@@ -160,6 +160,14 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
     }
 
 
+def api_numbers(model: torch.nn.Module, x: torch.Tensor, *, target: int, top_class: int) -> dict[str, Any]:
+    """`numbers` for the /analyze API's class `target` (-1: `top_class`); ValueError for a bad class."""
+    target = top_class if target < 0 else target
+    if not 0 <= target < model.cfg.num_classes:
+        raise ValueError(f"target must be in 0..{model.cfg.num_classes - 1} or -1, got {target}")
+    return numbers(model, x, compute(model, x, target))
+
+
 def top5_html(result: dict[str, list[dict[str, Any]]], layer: int, head: int) -> str:
     """Before and after, side by side, as a small table."""
     cell = lambda p: f"<td>{html.escape(p['label'])}</td><td>{p['probability']:.3f}</td>"  # noqa: E731

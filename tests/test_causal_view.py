@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from conftest import randomise_
@@ -79,3 +80,38 @@ def test_ablation_top5_before_and_after(setup):
     assert mean["before"] == zero["before"] and mean["after"] != zero["after"]
     page = causal_view.top5_html(zero, 0, 1)
     assert "without CA1 head 2" in page and page.count("<tr>") == 6
+
+
+# ------------------------------------------------------------------------------ wired into the page
+
+
+@pytest.fixture(scope="module")
+def handlers():
+    from app import layout
+    from app.handlers import Handlers, layerscale_figure
+    from app.models import ModelCache, ModelChoice, load_model
+
+    cache = ModelCache(lambda c: load_model(c, torch.device("cpu")), max_bytes=2**30)
+    first = cache.get(ModelChoice("cait_pico_32"))
+    _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
+    return Handlers(page, cache, first.choice)
+
+
+def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
+    from app import session
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    out = handlers.details(loaded.choice, a, "inferno", 0.5, "per tile", "smooth", 1.0, 2, 2)
+    view = out[p.cz_state]
+    assert view.target == a.top_class and out[p.cz_head] == 0
+    data = json.loads(open(out[p.json_file]).read())["causal"]
+    assert data["target"] == a.top_class and np.allclose(data["heads"], view.heads)
+    assert all(out[c] is not None for c in (p.cz_heads_plot, p.cz_maps, p.cz_top5, p.cz_knockout))
+    other = handlers.causal_class(loaded.choice, a, (a.top_class + 1) % 10, 3, causal_view.ABLATIONS[0])
+    assert other[p.cz_state].target == (a.top_class + 1) % 10
+    heads = loaded.cfg.num_heads
+    picked = handlers.causal_head(loaded.choice, a, view, heads + 1, causal_view.ABLATIONS[1])  # CA2 head 2
+    assert "without CA2 head 2" in picked[p.cz_top5] and set(picked) == {p.cz_maps, p.cz_top5}
+    cleared = handlers.cleared(tuple(handlers.page.ca_props.value))
+    assert all(cleared[c] is None for c in p.causal_results)
