@@ -9,7 +9,8 @@ The verdict is computed from the numbers: Spearman's rank correlation between th
 and the size of their mean knockout change (over all blocks, and over the SA blocks alone), with a 95%
 bootstrap interval over images. Photos have no boxes, so their heads get no pointing score.
 
-Writes layer_importance.json/.png/.html.
+Writes layer_importance.json/.png/.html and layer_importance_heads.html. Always fp32 (the knockouts
+subtract logits): --precision is not used.
 """
 
 from __future__ import annotations
@@ -76,9 +77,11 @@ def measure(model, batches) -> dict[str, torch.Tensor]:
     return {k: torch.cat(v) for k, v in out.items()}
 
 
-def rank_correlation(gamma: np.ndarray, delta: np.ndarray, *, resamples: int, seed: int = 0) -> dict[str, float]:
+def rank_correlation(gamma: np.ndarray, delta: np.ndarray, *, resamples: int, seed: int = 0) -> dict[str, float | None]:
     """Spearman rho between mean |gamma| and |mean knockout delta| over blocks, and its 95% bootstrap
-    interval from resampling the images (delta: [images, blocks])."""
+    interval from resampling the images (delta: [images, blocks]); None when the gammas are all equal."""
+    if np.ptp(gamma) == 0:
+        return {"rho": None, "low": None, "high": None}
     rho = float(spearmanr(gamma, np.abs(delta.mean(0))).statistic)
     rng = np.random.default_rng(seed)
     boot = [
@@ -89,20 +92,27 @@ def rank_correlation(gamma: np.ndarray, delta: np.ndarray, *, resamples: int, se
     return {"rho": rho, "low": float(lo), "high": float(hi)}
 
 
-def verdict(overall: dict[str, float], sa: dict[str, float], images: int) -> str:
+def verdict(overall: dict[str, float | None], sa: dict[str, float | None], images: int) -> str:
     """One sentence, from the numbers: does LayerScale's magnitude rank the blocks by importance?"""
 
-    def says(c: dict[str, float]) -> str:
+    if overall["rho"] is None:
+        return f"Every block has the same mean |gamma| (as at init): LayerScale cannot rank them ({images} images)."
+
+    def says(c: dict[str, float | None]) -> str:
+        if c["rho"] is None:
+            return "cannot rank them (its blocks' mean |gamma| are all equal)"
         if c["low"] > 0.7:
             return "ranks them well"
         if c["low"] > 0:
             return "ranks them only loosely"
         return "does not rank them"
 
-    span = lambda c: f"rho {c['rho']:.2f}, 95% interval {c['low']:.2f} to {c['high']:.2f}"  # noqa: E731
+    def span(c: dict[str, float | None]) -> str:
+        return "" if c["rho"] is None else f" (rho {c['rho']:.2f}, 95% interval {c['low']:.2f} to {c['high']:.2f})"
+
     return (
-        f"Over {images} images, LayerScale's mean |gamma| {says(overall)} by the logit change a knockout causes "
-        f"(all blocks: {span(overall)}); within the SA stage it {says(sa)} ({span(sa)})."
+        f"Over {images} images, LayerScale's mean |gamma| {says(overall)} by the logit change a knockout causes, "
+        f"all blocks{span(overall)}; within the SA stage it {says(sa)}{span(sa)}."
     )
 
 
@@ -172,6 +182,31 @@ def figure_html(data: dict, model, made_from: str, path) -> None:
     save_html(fig, path, made_from)
 
 
+def heads_html(data: dict, made_from: str, path) -> None:
+    """Each CA head's mean attribution against its pointing score (or its number, for photos)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for layer in sorted({r["layer"] for r in data["heads"]}):
+        rows = [r for r in data["heads"] if r["layer"] == layer]
+        fig.add_scatter(
+            x=[r["pointing"] if r["pointing"] is not None else r["head"] for r in rows],
+            y=[r["attribution_mean"] for r in rows],
+            mode="markers+text",
+            text=[f"h{r['head']}" for r in rows],
+            textposition="top center",
+            name=f"CA{layer}",
+        )
+    pointing = data["heads"][0]["pointing"] is not None
+    fig.update_layout(
+        title="CA heads: mean direct logit attribution against pointing game",
+        xaxis_title="pointing game (share of images)" if pointing else "head",
+        yaxis_title="mean direct logit attribution",
+        template="plotly_white",
+    )
+    save_html(fig, path, made_from)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("layer_importance", __doc__)
     p.add_argument("--images", type=int, default=500, help="test scenes (default 500; --quick: 8)")
@@ -211,13 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / "layer_importance.json", data)
     figure_png(data, model, loaded.made_from, out / "layer_importance.png")
     figure_html(data, model, loaded.made_from, out / "layer_importance.html")
+    heads_html(data, loaded.made_from, out / "layer_importance_heads.html")
     print(f"{loaded.made_from}\n{data['verdict']}")
     for b in blocks:
         print(
             f"{b['stage'].upper()}{b['index']:<4} |gamma| {b['gamma_mean_abs']:.4f}  "
             f"knockout {b['knockout_delta_logit_mean']:+.3f} +- {b['knockout_delta_logit_ci95']:.3f}"
         )
-    print(f"wrote layer_importance.json/.png/.html to {out}")
+    print(f"wrote layer_importance.json/.png/.html, layer_importance_heads.html to {out}")
     return 0
 
 

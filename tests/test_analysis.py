@@ -585,5 +585,22 @@ def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
     rho = data["spearman"]["all_blocks"]
     assert -1 <= rho["low"] <= rho["high"] <= 1 and -1 <= rho["rho"] <= 1
     assert f"rho {rho['rho']:.2f}" in data["verdict"] and "Over 8 images" in data["verdict"]
-    for ext in ("png", "html"):
-        assert (gallery / "layer_importance" / f"layer_importance.{ext}").stat().st_size > 1000
+    for name in ("layer_importance.png", "layer_importance.html", "layer_importance_heads.html"):
+        assert (gallery / "layer_importance" / name).stat().st_size > 1000
+
+
+def test_layer_importance_verdict_follows_the_rank_correlation(monkeypatch):
+    monkeypatch.syspath_prepend(str(ANALYSIS))
+    import layer_importance as li
+
+    rng = np.random.default_rng(0)
+    gamma = np.linspace(0.01, 0.2, 10)
+    follows = -gamma * 10 + 0.01 * rng.standard_normal((50, 10))  # knockouts grow with |gamma|
+    unrelated = rng.standard_normal((50, 10))
+    well = li.rank_correlation(gamma, follows, resamples=200)
+    assert well["rho"] == pytest.approx(1.0) and well["low"] > 0.7
+    loose = li.rank_correlation(gamma, unrelated, resamples=200)
+    assert loose["low"] < 0 < loose["high"]
+    assert "ranks them well" in li.verdict(well, well, 50) and "does not rank" in li.verdict(loose, loose, 50)
+    same = li.rank_correlation(np.full(10, 0.1), follows, resamples=10)
+    assert same["rho"] is None and "cannot rank" in li.verdict(same, same, 50)
