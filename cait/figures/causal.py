@@ -90,7 +90,7 @@ def head_attribution_plotly(heads, *, title: str = "Direct logit attribution per
         barmode="group",
         template="plotly_white",
         height=340,
-        yaxis_title="share of the logit",
+        yaxis_title="write to the logit",
         legend=dict(orientation="h", y=-0.2),
     )
     return fig
