@@ -116,6 +116,26 @@ def verdict(overall: dict[str, float | None], sa: dict[str, float | None], image
     )
 
 
+def heads_spearman(rows: list[dict]) -> float | None:
+    """Spearman rho over CA heads of mean attribution against pointing score (None without boxes or when
+    either is constant)."""
+    if any(r["pointing"] is None for r in rows):
+        return None
+    rho = spearmanr([r["attribution_mean"] for r in rows], [r["pointing"] for r in rows]).statistic
+    return float(rho) if np.isfinite(rho) else None
+
+
+def heads_verdict(rho: float | None, heads: int) -> str | None:
+    """Do the heads that write the answer look at the garment? One sentence from `heads_spearman`."""
+    if rho is None:
+        return None
+    link = "go together" if rho > 0.5 else "are unrelated" if rho > -0.5 else "go opposite ways"
+    return (
+        f"Over the {heads} CA heads, what a head writes to the logit and how often it points into the garment's "
+        f"box {link} (Spearman rho {rho:.2f})."
+    )
+
+
 def head_rows(heads: torch.Tensor, pointing: torch.Tensor) -> list[dict]:
     L, H = heads.shape[1:]
     rows = []
@@ -161,7 +181,9 @@ def figure_png(data: dict, model, made_from: str, path) -> None:
         ax2.annotate(f"CA{row['layer']} h{row['head']}", (x, row["attribution_mean"]), fontsize=7)
     ax2.set_xlabel("pointing game (share of images)" if data["heads"][0]["pointing"] is not None else "head")
     ax2.set_ylabel("mean direct logit attribution")
-    ax2.set_title("CA heads: what they write vs where they look", fontsize=9)
+    rho = data["heads_spearman"]
+    rho_text = "" if rho is None else f", rho {rho:.2f}"
+    ax2.set_title(f"CA heads: what they write vs where they look{rho_text}", fontsize=9)
     fig.suptitle(data["verdict"], fontsize=8, wrap=True)
     fig.tight_layout()
     save_png(fig, path, made_from, dpi=80)
@@ -243,11 +265,13 @@ def main(argv: list[str] | None = None) -> int:
         "verdict": verdict(overall, sa_only, len(delta)),
         "heads": head_rows(m["heads"], m["pointing"]),
     }
+    data["heads_spearman"] = heads_spearman(data["heads"])
+    data["heads_verdict"] = heads_verdict(data["heads_spearman"], len(data["heads"]))
     write_json(out / "layer_importance.json", data)
     figure_png(data, model, loaded.made_from, out / "layer_importance.png")
     figure_html(data, model, loaded.made_from, out / "layer_importance.html")
     heads_html(data, loaded.made_from, out / "layer_importance_heads.html")
-    print(f"{loaded.made_from}\n{data['verdict']}")
+    print(f"{loaded.made_from}\n{data['verdict']}\n{data['heads_verdict'] or ''}")
     for b in blocks:
         print(
             f"{b['stage'].upper()}{b['index']:<4} |gamma| {b['gamma_mean_abs']:.4f}  "
