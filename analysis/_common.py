@@ -25,10 +25,11 @@ import cait
 from cait.checkpoint import CheckpointError
 from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError, read_examples
+from cait.flags import add_model_flags, add_precision_flag
 from cait.preprocess import model_view
 from cait.provenance import SourcedModel, load_or_init
 from cait.runs import RunDir, write_text
-from cait.runtime import PRECISION_CHOICES, autocast, inference_dtype
+from cait.runtime import autocast, inference_dtype
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,40 +40,37 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def parser(name: str, doc: str, *, model: bool = True) -> argparse.ArgumentParser:
-    """The common flags: --out and --quick, and with model=True --checkpoint / --model."""
+def parser(
+    name: str, doc: str, *, model: bool = True, images: bool = False, out: str | None = None
+) -> argparse.ArgumentParser:
+    """The common flags of analysis/<name>.py: --out (default out/<out or name>) and --quick; with model=True
+    the model and precision flags, with images=True --images (the images to explain)."""
+    out = out or name
     p = argparse.ArgumentParser(
         prog=f"python analysis/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     if model:
-        p.add_argument(
-            "--checkpoint",
-            default=None,
-            help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL} "
+        add_model_flags(
+            p,
+            checkpoint_help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL} "
             f"(random init, said on every figure, while its weights are not there)",
         )
-        p.add_argument(
-            "--model",
-            default=None,
-            help="variant name (see cait.list_models()); needed with a "
-            "checkpoint that does not carry its config (timm/deit files)",
-        )
-        p.add_argument(
-            "--precision",
+        add_precision_flag(
+            p,
             default="fp32",
-            choices=PRECISION_CHOICES,
             help="forward passes whose maps are drawn (class attention, top-1): fp32 (default: the JSON "
             "files are reference numbers), bf16 autocast, or auto = bf16 where it measures faster "
-            "than fp32 here (maps differ by ~0.5%%); gradient methods always run in fp32",
+            "than fp32 here; gradient methods always run in fp32",
         )
+    if images:
         p.add_argument(
-            "--pretrained",
-            action="store_true",
-            help="the variant's pretrained weights: for a paper "
-            "variant timm's official ones from the local Hugging Face cache, downloaded once when missing "
-            "(HF_HUB_OFFLINE=1: the cache only)",
+            "--images",
+            nargs="+",
+            default=None,
+            help="image files (default: the shipped example scenes; for an ImageNet model, real photos: "
+            "cait.data.photos)",
         )
-    p.add_argument("--out", type=Path, default=Path("out") / name, help=f"output directory (default: out/{name})")
+    p.add_argument("--out", type=Path, default=Path("out") / out, help=f"output directory (default: out/{out})")
     p.add_argument("--quick", action="store_true", help="smallest run that exercises everything (for tests)")
     return p
 
@@ -143,17 +141,17 @@ def load_examples(
         box = None
         # A box is only valid if the image is square (the eval resize then scales both axes alike).
         if f.box is not None and original.width == original.height:
-            box = torch.tensor(f.box, dtype=torch.float32) * (cfg.img_size / original.width)
+            box = cfg.box_to_input(torch.tensor(f.box, dtype=torch.float32), original.width)
         out.append(Example(f.path.stem, model_view(original, cfg).convert("RGB"), f.label, box))
     return out
 
 
 def default_images(cfg: CaiTConfig) -> list[Path] | None:
-    """The images a figure shows when none are given: real photos for an ImageNet model (cait.photos),
+    """The images a figure shows when none are given: real photos for an ImageNet model (cait.data.photos),
     None (the shipped example scenes) for our Fashion-MNIST models."""
-    if cfg.labels != "imagenet":
+    if not cfg.is_imagenet:
         return None
-    from cait.photos import available_photos
+    from cait.data.photos import available_photos
 
     return [path for _, path in available_photos()] or None
 
@@ -247,6 +245,21 @@ def matplotlib_pyplot():
 # Runs are given as cait.train flags by name (cait.train.train_args), e.g. {"depth": 12, "residual_scale": "none"}.
 MINIATURE = {"model": "cait_nano_64", "img_size": 32, "patch_size": 8, "embed_dim": 96, "num_heads": 2}
 QUICK_MINIATURE = {"model": "cait_pico_32"}  # seconds per run, for tests
+
+
+def miniature(quick: bool) -> dict[str, Any]:
+    """The cait.train flags of the miniature (QUICK_MINIATURE with --quick)."""
+    return dict(QUICK_MINIATURE if quick else MINIATURE)
+
+
+def miniature_name(quick: bool) -> str:
+    """What the miniature is, for the figures' "made from" lines."""
+    if quick:
+        return QUICK_MINIATURE["model"]
+    m = MINIATURE
+    return f"CaiT {m['img_size']}px, patch {m['patch_size']}, dim {m['embed_dim']}, {m['num_heads']} heads"
+
+
 # One light recipe for every run of a comparison, so that only the ablated setting differs between runs.
 RECIPE = {
     "warmup_epochs": 1.0,
@@ -311,7 +324,7 @@ class SweepRun:
     run: Path
     flags: dict[str, Any]  # the cait.train flags (by name) that made it
     divergence: dict | None  # where the loss became non-finite (cait.train.Diverged: epoch, step, loss)
-    val_top1: list[float]  # per finished epoch
+    val_top1: list[float]  # per finished epoch, fractions in [0, 1]
     params: int
     macs: int  # multiply-accumulates of one forward
 
@@ -326,7 +339,7 @@ class SweepRun:
 
 
 def _run_args(name: str, flags: dict[str, Any], run: Path, **more: Any) -> argparse.Namespace:
-    from cait.train_args import ArgsError, train_args
+    from cait.train.args import ArgsError, train_args
 
     try:
         return train_args(**flags, output=run, **more)
@@ -336,7 +349,7 @@ def _run_args(name: str, flags: dict[str, Any], run: Path, **more: Any) -> argpa
 
 def _same_flags(run: Path, args: argparse.Namespace) -> bool:
     """Was the run in `run` started with the flags `args` train with (as its args.json records them)?"""
-    from cait.train_args import same_run
+    from cait.train.args import same_run
 
     try:
         return same_run(RunDir(run).read_args(), args)
@@ -366,7 +379,7 @@ def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path
     import shutil
 
     from cait import train
-    from cait.train_args import to_argv
+    from cait.train.args import to_argv
 
     if resume:
         args = _run_args(name, flags, run, resume=run)
@@ -399,7 +412,7 @@ def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path
 
 
 def _sweep_run(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path, record: dict) -> SweepRun:
-    from cait.train_args import model_config
+    from cait.train.args import model_config
 
     model = cait.CaiT(model_config(args))  # also for a run that diverged in epoch 1
     curve = [line["val_top1"] for line in RunDir(run).read_metrics() if line.get("val_top1") is not None]

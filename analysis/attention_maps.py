@@ -5,7 +5,8 @@ one column per head plus the head mean, overlaid on the image, with the predicti
     python analysis/attention_maps.py --model cait_s24_224 --pretrained     # the official ImageNet weights
 
 Default images: the example scenes shipped in cait/examples; for an ImageNet model, real photos
-(cait.photos: scikit-image's and gradio's sample photos, licences listed there). Writes attention_<image>.png per image,
+(cait.data.photos: scikit-image's and gradio's sample photos, licences listed there). Writes
+attention_<image>.png per image,
 attention_maps.html (all images, pick one from the menu; hover shows the attention values) and
 attention_maps.json (the maps, the class token's attention to itself, the prediction).
 """
@@ -47,10 +48,30 @@ def figure_png(ex: Example, maps: torch.Tensor, self_share: torch.Tensor, captio
     save_image(sheet, path, made_from)
 
 
+def _image_with_heat(image, heat: np.ndarray, step: float, *, visible: bool) -> list:
+    """The image and its attention map over it (hover gives the value), as two plotly traces."""
+    import plotly.graph_objects as go
+
+    return [
+        go.Image(z=np.asarray(image), visible=visible, hoverinfo="skip"),
+        go.Heatmap(
+            z=heat,
+            x0=step / 2,
+            dx=step,
+            y0=step / 2,
+            dy=step,
+            colorscale="Inferno",
+            opacity=0.55,
+            showscale=False,
+            visible=visible,
+            hovertemplate="attention %{z:.4f}<extra></extra>",
+        ),
+    ]
+
+
 def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str], made_from: str, path) -> None:
     """The same grid, interactive: one subplot per (layer, mean|head) in the tiles' order, hover shows the
     attention; the menu switches images. maps [B, L, heads, g, g]."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     B, layers, heads, g, _ = maps.shape
@@ -71,22 +92,8 @@ def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str]
             where = dict(
                 row=l * (rows // layers) + (i % (heads + 1)) // columns + 1, col=(i % (heads + 1)) % columns + 1
             )
-            fig.add_trace(go.Image(z=np.asarray(ex.image), visible=b == 0, hoverinfo="skip"), **where)
-            fig.add_trace(
-                go.Heatmap(
-                    z=heat,
-                    x0=step / 2,
-                    dx=step,
-                    y0=step / 2,
-                    dy=step,
-                    colorscale="Inferno",
-                    opacity=0.55,
-                    showscale=False,
-                    visible=b == 0,
-                    hovertemplate="attention %{z:.4f}<extra></extra>",
-                ),
-                **where,
-            )
+            for trace in _image_with_heat(ex.image, heat, step, visible=b == 0):
+                fig.add_trace(trace, **where)
     per_image = 2 * len(order)
     buttons = [
         dict(
@@ -111,13 +118,7 @@ def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("attention_maps", __doc__)
-    p.add_argument(
-        "--images",
-        nargs="+",
-        default=None,
-        help="image files (default: the shipped example scenes; for an ImageNet model real photos, see cait.photos)",
-    )
+    p = parser("attention_maps", __doc__, images=True)
     args = p.parse_args(argv)
     loaded = load_model(args)
     model, cfg = loaded.model, loaded.model.cfg

@@ -47,14 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    MINIATURE,
-    QUICK_MINIATURE,
     RECIPE,
     SweepRun,
     add_budget_flags,
     budget,
     fail,
     finished_runs,
+    miniature,
+    miniature_name,
     out_dir,
     parser,
     sweep_lock,
@@ -62,7 +62,7 @@ from _common import (
     write_csv,
     write_json,
 )
-from _table1 import METHODS, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
+from _table1 import METHODS, Summary, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
 
 from cait.explain.layerscale import layerscale_stats_from_metrics
 from cait.runs import RunError
@@ -189,7 +189,7 @@ QUICK_DESIGN = Design(
 
 def common_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The cait.train flags every run shares: the miniature, the light recipe, the budget's data part."""
-    base = QUICK_MINIATURE if args.quick else MINIATURE
+    base = miniature(args.quick)
     shared = {k: v for k, v in budget(args).items() if k not in ("epochs", "subset")}
     return {**base, **RECIPE, "warmup_epochs": args.warmup, **shared}
 
@@ -233,7 +233,7 @@ def result_row(phase: str, s: Setting, run: SweepRun, gamma: list[dict] | None) 
         "gamma_final": gamma[-1]["mean"] if gamma and len(gamma) > 1 else None,
         "params": run.params,
         "run": run.name,
-        "paper_top1_quoted": quoted and quoted.top1,
+        "paper_top1_quoted": quoted and quoted.top1_percent,
         "paper_diverged_quoted": quoted and quoted.diverged,
     }
 
@@ -402,7 +402,7 @@ def _phase_seconds(design: Design, phase: str, speeds: dict[str, dict]) -> float
 
 
 def made_from(design: Design, args: argparse.Namespace, results: Results) -> str:
-    model = "cait_pico_32" if args.quick else "CaiT 32px, patch 8, dim 96, 2 heads, 2 CA"
+    model = miniature_name(args.quick) + ("" if args.quick else ", 2 CA")
     data = {"fashion-mnist": "Fashion-MNIST", "fashion-mnist-scenes": "Fashion-MNIST scenes"}[args.data]
     done = {p: sum(r["phase"] == p for r in results.rows) for p in PHASES}
     progress = ", ".join(
@@ -418,7 +418,7 @@ def made_from(design: Design, args: argparse.Namespace, results: Results) -> str
 
 
 def paper_quoted() -> dict[str, Any]:
-    from cait.paper import TABLE1
+    from _paper import TABLE1
 
     return {
         "source": "Touvron et al. 2021, Table 1: DeiT-S stabilised, ImageNet top-1 after 300 epochs (quoted)",
@@ -454,17 +454,25 @@ def write_outputs(design: Design, args: argparse.Namespace, results: Results, ou
             "paper_table1_quoted": paper_quoted(),
         },
     )
-    (out / "depth_stability_summary.md").write_text(
-        f"# Table 1 in miniature: what the sweep shows\n\n{summary.text()}\nMade from: {made}.\n\n"
-        f"The paper's numbers (ImageNet, DeiT-S, 300 epochs) are quoted in depth_stability.json, never mixed with "
-        f"ours.\n"
-    )
+    write_summary(summary, made, out)
     plot_all(results.rows, results.gamma, summary, made, out)
     return summary
 
 
+def write_summary(summary: Summary, made: str, out: Path) -> Path:
+    """depth_stability_summary.md: the verdict in words, computed from the rows."""
+    path = out / "depth_stability_summary.md"
+    path.write_text(
+        f"# Table 1 in miniature: what the sweep shows\n\n{summary.text()}\nMade from: {made}.\n\n"
+        f"The paper's numbers (ImageNet, DeiT-S, 300 epochs) are quoted in depth_stability.json, never mixed with "
+        f"ours.\n"
+    )
+    return path
+
+
 def replot(out: Path) -> int:
-    """The figures drawn again from what write_outputs saved in out/depth_stability.json alone."""
+    """The figures and depth_stability_summary.md made again from what write_outputs saved in
+    out/depth_stability.json alone."""
     from _table1_plots import plot_all
 
     try:
@@ -472,8 +480,9 @@ def replot(out: Path) -> int:
         rows, gamma, made = saved["rows"], saved["gamma"], saved["made_from"]
     except (OSError, ValueError, KeyError) as e:
         fail(f"cannot replot from {out / 'depth_stability.json'}: {e}")
-    written = plot_all(rows, gamma, summarize(rows), made, out)
-    print(f"drew {', '.join(p.name for p in written)} from {out / 'depth_stability.json'}")
+    summary = summarize(rows)
+    written = [write_summary(summary, made, out), *plot_all(rows, gamma, summary, made, out)]
+    print(f"wrote {', '.join(p.name for p in written)} from {out / 'depth_stability.json'}")
     return 0
 
 
@@ -530,8 +539,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument(
         "--replot",
         action="store_true",
-        help="only draw: the figures again from OUT/depth_stability.json (e.g. the committed results, "
-        "without their runs)",
+        help="only draw: the figures and depth_stability_summary.md again from OUT/depth_stability.json (e.g. "
+        "the committed results, without their runs)",
     )
     args = p.parse_args(argv)
     positive = {

@@ -2,7 +2,7 @@
 mean change of the predicted class's logit when the block is knocked out (gamma_1 = gamma_2 = 0), and
 per class-attention head its direct logit attribution against its pointing score on the garment boxes.
 
-    python analysis/layer_importance.py [--images 500] [--out DIR]        # shipped model, test scenes
+    python analysis/layer_importance.py [--scenes 500] [--out DIR]        # shipped model, test scenes
     python analysis/layer_importance.py --model cait_s24_224 --pretrained  # official weights, real photos
 
 The verdict is computed from the numbers: Spearman's rank correlation between the blocks' mean |gamma|
@@ -48,9 +48,9 @@ def image_batches(model, args) -> Iterator[tuple[torch.Tensor, torch.Tensor | No
         yield batch_of(examples, cfg), None
         return
     from cait.data import build_dataset
-    from cait.evaluate import EvalImages
+    from cait.preprocess import EvalImages
 
-    data = EvalImages(build_dataset("fashion-mnist-scenes", "val", subset=args.images), model)
+    data = EvalImages(build_dataset("fashion-mnist-scenes", "val", subset=args.scenes), model)
     for start in range(0, len(data), BATCH):
         items = [data[i] for i in range(start, min(start + BATCH, len(data)))]
         yield torch.stack([x for x, _, _ in items]), torch.stack([b for _, _, b in items])
@@ -231,11 +231,11 @@ def heads_html(data: dict, made_from: str, path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("layer_importance", __doc__)
-    p.add_argument("--images", type=int, default=500, help="test scenes (default 500; --quick: 8)")
+    p.add_argument("--scenes", type=int, default=500, help="test scenes (default 500; --quick: 8)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the images (default 1000)")
     args = p.parse_args(argv)
     if args.quick:
-        args.images, args.bootstrap = QUICK_IMAGES, 100
+        args.scenes, args.bootstrap = QUICK_IMAGES, 100
     loaded = load_model(args)
     model = loaded.model.eval()
     out = out_dir(args.out)

@@ -134,7 +134,7 @@ def gallery(out: Path, results: dict[str, str | None]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("all", __doc__)
+    p = parser("make_all", __doc__, out="all")
     p.add_argument("--metrics", type=Path, default=None, help="a training run's metrics.jsonl for layerscale_stats")
     args = p.parse_args(argv)
     out = out_dir(args.out)

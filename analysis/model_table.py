@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 from _common import matplotlib_pyplot, out_dir, parser, save_html, save_png, write_csv, write_json
+from _paper import MAIN_TABLE, PaperModel
 
 from cait.config import get_config
 from cait.model import CaiT
-from cait.paper import MAIN_TABLE, PaperModel
 
 MADE_FROM = "architecture only (our CaiT built on the meta device, no weights); top-1 quoted from the paper"
 TOP1_KEYS = ("224", "384", "224_dist", "384_dist", "448_dist")

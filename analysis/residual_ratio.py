@@ -26,14 +26,13 @@ import shutil
 from pathlib import Path
 
 from _common import (
-    MINIATURE,
-    QUICK_MINIATURE,
     RECIPE,
     REPO,
     add_budget_flags,
     budget,
     fail,
     matplotlib_pyplot,
+    miniature,
     out_dir,
     parser,
     save_html,
@@ -97,7 +96,7 @@ def sweep_pair(sweep: Path) -> dict[str, Path]:
 
 def retrain(args, out: Path) -> dict[str, Path]:
     """Train the pair, identical except for --residual-scale; returns {kind: run dir}."""
-    base = QUICK_MINIATURE if args.quick else MINIATURE
+    base = miniature(args.quick)
     common = {**base, **RECIPE, **budget(args, quick_epochs=2), "depth": 2 if args.quick else args.depth}
     results = train_runs({kind: {**common, "residual_scale": kind} for kind in KINDS}, out, args)
     return {kind: r.run for kind, r in results.items()}

@@ -1,7 +1,7 @@
 """Regions of focus (the paper's Figure 7) and, where boxes exist, the localization of every explanation.
 
     python analysis/saliency.py [--checkpoint FILE] [--images a.png ...] [--out DIR]
-    python analysis/saliency.py --model cait_s24_224 --pretrained    # official weights, on real photos (cait.photos)
+    python analysis/saliency.py --model cait_s24_224 --pretrained    # official weights, on real photos
 
 Regions of focus: the smallest set of patches holding half of the first class-attention layer's mass
 (head mean, `cait.explain.regions_of_focus`), shown bright with its bounding box, captioned with the
@@ -150,14 +150,62 @@ def localization_figures(table: list[dict], made_from: str, out) -> None:
     save_html(figp, out / "localization.html", made_from)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = parser("saliency", __doc__)
-    p.add_argument(
-        "--images",
-        nargs="+",
-        default=None,
-        help="image files (default: the shipped example scenes; for an ImageNet model real photos, see cait.photos)",
+def write_regions(loaded, examples: list[Example], args, out) -> None:
+    """The paper's Fig. 7 regions (first CA layer, head mean) as PNG, HTML and JSON."""
+    model, cfg = loaded.model, loaded.model.cfg
+    with forward_only(args):
+        ca = explain.class_attention(model, batch_of(examples, cfg))
+    masks, boxes = explain.regions_of_focus(ca.mean[:, 0], img_size=cfg.img_size)
+    probs = ca.logits.softmax(-1)
+    names = class_names(cfg)
+    top = probs.argmax(-1)
+    captions = [f"{names[k]} {100 * probs[b, k]:.0f}%" for b, k in enumerate(top.tolist())]
+    regions_png(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.png")
+    regions_html(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.html")
+    images = [
+        {
+            "image": e.name,
+            "predicted": names[k],
+            "probability": probs[b, k].item(),
+            "patches": int(masks[b].sum()),
+            "region_box": boxes[b].tolist(),
+            "mask": masks[b].tolist(),
+        }
+        for b, (e, k) in enumerate(zip(examples, top.tolist()))
+    ]
+    write_json(
+        out / "regions_of_focus.json",
+        {"made_from": loaded.made_from, "share": explain.DEFAULT_SHARE, "images": images},
     )
+    for e, caption, m in zip(examples, captions, masks):
+        print(f"{e.name}: {caption}, region of {int(m.sum())}/{m.numel()} patches")
+
+
+def write_localization(loaded, boxed: ImagesWithBoxes, args, out) -> None:
+    """Pointing game and mass in box of every method on the examples with boxes, as CSV, JSON and figures."""
+    methods = tuple(args.methods) if args.methods else (CHEAP_METHODS if args.quick else None)
+    result = evaluate(
+        loaded.model,
+        boxed,
+        batch_size=len(boxed),
+        workers=0,
+        methods=methods,
+        attribution_subset=len(boxed),
+        dtype=inference_dtype_of(args),
+    )
+    made = f"{loaded.made_from}; {len(boxed)} example images with boxes"
+    write_csv(out / "localization.csv", result["localization"])
+    write_json(out / "localization.json", {"made_from": made, **result})
+    localization_figures(result["localization"], made, out)
+    print(f"localization on {len(boxed)} images (top-1 {100 * result['top1']:.0f}%):")
+    for r in sorted(result["localization"], key=lambda r: -r["pointing_game"]):
+        print(
+            f"  {r['method']:<26}pointing {100 * r['pointing_game']:5.1f}%  mass in box {100 * r['mass_in_box']:5.1f}%"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("saliency", __doc__, images=True)
     p.add_argument(
         "--methods",
         nargs="*",
@@ -165,68 +213,18 @@ def main(argv: list[str] | None = None) -> int:
         help=f"explanations to score (default: all; --quick: {', '.join(CHEAP_METHODS)})",
     )
     args = p.parse_args(argv)
-    unknown = {m for m in args.methods or () if m not in explain.METHODS}  # earlier names are accepted too
+    unknown = {m for m in args.methods or () if m not in explain.METHODS}
     if unknown:
         p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     loaded = load_model(args)
-    model, cfg = loaded.model, loaded.model.cfg
+    cfg = loaded.model.cfg
     examples = load_examples(args.images or default_images(cfg), cfg, limit=4 if args.quick else None)
     out = out_dir(args.out)
-
-    with forward_only(args):
-        ca = explain.class_attention(model, batch_of(examples, cfg))
-    heat = ca.mean[:, 0]  # first CA layer, head mean: the paper's Fig. 7 maps
-    masks, boxes = explain.regions_of_focus(heat, img_size=cfg.img_size)
-    probs = ca.logits.softmax(-1)
-    names = class_names(cfg)
-    top = probs.argmax(-1)
-    captions = [f"{names[k]} {100 * probs[b, k]:.0f}%" for b, k in enumerate(top.tolist())]
-    regions_png(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.png")
-    regions_html(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.html")
-    write_json(
-        out / "regions_of_focus.json",
-        {
-            "made_from": loaded.made_from,
-            "share": explain.DEFAULT_SHARE,
-            "images": [
-                {
-                    "image": e.name,
-                    "predicted": names[k],
-                    "probability": probs[b, k].item(),
-                    "patches": int(masks[b].sum()),
-                    "region_box": boxes[b].tolist(),
-                    "mask": masks[b].tolist(),
-                }
-                for b, (e, k) in enumerate(zip(examples, top.tolist()))
-            ],
-        },
-    )
-    for e, caption, m in zip(examples, captions, masks):
-        print(f"{e.name}: {caption}, region of {int(m.sum())}/{m.numel()} patches")
+    write_regions(loaded, examples, args, out)
     written = "regions_of_focus.png/.html/.json"
-
     boxed = boxed_examples(examples, cfg)
     if len(boxed):
-        methods = tuple(args.methods) if args.methods else (CHEAP_METHODS if args.quick else None)
-        result = evaluate(
-            model,
-            boxed,
-            batch_size=len(boxed),
-            workers=0,
-            methods=methods,
-            attribution_subset=len(boxed),
-            dtype=inference_dtype_of(args),
-        )
-        made = f"{loaded.made_from}; {len(boxed)} example images with boxes"
-        write_csv(out / "localization.csv", result["localization"])
-        write_json(out / "localization.json", {"made_from": made, **result})
-        localization_figures(result["localization"], made, out)
-        print(f"localization on {len(boxed)} images (top-1 {100 * result['top1']:.0f}%):")
-        for r in sorted(result["localization"], key=lambda r: -r["pointing_game"]):
-            print(
-                f"  {r['method']:<26}pointing {100 * r['pointing_game']:5.1f}%"
-                f"  mass in box {100 * r['mass_in_box']:5.1f}%"
-            )
+        write_localization(loaded, boxed, args, out)
         written += ", localization.csv/.json/.png/.html"
     print(f"{loaded.made_from}\nwrote {written} to {out}")
     return 0

@@ -9,12 +9,12 @@ import cait
 from app.workdir import WORK
 from cait.checkpoint import WEIGHTS_DIR
 from cait.data import EXAMPLES_DIR, read_examples
-from cait.photos import available_photos
+from cait.data.photos import available_photos
 
 
 def find_examples(cfg: cait.CaiTConfig) -> list[tuple[str, str]]:
     """(image path, caption) pairs for a model with this config."""
-    if cfg.labels == "imagenet":
+    if cfg.is_imagenet:
         return [(str(path), photo.name) for photo, path in available_photos()]
     if cfg.in_chans == 3:
         shipped = read_examples()

@@ -13,42 +13,26 @@ import argparse
 import os
 import socket
 import sys
+from pathlib import Path
 
-from cait.config import DEFAULT_MODEL, list_models  # no torch: cait imports it only when needed
+if __package__ in (None, ""):  # run as `python app/main.py`: import the `app` package from this clone
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# cait.runtime's PRECISION_CHOICES and DEVICE_CHOICES, spelled out: importing cait.runtime imports torch
-PRECISIONS = ("auto", "fp32", "bf16")
-DEVICES = ("auto", "cpu", "cuda")
+from cait.flags import add_device_flag, add_model_flags, add_precision_flag  # no torch: --help answers at once
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python app/main.py", description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
-    p.add_argument(
-        "--model",
-        default=None,
-        choices=list_models(),
-        metavar="VARIANT",
-        help=f"model a new page starts with (default {DEFAULT_MODEL}, or the one a --checkpoint of ours "
-        f"describes); one of: {', '.join(list_models())}",
+    add_model_flags(
+        p,
+        pretrained_help="for a paper variant, download timm's official weights from the Hugging Face Hub when "
+        "they are not in the local cache (without it: cached or shipped weights, else random ones)",
     )
-    p.add_argument(
-        "--checkpoint",
-        default=None,
-        help="local checkpoint file (.pth / .safetensors); official deit and timm files need --model",
-    )
-    p.add_argument(
-        "--pretrained",
-        action="store_true",
-        help="for a paper variant, download timm's official weights from the Hugging Face Hub when they "
-        "are not in the local cache (without it: cached or shipped weights, else random ones)",
-    )
-    p.add_argument("--device", choices=DEVICES, default="auto", help="auto = CUDA when there is one, else the CPU")
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default="auto",
+    add_device_flag(p)
+    add_precision_flag(
+        p,
         help="forward-only passes (predictions, class attention, deletion/insertion scoring) in bf16 "
         "autocast or fp32; auto = bf16 where it measures faster than fp32 here. Gradients and "
         "attributions always run in fp32",

@@ -23,17 +23,6 @@ from cait.preprocess import class_names
 from cait.provenance import ShippedCard, load_or_init, shipped_card
 from cait.runtime import autocast
 
-ARCHITECTURE = (
-    "img_size",
-    "patch_size",
-    "in_chans",
-    "num_classes",
-    "embed_dim",
-    "depth",
-    "num_heads",
-    "depth_token_only",
-)  # the fields that make two configs the same network
-
 
 @dataclass(frozen=True)
 class ModelChoice:
@@ -86,7 +75,7 @@ def display_name(choice: ModelChoice, cfg: cait.CaiTConfig) -> str:
         return choice.name
     if choice.name:
         named = cait.get_config(choice.name)
-        if all(getattr(named, f) == getattr(cfg, f) for f in ARCHITECTURE):
+        if not named.network_differences(cfg):
             return choice.name
     return Path(choice.checkpoint).name
 

@@ -31,7 +31,7 @@ def model_summary(loaded: LoadedModel) -> str:
     if loaded.notice:
         return f"**⚠ {loaded.notice.split(':')[0]}**: random weights, the predictions mean nothing."
     if loaded.card is None:
-        kind = "ImageNet-1k" if cfg.labels == "imagenet" else f"{cfg.num_classes}-class"
+        kind = "ImageNet-1k" if cfg.is_imagenet else f"{cfg.num_classes}-class"
         return f"A {cfg.img_size} px {kind} CaiT ({loaded.source})."
     card = loaded.card
     data = DATA_NAMES.get(card.data, card.data)
@@ -44,7 +44,7 @@ def model_summary(loaded: LoadedModel) -> str:
 
 def garment_warning(loaded: LoadedModel) -> str:
     """What to say when a user's own picture goes to a model that knows only garments ("" otherwise)."""
-    if loaded.cfg.labels == "imagenet" or loaded.card is None or "fashion" not in loaded.card.data:
+    if loaded.cfg.is_imagenet or loaded.card is None or "fashion" not in loaded.card.data:
         return ""
     return (
         f"This model knows only {loaded.cfg.num_classes} garment classes: whatever your picture shows, "
@@ -86,7 +86,7 @@ def weights_table(statuses: Sequence[WeightsStatus]) -> str:
 
 def model_markdown(loaded: LoadedModel) -> str:
     cfg = loaded.cfg
-    classes = "ImageNet-1k" if cfg.labels == "imagenet" else ", ".join(loaded.labels)
+    classes = "ImageNet-1k" if cfg.is_imagenet else ", ".join(loaded.labels)
     rows = [
         ("variant", loaded.name),
         ("weights", loaded.source),

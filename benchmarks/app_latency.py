@@ -42,6 +42,7 @@ import torch  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 from PIL import Image  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
+from timing import time_interleaved  # noqa: E402
 
 from app import torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
@@ -49,8 +50,8 @@ from app.session import analyse, saliency_rows  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 from cait import explain  # noqa: E402
 from cait.figures import display_base  # noqa: E402
-from cait.runtime import PRECISION_CHOICES, inference_dtype  # noqa: E402
-from cait.timing import time_interleaved  # noqa: E402
+from cait.flags import INFERENCE_PRECISIONS
+from cait.runtime import inference_dtype  # noqa: E402
 
 CPU = torch.device("cpu")
 GOALS = {"view_over_forward": 2.0}  # issue 15, for cait_xxs24_224 (its saliency goal: saliency_then_and_now.py)
@@ -293,7 +294,7 @@ def report(rows: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["cait_xxs24_224", "cait_nano_64"])
-    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help="the app's --precision")
+    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="auto", help="the app's --precision")
     parser.add_argument("--repeats", type=int, default=7, help="rounds of the view, /analyze and forward timings")
     parser.add_argument("--saliency-repeats", type=int, default=2, help="rounds of the saliency timing (0: skip it)")
     parser.add_argument(

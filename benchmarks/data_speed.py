@@ -24,8 +24,8 @@ import torch.nn.functional as F
 import cait
 from cait.data import build_dataset
 from cait.runtime import autocast, autocast_dtype
-from cait.train_args import model_config, train_args
-from cait.train_data import EpochSampler, make_loader, train_images
+from cait.train.args import model_config, train_args
+from cait.train.data import EpochSampler, make_loader, train_images
 
 
 def loader_for(args: argparse.Namespace, pipeline: str, cache: bool) -> Iterable:

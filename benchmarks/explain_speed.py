@@ -16,11 +16,11 @@ import argparse
 from typing import Callable
 
 import torch
+from timing import time_interleaved
 from tqdm import tqdm
 
 import cait
 from cait import explain
-from cait.timing import time_interleaved
 
 # Goals of issue 4 (x one forward pass); methods without a goal are reported only.
 GOALS = {

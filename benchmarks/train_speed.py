@@ -19,14 +19,14 @@ from typing import Callable
 import timm
 import torch
 import torch.nn.functional as F
+from timing import time_interleaved
 from torch import nn
 
 import cait
 from cait.config import CNNConfig
 from cait.reference import timm_cait
 from cait.runtime import autocast
-from cait.teacher import TimmCNN, cnn_arch
-from cait.timing import time_interleaved
+from cait.train.teacher import TimmCNN, cnn_arch
 
 
 def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None) -> Callable[[], None]:

@@ -34,7 +34,8 @@ from app_latency import CPU, EXAMPLES_READY, browser_rounds, click_example, free
 from app import handlers, session, torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
-from cait.runtime import PRECISION_CHOICES, inference_dtype  # noqa: E402
+from cait.flags import INFERENCE_PRECISIONS
+from cait.runtime import inference_dtype  # noqa: E402
 
 PHASES = ("request", "to handler", "analyse", "outputs", "to browser")
 
@@ -101,7 +102,7 @@ def measure(name: str, precision: str, repeats: int) -> tuple[dict[str, list[flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="cait_xxs24_224")
-    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help="the app's --precision")
+    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="auto", help="the app's --precision")
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
     rows, forwards = measure(args.model, args.precision, args.repeats)

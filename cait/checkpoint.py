@@ -85,6 +85,16 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
     return _unwrap(state, path.name), config
 
 
+def file_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The metadata of one of our safetensors files (config, epochs_completed, data, step, val_top1);
+    {} for files without any (timm / deit .pth), whose real problems the loader reports."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception:
+        return {}
+
+
 def stored_config(path: str | os.PathLike) -> CaiTConfig | CNNConfig | None:
     """The config our safetensors file at `path` carries, read from its header alone (no tensors); None for
     other files (deit/timm .pth) and for safetensors without one. Unreadable files raise CheckpointError."""

@@ -8,7 +8,7 @@ The paper variants use the hyper-parameters of the official deit `cait_models.py
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Iterable, TypeVar
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -26,6 +26,10 @@ FASHION_MNIST_CLASSES = (
 )
 RESIDUAL_SCALES = ("layerscale", "scalar", "rezero", "none")  # CaiTConfig.residual_scale's choices
 GLOBAL_POOLS = ("token", "avg")  # CaiTConfig.global_pool's choices
+
+
+# Config fields that shape training or initialisation but not the trained function.
+TRAINING_ONLY = frozenset({"drop_path_rate", "drop_rate", "pretrained", "init_values"})
 
 
 class ConfigError(ValueError):
@@ -49,6 +53,11 @@ class _StoredConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def box_to_input(self, boxes: Any, canvas: int) -> Any:
+        """Boxes (x0, y0, x1, y1) in the pixels of a square image of side `canvas`, in this model's input
+        pixels: the evaluation resize of a square image scales both axes alike (crop_pct 1.0 crops nothing)."""
+        return boxes * (self.img_size / canvas)
 
     @classmethod
     def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
@@ -129,6 +138,21 @@ class CaiTConfig(_StoredConfig):
     @property
     def num_patches(self) -> int:
         return self.grid_size**2
+
+    @property
+    def is_imagenet(self) -> bool:
+        """Whether the head predicts ImageNet-1k (the paper's variants), named by timm's class list."""
+        return self.labels == "imagenet"
+
+    def network_differences(self, other: CaiTConfig, *, ignore: Iterable[str] = ()) -> list[str]:
+        """The fields, besides `ignore`, where `other` describes another network: a different function or
+        input handling. Fields that only shape training (TRAINING_ONLY) are never a difference."""
+        skip = TRAINING_ONLY | set(ignore)
+        return [
+            f"{k}: {v!r} vs {getattr(other, k)!r}"
+            for k, v in self.to_dict().items()
+            if k not in skip and getattr(other, k) != v
+        ]
 
 
 @dataclass(frozen=True)
@@ -226,7 +250,7 @@ DEFAULT_MODEL = "cait_micro_136"
 
 
 def is_paper_variant(name: str) -> bool:
-    return VARIANTS[name].labels == "imagenet"
+    return VARIANTS[name].is_imagenet
 
 
 def list_models() -> list[str]:

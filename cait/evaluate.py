@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -37,10 +36,12 @@ from .checkpoint import CheckpointError, stored_config
 from .config import CNNConfig
 from .data import DataError, build_dataset
 from .factory import create_model
+from .flags import add_device_flag, add_model_flags, add_precision_flag
+from .metrics import as_dict, per_class_top1
 from .model import CaiT
-from .preprocess import eval_transform
-from .runtime import DEVICE_CHOICES, PRECISION_CHOICES, DeviceError, autocast, inference_dtype, resolve_device
-from .teacher import load_teacher
+from .preprocess import EvalImages
+from .runtime import DeviceError, autocast, inference_dtype, resolve_device
+from .train.teacher import load_teacher
 
 CHEAP_METHODS = (
     "ca1_mean",
@@ -51,51 +52,14 @@ CHEAP_METHODS = (
     "rollout_after_proj_w",
 )
 # Rows name each CA head from 1, as the app and the figures do: "ca1_head1" is CA layer 1's first head.
-# Results written before (no "head_numbering" key) named heads from 0; `localization_rows` reads both.
-HEAD_NUMBERING = 1
 # edges of the garment-size bins (the box's longer side as a share of the image) that top-1 is broken down by:
 # whether errors come from garments drawn small
 BOX_SIDE_BINS = (0.0, 0.3, 0.4, 0.5, 0.6, 1.0)
-_HEAD_ROW = re.compile(r"^ca(\d+)_head(\d+)$")
 
 
 def head_row(layer: int, head: int) -> str:
     """The row name of CA layer `layer`'s head `head` (both 0-based indices): ca<layer+1>_head<head+1>."""
-    return f"ca{layer + 1}_head{head + HEAD_NUMBERING}"
-
-
-def current_row_name(name: str, head_numbering: int = HEAD_NUMBERING) -> str:
-    """A localization row's current name, from a result whose heads were numbered from `head_numbering`
-    (0 in results written before the renaming) or that used a method's earlier name."""
-    head = _HEAD_ROW.match(name)
-    if head:
-        return f"ca{head[1]}_head{int(head[2]) - head_numbering + HEAD_NUMBERING}"
-    return explain.METHODS.aliases.get(name, name)
-
-
-def localization_rows(result: dict) -> list[dict]:
-    """`result["localization"]` (a result of `evaluate`, or its JSON file, however old) under current names."""
-    numbering = result.get("head_numbering", 0)
-    return [{**row, "method": current_row_name(row["method"], numbering)} for row in result.get("localization") or []]
-
-
-class EvalImages(Dataset):
-    """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images: what the model
-    is scored on here and in `cait.calibration`."""
-
-    def __init__(self, base: Dataset, model: nn.Module):
-        self.base, self.tf = base, eval_transform(model.cfg)
-        boxes = getattr(base, "boxes", None)
-        # Scenes are square, so the eval resize scales both axes alike and crop_pct 1.0 crops nothing.
-        self.boxes = None if boxes is None else torch.as_tensor(boxes) * (model.cfg.img_size / base.canvas)
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i: int):
-        image, label = self.base[i]
-        box = self.boxes[i] if self.boxes is not None else torch.full((4,), float("nan"))
-        return self.tf(image), label, box
+    return f"ca{layer + 1}_head{head + 1}"
 
 
 def accuracy_by_box_side(
@@ -109,11 +73,9 @@ def accuracy_by_box_side(
     for i, (lo, hi) in enumerate(zip(BOX_SIDE_BINS, BOX_SIDE_BINS[1:])):
         inside = which == i
         if inside.any():
-            per_class = {
-                name: correct[inside & (labels == c)].float().mean().item()
-                for c, name in enumerate(names)
-                if (inside & (labels == c)).any()
-            }
+            predicted = torch.where(correct[inside], labels[inside], -1)  # -1: some wrong class
+            per_class = as_dict(per_class_top1(predicted, labels[inside], len(names)), names)
+            per_class = {name: v for name, v in per_class.items() if v is not None}
             rows.append(
                 {
                     "box_side": [lo, hi],
@@ -206,10 +168,7 @@ def evaluate(
                         tally.add(name, heat.cpu(), boxes[:todo], img_size)
         seen += len(y)
     names = [str(c) for c in getattr(data, "classes", range(classes))]
-    per_class = {
-        name: (confusion[i, i] / confusion[i].sum()).item() if confusion[i].sum() else None
-        for i, name in enumerate(names)
-    }
+    per_class = as_dict(confusion.diag() / confusion.sum(1), names)
     by_side = accuracy_by_box_side(torch.cat(sides), torch.cat(correct), torch.cat(labels), names) if sides else []
     return {
         "images": seen,
@@ -218,7 +177,6 @@ def evaluate(
         "top1_by_box_side": by_side,
         "confusion": confusion.tolist(),
         "localization": tally.rows(),
-        "head_numbering": HEAD_NUMBERING,
     }
 
 
@@ -239,7 +197,7 @@ def format_table(result: dict) -> str:
                 for row in result["top1_by_box_side"]
             )
         )
-    rows = localization_rows(result)
+    rows = result.get("localization") or []
     if rows:
         lines.append(f"{'method':<26}{'pointing game':>15}{'mass in box':>13}{'images':>8}")
         for row in sorted(rows, key=lambda r: -r["pointing_game"]):
@@ -263,17 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m cait.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--model",
-        default=None,
-        help="variant name (see cait.list_models()); optional when "
-        "--checkpoint is one of our safetensors files, which carry their config",
-    )
-    p.add_argument(
-        "--checkpoint",
-        default=None,
-        help="weights file; default: the model's shipped weights. A timm "
-        "CNN written by cait.train (e.g. the distillation teacher) is scored on top-1 and per class",
+    add_model_flags(
+        p,
+        checkpoint_help="weights file (default: the model's shipped weights); a timm CNN written by cait.train "
+        "(e.g. the distillation teacher) is scored on top-1 and per class",
+        pretrained_help=None,
     )
     p.add_argument(
         "--data",
@@ -306,18 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         "--methods",
         nargs="*",
         default=None,
-        help=f"explanations to score; default all of "
-        f"{', '.join(explain.METHODS)} (earlier names, e.g. rollout_before_mixing, are accepted)",
+        help=f"explanations to score; default all of {', '.join(explain.METHODS)}",
     )
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto = cuda when present")
-    p.add_argument(
-        "--precision",
-        default="auto",
-        choices=PRECISION_CHOICES,
-        help="the classification pass (top-1, class attention) in bf16 autocast or fp32; auto = bf16 "
-        "where it measures faster than fp32 here; gradient methods always run in fp32",
+    add_device_flag(p)
+    add_precision_flag(
+        p,
+        help="the classification pass (top-1, class attention) in bf16 autocast or fp32; auto = bf16 where it "
+        "measures faster than fp32 here; gradient methods always run in fp32",
     )
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
     args = p.parse_args(argv)

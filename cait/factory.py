@@ -39,7 +39,7 @@ def create_model(
         if isinstance(stored, CNNConfig):
             raise CheckpointError(
                 f"{source} holds a timm CNN ({stored.arch}), not a CaiT: it serves as a "
-                f"distillation --teacher (cait.teacher.load_teacher reads it)"
+                f"distillation --teacher (cait.train.teacher.load_teacher reads it)"
             )
     if stored is not None:
         cfg = stored.replace(**overrides)

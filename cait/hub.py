@@ -144,28 +144,32 @@ class LocalWeights:
 
 
 def fetch_weights(
-    name: str, *, tqdm_class: type | None = None, on_progress: ProgressCallback | None = None
+    name: str,
+    *,
+    status: WeightsStatus | None = None,
+    tqdm_class: type | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> LocalWeights:
     """The local file of `name`'s pretrained weights: shipped with the package, in the local Hugging
     Face cache (no request), or downloaded now into that cache. Raises WeightsUnavailable, naming the
     ways out, when there are none (offline and not cached, download failed, or never released).
 
+    status: `weights_status(name)` when the caller has it already (it is computed once per load).
     tqdm_class: progress bar class for the download (default: huggingface_hub's, which
         HF_HUB_DISABLE_PROGRESS_BARS turns off); on_progress(done_bytes, total_bytes) is called as
         bytes arrive, e.g. to drive a GUI progress bar.
     """
-    cfg = get_config(name)
-    if cfg.pretrained:
-        path = WEIGHTS_DIR / cfg.pretrained
-        if not path.is_file():
+    status = status or weights_status(name)
+    if status.where == "shipped":
+        if status.path is None:
             # (also a variant declared in VARIANTS before its weights are trained and shipped)
             raise WeightsUnavailable(
-                f"no shipped weights for '{name}' in this package ({path} is absent): train "
-                f"them with `python -m cait.train --model {name}` and ship them with "
+                f"no shipped weights for '{name}' in this package ({WEIGHTS_DIR / get_config(name).pretrained} is "
+                f"absent): train them with `python -m cait.train --model {name}` and ship them with "
                 f"scripts/ship_model.py, or pass checkpoint=PATH"
             )
-        return LocalWeights(path, path.name)
-    repo = hub_repo(name)
+        return LocalWeights(status.path, status.path.name)
+    repo = status.repo_id
     if repo is None:
         kind = (
             "a paper size without a public checkpoint"
@@ -175,7 +179,7 @@ def fetch_weights(
         raise WeightsUnavailable(f"no released weights for '{name}' ({kind}); pass your own with checkpoint=PATH")
     # Released weights never change on the Hub: a cached copy is used without asking the Hub again, so a
     # machine with a flaky network does not wait for a timeout on every load.
-    path = cached_file(name) or _download(name, repo, tqdm_class, on_progress)
+    path = status.path or _download(name, repo, tqdm_class, on_progress)
     return LocalWeights(path, f"{repo} ({HUB_FILENAME})")
 
 

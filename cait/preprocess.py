@@ -8,6 +8,8 @@ from typing import Callable
 
 import torch
 from PIL import Image
+from torch import nn
+from torch.utils.data import Dataset
 from torchvision.transforms import v2 as T
 
 from .config import CaiTConfig
@@ -23,7 +25,7 @@ def imagenet_class_names() -> tuple[str, ...]:
 
 
 def class_names(cfg: CaiTConfig) -> tuple[str, ...]:
-    names = imagenet_class_names() if cfg.labels == "imagenet" else tuple(cfg.labels)
+    names = imagenet_class_names() if cfg.is_imagenet else tuple(cfg.labels)
     if len(names) != cfg.num_classes:  # e.g. a re-headed model: fall back to indices, never mislabel
         return tuple(f"class {i}" for i in range(cfg.num_classes))
     return names
@@ -56,3 +58,21 @@ def to_batch(images: list[Image.Image], cfg: CaiTConfig) -> torch.Tensor:
     """PIL images -> normalised batch [B, C, H, W] ready for the model."""
     tf = eval_transform(cfg)
     return torch.stack([tf(im) for im in images])
+
+
+class EvalImages(Dataset):
+    """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images: what the model
+    is scored on here and in `cait.train.calibration`."""
+
+    def __init__(self, base: Dataset, model: nn.Module):
+        self.base, self.tf = base, eval_transform(model.cfg)
+        boxes = getattr(base, "boxes", None)
+        self.boxes = None if boxes is None else model.cfg.box_to_input(torch.as_tensor(boxes), base.canvas)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int):
+        image, label = self.base[i]
+        box = self.boxes[i] if self.boxes is not None else torch.full((4,), float("nan"))
+        return self.tf(image), label, box

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import WEIGHTS_DIR, CheckpointError
+from .checkpoint import WEIGHTS_DIR, CheckpointError, file_metadata
 from .config import CaiTConfig, get_config
 from .factory import create_model
-from .hub import weights_status
+from .hub import fetch_weights, weights_status
 from .model import CaiT
-from .runs import checkpoint_metadata
 
 RANDOM_SEED = 0  # the random init of a model without weights: the same numbers on every run
 
@@ -70,7 +69,7 @@ def describe_architecture(cfg: CaiTConfig) -> str:
 
 def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
-    meta = checkpoint_metadata(path)
+    meta = file_metadata(path)
     training = []
     epochs = meta.get("epochs_completed", meta.get("epoch"))
     if epochs:
@@ -78,14 +77,14 @@ def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     if meta.get("data"):
         training.append(f"on {meta['data']}")
     if meta.get("val_top1") not in (None, "None"):
-        training.append(f"val top-1 {float(meta['val_top1']):.1f}%")
+        training.append(f"val top-1 {float(meta['val_top1']):.1%}")
     trained = f"; trained {' '.join(training)}" if training else ""
     return f"{path.name} ({describe_architecture(cfg)}{trained})"
 
 
 def _scale_note(cfg: CaiTConfig) -> str:
     # Our Fashion-MNIST models are miniatures: never let their numbers pass for the paper's.
-    return "" if cfg.labels == "imagenet" else " - a miniature model, not the paper's ImageNet one"
+    return "" if cfg.is_imagenet else " - a miniature model, not the paper's ImageNet one"
 
 
 def random_init(name: str, reason: str, **overrides) -> SourcedModel:
@@ -152,7 +151,9 @@ def load_or_init(
     if not download and status.path is None:
         hint = "; --pretrained downloads them" if status.where == "download" else ""
         return random_init(name, status.describe() + hint, **overrides)
-    model = create_model(name, pretrained=True, **overrides)
+    weights = fetch_weights(name, status=status)
+    model = create_model(name, checkpoint=weights.path, **overrides)
+    model.source = weights.source
     if status.where == "shipped":
         made = f"shipped {name} weights {describe_checkpoint(status.path, model.cfg)}"
         source = f"shipped weights: {status.path.name}"

@@ -1,4 +1,4 @@
-"""Where and in which precision a model runs: the `--device` and `--amp` choices every tool offers.
+"""Where and in which precision a model runs: what the `--device` and `--precision` choices mean.
 
     device = resolve_device("auto")                  # cuda when present, else cpu
     dtype = autocast_dtype("auto", device)           # bf16 only where it is faster than fp32 here
@@ -17,11 +17,9 @@ import time
 
 import torch
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")  # the --device flag's values
-AMP_CHOICES = ("auto", "bf16", "fp16", "none")  # the --amp flag's values
-PRECISION_CHOICES = ("auto", "fp32", "bf16")  # --precision of the inference tools (app, evaluate, analysis)
-_PRECISION_AMP = {"auto": "auto", "fp32": "none", "bf16": "bf16"}
-_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+from .flags import DEVICES, INFERENCE_PRECISIONS, PRECISIONS
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 # torch's own probes of the CPU instructions that compute bf16 natively (private, hence looked up by name)
 _CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 # how much faster than fp32 bf16 must measure on a CPU for "auto" to take it: bf16 costs accuracy (maps
@@ -37,8 +35,8 @@ class DeviceError(ValueError):
 def resolve_device(name: str) -> torch.device:
     """The --device choice as a device: "auto" is CUDA when there is one, else the CPU. Asking for CUDA
     where there is none raises DeviceError (instead of failing later at the first .to())."""
-    if name not in DEVICE_CHOICES:
-        raise DeviceError(f"--device must be one of {', '.join(DEVICE_CHOICES)}, got {name!r}")
+    if name not in DEVICES:
+        raise DeviceError(f"--device must be one of {', '.join(DEVICES)}, got {name!r}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
@@ -75,21 +73,20 @@ def cpu_bf16_speedup() -> float:
     return best[torch.float32] / best[torch.bfloat16]
 
 
-def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """The --amp choice as an autocast dtype (None = fp32); "auto" takes bf16 only where it is faster."""
-    if amp == "auto":
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The --precision choice as an autocast dtype (None = fp32); "auto" takes bf16 only where it is faster."""
+    if precision == "auto":
         return torch.bfloat16 if fast_bf16(device) else None
-    if amp not in _AMP_DTYPES:
-        raise ValueError(f"--amp must be one of {', '.join(AMP_CHOICES)}, got {amp!r}")
-    return _AMP_DTYPES[amp]
+    if precision not in _DTYPES:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return _DTYPES[precision]
 
 
 def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """--precision of an inference tool as an autocast dtype for its forward-only passes (None = fp32);
-    "auto" is bf16 exactly where --amp auto takes it (where bf16 is faster)."""
-    if precision not in _PRECISION_AMP:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
-    return autocast_dtype(_PRECISION_AMP[precision], device)
+    """--precision of an inference tool (no fp16) as an autocast dtype for its forward-only passes."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+    return autocast_dtype(precision, device)
 
 
 def autocast(dtype: torch.dtype | None, device: torch.device) -> contextlib.AbstractContextManager:

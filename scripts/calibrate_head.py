@@ -1,7 +1,7 @@
-"""Choose a trained CaiT's head bias for the weakest class on held-out scenes (`cait.calibration`), check it on
+"""Choose a trained CaiT's head bias for the weakest class on held-out scenes (`cait.train.calibration`), check it on
 other scenes, and write the calibrated weights with a JSON report of every number.
 
-    python scripts/calibrate_head.py analysis/data/scenes_probes/student_micro_128px_5ep.safetensors \\
+    python scripts/calibrate_head.py runs/s14_micro128c/last.safetensors \\
         --img-size 136 --fit-seed 1 --check-seeds 0 2 --out calibrated.safetensors --json calibration.json
 
 --fit-seed draws the held-out scenes the bias is chosen on (the test garments on other canvases); each
@@ -16,26 +16,20 @@ from pathlib import Path
 
 import torch
 
-from cait.calibration import (
-    apply_class_bias,
-    collect_logits,
-    fit_weakest_class_bias,
-    lowest,
-    per_class_top1,
-    shifted,
-    top1,
-)
 from cait.checkpoint import save_weights
 from cait.data import build_dataset
 from cait.factory import create_model
+from cait.metrics import as_dict, lowest_class, per_class_top1, top1
+from cait.train.calibration import apply_class_bias, collect_logits, fit_weakest_class_bias, shifted
 
 
 def scores(logits: torch.Tensor, labels: torch.Tensor, names: tuple[str, ...]) -> dict:
-    per_class = per_class_top1(logits, labels, len(names))
+    predicted = logits.argmax(1)
+    per_class = per_class_top1(predicted, labels, len(names))
     return {
-        "top1": top1(logits, labels),
-        "per_class_top1": dict(zip(names, per_class.tolist())),
-        "lowest": lowest(per_class),
+        "top1": top1(predicted, labels),
+        "per_class_top1": as_dict(per_class, list(names)),
+        "lowest": lowest_class(per_class)[1],
     }
 
 
@@ -65,7 +59,8 @@ def main() -> None:
     }
     print(
         f"{names[choice.index]} + {choice.bias:g} on {choice.images} scenes of seed {args.fit_seed}: "
-        f"lowest class {100 * min(choice.per_class_before):.1f} -> {100 * min(choice.per_class_after):.1f}%, "
+        f"lowest class {100 * lowest_class(choice.per_class_before)[1]:.1f} -> "
+        f"{100 * lowest_class(choice.per_class_after)[1]:.1f}%, "
         f"top-1 {100 * choice.top1_before:.2f} -> {100 * choice.top1_after:.2f}%"
     )
     for seed in args.check_seeds:

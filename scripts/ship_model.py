@@ -7,6 +7,8 @@ its metrics.jsonl beside them, and write the model card from the run's own files
 Everything in the card is read from files the run(s) and `python -m cait.evaluate --json` wrote. A run
 that started from an earlier run's weights (`cait.train --init`) is shipped with `--continues` that run's
 directory: the earlier epochs come first in the metrics and the card, so the history is the whole one.
+`--card-only` rewrites the card of a model already shipped from its run records (no weights needed).
+The rebuild of the default model, with its exact ship command, is in docs/scenes_models.md.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 from pathlib import Path
 
 import cait
-from cait.calibration import ClassBias, apply_class_bias
 from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.evaluate import format_table
+from cait.metrics import lowest_class, percent
 from cait.runs import RunDir, continued, write_jsonl
+from cait.train.calibration import ClassBias, apply_class_bias
 
 LOCALIZATION_NOTE = """
 Localization uses the garment's box and the true class. "chance" is what a map whose maximum falls at
@@ -28,12 +32,34 @@ a random place scores. Costly methods ran on fewer images, as the last column sa
 """
 
 
+REPO = Path(__file__).resolve().parent.parent
+_ABSOLUTE = re.compile(r"(?<![\w.~:/-])/[^\s'\"`|,;)]+")
+
+
+def portable(text: str, root: Path = REPO) -> str:
+    """`text` with every absolute path made machine-free: relative to the repository when inside it, else
+    from its last `runs` folder on (where `cait.train --output` puts runs), else its file name alone."""
+
+    def short(match: re.Match) -> str:
+        path = Path(match.group(0))
+        if path.is_relative_to(root):
+            return str(path.relative_to(root))
+        parts = path.parts
+        if "runs" in parts:
+            return str(Path(*parts[len(parts) - parts[::-1].index("runs") - 1 :]))
+        return path.name
+
+    return _ABSOLUTE.sub(short, text)
+
+
 def history(runs: list[Path]) -> tuple[list[dict], list[str], list[dict]]:
     """(metrics, commands, each run's args) of runs that continue one another, oldest first; epochs and steps
-    are counted on from the earlier runs, so the metrics read as one training."""
+    are counted on from the earlier runs, so the metrics read as one training. Paths are made portable()."""
     records = [RunDir(run).read_record() for run in runs]
     epochs = continued([RunDir(run).read_metrics() for run in runs])
-    return epochs, [c for r in records for c in r["commands"]], [r["args"] for r in records]
+    commands = [portable(c) for r in records for c in r["commands"]]
+    run_args = [{k: portable(v) if isinstance(v, str) else v for k, v in r["args"].items()} for r in records]
+    return epochs, commands, run_args
 
 
 def teachers_by_stage(run_args: list[dict]) -> list[str]:
@@ -72,7 +98,7 @@ def teacher_row(run_args: list[dict], teacher: tuple[list[dict], list[str], list
     # the teacher's last run scored it at its training size, which may not be the size it teaches at
     size = f" at {teacher_args[-1]['img_size']} px" if teacher_args[-1].get("img_size") else ""
     return (
-        rows + f": {epochs[-1]['val_top1']:.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
+        rows + f": {percent(epochs[-1]['val_top1']):.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
         f"trained here by `{'` then `'.join(commands)}` |\n"
     )
 
@@ -111,9 +137,9 @@ def calibration_row(report: dict | None) -> str:
     )
     return (
         f"| head bias | {report['class']}'s logit + {fit['bias']:g} after training (`scripts/calibrate_head.py`, "
-        f"`cait.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
-        f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * min(fit['per_class_before']):.1f} "
-        f"to {100 * min(fit['per_class_after']):.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
+        f"`cait.train.calibration`): the bias that makes the lowest per-class top-1 highest on {fit['images']} held-out "
+        f"scenes (seed {fit['scene_seed']}), where it took the lowest class from {100 * lowest_class(fit['per_class_before'])[1]:.1f} "
+        f"to {100 * lowest_class(fit['per_class_after'])[1]:.1f}% and top-1 from {100 * fit['top1_before']:.2f} to "
         f"{100 * fit['top1_after']:.2f}%; {checks}. It moves errors from {report['class']} to its neighbours; "
         f"class attention and the gradients of each class's logit are unchanged |\n"
     )
@@ -136,16 +162,16 @@ def card(
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
-    ema = "" if last.get("val_top1_ema") is None else f", {last['val_top1_ema']:.2f}% (EMA)"
+    ema = "" if last.get("val_top1_ema") is None else f", {percent(last['val_top1_ema']):.2f}% (EMA)"
     at_size = f", at the training size {trained_size} px" if trained_size not in (None, cfg.img_size) else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
-    amp = " then ".join(dict.fromkeys(f"`--amp {a['amp']}`" for a in run_args))
+    precision = " then ".join(dict.fromkeys(f"`--precision {a['precision']}`" for a in run_args))
     seeds = " then ".join(str(a["seed"]) for a in run_args)
     seeds += " (one per run, oldest first)" if len(run_args) > 1 else ""
     rows = "\n".join(
-        f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
-        f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
+        f"| {e['epoch']} | {e['train_loss']:.3f} | {percent(e['val_top1']):.2f} | "
+        f"{'' if e.get('val_top1_ema') is None else format(percent(e['val_top1_ema']), '.2f')} | "
         f"{e['lr']:.2e} | {e['images_per_s']:.0f} |"
         for e in epochs
     )
@@ -163,8 +189,8 @@ are the paper's.
 | data | `{args["data"]}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {seeds} |
-| training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {amp} (auto is fp32 on a CPU without native bf16) |
-| final test top-1 | {last["val_top1"]:.2f}% (raw weights){ema}{at_size} |
+| training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {precision} (auto is bf16 only where it measures faster than fp32) |
+| final test top-1 | {percent(last["val_top1"]):.2f}% (raw weights){ema}{at_size} |
 {resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}{calibration_row(calibration)}
 Exact command{resumed}:
 
@@ -184,26 +210,18 @@ Exact command{resumed}:
 """
 
 
-TRAINING_ONLY = {"drop_path_rate", "drop_rate", "pretrained"}  # config fields that do not change the function
-
-
 def as_variant(trained: cait.CaiT, name: str) -> cait.CaiT:
     """`trained`'s weights in a model of variant `name`, whose config must describe the same model. Only the
     input size may differ: the position embedding is then resampled (DeiT's rule), and the card says so."""
-    want, have = cait.get_config(name).to_dict(), trained.cfg.to_dict()
-    differ = [
-        f"{k}: run {have.get(k)!r}, {name} {v!r}"
-        for k, v in want.items()
-        if k not in TRAINING_ONLY | {"img_size"} and have.get(k) != v
-    ]
+    differ = trained.cfg.network_differences(cait.get_config(name), ignore={"img_size"})
     if differ:
-        raise SystemExit(f"the run's model is not {name}: " + "; ".join(differ))
+        raise SystemExit(f"the run's model is not {name} (run vs variant): " + "; ".join(differ))
     model = cait.CaiT(cait.get_config(name))
     load_into(model, trained.state_dict(), f"the run's weights ({trained.cfg.img_size} px)")
     return model
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", type=Path, help="training output directory")
     p.add_argument("--weights", choices=("last", "ema"), default="ema")
@@ -240,45 +258,70 @@ def main() -> None:
         help="report of scripts/calibrate_head.py on the run's weights: its head bias is applied to the "
         "shipped weights and the card says so (--eval is then of its calibrated weights)",
     )
+    p.add_argument(
+        "--card-only",
+        action="store_true",
+        help="rewrite the card, metrics and evaluation of the model already shipped as --name from the run "
+        "records, leaving its weights file as it is (the run directories need no weights)",
+    )
     p.add_argument("--note", default="", help="a sentence put at the top of the card (e.g. an interim snapshot)")
     p.add_argument(
         "--extra",
         type=Path,
         action="append",
         default=[],
-        help="markdown file(s) appended to the card (e.g. the companion model's results)",
+        help="markdown file(s) appended to the card (e.g. how the model was made, what it does badly)",
     )
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def shipped_model(args: argparse.Namespace, run: RunDir, name: str) -> tuple[cait.CaiT, int | None, dict | None]:
+    """(the model to ship as `name`, the size it was trained at, the head-bias report): the run's weights as the
+    variant with the bias applied, or with --card-only the weights already shipped (the bias is in them)."""
+    calibration = json.loads(args.calibration.read_text()) if args.calibration else None
+    if args.card_only:
+        last = run.read_args()
+        trained_size = last.get("img_size") or cait.get_config(last["model"]).img_size
+        model = cait.create_model(name, pretrained=True)
+    else:
+        trained = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
+        trained_size, model = trained.cfg.img_size, as_variant(trained, name)
+    if calibration is not None and calibration["img_size"] != model.cfg.img_size:
+        raise SystemExit(
+            f"{args.calibration} was fitted at {calibration['img_size']} px, {name} is {model.cfg.img_size} px"
+        )
+    if calibration is not None and not args.card_only:
+        apply_class_bias(model, ClassBias.from_dict(calibration["fit"]))
+    return model, trained_size, calibration
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     run = RunDir(args.run)
     run_args = run.read_record()
     name = args.name or run_args["args"]["model"]
     if cait.get_config(name).pretrained != f"{name}.safetensors":
         raise SystemExit(f"{name} has no shipped-weights entry in cait/config.py")
-    trained = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
-    model = as_variant(trained, name)
-    calibration = json.loads(args.calibration.read_text()) if args.calibration else None
-    if calibration is not None:
-        if calibration["img_size"] != model.cfg.img_size:
-            raise SystemExit(
-                f"{args.calibration} was fitted at {calibration['img_size']} px, {name} is {model.cfg.img_size} px"
-            )
-        apply_class_bias(model, ClassBias.from_dict(calibration["fit"]))
-    run_meta = {"run_command": run_args["commands"][-1]}
-    save_weights(model, WEIGHTS_DIR / f"{name}.safetensors", metadata=run_meta)
+    model, trained_size, calibration = shipped_model(args, run, name)
+    if not args.card_only:
+        save_weights(
+            model, WEIGHTS_DIR / f"{name}.safetensors", metadata={"run_command": portable(run_args["commands"][-1])}
+        )
     past = history([*args.continues, args.run])
     write_jsonl(WEIGHTS_DIR / f"{name}.metrics.jsonl", past[0])
     # the evaluation of the run's checkpoint is, from now on, the evaluation of the shipped variant
     evaluation = {**json.loads(args.eval.read_text()), "model": name}
     (WEIGHTS_DIR / f"{name}.eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
     teacher = history(args.teacher_run) if args.teacher_run else None
-    text = card(name, past, args.weights, evaluation, model, teacher, trained.cfg.img_size, calibration)
+    text = card(name, past, args.weights, evaluation, model, teacher, trained_size, calibration)
     if args.note:
         title, rest = text.split("\n", 1)
         text = f"{title}\n\n> **{args.note}**\n{rest}"
     for extra in args.extra:
         text += "\n" + extra.read_text()
     (WEIGHTS_DIR / f"{name}.md").write_text(text)
-    print(f"shipped {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl, .eval.json)")
+    done = "card of" if args.card_only else "shipped"
+    print(f"{done} {name}: {WEIGHTS_DIR / name}.safetensors (+ .md, .metrics.jsonl, .eval.json)")
 
 
 if __name__ == "__main__":

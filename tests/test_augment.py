@@ -11,9 +11,9 @@ import torch
 from PIL import Image
 
 import cait
-from cait.augment import BatchAugment, parse_randaug
 from cait.data import FashionMNIST, FashionMNISTScenes
 from cait.preprocess import eval_transform
+from cait.train.augment import BatchAugment, parse_randaug
 
 HALF = dict(mean=(0.5,) * 3, std=(0.5,) * 3)
 ALL_ON = dict(crop_scale=(0.25, 1.0), hflip=0.5, color_jitter=0.4, reprob=0.5)

@@ -1,4 +1,4 @@
-"""cait.calibration: the weakest class's head bias, chosen for the floor on every class's top-1."""
+"""cait.train.calibration: the weakest class's head bias, chosen for the floor on every class's top-1."""
 
 import json
 import sys
@@ -8,16 +8,16 @@ import torch
 
 import cait
 from cait import explain
-from cait.calibration import (
+from cait.checkpoint import read_checkpoint
+from cait.data import build_dataset
+from cait.metrics import lowest_class, per_class_top1
+from cait.train.calibration import (
     ClassBias,
     apply_class_bias,
     collect_logits,
     fit_weakest_class_bias,
-    per_class_top1,
     shifted,
 )
-from cait.checkpoint import read_checkpoint
-from cait.data import build_dataset
 from scripts import calibrate_head
 
 
@@ -33,9 +33,10 @@ def _under_predicted(n_per_class: int = 400, classes: int = 4, weak: int = 2, of
 def test_per_class_top1_counts_each_class_alone():
     logits = torch.tensor([[2.0, 0, 0], [0, 2.0, 0], [2.0, 0, 0], [0, 0, 2.0]])
     labels = torch.tensor([0, 0, 1, 2])
-    top1 = per_class_top1(logits, labels, 4)
+    top1 = per_class_top1(logits.argmax(1), labels, 4)
     assert top1[:3].tolist() == [0.5, 0.0, 1.0]
     assert torch.isnan(top1[3])  # no images of class 3
+    assert lowest_class(top1) == (1, 0.0) and lowest_class([None, 0.25, 0.5]) == (1, 0.25)
 
 
 def test_the_under_predicted_class_gets_back_about_what_it_lost():
@@ -44,7 +45,9 @@ def test_the_under_predicted_class_gets_back_about_what_it_lost():
     assert choice.index == 2
     assert 0.6 <= choice.bias <= 1.4
     assert min(choice.per_class_after) > min(choice.per_class_before) + 0.1
-    assert choice.per_class_after == pytest.approx(per_class_top1(shifted(logits, 2, choice.bias), labels, 4).tolist())
+    assert choice.per_class_after == pytest.approx(
+        per_class_top1(shifted(logits, 2, choice.bias).argmax(1), labels, 4).tolist()
+    )
     assert choice.images == len(labels)
 
 

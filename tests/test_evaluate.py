@@ -13,8 +13,8 @@ from cait import explain
 from cait.checkpoint import WEIGHTS_DIR
 from cait.config import CNNConfig
 from cait.data import FashionMNISTScenes
-from cait.evaluate import current_row_name, evaluate, format_table, localization_rows
-from cait.teacher import TimmCNN
+from cait.evaluate import evaluate, format_table
+from cait.train.teacher import TimmCNN
 
 
 def test_evaluate_scores_every_head_and_method(tmp_path):
@@ -27,14 +27,14 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
         batch_size=12,
         workers=0,
         attribution_subset=4,
-        methods=("ca1_mean", "rollout_before_mixing", "saliency"),
+        methods=("ca1_mean", "rollout_after_proj_l", "saliency"),
     )
     rows = {r["method"]: r for r in result["localization"]}
     heads = model.cfg.num_heads
     assert {f"ca{l}_head{h}" for l in (1, 2) for h in range(1, heads + 1)} <= set(rows)  # from 1, as the app
-    assert "ca1_head0" not in rows and result["head_numbering"] == 1
+    assert "ca1_head0" not in rows and "ca1_head1" in rows
     assert rows["ca1_mean"]["images"] == 24 and rows["saliency"]["images"] == 4  # costly methods on a subset
-    assert rows["rollout_after_proj_l"]["images"] == 24  # an earlier name: still cheap, and rows say the current one
+    assert rows["rollout_after_proj_l"]["images"] == 24  # cheap: every image
     boxes = scenes.boxes
     area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64**2).mean()
     assert np.isclose(rows["chance"]["pointing_game"], area, atol=1e-6)
@@ -80,31 +80,7 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     assert {r["method"]: r for r in bf16["localization"]}["ca1_mean"] == rows["ca1_mean"]
 
 
-def test_results_written_with_earlier_names_read_under_current_ones():
-    old = {
-        "localization": [
-            {"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
-            for m in (
-                "ca1_head0",
-                "ca2_head3",
-                "rollout_before_mixing",
-                "rollout_after_mixing",
-                "ca_mean_both_layers",
-                "saliency",
-            )
-        ]
-    }
-    assert [r["method"] for r in localization_rows(old)] == [
-        "ca1_head1",
-        "ca2_head4",
-        "rollout_after_proj_l",
-        "rollout_after_proj_w",
-        "ca_mean_both_layers",
-        "saliency",
-    ]
-    new = {**old, "head_numbering": 1, "localization": [{**old["localization"][1], "method": "ca2_head4"}]}
-    assert [r["method"] for r in localization_rows(new)] == ["ca2_head4"]  # a current file is left as it is
-    assert current_row_name("ca1_head0", 0) == "ca1_head1" and current_row_name("ca1_head1") == "ca1_head1"
+def test_shipped_results_use_current_row_names():
     for shipped in sorted(WEIGHTS_DIR.glob("*.eval.json")):  # whichever names the shipped files use
         table = format_table(json.loads(shipped.read_text()))
         assert "_head0 " not in table and "mixing" not in table, shipped.name

@@ -170,8 +170,8 @@ def test_rollout_uniform_closed_form():
     # s2 = (s1 + 0.2 s1 + 0.2 [0, 1, 1, 1, 1]) / 2 = [0.36, 0.16, 0.16, 0.16, 0.16]
     model = hand_model(depth=1)
     x = torch.randn(2, 3, 16, 16)
-    for mixing in ("before", "after"):  # proj_w of a uniform row is a constant row: same after clamp+renorm
-        torch.testing.assert_close(explain.rollout(model, x, mixing=mixing), torch.full((2, 2, 2), 0.16))
+    for stage in ("after_proj_l", "after_proj_w"):  # proj_w of a uniform row is a constant row: same after renorm
+        torch.testing.assert_close(explain.rollout(model, x, stage=stage), torch.full((2, 2, 2), 0.16))
 
 
 def rollout_by_loops(before_after, ca_layers, mixing: str) -> list[float]:
@@ -205,18 +205,20 @@ def test_rollout_equals_loops_on_random_model():
     model = sharpen(pico(img_size=16, depth=2), std=0.3)
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
     ins = model.forward_insights(x, sa_layers=(0, 1))
-    for mixing in ("before", "after"):
-        got = explain.rollout(model, x, mixing=mixing)
+    for mixing, stage in (("before", "after_proj_l"), ("after", "after_proj_w")):
+        got = explain.rollout(model, x, stage=stage)
         for b in range(2):
             sa = [(ins.self_attention[l][0][b].tolist(), ins.self_attention[l][1][b].tolist()) for l in (0, 1)]
             ca = [a[b].tolist() for a in ins.class_attention]
             expected = torch.tensor(rollout_by_loops(sa, ca, mixing)).reshape(2, 2)
             torch.testing.assert_close(got[b], expected, atol=1e-5, rtol=1e-4)
     assert (ins.self_attention[0][1] < 0).any(), "after-mixing weights never negative: clamp untested"
-    assert not torch.allclose(explain.rollout(model, x, mixing="before"), explain.rollout(model, x, mixing="after"))
+    assert not torch.allclose(
+        explain.rollout(model, x, stage="after_proj_l"), explain.rollout(model, x, stage="after_proj_w")
+    )
 
 
-def test_rollout_of_the_raw_stage_and_the_earlier_names():
+def test_rollout_of_the_raw_stage_and_unknown_names():
     model = sharpen(pico(img_size=16, depth=2), std=0.3)
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
     ins = model.forward_insights(x, sa_layers=(0, 1), raw_attention=True)
@@ -227,14 +229,9 @@ def test_rollout_of_the_raw_stage_and_the_earlier_names():
         expected = torch.tensor(rollout_by_loops([(r, r) for r in raw], ca, "before")).reshape(2, 2)
         torch.testing.assert_close(got[b], expected, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(got, explain.rollout(model, x, stage="after_proj_l"))
-    for old, new in (("before", "after_proj_l"), ("after", "after_proj_w")):
-        assert torch.equal(explain.rollout(model, x, mixing=old), explain.rollout(model, x, stage=new))
     with pytest.raises(ValueError, match="stage must be one of raw, after_proj_l, after_proj_w"):
         explain.rollout(model, x, stage="middle")
-    # the methods' earlier names are accepted, but each method is listed once
-    assert explain.METHODS["rollout_before_mixing"] is explain.METHODS["rollout_after_proj_l"]
-    assert explain.METHODS["rollout_after_mixing"] is explain.METHODS["rollout_after_proj_w"]
-    assert "rollout_before_mixing" in explain.METHODS and "rollout_before_mixing" not in list(explain.METHODS)
+    assert "rollout_before_mixing" not in explain.METHODS  # each method under one name
     with pytest.raises(ValueError, match="unknown method 'telepathy'; choose from ca1_mean"):
         explain.saliency_map(model, x, torch.tensor([0, 1]), "telepathy")
 

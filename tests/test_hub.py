@@ -27,6 +27,7 @@ import pytest
 import tomllib
 import torch
 import tqdm
+from _paper import MAIN_TABLE
 from huggingface_hub import file_download
 from huggingface_hub.utils import _http
 from packaging.requirements import Requirement
@@ -38,8 +39,7 @@ from stand_in_hub import StandInHub
 import cait
 from cait import explain, hub
 from cait.config import RELEASED, VARIANTS, is_paper_variant
-from cait.paper import MAIN_TABLE
-from cait.photos import PHOTOS, available_photos
+from cait.data.photos import PHOTOS, available_photos
 
 NAME = "cait_xxs24_224"
 REPO = "timm/cait_xxs24_224.fb_dist_in1k"  # written out: the id timm's model card gives

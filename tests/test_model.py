@@ -6,6 +6,7 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
+from _paper import MAIN_TABLE, paper_model
 from conftest import randomise_
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
@@ -13,7 +14,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import cait
 from cait.config import RELEASED, VARIANTS, is_paper_variant
-from cait.paper import MAIN_TABLE, paper_model
 
 PAPER_VARIANTS = [n for n in VARIANTS if is_paper_variant(n)]
 SMALL_VARIANTS = [n for n in VARIANTS if not is_paper_variant(n)]

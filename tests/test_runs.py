@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import cait
-from cait.runs import RunDir, RunError, checkpoint_metadata, continued, read_jsonl, read_metrics
+from cait.checkpoint import file_metadata
+from cait.runs import RunDir, RunError, continued, read_jsonl, read_metrics
 
 
 def test_args_record_keeps_every_command(tmp_path):
@@ -53,10 +54,19 @@ def test_jsonl_reading_says_which_line_is_bad(tmp_path):
         read_metrics(tmp_path / "elsewhere")
 
 
+def test_metrics_in_percent_are_refused_with_one_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1, "val_top1": 0.5}\n{"epoch": 2, "train_top1": 0.6, "val_top1": 61.5}\n')
+    with pytest.raises(RunError, match=r"^metrics.jsonl: entry 2 has val_top1 61.5, a percentage; top-1 is a fraction"):
+        read_metrics(path)
+    path.write_text('{"epoch": 1, "val_top1": 1.0, "val_top1_ema": null}\n')  # every image right is no percentage
+    assert read_metrics(path)[0]["val_top1"] == 1.0
+
+
 def test_continued_runs_count_epochs_and_steps_on():
-    first = [{"epoch": 1, "step": 5, "val_top1": 1.0}, {"epoch": 2, "step": 10, "val_top1": 2.0}]
-    second = [{"epoch": 1, "step": 5, "val_top1": 3.0}]
-    assert continued([first, second]) == [*first, {"epoch": 3, "step": 15, "val_top1": 3.0}]
+    first = [{"epoch": 1, "step": 5, "val_top1": 0.1}, {"epoch": 2, "step": 10, "val_top1": 0.2}]
+    second = [{"epoch": 1, "step": 5, "val_top1": 0.3}]
+    assert continued([first, second]) == [*first, {"epoch": 3, "step": 15, "val_top1": 0.3}]
     assert continued([]) == []
 
 
@@ -65,7 +75,7 @@ def test_checkpoints_carry_their_config_and_what_they_are(tmp_path):
     assert run.config() is None and run.checkpoint_metadata("last") == {}
     model = cait.create_model("cait_pico_32", depth=1)
     run.save_checkpoint("best", model, epochs_completed=3, step=30, data="fashion-mnist", val_top1=None)
-    meta = checkpoint_metadata(tmp_path / "best.safetensors")
+    meta = file_metadata(tmp_path / "best.safetensors")
     assert {k: meta[k] for k in ("epochs_completed", "step", "data", "val_top1")} == {
         "epochs_completed": "3",
         "step": "30",
@@ -75,7 +85,7 @@ def test_checkpoints_carry_their_config_and_what_they_are(tmp_path):
     assert run.config() == model.cfg  # last is missing: best's config
     assert cait.create_model(None, checkpoint=run.checkpoint("best")).cfg.depth == 1
     (tmp_path / "timm.pth").write_bytes(b"not safetensors")
-    assert checkpoint_metadata(tmp_path / "timm.pth") == {}
+    assert file_metadata(tmp_path / "timm.pth") == {}
 
 
 def test_state_round_trips_with_weights_only(tmp_path):

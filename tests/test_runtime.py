@@ -1,4 +1,4 @@
-"""cait.runtime: what --device auto and --amp auto mean, in one place for train, evaluate and the app."""
+"""cait.runtime: what --device auto and --precision auto mean, in one place for train, evaluate and the app."""
 
 import math
 
@@ -62,13 +62,13 @@ def test_the_bf16_speedup_is_measured_once_per_process():
 
 
 @pytest.mark.parametrize("supported", [True, False])
-def test_amp_auto_on_cuda_asks_cuda(monkeypatch, supported):
+def test_precision_auto_on_cuda_asks_cuda(monkeypatch, supported):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: supported)
     assert autocast_dtype("auto", torch.device("cuda")) is (torch.bfloat16 if supported else None)
 
 
-def test_unknown_amp_choice_is_refused():
-    with pytest.raises(ValueError, match="--amp must be one of auto, bf16, fp16, none"):
+def test_unknown_precision_is_refused():
+    with pytest.raises(ValueError, match="--precision must be one of auto, fp32, bf16, fp16"):
         autocast_dtype("fp8", torch.device("cpu"))
 
 

@@ -10,9 +10,9 @@ import threading
 import numpy as np
 import pytest
 
-import cait.scene_cache as scene_cache
+import cait.data.scene_cache as scene_cache
 from cait.data import DataError, FashionMNISTScenes, build_dataset
-from cait.scene_cache import CACHE_ENV, cache_path, cached_pixels, lock_path
+from cait.data.scene_cache import CACHE_ENV, cache_path, cached_pixels, lock_path
 
 N = 30
 

@@ -9,11 +9,11 @@ import cait
 from scripts import ship_model
 
 
-def _run(path: Path, commands: list[str], amp: str, epochs: int, steps_per_epoch: int, **args) -> Path:
+def _run(path: Path, commands: list[str], precision: str, epochs: int, steps_per_epoch: int, **args) -> Path:
     path.mkdir()
-    (path / "args.json").write_text(json.dumps({"args": {"amp": amp, **args}, "commands": commands}))
+    (path / "args.json").write_text(json.dumps({"args": {"precision": precision, **args}, "commands": commands}))
     lines = [
-        {"epoch": e, "step": e * steps_per_epoch, "val_top1": 50.0 + e, "epoch_seconds": 60.0}
+        {"epoch": e, "step": e * steps_per_epoch, "val_top1": 0.5 + e / 100, "epoch_seconds": 60.0}
         for e in range(1, epochs + 1)
     ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -28,9 +28,9 @@ def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
     epochs, commands, run_args = ship_model.history([first, second])
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5]
     assert [e["step"] for e in epochs] == [100, 200, 300, 400, 500]
-    assert [e["val_top1"] for e in epochs] == [51.0, 52.0, 53.0, 51.0, 52.0]  # the second run's own numbers
+    assert [e["val_top1"] for e in epochs] == [0.51, 0.52, 0.53, 0.51, 0.52]  # the second run's own numbers
     assert commands[-1].endswith("--init first/ema.safetensors") and len(commands) == 3
-    assert [a["amp"] for a in run_args] == ["bf16", "auto"]
+    assert [a["precision"] for a in run_args] == ["bf16", "auto"]
 
 
 def test_the_card_says_when_the_teacher_joined():
@@ -75,13 +75,13 @@ def test_teacher_row_names_every_teacher_of_a_line_whose_teacher_changed():
     assert "| teacher | `new.safetensors` (the last stage's) |" in row and "the teacher run at" not in row
 
 
-def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
+def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "args.json").write_text(
         json.dumps(
             {
-                "args": {"amp": "auto", "data": "fashion-mnist-scenes", "seed": 0},
+                "args": {"precision": "auto", "data": "fashion-mnist-scenes", "seed": 0},
                 "commands": ["python -m cait.train --epochs 1"],
             }
         )
@@ -90,31 +90,28 @@ def test_the_card_names_methods_and_heads_as_they_are_named_now(tmp_path):
         "epoch": 1,
         "step": 10,
         "train_loss": 1.0,
-        "val_top1": 50.0,
+        "val_top1": 0.5,
         "val_top1_ema": None,
         "lr": 1e-3,
         "images_per_s": 100.0,
         "epoch_seconds": 60.0,
     }
     (run / "metrics.jsonl").write_text(json.dumps(line) + "\n")
-    rows = [
-        {"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8}
-        for m in ("chance", "ca1_head0", "ca2_head1", "rollout_before_mixing", "rollout_after_mixing")
-    ]
-    old_eval = {"images": 8, "top1": 0.5, "per_class_top1": {}, "localization": rows}  # written before the renames
+    methods = ("chance", "ca1_head1", "ca2_head2", "rollout_after_proj_l", "rollout_after_proj_w")
+    rows = [{"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8} for m in methods]
+    evaluation = {"images": 8, "top1": 0.5, "per_class_top1": {}, "localization": rows}
     text = ship_model.card(
-        "cait_pico_32", ship_model.history([run]), "last", old_eval, cait.create_model("cait_pico_32")
+        "cait_pico_32", ship_model.history([run]), "last", evaluation, cait.create_model("cait_pico_32")
     )
-    for current in ("ca1_head1 ", "ca2_head2 ", "rollout_after_proj_l ", "rollout_after_proj_w "):
-        assert current in text
-    assert "mixing" not in text and "_head0" not in text
+    assert all(f"{m} " in text for m in methods) and "Localization uses the garment's box" in text
+    assert "| final test top-1 | 50.00% (raw weights) |" in text and "| 1 | 1.000 | 50.00 |  |" in text
     assert "| seed | 0 |" in text
     later = tmp_path / "later"  # a second stage with its own seed: the card names both
     later.mkdir()
     (later / "args.json").write_text((run / "args.json").read_text().replace('"seed": 0', '"seed": 1'))
     (later / "metrics.jsonl").write_text(json.dumps(line) + "\n")
     text = ship_model.card(
-        "cait_pico_32", ship_model.history([run, later]), "last", old_eval, cait.create_model("cait_pico_32")
+        "cait_pico_32", ship_model.history([run, later]), "last", evaluation, cait.create_model("cait_pico_32")
     )
     assert "| seed | 0 then 1 (one per run, oldest first) |" in text
 
@@ -123,7 +120,7 @@ def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
     import pytest
 
     wide = cait.create_model("cait_nano_64", embed_dim=192, num_heads=4, drop_path_rate=0.0)
-    with pytest.raises(SystemExit, match="embed_dim: run 192, cait_nano_64 128"):
+    with pytest.raises(SystemExit, match=r"cait_nano_64 \(run vs variant\): embed_dim: 192 vs 128"):
         ship_model.as_variant(wide, "cait_nano_64")
     trained = cait.create_model("cait_nano_64", img_size=56, drop_path_rate=0.0)  # a run with --img-size 56
     shipped = ship_model.as_variant(trained, "cait_nano_64")
@@ -156,3 +153,63 @@ def test_a_calibrated_model_says_its_head_bias_and_what_it_did():
     assert "on 5000 held-out scenes (seed 1), where it took the lowest class from 50.6 to 65.8%" in row
     assert "top-1 from 80.64 to 80.24%" in row
     assert "on the 10000 scenes of seed 0 (the test scenes) top-1 80.71 -> 80.13%, lowest class 53.1 -> 62.3%" in row
+
+
+def test_portable_paths_name_no_machine(tmp_path):
+    root = tmp_path / "repo"
+    text = (
+        f"--init /home/me/exp/runs/s1/last.safetensors --teacher {root}/cait/weights/t.safetensors "
+        "--output runs/s2 --data /srv/data/scenes.npy --url https://example.org/a/b"
+    )
+    assert ship_model.portable(text, root) == (
+        "--init runs/s1/last.safetensors --teacher cait/weights/t.safetensors "
+        "--output runs/s2 --data scenes.npy --url https://example.org/a/b"
+    )
+
+
+def test_history_and_card_carry_no_absolute_path(tmp_path):
+    run = _run(
+        tmp_path / "run",
+        [f"python -m cait.train --init {tmp_path}/runs/s0/last.safetensors --output {tmp_path}/runs/run"],
+        "auto",
+        1,
+        10,
+        init=f"{tmp_path}/runs/s0/last.safetensors",
+        teacher="/data/runs/t/last.safetensors",
+    )
+    _, commands, run_args = ship_model.history([run])
+    assert commands == ["python -m cait.train --init runs/s0/last.safetensors --output runs/run"]
+    assert run_args[0]["init"] == "runs/s0/last.safetensors" and run_args[0]["teacher"] == "runs/t/last.safetensors"
+
+
+def test_card_only_rewrites_the_card_and_leaves_the_weights(tmp_path, monkeypatch):
+    monkeypatch.setattr(ship_model, "WEIGHTS_DIR", tmp_path / "weights")
+    (tmp_path / "weights").mkdir()
+    run = _run(
+        tmp_path / "run",
+        [f"python -m cait.train --model cait_nano_28 --output {tmp_path}/runs/run"],
+        "auto",
+        2,
+        10,
+        model="cait_nano_28",
+        data="fashion-mnist",
+        seed=0,
+        img_size=None,
+    )
+    lines = [  # the card's curve needs every column of a real metrics line
+        {**json.loads(line), "train_loss": 1.0, "lr": 1e-3, "images_per_s": 100.0}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    evaluation = tmp_path / "eval.json"
+    evaluation.write_text(json.dumps({"images": 8, "top1": 0.9, "per_class_top1": {}}))
+    extra = tmp_path / "extra.md"
+    extra.write_text("## What it does badly\n\nShirt.\n")
+    ship_model.main(
+        [str(run), "--card-only", "--name", "cait_nano_28", "--eval", str(evaluation), "--extra", str(extra)]
+    )
+    written = sorted(p.name for p in (tmp_path / "weights").iterdir())
+    assert written == ["cait_nano_28.eval.json", "cait_nano_28.md", "cait_nano_28.metrics.jsonl"]  # no weights
+    card = (tmp_path / "weights" / "cait_nano_28.md").read_text()
+    assert "--output runs/run" in card and str(tmp_path) not in card
+    assert "| input size |" not in card and card.endswith("Shirt.\n")

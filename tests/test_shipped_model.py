@@ -29,7 +29,7 @@ def shipped():
     model = cait.create_model(cait.DEFAULT_MODEL, pretrained=True)  # the scenes model
     x, y = _test_batch(model, "fashion-mnist-scenes")
     scenes = FashionMNISTScenes("val", subset=N)
-    return model, x, y, torch.as_tensor(scenes.boxes) * (model.cfg.img_size / scenes.canvas)  # boxes in input pixels
+    return model, x, y, model.cfg.box_to_input(torch.as_tensor(scenes.boxes), scenes.canvas)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -1,8 +1,7 @@
 """cait.timing: the one timing method of the benchmarks and the throughput figures."""
 
 import pytest
-
-from cait.timing import time_interleaved
+from timing import time_interleaved
 
 
 def test_medians_per_call_rank_the_functions_and_every_call_is_counted():

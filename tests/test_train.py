@@ -24,14 +24,18 @@ from PIL import Image
 from safetensors.torch import load_file
 
 import cait
-import cait.train as train_mod
-import cait.train_args as train_args_mod
-import cait.train_data as train_data
+import cait.train.args as train_args_mod
+import cait.train.data as train_data
+import cait.train.loop as train_mod
+from cait.checkpoint import file_metadata
 from cait.config import FASHION_MNIST_CLASSES, CaiTConfig
 from cait.data import DataError, build_dataset
-from cait.seeding import seeded
-from cait.teacher import load_teacher
-from cait.train import main, teacher_view
+from cait.metrics import top1
+from cait.preprocess import eval_transform
+from cait.runs import read_metrics
+from cait.train.loop import main, teacher_view
+from cait.train.seeding import seeded
+from cait.train.teacher import load_teacher
 
 TINY = [
     "--model",
@@ -70,7 +74,10 @@ def run_cli(*args: str, timeout: float = 240, **kw) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smoke")
-    assert main([*TINY, "--subset", "128", "--epochs", "2", "--ema", "0.9", "--amp", "none", "--output", str(out)]) == 0
+    assert (
+        main([*TINY, "--subset", "128", "--epochs", "2", "--ema", "0.9", "--precision", "fp32", "--output", str(out)])
+        == 0
+    )
     return out
 
 
@@ -116,6 +123,24 @@ def test_smoke_run_writes_every_file_and_metric(smoke_run):
     assert saved["args"]["model"] == "cait_pico_32" and "--subset 128" in saved["commands"][0]
 
 
+def test_smoke_run_writes_top1_as_fractions(smoke_run):
+    """val_top1 is the share of the 64 validation images the last weights get right, recounted here."""
+    lines = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        for key in ("train_top1", "val_top1", "val_top1_ema"):
+            assert 0 <= line[key] <= 1, key
+        assert line["train_top1"] * 128 == pytest.approx(round(line["train_top1"] * 128))  # a share of 128 images
+    model = cait.create_model(None, checkpoint=smoke_run / "last.safetensors").eval()
+    val = train_data.Transformed(build_dataset("fashion-mnist", "val", subset=64), eval_transform(model.cfg))
+    images = torch.stack([val[i][0] for i in range(len(val))])
+    labels = torch.tensor([val[i][1] for i in range(len(val))])
+    with torch.no_grad():
+        predicted = model(images).argmax(1)
+    assert lines[-1]["val_top1"] == top1(predicted, labels)
+    assert float(file_metadata(smoke_run / "last.safetensors")["val_top1"]) == lines[-1]["val_top1"]
+    assert read_metrics(smoke_run) == lines
+
+
 def test_checkpoints_load_with_create_model(smoke_run):
     for name in ("last", "best", "ema"):
         model = cait.create_model(None, checkpoint=smoke_run / f"{name}.safetensors")
@@ -131,7 +156,7 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize(
-    "amp,workers,pipeline", [("bf16", "0", "tensor"), ("none", "2", "tensor"), ("none", "2", "pil")]
+    "amp,workers,pipeline", [("bf16", "0", "tensor"), ("fp32", "2", "tensor"), ("fp32", "2", "pil")]
 )
 def test_resume_is_exact(tmp_path, amp, workers, pipeline):
     """2 epochs in one go == stop mid-epoch, resume, stop at the epoch boundary, resume to the end."""
@@ -143,7 +168,7 @@ def test_resume_is_exact(tmp_path, amp, workers, pipeline):
         "2",
         "--ema",
         "0.9",
-        "--amp",
+        "--precision",
         amp,
         "--workers",
         workers,
@@ -170,7 +195,7 @@ def test_resume_is_exact(tmp_path, amp, workers, pipeline):
 
 def test_different_seed_gives_different_weights(tmp_path):
     # guards the resume test against passing because nothing random happens at all
-    args = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none"]
+    args = [*TINY, "--subset", "64", "--epochs", "1", "--precision", "fp32"]
     assert main([*args, "--output", str(tmp_path / "a"), "--seed", "1"]) == 0
     assert main([*args, "--output", str(tmp_path / "b"), "--seed", "2"]) == 0
     a, b = _weights(tmp_path / "a" / "last.safetensors"), _weights(tmp_path / "b" / "last.safetensors")
@@ -194,7 +219,7 @@ def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, mo
 
     monkeypatch.setattr(train_mod, "build_criterion", poisoned)
     out = tmp_path / "run"
-    assert main([*TINY, "--subset", "128", "--epochs", "3", "--amp", "none", "--output", str(out)]) == 1
+    assert main([*TINY, "--subset", "128", "--epochs", "3", "--precision", "fp32", "--output", str(out)]) == 1
     err = capsys.readouterr().err
     assert "loss is nan at epoch 2, batch 2, step 6" in err and "last.safetensors (end of epoch 1)" in err
     assert "Traceback" not in err
@@ -213,8 +238,8 @@ def test_huge_lr_diverges_into_the_nan_stop(tmp_path, capsys):
             "256",
             "--epochs",
             "1",
-            "--amp",
-            "none",
+            "--precision",
+            "fp32",
             "--warmup-epochs",
             "0",
             "--lr",
@@ -265,8 +290,8 @@ def test_directory_without_images_is_a_clear_error(tmp_path, capsys):
     assert "holds no usable images" in err and len(err.splitlines()) == 1
 
 
-def test_cli_bad_model_exits_2_without_traceback():
-    proc = run_cli("--model", "cait_nope", "--output", "/tmp/never")
+def test_cli_bad_model_exits_2_without_traceback(tmp_path):
+    proc = run_cli("--model", "cait_nope", "--output", str(tmp_path / "never"))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "unknown model 'cait_nope'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -277,7 +302,16 @@ def test_help_explains_every_flag():
     assert train_mod.__doc__.split("\n\n")[0] in text  # what the command is for, before its flags
     for action in train_args_mod.build_parser()._actions:
         assert action.help, action.dest
-    for flag in ("--resume", "--teacher", "--randaug", "--ema", "--amp", "--drop-path", "--clip-grad", "--subset"):
+    for flag in (
+        "--resume",
+        "--teacher",
+        "--randaug",
+        "--ema",
+        "--precision",
+        "--drop-path",
+        "--clip-grad",
+        "--subset",
+    ):
         assert flag in text
 
 
@@ -311,8 +345,8 @@ def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
         "1",
         "--epochs",
         "1",
-        "--amp",
-        "none",
+        "--precision",
+        "fp32",
         "--teacher",
         str(tmp_path / "teacher.safetensors"),
         "--output",
@@ -357,7 +391,7 @@ def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
     """--model timm:resnet10t trains on the same data (no CaiT statistics), is saved with its config, resumes,
     and as --teacher changes what the student learns."""
     cnn = tmp_path / "cnn"
-    flags = [*TINY, "--model", "timm:resnet10t", "--subset", "64", "--epochs", "2", "--amp", "none"]
+    flags = [*TINY, "--model", "timm:resnet10t", "--subset", "64", "--epochs", "2", "--precision", "fp32"]
     assert main([*flags, "--output", str(cnn), "--stop-after", "3"]) == 0
     assert main(["--resume", str(cnn)]) == 0
     lines = [json.loads(line) for line in (cnn / "metrics.jsonl").read_text().splitlines()]
@@ -369,7 +403,7 @@ def test_cnn_teacher_trains_saves_resumes_and_distils(tmp_path):
     args = train_args_mod.parse_args([*flags, "--init", str(cnn / "last.safetensors")])
     started = train_mod.build_model(args, teacher.cfg, fresh=True)
     assert all(torch.equal(v, teacher.state_dict()[k]) for k, v in started.state_dict().items())
-    student = [*TINY, "--subset", "64", "--epochs", "1", "--amp", "none", "--distill-alpha", "0.9"]
+    student = [*TINY, "--subset", "64", "--epochs", "1", "--precision", "fp32", "--distill-alpha", "0.9"]
     assert main([*student, "--output", str(tmp_path / "alone")]) == 0
     assert main([*student, "--teacher", str(cnn / "last.safetensors"), "--output", str(tmp_path / "taught")]) == 0
     assert (
@@ -454,8 +488,8 @@ def test_sigint_saves_state_and_exits_cleanly(tmp_path):
             "256",
             "--epochs",
             "200",
-            "--amp",
-            "none",
+            "--precision",
+            "fp32",
             "--output",
             str(out),
         ],
@@ -491,8 +525,8 @@ def test_torchrun_two_processes_trains_and_checkpoint_loads(tmp_path):
             "256",
             "--epochs",
             "1",
-            "--amp",
-            "none",
+            "--precision",
+            "fp32",
             "--output",
             str(out),
         ],
@@ -510,7 +544,7 @@ def test_torchrun_two_processes_trains_and_checkpoint_loads(tmp_path):
 
 
 def test_resume_with_more_epochs_stretches_the_schedule(tmp_path):
-    args = [*TINY, "--subset", "128", "--amp", "none", "--output", str(tmp_path)]
+    args = [*TINY, "--subset", "128", "--precision", "fp32", "--output", str(tmp_path)]
     assert main([*args, "--epochs", "2", "--stop-after", "4"]) == 0  # one epoch of a 2-epoch schedule
     assert main(["--resume", str(tmp_path), "--epochs", "4", "--stop-after", "8"]) == 0
     state = torch.load(tmp_path / "state.pt", weights_only=True)
@@ -529,8 +563,8 @@ def test_init_starts_from_the_given_weights(smoke_run, tmp_path):
                 "64",
                 "--epochs",
                 "1",
-                "--amp",
-                "none",
+                "--precision",
+                "fp32",
                 "--warmup-epochs",
                 "0",
                 "--lr",
@@ -563,8 +597,8 @@ def test_init_grow_gamma_starts_a_deeper_model_from_muted_copies(smoke_run, tmp_
                 "64",
                 "--epochs",
                 "1",
-                "--amp",
-                "none",
+                "--precision",
+                "fp32",
                 "--warmup-epochs",
                 "0",
                 "--lr",
@@ -618,7 +652,7 @@ def test_resumed_epoch_counts_its_time_before_the_stop(tmp_path, monkeypatch):
     # a clock that advances one second per reading: epoch_seconds counts readings, not the machine's speed
     clock = iter(range(10**6))
     monkeypatch.setattr(train_mod.time, "time", lambda: float(next(clock)))
-    args = [*TINY, "--subset", "192", "--epochs", "1", "--amp", "none"]
+    args = [*TINY, "--subset", "192", "--epochs", "1", "--precision", "fp32"]
     assert main([*args, "--output", str(tmp_path / "once")]) == 0
     assert main([*args, "--output", str(tmp_path / "split"), "--stop-after", "3"]) == 0
     assert main(["--resume", str(tmp_path / "split")]) == 0
@@ -629,7 +663,19 @@ def test_resumed_epoch_counts_its_time_before_the_stop(tmp_path, monkeypatch):
 def test_resume_of_a_run_saved_before_newer_flags_takes_their_defaults(tmp_path):
     assert (
         main(
-            [*TINY, "--subset", "64", "--epochs", "2", "--amp", "none", "--stop-after", "1", "--output", str(tmp_path)]
+            [
+                *TINY,
+                "--subset",
+                "64",
+                "--epochs",
+                "2",
+                "--precision",
+                "fp32",
+                "--stop-after",
+                "1",
+                "--output",
+                str(tmp_path),
+            ]
         )
         == 0
     )
@@ -653,7 +699,7 @@ TINY_ARGS = dict(
     val_subset=64,
     warmup_epochs=1,
     lr=2e-3,
-    amp="none",
+    precision="fp32",
 )
 
 
@@ -666,7 +712,7 @@ def test_train_args_equal_the_command_line_and_check_the_same_way():
     for bad, message in [
         ({"batch_size": 0}, "--batch-size must be positive"),
         ({"nope": 1}, "unknown flag(s) --nope"),
-        ({"amp": "fp8"}, "--amp: invalid choice 'fp8'"),
+        ({"precision": "fp8"}, "--precision: invalid choice 'fp8'"),
         ({"epochs": 1.5}, "--epochs takes a int"),
         ({"num_heads": 5, "embed_dim": 48}, "--num-heads 5 does not divide --embed-dim 48"),
     ]:

@@ -126,18 +126,12 @@ def _normalise_rows(a: torch.Tensor) -> torch.Tensor:
 
 # The SA attention at each point of the talking-heads computation, named by what has been applied.
 ROLLOUT_STAGES = ("raw", "after_proj_l", "after_proj_w")
-# Earlier names: "before mixing" was softmax(proj_l(q k^T)), already mixed across heads once.
-STAGE_ALIASES = {"before": "after_proj_l", "after": "after_proj_w"}
 
 
 def rollout_stage(stage: str) -> str:
-    """The canonical stage name for `stage` or one of its earlier names; ValueError for anything else."""
-    stage = STAGE_ALIASES.get(stage, stage)
+    """`stage` if it is one of ROLLOUT_STAGES; ValueError naming them otherwise."""
     if stage not in ROLLOUT_STAGES:
-        raise ValueError(
-            f"stage must be one of {', '.join(ROLLOUT_STAGES)} (or the earlier "
-            f"{', '.join(STAGE_ALIASES)}), got {stage!r}"
-        )
+        raise ValueError(f"stage must be one of {', '.join(ROLLOUT_STAGES)}, got {stage!r}")
     return stage
 
 
@@ -151,14 +145,12 @@ def _head_mean_attention(ins, layer: int, stage: str) -> torch.Tensor:
     return _normalise_rows(after_proj_w.clamp_min(0).mean(dim=1))
 
 
-def rollout(
-    model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l", mixing: str | None = None
-) -> torch.Tensor:
+def rollout(model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l") -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) adapted to CaiT, class token -> patch relevance [B, g, g].
 
     SA stage: per layer the head-mean attention A, the residual folded in as (A + I) / 2 with rows
     renormalised, multiplied through the depth: R_SA = Â_D ... Â_1 (rows: output patch, cols: input).
-    Which A (`stage`; `mixing` is the earlier name of this argument, "before"/"after"):
+    Which A (`stage`):
       "raw": softmax(q k^T) of each head, unmixed: a counterfactual the model does not compute (its
         softmax acts on logits already mixed across heads by proj_l). Row-stochastic.
       "after_proj_l": softmax(proj_l(q k^T)), the softmax the model computes. Row-stochastic.
@@ -171,7 +163,7 @@ def rollout(
     [cls, patches]. After the two layers, the class-token row over the patch columns is the map; its
     column 0 (relevance left on the learned class-token constant) is dropped, so a map sums to < 1.
     """
-    stage = rollout_stage(mixing if mixing is not None else stage)
+    stage = rollout_stage(stage)
     return rollouts(model, x, stages=(stage,))[stage]
 
 

@@ -37,21 +37,19 @@ def _captum(method: str) -> Method:
 
 
 class MethodTable(Mapping):
-    """name -> method. Earlier names (`aliases`) are accepted wherever a name is looked up, but only the
-    current names are listed, so menus and result tables show each method once."""
+    """name -> method, with a lookup that names the choices when there is no such method."""
 
-    def __init__(self, methods: dict[str, Method], aliases: dict[str, str]):
-        self._methods, self.aliases = methods, aliases
+    def __init__(self, methods: dict[str, Method]):
+        self._methods = methods
 
     def canonical(self, name: str) -> str:
-        """The current name of `name`; ValueError naming the choices when there is no such method."""
-        name = self.aliases.get(name, name)
+        """`name` if it is a method; ValueError naming the choices otherwise."""
         if name not in self._methods:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(self._methods)}")
         return name
 
     def __getitem__(self, name: str) -> Method:
-        return self._methods[self.aliases.get(name, name)]
+        return self._methods[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._methods)
@@ -69,15 +67,14 @@ METHODS = MethodTable(
         "class_specific": _class_specific,
         **{name: _rollout(stage) for name, stage in ROLLOUT_METHODS.items()},
         **{name: _captum(name) for name in CAPTUM_METHODS},
-    },
-    aliases={"rollout_before_mixing": "rollout_after_proj_l", "rollout_after_mixing": "rollout_after_proj_w"},
+    }
 )
 
 
 def saliency_map(
     model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, options: MethodOptions = DEFAULT_OPTIONS
 ) -> torch.Tensor:
-    """Heat map [B, g, g] of `method` (a current or earlier name) for the classes `target` [B], detached."""
+    """Heat map [B, g, g] of `method` for the classes `target` [B], detached."""
     return METHODS[METHODS.canonical(method)](model, x, target, options).detach()
 
 

@@ -49,9 +49,8 @@ def mass_in_box(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple[i
     return inside / mass.sum(dim=(1, 2)).clamp_min(1e-12)
 
 
-# Tokens per forward pass of the forward-only perturbation methods (deletion/insertion, occlusion). Measured
-# on cait_xxs24_224 (197 tokens), one CPU thread, per image: batches of 8 took 0.77x the time of batches of
-# 64 in fp32 and 0.75x in bf16 autocast (activations that stay in cache), and smaller gained nothing more.
+# Tokens per forward pass of the forward-only perturbation methods (deletion/insertion, occlusion): small
+# batches stay in cache and run faster per image on a CPU (benchmarks/README.md).
 TOKENS_PER_PASS = 1600
 
 

@@ -1,0 +1,148 @@
+"""Fashion-MNIST scenes: garments pasted on clutter, with boxes, the ground truth our attention maps are
+checked against. All images at once are `.pixels`, a uint8 [n, H, W, C] array from a disk cache
+(`scene_cache`), for augmentation on batched tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import Dataset
+
+from ..config import FASHION_MNIST_CLASSES
+from .fashion_mnist import load_fashion_mnist
+
+SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
+
+
+class FashionMNISTScenes(Dataset):
+    """Colour canvases with one tinted garment at a random position and scale over clutter.
+
+    The garment's pasted frame has a side of 30-65% of the canvas; the clutter is a colour gradient,
+    smooth texture, pixel noise and faint fragments of other garments from the same split, so an
+    attention map that ignores the garment cannot land in its box by luck more often than the box's
+    area allows. Everything is a pure function of (seed, split, n, index): any worker or rank renders the
+    same sample, and `cache=True` renders the split once into a memory-mapped file (`.pixels`) that
+    items are then read from. `boxes` are the garment's tight box (x0, y0, x1, y1) in canvas pixels.
+    """
+
+    classes = FASHION_MNIST_CLASSES
+    MIN_SIDE, MAX_SIDE = 0.30, 0.65
+    GENERATOR_VERSION = 1  # bump whenever render() or the layout draws change: it renames the cache files
+
+    def __init__(
+        self, split: str, *, canvas: int = SCENE_SIDE, seed: int = 0, subset: int | None = None, cache: bool = False
+    ):
+        self.split, self.canvas, self.seed = split, canvas, seed
+        self.garments, all_labels = load_fashion_mnist(split)
+        n = len(all_labels) if subset is None else min(subset, len(all_labels))
+        self.labels = all_labels[:n]
+        # The layout of every sample is drawn up front, so boxes are known without rendering.
+        rng = np.random.default_rng([seed, 0 if split == "train" else 1, 0])
+        self.sides = np.round(rng.uniform(self.MIN_SIDE, self.MAX_SIDE, n) * canvas).astype(int)
+        self.x0 = np.floor(rng.uniform(0, 1, n) * (canvas - self.sides + 1)).astype(int)
+        self.y0 = np.floor(rng.uniform(0, 1, n) * (canvas - self.sides + 1)).astype(int)
+        self.boxes = self._tight_boxes(self.garments[:n])
+        self._pixels: np.ndarray | None = None
+        if cache:
+            self._pixels = self.pixels
+
+    def generator_params(self) -> dict[str, object]:
+        """What the pixels depend on besides the source garments (the cache hashes both)."""
+        return {
+            "version": self.GENERATOR_VERSION,
+            "canvas": self.canvas,
+            "seed": self.seed,
+            "split": self.split,
+            "n": len(self.labels),
+            "min_side": self.MIN_SIDE,
+            "max_side": self.MAX_SIDE,
+        }
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """uint8 [n, canvas, canvas, 3], every scene: memory-mapped from the cache (built on first use)."""
+        if self._pixels is None:
+            from .scene_cache import cached_pixels
+
+            self._pixels = cached_pixels(self)
+        return self._pixels
+
+    def __getstate__(self) -> dict:
+        # a pickled copy (a spawned worker) maps the cache file itself instead of carrying its bytes
+        return {**self.__dict__, "_pixels": None, "_cached": self._pixels is not None}
+
+    def __setstate__(self, state: dict) -> None:
+        cached = state.pop("_cached", False)
+        self.__dict__.update(state)
+        if cached:
+            self._pixels = self.pixels
+
+    def _tight_boxes(self, garments: np.ndarray) -> np.ndarray:
+        ink = garments > 25  # where the garment actually is inside its 28x28 frame
+        rows, cols = ink.any(axis=2), ink.any(axis=1)
+        first = lambda m: m.argmax(axis=1)
+        last = lambda m: m.shape[1] - m[:, ::-1].argmax(axis=1)
+        scale = self.sides / garments.shape[1]
+        return np.stack(
+            [
+                self.x0 + first(cols) * scale,
+                self.y0 + first(rows) * scale,
+                self.x0 + last(cols) * scale,
+                self.y0 + last(rows) * scale,
+            ],
+            axis=1,
+        ).astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        image = self.render(i) if self._pixels is None else np.asarray(self._pixels[i])
+        return Image.fromarray(image), int(self.labels[i])
+
+    def render(self, i: int) -> np.ndarray:
+        """The uint8 [canvas, canvas, 3] scene of sample i."""
+        c = self.canvas
+        rng = np.random.default_rng([self.seed, 0 if self.split == "train" else 1, 1, i])
+        # Background: a colour gradient plus smooth low-frequency texture plus pixel noise.
+        ramp = np.linspace(0, 1, c)[None, :, None]
+        a, b = rng.uniform(0.1, 0.7, 3), rng.uniform(0.1, 0.7, 3)
+        img = a + (b - a) * (ramp if rng.random() < 0.5 else ramp.transpose(1, 0, 2))
+        coarse = rng.normal(0, 0.12, (4 + rng.integers(0, 5),) * 2 + (3,))
+        img = img + _resize(coarse, c)
+        # Faint fragments of other garments: the clutter that makes the box the only right answer.
+        for _ in range(rng.integers(2, 5)):
+            j = rng.integers(len(self.garments))
+            side = int(rng.integers(c // 5, c // 2))
+            frag = _resize(self.garments[j].astype(np.float32) / 255, side)[..., None]
+            y, x = rng.integers(-side // 3, c - side // 2, 2)
+            _paste(img, frag * rng.uniform(0.15, 0.35), rng.uniform(0, 1, 3), x, y)
+        # The garment: its grey levels shade a random saturated colour.
+        side = self.sides[i]
+        g = _resize(self.garments[i].astype(np.float32) / 255, side)[..., None]
+        tint = rng.uniform(0, 1, 3)
+        tint[rng.integers(3)] = rng.uniform(0.8, 1.0)  # at least one strong channel: visible, not black
+        colour = tint * (0.35 + 0.65 * g)
+        _paste(img, np.clip(g * 1.6, 0, 1) * rng.uniform(0.85, 1.0), colour, self.x0[i], self.y0[i])
+        img = img + rng.normal(0, 0.04, img.shape)
+        return (np.clip(img, 0, 1) * 255).astype(np.uint8)
+
+
+def _resize(arr: np.ndarray, side: int) -> np.ndarray:
+    """Bilinear resize of a float [h, w] or [h, w, 3] array to [side, side(, 3)]."""
+    if arr.ndim == 2:
+        return np.asarray(Image.fromarray(arr.astype(np.float32), mode="F").resize((side, side), Image.BILINEAR))
+    return np.stack([_resize(arr[..., k], side) for k in range(arr.shape[-1])], axis=-1)
+
+
+def _paste(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray, x: int, y: int) -> None:
+    """Alpha-blend `colour` (array or [3]) into img at (x, y) with per-pixel `alpha` [h, w, 1],
+    clipped to the canvas."""
+    h, w = alpha.shape[:2]
+    H, W = img.shape[:2]
+    y0, x0, y1, x1 = max(y, 0), max(x, 0), min(y + h, H), min(x + w, W)
+    if y0 >= y1 or x0 >= x1:
+        return
+    a = alpha[y0 - y : y1 - y, x0 - x : x1 - x]
+    col = colour[y0 - y : y1 - y, x0 - x : x1 - x] if np.ndim(colour) == 3 else colour
+    img[y0:y1, x0:x1] = img[y0:y1, x0:x1] * (1 - a) + col * a

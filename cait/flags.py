@@ -1,0 +1,48 @@
+"""The command-line flags every tool shares, declared once: which model (--model, --checkpoint, --pretrained)
+and where and in which precision it runs (--device, --precision). Torch-free, so --help answers at once."""
+
+from __future__ import annotations
+
+import argparse
+
+from .config import DEFAULT_MODEL, list_models
+
+DEVICES = ("auto", "cpu", "cuda")  # auto = CUDA when there is one, else the CPU
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto = bf16 where it measures faster than fp32, else fp32
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16")  # fp16 only trains (CUDA, with a loss scaler)
+
+
+def add_model_flags(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    checkpoint_help: str = "weights file: ours (.safetensors, carries its config), timm's or the official deit .pth",
+    pretrained_help: str | None = "a paper variant's official weights (timm's files on the Hugging Face Hub): from "
+    "the local cache, downloaded once when missing (HF_HUB_OFFLINE=1: the cache only)",
+) -> None:
+    """--model, --checkpoint and (unless pretrained_help is None) --pretrained."""
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="VARIANT",
+        choices=list_models(),
+        help=f"variant name (default {DEFAULT_MODEL}, or the one a checkpoint of ours describes; timm and deit "
+        f"files need it): {', '.join(list_models())}",
+    )
+    p.add_argument("--checkpoint", default=None, help=checkpoint_help)
+    if pretrained_help is not None:
+        p.add_argument("--pretrained", action="store_true", help=pretrained_help)
+
+
+def add_device_flag(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--device", default="auto", choices=DEVICES, help="auto = CUDA when there is one, else the CPU")
+
+
+def add_precision_flag(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    help: str,
+    default: str = "auto",
+    choices: tuple[str, ...] = INFERENCE_PRECISIONS,
+) -> None:
+    """--precision: the autocast dtype of the passes `help` names (cait.runtime says what auto means)."""
+    p.add_argument("--precision", default=default, choices=choices, help=help)
