@@ -213,7 +213,6 @@ def test_the_causal_tab_ablates_a_clicked_head(page):
     page.locator("#cz_head").get_by_text("CA2 head 3").click()
     expect(page.locator("#cz_top5")).to_contain_text("without CA2 head 3")
     expect(page.locator("#cz_maps")).to_contain_text("CA2 head 3: attention")
-    page.screenshot(path="/tmp/cait_app_causal.png", full_page=True)
     page.get_by_role("tab", name="Class attention").click()
 
 
