@@ -324,7 +324,7 @@ class SweepRun:
     run: Path
     flags: dict[str, Any]  # the cait.train flags (by name) that made it
     divergence: dict | None  # where the loss became non-finite (cait.train.Diverged: epoch, step, loss)
-    val_top1: list[float]  # per finished epoch
+    val_top1: list[float]  # per finished epoch, fractions in [0, 1]
     params: int
     macs: int  # multiply-accumulates of one forward
 

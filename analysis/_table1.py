@@ -4,7 +4,7 @@ short run, and whether the paper's ordering of the methods comes out, the seed-t
 
 A row is one run in one phase, as depth_stability.py writes them to its CSV/JSON:
     {"phase": "lr" | "eps" | "main", "method": a METHODS key, "depth": int, "lr": float, "eps": float | None,
-     "seed": int, "images": training images seen, "diverged": bool, "final_top1": float | None,
+     "seed": int, "images": training images seen, "diverged": bool, "final_top1": a fraction in [0, 1] | None,
      "gamma_final": mean |gamma| of the SA blocks after training (LayerScale runs, optional)}
 """
 
@@ -15,10 +15,13 @@ from statistics import mean
 
 from _paper import TABLE1
 
-CHANCE = 10.0  # Fashion-MNIST: 10 classes
-LEARNED = CHANCE + 10  # a run that finished below this top-1 (%) did not learn
-NEAR_BEST = 5.0  # an eps "learns" when its run ends within this many points of the best eps's
-MIN_GAP = 0.5  # differences below this, or below the larger seed spread of the two, are ties
+from cait.metrics import percent
+
+# top-1 as fractions, as cait.train writes it (the paper's numbers, quoted, are in percent)
+CHANCE = 0.1  # Fashion-MNIST: 10 classes
+LEARNED = CHANCE + 0.1  # a run that finished below this top-1 did not learn
+NEAR_BEST = 0.05  # an eps "learns" when its run ends within this of the best eps's (5 points)
+MIN_GAP = 0.005  # differences below this (half a point), or below the larger seed spread of the two, are ties
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,13 @@ def stability(rows: list[dict]) -> list[str]:
     stalled = [r for r in runs if not r["diverged"] and not learned(r)]
     if stalled:
         out.append(
-            f"{len(stalled)} finished without learning (below {LEARNED:g}% top-1, chance {CHANCE:g}%): "
+            f"{len(stalled)} finished without learning (below {percent(LEARNED):g}% top-1, chance "
+            f"{percent(CHANCE):g}%): "
             f"{_where(stalled)}."
         )
     out.append(
-        f"Learning rates that trained (finished at >= {LEARNED:g}%), at depth {' / '.join(map(str, depths))}: "
+        f"Learning rates that trained (finished at >= {percent(LEARNED):g}%), at depth "
+        f"{' / '.join(map(str, depths))}: "
         + "; ".join(
             f"{m.label} {' / '.join(_trained(runs, lrs, key, d) for d in depths)}" for key, m in METHODS.items()
         )
@@ -136,7 +141,7 @@ def _best_text(runs: list[dict], method: str, depth: int) -> str:
     row = next((r for r in runs if r["method"] == method and r["depth"] == depth and r["lr"] == lr), None)
     if row is None:
         return "-"
-    return "diverged" if row["diverged"] else f"{row['final_top1']:.1f}% (lr {num(lr)})"
+    return "diverged" if row["diverged"] else f"{percent(row['final_top1']):.1f}% (lr {num(lr)})"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -156,7 +161,7 @@ def eps_effect(rows: list[dict]) -> list[str]:
     if not runs:
         return []
     depth, lr, images = runs[0]["depth"], runs[0]["lr"], runs[0]["images"]
-    result = lambda r: "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%"
+    result = lambda r: "diverged" if r["diverged"] else f"{percent(r['final_top1']):.1f}%"
     out = [
         f"LayerScale at depth {depth} (lr {num(lr)}, {images} training images): "
         + ", ".join(f"eps {num(r['eps'])} {result(r)}" for r in runs)
@@ -166,7 +171,9 @@ def eps_effect(rows: list[dict]) -> list[str]:
     if top is None:
         return out + ["No eps trained without diverging."]
     if top < LEARNED:
-        return out + [f"No eps learned in {images} images (the best ends at {top:.1f}%, below {LEARNED:g}%)."]
+        return out + [
+            f"No eps learned in {images} images (the best ends at {percent(top):.1f}%, below {percent(LEARNED):g}%)."
+        ]
     good = lambda r: not r["diverged"] and r["final_top1"] is not None and r["final_top1"] >= top - NEAR_BEST
     needed = None
     for r in runs:  # from the largest eps down, while every one so far ends near the best
@@ -176,11 +183,13 @@ def eps_effect(rows: list[dict]) -> list[str]:
     rule = paper_eps(depth)
     if needed is not None and needed <= runs[-1]["eps"]:
         out.append(
-            f"Every eps tried ends within {NEAR_BEST:g} points of the best: at this budget the init does not matter."
+            f"Every eps tried ends within {percent(NEAR_BEST):g} points of the best: at this budget the init does "
+            f"not matter."
         )
     elif needed is not None:
         out.append(
-            f"LayerScale needs eps >= {num(needed)} to end within {NEAR_BEST:g} points of its best in {images} images."
+            f"LayerScale needs eps >= {num(needed)} to end within {percent(NEAR_BEST):g} points of its best in "
+            f"{images} images."
         )
     else:
         out.append(f"The largest eps ({num(runs[0]['eps'])}) does not end near the best: no threshold.")
@@ -188,7 +197,8 @@ def eps_effect(rows: list[dict]) -> list[str]:
     if ruled is not None:
         out.append(
             f"The paper's rule for depth {depth} (eps {num(rule)}, set for 300-epoch ImageNet runs) gets "
-            f"{result(ruled)} here, {'within' if good(ruled) else 'outside'} {NEAR_BEST:g} points of the best."
+            f"{result(ruled)} here, {'within' if good(ruled) else 'outside'} {percent(NEAR_BEST):g} points of the "
+            f"best."
         )
     moved = [r for r in runs if r.get("gamma_final") is not None]
     if moved:
@@ -211,7 +221,7 @@ class Arm:
     method: str
     eps: float | None
     depth: int
-    top1: list[float] = field(default_factory=list)  # final top-1 of the seeds that finished
+    top1: list[float] = field(default_factory=list)  # final top-1 (fractions) of the seeds that finished
     diverged: int = 0  # seeds that diverged
 
     @property
@@ -239,8 +249,9 @@ class Arm:
     def text(self) -> str:
         if self.diverged:
             return f"{self.label} diverged ({self.diverged} of {self.diverged + len(self.top1)} seeds)"
-        pm = f" ± {self.spread / 2:.1f}" if len(self.top1) > 1 else ""
-        return f"{self.label} {self.mean:.1f}{pm}"
+        seeds = [percent(v) for v in self.top1]  # shown in percent, the half-range from the seeds' percentages
+        pm = f" ± {(max(seeds) - min(seeds)) / 2:.1f}" if len(seeds) > 1 else ""
+        return f"{self.label} {mean(seeds):.1f}{pm}"
 
 
 def arms(rows: list[dict], depth: int) -> list[Arm]:
@@ -263,13 +274,15 @@ def _ahead(a: float | None, b: float | None, noise: float) -> int:
     return (a - b > noise) - (b - a > noise)
 
 
-def order_text(values: dict[str, float | None], noise: dict[str, float], labels: dict[str, str]) -> str:
+def order_text(
+    values: dict[str, float | None], noise: dict[str, float], labels: dict[str, str], *, min_gap: float = MIN_GAP
+) -> str:
     """'LayerScale > scalar alpha = ReZero > plain residual', best first (diverged = None last); '=' within the
-    noise (the larger of the two, at least MIN_GAP)."""
+    noise (the larger of the two, at least min_gap, in the values' unit)."""
     keys = sorted(values, key=lambda k: float("inf") if values[k] is None else -values[k])
     text = labels[keys[0]]
     for prev, key in zip(keys, keys[1:]):
-        tie = _ahead(values[prev], values[key], max(noise[prev], noise[key], MIN_GAP)) == 0
+        tie = _ahead(values[prev], values[key], max(noise[prev], noise[key], min_gap)) == 0
         text += f" {'=' if tie else '>'} {labels[key]}"
     return text
 
@@ -297,11 +310,11 @@ class Verdict:
 class Quoted:
     """One number of the paper's Table 1."""
 
-    top1: float  # ImageNet top-1 (%), as printed (for a run that diverged, the paper's 78.9)
+    top1_percent: float  # ImageNet top-1 in percent, as printed (for a run that diverged, the paper's 78.9)
     diverged: bool  # the paper's dagger
 
     def text(self) -> str:
-        return f"{self.top1:g}" + (" (diverged)" if self.diverged else "")
+        return f"{self.top1_percent:g}" + (" (diverged)" if self.diverged else "")
 
 
 def paper_values(depth: int) -> dict[str, Quoted] | None:
@@ -323,7 +336,7 @@ def compare(depth: int, chosen: list[Arm]) -> Verdict | None:
     keys = [k for k in paper if k in ours]
     for i, a in enumerate(keys):
         for b in keys[i + 1 :]:
-            claim = _ahead(paper[a].top1, paper[b].top1, MIN_GAP)
+            claim = _ahead(paper[a].top1_percent, paper[b].top1_percent, percent(MIN_GAP))
             if claim:
                 noise = max(ours[a].spread, ours[b].spread, MIN_GAP)
                 got = _ahead(ours[a].score, ours[b].score, noise)
@@ -337,7 +350,10 @@ def compare(depth: int, chosen: list[Arm]) -> Verdict | None:
         {k: a.text() for k, a in ours.items()},
     )
     paper_text = order_text(
-        {k: paper[k].top1 for k in keys}, dict.fromkeys(keys, 0.0), {k: f"{labels[k]} {paper[k].text()}" for k in keys}
+        {k: paper[k].top1_percent for k in keys},
+        dict.fromkeys(keys, 0.0),
+        {k: f"{labels[k]} {paper[k].text()}" for k in keys},
+        min_gap=percent(MIN_GAP),
     )
     return Verdict(depth, word, counts[1], counts[-1], counts[0], ours_text, paper_text)
 
@@ -364,7 +380,7 @@ def depth_trend(rows: list[dict]) -> list[str]:
         return []
     ends = [{a.method: a for a in arms(rows, d) if not a.tuned} for d in (depths[0], depths[-1])]
     quoted = [paper_values(d) for d in (depths[0], depths[-1])]
-    result = lambda a: "diverged" if a.score is None else f"{a.score:.1f}"
+    result = lambda a: "diverged" if a.score is None else f"{percent(a.score):.1f}"
     parts = []
     for key, m in METHODS.items():
         if key in ends[0] and key in ends[1]:

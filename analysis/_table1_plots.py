@@ -5,6 +5,7 @@ the result rows of _table1 and carrying its made-from line:
   depth_stability_eps  LayerScale's final top-1 against init eps, and mean |gamma| per epoch per eps
   depth_stability      the main comparison: each arm's mean over seeds with the seeds' range as error bars,
                        and the paper's Table 1 numbers (quoted) in a panel of their own, never on our axes
+Our top-1 (fractions in the rows) is drawn in percent, the unit of the paper's numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 from _common import matplotlib_pyplot, save_html, save_png
 from _table1 import CHANCE, LEARNED, METHODS, Summary, arms, in_phase, num, paper_eps, paper_values
+
+from cait.metrics import percent
 
 COLOURS = {"baseline": "#7f7f7f", "scalar": "#2ca02c", "rezero": "#d62728", "layerscale": "#1f77b4"}
 TUNED_COLOUR = "#17becf"  # LayerScale at the eps phase's best eps
@@ -53,7 +56,8 @@ def _series(rows: list[dict], method: str, depth: int) -> list[dict]:
 
 
 def _top1(r: dict) -> float | None:
-    return None if r["diverged"] else r["final_top1"]
+    """A row's final top-1 in percent, for drawing; None when it diverged."""
+    return None if r["diverged"] or r["final_top1"] is None else percent(r["final_top1"])
 
 
 def plot_all(rows: list[dict], gamma: dict[str, list[dict]], summary: Summary, made_from: str, out: Path) -> list[Path]:
@@ -102,14 +106,14 @@ def _lr(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> Non
             )
             bad = [r["lr"] for r in series if r["diverged"]]
             ax.plot(bad, [0] * len(bad), "x", ms=10, mew=2, color=COLOURS[method])
-        ax.axhline(CHANCE, ls="--", lw=0.8, color="#999")
-        ax.axhline(LEARNED, ls=":", lw=0.8, color="#999")
+        ax.axhline(percent(CHANCE), ls="--", lw=0.8, color="#999")
+        ax.axhline(percent(LEARNED), ls=":", lw=0.8, color="#999")
         ax.set_xscale("log")
         ax.set_xticks(lrs, [num(lr) for lr in lrs])
         ax.minorticks_off()
         ax.set_xlabel("peak learning rate (no warmup)")
         ax.set_title(f"depth {depth}")
-    axes[0].set_ylabel(f"final val top-1 (%)\nx: diverged; dashed: chance; dotted: {LEARNED:g}%", fontsize=8)
+    axes[0].set_ylabel(f"final val top-1 (%)\nx: diverged; dashed: chance; dotted: {percent(LEARNED):g}%", fontsize=8)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     save_png(fig, paths[0], made_from)
@@ -145,7 +149,7 @@ def _lr(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> Non
                     row=1,
                     col=col,
                 )
-        figp.add_hline(y=CHANCE, line_dash="dash", line_color="#999", row=1, col=col)
+        figp.add_hline(y=percent(CHANCE), line_dash="dash", line_color="#999", row=1, col=col)
     figp.update_xaxes(type="log", title="peak learning rate (no warmup)", tickvals=lrs, ticktext=[num(x) for x in lrs])
     figp.update_yaxes(title="final val top-1 (%), x = diverged", col=1)
     figp.update_layout(
@@ -176,8 +180,8 @@ def _eps(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> No
         if r["diverged"]:
             left.plot([r["eps"]], [0], "x", ms=10, mew=2, color=COLOURS["layerscale"])
     left.axvline(rule, ls=":", color="#555")
-    left.annotate(f"paper's rule at depth {depth}", (rule, CHANCE), fontsize=7, rotation=90, va="bottom")
-    left.axhline(CHANCE, ls="--", lw=0.8, color="#999")
+    left.annotate(f"paper's rule at depth {depth}", (rule, percent(CHANCE)), fontsize=7, rotation=90, va="bottom")
+    left.axhline(percent(CHANCE), ls="--", lw=0.8, color="#999")
     left.set_xscale("log")
     left.set_xlabel("LayerScale init eps")
     left.set_ylabel("final val top-1 (%)")
@@ -207,7 +211,7 @@ def _eps_html(runs: list[dict], gamma: dict[str, list[dict]], summary: Summary, 
         y=[_top1(r) for r in runs],
         mode="lines+markers",
         name="final top-1",
-        hovertext=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in runs],
+        hovertext=["diverged" if r["diverged"] else f"{_top1(r):.1f}%" for r in runs],
         line=dict(color=COLOURS["layerscale"]),
         row=1,
         col=1,
@@ -263,27 +267,28 @@ def _main(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> N
             if arm.diverged and not arm.top1:
                 ours.plot([x], [0], "x", ms=10, mew=2, color=_arm_colour(arm))
                 continue
-            low, high = arm.mean - min(arm.top1), max(arm.top1) - arm.mean
+            seeds, mean = [percent(v) for v in arm.top1], percent(arm.mean)
+            low, high = mean - min(seeds), max(seeds) - mean
             ours.bar(
                 x,
-                arm.mean,
+                mean,
                 width,
                 color=_arm_colour(arm),
                 label=arm.label if g == 0 or arm.tuned else None,
                 yerr=[[low], [high]],
                 capsize=3,
             )
-            ours.plot([x] * len(arm.top1), arm.top1, ".", color="black", ms=4)
+            ours.plot([x] * len(seeds), seeds, ".", color="black", ms=4)
             ours.text(
                 x,
-                max(arm.top1) + 1,
-                f"{arm.mean:.1f}" + ("*" if arm.diverged else ""),
+                max(seeds) + 1,
+                f"{mean:.1f}" + ("*" if arm.diverged else ""),
                 fontsize=6,
                 ha="center",
                 va="bottom",
             )
     ours.set_xticks(range(len(depths)), [f"depth {d}" for d in depths])
-    ours.axhline(CHANCE, ls="--", lw=0.8, color="#999")
+    ours.axhline(percent(CHANCE), ls="--", lw=0.8, color="#999")
     ours.set_ylabel("final val top-1 (%)\nbar: mean; whiskers: range over seeds; dots: seeds", fontsize=8)
     ours.set_title(f"ours: miniature, Fashion-MNIST, {rows[0]['images']} images, each at its best lr", fontsize=9)
     ours.legend(fontsize=7, loc="lower left")
@@ -304,12 +309,18 @@ def _paper_panel(ax, depths: list[int]) -> None:
             x = g + (i - len(METHODS) / 2) * width
             quoted = values[method]
             ax.bar(
-                x, quoted.top1, width, color=COLOURS[method], alpha=0.5, hatch="//", label=m.label if g == 0 else None
+                x,
+                quoted.top1_percent,
+                width,
+                color=COLOURS[method],
+                alpha=0.5,
+                hatch="//",
+                label=m.label if g == 0 else None,
             )
             ax.text(
                 x,
-                quoted.top1,
-                f"{quoted.top1:g}" + ("†" if quoted.diverged else ""),
+                quoted.top1_percent,
+                f"{quoted.top1_percent:g}" + ("†" if quoted.diverged else ""),
                 fontsize=6,
                 ha="center",
                 va="bottom",
@@ -336,7 +347,8 @@ def _main_html(rows: list[dict], depths: list[int], summary: Summary, made_from:
     )
     for depth in depths:
         for arm in arms(rows, depth):
-            mean = arm.mean if arm.top1 else 0
+            seeds = [percent(v) for v in arm.top1]
+            mean = percent(arm.mean) if seeds else 0
             figp.add_bar(
                 x=[f"depth {depth}"],
                 y=[mean],
@@ -349,8 +361,8 @@ def _main_html(rows: list[dict], depths: list[int], summary: Summary, made_from:
                 error_y=dict(
                     type="data",
                     symmetric=False,
-                    array=[max(arm.top1) - mean if arm.top1 else 0],
-                    arrayminus=[mean - min(arm.top1) if arm.top1 else 0],
+                    array=[max(seeds) - mean if seeds else 0],
+                    arrayminus=[mean - min(seeds) if seeds else 0],
                 ),
                 row=1,
                 col=1,
@@ -360,7 +372,7 @@ def _main_html(rows: list[dict], depths: list[int], summary: Summary, made_from:
             if method in values:
                 figp.add_bar(
                     x=[f"depth {depth}"],
-                    y=[values[method].top1],
+                    y=[values[method].top1_percent],
                     name=f"paper: {m.label}",
                     offsetgroup=method,
                     marker_color=COLOURS[method],

@@ -11,6 +11,7 @@ talking heads in every run; the paper's numbers (DeiT-S on ImageNet) are quoted 
     python analysis/class_attention_ablation.py                 # 4 runs (about 15 min on 2 cores)
     python analysis/class_attention_ablation.py --depth 8       # another total depth
     python analysis/class_attention_ablation.py --quick         # tiny model, seconds per run (tests)
+    python analysis/class_attention_ablation.py --replot --out analysis/data/class_attention_ablation
 
 Runs go to OUT/runs/<name> (each with its train.log and metrics.jsonl); rerunning reuses finished runs.
 Writes class_attention_ablation.csv/.json/.png/.html.
@@ -18,6 +19,7 @@ Writes class_attention_ablation.csv/.json/.png/.html.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from _common import (
@@ -26,6 +28,7 @@ from _common import (
     add_budget_flags,
     budget,
     budget_note,
+    fail,
     matplotlib_pyplot,
     miniature,
     miniature_name,
@@ -39,6 +42,7 @@ from _common import (
 )
 from _paper import TABLE2
 
+from cait.metrics import percent
 from cait.train.args import to_argv
 
 COLOURS = ["#7f7f7f", "#bcbd22", "#17becf", "#1f77b4"]  # one per setting, in the order of settings()
@@ -74,17 +78,19 @@ def settings(depth: int) -> dict[str, tuple[str, dict, dict]]:
     }
 
 
-def plot(rows: list[dict], results: dict[str, SweepRun], made_from: str, out: Path) -> None:
+def plot(rows: list[dict], curves: dict[str, list[float]], made_from: str, out: Path) -> None:
+    """Our top-1 (fractions in the rows and curves) drawn in percent, beside the paper's quoted percentages."""
     plt = matplotlib_pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     labels = [r["label"] for r in rows]
-    values = [r["final_top1"] or 0 for r in rows]
+    values = [percent(r["final_top1"] or 0) for r in rows]
+    curves = {name: [percent(v) for v in curve] for name, curve in curves.items()}
     bars = left.barh(labels, values, color=COLOURS[: len(rows)])
     for bar, r in zip(bars, rows):
         text = (
             "diverged"
             if r["diverged"]
-            else f"{r['final_top1']:.1f}%  ({r['params'] / 1e6:.2f}M, {r['macs'] / 1e6:.0f}M MACs)"
+            else f"{percent(r['final_top1']):.1f}%  ({r['params'] / 1e6:.2f}M, {r['macs'] / 1e6:.0f}M MACs)"
         )
         text += f"\n paper, ImageNet (quoted): {r['paper_top1_quoted']}%"
         left.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + text, va="center", fontsize=7)
@@ -93,7 +99,7 @@ def plot(rows: list[dict], results: dict[str, SweepRun], made_from: str, out: Pa
     left.set_xlabel("final val top-1 (%)")
     left.set_title("final accuracy, same budget")
     for r, colour in zip(rows, COLOURS):
-        curve = results[r["name"]].val_top1
+        curve = curves[r["name"]]
         right.plot(range(1, len(curve) + 1), curve, "o-", color=colour, label=r["label"])
     right.xaxis.get_major_locator().set_params(integer=True)
     right.set_xlabel("epoch")
@@ -115,13 +121,13 @@ def plot(rows: list[dict], results: dict[str, SweepRun], made_from: str, out: Pa
         row=1,
         col=1,
         marker_color=COLOURS[: len(rows)],
-        text=["diverged" if r["diverged"] else f"{r['final_top1']:.1f}%" for r in rows],
+        text=["diverged" if r["diverged"] else f"{percent(r['final_top1']):.1f}%" for r in rows],
         customdata=[[r["params"], r["macs"], r["paper_top1_quoted"]] for r in rows],
         hovertemplate="%{y}: %{x:.2f}%<br>params %{customdata[0]:,}<br>MACs %{customdata[1]:,}"
         "<br>paper (ImageNet, quoted): %{customdata[2]}%<extra></extra>",
     )
     for r, colour in zip(rows, COLOURS):
-        curve = results[r["name"]].val_top1
+        curve = curves[r["name"]]
         figp.add_scatter(
             x=list(range(1, len(curve) + 1)),
             y=curve,
@@ -138,26 +144,9 @@ def plot(rows: list[dict], results: dict[str, SweepRun], made_from: str, out: Pa
     save_html(figp, out / "class_attention_ablation.html", made_from)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = parser("class_attention_ablation", __doc__, model=False)
-    p.add_argument("--depth", type=int, default=12, help="total depth SA + CA of every run (default 12)")
-    add_budget_flags(p, epochs=3, subset=6000)
-    args = p.parse_args(argv)
-    depth = 3 if args.quick else args.depth
-    if depth < 3:
-        p.error("--depth must be at least 3 (the CaiT run needs 1 SA + 2 CA)")
-    out = out_dir(args.out)
-    base = miniature(args.quick)
-    plan = settings(depth)
-    results = train_runs(
-        {name: {**base, **RECIPE, **budget(args), **flags} for name, (_, flags, _) in plan.items()}, out, args
-    )
-
-    made_from = (
-        f"miniature retraining: {miniature_name(args.quick)}"
-        f", total depth {depth}; {budget_note(args)}; one seed per setting"
-    )
-    rows = [
+def result_rows(plan: dict[str, tuple[str, dict, dict]], results: dict[str, SweepRun]) -> list[dict]:
+    """One row per setting: its run's result beside the paper's Table 2 row it mirrors."""
+    return [
         {
             "name": name,
             "label": label,
@@ -172,25 +161,69 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name, (label, flags, quoted) in plan.items()
     ]
-    write_csv(out / "class_attention_ablation.csv", rows)
-    write_json(
-        out / "class_attention_ablation.json",
-        {
-            "made_from": made_from,
-            "scale": "miniature",
-            "rows": rows,
-            "curves": {n: r.val_top1 for n, r in results.items()},
-        },
-    )
-    plot(rows, results, made_from, out)
 
-    print(made_from)
+
+def summary(rows: list[dict], made_from: str) -> list[str]:
+    """What the script prints: where it was made from, then one line per setting beside the paper's number."""
+    lines = [made_from]
     for r in rows:
-        acc = "diverged" if r["diverged"] else f"{r['final_top1']:.1f}%"
-        print(
+        acc = "diverged" if r["diverged"] else f"{percent(r['final_top1']):.1f}%"
+        lines.append(
             f"{r['label']:<40} {acc:>9}  {r['params'] / 1e6:5.2f}M params  "
             f"(paper, ImageNet, quoted: {r['paper_top1_quoted']}%)"
         )
+    return lines
+
+
+def replot(out: Path) -> int:
+    """The figures and the printed summary made again from OUT/class_attention_ablation.json alone."""
+    try:
+        saved = json.loads((out / "class_attention_ablation.json").read_text())
+        rows, curves, made_from = saved["rows"], saved["curves"], saved["made_from"]
+    except (OSError, ValueError, KeyError) as e:
+        fail(f"cannot replot from {out / 'class_attention_ablation.json'}: {e}")
+    plot(rows, curves, made_from, out)
+    print("\n".join(summary(rows, made_from)))
+    print(f"wrote class_attention_ablation.png/.html to {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("class_attention_ablation", __doc__, model=False)
+    p.add_argument("--depth", type=int, default=12, help="total depth SA + CA of every run (default 12)")
+    p.add_argument(
+        "--replot",
+        action="store_true",
+        help="only draw: the figures and the summary again from OUT/class_attention_ablation.json (e.g. the "
+        "committed results, without their runs)",
+    )
+    add_budget_flags(p, epochs=3, subset=6000)
+    args = p.parse_args(argv)
+    depth = 3 if args.quick else args.depth
+    if depth < 3:
+        p.error("--depth must be at least 3 (the CaiT run needs 1 SA + 2 CA)")
+    out = out_dir(args.out)
+    if args.replot:
+        return replot(out)
+    base = miniature(args.quick)
+    plan = settings(depth)
+    results = train_runs(
+        {name: {**base, **RECIPE, **budget(args), **flags} for name, (_, flags, _) in plan.items()}, out, args
+    )
+
+    made_from = (
+        f"miniature retraining: {miniature_name(args.quick)}"
+        f", total depth {depth}; {budget_note(args)}; one seed per setting"
+    )
+    rows = result_rows(plan, results)
+    curves = {name: run.val_top1 for name, run in results.items()}
+    write_csv(out / "class_attention_ablation.csv", rows)
+    write_json(
+        out / "class_attention_ablation.json",
+        {"made_from": made_from, "scale": "miniature", "rows": rows, "curves": curves},
+    )
+    plot(rows, curves, made_from, out)
+    print("\n".join(summary(rows, made_from)))
     print(f"wrote class_attention_ablation.csv/.json/.png/.html to {out}")
     return 0
 

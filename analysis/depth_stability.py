@@ -62,7 +62,7 @@ from _common import (
     write_csv,
     write_json,
 )
-from _table1 import METHODS, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
+from _table1 import METHODS, Summary, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
 
 from cait.explain.layerscale import layerscale_stats_from_metrics
 from cait.runs import RunError
@@ -233,7 +233,7 @@ def result_row(phase: str, s: Setting, run: SweepRun, gamma: list[dict] | None) 
         "gamma_final": gamma[-1]["mean"] if gamma and len(gamma) > 1 else None,
         "params": run.params,
         "run": run.name,
-        "paper_top1_quoted": quoted and quoted.top1,
+        "paper_top1_quoted": quoted and quoted.top1_percent,
         "paper_diverged_quoted": quoted and quoted.diverged,
     }
 
@@ -454,17 +454,25 @@ def write_outputs(design: Design, args: argparse.Namespace, results: Results, ou
             "paper_table1_quoted": paper_quoted(),
         },
     )
-    (out / "depth_stability_summary.md").write_text(
-        f"# Table 1 in miniature: what the sweep shows\n\n{summary.text()}\nMade from: {made}.\n\n"
-        f"The paper's numbers (ImageNet, DeiT-S, 300 epochs) are quoted in depth_stability.json, never mixed with "
-        f"ours.\n"
-    )
+    write_summary(summary, made, out)
     plot_all(results.rows, results.gamma, summary, made, out)
     return summary
 
 
+def write_summary(summary: Summary, made: str, out: Path) -> Path:
+    """depth_stability_summary.md: the verdict in words, computed from the rows."""
+    path = out / "depth_stability_summary.md"
+    path.write_text(
+        f"# Table 1 in miniature: what the sweep shows\n\n{summary.text()}\nMade from: {made}.\n\n"
+        f"The paper's numbers (ImageNet, DeiT-S, 300 epochs) are quoted in depth_stability.json, never mixed with "
+        f"ours.\n"
+    )
+    return path
+
+
 def replot(out: Path) -> int:
-    """The figures drawn again from what write_outputs saved in out/depth_stability.json alone."""
+    """The figures and depth_stability_summary.md made again from what write_outputs saved in
+    out/depth_stability.json alone."""
     from _table1_plots import plot_all
 
     try:
@@ -472,8 +480,9 @@ def replot(out: Path) -> int:
         rows, gamma, made = saved["rows"], saved["gamma"], saved["made_from"]
     except (OSError, ValueError, KeyError) as e:
         fail(f"cannot replot from {out / 'depth_stability.json'}: {e}")
-    written = plot_all(rows, gamma, summarize(rows), made, out)
-    print(f"drew {', '.join(p.name for p in written)} from {out / 'depth_stability.json'}")
+    summary = summarize(rows)
+    written = [write_summary(summary, made, out), *plot_all(rows, gamma, summary, made, out)]
+    print(f"wrote {', '.join(p.name for p in written)} from {out / 'depth_stability.json'}")
     return 0
 
 
@@ -530,8 +539,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument(
         "--replot",
         action="store_true",
-        help="only draw: the figures again from OUT/depth_stability.json (e.g. the committed results, "
-        "without their runs)",
+        help="only draw: the figures and depth_stability_summary.md again from OUT/depth_stability.json (e.g. "
+        "the committed results, without their runs)",
     )
     args = p.parse_args(argv)
     positive = {

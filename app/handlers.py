@@ -13,9 +13,9 @@ import gradio as gr
 from gradio.data_classes import FileData
 
 import cait
-from app import figures, session, texts, torch_thread
+from app import causal_view, figures, session, texts, torch_thread
 from app.images import ImageInputError
-from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, talking_columns
+from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, causal_heads, talking_columns
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
@@ -163,6 +163,7 @@ class Handlers:
             p.th_gallery: None,
             p.th_plot: None,
             p.th_pick: None,
+            **dict.fromkeys(p.causal_results),
         }
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
@@ -186,6 +187,8 @@ class Handlers:
         p, loaded = self.page, self.cache.get(choice)
         data = session.numbers(loaded, a)
         data["layerscale"] = explain.layerscale_stats(loaded.model)
+        view = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class)
+        data["causal"] = causal_view.numbers(loaded.model, a.x.to(loaded.device), view)
         json_path = WORK.request_dir() / "cait_analysis.json"
         json_path.write_text(json.dumps(data))
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
@@ -199,6 +202,9 @@ class Handlers:
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
+        out.update(self.causal_outputs(loaded, a, view, 0, causal_view.ABLATIONS[0]))
+        out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
+        out[p.cz_head] = 0
         return out
 
     def _analyse_path(
@@ -270,6 +276,47 @@ class Handlers:
             self.page.sal_table: table or None,
         }
 
+    # ------------------------------------------------------------------------ causal
+
+    def causal_outputs(self, loaded: LoadedModel, a: session.Analysis, view, head: int, mode: str) -> dict:
+        """The Causal tab for `view` (a `causal_view.CausalView`) with head `head` (layer * heads + head)
+        picked: the bars, its maps and its ablation, the knockout profile."""
+        p = self.page
+        return {
+            p.cz_state: view,
+            p.cz_heads_plot: causal_view.head_figure(view, loaded.labels[view.target]),
+            p.cz_knockout: causal_view.knockout_figure(view, loaded.cfg),
+            **self.causal_head_outputs(loaded, a, view, head, mode),
+        }
+
+    def causal_head_outputs(self, loaded: LoadedModel, a: session.Analysis, view, head: int, mode: str) -> dict:
+        layer, head = divmod(int(head), loaded.cfg.num_heads)
+        reference = None
+        if mode != causal_view.ABLATIONS[0] and loaded.examples:
+            reference = causal_view.reference_batch([path for path, _ in loaded.examples], loaded.cfg)
+            reference = reference.to(loaded.device)
+        top5 = causal_view.ablation(
+            loaded.model, a.x.to(loaded.device), layer=layer, head=head, labels=loaded.labels, reference=reference
+        )
+        return {
+            self.page.cz_maps: causal_view.maps_figure(view, a.ca_maps[layer, head], layer, head),
+            self.page.cz_top5: causal_view.top5_html(top5, layer, head),
+        }
+
+    def causal_class(self, choice, a, target, head, mode) -> dict:
+        """Another class chosen: the attribution and knockouts for its logit."""
+        if a is None or a.choice != choice or target is None:
+            return {}
+        loaded = self.cache.get(choice)
+        view = causal_view.compute(loaded.model, a.x.to(loaded.device), int(target))
+        return self.causal_outputs(loaded, a, view, int(head or 0), mode)
+
+    def causal_head(self, choice, a, view, head, mode) -> dict:
+        """Another head picked (or another way to remove it): its maps and the top-5 without it."""
+        if a is None or a.choice != choice or view is None or head is None:
+            return {}
+        return self.causal_head_outputs(self.cache.get(choice), a, view, int(head), mode)
+
     # ------------------------------------------------------------------------ talking heads
 
     def talking_outputs(self, loaded: LoadedModel, a: session.Analysis, row: int, col: int) -> dict:
@@ -321,6 +368,8 @@ class Handlers:
             p.th_col: gr.Slider(maximum=g, value=g // 2 + 1),
             p.sal_class: gr.Dropdown(choices=[], value=None),
             p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)),
+            p.cz_class: gr.Dropdown(choices=[], value=None),
+            p.cz_head: gr.Radio(choices=causal_heads(cfg), value=0),
             p.variant: loaded.choice.name,
         }
 
@@ -369,14 +418,19 @@ class Handlers:
 
     # ------------------------------------------------------------------------ the /analyze API
 
-    def analyze(self, image: FileData, method: str = "", target: int = -1, steps: int = 32) -> dict:
+    def analyze(
+        self, image: FileData, method: str = "", target: int = -1, steps: int = 32, causal: bool = False
+    ) -> dict:
         """Predictions and class-attention maps for one image, by the server's default model.
 
         image: the image file (gradio_client: handle_file(path)).
         method: "" for none, or a saliency method (see the "methods" field of the answer) to also compute
             its patch-grid map for class `target` (-1: the top prediction); integrated_gradients uses `steps`.
+        causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
+            patch, knockout profile, every head's zero ablation; about SA depth / 2 + 2 forward passes).
         Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
-        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"]}.
+        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"]
+        [, "causal"]}.
         """
         path = _payload_path(image)
         if path is None:
@@ -390,6 +444,9 @@ class Handlers:
                 out["attribution"] = session.attribution_for_api(
                     loaded, a, method=method, target=int(target), steps=int(steps)
                 )
+            if causal:
+                x = a.x.to(loaded.device)
+                out["causal"] = causal_view.api_numbers(loaded.model, x, target=int(target), top_class=a.top_class)
         except (ImageInputError, ValueError) as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
             raise gr.Error(f"{prefix}{e}")

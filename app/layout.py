@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gradio as gr
 
 import cait
-from app import figures, texts
+from app import causal_view, figures, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
@@ -80,6 +80,14 @@ class Page:
     download: gr.Checkbox
     load_btn: gr.Button
     load_msg: gr.Markdown
+    cz_state: gr.State  # the Causal tab's CausalView of the shown image and class (or None)
+    cz_class: gr.Dropdown
+    cz_head: gr.Radio
+    cz_mode: gr.Radio
+    cz_heads_plot: gr.Plot
+    cz_maps: gr.Plot
+    cz_top5: gr.HTML
+    cz_knockout: gr.Plot
 
     @property
     def results(self) -> list:
@@ -102,8 +110,14 @@ class Page:
             self.th_gallery,
             self.th_plot,
             self.th_pick,
+            *self.causal_results,
             *self.ca_galleries,
         ]
+
+    @property
+    def causal_results(self) -> list:
+        """What the Causal tab shows of an image (computed after the first view, with the downloads)."""
+        return [self.cz_state, self.cz_heads_plot, self.cz_maps, self.cz_top5, self.cz_knockout]
 
     @property
     def look(self) -> list:
@@ -257,6 +271,39 @@ def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
     parts["th_plot"] = gr.Plot(label="Mixing matrices", elem_id="th_plot")
 
 
+def causal_heads(cfg: cait.CaiTConfig) -> list[tuple[str, int]]:
+    """The Causal tab's head choices: (label numbered from 1, index layer * heads + head)."""
+    return [
+        (f"CA{layer + 1} head {head + 1}", layer * cfg.num_heads + head)
+        for layer in range(cfg.depth_token_only)
+        for head in range(cfg.num_heads)
+    ]
+
+
+def _causal_tab(first: LoadedModel, parts: dict) -> None:
+    gr.Markdown(
+        "What *matters* for the prediction, not only where the model looks: each class-attention head's "
+        "direct write to the chosen class's logit (the final norm linearised at this image, so the bars "
+        "and the rest add up to the logit), the logit change when a whole block is knocked out (its "
+        "LayerScale gammas set to 0) beside its mean |gamma|, and what removing one head does to the top-5. "
+        "Pick a head to see where it read (attention) beside what it wrote from each patch."
+    )
+    parts["cz_state"] = gr.State(None)
+    with gr.Row():
+        parts["cz_class"] = gr.Dropdown(label="Class", choices=[], elem_id="cz_class")
+        parts["cz_mode"] = gr.Radio(
+            list(causal_view.ABLATIONS), value=causal_view.ABLATIONS[0], label="Remove a head by", elem_id="cz_mode"
+        )
+    parts["cz_heads_plot"] = gr.Plot(label="Direct logit attribution per head", elem_id="cz_heads_plot")
+    parts["cz_head"] = gr.Radio(causal_heads(first.cfg), value=0, label="Head (click to ablate)", elem_id="cz_head")
+    with gr.Row():
+        with gr.Column(scale=3):
+            parts["cz_maps"] = gr.Plot(label="Where the head read, what it wrote", elem_id="cz_maps")
+        with gr.Column(scale=2):
+            parts["cz_top5"] = gr.HTML(elem_id="cz_top5")
+    parts["cz_knockout"] = gr.Plot(label="Knockout profile over depth", elem_id="cz_knockout")
+
+
 def talking_columns(cfg: cait.CaiTConfig) -> int:
     """Tiles per row of the talking-heads gallery: one per head, at most 8 (16 heads: two rows per stage)."""
     return min(cfg.num_heads, 8)
@@ -306,6 +353,8 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
                 parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio (needs an image)", elem_id="ratio_plot")
             with gr.Tab("Talking heads", id="talking"):
                 _talking_heads_tab(first, parts)
+            with gr.Tab("Causal", id="causal"):
+                _causal_tab(first, parts)
             with gr.Tab("Model", id="model"):
                 _model_tab(first, parts)
     return demo, Page(**parts)
@@ -331,6 +380,7 @@ CSS = """
 .top5-track { background: var(--neutral-100); height: 0.7rem; border-radius: 0.35rem; overflow: hidden; }
 .top5-bar { display: block; height: 100%; background: var(--color-accent); }
 .top5-value { text-align: right; font-variant-numeric: tabular-nums; }
+.causal-top5 td, .causal-top5 th { padding: 0.15rem 0.5rem; font-variant-numeric: tabular-nums; }
 """
 
 __all__ = [
@@ -343,5 +393,6 @@ __all__ = [
     "SCALES",
     "VIEWS",
     "build_page",
+    "causal_heads",
     "talking_columns",
 ]

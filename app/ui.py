@@ -44,6 +44,24 @@ def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
         )
 
 
+def _wire_causal(p: layout.Page, h: Handlers) -> None:
+    model_events = dict(concurrency_id="model", api_visibility="private")
+    # input, not change: the details event sets the class and the head itself
+    p.cz_class.input(
+        torch_thread.handler(h.causal_class),
+        [p.choice, p.analysis, p.cz_class, p.cz_head, p.cz_mode],
+        p.causal_results,
+        **model_events,
+    )
+    for control in (p.cz_head, p.cz_mode):
+        control.input(
+            torch_thread.handler(h.causal_head),
+            [p.choice, p.analysis, p.cz_state, p.cz_head, p.cz_mode],
+            [p.cz_maps, p.cz_top5],
+            **model_events,
+        )
+
+
 def _wire(p: layout.Page, h: Handlers) -> None:
     model_events = dict(concurrency_id="model", api_visibility="private")
     everything = list(p.components().values())
@@ -53,7 +71,8 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     details = dict(
         fn=on_torch(h.details),
         inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
-        outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class],
+        outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class]
+        + [*p.causal_results, p.cz_class, p.cz_head],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **model_events,
@@ -95,6 +114,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         [p.th_row, p.th_col, *talking_outputs],
         **model_events,
     )
+    _wire_causal(p, h)
     p.load_btn.click(
         h.load_model,
         [p.choice, p.ca_props, p.variant, p.checkpoint, p.download],

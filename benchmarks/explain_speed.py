@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/explain_speed.py                      # cait_xxs24_224 (B=4), cait_nano_64 (B=16)
     .venv/bin/python benchmarks/explain_speed.py --models cait_pico_32:8 --repeats 5
+    .venv/bin/python benchmarks/explain_speed.py --methods knockout_profile knockout_naive   # issue 33's goal
 
 Random weights (speed does not depend on them). Each timed run of a method alternates with a timed
 forward pass, so that load from other processes drifts both alike, and the reported times are the
@@ -31,6 +32,13 @@ GOALS = {
     "rollout_after_proj_w": 1.5,
 }
 
+
+# Issue 33: every block's knockout (cait.explain.knockout_profile, cached prefix) in at most SA depth / 2 + 2
+# forward passes; "knockout_naive" is the same profile by one whole forward per block, for the comparison.
+def knockout_goal(cfg: cait.CaiTConfig) -> float:
+    return cfg.depth / 2 + 2
+
+
 SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
 
 
@@ -52,6 +60,9 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
         "ca_maps": lambda: explain.class_attention(model, x),
         "regions": regions,
         **{m: (lambda fn=fn: fn(model, x, target)) for m, fn in explain.METHODS.items() if m not in SAME_AS_CA_MAPS},
+        "knockout_profile": lambda: explain.knockout_profile(model, x, target),
+        "knockout_naive": lambda: explain.knockout_profile(model, x, target, shared_prefix=False),
+        "dla": lambda: explain.direct_logit_attribution(model, x, target),
     }
     if only:
         methods = {m: fn for m, fn in methods.items() if m in only}
@@ -59,13 +70,16 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
     rows = []
     for method, fn in tqdm(methods.items(), desc=f"{name} B={batch}", unit="method"):
         sec = time_interleaved({"method": fn, "forward": forward}, repeats=repeats, warmup=1)
-        rows.append((method, sec["method"], sec["forward"]))
+        rows.append((method, sec["method"], sec["forward"], goal_of(method, cfg)))
         tqdm.write(row(name, batch, *rows[-1]))  # partial results survive an interrupted run
     return rows
 
 
-def row(name: str, batch: int, method: str, t: float, ref: float) -> str:
-    goal = GOALS.get(method)
+def goal_of(method: str, cfg: cait.CaiTConfig) -> float | None:
+    return knockout_goal(cfg) if method == "knockout_profile" else GOALS.get(method)
+
+
+def row(name: str, batch: int, method: str, t: float, ref: float, goal: float | None) -> str:
     verdict = "" if goal is None else f"{'<=' if t / ref <= goal else '> '}{goal:g}"
     return f"{name:<16} {batch:>3} {method:<24} {ref * 1e3:>10.1f} {t * 1e3:>10.1f} {t / ref:>8.2f} {verdict:>6}"
 
@@ -84,7 +98,7 @@ def main() -> None:
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = p.parse_args()
-    known = {"ca_maps", "regions", *explain.METHODS} - set(SAME_AS_CA_MAPS)
+    known = {"ca_maps", "regions", "knockout_profile", "knockout_naive", "dla", *explain.METHODS} - set(SAME_AS_CA_MAPS)
     if args.methods and set(args.methods) - known:
         p.error(f"unknown method(s) {sorted(set(args.methods) - known)}; choose from {', '.join(sorted(known))}")
     if args.threads:
@@ -102,6 +116,10 @@ def main() -> None:
     for name, batch, rows in results:
         for r in rows:
             print(row(name, batch, *r))
+        per_forward = {r[0]: r[1] / r[2] for r in rows}  # each against its own interleaved forward
+        if {"knockout_profile", "knockout_naive"} <= set(per_forward):
+            speedup = per_forward["knockout_naive"] / per_forward["knockout_profile"]
+            print(f"{name:<16} {batch:>3} knockout: naive loop / cached prefix = {speedup:.2f}x")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,18 @@ import torch
 
 def top1(predicted: torch.Tensor, labels: torch.Tensor) -> float:
     """Share of images whose predicted class index is their label (0.0 for no images)."""
-    return (predicted == labels).float().mean().item() if len(labels) else 0.0
+    return top1_from_counts(int((predicted == labels).sum()), len(labels))
+
+
+def top1_from_counts(correct: int | float, images: int | float) -> float:
+    """Top-1 from counts summed over batches or processes (training): correct / images, 0.0 for no images."""
+    return correct / images if images else 0.0
+
+
+def percent(fraction: float) -> float:
+    """A fraction as a percentage, for display only: 100 * fraction rounded to 10 decimals, so that a value
+    shows as the percentage it stands for (100 * 0.1095 is 10.950000000000001, which `:.1f` shows as 11.0)."""
+    return round(100 * fraction, 10)
 
 
 def per_class_top1(predicted: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:

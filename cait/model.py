@@ -259,24 +259,33 @@ class CaiT(nn.Module):
     def forward_self_attention(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
         """Image [B, C, H, W] -> tokens after the SA stage: the N patch tokens [B, N, d] (in the ViT-style
         ablation, where the class token joins the SA stage, [B, 1+N, d] with it first)."""
-        x = self.patch_embed(x) + self.pos_embed
-        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        return self.forward_sa_blocks(self.patch_embed(x) + self.pos_embed, probe)
+
+    def forward_sa_blocks(
+        self, x: torch.Tensor, probe: _Probe | None = None, *, start: int = 0, stop: int | None = None
+    ) -> torch.Tensor:
+        """Tokens entering SA block `start` -> tokens leaving block `stop` - 1 (default: the last), so that
+        explanations can cache a prefix of the stage and re-run only its suffix."""
+        stop = len(self.blocks) if stop is None else stop
         insert_at = self.cfg.class_token_at
-        for i, blk in enumerate(self.blocks):
+        for i in range(start, stop):
             if i == insert_at:  # ablation only: ViT-style class token, processed by the SA blocks from here on
-                x = torch.cat((cls, x), dim=1)
-            x = blk(x, probe)
-        if insert_at is not None and insert_at >= len(self.blocks):  # ablation: joins after the last SA block
-            x = torch.cat((cls, x), dim=1)
+                x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+            x = self.blocks[i](x, probe)
+        if stop == len(self.blocks) and insert_at is not None and insert_at >= stop:  # ablation: joins after SA
+            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         return x
 
-    def forward_class_attention(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+    def forward_class_attention(
+        self, x: torch.Tensor, probe: _Probe | None = None, *, start: int = 0, cls: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Tokens after the SA stage -> normalised tokens [B, 1+N, d] (class token first): the class
-        token, inserted here, reads the frozen patch tokens through the CA blocks."""
+        token, inserted here, reads the frozen patch tokens through the CA blocks. `cls` [B, 1, d] entering
+        CA block `start` resumes the stage there (explanations re-running only its suffix)."""
         if self.cfg.class_token_at is not None:
             return self.norm(x)
-        cls = self.cls_token.expand(x.shape[0], -1, -1)
-        for blk in self.blocks_token_only:
+        cls = self.cls_token.expand(x.shape[0], -1, -1) if cls is None else cls
+        for blk in self.blocks_token_only[start:]:
             cls = blk(x, cls, probe)
         return self.norm(torch.cat((cls, x), dim=1))
 

@@ -83,7 +83,7 @@ def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     if meta.get("data"):
         training.append(f"on {meta['data']}")
     if meta.get("val_top1") not in (None, "None"):
-        training.append(f"val top-1 {float(meta['val_top1']):.1f}%")
+        training.append(f"val top-1 {float(meta['val_top1']):.1%}")
     trained = f"; trained {' '.join(training)}" if training else ""
     return f"{path.name} ({describe_architecture(cfg)}{trained})"
 

@@ -2,7 +2,7 @@
 
     runs/x/
       args.json                  {"args": {flag: value}, "commands": [every command that started or continued it]}
-      metrics.jsonl              one JSON object per completed epoch, its "epoch" counted from 1
+      metrics.jsonl              one JSON object per completed epoch, its "epoch" counted from 1, top-1 in [0, 1]
       last|best|ema.safetensors  weights + config + what they are (epochs_completed, data, step, val_top1)
       state.pt                   everything --resume needs (cait.train.TrainState), read with weights_only=True
 
@@ -63,7 +63,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The epochs of a metrics.jsonl, or of <path>/metrics.jsonl for a run directory (any file name is
-    fine, e.g. the shipped cait/weights/<model>.metrics.jsonl). FileNotFoundError when there is none."""
+    fine, e.g. the shipped cait/weights/<model>.metrics.jsonl). FileNotFoundError when there is none; a
+    RunError for a file whose top-1 is in percent (written before top-1 became a fraction in [0, 1])."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
@@ -73,6 +74,12 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     for number, line in enumerate(lines, start=1):
         if not isinstance(line.get("epoch"), int):
             raise RunError(f"{path.name}: entry {number} has no integer 'epoch' (not written by cait.train?)")
+        percent = next((k for k, v in line.items() if "top1" in k and isinstance(v, float | int) and v > 1), None)
+        if percent is not None:
+            raise RunError(
+                f"{path.name}: entry {number} has {percent} {line[percent]}, a percentage; top-1 is a fraction in "
+                f"[0, 1] (rewrite the file with its top-1 values divided by 100)"
+            )
     return lines
 
 

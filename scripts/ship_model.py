@@ -27,7 +27,7 @@ import cait
 from cait.checkpoint import WEIGHTS_DIR, load_into, save_weights
 from cait.data.scenes import PIXEL_NOISE
 from cait.evaluate import format_table
-from cait.metrics import lowest_class
+from cait.metrics import lowest_class, percent
 from cait.robustness import POINTING_ROWS, headline, shipped_summary
 from cait.runs import RunDir, continued, write_jsonl
 from cait.train.calibration import ClassBias, apply_class_bias
@@ -104,7 +104,7 @@ def teacher_row(run_args: list[dict], teacher: tuple[list[dict], list[str], list
     # the teacher's last run scored it at its training size, which may not be the size it teaches at
     size = f" at {teacher_args[-1]['img_size']} px" if teacher_args[-1].get("img_size") else ""
     return (
-        rows + f": {epochs[-1]['val_top1']:.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
+        rows + f": {percent(epochs[-1]['val_top1']):.2f}% test top-1{size} after {epochs[-1]['epoch']} epochs, "
         f"trained here by `{'` then `'.join(commands)}` |\n"
     )
 
@@ -168,7 +168,7 @@ def card(
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
-    ema = "" if last.get("val_top1_ema") is None else f", {last['val_top1_ema']:.2f}% (EMA)"
+    ema = "" if last.get("val_top1_ema") is None else f", {percent(last['val_top1_ema']):.2f}% (EMA)"
     at_size = f", at the training size {trained_size} px" if trained_size not in (None, cfg.img_size) else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
@@ -176,8 +176,8 @@ def card(
     seeds = " then ".join(str(a["seed"]) for a in run_args)
     seeds += " (one per run, oldest first)" if len(run_args) > 1 else ""
     rows = "\n".join(
-        f"| {e['epoch']} | {e['train_loss']:.3f} | {e['val_top1']:.2f} | "
-        f"{'' if e.get('val_top1_ema') is None else format(e['val_top1_ema'], '.2f')} | "
+        f"| {e['epoch']} | {e['train_loss']:.3f} | {percent(e['val_top1']):.2f} | "
+        f"{'' if e.get('val_top1_ema') is None else format(percent(e['val_top1_ema']), '.2f')} | "
         f"{e['lr']:.2e} | {e['images_per_s']:.0f} |"
         for e in epochs
     )
@@ -196,7 +196,7 @@ are the paper's.
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {seeds} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {precision} (auto is bf16 only where it measures faster than fp32) |
-| final test top-1 | {last["val_top1"]:.2f}% (raw weights){ema}{at_size} |
+| final test top-1 | {percent(last["val_top1"]):.2f}% (raw weights){ema}{at_size} |
 {resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}{calibration_row(calibration)}
 Exact command{resumed}:
 

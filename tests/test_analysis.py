@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 import cait
 from cait import explain
+from cait.metrics import percent
 from cait.preprocess import to_batch
 
 ANALYSIS = Path(__file__).resolve().parent.parent / "analysis"
@@ -42,7 +43,7 @@ def checkpoint(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     model = randomise_(cait.create_model("cait_pico_32"))
     path = tmp_path_factory.mktemp("ckpt") / "pico.safetensors"
-    cait.save_weights(model, path, {"data": "fashion-mnist-scenes", "epochs_completed": "3", "val_top1": "42.0"})
+    cait.save_weights(model, path, {"data": "fashion-mnist-scenes", "epochs_completed": "3", "val_top1": "0.42"})
     return path
 
 
@@ -69,6 +70,7 @@ def test_every_figure_written_with_its_provenance(gallery, checkpoint):
         assert (
             "pico.safetensors" in made["made_from"] and "trained 3 epochs on fashion-mnist-scenes" in made["made_from"]
         )
+        assert "val top-1 42.0%" in made["made_from"]  # the file's fraction, shown in percent
         assert "not the paper's" in made["made_from"]
     # HTML is self-contained (plotly.js embedded, no CDN) and says what it was made from
     page = (gallery / "layerscale_stats" / "layerscale_stats.html").read_text()
@@ -271,8 +273,11 @@ def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(t
     shutil.rmtree(tmp_path / "runs")
     for png in tmp_path.glob("*.png"):
         png.unlink()
+    summary_md = (tmp_path / "depth_stability_summary.md").read_text()
+    (tmp_path / "depth_stability_summary.md").unlink()
     replotted = run("depth_stability.py", "--replot", "--out", tmp_path)
     assert "depth_stability_lr.png" in replotted.stdout
+    assert (tmp_path / "depth_stability_summary.md").read_text() == summary_md
     for stem in ("depth_stability", "depth_stability_lr", "depth_stability_eps"):
         assert (tmp_path / f"{stem}.png").stat().st_size > 1000
     missing = run("depth_stability.py", "--replot", "--out", tmp_path / "nothing", ok=False)
@@ -310,7 +315,7 @@ def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path)
 
 
 def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
-    run("class_attention_ablation.py", "--quick", "--out", tmp_path)
+    trained = run("class_attention_ablation.py", "--quick", "--out", tmp_path)
     data = json.loads((tmp_path / "class_attention_ablation.json").read_text())
     runs = _runs_of(tmp_path)
     shape = {
@@ -330,6 +335,11 @@ def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
     for ext in ("png", "html"):
         assert (tmp_path / f"class_attention_ablation.{ext}").stat().st_size > 1000
     assert len((tmp_path / "class_attention_ablation.csv").read_text().splitlines()) == 1 + 4
+    # the summary and figures come back from the JSON alone, our top-1 (fractions) printed in percent
+    shutil.rmtree(tmp_path / "runs")
+    replotted = run("class_attention_ablation.py", "--replot", "--out", tmp_path)
+    assert replotted.stdout.splitlines()[:5] == trained.stdout.splitlines()[-6:-1]
+    assert f"{percent(data['rows'][0]['final_top1']):.1f}%" in replotted.stdout.splitlines()[1]
 
 
 def test_a_diverging_run_is_a_result_not_a_crash(tmp_path, monkeypatch):
@@ -421,7 +431,7 @@ def _row(
     phase: str,
     method: str,
     depth: int,
-    top1: float | None,
+    top1_percent: float | None,
     *,
     lr: float = 1e-3,
     eps: float | None = None,
@@ -436,13 +446,13 @@ def _row(
         "eps": eps,
         "seed": seed,
         "images": images,
-        "diverged": top1 is None,
-        "final_top1": top1,
+        "diverged": top1_percent is None,
+        "final_top1": None if top1_percent is None else top1_percent / 100,  # a fraction, as cait.train writes it
     }
 
 
 def _main_rows(table1, depth: int, top1: dict[str, tuple[float | None, float | None]]) -> list[dict]:
-    """Main-phase rows at `depth`, two seeds per method, eps by the paper's rule."""
+    """Main-phase rows at `depth`, two seeds per method (top-1 given in percent), eps by the paper's rule."""
     return [
         _row("main", m, depth, value, seed=seed, eps=table1.paper_eps(depth) if table1.METHODS[m].has_eps else None)
         for m, values in top1.items()
@@ -520,7 +530,7 @@ def test_summary_reports_divergence_and_the_stable_lrs(table1):
     assert "1 finished without learning" in sentences[1] and "LayerScale at depth 12 lr 1e-2" in sentences[1]
     assert "plain residual 1e-3..1e-2 / 1e-3" in sentences[2] and "LayerScale 1e-3 / 1e-3..1e-2" in sentences[2]
     assert "plain residual 60.0% (lr 1e-3) -> 52.0% (lr 1e-3)" in sentences[3]
-    calm = [dict(r, diverged=False, final_top1=r["final_top1"] or 30.0) for r in rows]
+    calm = [dict(r, diverged=False, final_top1=r["final_top1"] or 0.3) for r in rows]
     assert table1.stability(calm)[0].startswith("No run of the lr sweep diverged (8 runs")
 
 
@@ -538,9 +548,9 @@ def test_summary_says_which_eps_learns(table1):
     assert sentences[1] == "LayerScale needs eps >= 1e-3 to end within 5 points of its best in 12000 images."
     assert "eps 1e-6" in sentences[2] and "gets 30.0% here, outside 5 points" in sentences[2]
     assert sentences[3].endswith("0.1 -> 0.12, 1e-3 -> 2e-2, 1e-5 -> 3e-4, 1e-6 -> 4e-5.")
-    flat = [dict(r, final_top1=60.0 + r["eps"]) for r in rows]
+    flat = [dict(r, final_top1=0.6 + r["eps"] / 100) for r in rows]
     assert "does not matter" in table1.eps_effect(flat)[1]
-    chance = [dict(r, final_top1=10.0 + r["eps"]) for r in rows]
+    chance = [dict(r, final_top1=0.1 + r["eps"] / 100) for r in rows]
     assert table1.eps_effect(chance)[1] == "No eps learned in 12000 images (the best ends at 10.1%, below 20%)."
 
 
@@ -552,6 +562,59 @@ def test_no_verdict_from_runs_that_learned_nothing(table1):
         {"layerscale": (14.0, 14.2), "scalar": (12.0, 12.2), "rezero": (11.9, 12.1), "baseline": (None, None)},
     )
     assert table1.summarize(rows).headline == "Paper's Table 1 ordering at depth 36: not resolved"
+
+
+def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
+    """--quick: the first 8 test scenes; each block's mean |gamma| and mean knockout change, and each CA
+    head's mean attribution, recomputed here for the predicted class."""
+    from cait.data import build_dataset
+    from cait.preprocess import EvalImages
+
+    data = json.loads((gallery / "layer_importance" / "layer_importance.json").read_text())
+    model = cait.create_model(None, checkpoint).eval()
+    cfg = model.cfg
+    images = EvalImages(build_dataset("fashion-mnist-scenes", "val", subset=8), model)
+    x = torch.stack([images[i][0] for i in range(8)])
+    target = model(x).argmax(1)
+    delta = explain.knockout_profile(model, x, target).mean(0)
+    heads = explain.direct_logit_attribution(model, x, target).heads.mean(0)
+    assert data["images"] == 8 and "pico.safetensors" in data["made_from"]
+    blocks = data["blocks"]
+    assert [(b["stage"], b["index"]) for b in blocks] == [("sa", i + 1) for i in range(cfg.depth)] + [
+        ("ca", i + 1) for i in range(cfg.depth_token_only)
+    ]
+    for k, (b, name) in enumerate(zip(blocks, explain.block_names(model))):
+        block = model.get_submodule(name)
+        gamma = torch.cat((block.gamma_1, block.gamma_2)).abs().mean().item()
+        assert b["gamma_mean_abs"] == pytest.approx(gamma, rel=1e-5)
+        assert b["knockout_delta_logit_mean"] == pytest.approx(delta[k].item(), abs=1e-4)
+        assert np.isfinite(b["knockout_delta_logit_ci95"])
+    for row in data["heads"]:
+        assert row["attribution_mean"] == pytest.approx(heads[row["layer"] - 1, row["head"] - 1].item(), abs=1e-4)
+        assert 0 <= row["pointing"] <= 1
+    rho = data["spearman"]["all_blocks"]
+    assert -1 <= rho["low"] <= rho["high"] <= 1 and -1 <= rho["rho"] <= 1
+    assert f"rho {rho['rho']:.2f}" in data["verdict"] and "Over 8 images" in data["verdict"]
+    assert f"rho {data['heads_spearman']:.2f}" in data["heads_verdict"]
+    for name in ("layer_importance.png", "layer_importance.html", "layer_importance_heads.html"):
+        assert (gallery / "layer_importance" / name).stat().st_size > 1000
+
+
+def test_layer_importance_verdict_follows_the_rank_correlation(monkeypatch):
+    monkeypatch.syspath_prepend(str(ANALYSIS))
+    import layer_importance as li
+
+    rng = np.random.default_rng(0)
+    gamma = np.linspace(0.01, 0.2, 10)
+    follows = -gamma * 10 + 0.01 * rng.standard_normal((50, 10))  # knockouts grow with |gamma|
+    unrelated = rng.standard_normal((50, 10))
+    well = li.rank_correlation(gamma, follows, resamples=200)
+    assert well["rho"] == pytest.approx(1.0) and well["low"] > 0.7
+    loose = li.rank_correlation(gamma, unrelated, resamples=200)
+    assert loose["low"] < 0 < loose["high"]
+    assert "ranks them well" in li.verdict(well, well, 50) and "does not rank" in li.verdict(loose, loose, 50)
+    same = li.rank_correlation(np.full(10, 0.1), follows, resamples=10)
+    assert same["rho"] is None and "cannot rank" in li.verdict(same, same, 50)
 
 
 def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_prediction_held(checkpoint, tmp_path):

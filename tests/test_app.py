@@ -299,6 +299,23 @@ def test_analyze_runs_the_asked_attribution(server):
         server["client"].predict(handle_file(str(path)), "telepathy", api_name="/analyze")
 
 
+def test_analyze_gives_the_causal_numbers_when_asked(server):
+    from gradio_client import handle_file
+
+    path = scene_images(server["tmp"], 1)[0]
+    answer = server["client"].predict(handle_file(str(path)), "", 3, 32, True, api_name="/analyze")
+    loaded = server["loaded"]
+    x = cait.preprocess.to_batch([load_image(path).image], loaded.cfg)
+    dla = explain.direct_logit_attribution(loaded.model, x, torch.tensor([3]))
+    causal = answer["causal"]
+    assert causal["target"] == 3 and "attribution" not in answer
+    np.testing.assert_allclose(np.array(causal["heads"]), dla.heads[0].numpy(), rtol=1e-4, atol=1e-5)
+    knockout = explain.knockout_profile(loaded.model, x, torch.tensor([3]))[0]
+    np.testing.assert_allclose([b["knockout_delta_logit"] for b in causal["blocks"]], knockout, rtol=1e-4, atol=1e-5)
+    with pytest.raises(Exception, match="target must be"):
+        server["client"].predict(handle_file(str(path)), "", 99, 32, True, api_name="/analyze")
+
+
 def test_the_served_app_runs_its_torch_work_on_one_thread(server, monkeypatch):
     """All model work on app.torch_thread's thread, with one-image threads (a second thread calling torch
     made every call ~3x slower); this test process's own direct calls run elsewhere."""

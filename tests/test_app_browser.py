@@ -204,6 +204,18 @@ def test_a_click_on_the_patch_grid_picks_the_query(page):
     page.get_by_role("tab", name="Class attention").click()
 
 
+def test_the_causal_tab_ablates_a_clicked_head(page):
+    pick_example(page, 3)  # with its follow-up, which computes the Causal tab
+    page.get_by_role("tab", name="Causal").click()
+    expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#cz_knockout")).to_contain_text("CA2")
+    expect(page.locator("#cz_top5")).to_contain_text("without CA1 head 1")
+    page.locator("#cz_head").get_by_text("CA2 head 3").click()
+    expect(page.locator("#cz_top5")).to_contain_text("without CA2 head 3")
+    expect(page.locator("#cz_maps")).to_contain_text("CA2 head 3: attention")
+    page.get_by_role("tab", name="Class attention").click()
+
+
 def test_page_makes_no_outside_requests(page):
     assert page.outside_requests() == []
 

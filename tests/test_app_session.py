@@ -184,11 +184,11 @@ def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
             loaded,
             a,
             target=3,
-            methods=["rollout_before_mixing", "integrated_gradients"],
+            methods=["rollout_after_proj_l", "integrated_gradients"],
             options=explain.MethodOptions(ig_steps=4),
         )
     )
-    assert [r.method for r in rows] == ["rollout_before_mixing", "integrated_gradients"]
+    assert [r.method for r in rows] == ["rollout_after_proj_l", "integrated_gradients"]
     expected = explain.attribution(loaded.model, a.x, torch.tensor([3]), "integrated_gradients", n_steps=4).patch[0]
     torch.testing.assert_close(rows[1].heat, expected)
     torch.testing.assert_close(rows[0].heat, explain.rollout(loaded.model, a.x, stage="after_proj_l")[0])

@@ -525,12 +525,12 @@ def test_perturbation_methods_in_small_batches_give_the_one_batch_numbers():
 
 def test_shared_work_gives_each_methods_own_map():
     """saliency_maps (rollouts from one forward, CA means read from given maps) gives what each method gives
-    alone, in the asked order under current names; only float summation order may differ (1e-6)."""
+    alone, in the asked order; only float summation order may differ (1e-6)."""
     model = sharpen(pico()).eval()
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
     target = torch.tensor([1, 4])
     options = explain.MethodOptions(ig_steps=4, smoothgrad_samples=2)
-    names = ["rollout_after_mixing", "ca2_mean", "saliency", "rollout_raw", "ca1_mean", "rollout_after_proj_l"]
+    names = ["rollout_after_proj_w", "ca2_mean", "saliency", "rollout_raw", "ca1_mean", "rollout_after_proj_l"]
     maps = explain.class_attention(model, x).maps
     shared = list(explain.saliency_maps(model, x, target, names, options, class_attention_maps=maps))
     assert [n for n, _ in shared] == [explain.METHODS.canonical(n) for n in names]

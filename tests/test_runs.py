@@ -54,10 +54,19 @@ def test_jsonl_reading_says_which_line_is_bad(tmp_path):
         read_metrics(tmp_path / "elsewhere")
 
 
+def test_metrics_in_percent_are_refused_with_one_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1, "val_top1": 0.5}\n{"epoch": 2, "train_top1": 0.6, "val_top1": 61.5}\n')
+    with pytest.raises(RunError, match=r"^metrics.jsonl: entry 2 has val_top1 61.5, a percentage; top-1 is a fraction"):
+        read_metrics(path)
+    path.write_text('{"epoch": 1, "val_top1": 1.0, "val_top1_ema": null}\n')  # every image right is no percentage
+    assert read_metrics(path)[0]["val_top1"] == 1.0
+
+
 def test_continued_runs_count_epochs_and_steps_on():
-    first = [{"epoch": 1, "step": 5, "val_top1": 1.0}, {"epoch": 2, "step": 10, "val_top1": 2.0}]
-    second = [{"epoch": 1, "step": 5, "val_top1": 3.0}]
-    assert continued([first, second]) == [*first, {"epoch": 3, "step": 15, "val_top1": 3.0}]
+    first = [{"epoch": 1, "step": 5, "val_top1": 0.1}, {"epoch": 2, "step": 10, "val_top1": 0.2}]
+    second = [{"epoch": 1, "step": 5, "val_top1": 0.3}]
+    assert continued([first, second]) == [*first, {"epoch": 3, "step": 15, "val_top1": 0.3}]
     assert continued([]) == []
 
 

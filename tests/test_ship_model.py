@@ -14,7 +14,7 @@ def _run(path: Path, commands: list[str], precision: str, epochs: int, steps_per
     path.mkdir()
     (path / "args.json").write_text(json.dumps({"args": {"precision": precision, **args}, "commands": commands}))
     lines = [
-        {"epoch": e, "step": e * steps_per_epoch, "val_top1": 50.0 + e, "epoch_seconds": 60.0}
+        {"epoch": e, "step": e * steps_per_epoch, "val_top1": 0.5 + e / 100, "epoch_seconds": 60.0}
         for e in range(1, epochs + 1)
     ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -29,7 +29,7 @@ def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
     epochs, commands, run_args = ship_model.history([first, second])
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5]
     assert [e["step"] for e in epochs] == [100, 200, 300, 400, 500]
-    assert [e["val_top1"] for e in epochs] == [51.0, 52.0, 53.0, 51.0, 52.0]  # the second run's own numbers
+    assert [e["val_top1"] for e in epochs] == [0.51, 0.52, 0.53, 0.51, 0.52]  # the second run's own numbers
     assert commands[-1].endswith("--init first/ema.safetensors") and len(commands) == 3
     assert [a["precision"] for a in run_args] == ["bf16", "auto"]
 
@@ -91,7 +91,7 @@ def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
         "epoch": 1,
         "step": 10,
         "train_loss": 1.0,
-        "val_top1": 50.0,
+        "val_top1": 0.5,
         "val_top1_ema": None,
         "lr": 1e-3,
         "images_per_s": 100.0,
@@ -105,6 +105,7 @@ def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
         "cait_pico_32", ship_model.history([run]), "last", evaluation, cait.create_model("cait_pico_32")
     )
     assert all(f"{m} " in text for m in methods) and "Localization uses the garment's box" in text
+    assert "| final test top-1 | 50.00% (raw weights) |" in text and "| 1 | 1.000 | 50.00 |  |" in text
     assert "| seed | 0 |" in text
     later = tmp_path / "later"  # a second stage with its own seed: the card names both
     later.mkdir()

@@ -17,7 +17,7 @@ def test_cnn_round_trips_through_safetensors(tmp_path):
     torch.manual_seed(0)
     cfg = CNNConfig(arch="resnet10t", img_size=32, in_chans=1, mean=(0.5,), std=(0.5,))
     model = TimmCNN(cfg).eval()
-    save_weights(model, tmp_path / "t.safetensors", {"val_top1": "12.5"})
+    save_weights(model, tmp_path / "t.safetensors", {"val_top1": "0.125"})
     _, stored = read_checkpoint(tmp_path / "t.safetensors")
     assert stored == cfg and stored_config(tmp_path / "t.safetensors") == cfg
     teacher = load_teacher(tmp_path / "t.safetensors")

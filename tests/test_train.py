@@ -27,8 +27,12 @@ import cait
 import cait.train.args as train_args_mod
 import cait.train.data as train_data
 import cait.train.loop as train_mod
+from cait.checkpoint import file_metadata
 from cait.config import FASHION_MNIST_CLASSES, CaiTConfig
 from cait.data import DataError, build_dataset
+from cait.metrics import top1
+from cait.preprocess import eval_transform
+from cait.runs import read_metrics
 from cait.train.loop import main, teacher_view
 from cait.train.seeding import seeded
 from cait.train.teacher import load_teacher
@@ -117,6 +121,24 @@ def test_smoke_run_writes_every_file_and_metric(smoke_run):
     assert (entropy > 0).all() and (entropy <= np.log(1 + cfg.num_patches) + 1e-4).all()
     saved = json.loads((smoke_run / "args.json").read_text())
     assert saved["args"]["model"] == "cait_pico_32" and "--subset 128" in saved["commands"][0]
+
+
+def test_smoke_run_writes_top1_as_fractions(smoke_run):
+    """val_top1 is the share of the 64 validation images the last weights get right, recounted here."""
+    lines = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        for key in ("train_top1", "val_top1", "val_top1_ema"):
+            assert 0 <= line[key] <= 1, key
+        assert line["train_top1"] * 128 == pytest.approx(round(line["train_top1"] * 128))  # a share of 128 images
+    model = cait.create_model(None, checkpoint=smoke_run / "last.safetensors").eval()
+    val = train_data.Transformed(build_dataset("fashion-mnist", "val", subset=64), eval_transform(model.cfg))
+    images = torch.stack([val[i][0] for i in range(len(val))])
+    labels = torch.tensor([val[i][1] for i in range(len(val))])
+    with torch.no_grad():
+        predicted = model(images).argmax(1)
+    assert lines[-1]["val_top1"] == top1(predicted, labels)
+    assert float(file_metadata(smoke_run / "last.safetensors")["val_top1"]) == lines[-1]["val_top1"]
+    assert read_metrics(smoke_run) == lines
 
 
 def test_checkpoints_load_with_create_model(smoke_run):

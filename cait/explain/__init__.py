@@ -4,6 +4,8 @@ All functions take a normalised batch x [B, C, H, W] and a model from `cait.crea
 are on the patch grid [B, g, g] (higher = more important), boxes are [B, 4] (x0, y0, x1, y1) in input
 pixels. `METHODS[name](model, x, target, options)` runs any method by name (target: LongTensor [B];
 options: `MethodOptions`, optional), `saliency_map` does the same with the name checked.
+What matters rather than where the model looks (`causal`): direct logit attribution of every CA head
+and patch, knockout profiles of whole blocks, head ablations.
 """
 
 from __future__ import annotations
@@ -20,6 +22,17 @@ from .attention import (
     talking_heads,
 )
 from .attribution import CAPTUM_METHODS, Attribution, MethodOptions, attribution, patch_sum
+from .causal import (
+    HeadAblation,
+    LogitAttribution,
+    all_head_ablations,
+    block_gamma_mean_abs,
+    block_names,
+    direct_logit_attribution,
+    head_ablation,
+    knockout_profile,
+    mean_head_outputs,
+)
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
 from .methods import METHODS, Method, saliency_map, saliency_maps
@@ -30,20 +43,29 @@ __all__ = [
     "CAPTUM_METHODS",
     "ClassAttention",
     "DEFAULT_SHARE",
-    "METHODS",
+    "HeadAblation",
+    "LogitAttribution",
     "Method",
     "MethodOptions",
+    "METHODS",
     "ROLLOUT_STAGES",
     "TalkingHeads",
+    "all_head_ablations",
     "attribution",
+    "block_gamma_mean_abs",
+    "block_names",
     "class_attention",
     "class_specific_attention",
     "deletion_insertion",
+    "direct_logit_attribution",
     "endpoint_probabilities",
+    "head_ablation",
+    "knockout_profile",
     "layerscale_stats",
     "layerscale_stats_from_metrics",
     "mask_to_boxes",
     "mass_in_box",
+    "mean_head_outputs",
     "mixing_matrices",
     "overlay",
     "overlays",

@@ -59,6 +59,7 @@ from ..checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
 from ..config import CaiTConfig, CNNConfig
 from ..data import DataError
 from ..explain import layerscale_stats
+from ..metrics import top1_from_counts
 from ..model import CaiT
 from ..runs import RunDir
 from ..runtime import autocast, autocast_dtype, resolve_device
@@ -152,7 +153,7 @@ def insight_stats(model: CaiT, batch: torch.Tensor) -> dict[str, Any]:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: torch.dtype | None) -> float:
-    """Top-1 accuracy (%) over the whole validation set, summed across ranks."""
+    """Top-1 (a fraction) over the whole validation set, its counts summed across ranks."""
     was_training = model.training
     model.eval()
     counts = torch.zeros(2, dtype=torch.float64, device=device)
@@ -164,7 +165,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: to
     model.train(was_training)
     if dist.is_initialized():
         dist.all_reduce(counts)
-    return 100.0 * counts[0].item() / max(counts[1].item(), 1.0)
+    return top1_from_counts(counts[0].item(), counts[1].item())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ class EpochTally:
         return self.loss / max(self.seen, 1)
 
     def top1(self) -> float:
-        return 100 * self.correct / max(self.seen, 1)
+        return top1_from_counts(self.correct, self.seen)
 
 
 @dataclass
@@ -572,7 +573,7 @@ def _progress(setup: Setup, state: TrainState, now: float) -> dict[str, str]:
     )
     return {
         "loss": f"{tally.mean_loss():.3f}",
-        "acc": f"{tally.top1():.1f}",
+        "acc": f"{100 * tally.top1():.1f}",
         "img_s": f"{tally.seen * setup.world / max(tally.seconds, 1e-9):.0f}",
         "lr": f"{state.optimizer.param_groups[0]['lr']:.1e}",
         "run_eta": _eta(remaining),
@@ -610,7 +611,7 @@ def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
         setup.run.append_metrics(line)
         setup.log(
             f"epoch {state.epoch}/{args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
-            f"{'-' if top1 is None else f'{top1:.2f}'}%, {line['images_per_s']:.0f} img/s, "
+            f"{'-' if top1 is None else f'{top1:.2%}'}, {line['images_per_s']:.0f} img/s, "
             f"{line['epoch_seconds']:.0f}s"
         )
     save_state(setup, state)
@@ -677,7 +678,7 @@ def train(setup: Setup, state: TrainState) -> RunResult:
             )
             return result(setup, state, stopped_by)
         end_of_epoch(setup, state, started)
-    setup.log(f"done: best val top-1 {state.best_top1:.2f}%; weights in {setup.run}")
+    setup.log(f"done: best val top-1 {state.best_top1:.2%}; weights in {setup.run}")
     return result(setup, state, None)
 
 

@@ -1,0 +1,178 @@
+"""The Causal tab's numbers and figures as plain functions (no Gradio): for one image and one class, each
+class-attention head's direct logit attribution (and per patch, beside the head's attention), the
+knockout profile over depth with |gamma| per block, and what removing one head does to the top-5.
+
+All of it runs in fp32 whatever the session's precision: it subtracts logits, which bf16 blurs."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from cait import explain
+from cait.figures.causal import head_attribution_plotly, knockout_plotly
+from cait.preprocess import model_view, view_tensor
+
+ABLATIONS = ("zero", "mean over the example images")
+
+
+@dataclass
+class CausalView:
+    """One image's causal numbers for class `target` (arrays from 0; the page numbers from 1)."""
+
+    target: int
+    logit: float  # the target logit
+    heads: np.ndarray  # [L, heads] direct logit attribution of each CA head
+    patches: np.ndarray  # [L, heads, g, g] each head's attribution split over the patches it read
+    self_read: np.ndarray  # [L, heads] the part a head wrote from the class token's own value
+    mlp: np.ndarray  # [L] each CA block's MLP write
+    rest: float  # the initial class token, the MLPs and the biases
+    knockout: np.ndarray  # [SA depth + CA depth] target-logit change with the block's gammas zeroed
+    gamma: np.ndarray  # [SA depth + CA depth] the block's mean |gamma|
+
+
+def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
+    """Direct logit attribution and knockout profile of one image x [1, C, H, W] for class `target`."""
+    t = torch.tensor([int(target)], device=x.device)
+    dla = explain.direct_logit_attribution(model, x, t)
+    numpy = lambda v: v[0].float().cpu().numpy()  # noqa: E731
+    return CausalView(
+        target=int(target),
+        logit=float(dla.logits[0, int(target)]),
+        heads=numpy(dla.heads),
+        patches=numpy(dla.patch_maps),
+        self_read=numpy(dla.self_read),
+        mlp=numpy(dla.mlp),
+        rest=float(dla.rest[0]),
+        knockout=numpy(explain.knockout_profile(model, x, t)),
+        gamma=explain.block_gamma_mean_abs(model).numpy(),
+    )
+
+
+def head_figure(view: CausalView, label: str):
+    """Per-head bars of the direct logit attribution, one colour per CA layer."""
+    return head_attribution_plotly(
+        view.heads,
+        title=f"What each CA head writes to the logit of '{label}' ({view.logit:.2f}; rest {view.rest:.2f})",
+    )
+
+
+def knockout_figure(view: CausalView, cfg):
+    """The knockout profile over depth with mean |gamma| per block on a second axis."""
+    return knockout_plotly(
+        view.knockout,
+        view.gamma,
+        depth=cfg.depth,
+        ca_depth=cfg.depth_token_only,
+        title="Logit change when a block's gammas are zeroed (bars), and its mean |gamma| (line)",
+    )
+
+
+def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int):
+    """One head's attention map [g, g] (where it reads) beside its per-patch attribution (what it wrote
+    from each patch, zero-centred: red for the class, blue against it)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    contrib = view.patches[layer, head]
+    bound = float(np.abs(contrib).max()) or 1.0
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(f"CA{layer + 1} head {head + 1}: attention", "its write to the logit, per patch"),
+        horizontal_spacing=0.12,
+    )
+    fig.add_trace(go.Heatmap(z=attention, colorscale="Viridis", colorbar=dict(x=0.44)), row=1, col=1)
+    fig.add_trace(
+        go.Heatmap(z=contrib, colorscale="RdBu", reversescale=True, zmin=-bound, zmax=bound, colorbar=dict(x=1.0)),
+        row=1,
+        col=2,
+    )
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_layout(template="plotly_white", height=380, margin=dict(l=20, r=20, t=60, b=20))
+    return fig
+
+
+def reference_batch(paths: list[str], cfg) -> torch.Tensor:
+    """The example images as a batch: what a mean ablation averages a head's output over."""
+    views = []
+    for path in paths:
+        with Image.open(path) as im:
+            views.append(view_tensor(model_view(im.convert("RGB" if cfg.in_chans == 3 else "L"), cfg), cfg))
+    return torch.stack(views)
+
+
+def ablation(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    *,
+    layer: int,
+    head: int,
+    labels: tuple[str, ...],
+    reference: torch.Tensor | None = None,
+    k: int = 5,
+) -> dict[str, list[dict[str, Any]]]:
+    """Top-k before and after removing CA layer `layer`'s head `head` (zero, or its mean over `reference`)."""
+    out = explain.head_ablation(model, x, layer=layer, head=head, reference=reference)
+
+    def top(logits: torch.Tensor) -> list[dict[str, Any]]:
+        probs = logits[0].float().softmax(-1)
+        values, order = probs.topk(min(k, probs.numel()))
+        return [{"index": int(i), "label": labels[i], "probability": float(v)} for v, i in zip(values, order)]
+
+    return {"before": top(out.before), "after": top(out.after)}
+
+
+def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[str, Any]:
+    """The tab's numbers, JSON-able (the download and the /analyze answer), with every head's zero
+    ablation: the change of the target logit and the new top-1."""
+    cfg = model.cfg
+    after = explain.all_head_ablations(model, x)[0]  # [L, heads, K]
+    base = view.logit
+    return {
+        "layout": "0-based arrays (CA layer, head, patch row, col); blocks in model order, SA first",
+        "target": view.target,
+        "target_logit": base,
+        "heads": view.heads.tolist(),
+        "patches": view.patches.tolist(),
+        "self_read": view.self_read.tolist(),
+        "mlp": view.mlp.tolist(),
+        "rest": view.rest,
+        "blocks": [
+            {
+                "stage": "sa" if i < cfg.depth else "ca",
+                "index": i + 1 if i < cfg.depth else i - cfg.depth + 1,
+                "gamma_mean_abs": float(view.gamma[i]),
+                "knockout_delta_logit": float(view.knockout[i]),
+            }
+            for i in range(len(view.knockout))
+        ],
+        "head_ablation_zero": {
+            "delta_logit": (after[..., view.target].float() - base).tolist(),
+            "top1": after.argmax(-1).tolist(),
+        },
+    }
+
+
+def api_numbers(model: torch.nn.Module, x: torch.Tensor, *, target: int, top_class: int) -> dict[str, Any]:
+    """`numbers` for the /analyze API's class `target` (-1: `top_class`); ValueError for a bad class."""
+    target = top_class if target < 0 else target
+    if not 0 <= target < model.cfg.num_classes:
+        raise ValueError(f"target must be in 0..{model.cfg.num_classes - 1} or -1, got {target}")
+    return numbers(model, x, compute(model, x, target))
+
+
+def top5_html(result: dict[str, list[dict[str, Any]]], layer: int, head: int) -> str:
+    """Before and after, side by side, as a small table."""
+    cell = lambda p: f"<td>{html.escape(p['label'])}</td><td>{p['probability']:.3f}</td>"  # noqa: E731
+    rows = "".join(f"<tr>{cell(b)}{cell(a)}</tr>" for b, a in zip(result["before"], result["after"]))
+    return (
+        f"<table class='causal-top5'><tr><th colspan=2>top-5</th><th colspan=2>without CA{layer + 1} head {head + 1}"
+        f"</th></tr>{rows}</table>"
+    )

@@ -1,0 +1,319 @@
+"""What matters for a prediction, not only where CaiT looks: direct logit attribution of every
+class-attention head (and of each patch it read), knockouts of whole blocks, and ablations of one head.
+
+CaiT makes this clean: the class token meets the image only in the class-attention (CA) blocks, so the
+final class token is its initial state plus a short sum of writes (each CA head through its share of the
+output projection, each CA MLP, biases). With the final LayerNorm linearised at the actual input (its
+mean and scale taken from the real class token) the target logit is exactly the sum of those writes.
+Layers and heads are indexed from 0 here, as in every array.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from .attention import _check_input, _grid
+
+Branch = Literal["both", "attn", "mlp"]
+BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
+
+
+@contextmanager
+def _evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout, no stochastic depth) and no autograd, the model's mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _check_class_stage(model: nn.Module) -> None:
+    cfg = model.cfg
+    if cfg.class_token_at is not None or cfg.global_pool != "token" or cfg.depth_token_only == 0:
+        raise ValueError("causal explanations need CaiT's class-attention stage and a class-token head")
+
+
+# ----------------------------------------------------------------------------------------------------
+# direct logit attribution
+
+
+@dataclass
+class LogitAttribution:
+    """The target logit split into additive writes to the final class token (all [B, ...])."""
+
+    logits: torch.Tensor  # [B, K] the model's logits
+    target: torch.Tensor  # [B] the attributed class
+    heads: torch.Tensor  # [B, L, heads]: each CA head's write through its gamma_1-scaled share of attn.proj
+    patches: torch.Tensor  # [B, L, heads, N]: a head's write split over the patch values it mixed
+    self_read: torch.Tensor  # [B, L, heads]: the part of a head's write from the class token's own value
+    mlp: torch.Tensor  # [B, L]: each CA block's MLP write (gamma_2-scaled)
+    rest: torch.Tensor  # [B]: initial class token, the MLP writes, proj / norm / head biases
+
+    @property
+    def patch_maps(self) -> torch.Tensor:
+        """`patches` on the patch grid [B, L, heads, g, g] (what a head contributed, where it read it)."""
+        return _grid(self.patches)
+
+    @property
+    def total(self) -> torch.Tensor:
+        """Sum of the parts [B]: the target logit up to float error."""
+        return self.heads.sum((1, 2)) + self.rest
+
+
+def _readout(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(r [B, d], c [B]) with logit = r . z + c for the pre-norm class token z [B, d] and every vector
+    summing to z: the final LayerNorm with its mean removal (linear) kept and its scale frozen at z's."""
+    norm, head = model.norm, model.head
+    sigma = (z.var(dim=-1, unbiased=False) + norm.eps).sqrt()
+    u = head.weight[target] * norm.weight
+    r = (u - u.mean(dim=-1, keepdim=True)) / sigma[:, None]
+    return r, (head.weight[target] * norm.bias).sum(-1) + head.bias[target]
+
+
+def _record_class_stage(model: nn.Module, x: torch.Tensor) -> tuple[object, dict]:
+    """forward_insights with hooks reading, per CA block, the values (attn.v), the concatenated head
+    outputs (attn.proj's input) and the MLP output, and the class token entering the final norm."""
+    seen: dict = {}
+
+    def keep(key, pre: bool):
+        if pre:
+            return lambda module, args: seen.__setitem__(key, args[0])
+        return lambda module, args, output: seen.__setitem__(key, output)
+
+    handles = [model.norm.register_forward_pre_hook(keep("z", True))]
+    for i, blk in enumerate(model.blocks_token_only):
+        handles.append(blk.attn.v.register_forward_hook(keep(("v", i), False)))
+        handles.append(blk.attn.proj.register_forward_pre_hook(keep(("o", i), True)))
+        handles.append(blk.mlp.register_forward_hook(keep(("mlp", i), False)))
+    try:
+        ins = model.forward_insights(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return ins, seen
+
+
+def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> LogitAttribution:
+    """Split each image's target logit into the writes of every CA head (and per patch), the MLPs and the
+    rest, the final norm linearised at the actual input so that `heads.sum((1, 2)) + rest` is the logit."""
+    _check_input(model, x)
+    _check_class_stage(model)
+    with _evaluating(model):
+        ins, seen = _record_class_stage(model, x)
+        target = target.to(x.device).long()
+        r, const = _readout(model, seen["z"][:, 0], target)
+        B, heads = x.shape[0], model.cfg.num_heads
+        per_head, per_patch, self_read, mlp, rest = [], [], [], [], (model.cls_token[0, 0] * r).sum(-1) + const
+        for i, blk in enumerate(model.blocks_token_only):
+            q = blk.gamma_1 * r  # [B, d]: what the class token's change must align with
+            direction = (q @ blk.attn.proj.weight).view(B, heads, -1)  # [B, heads, dh]: per head, proj^T q
+            o = seen["o", i][:, 0].view(B, heads, -1)
+            per_head.append((direction * o).sum(-1))
+            v = seen["v", i].view(B, -1, heads, direction.shape[-1])  # [B, 1+N, heads, dh]
+            token = ins.class_attention[i] * torch.einsum("bjhc,bhc->bhj", v, direction)  # [B, heads, 1+N]
+            self_read.append(token[..., 0])
+            per_patch.append(token[..., 1:])
+            mlp.append(((blk.gamma_2 * seen["mlp", i][:, 0]) * r).sum(-1))
+            rest = rest + mlp[-1] + (q * blk.attn.proj.bias).sum(-1)
+        mlp_t = torch.stack(mlp, dim=1)
+    return LogitAttribution(
+        logits=ins.logits.detach(),
+        target=target,
+        heads=torch.stack(per_head, dim=1),
+        patches=torch.stack(per_patch, dim=1),
+        self_read=torch.stack(self_read, dim=1),
+        mlp=mlp_t,
+        rest=rest,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# cached states, knockouts of whole blocks
+
+
+@dataclass
+class _ClassStage:
+    """The class stage's residual states of one forward pass, for re-running only a suffix of it."""
+
+    tokens: torch.Tensor  # [B, N, d] the patch tokens after the SA stage, which every CA block reads
+    cls_inputs: list[torch.Tensor]  # depth_token_only + 1: class token entering CA block c; the last: final
+    logits: torch.Tensor  # [B, K]
+
+
+def _class_stage(model: nn.Module, tokens: torch.Tensor) -> _ClassStage:
+    """The CA stage on `tokens`, keeping the class token entering every block (same kernels as `model`)."""
+    cls = [model.cls_token.expand(tokens.shape[0], -1, -1)]
+    for blk in model.blocks_token_only:
+        cls.append(blk(tokens, cls[-1]))
+    logits = model.forward_head(model.forward_class_attention(tokens, start=len(cls) - 1, cls=cls[-1]))
+    return _ClassStage(tokens, cls, logits)
+
+
+def _zeroed(block: nn.Module, branch: Branch, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Parameter overrides that remove `branch` of `block` (its gammas set to 0)."""
+    return {f"{prefix}{g}": torch.zeros_like(getattr(block, g)) for g in BRANCH_GAMMAS[branch]}
+
+
+def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tensor:
+    """The block's output with `branch` removed; gamma = 0 makes a whole block the identity (x + 0 * branch
+    == x exactly), so then it need not run at all."""
+    if branch == "both":
+        return args[-1]
+    return functional_call(block, _zeroed(block, branch), args)
+
+
+def _sa_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The tokens entering every SA block, and last the tokens leaving the stage (one forward's work)."""
+    states = [model.patch_embed(x) + model.pos_embed]
+    for k in range(len(model.blocks)):
+        states.append(model.forward_sa_blocks(states[-1], start=k, stop=k + 1))
+    return states
+
+
+def _sa_knockout_logits(model: nn.Module, inputs: list[torch.Tensor], k: int, branch: Branch) -> torch.Tensor:
+    """Logits with SA block k knocked out: from its cached input, only the blocks after it run."""
+    x = _knock(model.blocks[k], branch, inputs[k])
+    return model.forward_head(model.forward_class_attention(model.forward_sa_blocks(x, start=k + 1)))
+
+
+def _ca_knockout_logits(model: nn.Module, states: _ClassStage, c: int, branch: Branch) -> torch.Tensor:
+    blk, cls = model.blocks_token_only[c], states.cls_inputs[c]
+    cls = _knock(blk, branch, states.tokens, cls)
+    return model.forward_head(model.forward_class_attention(states.tokens, start=c + 1, cls=cls))
+
+
+def block_names(model: nn.Module) -> list[str]:
+    """Parameter prefixes of every block in model order, SA first ("blocks.0", ..., "blocks_token_only.1")."""
+    return [f"blocks.{k}" for k in range(len(model.blocks))] + [
+        f"blocks_token_only.{c}" for c in range(len(model.blocks_token_only))
+    ]
+
+
+def knockout_profile(
+    model: nn.Module, x: torch.Tensor, target: torch.Tensor, *, branch: Branch = "both", shared_prefix: bool = True
+) -> torch.Tensor:
+    """Change of the target logit [B, SA depth + CA depth] when block k's residual branches are removed
+    (gamma_1 = gamma_2 = 0; branch="attn" / "mlp": only one of them), blocks in model order, SA first.
+
+    Each prefix runs once: one forward caches every block's input, then knocking out block k re-runs only
+    the blocks after it (a CA knockout only the rest of the class stage); shared_prefix=False runs the
+    whole model once per block instead (the reference)."""
+    _check_input(model, x)
+    _check_class_stage(model)
+    if branch not in BRANCH_GAMMAS:
+        raise ValueError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
+    with _evaluating(model):
+        target = target.to(x.device).long().view(-1, 1)
+        if shared_prefix:
+            inputs = _sa_inputs(model, x)
+            knocked = [_sa_knockout_logits(model, inputs, k, branch) for k in range(len(model.blocks))]
+            states = _class_stage(model, inputs[-1])
+            base = states.logits
+            knocked += [_ca_knockout_logits(model, states, c, branch) for c in range(len(model.blocks_token_only))]
+        else:
+            base = model(x)
+            knocked = []
+            for name in block_names(model):
+                blk = model.get_submodule(name)
+                knocked.append(functional_call(model, _zeroed(blk, branch, f"{name}."), (x,)))
+        return torch.stack([(out - base).gather(1, target)[:, 0] for out in knocked], dim=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# head ablation
+
+
+@dataclass
+class HeadAblation:
+    """Logits before and after one CA head's output is replaced (by zero or by its reference mean)."""
+
+    layer: int
+    head: int
+    before: torch.Tensor  # [B, K]
+    after: torch.Tensor  # [B, K]
+
+
+def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor:
+    """Mean over the reference images of every CA head's output, the input of attn.proj [L, d] (heads
+    concatenated): what a mean ablation puts in place of a head."""
+    _check_input(model, reference)
+    _check_class_stage(model)
+    with _evaluating(model):
+        _, seen = _record_class_stage(model, reference)
+        return torch.stack([seen["o", i][:, 0].mean(0) for i in range(len(model.blocks_token_only))])
+
+
+def _without_head(blk: nn.Module, head: int, fill: torch.Tensor | None, heads: int) -> dict[str, torch.Tensor]:
+    """attn.proj's weight and bias with head `head`'s input columns taken out: a constant input `fill`
+    [dh] (None: zero) for that head becomes a bias term, so the block runs unchanged otherwise."""
+    proj = blk.attn.proj
+    width = proj.weight.shape[1] // heads
+    cols = slice(head * width, (head + 1) * width)
+    weight = proj.weight.clone()
+    weight[:, cols] = 0
+    bias = proj.bias if fill is None else proj.bias + proj.weight[:, cols] @ fill
+    return {"attn.proj.weight": weight, "attn.proj.bias": bias}
+
+
+def _fills(model: nn.Module, reference: torch.Tensor | None) -> torch.Tensor | None:
+    """Per CA layer and head the replacement of its output [L, heads, dh] (None: zero ablation)."""
+    if reference is None:
+        return None
+    return mean_head_outputs(model, reference).view(len(model.blocks_token_only), model.cfg.num_heads, -1)
+
+
+def _ablated_logits(model: nn.Module, states: _ClassStage, layer: int, head: int, fills: torch.Tensor | None):
+    blk = model.blocks_token_only[layer]
+    fill = None if fills is None else fills[layer, head]
+    params = _without_head(blk, head, fill, model.cfg.num_heads)
+    cls = functional_call(blk, params, (states.tokens, states.cls_inputs[layer]))
+    return model.forward_head(model.forward_class_attention(states.tokens, start=layer + 1, cls=cls))
+
+
+def head_ablation(
+    model: nn.Module, x: torch.Tensor, *, layer: int, head: int, reference: torch.Tensor | None = None
+) -> HeadAblation:
+    """Logits with CA layer `layer`'s head `head` removed: its output set to zero, or with a reference
+    batch of images to its mean output over them (mean ablation). The SA stage runs once."""
+    _check_input(model, x)
+    _check_class_stage(model)
+    heads = model.cfg.num_heads
+    if not (0 <= layer < len(model.blocks_token_only) and 0 <= head < heads):
+        raise ValueError(f"no CA head ({layer}, {head}): {len(model.blocks_token_only)} layers of {heads} heads")
+    fills = _fills(model, reference)
+    with _evaluating(model):
+        states = _class_stage(model, model.forward_self_attention(x))
+        after = _ablated_logits(model, states, layer, head, fills)
+    return HeadAblation(layer=layer, head=head, before=states.logits, after=after)
+
+
+def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits [B, L, heads, K] with each CA head removed in turn (as `head_ablation`), the SA stage run once."""
+    _check_input(model, x)
+    _check_class_stage(model)
+    fills = _fills(model, reference)
+    with _evaluating(model):
+        states = _class_stage(model, model.forward_self_attention(x))
+        rows = [
+            torch.stack([_ablated_logits(model, states, i, h, fills) for h in range(model.cfg.num_heads)], dim=1)
+            for i in range(len(model.blocks_token_only))
+        ]
+    return torch.stack(rows, dim=1)
+
+
+def block_gamma_mean_abs(model: nn.Module) -> torch.Tensor:
+    """Mean |gamma| of every block [SA depth + CA depth] in model order, over the entries of both its
+    gamma_1 and gamma_2 (LayerScale's own say on how much a block's branches write)."""
+    ls = model.layerscale()
+    return torch.cat(
+        [torch.cat((ls[f"{s}_gamma_1"], ls[f"{s}_gamma_2"]), dim=1).abs().mean(dim=1) for s in ("sa", "ca")]
+    )

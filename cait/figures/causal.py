@@ -1,0 +1,96 @@
+"""Figures of what matters for a prediction (`cait.explain.causal`), as plotly for the app and HTML files
+and as matplotlib for PNG files: the knockout profile over depth beside mean |gamma| on a second axis,
+and each class-attention head's direct logit attribution."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .layerscale import STAGE_COLOUR, block_position, block_ticks
+
+GAMMA_COLOUR = "#2ca02c"
+
+
+def _positions(depth: int, ca_depth: int) -> tuple[list[int], list[str]]:
+    stages = ["sa"] * depth + ["ca"] * ca_depth
+    pos = [block_position("sa", i, depth) for i in range(depth)] + [
+        block_position("ca", i, depth) for i in range(ca_depth)
+    ]
+    return pos, [STAGE_COLOUR[s] for s in stages]
+
+
+def knockout_plotly(
+    delta: Sequence[float],
+    gamma: Sequence[float],
+    *,
+    depth: int,
+    ca_depth: int,
+    error: Sequence[float] | None = None,
+    title: str = "Knockout profile: change of the logit with a block's gammas set to 0",
+):
+    """Bars: the logit change per block (model order, SA then CA); markers on a second, log y axis: the
+    block's mean |gamma|. `error`: half-widths drawn as error bars (e.g. a 95% interval of the mean)."""
+    from plotly.subplots import make_subplots
+
+    pos, colours = _positions(depth, ca_depth)
+    ticks, labels = block_ticks(depth, ca_depth)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_bar(
+        x=pos,
+        y=list(delta),
+        marker_color=colours,
+        name="logit change when knocked out",
+        error_y=None if error is None else dict(type="data", array=list(error), visible=True),
+        hovertext=labels,
+    )
+    fig.add_scatter(
+        x=pos,
+        y=list(gamma),
+        mode="lines+markers",
+        line=dict(color=GAMMA_COLOUR, dash="dot"),
+        name="mean |gamma| (right axis)",
+        hovertext=labels,
+        secondary_y=True,
+    )
+    fig.update_xaxes(tickvals=ticks, ticktext=labels, title_text="block")
+    fig.update_yaxes(title_text="logit change", secondary_y=False)
+    fig.update_yaxes(title_text="mean |gamma|", type="log", secondary_y=True)
+    fig.update_layout(title=title, template="plotly_white", height=380, legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def knockout_matplotlib(ax, delta, gamma, *, depth: int, ca_depth: int, error=None) -> None:
+    """The same figure on a matplotlib axis (a twin axis for |gamma|)."""
+    pos, colours = _positions(depth, ca_depth)
+    ticks, labels = block_ticks(depth, ca_depth)
+    ax.bar(pos, list(delta), color=colours, yerr=None if error is None else list(error), capsize=2)
+    ax.axhline(0, color="#444", lw=0.6)
+    ax.set_xticks(ticks, labels, fontsize=7)
+    ax.set_ylabel("logit change when knocked out")
+    twin = ax.twinx()
+    twin.plot(pos, list(gamma), ":o", color=GAMMA_COLOUR, ms=4, label="mean |gamma|")
+    twin.set_yscale("log")
+    twin.set_ylabel("mean |gamma|", color=GAMMA_COLOUR)
+
+
+def head_attribution_plotly(heads, *, title: str = "Direct logit attribution per class-attention head"):
+    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for layer, row in enumerate(heads):
+        fig.add_bar(
+            x=[f"head {h + 1}" for h in range(len(row))],
+            y=[float(v) for v in row],
+            name=f"CA{layer + 1}",
+            customdata=[[layer, h] for h in range(len(row))],
+        )
+    fig.update_layout(
+        title=title,
+        barmode="group",
+        template="plotly_white",
+        height=340,
+        yaxis_title="write to the logit",
+        legend=dict(orientation="h", y=-0.2),
+    )
+    return fig

@@ -1,0 +1,117 @@
+"""The Causal tab's plain functions (app.causal_view), without a server: its numbers are cait.explain's,
+its figures show them, and a head's ablation moves the top-5 as the model with that head zeroed does."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import randomise_
+
+import cait
+from app import causal_view
+from cait.data import read_examples
+from cait.preprocess import class_names
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    model = randomise_(cait.create_model("cait_pico_32", depth=3)).eval()
+    paths = [str(e.path) for e in read_examples()[:4]]
+    batch = causal_view.reference_batch(paths, model.cfg)
+    return model, batch[:1], batch
+
+
+def test_view_adds_up_and_matches_the_model(setup):
+    model, x, _ = setup
+    logits = model(x)[0]
+    target = int(logits.argmin())  # any class, not only the top one
+    view = causal_view.compute(model, x, target)
+    cfg = model.cfg
+    assert view.heads.shape == (cfg.depth_token_only, cfg.num_heads)
+    assert view.patches.shape == (cfg.depth_token_only, cfg.num_heads, cfg.grid_size, cfg.grid_size)
+    assert view.logit == pytest.approx(logits[target].item(), abs=1e-5)
+    assert view.heads.sum() + view.rest == pytest.approx(view.logit, abs=1e-4)
+    assert len(view.knockout) == len(view.gamma) == cfg.depth + cfg.depth_token_only
+    bars = causal_view.head_figure(view, "x")
+    for layer, trace in enumerate(bars.data):
+        assert list(trace.y) == pytest.approx(view.heads[layer].tolist())
+    ko = causal_view.knockout_figure(view, cfg)
+    assert list(ko.data[0].y) == pytest.approx(view.knockout.tolist())
+    assert list(ko.data[1].y) == pytest.approx(view.gamma.tolist()) and ko.data[1].yaxis == "y2"
+    maps = causal_view.maps_figure(view, torch.rand(cfg.grid_size, cfg.grid_size).numpy(), 1, 0)
+    assert (maps.data[1].z == view.patches[1, 0]).all()
+
+
+def test_numbers_are_json_and_hold_every_heads_ablation(setup):
+    model, x, _ = setup
+    view = causal_view.compute(model, x, 3)
+    data = json.loads(json.dumps(causal_view.numbers(model, x, view)))
+    assert [(b["stage"], b["index"]) for b in data["blocks"]][-1] == ("ca", model.cfg.depth_token_only)
+    width = model.cfg.embed_dim // model.cfg.num_heads
+    twin = cait.create_model("cait_pico_32", depth=3)
+    twin.load_state_dict(model.state_dict())
+    twin.eval()
+
+    def zero_head(module, args):  # CA2 head 1's slice of attn.proj's input
+        o = args[0].clone()
+        o[..., :width] = 0
+        return (o,)
+
+    twin.blocks_token_only[1].attn.proj.register_forward_pre_hook(zero_head)
+    after = twin(x)[0]
+    assert data["head_ablation_zero"]["delta_logit"][1][0] == pytest.approx(
+        (after[3] - model(x)[0, 3]).item(), abs=1e-5
+    )
+    assert data["head_ablation_zero"]["top1"][1][0] == int(after.argmax())
+
+
+def test_ablation_top5_before_and_after(setup):
+    model, x, reference = setup
+    labels = tuple(class_names(model.cfg))
+    zero = causal_view.ablation(model, x, layer=0, head=1, labels=labels)
+    probs = model(x)[0].softmax(-1)
+    assert [p["index"] for p in zero["before"]] == probs.topk(5).indices.tolist()
+    assert len(zero["after"]) == 5 and zero["after"] != zero["before"]
+    mean = causal_view.ablation(model, x, layer=0, head=1, labels=labels, reference=reference)
+    assert mean["before"] == zero["before"] and mean["after"] != zero["after"]
+    page = causal_view.top5_html(zero, 0, 1)
+    assert "without CA1 head 2" in page and page.count("<tr>") == 6
+
+
+# ------------------------------------------------------------------------------ wired into the page
+
+
+@pytest.fixture(scope="module")
+def handlers():
+    from app import layout
+    from app.handlers import Handlers, layerscale_figure
+    from app.models import ModelCache, ModelChoice, load_model
+
+    cache = ModelCache(lambda c: load_model(c, torch.device("cpu")), max_bytes=2**30)
+    first = cache.get(ModelChoice("cait_pico_32"))
+    _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
+    return Handlers(page, cache, first.choice)
+
+
+def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
+    from app import session
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    out = handlers.details(loaded.choice, a, "inferno", 0.5, "per tile", "smooth", 1.0, 2, 2)
+    view = out[p.cz_state]
+    assert view.target == a.top_class and out[p.cz_head] == 0
+    data = json.loads(open(out[p.json_file]).read())["causal"]
+    assert data["target"] == a.top_class and np.allclose(data["heads"], view.heads)
+    assert all(out[c] is not None for c in (p.cz_heads_plot, p.cz_maps, p.cz_top5, p.cz_knockout))
+    other = handlers.causal_class(loaded.choice, a, (a.top_class + 1) % 10, 3, causal_view.ABLATIONS[0])
+    assert other[p.cz_state].target == (a.top_class + 1) % 10
+    heads = loaded.cfg.num_heads
+    picked = handlers.causal_head(loaded.choice, a, view, heads + 1, causal_view.ABLATIONS[1])  # CA2 head 2
+    assert "without CA2 head 2" in picked[p.cz_top5] and set(picked) == {p.cz_maps, p.cz_top5}
+    cleared = handlers.cleared(tuple(handlers.page.ca_props.value))
+    assert all(cleared[c] is None for c in p.causal_results)
