@@ -42,7 +42,7 @@ from .corruptions import CORRUPTIONS
 from .data import SCENE_STYLES, DataError, build_dataset
 from .factory import create_model
 from .flags import add_device_flag, add_model_flags, add_precision_flag
-from .metrics import as_dict, per_class_top1
+from .metrics import as_dict, per_class_top1, top1_from_counts
 from .model import CaiT
 from .preprocess import EvalImages
 from .runtime import DeviceError, autocast, inference_dtype, resolve_device
@@ -117,6 +117,25 @@ class _Tally:
         ]
 
 
+def _localize(tally: _Tally, model: CaiT, x, y, boxes, box_area, ca, groups, *, shared: torch.Tensor | None) -> None:
+    """Add one batch to the localization tally: chance (`box_area`, the box's share of the image), every CA head
+    and their mean, and each group of methods on its first `todo` images. Work shared between methods is done
+    once (saliency_maps); the CA head means reuse the classification pass's maps (`shared`) when that pass ran
+    in fp32, as the methods do."""
+    img_size = model.cfg.img_size
+    tally.hits["chance"] += box_area.sum().item()
+    tally.mass["chance"] += box_area.sum().item()
+    tally.count["chance"] += len(y)
+    for layer, h in itertools.product(range(ca.maps.shape[1]), range(ca.maps.shape[2])):
+        tally.add(head_row(layer, h), ca.maps[:, layer, h], boxes, img_size)
+    tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
+    for group, todo in groups:
+        if group and todo > 0:
+            maps = None if shared is None else shared[:todo]
+            for name, heat in explain.saliency_maps(model, x[:todo], y[:todo], group, class_attention_maps=maps):
+                tally.add(name, heat.cpu(), boxes[:todo], img_size)
+
+
 def evaluate(
     model: nn.Module,
     data: Dataset,
@@ -158,30 +177,16 @@ def evaluate(
             correct.append(predicted == truth)
             labels.append(truth)
         if ds.boxes is not None and explained:
+            todo = {"cheap": (cheap, len(y)), "costly": (costly, min(len(y), attribution_subset - seen))}
             box_area = width * height / img_size**2
-            tally.hits["chance"] += box_area.sum().item()
-            tally.mass["chance"] += box_area.sum().item()
-            tally.count["chance"] += len(y)
-            for layer, h in itertools.product(range(ca.maps.shape[1]), range(ca.maps.shape[2])):
-                tally.add(head_row(layer, h), ca.maps[:, layer, h], boxes, img_size)
-            tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
-            # work shared between methods is done once (saliency_maps); the CA head means are read from the
-            # classification pass's maps when that pass ran in fp32, as the methods do
-            shared = ca.maps if dtype is None else None
-            for group, todo in ((cheap, len(y)), (costly, min(len(y), attribution_subset - seen))):
-                if group and todo > 0:
-                    maps = None if shared is None else shared[:todo]
-                    for name, heat in explain.saliency_maps(
-                        model, x[:todo], y[:todo], group, class_attention_maps=maps
-                    ):
-                        tally.add(name, heat.cpu(), boxes[:todo], img_size)
+            _localize(tally, model, x, y, boxes, box_area, ca, todo.values(), shared=ca.maps if dtype is None else None)
         seen += len(y)
     names = [str(c) for c in getattr(data, "classes", range(classes))]
     per_class = as_dict(confusion.diag() / confusion.sum(1), names)
     by_side = accuracy_by_box_side(torch.cat(sides), torch.cat(correct), torch.cat(labels), names) if sides else []
     return {
         "images": seen,
-        "top1": confusion.diag().sum().item() / max(seen, 1),
+        "top1": top1_from_counts(confusion.diag().sum().item(), seen),
         "per_class_top1": per_class,
         "top1_by_box_side": by_side,
         "confusion": confusion.tolist(),
@@ -226,10 +231,7 @@ def load_model(name: str | None, checkpoint: str | None, *, img_size: int | None
     return create_model(name, checkpoint, pretrained=checkpoint is None, **size)
 
 
-def main(argv: list[str] | None = None) -> int:
-    # cait.robustness builds on evaluate() above, so the command line imports it here, not at the top
-    from .robustness import POINTING_ROWS, corruption_section, format_sweep, parse_corruptions
-
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m cait.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -313,13 +315,21 @@ def main(argv: list[str] | None = None) -> int:
         "measures faster than fp32 here; gradient methods always run in fp32",
     )
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
+    return p
+
+
+def _checked_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, list]:
+    """The parsed flags and the (corruption, severity) pairs asked for; a bad combination exits 2 in one line."""
+    from .robustness import POINTING_ROWS, parse_corruptions
+
     args = p.parse_args(argv)
-    if args.methods:
-        unknown = {m for m in args.methods if m not in explain.METHODS}  # `in` accepts the earlier names too
-        if unknown:
-            p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
+    unknown = {m for m in args.methods or () if m not in explain.METHODS}
+    if unknown:
+        p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     if args.batch_size <= 0:
         p.error("--batch-size must be positive")
+    if args.img_size is not None and args.img_size <= 0:
+        p.error("--img-size must be positive")
     try:
         pairs = parse_corruptions(args.corruption or [])
     except ValueError as e:
@@ -328,28 +338,40 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--baseline needs --corruption")
     if pairs and not args.methods:
         args.methods = list(POINTING_ROWS)
-    if args.img_size is not None and args.img_size <= 0:
-        p.error("--img-size must be positive")
+    return args, pairs
+
+
+def _model_and_data(args: argparse.Namespace) -> tuple[nn.Module, Dataset]:
+    model = load_model(args.model, args.checkpoint, img_size=args.img_size)
+    if args.methods and not isinstance(model, CaiT):
+        raise ValueError(
+            f"{args.checkpoint} holds a CNN ({model.cfg.arch}): it has no class attention, so "
+            f"--methods does not apply (it is scored on top-1 and per class)"
+        )
+    data = build_dataset(  # scenes: read from the disk cache
+        args.data,
+        "val",
+        seed=args.scene_seed,
+        subset=args.subset,
+        cache=True,
+        style=args.scene_style,
+        pixel_noise=args.pixel_noise,
+    )
+    return model, data
+
+
+def main(argv: list[str] | None = None) -> int:
+    # cait.robustness builds on evaluate() above, so the command line imports it here, not at the top
+    from .robustness import corruption_section, format_sweep
+
+    p = build_parser()
+    args, pairs = _checked_args(p, argv)
     try:
         device = resolve_device(args.device)
     except DeviceError as e:
         p.error(str(e))
     try:
-        model = load_model(args.model, args.checkpoint, img_size=args.img_size)
-        if args.methods and not isinstance(model, CaiT):
-            raise ValueError(
-                f"{args.checkpoint} holds a CNN ({model.cfg.arch}): it has no class attention, so "
-                f"--methods does not apply (it is scored on top-1 and per class)"
-            )
-        data = build_dataset(  # scenes: read from the disk cache
-            args.data,
-            "val",
-            seed=args.scene_seed,
-            subset=args.subset,
-            cache=True,
-            style=args.scene_style,
-            pixel_noise=args.pixel_noise,
-        )
+        model, data = _model_and_data(args)
     except (CheckpointError, DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
