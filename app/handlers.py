@@ -126,13 +126,13 @@ class Handlers:
 
     def rerender_ca(self, a, cmap, alpha, scale, view, keep, selected, shown) -> dict:
         if a is None:
-            return {}
+            return gr.skip()
         return self.ca_outputs(a, (cmap, alpha, scale, view, keep), selected, shown)
 
     def enlarge(self, layer: int):
         def handler(a, cmap, alpha, scale, view, keep, evt: gr.SelectData) -> dict:
             if a is None:
-                return {}
+                return gr.skip()
             selected = (layer, int(evt.index))
             return {
                 self.page.ca_big: self._big(a, (cmap, alpha, scale, view, keep), selected),
@@ -182,7 +182,7 @@ class Handlers:
     def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the talking-heads tab."""
         if a is None or a.choice != choice:
-            return {}
+            return gr.skip()
         p, loaded = self.page, self.cache.get(choice)
         data = session.numbers(loaded, a)
         data["layerscale"] = explain.layerscale_stats(loaded.model)
@@ -290,7 +290,7 @@ class Handlers:
 
     def talking(self, choice, a, layer, row, col) -> dict:
         if a is None or a.choice != choice:
-            return {}
+            return gr.skip()
         loaded = self.cache.get(choice)
         a = session.with_sa_layer(loaded, a, int(layer) - 1)
         return {self.page.analysis: a, **self.talking_outputs(loaded, a, row, col)}
@@ -298,7 +298,7 @@ class Handlers:
     def pick_query(self, choice, a, layer, evt: gr.SelectData) -> dict:
         """A click on the patch-grid image: that patch becomes the query (the sliders follow)."""
         if a is None or a.choice != choice:
-            return {}
+            return gr.skip()
         g = self.cache.get(choice).cfg.grid_size
         x, y = evt.index  # pixels of the picker image
         row, col = (min(int(v * g / figures.PICKER_SIDE), g - 1) + 1 for v in (y, x))

@@ -303,7 +303,7 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
                 _saliency_tab(parts)
             with gr.Tab("LayerScale", id="layerscale"):
                 parts["ls_plot"] = gr.Plot(value=ls_figure, label="LayerScale per depth", elem_id="ls_plot")
-                parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio (needs an image)", elem_id="ratio_plot")
+                parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio of the analysed image", elem_id="ratio_plot")
             with gr.Tab("Talking heads", id="talking"):
                 _talking_heads_tab(first, parts)
             with gr.Tab("Model", id="model"):
@@ -317,9 +317,17 @@ CSS = """
     height: auto !important; min-height: 0 !important; max-height: none !important; overflow: visible !important; }
 /* small inputs (a 64 px scene) are shown enlarged with crisp pixels, as the model sees them */
 #image_in img, #examples img, #ca_big img { image-rendering: pixelated; }
-/* captions wrap instead of being cut ("CA1 he...") when tiles are narrow (16 heads at 1280 px) */
-.ca-grid .caption-label, .no-scroll .caption-label { white-space: normal !important; overflow: visible !important;
-    text-overflow: clip !important; max-width: 100% !important; }
+/* captions go under their tile, never over the map, and wrap instead of being cut ("CA1 he...") when tiles
+   are narrow (16 heads at 1280 px): the tile is a column of its square image and its caption */
+.ca-grid .thumbnail-item, .no-scroll .thumbnail-item, #examples .thumbnail-item {
+    aspect-ratio: auto !important; height: auto !important; display: flex !important; flex-direction: column;
+    justify-content: flex-start; }
+.ca-grid .thumbnail-item > img, .no-scroll .thumbnail-item > img, #examples .thumbnail-item > img {
+    aspect-ratio: 1 / 1; height: auto !important; flex: none; }
+.ca-grid .caption-label, .no-scroll .caption-label, #examples .caption-label {
+    position: static !important; white-space: normal !important; overflow: visible !important;
+    text-overflow: clip !important; max-width: 100% !important; border: none !important; border-radius: 0 !important;
+    opacity: 1 !important; line-height: 1.25; }
 #image_in img { width: 100%; height: 100%; object-fit: contain; }
 /* the gallery's label sits above the first row of examples, not on it */
 #examples .grid-wrap { padding-top: 1.8rem; }

@@ -91,6 +91,7 @@ def model_markdown(loaded: LoadedModel) -> str:
         ("variant", loaded.name),
         ("weights", loaded.source),
         ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
+        *([("precision", loaded.precision_reason)] if loaded.precision_reason else []),
         ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
         ("FLOPs (multiply-accumulates)", f"{loaded.model.flops() / 1e9:.3f} G"),
         (

@@ -85,9 +85,15 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         **model_events,
     )
     talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
+    # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);
+    # not change, which a programmatic value (a click on the patch grid, a new model) would also fire
     for slider in (p.th_layer, p.th_row, p.th_col):
-        slider.release(
-            on_torch(h.talking), [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col], talking_outputs, **model_events
+        slider.input(
+            on_torch(h.talking),
+            [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
+            talking_outputs,
+            trigger_mode="always_last",
+            **model_events,
         )
     p.th_pick.select(
         on_torch(h.pick_query),
@@ -127,7 +133,10 @@ def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block:
         max_file_size=layout.MAX_UPLOAD,
         ssr_mode=False,
         show_error=True,
-        prevent_thread_lock=not block,
+        prevent_thread_lock=True,
         allowed_paths=served_paths(),
-        quiet=True,
+        quiet=True,  # Gradio's own banner names a share link we never make; ours is one line
     )
+    print(f"cait-lens app on {demo.local_url} (Ctrl+C to stop)", flush=True)
+    if block:
+        demo.block_thread()
