@@ -15,7 +15,7 @@ from gradio.data_classes import FileData
 import cait
 from app import figures, session, texts, torch_thread
 from app.images import ImageInputError
-from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, talking_columns
+from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, region_choices, talking_columns
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
@@ -49,6 +49,12 @@ def _payload_path(payload: Any) -> str | None:
 def _colour_bar(cmap: str, scale: str):
     shared = scale == SCALES[1]
     return colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
+
+
+def _map_of(name: str) -> tuple[int, int | None]:
+    """'CA2 head 3' -> (1, 2), 'CA1 mean' -> (0, None): the inverse of `cait.figures.attention.head_name`."""
+    layer, what = name.split(" ", 1)
+    return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
 
 
 def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[str, Any]:
@@ -156,6 +162,7 @@ class Handlers:
             p.json_file: None,
             p.ca_big: None,
             p.colour_bar: None,
+            p.sal_msg: "",
             p.sal_gallery: None,
             p.sal_region: None,
             p.sal_table: None,
@@ -179,7 +186,7 @@ class Handlers:
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
-    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col) -> dict:
+    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col, region_of) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the talking-heads tab."""
         if a is None or a.choice != choice:
             return gr.skip()
@@ -199,6 +206,7 @@ class Handlers:
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
+        out.update(self.region(a, region_of, keep))
         return out
 
     def _analyse_path(
@@ -234,10 +242,10 @@ class Handlers:
         the wait is told by real progress rather than by a guess from earlier runs."""
         p = self.page
         if a is None or a.choice != choice:
-            yield {p.status: "Analyse an image first (pick an example or upload one)."}
+            yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
             return
         if not methods:
-            yield {p.sal_table: None, p.sal_gallery: None, p.status: "Tick at least one saliency method."}
+            yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
             return
         loaded = self.cache.get(choice)
         methods = [m for m in explain.METHODS if m in methods]  # the menu's order, whatever the ticking order
@@ -245,7 +253,7 @@ class Handlers:
         name = loaded.labels[target]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
         rows, tiles = [], []
-        yield self._saliency_progress(name, methods, rows, tiles)
+        yield {p.sal_msg: "", **self._saliency_progress(name, methods, rows, tiles)}
         for row in session.saliency_rows(
             loaded, a, target=target, methods=methods, options=explain.MethodOptions(ig_steps=int(steps))
         ):
@@ -258,8 +266,19 @@ class Handlers:
                 )
             )
             yield self._saliency_progress(name, methods, rows, tiles)
-        mask, box = session.regions_of_focus(loaded, a)
-        yield {p.sal_region: figures.region_image(a.view, mask, box, loaded.cfg.img_size)}
+
+    def region(self, a, source: str | None, keep: float) -> dict:
+        """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as
+        `layout.region_choices` names them), keeping the class-attention tab's share of its mass."""
+        if a is None or not source:
+            return {self.page.sal_region: None}
+        layer, head = _map_of(source)
+        if layer >= a.ca_maps.shape[0] or (head is not None and head >= a.ca_maps.shape[1]):
+            return {self.page.sal_region: None}  # a choice of the model before: the new one comes with it
+        img_size = a.x.shape[-1]
+        mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(keep), img_size=img_size)
+        label = f"Regions of focus: {source}, {float(keep):.0%} of its attention mass"
+        return {self.page.sal_region: gr.Image(value=figures.region_image(a.view, mask, box, img_size), label=label)}
 
     def _saliency_progress(self, name: str, methods: list[str], rows: list, tiles: list) -> dict:
         done = len(rows)
@@ -320,6 +339,7 @@ class Handlers:
             p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
             p.th_col: gr.Slider(maximum=g, value=g // 2 + 1),
             p.sal_class: gr.Dropdown(choices=[], value=None),
+            p.region_of: gr.Dropdown(choices=region_choices(cfg), value=region_choices(cfg)[0]),
             p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)),
             p.variant: loaded.choice.name,
         }

@@ -13,6 +13,7 @@ from app import figures, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
+from cait.figures.attention import head_name
 
 MAX_UPLOAD_MB = 20  # larger uploads are refused by the server before any handler runs
 MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
@@ -61,7 +62,9 @@ class Page:
     ig_steps: gr.Slider
     sal_methods: gr.CheckboxGroup
     sal_run: gr.Button
+    sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
+    region_of: gr.Dropdown
     sal_region: gr.Image
     sal_table: gr.Dataframe
     ls_plot: gr.Plot
@@ -95,6 +98,7 @@ class Page:
             self.json_file,
             self.ca_big,
             self.colour_bar,
+            self.sal_msg,
             self.sal_gallery,
             self.sal_region,
             self.sal_table,
@@ -188,7 +192,7 @@ def _class_attention_tab(parts: dict) -> None:
     parts["ca_big"] = gr.Plot(label="Selected tile (click one)", elem_id="ca_big")
 
 
-def _saliency_tab(parts: dict) -> None:
+def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     gr.Markdown(
         "Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
         "insertion AUC (higher = more faithful). Only the ticked methods run."
@@ -207,17 +211,22 @@ def _saliency_tab(parts: dict) -> None:
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
     parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
+    parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed
     parts["sal_gallery"] = gr.Gallery(
         label="Maps", columns=4, allow_preview=True, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
     )
     with gr.Row():
-        parts["sal_region"] = gr.Image(
-            label="Regions of focus (CA layer 1 head mean, half the attention mass)",
-            type="pil",
-            interactive=False,
-            height=300,
-            elem_id="sal_region",
-        )
+        with gr.Column():
+            parts["region_of"] = gr.Dropdown(
+                region_choices(first.cfg),
+                value=region_choices(first.cfg)[0],
+                label="Regions of focus of",
+                info="the share of attention mass kept is the Class attention tab's slider",
+                elem_id="region_of",
+            )
+            parts["sal_region"] = gr.Image(
+                label="Regions of focus", type="pil", interactive=False, height=300, elem_id="sal_region"
+            )
         parts["sal_table"] = gr.Dataframe(
             headers=["method", "deletion AUC", "insertion AUC", "seconds"],
             label="Scores (seconds: the map and its deletion/insertion scoring)",
@@ -255,6 +264,11 @@ def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
         elem_classes=["no-scroll"],
     )
     parts["th_plot"] = gr.Plot(label="Mixing matrices", elem_id="th_plot")
+
+
+def region_choices(cfg: cait.CaiTConfig) -> list[str]:
+    """The class-attention maps a region of focus can be drawn from: each CA layer's mean, then its heads."""
+    return [head_name(layer, head) for layer in range(cfg.depth_token_only) for head in (None, *range(cfg.num_heads))]
 
 
 def talking_columns(cfg: cait.CaiTConfig) -> int:
@@ -300,7 +314,7 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
             with gr.Tab("Class attention", id="ca"):
                 _class_attention_tab(parts)
             with gr.Tab("Saliency", id="saliency"):
-                _saliency_tab(parts)
+                _saliency_tab(first, parts)
             with gr.Tab("LayerScale", id="layerscale"):
                 parts["ls_plot"] = gr.Plot(value=ls_figure, label="LayerScale per depth", elem_id="ls_plot")
                 parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio of the analysed image", elem_id="ratio_plot")
@@ -328,6 +342,8 @@ CSS = """
     position: static !important; white-space: normal !important; overflow: visible !important;
     text-overflow: clip !important; max-width: 100% !important; border: none !important; border-radius: 0 !important;
     opacity: 1 !important; line-height: 1.25; }
+/* saliency tiles at most a quarter of the page wide, however few are ticked (one was 1196 px) */
+#sal_gallery .grid-container { grid-template-columns: repeat(4, minmax(0, 1fr)) !important; }
 #image_in img { width: 100%; height: 100%; object-fit: contain; }
 /* the gallery's label sits above the first row of examples, not on it */
 #examples .grid-wrap { padding-top: 1.8rem; }
@@ -351,5 +367,6 @@ __all__ = [
     "SCALES",
     "VIEWS",
     "build_page",
+    "region_choices",
     "talking_columns",
 ]

@@ -158,9 +158,13 @@ def saliency_rows(
         start = time.perf_counter()
 
 
-def regions_of_focus(loaded: LoadedModel, a: Analysis) -> tuple[torch.Tensor, tuple[float, float, float, float]]:
-    """The paper's Fig. 7 region of CA layer 1 (head mean): patch mask [g, g] and its box in input pixels."""
-    mask, boxes = explain.regions_of_focus(torch.from_numpy(a.ca_maps[0].mean(0))[None], img_size=loaded.cfg.img_size)
+def regions_of_focus(
+    a: Analysis, *, layer: int, head: int | None, share: float, img_size: int
+) -> tuple[torch.Tensor, tuple[float, float, float, float]]:
+    """The paper's Fig. 7 region of one class-attention map (CA `layer`, `head` or None for the head mean,
+    0-based) holding `share` of its mass: patch mask [g, g] and its box in input pixels."""
+    heat = a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head]
+    mask, boxes = explain.regions_of_focus(torch.from_numpy(heat)[None], float(share), img_size=img_size)
     return mask[0], tuple(boxes[0].tolist())
 
 

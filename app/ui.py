@@ -52,8 +52,8 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
     details = dict(
         fn=on_torch(h.details),
-        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
-        outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class],
+        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col, p.region_of],
+        outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class, p.sal_region],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **model_events,
@@ -80,10 +80,15 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     p.sal_run.click(
         on_torch(h.saliency, batched=True),
         [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
-        [p.sal_gallery, p.sal_region, p.sal_table, p.status],
+        [p.sal_gallery, p.sal_table, p.sal_msg],
         show_progress_on=[p.sal_gallery],
         **model_events,
     )
+    region = torch_thread.handler(h.region)
+    for control in (p.region_of, p.keep):
+        control.change(
+            region, [p.analysis, p.region_of, p.keep], p.sal_region, trigger_mode="always_last", **model_events
+        )
     talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
     # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);
     # not change, which a programmatic value (a click on the patch grid, a new model) would also fire
