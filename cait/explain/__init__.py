@@ -20,6 +20,7 @@ from .attention import (
     talking_heads,
 )
 from .attribution import CAPTUM_METHODS, Attribution, MethodOptions, attribution, patch_sum
+from .head_stats import attention_entropy, mean_attention_distance, mean_attention_distances, patch_distances
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
 from .methods import METHODS, Method, saliency_map, saliency_maps
@@ -35,6 +36,7 @@ __all__ = [
     "MethodOptions",
     "ROLLOUT_STAGES",
     "TalkingHeads",
+    "attention_entropy",
     "attribution",
     "class_attention",
     "class_specific_attention",
@@ -44,9 +46,12 @@ __all__ = [
     "layerscale_stats_from_metrics",
     "mask_to_boxes",
     "mass_in_box",
+    "mean_attention_distance",
+    "mean_attention_distances",
     "mixing_matrices",
     "overlay",
     "overlays",
+    "patch_distances",
     "patch_sum",
     "pointing_game",
     "regions_of_focus",
