@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
+import numpy as np
 from gradio.data_classes import FileData
 
 import cait
@@ -161,6 +162,7 @@ class Handlers:
             p.grid_file: None,
             p.json_file: None,
             p.ca_big: None,
+            p.head_stats: None,
             p.colour_bar: None,
             p.sal_msg: "",
             p.sal_gallery: None,
@@ -203,6 +205,11 @@ class Handlers:
             p.json_file: str(json_path),
             p.grid_file: sheet,
             p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
+            p.head_stats: figures.head_stats_figure(
+                np.array(data["class_attention"]["entropy"]),
+                np.array(data["self_attention"]["mean_distance"]),
+                patches=loaded.cfg.grid_size**2,
+            ),
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
         out.update(self.talking_outputs(loaded, a, th_row, th_col))

@@ -58,6 +58,7 @@ class Page:
     ca_galleries: list[gr.Gallery]
     colour_bar: gr.Image
     ca_big: gr.Plot
+    head_stats: gr.Plot
     sal_class: gr.Dropdown
     ig_steps: gr.Slider
     sal_methods: gr.CheckboxGroup
@@ -97,6 +98,7 @@ class Page:
             self.grid_file,
             self.json_file,
             self.ca_big,
+            self.head_stats,
             self.colour_bar,
             self.sal_msg,
             self.sal_gallery,
@@ -190,6 +192,7 @@ def _class_attention_tab(parts: dict) -> None:
         for i in range(MAX_CA_LAYERS)
     ]
     parts["ca_big"] = gr.Plot(label="Selected tile (click one)", elem_id="ca_big")
+    parts["head_stats"] = gr.Plot(label="Per-head statistics", elem_id="head_stats")
 
 
 def _saliency_tab(first: LoadedModel, parts: dict) -> None:

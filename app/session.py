@@ -42,6 +42,7 @@ class Analysis:
     stages: StageMaps  # the SA layer shown in the talking-heads tab
     notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
+    sa_distance: np.ndarray | None = None  # [SA layers, heads] mean attention distance (px), once computed
 
     @property
     def top_class(self) -> int:
@@ -86,6 +87,20 @@ def with_sa_layer(loaded: LoadedModel, a: Analysis, layer: int) -> Analysis:
     return a
 
 
+def ca_entropy(a: Analysis) -> np.ndarray:
+    """Entropy (nats) of each class-attention head's map over the patches: [CA layers, heads]."""
+    return explain.attention_entropy(torch.from_numpy(a.ca_maps)).numpy()
+
+
+def sa_distance(loaded: LoadedModel, a: Analysis) -> np.ndarray:
+    """Each SA head's mean attention distance in pixels after proj_w, [SA layers, heads]: computed on first
+    use (one more forward pass, so not in the first view) and kept in the analysis."""
+    if a.sa_distance is None:
+        with loaded.forward_only():
+            a.sa_distance = explain.mean_attention_distances(loaded.model, a.x.to(loaded.device))[0].cpu().numpy()
+    return a.sa_distance
+
+
 def top_predictions(probs: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
     order = np.argsort(-probs)[:k]
     return [{"index": int(i), "label": labels[i], "probability": float(probs[i])} for i in order]
@@ -113,6 +128,14 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
             "maps": a.ca_maps.tolist(),
             "mean": a.ca_maps.mean(1).tolist(),
             "self_share": a.self_share.tolist(),
+            "entropy": ca_entropy(a).tolist(),
+            "entropy_layout": "entropy[ca_layer][head]: nats over the patches (the map renormalised without the "
+            f"class token's share); uniform attention is ln(N) = {np.log(cfg.grid_size**2):.3f}",
+        },
+        "self_attention": {
+            "mean_distance": sa_distance(loaded, a).tolist(),
+            "layout": "mean_distance[sa_layer][head]: the ViT paper's mean attention distance in input pixels, "
+            "from the weights after proj_w (absolute values, renormalised per query patch)",
         },
         "residual_ratios": a.ratios,
     }

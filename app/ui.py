@@ -53,7 +53,10 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     details = dict(
         fn=on_torch(h.details),
         inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col, p.region_of],
-        outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class, p.sal_region],
+        outputs=[
+            *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
+            *(p.sal_class, p.sal_region),
+        ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **model_events,

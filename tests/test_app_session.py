@@ -175,6 +175,12 @@ def test_analysis_is_the_models_own_numbers(loaded):
     )
     data = json.loads(json.dumps(session.numbers(loaded, a)))  # JSON-able
     assert data["predictions"][0]["index"] == a.top_class and len(data["class_attention"]["maps"]) == 2
+    # the per-head statistics: the same numbers as cait.explain on the model's own maps
+    np.testing.assert_allclose(data["class_attention"]["entropy"], explain.attention_entropy(ca.maps[0]), rtol=1e-4)
+    distance = np.array(data["self_attention"]["mean_distance"])
+    assert distance.shape == (loaded.cfg.depth, loaded.cfg.num_heads)
+    with torch.inference_mode():
+        np.testing.assert_allclose(distance, explain.mean_attention_distances(loaded.model, x)[0], rtol=1e-4)
 
 
 def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
@@ -350,9 +356,32 @@ def test_saliency_shows_each_map_as_it_is_done(handlers):
     ]
     assert [len(s[p.sal_table] or []) for s in steps if p.sal_table in s] == [0, 1, 2]
     assert [row[0] for row in steps[2][p.sal_table]] == ["ca1_mean", "saliency"]  # the menu's order
-    assert p.sal_region in steps[-1]
+    assert p.status not in steps[0] and steps[0][p.sal_msg] == ""  # the top-1 line stays; an old message goes
     stale = list(handlers.saliency(ModelChoice("cait_nano_28"), a, 2, ["saliency"], 8, "inferno", 0.5, "smooth"))
-    assert list(stale[0]) == [p.status] and "Analyse an image first" in stale[0][p.status]
+    assert list(stale[0]) == [p.sal_msg] and "Analyse an image first" in stale[0][p.sal_msg]  # in the tab
+    none = list(handlers.saliency(loaded.choice, a, 2, [], 8, "inferno", 0.5, "smooth"))
+    assert list(none[0]) == [p.sal_msg] and "Tick at least one" in none[0][p.sal_msg]
+
+
+def test_the_region_of_focus_follows_the_chosen_map_and_share(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    sizes = {}
+    for source, share in (("CA1 mean", 0.5), ("CA1 mean", 0.9), ("CA2 head 1", 0.5)):
+        shown = handlers.region(a, source, share)[p.sal_region]
+        assert shown.label == f"Regions of focus: {source}, {share:.0%} of its attention mass"
+        layer, head = (0, None) if source == "CA1 mean" else (1, 0)
+        mask, _ = session.regions_of_focus(a, layer=layer, head=head, share=share, img_size=loaded.cfg.img_size)
+        want, _ = explain.regions_of_focus(
+            torch.from_numpy(a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head])[None],
+            share,
+            img_size=loaded.cfg.img_size,
+        )
+        assert torch.equal(mask, want[0])
+        sizes[(source, share)] = int(mask.sum())
+    assert sizes[("CA1 mean", 0.5)] <= sizes[("CA1 mean", 0.9)]
+    assert handlers.region(None, "CA1 mean", 0.5) == {p.sal_region: None}
 
 
 def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins):
