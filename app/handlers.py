@@ -176,6 +176,10 @@ class Handlers:
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
+    def emptied(self, shown: tuple, payload: Any) -> dict:
+        """The image box emptied (removed, refused as too large, a new model): the old results go too."""
+        return self.cleared(shown) if _payload_path(payload) is None else gr.skip()
+
     def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, shown: tuple, *, uploaded: bool) -> dict:
         """The first answer to a new image: predictions and the class-attention view, as soon as they are
         computed; what the other tabs and the downloads need follows in `details`."""
@@ -244,7 +248,7 @@ class Handlers:
 
     # ------------------------------------------------------------------------ saliency
 
-    def saliency(self, choice, a, target, methods, steps, cmap, alpha, view) -> Iterator[dict]:
+    def saliency(self, choice, a, target, methods, steps, cmap, alpha, view, score=True) -> Iterator[dict]:
         """The ticked methods' maps, shown one by one as each is done (the gallery label counts them), so
         the wait is told by real progress rather than by a guess from earlier runs."""
         p = self.page
@@ -262,16 +266,16 @@ class Handlers:
         rows, tiles = [], []
         yield {p.sal_msg: "", **self._saliency_progress(name, methods, rows, tiles)}
         for row in session.saliency_rows(
-            loaded, a, target=target, methods=methods, options=explain.MethodOptions(ig_steps=int(steps))
+            loaded,
+            a,
+            target=target,
+            methods=methods,
+            options=explain.MethodOptions(ig_steps=int(steps)),
+            score=bool(score),
         ):
             rows.append(row)
-            tiles.append(
-                (
-                    figures.saliency_tile(a.view, row.heat, **look),
-                    f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · "
-                    f"insertion AUC {row.insertion_auc:.3f}",
-                )
-            )
+            aucs = f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}" if score else ""
+            tiles.append((figures.saliency_tile(a.view, row.heat, **look), f"{row.method} for '{name}'{aucs}"))
             yield self._saliency_progress(name, methods, rows, tiles)
 
     def region(self, a, source: str | None, keep: float) -> dict:
@@ -290,7 +294,8 @@ class Handlers:
     def _saliency_progress(self, name: str, methods: list[str], rows: list, tiles: list) -> dict:
         done = len(rows)
         running = f"; computing {methods[done]} ({done + 1} of {len(methods)})" if done < len(methods) else ""
-        table = [[r.method, round(r.deletion_auc, 4), round(r.insertion_auc, 4), round(r.seconds, 2)] for r in rows]
+        auc = lambda v: None if np.isnan(v) else round(v, 4)  # not scored: an empty cell
+        table = [[r.method, auc(r.deletion_auc), auc(r.insertion_auc), round(r.seconds, 2)] for r in rows]
         return {
             self.page.sal_gallery: gr.Gallery(value=list(tiles) or None, label=f"Maps for class '{name}'{running}"),
             self.page.sal_table: table or None,
@@ -339,6 +344,7 @@ class Handlers:
             p.choice: loaded.choice,
             p.header: texts.header_markdown(loaded, hub.cached_variants()),
             p.model_md: texts.model_markdown(loaded),
+            p.card_md: texts.card_markdown(loaded) or "This model has no card.",
             p.examples: gr.Gallery(value=loaded.examples),
             p.image_in: None,
             p.ls_plot: layerscale_figure(loaded),
@@ -351,8 +357,11 @@ class Handlers:
             p.variant: loaded.choice.name,
         }
 
-    def weights_status(self, name: str | None) -> str:
-        """Where the chosen variant's weights would come from, without any request (cait.hub)."""
+    def weights_status(self, name: str | None, checkpoint: str | None = None) -> str:
+        """Where the chosen variant's weights would come from, without any request (cait.hub): from the
+        checkpoint file when one is given."""
+        if (checkpoint or "").strip():
+            return "Weights from the checkpoint file given (nothing is downloaded)."
         if not name:
             return ""
         try:
@@ -383,16 +392,34 @@ class Handlers:
                 hub.fetch_weights(wanted.name, on_progress=report)
             loaded = torch_thread.call(self.cache.get, wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
-            first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+            first_line, *rest = str(e).splitlines() or [type(e).__name__]
             log.info("could not load %s: %s", wanted, first_line)
-            more = "" if first_line == str(e) else "\n\n```\n" + str(e) + "\n```"
-            return {self.page.load_msg: f"**Could not load the model:** {first_line}{more}"}
+            more = "\n\n```\n" + "\n".join(rest) + "\n```" if rest else ""
+            # the Variant box goes back to the page's model, which stays loaded
+            return {
+                self.page.load_msg: f"**Could not load the model:** {first_line}{more}",
+                self.page.variant: choice.name,
+            }
         out = {**self.cleared(shown), **torch_thread.call(self.model_outputs, loaded)}
         warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
         out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
         out[self.page.weights_md] = self.weights_status(loaded.choice.name) if loaded.choice.checkpoint is None else ""
         out[self.page.weights_table] = texts.weights_table(hub.list_weights())  # a download changes a row
+        # the address names a variant loaded without a file (a file's path is not the page's to share)
+        out[self.page.url_model] = loaded.choice.name if loaded.choice.checkpoint is None else ""
         return out
+
+    def from_address(self, choice: ModelChoice, shown: tuple, request: gr.Request) -> dict:
+        """A page opened (or reloaded) with ?model=VARIANT starts with that variant, as if loaded in the
+        Model tab; an unknown name is said next to the Load button."""
+        name = (request.query_params.get("model") or "").strip() if request else ""
+        if not name or name == choice.name:
+            return gr.skip()
+        if name not in cait.list_models():
+            return {
+                self.page.load_msg: f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
+            }
+        return self.load_model(choice, shown, name, "", False)
 
     # ------------------------------------------------------------------------ the /analyze API
 

@@ -62,6 +62,7 @@ class Page:
     sal_class: gr.Dropdown
     ig_steps: gr.Slider
     sal_methods: gr.CheckboxGroup
+    sal_score: gr.Checkbox
     sal_run: gr.Button
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
@@ -77,6 +78,7 @@ class Page:
     th_gallery: gr.Gallery
     th_plot: gr.Plot
     model_md: gr.Markdown
+    card_md: gr.Markdown
     variant: gr.Dropdown
     weights_md: gr.Markdown
     weights_table: gr.Markdown
@@ -84,6 +86,7 @@ class Page:
     download: gr.Checkbox
     load_btn: gr.Button
     load_msg: gr.Markdown
+    url_model: gr.Textbox  # hidden: the page's variant, for its address (?model=...), so a reload keeps it
 
     @property
     def results(self) -> list:
@@ -137,6 +140,7 @@ def _inputs(first: LoadedModel, parts: dict) -> None:
                 columns=4,
                 height="auto",
                 allow_preview=False,
+                buttons=[],  # no "Download All" of the examples
                 elem_id="examples",
             )
         with gr.Column(scale=3):
@@ -213,6 +217,11 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     parts["sal_methods"] = gr.CheckboxGroup(
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
+    parts["sal_score"] = gr.Checkbox(
+        value=True,
+        label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",
+        elem_id="sal_score",
+    )
     parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
     parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed
     parts["sal_gallery"] = gr.Gallery(
@@ -281,6 +290,8 @@ def talking_columns(cfg: cait.CaiTConfig) -> int:
 
 def _model_tab(first: LoadedModel, parts: dict) -> None:
     parts["model_md"] = gr.Markdown(texts.model_markdown(first), elem_id="model_md")
+    with gr.Accordion("Model card (how it was trained, what it does badly)", open=False):
+        parts["card_md"] = gr.Markdown(texts.card_markdown(first) or "This model has no card.", elem_id="card_md")
     gr.Markdown(
         "### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
         "timm .pth/.safetensors or ours). Without a path: the shipped weights or timm's official ones in "
@@ -300,6 +311,7 @@ def _model_tab(first: LoadedModel, parts: dict) -> None:
     )
     parts["load_btn"] = gr.Button("Load model", elem_id="load_btn")
     parts["load_msg"] = gr.Markdown(elem_id="load_msg")
+    parts["url_model"] = gr.Textbox(visible=False, elem_id="url_model")
     with gr.Accordion("Every paper variant: size and where its weights come from", open=False):
         parts["weights_table"] = gr.Markdown(texts.weights_table(hub.list_weights()), elem_id="weights_table")
 
@@ -348,8 +360,8 @@ CSS = """
 /* saliency tiles at most a quarter of the page wide, however few are ticked (one was 1196 px) */
 #sal_gallery .grid-container { grid-template-columns: repeat(4, minmax(0, 1fr)) !important; }
 #image_in img { width: 100%; height: 100%; object-fit: contain; }
-/* the gallery's label sits above the first row of examples, not on it */
-#examples .grid-wrap { padding-top: 1.8rem; }
+/* a gallery's label sits above its first row of tiles, not on it */
+#examples .grid-wrap, .ca-grid .grid-wrap, .no-scroll .grid-wrap { padding-top: 1.8rem !important; }
 .top5 { font-size: 0.95rem; }
 .top5-title { font-weight: 600; margin-bottom: 0.4rem; }
 .top5-row { display: grid; grid-template-columns: 14rem 1fr 4.5rem; align-items: center; gap: 0.6rem;

@@ -151,26 +151,30 @@ class SaliencyRow:
 
 
 def saliency_rows(
-    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions
+    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions, score: bool = True
 ) -> Iterator[SaliencyRow]:
     """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. The
     attributions run in fp32; the forward-only work in the session's precision: the scoring and the CA head
     means, read from the analysis.
     What every method shares (the rollouts' forward pass, the curves' two ends) is done once and its time
-    counted in the row of the first method that needs it."""
+    counted in the row of the first method that needs it. Without `score` the AUCs are NaN and not computed
+    (the scoring takes most of a fast method's time)."""
     x = a.x.to(loaded.device)
     t = torch.tensor([target], device=loaded.device)
     start = time.perf_counter()
-    with torch.inference_mode():
-        endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
+    if score:
+        with torch.inference_mode():
+            endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
     maps = explain.saliency_maps(
         loaded.model, x, t, methods, options, class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device)
     )
     for method, (_, heat) in zip(methods, maps):  # rows keep the names asked for (earlier names too)
-        with torch.inference_mode():
-            scores = explain.deletion_insertion(
-                loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype, endpoints=endpoints
-            )
+        scores = {"deletion_auc": [float("nan")], "insertion_auc": [float("nan")]}
+        if score:
+            with torch.inference_mode():
+                scores = explain.deletion_insertion(
+                    loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype, endpoints=endpoints
+                )
         yield SaliencyRow(
             method,
             heat[0].float().cpu(),

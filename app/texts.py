@@ -21,8 +21,17 @@ def precision_name(loaded: LoadedModel) -> str:
 
 
 def card_link(loaded: LoadedModel) -> str:
-    # Gradio serves files under allowed_paths at /gradio_api/file=<absolute path>
-    return f"[model card](/gradio_api/file={loaded.card.card})" if loaded.card else ""
+    return "model card in the Model tab" if loaded.card else ""
+
+
+def card_markdown(loaded: LoadedModel) -> str:
+    """The shipped model card, as markdown for the page to render ("" when the model has none)."""
+    if loaded.card is None:
+        return ""
+    try:
+        return loaded.card.card.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def model_summary(loaded: LoadedModel) -> str:

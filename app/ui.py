@@ -26,6 +26,14 @@ AFTER_TILES_SHOWN = """async (...inputs) => {
     while (!shown().every(t => t.complete) && performance.now() < until) await pause();
     return inputs;
 }"""
+# After a load: the page's variant goes into the address (?model=...) without a reload, so that a reload or a
+# shared link opens the same model (`Handlers.from_address`); "" (a checkpoint file) takes it out.
+KEEP_MODEL_IN_ADDRESS = """(name) => {
+    if (name === null || name === undefined) return;
+    const url = new URL(window.location.href);
+    if (name) url.searchParams.set('model', name); else url.searchParams.delete('model');
+    window.history.replaceState(null, '', url);
+}"""
 THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", "monospace"])  # local fonts only
 
 
@@ -44,10 +52,13 @@ def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
         )
 
 
+def _everything(p: layout.Page) -> list:
+    return [c for c in p.components().values() if not isinstance(c, list)] + p.ca_galleries
+
+
 def _wire(p: layout.Page, h: Handlers) -> None:
     model_events = dict(concurrency_id="model", api_visibility="private")
-    everything = list(p.components().values())
-    everything = [c for c in everything if not isinstance(c, list)] + p.ca_galleries
+    everything = _everything(p)
     view = [*p.look, p.th_layer]
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
     details = dict(
@@ -75,14 +86,15 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         **progress,
         **model_events,
     ).success(**details)
-    p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
+    # change, not clear: an upload the server refuses (too large) empties the image without a clear event
+    p.image_in.change(h.emptied, [p.ca_props, p.image_in], p.results, preprocess=False, api_visibility="private")
     p.examples.select(
         on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **model_events
     ).success(**details)
     _wire_class_attention(p, h)
     p.sal_run.click(
         on_torch(h.saliency, batched=True),
-        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
+        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score],
         [p.sal_gallery, p.sal_table, p.sal_msg],
         show_progress_on=[p.sal_gallery],
         **model_events,
@@ -115,8 +127,9 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         everything,
         show_progress_on=[p.load_msg],
         **model_events,
-    )
-    p.variant.change(h.weights_status, p.variant, p.weights_md, api_visibility="private")
+    ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
+    for control in (p.variant, p.checkpoint):
+        control.change(h.weights_status, [p.variant, p.checkpoint], p.weights_md, api_visibility="private")
 
 
 def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
@@ -126,6 +139,14 @@ def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
     handlers = Handlers(page, cache, default)
     with demo:
         _wire(page, handlers)
+        demo.load(
+            handlers.from_address,
+            [page.choice, page.ca_props],
+            _everything(page),
+            show_progress_on=[page.load_msg],
+            concurrency_id="model",
+            api_visibility="private",
+        )
         gr.api(torch_thread.handler(handlers.analyze), api_name="analyze", concurrency_id="model")
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo

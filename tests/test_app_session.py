@@ -214,7 +214,9 @@ def test_the_default_model_is_described_from_its_shipped_files():
     loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     top1 = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.eval.json").read_text())["top1"]
     header = texts.header_markdown(loaded)
-    assert f"{top1:.1%}" in header and "model card" in header and f"{cait.DEFAULT_MODEL}.md" in header
+    assert f"{top1:.1%}" in header and "model card in the Model tab" in header
+    card = (WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.md").read_text()
+    assert texts.card_markdown(loaded) == card  # rendered by the page's Markdown, not served as a raw file
     assert f"{loaded.cfg.img_size} px, 10-class miniature" in header and "Fashion-MNIST scenes" in header
     top = {"label": "Bag", "probability": 0.0004}
     assert "garment classes" in texts.status_markdown(loaded, top, [], uploaded=True)
@@ -277,8 +279,11 @@ def handlers():
 def test_a_failed_load_changes_one_message_only(handlers, tmp_path):
     bad = tmp_path / "weights.pth"
     bad.write_text("not weights\n")
-    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, "cait_pico_32", str(bad))
-    assert list(out) == [handlers.page.load_msg] and "text file" in out[handlers.page.load_msg]
+    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, "cait_nano_28", str(bad))
+    # the message, and the Variant box back at the page's model, which stays
+    assert list(out) == [handlers.page.load_msg, handlers.page.variant] and "text file" in out[handlers.page.load_msg]
+    assert out[handlers.page.variant] == "cait_pico_32"
+    assert handlers.weights_status("cait_xxs24_224", str(bad)).startswith("Weights from the checkpoint file given")
 
 
 def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
@@ -290,6 +295,7 @@ def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
     assert "cait_nano_28" in out[p.header] and "cait_nano_28" in out[p.model_md] and out[p.variant] == "cait_nano_28"
     assert out[p.examples].value and out[p.image_in] is None and out[p.analysis] is None
     assert out[p.ls_plot] is not None and out[p.sal_class].choices == []
+    assert out[p.url_model] == "cait_nano_28" and out[p.region_of].choices[0] == ("CA1 mean", "CA1 mean")
     assert all(out[g]["visible"] is False for g in p.ca_galleries[:2])  # hidden until an image is analysed
     assert not any(props.visible for props in out[p.ca_props])
 
@@ -416,3 +422,13 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
         assert "local Hugging Face cache" in out[handlers.page.weights_md]
         loaded = handlers.cache.get(out[handlers.page.choice])
         torch.testing.assert_close(loaded.model.head.weight, theirs.head.weight)
+
+
+def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", score=False))
+    ((_, caption),) = steps[-1][p.sal_gallery].value
+    assert "AUC" not in caption
+    assert steps[-1][p.sal_table] == [["saliency", None, None, steps[-1][p.sal_table][0][3]]]
