@@ -9,6 +9,7 @@ options: `MethodOptions`, optional), `saliency_map` does the same with the name 
 from __future__ import annotations
 
 from .attention import (
+    HEAD_FUSIONS,
     ROLLOUT_STAGES,
     ClassAttention,
     TalkingHeads,
@@ -31,6 +32,7 @@ __all__ = [
     "CAPTUM_METHODS",
     "ClassAttention",
     "DEFAULT_SHARE",
+    "HEAD_FUSIONS",
     "METHODS",
     "Method",
     "MethodOptions",

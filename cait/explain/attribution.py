@@ -25,6 +25,8 @@ class MethodOptions:
     ig_steps: int = 32  # integrated gradients: Gauss-Legendre steps from the baseline
     smoothgrad_samples: int = 16  # smoothgrad: noisy copies whose saliency is averaged
     smoothgrad_stdev: float = 0.15  # smoothgrad: noise standard deviation, in normalised units
+    rollout_head_fusion: str = "mean"  # rollout: a layer's heads merged by "mean", "max" or "min"
+    rollout_discard_ratio: float = 0.0  # rollout: share of each SA layer's lowest weights set to 0
 
     def captum_kwargs(self, method: str) -> dict[str, Any]:
         """The keyword arguments of `attribution` for `method` that these options set."""

@@ -1,0 +1,75 @@
+"""Rollout's options (head fusion mean/max/min, discard ratio) against a scalar-by-scalar computation of the
+rule `cait.explain.rollout` states, and through `MethodOptions` by method name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_explain import pico, sharpen
+
+from cait import explain
+
+
+def fused_rows(heads: list, i: int, n: int, fusion: str) -> list[float]:
+    """Row i of one layer's heads ([heads][n][n], already clamped) merged by `fusion`, renormalised."""
+    pick = {"mean": lambda v: sum(v) / len(v), "max": max, "min": min}[fusion]
+    row = [pick([h[i][j] for h in heads]) for j in range(n)]
+    return [r / max(sum(row), 1e-12) for r in row]
+
+
+def rollout_by_loops(after_proj_w, ca_layers, fusion: str, discard: float) -> list[float]:
+    """One sample's rollout at stage after_proj_w: per SA layer the heads clamped at 0 and merged, rows
+    renormalised, the lowest `discard` share of the n*n weights zeroed, then (A + I) with rows renormalised;
+    CA rows merged the same way over [cls, patches]."""
+    n = len(ca_layers[0][0]) - 1
+    relevance = [[float(i == j) for j in range(n)] for i in range(n)]
+    for layer in after_proj_w:  # [heads][n][n]
+        clamped = [[[max(v, 0.0) for v in row] for row in head] for head in layer]
+        a = [fused_rows(clamped, i, n, fusion) for i in range(n)]
+        drop = int(discard * n * n)
+        if drop:
+            lowest = sorted((a[i][j], i, j) for i in range(n) for j in range(n))[:drop]
+            for _, i, j in lowest:
+                a[i][j] = 0.0
+        step = []
+        for i in range(n):
+            row = [a[i][j] + (i == j) for j in range(n)]
+            step.append([r / sum(row) for r in row])
+        relevance = [[sum(step[i][k] * relevance[k][j] for k in range(n)) for j in range(n)] for i in range(n)]
+    source = [1.0] + [0.0] * n
+    for heads_rows in ca_layers:
+        a = fused_rows([[row] for row in heads_rows], 0, n + 1, fusion)
+        mixed = [a[0] * source[0]] + [
+            a[0] * source[1 + j] + sum(a[1 + k] * relevance[k][j] for k in range(n)) for j in range(n)
+        ]
+        source = [(s + m) / 2 for s, m in zip(source, mixed)]
+    return source[1:]
+
+
+@pytest.mark.parametrize("fusion,discard", [("mean", 0.0), ("max", 0.0), ("min", 0.0), ("mean", 0.5), ("max", 0.25)])
+def test_rollout_options_equal_loops(fusion, discard):
+    model = sharpen(pico(img_size=16, depth=2), std=0.3)
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+    ins = model.forward_insights(x, sa_layers=(0, 1))
+    got = explain.rollout(model, x, stage="after_proj_w", head_fusion=fusion, discard_ratio=discard)
+    for b in range(2):
+        sa = [ins.self_attention[layer][1][b].tolist() for layer in (0, 1)]
+        ca = [a[b].tolist() for a in ins.class_attention]
+        want = torch.tensor(rollout_by_loops(sa, ca, fusion, discard)).reshape(2, 2)
+        torch.testing.assert_close(got[b], want, atol=1e-5, rtol=1e-4)
+
+
+def test_rollout_options_reach_the_methods_and_are_checked():
+    model = sharpen(pico(img_size=16, depth=2), std=0.3)
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+    target = torch.tensor([0, 1])
+    options = explain.MethodOptions(rollout_head_fusion="max", rollout_discard_ratio=0.5)
+    want = explain.rollout(model, x, stage="after_proj_l", head_fusion="max", discard_ratio=0.5)
+    assert torch.equal(explain.saliency_map(model, x, target, "rollout_after_proj_l", options), want)
+    ((_, shared),) = explain.saliency_maps(model, x, target, ["rollout_after_proj_l"], options)
+    assert torch.equal(shared, want)
+    assert not torch.allclose(want, explain.rollout(model, x, stage="after_proj_l"))
+    with pytest.raises(ValueError, match="head_fusion must be one of mean, max, min"):
+        explain.rollout(model, x, head_fusion="median")
+    with pytest.raises(ValueError, match=r"discard_ratio must be in \[0, 1\)"):
+        explain.rollout(model, x, discard_ratio=1.0)
