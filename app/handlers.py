@@ -58,6 +58,19 @@ def _map_of(name: str) -> tuple[int, int | None]:
     return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
 
 
+def _method_options(steps, samples=None, noise=None, fusion=None, discard=None) -> explain.MethodOptions:
+    """The saliency tab's method settings, in the tab's order, as `explain.MethodOptions` (a setting not
+    given: its default)."""
+    defaults = explain.MethodOptions()
+    return explain.MethodOptions(
+        ig_steps=int(steps),
+        smoothgrad_samples=int(samples if samples is not None else defaults.smoothgrad_samples),
+        smoothgrad_stdev=float(noise if noise is not None else defaults.smoothgrad_stdev),
+        rollout_head_fusion=fusion or defaults.rollout_head_fusion,
+        rollout_discard_ratio=float(discard if discard is not None else defaults.rollout_discard_ratio),
+    )
+
+
 def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[str, Any]:
     """The class-attention controls (in `layout.Page.look` order) as `attention_tile` arguments."""
     return dict(
@@ -248,7 +261,9 @@ class Handlers:
 
     # ------------------------------------------------------------------------ saliency
 
-    def saliency(self, choice, a, target, methods, steps, cmap, alpha, view, score=True) -> Iterator[dict]:
+    def saliency(
+        self, choice, a, target, methods, steps, cmap, alpha, view, score=True, *method_options
+    ) -> Iterator[dict]:
         """The ticked methods' maps, shown one by one as each is done (the gallery label counts them), so
         the wait is told by real progress rather than by a guess from earlier runs."""
         p = self.page
@@ -270,7 +285,7 @@ class Handlers:
             a,
             target=target,
             methods=methods,
-            options=explain.MethodOptions(ig_steps=int(steps)),
+            options=_method_options(steps, *method_options),
             score=bool(score),
         ):
             rows.append(row)

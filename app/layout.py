@@ -63,6 +63,10 @@ class Page:
     ig_steps: gr.Slider
     sal_methods: gr.CheckboxGroup
     sal_score: gr.Checkbox
+    sg_samples: gr.Slider
+    sg_noise: gr.Slider
+    fusion: gr.Dropdown
+    discard: gr.Slider
     sal_run: gr.Button
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
@@ -217,6 +221,34 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     parts["sal_methods"] = gr.CheckboxGroup(
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
+    defaults = explain.MethodOptions()
+    with gr.Accordion("Method options (SmoothGrad, rollout)", open=False):
+        with gr.Row():
+            parts["sg_samples"] = gr.Slider(
+                2, 64, value=defaults.smoothgrad_samples, step=2, label="SmoothGrad samples", elem_id="sg_samples"
+            )
+            parts["sg_noise"] = gr.Slider(
+                0.0,
+                1.0,
+                value=defaults.smoothgrad_stdev,
+                step=0.05,
+                label="SmoothGrad noise (std, normalised units)",
+                elem_id="sg_noise",
+            )
+            parts["fusion"] = gr.Dropdown(
+                list(explain.HEAD_FUSIONS),
+                value=defaults.rollout_head_fusion,
+                label="Rollout head fusion",
+                elem_id="fusion",
+            )
+            parts["discard"] = gr.Slider(
+                0.0,
+                0.95,
+                value=defaults.rollout_discard_ratio,
+                step=0.05,
+                label="Rollout discard ratio (lowest weights of each layer set to 0)",
+                elem_id="discard",
+            )
     parts["sal_score"] = gr.Checkbox(
         value=True,
         label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",

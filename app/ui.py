@@ -94,7 +94,8 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     _wire_class_attention(p, h)
     p.sal_run.click(
         on_torch(h.saliency, batched=True),
-        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score],
+        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score]
+        + [p.sg_samples, p.sg_noise, p.fusion, p.discard],
         [p.sal_gallery, p.sal_table, p.sal_msg],
         show_progress_on=[p.sal_gallery],
         **model_events,

@@ -18,8 +18,8 @@ from conftest import randomise_
 from PIL import Image
 
 import cait
+from app import figures, session, texts
 from app import main as cli
-from app import session, texts
 from app.layout import GalleryProps
 from app.models import LoadedModel, ModelCache, ModelChoice, load_model
 from app.workdir import WorkDir
@@ -429,6 +429,31 @@ def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", score=False))
-    ((_, caption),) = steps[-1][p.sal_gallery].value
-    assert "AUC" not in caption
+    (shown,) = steps[-1][p.sal_gallery].value
+    assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC in it
     assert steps[-1][p.sal_table] == [["saliency", None, None, steps[-1][p.sal_table][0][3]]]
+
+
+def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    run = lambda *options: (
+        list(
+            handlers.saliency(
+                loaded.choice, a, 2, ["rollout_after_proj_l"], 8, "gray", 1.0, "patch grid", False, *options
+            )
+        )[-1][p.sal_gallery].value
+    )
+    x = a.x.to(loaded.device)
+    want = explain.rollout(loaded.model, x, stage="after_proj_l", head_fusion="max", discard_ratio=0.5)
+    default = explain.rollout(loaded.model, x, stage="after_proj_l")
+    assert not torch.allclose(want, default)
+    drawn = [
+        np.asarray(figures.saliency_tile(a.view, h[0], cmap="gray", alpha=1.0, smooth=False), dtype=float)
+        for h in (default, want)
+    ]
+    for options, mine, other in (((), *drawn), ((16, 0.15, "max", 0.5), *drawn[::-1])):
+        (shown,) = run(*options)  # the gallery's value, as Gradio encoded it (a file)
+        image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
+        assert np.abs(image - mine).mean() < 2 < np.abs(image - other).mean()  # the map these options give
