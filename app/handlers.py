@@ -210,10 +210,7 @@ class Handlers:
         if a is None or a.choice != choice:
             return gr.skip()
         p, loaded = self.page, self.cache.get(choice)
-        data = session.numbers(loaded, a)
-        data["layerscale"] = explain.layerscale_stats(loaded.model)
-        json_path = WORK.request_dir() / "cait_analysis.json"
-        json_path.write_text(json.dumps(data))
+        json_path = self._numbers_file(loaded, a)
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
         sheet = self._sheet(
             attention_tiles(a.view, a.ca_maps, a.self_share, **_look(cmap, alpha, scale, view, keep)), cmap, scale
@@ -223,8 +220,8 @@ class Handlers:
             p.grid_file: sheet,
             p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
             p.head_stats: figures.head_stats_figure(
-                np.array(data["class_attention"]["entropy"]),
-                np.array(data["self_attention"]["mean_distance"]),
+                session.ca_entropy(a),
+                session.sa_distance(loaded, a),
                 patches=loaded.cfg.grid_size**2,
             ),
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
@@ -232,6 +229,16 @@ class Handlers:
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
         out.update(self.region(a, region_of, keep))
         return out
+
+    def _numbers_file(self, loaded: LoadedModel, a: session.Analysis, saliency: dict | None = None) -> str:
+        """All numbers as the JSON download: the analysis, LayerScale and, once computed, the saliency maps."""
+        data = session.numbers(loaded, a)
+        data["layerscale"] = explain.layerscale_stats(loaded.model)
+        if saliency is not None:
+            data["saliency"] = saliency
+        path = WORK.request_dir() / "cait_analysis.json"
+        path.write_text(json.dumps(data))
+        return str(path)
 
     def _analyse_path(
         self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, shown: tuple, *, uploaded: bool
@@ -292,6 +299,7 @@ class Handlers:
             aucs = f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}" if score else ""
             tiles.append((figures.saliency_tile(a.view, row.heat, **look), f"{row.method} for '{name}'{aucs}"))
             yield self._saliency_progress(name, methods, rows, tiles)
+        yield {p.json_file: self._numbers_file(loaded, a, session.saliency_numbers(target, name, rows))}
 
     def region(self, a, source: str | None, keep: float) -> dict:
         """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as

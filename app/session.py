@@ -150,6 +150,25 @@ class SaliencyRow:
     seconds: float  # the map and its deletion/insertion scoring: what the user waits for
 
 
+def saliency_numbers(target: int, name: str, rows: list[SaliencyRow]) -> dict[str, Any]:
+    """The saliency tab's maps, JSON-able, for the download: each method's patch map and its scores."""
+    finite = lambda v: None if np.isnan(v) else v  # not scored
+    return {
+        "target": target,
+        "class": name,
+        "layout": "methods[name].map[row][col]: the method's patch-grid map for class `target` (0-based)",
+        "methods": {
+            r.method: {
+                "map": r.heat.tolist(),
+                "deletion_auc": finite(r.deletion_auc),
+                "insertion_auc": finite(r.insertion_auc),
+                "seconds": r.seconds,
+            }
+            for r in rows
+        },
+    }
+
+
 def saliency_rows(
     loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions, score: bool = True
 ) -> Iterator[SaliencyRow]:

@@ -429,9 +429,15 @@ def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", score=False))
-    (shown,) = steps[-1][p.sal_gallery].value
+    (shown,) = steps[-2][p.sal_gallery].value
     assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC in it
-    assert steps[-1][p.sal_table] == [["saliency", None, None, steps[-1][p.sal_table][0][3]]]
+    assert steps[-2][p.sal_table] == [["saliency", None, None, steps[-2][p.sal_table][0][3]]]
+    # the maps go into the JSON download too
+    saved = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]
+    assert saved["target"] == 2 and list(saved["methods"]) == ["saliency"]
+    assert saved["methods"]["saliency"]["deletion_auc"] is None
+    heat = explain.saliency_map(loaded.model, a.x, torch.tensor([2]), "saliency")[0]
+    np.testing.assert_allclose(saved["methods"]["saliency"]["map"], heat, rtol=1e-4, atol=1e-7)
 
 
 def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
@@ -443,7 +449,7 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
             handlers.saliency(
                 loaded.choice, a, 2, ["rollout_after_proj_l"], 8, "gray", 1.0, "patch grid", False, *options
             )
-        )[-1][p.sal_gallery].value
+        )[-2][p.sal_gallery].value
     )
     x = a.x.to(loaded.device)
     want = explain.rollout(loaded.model, x, stage="after_proj_l", head_fusion="max", discard_ratio=0.5)
