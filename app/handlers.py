@@ -58,7 +58,7 @@ def _map_of(name: str) -> tuple[int, int | None]:
     return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
 
 
-def _method_options(steps, samples=None, noise=None, fusion=None, discard=None) -> explain.MethodOptions:
+def _method_options(steps, samples=None, noise=None, fusion=None, discard=None, baseline=None) -> explain.MethodOptions:
     """The saliency tab's method settings, in the tab's order, as `explain.MethodOptions` (a setting not
     given: its default)."""
     defaults = explain.MethodOptions()
@@ -68,6 +68,7 @@ def _method_options(steps, samples=None, noise=None, fusion=None, discard=None) 
         smoothgrad_stdev=float(noise if noise is not None else defaults.smoothgrad_stdev),
         rollout_head_fusion=fusion or defaults.rollout_head_fusion,
         rollout_discard_ratio=float(discard if discard is not None else defaults.rollout_discard_ratio),
+        ig_baseline=baseline or defaults.ig_baseline,
     )
 
 

@@ -67,6 +67,7 @@ class Page:
     sg_noise: gr.Slider
     fusion: gr.Dropdown
     discard: gr.Slider
+    ig_baseline: gr.Dropdown
     sal_run: gr.Button
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
@@ -222,7 +223,7 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
     defaults = explain.MethodOptions()
-    with gr.Accordion("Method options (SmoothGrad, rollout)", open=False):
+    with gr.Accordion("Method options (SmoothGrad, rollout, integrated-gradients baseline)", open=False):
         with gr.Row():
             parts["sg_samples"] = gr.Slider(
                 2, 64, value=defaults.smoothgrad_samples, step=2, label="SmoothGrad samples", elem_id="sg_samples"
@@ -248,6 +249,13 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
                 step=0.05,
                 label="Rollout discard ratio (lowest weights of each layer set to 0)",
                 elem_id="discard",
+            )
+            parts["ig_baseline"] = gr.Dropdown(
+                list(explain.IG_BASELINES),
+                value=defaults.ig_baseline,
+                label="Integrated-gradients baseline",
+                info="mean: the normalisation's mean colour",
+                elem_id="ig_baseline",
             )
     parts["sal_score"] = gr.Checkbox(
         value=True,

@@ -1,5 +1,6 @@
-"""Rollout's options (head fusion mean/max/min, discard ratio) against a scalar-by-scalar computation of the
-rule `cait.explain.rollout` states, and through `MethodOptions` by method name."""
+"""The methods' options as the rollout demos and captum Insights offer them: rollout's head fusion (mean, max,
+min) and discard ratio against a scalar-by-scalar computation of the rule `cait.explain.rollout` states and
+through `MethodOptions` by method name; integrated gradients from each baseline (completeness)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,26 @@ def test_rollout_options_reach_the_methods_and_are_checked():
         explain.rollout(model, x, head_fusion="median")
     with pytest.raises(ValueError, match=r"discard_ratio must be in \[0, 1\)"):
         explain.rollout(model, x, discard_ratio=1.0)
+
+
+@pytest.mark.parametrize("baseline", explain.IG_BASELINES)
+def test_integrated_gradients_from_each_baseline_is_complete(baseline):
+    """The attributions sum to the logit at the image minus the logit at the chosen baseline."""
+    model = pico().double()
+    with torch.no_grad():
+        model.head.weight.mul_(1000)  # a logit gap well above rounding
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    target = torch.tensor([3, 9])
+    options = explain.MethodOptions(ig_steps=64, ig_baseline=baseline)
+    att = explain.attribution(model, x, target, "integrated_gradients", **options.captum_kwargs("integrated_gradients"))
+    start = explain.ig_baseline(x, baseline, model.cfg)
+    with torch.no_grad():
+        gap = (model(x) - model(start)).gather(1, target[:, None]).squeeze(1)
+    total = att.raw.sum(dim=(1, 2, 3))
+    assert ((total - gap).abs() <= 0.05 * gap.abs()).all(), (total, gap)
+    black = explain.ig_baseline(x, "black", model.cfg)  # a black picture, normalised: (0 - mean) / std
+    torch.testing.assert_close(
+        black[0, :, 0, 0], -torch.tensor(model.cfg.mean, dtype=x.dtype) / torch.tensor(model.cfg.std, dtype=x.dtype)
+    )
+    with pytest.raises(ValueError, match="unknown integrated-gradients baseline"):
+        explain.ig_baseline(x, "grey", model.cfg)

@@ -20,7 +20,7 @@ from .attention import (
     rollouts,
     talking_heads,
 )
-from .attribution import CAPTUM_METHODS, Attribution, MethodOptions, attribution, patch_sum
+from .attribution import CAPTUM_METHODS, IG_BASELINES, Attribution, MethodOptions, attribution, ig_baseline, patch_sum
 from .head_stats import attention_entropy, mean_attention_distance, mean_attention_distances, patch_distances
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
@@ -33,6 +33,7 @@ __all__ = [
     "ClassAttention",
     "DEFAULT_SHARE",
     "HEAD_FUSIONS",
+    "IG_BASELINES",
     "METHODS",
     "Method",
     "MethodOptions",
@@ -43,6 +44,7 @@ __all__ = [
     "class_attention",
     "class_specific_attention",
     "deletion_insertion",
+    "ig_baseline",
     "endpoint_probabilities",
     "layerscale_stats",
     "layerscale_stats_from_metrics",
