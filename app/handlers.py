@@ -190,10 +190,6 @@ class Handlers:
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
-    def emptied(self, shown: tuple, payload: Any) -> dict:
-        """The image box emptied (removed, refused as too large, a new model): the old results go too."""
-        return self.cleared(shown) if _payload_path(payload) is None else gr.skip()
-
     def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, shown: tuple, *, uploaded: bool) -> dict:
         """The first answer to a new image: predictions and the class-attention view, as soon as they are
         computed; what the other tabs and the downloads need follows in `details`."""

@@ -86,8 +86,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         **progress,
         **model_events,
     ).success(**details)
-    # change, not clear: an upload the server refuses (too large) empties the image without a clear event
-    p.image_in.change(h.emptied, [p.ca_props, p.image_in], p.results, preprocess=False, api_visibility="private")
+    p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
     p.examples.select(
         on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **model_events
     ).success(**details)

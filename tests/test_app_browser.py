@@ -187,10 +187,9 @@ def test_bad_file_shows_a_message(page):
     pick_example(page, 1)  # its follow-up too, or it could land during the next test's own analysis
 
 
-def upload_and_settle(page, path: Path, events: int = 3) -> None:
-    """Uploads `path` and waits until its `events` events (the image box's change, the analysis and its
-    follow-up) have answered: Gradio streams a page's answers on a queue/data request that ends once none
-    is pending."""
+def upload_and_settle(page, path: Path, events: int = 2) -> None:
+    """Uploads `path` and waits until its `events` events (the analysis and its follow-up) have answered:
+    Gradio streams a page's answers on a queue/data request that ends once none is pending."""
     seen: list[str] = []
     joined = lambda r: seen.append("join") if "queue/join" in r.url else None
     streamed = lambda r: seen.append("done") if "queue/data" in r.url else None  # ended, or closed by the page
