@@ -180,6 +180,7 @@ class Handlers:
             p.colour_bar: None,
             p.sal_msg: "",
             p.sal_gallery: None,
+            p.sal_bar: None,
             p.sal_region: None,
             p.sal_table: None,
             p.ratio_plot: None,
@@ -283,7 +284,8 @@ class Handlers:
         name = loaded.labels[target]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
         rows, tiles = [], []
-        yield {p.sal_msg: "", **self._saliency_progress(name, methods, rows, tiles)}
+        bar = colour_bar(cmap, "each map's min", "each map's max")  # every map spans its own range
+        yield {p.sal_msg: "", p.sal_bar: bar, **self._saliency_progress(name, methods, rows, tiles)}
         for row in session.saliency_rows(
             loaded,
             a,

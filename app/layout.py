@@ -71,6 +71,7 @@ class Page:
     sal_run: gr.Button
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
+    sal_bar: gr.Image
     region_of: gr.Dropdown
     sal_region: gr.Image
     sal_table: gr.Dataframe
@@ -110,6 +111,7 @@ class Page:
             self.colour_bar,
             self.sal_msg,
             self.sal_gallery,
+            self.sal_bar,
             self.sal_region,
             self.sal_table,
             self.ratio_plot,
@@ -266,6 +268,16 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed
     parts["sal_gallery"] = gr.Gallery(
         label="Maps", columns=4, allow_preview=True, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
+    )
+    parts["sal_bar"] = gr.Image(
+        label="Colour scale of the maps",
+        type="pil",
+        interactive=False,
+        height=60,
+        show_label=False,
+        container=False,
+        elem_id="sal_bar",
+        buttons=[],
     )
     with gr.Row():
         with gr.Column():
