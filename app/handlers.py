@@ -267,10 +267,11 @@ class Handlers:
     # ------------------------------------------------------------------------ saliency
 
     def saliency(
-        self, choice, a, target, methods, steps, cmap, alpha, view, score=True, *method_options
+        self, choice, a, target, methods, steps, cmap, alpha, view, score=True, topk=1, *method_options
     ) -> Iterator[dict]:
-        """The ticked methods' maps, shown one by one as each is done (the gallery label counts them), so
-        the wait is told by real progress rather than by a guess from earlier runs."""
+        """The ticked methods' maps for the chosen class (or, with topk > 1, for each of the top-k predicted
+        classes side by side), shown one by one as each is done (the gallery label counts them), so the wait
+        is told by real progress rather than by a guess from earlier runs."""
         p = self.page
         if a is None or a.choice != choice:
             yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
@@ -280,25 +281,27 @@ class Handlers:
             return
         loaded = self.cache.get(choice)
         methods = [m for m in explain.METHODS if m in methods]  # the menu's order, whatever the ticking order
-        target = a.top_class if target is None else int(target)
-        name = loaded.labels[target]
+        targets = [a.top_class if target is None else int(target)]
+        if int(topk or 1) > 1:
+            targets = [int(i) for i in np.argsort(-a.probs)[: int(topk)]]
+        jobs = [(loaded.labels[t], m) for t in targets for m in methods]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
-        rows, tiles = [], []
+        rows, tiles, saved = [], [], []
         bar = colour_bar(cmap, "each map's min", "each map's max")  # every map spans its own range
-        yield {p.sal_msg: "", p.sal_bar: bar, **self._saliency_progress(name, methods, rows, tiles)}
-        for row in session.saliency_rows(
-            loaded,
-            a,
-            target=target,
-            methods=methods,
-            options=_method_options(steps, *method_options),
-            score=bool(score),
-        ):
-            rows.append(row)
-            aucs = f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}" if score else ""
-            tiles.append((figures.saliency_tile(a.view, row.heat, **look), f"{row.method} for '{name}'{aucs}"))
-            yield self._saliency_progress(name, methods, rows, tiles)
-        yield {p.json_file: self._numbers_file(loaded, a, session.saliency_numbers(target, name, rows))}
+        yield {p.sal_msg: "", p.sal_bar: bar, **self._saliency_progress(jobs, rows, tiles)}
+        for t in targets:
+            name, done = loaded.labels[t], []
+            options = _method_options(steps, *method_options)
+            for row in session.saliency_rows(loaded, a, target=t, methods=methods, options=options, score=bool(score)):
+                rows.append((name, row))
+                done.append(row)
+                aucs = (
+                    f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}" if score else ""
+                )
+                tiles.append((figures.saliency_tile(a.view, row.heat, **look), f"{row.method} for '{name}'{aucs}"))
+                yield self._saliency_progress(jobs, rows, tiles)
+            saved.append(session.saliency_numbers(t, name, done))
+        yield {p.json_file: self._numbers_file(loaded, a, saved)}
 
     def region(self, a, source: str | None, keep: float) -> dict:
         """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as
@@ -313,13 +316,28 @@ class Handlers:
         label = f"Regions of focus: {source}, {float(keep):.0%} of its attention mass"
         return {self.page.sal_region: gr.Image(value=figures.region_image(a.view, mask, box, img_size), label=label)}
 
-    def _saliency_progress(self, name: str, methods: list[str], rows: list, tiles: list) -> dict:
-        done = len(rows)
-        running = f"; computing {methods[done]} ({done + 1} of {len(methods)})" if done < len(methods) else ""
+    def _saliency_progress(self, jobs: list[tuple[str, str]], rows: list, tiles: list) -> dict:
+        """The gallery and table so far; jobs: every (class name, method) of the run, in order; rows: the
+        (class name, SaliencyRow) done."""
+        done, classes = len(rows), list(dict.fromkeys(name for name, _ in jobs))
+        one = len(classes) == 1
+        title = f"Maps for class '{classes[0]}'" if one else f"Maps for the top {len(classes)} classes"
+        running = ""
+        if done < len(jobs):
+            name, method = jobs[done]
+            running = f"; computing {method}{'' if one else f' for {name!r}'} ({done + 1} of {len(jobs)})"
         auc = lambda v: None if np.isnan(v) else round(v, 4)  # not scored: an empty cell
-        table = [[r.method, auc(r.deletion_auc), auc(r.insertion_auc), round(r.seconds, 2)] for r in rows]
+        table = [
+            [
+                r.method if one else f"{r.method} ({name})",
+                auc(r.deletion_auc),
+                auc(r.insertion_auc),
+                round(r.seconds, 2),
+            ]
+            for name, r in rows
+        ]
         return {
-            self.page.sal_gallery: gr.Gallery(value=list(tiles) or None, label=f"Maps for class '{name}'{running}"),
+            self.page.sal_gallery: gr.Gallery(value=list(tiles) or None, label=f"{title}{running}"),
             self.page.sal_table: table or None,
         }
 

@@ -63,6 +63,7 @@ class Page:
     ig_steps: gr.Slider
     sal_methods: gr.CheckboxGroup
     sal_score: gr.Checkbox
+    sal_topk: gr.Slider
     sg_samples: gr.Slider
     sg_noise: gr.Slider
     fusion: gr.Dropdown
@@ -263,6 +264,15 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         value=True,
         label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",
         elem_id="sal_score",
+    )
+    parts["sal_topk"] = gr.Slider(
+        1,
+        5,
+        value=1,
+        step=1,
+        label="Classes side by side",
+        info="1: the class chosen above; k > 1: each method for each of the top k predicted classes",
+        elem_id="sal_topk",
     )
     parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
     parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed

@@ -433,7 +433,7 @@ def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
     assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC in it
     assert steps[-2][p.sal_table] == [["saliency", None, None, steps[-2][p.sal_table][0][3]]]
     # the maps go into the JSON download too
-    saved = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]
+    (saved,) = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]  # one class
     assert saved["target"] == 2 and list(saved["methods"]) == ["saliency"]
     assert saved["methods"]["saliency"]["deletion_auc"] is None
     heat = explain.saliency_map(loaded.model, a.x, torch.tensor([2]), "saliency")[0]
@@ -447,7 +447,7 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
     run = lambda *options: (
         list(
             handlers.saliency(
-                loaded.choice, a, 2, ["rollout_after_proj_l"], 8, "gray", 1.0, "patch grid", False, *options
+                loaded.choice, a, 2, ["rollout_after_proj_l"], 8, "gray", 1.0, "patch grid", False, 1, *options
             )
         )[-2][p.sal_gallery].value
     )
@@ -463,3 +463,19 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
         (shown,) = run(*options)  # the gallery's value, as Gradio encoded it (a file)
         image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
         assert np.abs(image - mine).mean() < 2 < np.abs(image - other).mean()  # the map these options give
+
+
+def test_saliency_for_the_top_k_classes_side_by_side(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    steps = list(
+        handlers.saliency(loaded.choice, a, None, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth", False, 3)
+    )
+    top = [loaded.labels[i] for i in np.argsort(-a.probs)[:3]]
+    assert steps[0][p.sal_gallery].label == f"Maps for the top 3 classes; computing ca1_mean for {top[0]!r} (1 of 6)"
+    gallery, table = steps[-2][p.sal_gallery], steps[-2][p.sal_table]
+    assert [s["caption"] for s in gallery.value] == [f"{m} for '{n}'" for n in top for m in ("ca1_mean", "saliency")]
+    assert [row[0] for row in table] == [f"{m} ({n})" for n in top for m in ("ca1_mean", "saliency")]
+    saved = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]
+    assert [c["class"] for c in saved] == top and all(list(c["methods"]) == ["ca1_mean", "saliency"] for c in saved)
