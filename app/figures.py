@@ -65,10 +65,32 @@ def region_image(
     return draw_box(region, box, base.width / img_size)
 
 
+SIGNED_CMAP = "RdBu_r"  # signed attributions: blue against the class, white 0, red for it
+
+
 def saliency_tile(
-    view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float, smooth: bool = True
+    view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float, smooth: bool = True, signed: bool = False
 ) -> Image.Image:
+    """One saliency map over the image, spanning its own min .. max; a signed map in SIGNED_CMAP over
+    -|max| .. |max|, so that 0 is white whatever the map's range."""
+    if signed:
+        top = max(float(heat.abs().max()), 1e-12)
+        return overlay(display_base(view), heat, cmap=SIGNED_CMAP, alpha=alpha, smooth=smooth, value_range=(-top, top))
     return overlay(display_base(view), heat, cmap=cmap, alpha=alpha, smooth=smooth)
+
+
+def saliency_bars(cmap: str, *, signed: bool) -> Image.Image:
+    """The saliency tab's colour scale; with signed maps, the signed methods' diverging scale below it."""
+    from cait.figures import colour_bar
+
+    bar = colour_bar(cmap, "each map's min", "each map's max")
+    if not signed:
+        return bar
+    below = colour_bar(SIGNED_CMAP, "captum maps: -|max| (against)", "+|max| (for the class)")
+    both = Image.new("RGB", (max(bar.width, below.width), bar.height + below.height + 6), "white")
+    both.paste(bar, (0, 0))
+    both.paste(below, (0, bar.height + 6))
+    return both
 
 
 PLOTLY_SCALES = {
@@ -277,6 +299,7 @@ __all__ = [
     "query_picker",
     "query_tiles",
     "region_image",
+    "saliency_bars",
     "saliency_tile",
     "save_tiles",
 ]

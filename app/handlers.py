@@ -58,7 +58,9 @@ def _map_of(name: str) -> tuple[int, int | None]:
     return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
 
 
-def _method_options(steps, samples=None, noise=None, fusion=None, discard=None, baseline=None) -> explain.MethodOptions:
+def _method_options(
+    steps, samples=None, noise=None, fusion=None, discard=None, baseline=None, signed=False
+) -> explain.MethodOptions:
     """The saliency tab's method settings, in the tab's order, as `explain.MethodOptions` (a setting not
     given: its default)."""
     defaults = explain.MethodOptions()
@@ -69,6 +71,7 @@ def _method_options(steps, samples=None, noise=None, fusion=None, discard=None, 
         rollout_head_fusion=fusion or defaults.rollout_head_fusion,
         rollout_discard_ratio=float(discard if discard is not None else defaults.rollout_discard_ratio),
         ig_baseline=baseline or defaults.ig_baseline,
+        signed=bool(signed),
     )
 
 
@@ -287,18 +290,20 @@ class Handlers:
         jobs = [(loaded.labels[t], m) for t in targets for m in methods]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
         rows, tiles, saved = [], [], []
-        bar = colour_bar(cmap, "each map's min", "each map's max")  # every map spans its own range
+        options = _method_options(steps, *method_options)
+        bar = figures.saliency_bars(cmap, signed=options.signed)  # every map spans its own range
         yield {p.sal_msg: "", p.sal_bar: bar, **self._saliency_progress(jobs, rows, tiles)}
         for t in targets:
             name, done = loaded.labels[t], []
-            options = _method_options(steps, *method_options)
             for row in session.saliency_rows(loaded, a, target=t, methods=methods, options=options, score=bool(score)):
                 rows.append((name, row))
                 done.append(row)
                 aucs = (
                     f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}" if score else ""
                 )
-                tiles.append((figures.saliency_tile(a.view, row.heat, **look), f"{row.method} for '{name}'{aucs}"))
+                signed = options.signed and row.method in explain.CAPTUM_METHODS
+                tile = figures.saliency_tile(a.view, row.heat, signed=signed, **look)
+                tiles.append((tile, f"{row.method} for '{name}'{aucs}"))
                 yield self._saliency_progress(jobs, rows, tiles)
             saved.append(session.saliency_numbers(t, name, done))
         yield {p.json_file: self._numbers_file(loaded, a, saved)}

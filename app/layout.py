@@ -69,6 +69,7 @@ class Page:
     fusion: gr.Dropdown
     discard: gr.Slider
     ig_baseline: gr.Dropdown
+    signed: gr.Checkbox
     sal_run: gr.Button
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
@@ -260,6 +261,11 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
                 info="mean: the normalisation's mean colour",
                 elem_id="ig_baseline",
             )
+        parts["signed"] = gr.Checkbox(
+            value=defaults.signed,
+            label="Signed attributions (captum methods: red for the class, blue against it; else |attribution|)",
+            elem_id="signed",
+        )
     parts["sal_score"] = gr.Checkbox(
         value=True,
         label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",

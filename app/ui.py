@@ -94,7 +94,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     p.sal_run.click(
         on_torch(h.saliency, batched=True),
         [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score, p.sal_topk]
-        + [p.sg_samples, p.sg_noise, p.fusion, p.discard, p.ig_baseline],
+        + [p.sg_samples, p.sg_noise, p.fusion, p.discard, p.ig_baseline, p.signed],
         [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file],
         show_progress_on=[p.sal_gallery],
         **model_events,

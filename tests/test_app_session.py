@@ -479,3 +479,18 @@ def test_saliency_for_the_top_k_classes_side_by_side(handlers):
     assert [row[0] for row in table] == [f"{m} ({n})" for n in top for m in ("ca1_mean", "saliency")]
     saved = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]
     assert [c["class"] for c in saved] == top and all(list(c["methods"]) == ["ca1_mean", "saliency"] for c in saved)
+
+
+def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    options = (16, 0.15, "mean", 0.0, "mean", True)  # samples, noise, fusion, discard, baseline, signed
+    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "gray", 1.0, "patch grid", False, 1, *options))
+    heat = explain.saliency_map(loaded.model, a.x, torch.tensor([2]), "saliency", explain.MethodOptions(signed=True))[0]
+    assert (heat < 0).any() and (heat > 0).any()
+    drawn = np.asarray(figures.saliency_tile(a.view, heat, cmap="gray", alpha=1.0, smooth=False, signed=True), float)
+    (shown,) = steps[-2][p.sal_gallery].value
+    image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
+    assert np.abs(image - drawn).mean() < 2  # the signed map, in the diverging colours
+    assert steps[0][p.sal_bar].height > figures.saliency_bars("gray", signed=False).height  # both scales

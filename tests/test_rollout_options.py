@@ -97,3 +97,21 @@ def test_integrated_gradients_from_each_baseline_is_complete(baseline):
     )
     with pytest.raises(ValueError, match="unknown integrated-gradients baseline"):
         explain.ig_baseline(x, "grey", model.cfg)
+
+
+@pytest.mark.parametrize("method", ["integrated_gradients", "saliency", "smoothgrad"])
+def test_signed_attributions_keep_the_sign_of_the_channel_sum(method):
+    model = sharpen(pico())
+    x, target = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2)), torch.tensor([1])
+    options = explain.MethodOptions(ig_steps=8, smoothgrad_samples=4, signed=True)
+    torch.manual_seed(0)
+    att = explain.attribution(model, x, target, method, **options.captum_kwargs(method))
+    torch.testing.assert_close(att.pixel, att.raw.sum(dim=1))
+    assert (att.patch < 0).any() and (att.patch > 0).any()
+    torch.manual_seed(0)
+    plain = explain.attribution(
+        model, x, target, method, **explain.MethodOptions(ig_steps=8, smoothgrad_samples=4).captum_kwargs(method)
+    )
+    assert (plain.patch >= 0).all()
+    if method == "integrated_gradients":  # the same path integral, only the reduction differs
+        torch.testing.assert_close(att.raw, plain.raw)

@@ -24,6 +24,7 @@ class MethodOptions:
 
     ig_steps: int = 32  # integrated gradients: Gauss-Legendre steps from the baseline
     ig_baseline: str = "mean"  # integrated gradients: the image it starts from, one of IG_BASELINES
+    signed: bool = False  # gradient methods: attributions summed over channels with their sign, not |.|
     smoothgrad_samples: int = 16  # smoothgrad: noisy copies whose saliency is averaged
     smoothgrad_stdev: float = 0.15  # smoothgrad: noise standard deviation, in normalised units
     rollout_head_fusion: str = "mean"  # rollout: a layer's heads merged by "mean", "max" or "min"
@@ -31,11 +32,12 @@ class MethodOptions:
 
     def captum_kwargs(self, method: str) -> dict[str, Any]:
         """The keyword arguments of `attribution` for `method` that these options set."""
+        signed = {"signed": True} if self.signed and method != "occlusion" else {}  # occlusion: always signed
         if method == "integrated_gradients":
-            return {"n_steps": self.ig_steps, "baseline": self.ig_baseline}
+            return {"n_steps": self.ig_steps, "baseline": self.ig_baseline, **signed}
         if method == "smoothgrad":
-            return {"nt_samples": self.smoothgrad_samples, "stdevs": self.smoothgrad_stdev}
-        return {}
+            return {"nt_samples": self.smoothgrad_samples, "stdevs": self.smoothgrad_stdev, **signed}
+        return signed
 
 
 DEFAULT_OPTIONS = MethodOptions()
@@ -96,7 +98,9 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         drop of the target logit, so it keeps its sign (a patch whose removal helps the class is < 0).
         Always fp32: its logit drops are small, and bf16 passes gave whole maps 2-15% off (L1) on the
         shipped 13x13-patch model, which a 7-patch check could not foresee.
-    The gradient methods' pixel map is |attribution| summed over channels.
+    The gradient methods' pixel map is |attribution| summed over channels; with signed=True the attribution
+    summed over channels with its sign (saliency and SmoothGrad then average signed gradients: captum
+    Insights' "all" sign; negative = against the class).
     Extra keyword arguments go to captum's `attribute` (e.g. n_steps, internal_batch_size, stdevs).
     """
     from captum.attr import IntegratedGradients, NoiseTunnel, Occlusion, Saliency
@@ -110,15 +114,16 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         x = x.detach().clone().requires_grad_(method != "occlusion")  # captum would set it, with a warning
         target = target.to(x.device).long().clone()  # clones: the caller may be in inference_mode
         kw = {**DEFAULT_OPTIONS.captum_kwargs(method), **kw}
+        signed = bool(kw.pop("signed", False))
         if method == "integrated_gradients":
             n_steps, start = kw.pop("n_steps"), ig_baseline(x.detach(), kw.pop("baseline", "mean"), model.cfg)
             kw.setdefault("internal_batch_size", B * _copies_per_pass(B, n_steps, model.cfg.num_patches))
             raw = IntegratedGradients(model).attribute(x, baselines=start, target=target, n_steps=n_steps, **kw)
         elif method == "saliency":
-            raw = Saliency(model).attribute(x, target=target, abs=True, **kw)
+            raw = Saliency(model).attribute(x, target=target, abs=not signed, **kw)
         elif method == "smoothgrad":
             kw.setdefault("nt_samples_batch_size", _copies_per_pass(B, kw["nt_samples"], model.cfg.num_patches))
-            raw = NoiseTunnel(Saliency(model)).attribute(x, nt_type="smoothgrad", target=target, abs=True, **kw)
+            raw = NoiseTunnel(Saliency(model)).attribute(x, nt_type="smoothgrad", target=target, abs=not signed, **kw)
         else:
             # a few occluded images per forward pass, as the other perturbation method; no gradients needed
             kw.setdefault("perturbations_per_eval", max(1, images_per_pass(model) // B))
@@ -127,5 +132,5 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
                     x, sliding_window_shapes=(C, p, p), strides=(C, p, p), baselines=0.0, target=target, **kw
                 )
     raw = raw.detach()
-    pixel = raw.mean(dim=1) if method == "occlusion" else raw.abs().sum(dim=1)
+    pixel = raw.mean(dim=1) if method == "occlusion" else raw.sum(dim=1) if signed else raw.abs().sum(dim=1)
     return Attribution(pixel=pixel, patch=patch_sum(pixel, p), raw=raw)
