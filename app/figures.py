@@ -100,6 +100,7 @@ PLOTLY_SCALES = {
     "jet": "Jet",
     "turbo": "Turbo",
     "gray": "gray",
+    "RdBu_r": "RdBu_r",  # SIGNED_CMAP
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 import numpy as np
+import torch
 from gradio.data_classes import FileData
 
 import cait
@@ -184,6 +185,8 @@ class Handlers:
             p.sal_msg: "",
             p.sal_gallery: None,
             p.sal_bar: None,
+            p.sal_maps: None,
+            p.sal_big: None,
             p.sal_region: None,
             p.sal_table: None,
             p.ratio_plot: None,
@@ -289,7 +292,7 @@ class Handlers:
             targets = [int(i) for i in np.argsort(-a.probs)[: int(topk)]]
         jobs = [(loaded.labels[t], m) for t in targets for m in methods]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
-        rows, tiles, saved = [], [], []
+        rows, tiles, saved, maps = [], [], [], []
         options = _method_options(steps, *method_options)
         bar = figures.saliency_bars(cmap, signed=options.signed)  # every map spans its own range
         yield {p.sal_msg: "", p.sal_bar: bar, **self._saliency_progress(jobs, rows, tiles)}
@@ -304,9 +307,20 @@ class Handlers:
                 signed = options.signed and row.method in explain.CAPTUM_METHODS
                 tile = figures.saliency_tile(a.view, row.heat, signed=signed, **look)
                 tiles.append((tile, f"{row.method} for '{name}'{aucs}"))
+                maps.append((row.heat.numpy(), tiles[-1][1], signed))
                 yield self._saliency_progress(jobs, rows, tiles)
             saved.append(session.saliency_numbers(t, name, done))
-        yield {p.json_file: self._numbers_file(loaded, a, saved)}
+        yield {p.json_file: self._numbers_file(loaded, a, saved), p.sal_maps: maps}
+
+    def enlarge_saliency(self, a, maps, cmap, alpha, view, evt: gr.SelectData) -> dict:
+        """A clicked saliency map beside its patch grid, whose hover gives each patch's value."""
+        if a is None or not maps or int(evt.index) >= len(maps):
+            return gr.skip()
+        heat, caption, signed = maps[int(evt.index)]
+        look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0], signed=signed)
+        tile = figures.saliency_tile(a.view, torch.from_numpy(heat), **look)
+        shown = figures.SIGNED_CMAP if signed else cmap
+        return {self.page.sal_big: figures.enlarged_figure(tile, a.view, heat, cmap=shown, title=caption)}
 
     def region(self, a, source: str | None, keep: float) -> dict:
         """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as

@@ -74,6 +74,8 @@ class Page:
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
     sal_bar: gr.Image
+    sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed)], for the enlarged view
+    sal_big: gr.Plot
     region_of: gr.Dropdown
     sal_region: gr.Image
     sal_table: gr.Dataframe
@@ -114,6 +116,8 @@ class Page:
             self.sal_msg,
             self.sal_gallery,
             self.sal_bar,
+            self.sal_maps,
+            self.sal_big,
             self.sal_region,
             self.sal_table,
             self.ratio_plot,
@@ -285,6 +289,8 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     parts["sal_gallery"] = gr.Gallery(
         label="Maps", columns=4, allow_preview=True, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
     )
+    parts["sal_maps"] = gr.State(None)
+    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
     parts["sal_bar"] = gr.Image(
         label="Colour scale of the maps",
         type="pil",

@@ -95,9 +95,12 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         on_torch(h.saliency, batched=True),
         [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score, p.sal_topk]
         + [p.sg_samples, p.sg_noise, p.fusion, p.discard, p.ig_baseline, p.signed],
-        [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file],
+        [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
         show_progress_on=[p.sal_gallery],
         **model_events,
+    )
+    p.sal_gallery.select(
+        on_torch(h.enlarge_saliency), [p.analysis, p.sal_maps, p.cmap, p.alpha, p.view], p.sal_big, **model_events
     )
     region = torch_thread.handler(h.region)
     for control in (p.region_of, p.keep):

@@ -494,3 +494,8 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
     assert np.abs(image - drawn).mean() < 2  # the signed map, in the diverging colours
     assert steps[0][p.sal_bar].height > figures.saliency_bars("gray", signed=False).height  # both scales
+    # a click on the map: enlarged beside its patch grid, whose hover reads the map's values
+    big = handlers.enlarge_saliency(a, steps[-1][p.sal_maps], "gray", 1.0, "patch grid", SimpleNamespace(index=0))
+    figure = big[p.sal_big]
+    np.testing.assert_allclose(np.array(figure.data[1].z), heat.numpy(), rtol=1e-5, atol=1e-8)
+    assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}'"
