@@ -86,7 +86,7 @@ def saliency_bars(cmap: str, *, signed: bool) -> Image.Image:
     bar = colour_bar(cmap, "each map's min", "each map's max")
     if not signed:
         return bar
-    below = colour_bar(SIGNED_CMAP, "captum maps: -|max| (against)", "+|max| (for the class)")
+    below = colour_bar(SIGNED_CMAP, "signed maps: -|max|, against the class", "for it: +|max|", width=bar.width + 140)
     both = Image.new("RGB", (max(bar.width, below.width), bar.height + below.height + 6), "white")
     both.paste(bar, (0, 0))
     both.paste(below, (0, bar.height + 6))

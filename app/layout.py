@@ -287,7 +287,7 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
     parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed
     parts["sal_gallery"] = gr.Gallery(
-        label="Maps", columns=4, allow_preview=True, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
+        label="Maps", columns=4, allow_preview=False, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
     )
     parts["sal_maps"] = gr.State(None)
     parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
