@@ -86,7 +86,11 @@ def cpu_model() -> str:
 
 
 def user_cache_dir() -> Path:
-    """Where cait-lens keeps what it measured about this machine ($XDG_CACHE_HOME/cait-lens, ~/.cache/...)."""
+    """Where cait-lens keeps what it measured about this machine: the scene cache's directory, by the same
+    rule ($CAIT_LENS_CACHE, else $XDG_CACHE_HOME/cait-lens, else ~/.cache/cait-lens), spelled out here so
+    that the runtime does not import the data code."""
+    if os.environ.get("CAIT_LENS_CACHE"):
+        return Path(os.environ["CAIT_LENS_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cait-lens"
 
 

@@ -18,9 +18,6 @@ os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="cait-tests-hf-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 for _var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT"):
     os.environ.pop(_var, None)
-# nor the user's cait-lens cache (cait.runtime keeps its precision measurement there)
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="cait-tests-cache-")
-atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

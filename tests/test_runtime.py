@@ -59,6 +59,7 @@ def test_the_bf16_decision_is_measured_once_per_cpu_and_torch_and_kept(monkeypat
     """Every start on the same machine and software decides the same: the first measures and stores, later
     ones (a new process: the in-process cache cleared) read the stored value, whatever a new timing says."""
     _cpu_flags(monkeypatch, avx512_bf16=True, amx=False)
+    monkeypatch.delenv("CAIT_LENS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 1.5)
     first = runtime.choose_precision("auto", torch.device("cpu"))
