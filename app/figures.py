@@ -65,10 +65,32 @@ def region_image(
     return draw_box(region, box, base.width / img_size)
 
 
+SIGNED_CMAP = "RdBu_r"  # signed attributions: blue against the class, white 0, red for it
+
+
 def saliency_tile(
-    view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float, smooth: bool = True
+    view: Image.Image, heat: torch.Tensor, *, cmap: str, alpha: float, smooth: bool = True, signed: bool = False
 ) -> Image.Image:
+    """One saliency map over the image, spanning its own min .. max; a signed map in SIGNED_CMAP over
+    -|max| .. |max|, so that 0 is white whatever the map's range."""
+    if signed:
+        top = max(float(heat.abs().max()), 1e-12)
+        return overlay(display_base(view), heat, cmap=SIGNED_CMAP, alpha=alpha, smooth=smooth, value_range=(-top, top))
     return overlay(display_base(view), heat, cmap=cmap, alpha=alpha, smooth=smooth)
+
+
+def saliency_bars(cmap: str, *, signed: bool) -> Image.Image:
+    """The saliency tab's colour scale; with signed maps, the signed methods' diverging scale below it."""
+    from cait.figures import colour_bar
+
+    bar = colour_bar(cmap, "each map's min", "each map's max")
+    if not signed:
+        return bar
+    below = colour_bar(SIGNED_CMAP, "signed maps: -|max|, against the class", "for it: +|max|", width=bar.width + 140)
+    both = Image.new("RGB", (max(bar.width, below.width), bar.height + below.height + 6), "white")
+    both.paste(bar, (0, 0))
+    both.paste(below, (0, bar.height + 6))
+    return both
 
 
 PLOTLY_SCALES = {
@@ -78,6 +100,7 @@ PLOTLY_SCALES = {
     "jet": "Jet",
     "turbo": "Turbo",
     "gray": "gray",
+    "RdBu_r": "RdBu_r",  # SIGNED_CMAP
 }
 
 
@@ -162,6 +185,70 @@ def mixing_figure(proj_l: np.ndarray, proj_w: np.ndarray, layer: int) -> go.Figu
     return fig
 
 
+def head_stats_figure(entropy: np.ndarray, distance: np.ndarray, *, patches: int) -> go.Figure:
+    """The per-head statistics of one image: each SA head's mean attention distance (pixels, after proj_w)
+    against depth, as in the ViT paper's figure, beside each CA head's entropy (nats; uniform = ln N).
+    entropy [CA layers, heads], distance [SA layers, heads]."""
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.62, 0.38],
+        subplot_titles=("Mean attention distance per SA head (after proj_w)", "Entropy of each CA head's map"),
+    )
+    layers, heads = distance.shape
+    fig.add_scatter(
+        x=np.repeat(np.arange(1, layers + 1), heads),
+        y=distance.reshape(-1),
+        mode="markers",
+        marker=dict(size=7, color="#1f77b4", opacity=0.7),
+        text=[f"SA{layer + 1} head {head + 1}" for layer in range(layers) for head in range(heads)],
+        hovertemplate="%{text}: %{y:.1f} px<extra></extra>",
+        name="one head",
+        row=1,
+        col=1,
+    )
+    fig.add_scatter(
+        x=list(range(1, layers + 1)),
+        y=distance.mean(1),
+        mode="lines",
+        line=dict(color="#1f77b4"),
+        name="head mean",
+        hovertemplate="SA%{x} head mean: %{y:.1f} px<extra></extra>",
+        row=1,
+        col=1,
+    )
+    for layer, row in enumerate(entropy):
+        fig.add_bar(
+            x=list(range(1, len(row) + 1)),
+            y=row,
+            name=f"CA{layer + 1}",
+            hovertemplate=f"CA{layer + 1} head %{{x}}: %{{y:.2f}} nats<extra></extra>",
+            row=1,
+            col=2,
+        )
+    fig.add_hline(
+        y=float(np.log(patches)),
+        line=dict(color="gray", dash="dash"),
+        annotation_text=f"uniform: ln {patches}",
+        annotation_position="bottom right",
+        row=1,
+        col=2,
+    )
+    fig.update_xaxes(title_text="SA layer", dtick=1 if layers <= 24 else 4, row=1, col=1)
+    fig.update_yaxes(title_text="pixels", rangemode="tozero", row=1, col=1)
+    fig.update_xaxes(title_text="head", dtick=1, row=1, col=2)
+    fig.update_yaxes(title_text="nats", rangemode="tozero", row=1, col=2)
+    fig.update_layout(
+        title="Per-head statistics of this image",
+        height=400,
+        barmode="group",
+        margin=dict(l=60, r=20, t=70, b=50),
+        template="plotly_white",
+        legend=dict(orientation="h", y=-0.25),
+    )
+    return fig
+
+
 PICKER_SIDE = 320  # the talking-heads tab's clickable image of the patch grid
 
 
@@ -208,10 +295,12 @@ __all__ = [
     "display_base",
     "draw_box",
     "enlarged_figure",
+    "head_stats_figure",
     "mixing_figure",
     "query_picker",
     "query_tiles",
     "region_image",
+    "saliency_bars",
     "saliency_tile",
     "save_tiles",
 ]

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
+import numpy as np
+import torch
 from gradio.data_classes import FileData
 
 import cait
 from app import causal_view, figures, session, texts, torch_thread
 from app.images import ImageInputError
-from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, causal_heads, talking_columns
+from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, causal_heads, region_choices, talking_columns
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
@@ -49,6 +51,29 @@ def _payload_path(payload: Any) -> str | None:
 def _colour_bar(cmap: str, scale: str):
     shared = scale == SCALES[1]
     return colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
+
+
+def _map_of(name: str) -> tuple[int, int | None]:
+    """'CA2 head 3' -> (1, 2), 'CA1 mean' -> (0, None): the inverse of `cait.figures.attention.head_name`."""
+    layer, what = name.split(" ", 1)
+    return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
+
+
+def _method_options(
+    steps, samples=None, noise=None, fusion=None, discard=None, baseline=None, signed=False
+) -> explain.MethodOptions:
+    """The saliency tab's method settings, in the tab's order, as `explain.MethodOptions` (a setting not
+    given: its default)."""
+    defaults = explain.MethodOptions()
+    return explain.MethodOptions(
+        ig_steps=int(steps),
+        smoothgrad_samples=int(samples if samples is not None else defaults.smoothgrad_samples),
+        smoothgrad_stdev=float(noise if noise is not None else defaults.smoothgrad_stdev),
+        rollout_head_fusion=fusion or defaults.rollout_head_fusion,
+        rollout_discard_ratio=float(discard if discard is not None else defaults.rollout_discard_ratio),
+        ig_baseline=baseline or defaults.ig_baseline,
+        signed=bool(signed),
+    )
 
 
 def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[str, Any]:
@@ -126,13 +151,13 @@ class Handlers:
 
     def rerender_ca(self, a, cmap, alpha, scale, view, keep, selected, shown) -> dict:
         if a is None:
-            return {}
+            return gr.skip()
         return self.ca_outputs(a, (cmap, alpha, scale, view, keep), selected, shown)
 
     def enlarge(self, layer: int):
         def handler(a, cmap, alpha, scale, view, keep, evt: gr.SelectData) -> dict:
             if a is None:
-                return {}
+                return gr.skip()
             selected = (layer, int(evt.index))
             return {
                 self.page.ca_big: self._big(a, (cmap, alpha, scale, view, keep), selected),
@@ -155,8 +180,13 @@ class Handlers:
             p.grid_file: None,
             p.json_file: None,
             p.ca_big: None,
+            p.head_stats: None,
             p.colour_bar: None,
+            p.sal_msg: "",
             p.sal_gallery: None,
+            p.sal_bar: None,
+            p.sal_maps: None,
+            p.sal_big: None,
             p.sal_region: None,
             p.sal_table: None,
             p.ratio_plot: None,
@@ -180,17 +210,14 @@ class Handlers:
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
-    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col) -> dict:
+    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col, region_of) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the talking-heads tab."""
         if a is None or a.choice != choice:
-            return {}
+            return gr.skip()
         p, loaded = self.page, self.cache.get(choice)
-        data = session.numbers(loaded, a)
-        data["layerscale"] = explain.layerscale_stats(loaded.model)
-        view = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class)
-        data["causal"] = causal_view.numbers(loaded.model, a.x.to(loaded.device), view)
-        json_path = WORK.request_dir() / "cait_analysis.json"
-        json_path.write_text(json.dumps(data))
+        causal = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class)
+        a.causal = causal_view.numbers(loaded.model, a.x.to(loaded.device), causal)
+        json_path = self._numbers_file(loaded, a)
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
         sheet = self._sheet(
             attention_tiles(a.view, a.ca_maps, a.self_share, **_look(cmap, alpha, scale, view, keep)), cmap, scale
@@ -199,13 +226,32 @@ class Handlers:
             p.json_file: str(json_path),
             p.grid_file: sheet,
             p.ratio_plot: to_plotly(residual_ratio_plot(a.ratios)),
+            p.head_stats: figures.head_stats_figure(
+                session.ca_entropy(a),
+                session.sa_distance(loaded, a),
+                patches=loaded.cfg.grid_size**2,
+            ),
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
-        out.update(self.causal_outputs(loaded, a, view, 0, causal_view.ABLATIONS[0]))
+        out.update(self.region(a, region_of, keep))
+        out.update(self.causal_outputs(loaded, a, causal, 0, causal_view.ABLATIONS[0]))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
         return out
+
+    def _numbers_file(self, loaded: LoadedModel, a: session.Analysis, saliency: dict | None = None) -> str:
+        """All numbers as the JSON download: the analysis, LayerScale, the causal view and, once computed, the
+        saliency maps."""
+        data = session.numbers(loaded, a)
+        data["layerscale"] = explain.layerscale_stats(loaded.model)
+        if a.causal is not None:
+            data["causal"] = a.causal
+        if saliency is not None:
+            data["saliency"] = saliency
+        path = WORK.request_dir() / "cait_analysis.json"
+        path.write_text(json.dumps(data))
+        return str(path)
 
     def _analyse_path(
         self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, shown: tuple, *, uploaded: bool
@@ -235,44 +281,91 @@ class Handlers:
 
     # ------------------------------------------------------------------------ saliency
 
-    def saliency(self, choice, a, target, methods, steps, cmap, alpha, view) -> Iterator[dict]:
-        """The ticked methods' maps, shown one by one as each is done (the gallery label counts them), so
-        the wait is told by real progress rather than by a guess from earlier runs."""
+    def saliency(
+        self, choice, a, target, methods, steps, cmap, alpha, view, score=True, topk=1, *method_options
+    ) -> Iterator[dict]:
+        """The ticked methods' maps for the chosen class (or, with topk > 1, for each of the top-k predicted
+        classes side by side), shown one by one as each is done (the gallery label counts them), so the wait
+        is told by real progress rather than by a guess from earlier runs."""
         p = self.page
         if a is None or a.choice != choice:
-            yield {p.status: "Analyse an image first (pick an example or upload one)."}
+            yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
             return
         if not methods:
-            yield {p.sal_table: None, p.sal_gallery: None, p.status: "Tick at least one saliency method."}
+            yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
             return
         loaded = self.cache.get(choice)
         methods = [m for m in explain.METHODS if m in methods]  # the menu's order, whatever the ticking order
-        target = a.top_class if target is None else int(target)
-        name = loaded.labels[target]
+        targets = [a.top_class if target is None else int(target)]
+        if int(topk or 1) > 1:
+            targets = [int(i) for i in np.argsort(-a.probs)[: int(topk)]]
+        jobs = [(loaded.labels[t], m) for t in targets for m in methods]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
-        rows, tiles = [], []
-        yield self._saliency_progress(name, methods, rows, tiles)
-        for row in session.saliency_rows(
-            loaded, a, target=target, methods=methods, options=explain.MethodOptions(ig_steps=int(steps))
-        ):
-            rows.append(row)
-            tiles.append(
-                (
-                    figures.saliency_tile(a.view, row.heat, **look),
-                    f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · "
-                    f"insertion AUC {row.insertion_auc:.3f}",
+        rows, tiles, saved, maps = [], [], [], []
+        options = _method_options(steps, *method_options)
+        bar = figures.saliency_bars(cmap, signed=options.signed)  # every map spans its own range
+        yield {p.sal_msg: "", p.sal_bar: bar, **self._saliency_progress(jobs, rows, tiles)}
+        for t in targets:
+            name, done = loaded.labels[t], []
+            for row in session.saliency_rows(loaded, a, target=t, methods=methods, options=options, score=bool(score)):
+                rows.append((name, row))
+                done.append(row)
+                aucs = (
+                    f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}" if score else ""
                 )
-            )
-            yield self._saliency_progress(name, methods, rows, tiles)
-        mask, box = session.regions_of_focus(loaded, a)
-        yield {p.sal_region: figures.region_image(a.view, mask, box, loaded.cfg.img_size)}
+                signed = options.signed and row.method in explain.CAPTUM_METHODS
+                tile = figures.saliency_tile(a.view, row.heat, signed=signed, **look)
+                tiles.append((tile, f"{row.method} for '{name}'{aucs}"))
+                maps.append((row.heat.numpy(), tiles[-1][1], signed))
+                yield self._saliency_progress(jobs, rows, tiles)
+            saved.append(session.saliency_numbers(t, name, done))
+        yield {p.json_file: self._numbers_file(loaded, a, saved), p.sal_maps: maps}
 
-    def _saliency_progress(self, name: str, methods: list[str], rows: list, tiles: list) -> dict:
-        done = len(rows)
-        running = f"; computing {methods[done]} ({done + 1} of {len(methods)})" if done < len(methods) else ""
-        table = [[r.method, round(r.deletion_auc, 4), round(r.insertion_auc, 4), round(r.seconds, 2)] for r in rows]
+    def enlarge_saliency(self, a, maps, cmap, alpha, view, evt: gr.SelectData) -> dict:
+        """A clicked saliency map beside its patch grid, whose hover gives each patch's value."""
+        if a is None or not maps or int(evt.index) >= len(maps):
+            return gr.skip()
+        heat, caption, signed = maps[int(evt.index)]
+        look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0], signed=signed)
+        tile = figures.saliency_tile(a.view, torch.from_numpy(heat), **look)
+        shown = figures.SIGNED_CMAP if signed else cmap
+        return {self.page.sal_big: figures.enlarged_figure(tile, a.view, heat, cmap=shown, title=caption)}
+
+    def region(self, a, source: str | None, keep: float) -> dict:
+        """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as
+        `layout.region_choices` names them), keeping the class-attention tab's share of its mass."""
+        if a is None or not source:
+            return {self.page.sal_region: None}
+        layer, head = _map_of(source)
+        if layer >= a.ca_maps.shape[0] or (head is not None and head >= a.ca_maps.shape[1]):
+            return {self.page.sal_region: None}  # a choice of the model before: the new one comes with it
+        img_size = a.x.shape[-1]
+        mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(keep), img_size=img_size)
+        label = f"Regions of focus: {source}, {float(keep):.0%} of its attention mass"
+        return {self.page.sal_region: gr.Image(value=figures.region_image(a.view, mask, box, img_size), label=label)}
+
+    def _saliency_progress(self, jobs: list[tuple[str, str]], rows: list, tiles: list) -> dict:
+        """The gallery and table so far; jobs: every (class name, method) of the run, in order; rows: the
+        (class name, SaliencyRow) done."""
+        done, classes = len(rows), list(dict.fromkeys(name for name, _ in jobs))
+        one = len(classes) == 1
+        title = f"Maps for class '{classes[0]}'" if one else f"Maps for the top {len(classes)} classes"
+        running = ""
+        if done < len(jobs):
+            name, method = jobs[done]
+            running = f"; computing {method}{'' if one else f' for {name!r}'} ({done + 1} of {len(jobs)})"
+        auc = lambda v: None if np.isnan(v) else round(v, 4)  # not scored: an empty cell
+        table = [
+            [
+                r.method if one else f"{r.method} ({name})",
+                auc(r.deletion_auc),
+                auc(r.insertion_auc),
+                round(r.seconds, 2),
+            ]
+            for name, r in rows
+        ]
         return {
-            self.page.sal_gallery: gr.Gallery(value=list(tiles) or None, label=f"Maps for class '{name}'{running}"),
+            self.page.sal_gallery: gr.Gallery(value=list(tiles) or None, label=f"{title}{running}"),
             self.page.sal_table: table or None,
         }
 
@@ -337,7 +430,7 @@ class Handlers:
 
     def talking(self, choice, a, layer, row, col) -> dict:
         if a is None or a.choice != choice:
-            return {}
+            return gr.skip()
         loaded = self.cache.get(choice)
         a = session.with_sa_layer(loaded, a, int(layer) - 1)
         return {self.page.analysis: a, **self.talking_outputs(loaded, a, row, col)}
@@ -345,7 +438,7 @@ class Handlers:
     def pick_query(self, choice, a, layer, evt: gr.SelectData) -> dict:
         """A click on the patch-grid image: that patch becomes the query (the sliders follow)."""
         if a is None or a.choice != choice:
-            return {}
+            return gr.skip()
         g = self.cache.get(choice).cfg.grid_size
         x, y = evt.index  # pixels of the picker image
         row, col = (min(int(v * g / figures.PICKER_SIDE), g - 1) + 1 for v in (y, x))
@@ -360,6 +453,7 @@ class Handlers:
             p.choice: loaded.choice,
             p.header: texts.header_markdown(loaded, hub.cached_variants()),
             p.model_md: texts.model_markdown(loaded),
+            p.card_md: texts.card_markdown(loaded) or "This model has no card.",
             p.examples: gr.Gallery(value=loaded.examples),
             p.image_in: None,
             p.ls_plot: layerscale_figure(loaded),
@@ -367,14 +461,18 @@ class Handlers:
             p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
             p.th_col: gr.Slider(maximum=g, value=g // 2 + 1),
             p.sal_class: gr.Dropdown(choices=[], value=None),
+            p.region_of: gr.Dropdown(choices=region_choices(cfg), value=region_choices(cfg)[0]),
             p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)),
             p.cz_class: gr.Dropdown(choices=[], value=None),
             p.cz_head: gr.Radio(choices=causal_heads(cfg), value=0),
             p.variant: loaded.choice.name,
         }
 
-    def weights_status(self, name: str | None) -> str:
-        """Where the chosen variant's weights would come from, without any request (cait.hub)."""
+    def weights_status(self, name: str | None, checkpoint: str | None = None) -> str:
+        """Where the chosen variant's weights would come from, without any request (cait.hub): from the
+        checkpoint file when one is given."""
+        if (checkpoint or "").strip():
+            return "Weights from the checkpoint file given (nothing is downloaded)."
         if not name:
             return ""
         try:
@@ -405,16 +503,34 @@ class Handlers:
                 hub.fetch_weights(wanted.name, on_progress=report)
             loaded = torch_thread.call(self.cache.get, wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
-            first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+            first_line, *rest = str(e).splitlines() or [type(e).__name__]
             log.info("could not load %s: %s", wanted, first_line)
-            more = "" if first_line == str(e) else "\n\n```\n" + str(e) + "\n```"
-            return {self.page.load_msg: f"**Could not load the model:** {first_line}{more}"}
+            more = "\n\n```\n" + "\n".join(rest) + "\n```" if rest else ""
+            # the Variant box goes back to the page's model, which stays loaded
+            return {
+                self.page.load_msg: f"**Could not load the model:** {first_line}{more}",
+                self.page.variant: choice.name,
+            }
         out = {**self.cleared(shown), **torch_thread.call(self.model_outputs, loaded)}
         warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
         out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
         out[self.page.weights_md] = self.weights_status(loaded.choice.name) if loaded.choice.checkpoint is None else ""
         out[self.page.weights_table] = texts.weights_table(hub.list_weights())  # a download changes a row
+        # the address names a variant loaded without a file (a file's path is not the page's to share)
+        out[self.page.url_model] = loaded.choice.name if loaded.choice.checkpoint is None else ""
         return out
+
+    def from_address(self, choice: ModelChoice, shown: tuple, request: gr.Request) -> dict:
+        """A page opened (or reloaded) with ?model=VARIANT starts with that variant, as if loaded in the
+        Model tab; an unknown name is said next to the Load button."""
+        name = (request.query_params.get("model") or "").strip() if request else ""
+        if not name or name == choice.name:
+            return gr.skip()
+        if name not in cait.list_models():
+            return {
+                self.page.load_msg: f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
+            }
+        return self.load_model(choice, shown, name, "", False)
 
     # ------------------------------------------------------------------------ the /analyze API
 

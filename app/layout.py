@@ -13,6 +13,7 @@ from app import causal_view, figures, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
+from cait.figures.attention import head_name
 
 MAX_UPLOAD_MB = 20  # larger uploads are refused by the server before any handler runs
 MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
@@ -57,11 +58,25 @@ class Page:
     ca_galleries: list[gr.Gallery]
     colour_bar: gr.Image
     ca_big: gr.Plot
+    head_stats: gr.Plot
     sal_class: gr.Dropdown
     ig_steps: gr.Slider
     sal_methods: gr.CheckboxGroup
+    sal_score: gr.Checkbox
+    sal_topk: gr.Slider
+    sg_samples: gr.Slider
+    sg_noise: gr.Slider
+    fusion: gr.Dropdown
+    discard: gr.Slider
+    ig_baseline: gr.Dropdown
+    signed: gr.Checkbox
     sal_run: gr.Button
+    sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
+    sal_bar: gr.Image
+    sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed)], for the enlarged view
+    sal_big: gr.Plot
+    region_of: gr.Dropdown
     sal_region: gr.Image
     sal_table: gr.Dataframe
     ls_plot: gr.Plot
@@ -73,6 +88,7 @@ class Page:
     th_gallery: gr.Gallery
     th_plot: gr.Plot
     model_md: gr.Markdown
+    card_md: gr.Markdown
     variant: gr.Dropdown
     weights_md: gr.Markdown
     weights_table: gr.Markdown
@@ -88,6 +104,7 @@ class Page:
     cz_maps: gr.Plot
     cz_top5: gr.HTML
     cz_knockout: gr.Plot
+    url_model: gr.Textbox  # hidden: the page's variant, for its address (?model=...), so a reload keeps it
 
     @property
     def results(self) -> list:
@@ -102,8 +119,13 @@ class Page:
             self.grid_file,
             self.json_file,
             self.ca_big,
+            self.head_stats,
             self.colour_bar,
+            self.sal_msg,
             self.sal_gallery,
+            self.sal_bar,
+            self.sal_maps,
+            self.sal_big,
             self.sal_region,
             self.sal_table,
             self.ratio_plot,
@@ -145,6 +167,7 @@ def _inputs(first: LoadedModel, parts: dict) -> None:
                 columns=4,
                 height="auto",
                 allow_preview=False,
+                buttons=[],  # no "Download All" of the examples
                 elem_id="examples",
             )
         with gr.Column(scale=3):
@@ -200,9 +223,10 @@ def _class_attention_tab(parts: dict) -> None:
         for i in range(MAX_CA_LAYERS)
     ]
     parts["ca_big"] = gr.Plot(label="Selected tile (click one)", elem_id="ca_big")
+    parts["head_stats"] = gr.Plot(label="Per-head statistics", elem_id="head_stats")
 
 
-def _saliency_tab(parts: dict) -> None:
+def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     gr.Markdown(
         "Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
         "insertion AUC (higher = more faithful). Only the ticked methods run."
@@ -220,18 +244,89 @@ def _saliency_tab(parts: dict) -> None:
     parts["sal_methods"] = gr.CheckboxGroup(
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
+    defaults = explain.MethodOptions()
+    with gr.Accordion("Method options (SmoothGrad, rollout, integrated-gradients baseline)", open=False):
+        with gr.Row():
+            parts["sg_samples"] = gr.Slider(
+                2, 64, value=defaults.smoothgrad_samples, step=2, label="SmoothGrad samples", elem_id="sg_samples"
+            )
+            parts["sg_noise"] = gr.Slider(
+                0.0,
+                1.0,
+                value=defaults.smoothgrad_stdev,
+                step=0.05,
+                label="SmoothGrad noise (std, normalised units)",
+                elem_id="sg_noise",
+            )
+            parts["fusion"] = gr.Dropdown(
+                list(explain.HEAD_FUSIONS),
+                value=defaults.rollout_head_fusion,
+                label="Rollout head fusion",
+                elem_id="fusion",
+            )
+            parts["discard"] = gr.Slider(
+                0.0,
+                0.95,
+                value=defaults.rollout_discard_ratio,
+                step=0.05,
+                label="Rollout discard ratio (lowest weights of each layer set to 0)",
+                elem_id="discard",
+            )
+            parts["ig_baseline"] = gr.Dropdown(
+                list(explain.IG_BASELINES),
+                value=defaults.ig_baseline,
+                label="Integrated-gradients baseline",
+                info="mean: the normalisation's mean colour",
+                elem_id="ig_baseline",
+            )
+        parts["signed"] = gr.Checkbox(
+            value=defaults.signed,
+            label="Signed attributions (captum methods: red for the class, blue against it; else |attribution|)",
+            elem_id="signed",
+        )
+    parts["sal_score"] = gr.Checkbox(
+        value=True,
+        label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",
+        elem_id="sal_score",
+    )
+    parts["sal_topk"] = gr.Slider(
+        1,
+        5,
+        value=1,
+        step=1,
+        label="Classes side by side",
+        info="1: the class chosen above; k > 1: each method for each of the top k predicted classes",
+        elem_id="sal_topk",
+    )
     parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
+    parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed
     parts["sal_gallery"] = gr.Gallery(
-        label="Maps", columns=4, allow_preview=True, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
+        label="Maps", columns=4, allow_preview=False, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
+    )
+    parts["sal_maps"] = gr.State(None)
+    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
+    parts["sal_bar"] = gr.Image(
+        label="Colour scale of the maps",
+        type="pil",
+        interactive=False,
+        height=60,
+        show_label=False,
+        container=False,
+        elem_id="sal_bar",
+        buttons=[],
     )
     with gr.Row():
-        parts["sal_region"] = gr.Image(
-            label="Regions of focus (CA layer 1 head mean, half the attention mass)",
-            type="pil",
-            interactive=False,
-            height=300,
-            elem_id="sal_region",
-        )
+        with gr.Column():
+            parts["region_of"] = gr.Dropdown(
+                region_choices(first.cfg),
+                value=region_choices(first.cfg)[0],
+                label="Regions of focus of",
+                info="the share of attention mass kept is the Class attention tab's slider",
+                elem_id="region_of",
+            )
+            parts["sal_region"] = gr.Image(
+                label="Regions of focus", type="pil", interactive=False, height=300, elem_id="sal_region"
+            )
         parts["sal_table"] = gr.Dataframe(
             headers=["method", "deletion AUC", "insertion AUC", "seconds"],
             label="Scores (seconds: the map and its deletion/insertion scoring)",
@@ -304,6 +399,11 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
     parts["cz_knockout"] = gr.Plot(label="Knockout profile over depth", elem_id="cz_knockout")
 
 
+def region_choices(cfg: cait.CaiTConfig) -> list[str]:
+    """The class-attention maps a region of focus can be drawn from: each CA layer's mean, then its heads."""
+    return [head_name(layer, head) for layer in range(cfg.depth_token_only) for head in (None, *range(cfg.num_heads))]
+
+
 def talking_columns(cfg: cait.CaiTConfig) -> int:
     """Tiles per row of the talking-heads gallery: one per head, at most 8 (16 heads: two rows per stage)."""
     return min(cfg.num_heads, 8)
@@ -311,6 +411,8 @@ def talking_columns(cfg: cait.CaiTConfig) -> int:
 
 def _model_tab(first: LoadedModel, parts: dict) -> None:
     parts["model_md"] = gr.Markdown(texts.model_markdown(first), elem_id="model_md")
+    with gr.Accordion("Model card (how it was trained, what it does badly)", open=False):
+        parts["card_md"] = gr.Markdown(texts.card_markdown(first) or "This model has no card.", elem_id="card_md")
     gr.Markdown(
         "### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
         "timm .pth/.safetensors or ours). Without a path: the shipped weights or timm's official ones in "
@@ -330,6 +432,7 @@ def _model_tab(first: LoadedModel, parts: dict) -> None:
     )
     parts["load_btn"] = gr.Button("Load model", elem_id="load_btn")
     parts["load_msg"] = gr.Markdown(elem_id="load_msg")
+    parts["url_model"] = gr.Textbox(visible=False, elem_id="url_model")
     with gr.Accordion("Every paper variant: size and where its weights come from", open=False):
         parts["weights_table"] = gr.Markdown(texts.weights_table(hub.list_weights()), elem_id="weights_table")
 
@@ -347,10 +450,10 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
             with gr.Tab("Class attention", id="ca"):
                 _class_attention_tab(parts)
             with gr.Tab("Saliency", id="saliency"):
-                _saliency_tab(parts)
+                _saliency_tab(first, parts)
             with gr.Tab("LayerScale", id="layerscale"):
                 parts["ls_plot"] = gr.Plot(value=ls_figure, label="LayerScale per depth", elem_id="ls_plot")
-                parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio (needs an image)", elem_id="ratio_plot")
+                parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio of the analysed image", elem_id="ratio_plot")
             with gr.Tab("Talking heads", id="talking"):
                 _talking_heads_tab(first, parts)
             with gr.Tab("Causal", id="causal"):
@@ -366,12 +469,22 @@ CSS = """
     height: auto !important; min-height: 0 !important; max-height: none !important; overflow: visible !important; }
 /* small inputs (a 64 px scene) are shown enlarged with crisp pixels, as the model sees them */
 #image_in img, #examples img, #ca_big img { image-rendering: pixelated; }
-/* captions wrap instead of being cut ("CA1 he...") when tiles are narrow (16 heads at 1280 px) */
-.ca-grid .caption-label, .no-scroll .caption-label { white-space: normal !important; overflow: visible !important;
-    text-overflow: clip !important; max-width: 100% !important; }
+/* captions go under their tile, never over the map, and wrap instead of being cut ("CA1 he...") when tiles
+   are narrow (16 heads at 1280 px): the tile is a column of its square image and its caption */
+.ca-grid .thumbnail-item, .no-scroll .thumbnail-item, #examples .thumbnail-item {
+    aspect-ratio: auto !important; height: auto !important; display: flex !important; flex-direction: column;
+    justify-content: flex-start; }
+.ca-grid .thumbnail-item > img, .no-scroll .thumbnail-item > img, #examples .thumbnail-item > img {
+    aspect-ratio: 1 / 1; height: auto !important; flex: none; }
+.ca-grid .caption-label, .no-scroll .caption-label, #examples .caption-label {
+    position: static !important; white-space: normal !important; overflow: visible !important;
+    text-overflow: clip !important; max-width: 100% !important; border: none !important; border-radius: 0 !important;
+    opacity: 1 !important; line-height: 1.25; }
+/* saliency tiles at most a quarter of the page wide, however few are ticked (one was 1196 px) */
+#sal_gallery .grid-container { grid-template-columns: repeat(4, minmax(0, 1fr)) !important; }
 #image_in img { width: 100%; height: 100%; object-fit: contain; }
-/* the gallery's label sits above the first row of examples, not on it */
-#examples .grid-wrap { padding-top: 1.8rem; }
+/* a gallery's label sits above its first row of tiles, not on it */
+#examples .grid-wrap, .ca-grid .grid-wrap, .no-scroll .grid-wrap { padding-top: 1.8rem !important; }
 .top5 { font-size: 0.95rem; }
 .top5-title { font-weight: 600; margin-bottom: 0.4rem; }
 .top5-row { display: grid; grid-template-columns: 14rem 1fr 4.5rem; align-items: center; gap: 0.6rem;
@@ -394,5 +507,6 @@ __all__ = [
     "VIEWS",
     "build_page",
     "causal_heads",
+    "region_choices",
     "talking_columns",
 ]

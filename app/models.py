@@ -48,6 +48,7 @@ class LoadedModel:
     labels: tuple[str, ...]
     examples: list[tuple[str, str]]  # (image path, caption)
     card: ShippedCard | None  # shipped model card and test accuracy, when there is one
+    precision_reason: str = ""  # why forward-only passes run in `dtype` (cait.runtime.choose_precision)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     @property
@@ -80,7 +81,9 @@ def display_name(choice: ModelChoice, cfg: cait.CaiTConfig) -> str:
     return Path(choice.checkpoint).name
 
 
-def load_model(choice: ModelChoice, device: torch.device, dtype: torch.dtype | None = None) -> LoadedModel:
+def load_model(
+    choice: ModelChoice, device: torch.device, dtype: torch.dtype | None = None, precision_reason: str = ""
+) -> LoadedModel:
     """Build `choice` on `device`. Raises cait.CheckpointError / ValueError with a one-line reason."""
     sourced = load_or_init(choice.name, choice.checkpoint, download=choice.download)
     # Frozen for good: the gradient methods need d/d(input) only, and two sessions may run them at once on
@@ -98,6 +101,7 @@ def load_model(choice: ModelChoice, device: torch.device, dtype: torch.dtype | N
         labels=class_names(model.cfg),
         examples=find_examples(model.cfg),
         card=shipped_card(model.cfg) if choice.checkpoint is None else None,
+        precision_reason=precision_reason,
     )
 
 

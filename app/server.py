@@ -13,7 +13,7 @@ from app import torch_thread
 from app.models import ModelCache, ModelChoice, load_model
 from app.ui import build_app, launch
 from cait.config import DEFAULT_MODEL
-from cait.runtime import DeviceError, inference_dtype, resolve_device
+from cait.runtime import DeviceError, choose_precision, resolve_device
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -24,8 +24,10 @@ def serve(args: argparse.Namespace) -> int:
     except DeviceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    dtype = inference_dtype(args.precision, device)
-    cache = ModelCache(partial(load_model, device=device, dtype=dtype), max_bytes=int(args.model_memory_gb * 2**30))
+    precision = choose_precision(args.precision, device)
+    logging.getLogger("cait.app").info("forward-only passes in %s: %s", precision.name, precision.reason)
+    loader = partial(load_model, device=device, dtype=precision.dtype, precision_reason=precision.reason)
+    cache = ModelCache(loader, max_bytes=int(args.model_memory_gb * 2**30))
     default = ModelChoice(
         name=args.model or (None if args.checkpoint else DEFAULT_MODEL),
         checkpoint=args.checkpoint,

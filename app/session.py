@@ -42,6 +42,8 @@ class Analysis:
     stages: StageMaps  # the SA layer shown in the talking-heads tab
     notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
+    sa_distance: np.ndarray | None = None  # [SA layers, heads] mean attention distance (px), once computed
+    causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
 
     @property
     def top_class(self) -> int:
@@ -86,6 +88,20 @@ def with_sa_layer(loaded: LoadedModel, a: Analysis, layer: int) -> Analysis:
     return a
 
 
+def ca_entropy(a: Analysis) -> np.ndarray:
+    """Entropy (nats) of each class-attention head's map over the patches: [CA layers, heads]."""
+    return explain.attention_entropy(torch.from_numpy(a.ca_maps)).numpy()
+
+
+def sa_distance(loaded: LoadedModel, a: Analysis) -> np.ndarray:
+    """Each SA head's mean attention distance in pixels after proj_w, [SA layers, heads]: computed on first
+    use (one more forward pass, so not in the first view) and kept in the analysis."""
+    if a.sa_distance is None:
+        with loaded.forward_only():
+            a.sa_distance = explain.mean_attention_distances(loaded.model, a.x.to(loaded.device))[0].cpu().numpy()
+    return a.sa_distance
+
+
 def top_predictions(probs: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
     order = np.argsort(-probs)[:k]
     return [{"index": int(i), "label": labels[i], "probability": float(probs[i])} for i in order]
@@ -113,6 +129,14 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
             "maps": a.ca_maps.tolist(),
             "mean": a.ca_maps.mean(1).tolist(),
             "self_share": a.self_share.tolist(),
+            "entropy": ca_entropy(a).tolist(),
+            "entropy_layout": "entropy[ca_layer][head]: nats over the patches (the map renormalised without the "
+            f"class token's share); uniform attention is ln(N) = {np.log(cfg.grid_size**2):.3f}",
+        },
+        "self_attention": {
+            "mean_distance": sa_distance(loaded, a).tolist(),
+            "layout": "mean_distance[sa_layer][head]: the ViT paper's mean attention distance in input pixels, "
+            "from the weights after proj_w (absolute values, renormalised per query patch)",
         },
         "residual_ratios": a.ratios,
     }
@@ -127,27 +151,50 @@ class SaliencyRow:
     seconds: float  # the map and its deletion/insertion scoring: what the user waits for
 
 
+def saliency_numbers(target: int, name: str, rows: list[SaliencyRow]) -> dict[str, Any]:
+    """The saliency tab's maps, JSON-able, for the download: each method's patch map and its scores."""
+    finite = lambda v: None if np.isnan(v) else v  # not scored
+    return {
+        "target": target,
+        "class": name,
+        "layout": "methods[name].map[row][col]: the method's patch-grid map for class `target` (0-based)",
+        "methods": {
+            r.method: {
+                "map": r.heat.tolist(),
+                "deletion_auc": finite(r.deletion_auc),
+                "insertion_auc": finite(r.insertion_auc),
+                "seconds": r.seconds,
+            }
+            for r in rows
+        },
+    }
+
+
 def saliency_rows(
-    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions
+    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions, score: bool = True
 ) -> Iterator[SaliencyRow]:
     """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. The
     attributions run in fp32; the forward-only work in the session's precision: the scoring and the CA head
     means, read from the analysis.
     What every method shares (the rollouts' forward pass, the curves' two ends) is done once and its time
-    counted in the row of the first method that needs it."""
+    counted in the row of the first method that needs it. Without `score` the AUCs are NaN and not computed
+    (the scoring takes most of a fast method's time)."""
     x = a.x.to(loaded.device)
     t = torch.tensor([target], device=loaded.device)
     start = time.perf_counter()
-    with torch.inference_mode():
-        endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
+    if score:
+        with torch.inference_mode():
+            endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
     maps = explain.saliency_maps(
         loaded.model, x, t, methods, options, class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device)
     )
     for method, (_, heat) in zip(methods, maps):  # rows keep the names asked for (earlier names too)
-        with torch.inference_mode():
-            scores = explain.deletion_insertion(
-                loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype, endpoints=endpoints
-            )
+        scores = {"deletion_auc": [float("nan")], "insertion_auc": [float("nan")]}
+        if score:
+            with torch.inference_mode():
+                scores = explain.deletion_insertion(
+                    loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype, endpoints=endpoints
+                )
         yield SaliencyRow(
             method,
             heat[0].float().cpu(),
@@ -158,9 +205,13 @@ def saliency_rows(
         start = time.perf_counter()
 
 
-def regions_of_focus(loaded: LoadedModel, a: Analysis) -> tuple[torch.Tensor, tuple[float, float, float, float]]:
-    """The paper's Fig. 7 region of CA layer 1 (head mean): patch mask [g, g] and its box in input pixels."""
-    mask, boxes = explain.regions_of_focus(torch.from_numpy(a.ca_maps[0].mean(0))[None], img_size=loaded.cfg.img_size)
+def regions_of_focus(
+    a: Analysis, *, layer: int, head: int | None, share: float, img_size: int
+) -> tuple[torch.Tensor, tuple[float, float, float, float]]:
+    """The paper's Fig. 7 region of one class-attention map (CA `layer`, `head` or None for the head mean,
+    0-based) holding `share` of its mass: patch mask [g, g] and its box in input pixels."""
+    heat = a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head]
+    mask, boxes = explain.regions_of_focus(torch.from_numpy(heat)[None], float(share), img_size=img_size)
     return mask[0], tuple(boxes[0].tolist())
 
 

@@ -22,8 +22,17 @@ def precision_name(loaded: LoadedModel) -> str:
 
 
 def card_link(loaded: LoadedModel) -> str:
-    # Gradio serves files under allowed_paths at /gradio_api/file=<absolute path>
-    return f"[model card](/gradio_api/file={loaded.card.card})" if loaded.card else ""
+    return "model card in the Model tab" if loaded.card else ""
+
+
+def card_markdown(loaded: LoadedModel) -> str:
+    """The shipped model card, as markdown for the page to render ("" when the model has none)."""
+    if loaded.card is None:
+        return ""
+    try:
+        return loaded.card.card.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def model_summary(loaded: LoadedModel) -> str:
@@ -92,6 +101,7 @@ def model_markdown(loaded: LoadedModel) -> str:
         ("variant", loaded.name),
         ("weights", loaded.source),
         ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
+        *([("precision", loaded.precision_reason)] if loaded.precision_reason else []),
         ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
         ("FLOPs (multiply-accumulates)", f"{loaded.model.flops() / 1e9:.3f} G"),
         (

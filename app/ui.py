@@ -26,6 +26,14 @@ AFTER_TILES_SHOWN = """async (...inputs) => {
     while (!shown().every(t => t.complete) && performance.now() < until) await pause();
     return inputs;
 }"""
+# After a load: the page's variant goes into the address (?model=...) without a reload, so that a reload or a
+# shared link opens the same model (`Handlers.from_address`); "" (a checkpoint file) takes it out.
+KEEP_MODEL_IN_ADDRESS = """(name) => {
+    if (name === null || name === undefined) return;
+    const url = new URL(window.location.href);
+    if (name) url.searchParams.set('model', name); else url.searchParams.delete('model');
+    window.history.replaceState(null, '', url);
+}"""
 THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", "monospace"])  # local fonts only
 
 
@@ -62,17 +70,22 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
         )
 
 
+def _everything(p: layout.Page) -> list:
+    return [c for c in p.components().values() if not isinstance(c, list)] + p.ca_galleries
+
+
 def _wire(p: layout.Page, h: Handlers) -> None:
     model_events = dict(concurrency_id="model", api_visibility="private")
-    everything = list(p.components().values())
-    everything = [c for c in everything if not isinstance(c, list)] + p.ca_galleries
+    everything = _everything(p)
     view = [*p.look, p.th_layer]
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
     details = dict(
         fn=on_torch(h.details),
-        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col],
-        outputs=[p.grid_file, p.json_file, p.ratio_plot, p.th_gallery, p.th_plot, p.th_pick, p.sal_class]
-        + [*p.causal_results, p.cz_class, p.cz_head],
+        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col, p.region_of],
+        outputs=[
+            *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
+            *(p.sal_class, p.sal_region, *p.causal_results, p.cz_class, p.cz_head),
+        ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **model_events,
@@ -98,15 +111,30 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     _wire_class_attention(p, h)
     p.sal_run.click(
         on_torch(h.saliency, batched=True),
-        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view],
-        [p.sal_gallery, p.sal_region, p.sal_table, p.status],
+        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score, p.sal_topk]
+        + [p.sg_samples, p.sg_noise, p.fusion, p.discard, p.ig_baseline, p.signed],
+        [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
         show_progress_on=[p.sal_gallery],
         **model_events,
     )
+    p.sal_gallery.select(
+        on_torch(h.enlarge_saliency), [p.analysis, p.sal_maps, p.cmap, p.alpha, p.view], p.sal_big, **model_events
+    )
+    region = torch_thread.handler(h.region)
+    for control in (p.region_of, p.keep):
+        control.change(
+            region, [p.analysis, p.region_of, p.keep], p.sal_region, trigger_mode="always_last", **model_events
+        )
     talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
+    # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);
+    # not change, which a programmatic value (a click on the patch grid, a new model) would also fire
     for slider in (p.th_layer, p.th_row, p.th_col):
-        slider.release(
-            on_torch(h.talking), [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col], talking_outputs, **model_events
+        slider.input(
+            on_torch(h.talking),
+            [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
+            talking_outputs,
+            trigger_mode="always_last",
+            **model_events,
         )
     p.th_pick.select(
         on_torch(h.pick_query),
@@ -121,8 +149,9 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         everything,
         show_progress_on=[p.load_msg],
         **model_events,
-    )
-    p.variant.change(h.weights_status, p.variant, p.weights_md, api_visibility="private")
+    ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
+    for control in (p.variant, p.checkpoint):
+        control.change(h.weights_status, [p.variant, p.checkpoint], p.weights_md, api_visibility="private")
 
 
 def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
@@ -132,6 +161,14 @@ def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
     handlers = Handlers(page, cache, default)
     with demo:
         _wire(page, handlers)
+        demo.load(
+            handlers.from_address,
+            [page.choice, page.ca_props],
+            _everything(page),
+            show_progress_on=[page.load_msg],
+            concurrency_id="model",
+            api_visibility="private",
+        )
         gr.api(torch_thread.handler(handlers.analyze), api_name="analyze", concurrency_id="model")
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
@@ -147,7 +184,10 @@ def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block:
         max_file_size=layout.MAX_UPLOAD,
         ssr_mode=False,
         show_error=True,
-        prevent_thread_lock=not block,
+        prevent_thread_lock=True,
         allowed_paths=served_paths(),
-        quiet=True,
+        quiet=True,  # Gradio's own banner names a share link we never make; ours is one line
     )
+    print(f"cait-lens app on {demo.local_url} (Ctrl+C to stop)", flush=True)
+    if block:
+        demo.block_thread()

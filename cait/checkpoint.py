@@ -190,7 +190,7 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
     Anything else that does not fit raises one CheckpointError naming the likely variant and the diff."""
     from .model import resize_pos_embed
 
-    state = dict(state)
+    given, state = state, dict(state)  # `given` as the file has it: the error describes it, not its resampling
     target = model.state_dict()
     pe = state.get("pos_embed")
     if pe is not None and pe.shape[-1] == target["pos_embed"].shape[-1] and pe.shape != target["pos_embed"].shape:
@@ -205,7 +205,7 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
     if missing or unexpected or shapes:
         lines = [
             f"{source} does not fit this model ({_describe(model.cfg)}).",
-            f"It looks like '{closest_variant(state)}' ({_describe_found(infer_config(state))}).",
+            f"It looks like '{closest_variant(given)}' ({_describe_found(infer_config(given))}).",
         ]
         for label, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", shapes)):
             if items:

@@ -24,8 +24,8 @@ import torch  # noqa: E402
 
 import cait  # noqa: E402
 from cait.config import CaiTConfig  # noqa: E402
-from cait.data.scene_cache import CACHE_ENV  # noqa: E402
 from cait.reference import timm_cait  # noqa: E402
+from cait.runtime import CACHE_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -280,6 +280,8 @@ def test_analyze_equals_a_direct_model_call(server):
     cfg = server["loaded"].cfg
     assert np.array(answer["class_attention"]["maps"]).shape == (2, cfg.num_heads, cfg.grid_size, cfg.grid_size)
     assert "attribution" not in answer  # only what was asked for
+    assert np.array(answer["class_attention"]["entropy"]).shape == (2, cfg.num_heads)
+    assert np.array(answer["self_attention"]["mean_distance"]).shape == (cfg.depth, cfg.num_heads)
     # the same answer as the in-process analysis the UI uses
     a = analyse(server["loaded"], str(path))
     np.testing.assert_allclose(answer["residual_ratios"]["sa"], a.ratios["sa"], rtol=1e-5)

@@ -177,13 +177,77 @@ def test_bad_file_shows_a_message(page):
     expect(grid_images(page)).to_have_count(0)
     bad = page.tmp / "holiday.png"
     bad.write_text("not really a picture\n" * 20)
-    page.locator("#image_in input[type=file]").set_input_files(str(bad))
+    upload_and_settle(page, bad)  # the analysis and its follow-up (which skips) have answered
     expect(page.locator("#status")).to_contain_text("Could not analyse this file")
     expect(page.locator("#status")).to_contain_text("not an image")
+    assert_no_error_state(page, page.tmp / "server.log")
     page.screenshot(path="/tmp/cait_app_bad_file.png", full_page=True)
     # the server keeps serving
     page.locator("#image_in button[aria-label='Remove Image']").click()
     pick_example(page, 1)  # its follow-up too, or it could land during the next test's own analysis
+
+
+def upload_and_settle(page, path: Path, events: int = 2) -> None:
+    """Uploads `path` and waits until its `events` events (the analysis and its follow-up) have answered:
+    Gradio streams a page's answers on a queue/data request that ends once none is pending."""
+    seen: list[str] = []
+    joined = lambda r: seen.append("join") if "queue/join" in r.url else None
+    streamed = lambda r: seen.append("done") if "queue/data" in r.url else None  # ended, or closed by the page
+    page.on("request", joined)
+    page.on("requestfinished", streamed)
+    page.on("requestfailed", streamed)
+    try:
+        page.locator("#image_in input[type=file]").set_input_files(str(path))
+        for _ in range(900):
+            if seen.count("join") >= events and seen[-1] == "done":
+                return
+            page.wait_for_timeout(100)  # lets Playwright deliver the request events
+        raise AssertionError(f"the upload's events did not answer: {seen}")
+    finally:
+        page.remove_listener("request", joined)
+        page.remove_listener("requestfinished", streamed)
+        page.remove_listener("requestfailed", streamed)
+
+
+def assert_no_error_state(page, log: Path) -> None:
+    """No toast, no component in Gradio's error state, no traceback in the server's log."""
+    assert "didn't return enough output values" not in page.content()
+    assert page.locator(".toast-body, .error").count() == 0, page.locator(".toast-body, .error").all_inner_texts()
+    assert "Traceback" not in log.read_text()
+
+
+def test_truncated_and_empty_uploads_leave_no_error_state(page):
+    """Every failed decode is one message in the status line: its follow-up does not run into an error."""
+    page.get_by_role("tab", name="Class attention").click()
+    pick_example(page, 0)
+    scene = sorted((ROOT / "cait" / "examples").glob("*.png"))[0].read_bytes()
+    for name, data in (("truncated.png", scene[: len(scene) // 3]), ("empty.jpg", b"")):
+        page.locator("#image_in button[aria-label='Remove Image']").click()
+        expect(grid_images(page)).to_have_count(0)
+        path = page.tmp / name
+        path.write_bytes(data)
+        upload_and_settle(page, path)
+        expect(page.locator("#status")).to_contain_text("Could not analyse this file")
+        assert_no_error_state(page, page.tmp / "server.log")
+    page.locator("#image_in button[aria-label='Remove Image']").click()
+    pick_example(page, 1)
+
+
+def test_the_keyboard_redraws_the_talking_heads_view(page):
+    pick_example(page, 0)
+    page.get_by_role("tab", name="Talking heads").click()
+    changed = "(old) => { const i = document.querySelector('#th_gallery img'); return i && i.src !== old; }"
+    before = page.locator("#th_gallery img").first.get_attribute("src")
+    page.locator("#th_row input[type=range]").focus()
+    page.keyboard.press("ArrowRight")  # an arrow key: one row down
+    page.wait_for_function(changed, arg=before)
+    before = page.locator("#th_gallery img").first.get_attribute("src")
+    number = page.locator("#th_col input[type=number]")
+    number.fill("1")
+    number.press("Enter")  # a typed value, committed with Enter
+    page.wait_for_function(changed, arg=before)
+    expect(page.locator("#th_col input[type=range]")).to_have_value("1")
+    page.get_by_role("tab", name="Class attention").click()
 
 
 def test_a_click_on_the_patch_grid_picks_the_query(page):
@@ -442,3 +506,68 @@ def test_the_follow_up_starts_after_the_tiles_are_fetched(page):
     tiles = [i for i, e in enumerate(events) if e == "tile"]
     assert len(joins) == 2 and len(tiles) == 2 * (heads + 1), events  # the analysis, then the follow-up
     assert joins[0] < min(tiles) and max(tiles) < joins[1], events
+
+
+CAPTIONS_OVER_IMAGES = """(selector) => [...document.querySelectorAll(selector + ' .thumbnail-item')].filter(t => {
+    const img = t.querySelector('img'), cap = t.querySelector('.caption-label');
+    if (!img || !cap) return false;
+    const a = img.getBoundingClientRect(), b = cap.getBoundingClientRect();
+    return b.top < a.bottom - 1 && b.bottom > a.top + 1 && b.left < a.right - 1 && b.right > a.left + 1;
+}).map(t => t.textContent)"""
+
+
+def test_no_caption_covers_its_tile(chromium, wide_server):
+    """16 heads (the talking-heads captions wrap to several lines) and a saliency tile's long caption: every
+    caption sits under its image, none over it (bounding boxes)."""
+    page = open_page(chromium, wide_server, width=1280)
+    try:
+        pick_example(page)
+        page.wait_for_function("() => [...document.querySelectorAll('.ca-grid img')].every(i => i.complete)")
+        assert page.evaluate(CAPTIONS_OVER_IMAGES, ".ca-grid") == []
+        assert page.evaluate(CAPTIONS_OVER_IMAGES, "#examples") == []
+        page.get_by_role("tab", name="Talking heads").click()
+        expect(page.locator("#th_gallery img")).to_have_count(3 * 16)
+        assert page.evaluate(CAPTIONS_OVER_IMAGES, "#th_gallery") == []
+        page.get_by_role("tab", name="Saliency").click()
+        page.locator("#sal_score input").uncheck()  # no scoring: the maps alone, fast
+        page.locator("#sal_run").click()
+        expect(page.locator("#sal_gallery img")).to_have_count(3)
+        assert page.evaluate(CAPTIONS_OVER_IMAGES, "#sal_gallery") == []
+        assert "AUC" not in page.locator("#sal_gallery").inner_text()
+    finally:
+        page.context.close()
+
+
+def test_a_reload_keeps_the_pages_model(chromium, server):
+    page = open_page(chromium, server[0])
+    try:
+        load_in_model_tab(page, "cait_nano_28")
+        expect(page.locator("#load_msg")).to_contain_text("Loaded cait_nano_28")
+        page.wait_for_url(re.compile(r"[?&]model=cait_nano_28"))
+        page.reload()
+        expect(page.locator("#header")).to_contain_text("cait_nano_28")
+        page.get_by_role("tab", name="Model").click()
+        expect(page.locator("#model_md")).to_contain_text("cait_nano_28")
+        expect(page.locator("#variant input")).to_have_value("cait_nano_28")
+    finally:
+        page.context.close()
+
+
+def test_two_starts_choose_the_same_precision(chromium, server, tmp_path):
+    """--precision auto decides once per machine and software (cait.runtime keeps the measurement), and the
+    log and the Model tab say which precision and why."""
+    first = (server[1] / "server.log").read_text()
+    proc, url = start_server([], tmp_path / "second.log")
+    try:
+        second = (tmp_path / "second.log").read_text()
+        chosen = [re.search(r"forward-only passes in (\w+): (.*)", log) for log in (first, second)]
+        assert all(chosen) and chosen[0].group(1) == chosen[1].group(1)
+        page = open_page(chromium, url)
+        try:
+            page.get_by_role("tab", name="Model").click()
+            expect(page.locator("#model_md")).to_contain_text("--precision auto")
+            expect(page.locator("#header")).to_contain_text("bf16" if chosen[1].group(1) == "bf16" else "fp32")
+        finally:
+            page.context.close()
+    finally:
+        stop_server(proc)

@@ -18,8 +18,8 @@ from conftest import randomise_
 from PIL import Image
 
 import cait
+from app import figures, session, texts
 from app import main as cli
-from app import session, texts
 from app.layout import GalleryProps
 from app.models import LoadedModel, ModelCache, ModelChoice, load_model
 from app.workdir import WorkDir
@@ -175,6 +175,12 @@ def test_analysis_is_the_models_own_numbers(loaded):
     )
     data = json.loads(json.dumps(session.numbers(loaded, a)))  # JSON-able
     assert data["predictions"][0]["index"] == a.top_class and len(data["class_attention"]["maps"]) == 2
+    # the per-head statistics: the same numbers as cait.explain on the model's own maps
+    np.testing.assert_allclose(data["class_attention"]["entropy"], explain.attention_entropy(ca.maps[0]), rtol=1e-4)
+    distance = np.array(data["self_attention"]["mean_distance"])
+    assert distance.shape == (loaded.cfg.depth, loaded.cfg.num_heads)
+    with torch.inference_mode():
+        np.testing.assert_allclose(distance, explain.mean_attention_distances(loaded.model, x)[0], rtol=1e-4)
 
 
 def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
@@ -208,7 +214,9 @@ def test_the_default_model_is_described_from_its_shipped_files():
     loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     top1 = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.eval.json").read_text())["top1"]
     header = texts.header_markdown(loaded)
-    assert f"{top1:.1%}" in header and "model card" in header and f"{cait.DEFAULT_MODEL}.md" in header
+    assert f"{top1:.1%}" in header and "model card in the Model tab" in header
+    card = (WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.md").read_text()
+    assert texts.card_markdown(loaded) == card  # rendered by the page's Markdown, not served as a raw file
     assert f"{loaded.cfg.img_size} px, 10-class miniature" in header and "Fashion-MNIST scenes" in header
     top = {"label": "Bag", "probability": 0.0004}
     assert "garment classes" in texts.status_markdown(loaded, top, [], uploaded=True)
@@ -282,8 +290,11 @@ def handlers():
 def test_a_failed_load_changes_one_message_only(handlers, tmp_path):
     bad = tmp_path / "weights.pth"
     bad.write_text("not weights\n")
-    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, "cait_pico_32", str(bad))
-    assert list(out) == [handlers.page.load_msg] and "text file" in out[handlers.page.load_msg]
+    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, "cait_nano_28", str(bad))
+    # the message, and the Variant box back at the page's model, which stays
+    assert list(out) == [handlers.page.load_msg, handlers.page.variant] and "text file" in out[handlers.page.load_msg]
+    assert out[handlers.page.variant] == "cait_pico_32"
+    assert handlers.weights_status("cait_xxs24_224", str(bad)).startswith("Weights from the checkpoint file given")
 
 
 def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
@@ -295,6 +306,7 @@ def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
     assert "cait_nano_28" in out[p.header] and "cait_nano_28" in out[p.model_md] and out[p.variant] == "cait_nano_28"
     assert out[p.examples].value and out[p.image_in] is None and out[p.analysis] is None
     assert out[p.ls_plot] is not None and out[p.sal_class].choices == []
+    assert out[p.url_model] == "cait_nano_28" and out[p.region_of].choices[0] == ("CA1 mean", "CA1 mean")
     assert all(out[g]["visible"] is False for g in p.ca_galleries[:2])  # hidden until an image is analysed
     assert not any(props.visible for props in out[p.ca_props])
 
@@ -361,9 +373,32 @@ def test_saliency_shows_each_map_as_it_is_done(handlers):
     ]
     assert [len(s[p.sal_table] or []) for s in steps if p.sal_table in s] == [0, 1, 2]
     assert [row[0] for row in steps[2][p.sal_table]] == ["ca1_mean", "saliency"]  # the menu's order
-    assert p.sal_region in steps[-1]
+    assert p.status not in steps[0] and steps[0][p.sal_msg] == ""  # the top-1 line stays; an old message goes
     stale = list(handlers.saliency(ModelChoice("cait_nano_28"), a, 2, ["saliency"], 8, "inferno", 0.5, "smooth"))
-    assert list(stale[0]) == [p.status] and "Analyse an image first" in stale[0][p.status]
+    assert list(stale[0]) == [p.sal_msg] and "Analyse an image first" in stale[0][p.sal_msg]  # in the tab
+    none = list(handlers.saliency(loaded.choice, a, 2, [], 8, "inferno", 0.5, "smooth"))
+    assert list(none[0]) == [p.sal_msg] and "Tick at least one" in none[0][p.sal_msg]
+
+
+def test_the_region_of_focus_follows_the_chosen_map_and_share(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    sizes = {}
+    for source, share in (("CA1 mean", 0.5), ("CA1 mean", 0.9), ("CA2 head 1", 0.5)):
+        shown = handlers.region(a, source, share)[p.sal_region]
+        assert shown.label == f"Regions of focus: {source}, {share:.0%} of its attention mass"
+        layer, head = (0, None) if source == "CA1 mean" else (1, 0)
+        mask, _ = session.regions_of_focus(a, layer=layer, head=head, share=share, img_size=loaded.cfg.img_size)
+        want, _ = explain.regions_of_focus(
+            torch.from_numpy(a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head])[None],
+            share,
+            img_size=loaded.cfg.img_size,
+        )
+        assert torch.equal(mask, want[0])
+        sizes[(source, share)] = int(mask.sum())
+    assert sizes[("CA1 mean", 0.5)] <= sizes[("CA1 mean", 0.9)]
+    assert handlers.region(None, "CA1 mean", 0.5) == {p.sal_region: None}
 
 
 def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins):
@@ -398,3 +433,80 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
         assert "local Hugging Face cache" in out[handlers.page.weights_md]
         loaded = handlers.cache.get(out[handlers.page.choice])
         torch.testing.assert_close(loaded.model.head.weight, theirs.head.weight)
+
+
+def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", score=False))
+    (shown,) = steps[-2][p.sal_gallery].value
+    assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC in it
+    assert steps[-2][p.sal_table] == [["saliency", None, None, steps[-2][p.sal_table][0][3]]]
+    # the maps go into the JSON download too
+    (saved,) = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]  # one class
+    assert saved["target"] == 2 and list(saved["methods"]) == ["saliency"]
+    assert saved["methods"]["saliency"]["deletion_auc"] is None
+    heat = explain.saliency_map(loaded.model, a.x, torch.tensor([2]), "saliency")[0]
+    np.testing.assert_allclose(saved["methods"]["saliency"]["map"], heat, rtol=1e-4, atol=1e-7)
+
+
+def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    run = lambda *options: (
+        list(
+            handlers.saliency(
+                loaded.choice, a, 2, ["rollout_after_proj_l"], 8, "gray", 1.0, "patch grid", False, 1, *options
+            )
+        )[-2][p.sal_gallery].value
+    )
+    x = a.x.to(loaded.device)
+    want = explain.rollout(loaded.model, x, stage="after_proj_l", head_fusion="max", discard_ratio=0.5)
+    default = explain.rollout(loaded.model, x, stage="after_proj_l")
+    assert not torch.allclose(want, default)
+    drawn = [
+        np.asarray(figures.saliency_tile(a.view, h[0], cmap="gray", alpha=1.0, smooth=False), dtype=float)
+        for h in (default, want)
+    ]
+    for options, mine, other in (((), *drawn), ((16, 0.15, "max", 0.5), *drawn[::-1])):
+        (shown,) = run(*options)  # the gallery's value, as Gradio encoded it (a file)
+        image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
+        assert np.abs(image - mine).mean() < 2 < np.abs(image - other).mean()  # the map these options give
+
+
+def test_saliency_for_the_top_k_classes_side_by_side(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    steps = list(
+        handlers.saliency(loaded.choice, a, None, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth", False, 3)
+    )
+    top = [loaded.labels[i] for i in np.argsort(-a.probs)[:3]]
+    assert steps[0][p.sal_gallery].label == f"Maps for the top 3 classes; computing ca1_mean for {top[0]!r} (1 of 6)"
+    gallery, table = steps[-2][p.sal_gallery], steps[-2][p.sal_table]
+    assert [s["caption"] for s in gallery.value] == [f"{m} for '{n}'" for n in top for m in ("ca1_mean", "saliency")]
+    assert [row[0] for row in table] == [f"{m} ({n})" for n in top for m in ("ca1_mean", "saliency")]
+    saved = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]
+    assert [c["class"] for c in saved] == top and all(list(c["methods"]) == ["ca1_mean", "saliency"] for c in saved)
+
+
+def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    options = (16, 0.15, "mean", 0.0, "mean", True)  # samples, noise, fusion, discard, baseline, signed
+    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "gray", 1.0, "patch grid", False, 1, *options))
+    heat = explain.saliency_map(loaded.model, a.x, torch.tensor([2]), "saliency", explain.MethodOptions(signed=True))[0]
+    assert (heat < 0).any() and (heat > 0).any()
+    drawn = np.asarray(figures.saliency_tile(a.view, heat, cmap="gray", alpha=1.0, smooth=False, signed=True), float)
+    (shown,) = steps[-2][p.sal_gallery].value
+    image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
+    assert np.abs(image - drawn).mean() < 2  # the signed map, in the diverging colours
+    assert steps[0][p.sal_bar].height > figures.saliency_bars("gray", signed=False).height  # both scales
+    # a click on the map: enlarged beside its patch grid, whose hover reads the map's values
+    big = handlers.enlarge_saliency(a, steps[-1][p.sal_maps], "gray", 1.0, "patch grid", SimpleNamespace(index=0))
+    figure = big[p.sal_big]
+    np.testing.assert_allclose(np.array(figure.data[1].z), heat.numpy(), rtol=1e-5, atol=1e-8)
+    assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}'"

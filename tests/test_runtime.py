@@ -1,5 +1,6 @@
 """cait.runtime: what --device auto and --precision auto mean, in one place for train, evaluate and the app."""
 
+import json
 import math
 
 import pytest
@@ -38,9 +39,10 @@ def _cpu_flags(monkeypatch, *, avx512_bf16: bool, amx: bool) -> None:
         (True, False, 1.1, None),  # a near tie goes to fp32
     ],
 )
-def test_amp_auto_takes_bf16_only_where_it_measures_faster(monkeypatch, avx512_bf16, amx, speedup, expected):
+def test_amp_auto_takes_bf16_only_where_it_measures_faster(monkeypatch, tmp_path, avx512_bf16, amx, speedup, expected):
     _cpu_flags(monkeypatch, avx512_bf16=avx512_bf16, amx=amx)
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: speedup)
+    monkeypatch.setattr(runtime, "user_cache_dir", lambda: tmp_path)  # no decision stored yet
     assert autocast_dtype("auto", torch.device("cpu")) is expected
     assert autocast_dtype("bf16", torch.device("cpu")) is torch.bfloat16
     assert autocast_dtype("fp16", torch.device("cpu")) is torch.float16
@@ -51,6 +53,25 @@ def test_a_cpu_without_bf16_instructions_is_fp32_without_timing_anything(monkeyp
     _cpu_flags(monkeypatch, avx512_bf16=False, amx=False)
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: pytest.fail("timed a CPU that emulates bf16"))
     assert autocast_dtype("auto", torch.device("cpu")) is None
+
+
+def test_the_bf16_decision_is_measured_once_per_cpu_and_torch_and_kept(monkeypatch, tmp_path):
+    """Every start on the same machine and software decides the same: the first measures and stores, later
+    ones (a new process: the in-process cache cleared) read the stored value, whatever a new timing says."""
+    _cpu_flags(monkeypatch, avx512_bf16=True, amx=False)
+    monkeypatch.delenv("CAIT_LENS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 1.5)
+    first = runtime.choose_precision("auto", torch.device("cpu"))
+    assert first.dtype is torch.bfloat16 and "1.50x" in first.reason and "measured now" in first.reason
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 0.7)  # a noisy later timing is never taken
+    again = runtime.choose_precision("auto", torch.device("cpu"))
+    assert again.dtype is torch.bfloat16 and "kept in" in again.reason
+    stored = json.loads((tmp_path / "cait-lens" / "precision.json").read_text())
+    assert list(stored) == [f"{runtime.cpu_model()} | torch {torch.__version__}"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))  # another machine's cache: measured anew
+    assert runtime.choose_precision("auto", torch.device("cpu")).dtype is None
+    assert runtime.choose_precision("fp32", torch.device("cpu")).reason == "--precision fp32 was asked for"
 
 
 def test_the_bf16_speedup_is_measured_once_per_process():

@@ -12,7 +12,8 @@ import pytest
 
 import cait.data.scene_cache as scene_cache
 from cait.data import DataError, FashionMNISTScenes, build_dataset
-from cait.data.scene_cache import CACHE_ENV, cache_path, cached_pixels, lock_path
+from cait.data.scene_cache import cache_path, cached_pixels, lock_path
+from cait.runtime import CACHE_ENV
 
 N = 30
 

@@ -27,20 +27,18 @@ import numpy as np
 from filelock import FileLock
 from tqdm import tqdm
 
+from ..runtime import CACHE_ENV, user_cache_dir
+
 if TYPE_CHECKING:
     from .scenes import FashionMNISTScenes
 
-CACHE_ENV = "CAIT_LENS_CACHE"
 CHUNK = 500  # scenes per task when rendering in several processes
 PARALLEL_FROM = 4000  # below this many scenes, starting processes costs more than it saves
 
 
 def cache_dir() -> Path:
-    """The directory the scene files live in (see the module doc for the lookup order)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cait-lens"
+    """The directory the scene files live in: cait-lens's user cache (`cait.runtime.user_cache_dir`)."""
+    return user_cache_dir()
 
 
 def cache_path(scenes: "FashionMNISTScenes") -> Path:

@@ -11,6 +11,7 @@ and patch, knockout profiles of whole blocks, head ablations.
 from __future__ import annotations
 
 from .attention import (
+    HEAD_FUSIONS,
     ROLLOUT_STAGES,
     ClassAttention,
     TalkingHeads,
@@ -21,7 +22,7 @@ from .attention import (
     rollouts,
     talking_heads,
 )
-from .attribution import CAPTUM_METHODS, Attribution, MethodOptions, attribution, patch_sum
+from .attribution import CAPTUM_METHODS, IG_BASELINES, Attribution, MethodOptions, attribution, ig_baseline, patch_sum
 from .causal import (
     HeadAblation,
     LogitAttribution,
@@ -33,49 +34,57 @@ from .causal import (
     knockout_profile,
     mean_head_outputs,
 )
+from .head_stats import attention_entropy, mean_attention_distance, mean_attention_distances, patch_distances
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
 from .methods import METHODS, Method, saliency_map, saliency_maps
 from .metrics import deletion_insertion, endpoint_probabilities, mass_in_box, pointing_game
 
 __all__ = [
-    "Attribution",
-    "CAPTUM_METHODS",
-    "ClassAttention",
-    "DEFAULT_SHARE",
-    "HeadAblation",
-    "LogitAttribution",
-    "Method",
-    "MethodOptions",
-    "METHODS",
-    "ROLLOUT_STAGES",
-    "TalkingHeads",
     "all_head_ablations",
+    "attention_entropy",
+    "Attribution",
     "attribution",
     "block_gamma_mean_abs",
     "block_names",
+    "CAPTUM_METHODS",
     "class_attention",
     "class_specific_attention",
+    "ClassAttention",
+    "DEFAULT_SHARE",
     "deletion_insertion",
     "direct_logit_attribution",
     "endpoint_probabilities",
     "head_ablation",
+    "HEAD_FUSIONS",
+    "HeadAblation",
+    "ig_baseline",
+    "IG_BASELINES",
     "knockout_profile",
     "layerscale_stats",
     "layerscale_stats_from_metrics",
+    "LogitAttribution",
     "mask_to_boxes",
     "mass_in_box",
+    "mean_attention_distance",
+    "mean_attention_distances",
     "mean_head_outputs",
+    "Method",
+    "MethodOptions",
+    "METHODS",
     "mixing_matrices",
     "overlay",
     "overlays",
+    "patch_distances",
     "patch_sum",
     "pointing_game",
     "regions_of_focus",
     "rollout",
+    "ROLLOUT_STAGES",
     "rollouts",
     "saliency_map",
     "saliency_maps",
     "talking_heads",
+    "TalkingHeads",
     "upsample",
 ]

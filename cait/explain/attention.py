@@ -135,17 +135,46 @@ def rollout_stage(stage: str) -> str:
     return stage
 
 
-def _head_mean_attention(ins, layer: int, stage: str) -> torch.Tensor:
-    """[B, N, N] row-stochastic head-mean SA attention of one layer at `stage` (see `rollout`)."""
+HEAD_FUSIONS = ("mean", "max", "min")  # how rollout merges the heads of a layer (Abnar & Zuidema: mean)
+
+
+def _fuse(attn: torch.Tensor, fusion: str) -> torch.Tensor:
+    """The heads (dim 1) of attn [B, heads, ...] merged by `fusion`."""
+    if fusion == "mean":
+        return attn.mean(dim=1)
+    return attn.amax(dim=1) if fusion == "max" else attn.amin(dim=1)
+
+
+def _discard_lowest(a: torch.Tensor, ratio: float) -> torch.Tensor:
+    """a [B, N, N] with the lowest `ratio` share of each sample's weights set to 0 (rollout's discard ratio:
+    the faint attention spread everywhere no longer blurs the product)."""
+    drop = int(ratio * a[0].numel())
+    if drop <= 0:
+        return a
+    flat = a.flatten(1).clone()
+    flat.scatter_(1, flat.topk(drop, dim=1, largest=False).indices, 0.0)
+    return flat.view_as(a)
+
+
+def _head_mean_attention(ins, layer: int, stage: str, fusion: str = "mean") -> torch.Tensor:
+    """[B, N, N] row-stochastic SA attention of one layer at `stage`, heads merged by `fusion` (see
+    `rollout`)."""
     if stage == "raw":
-        return ins.raw_self_attention[layer].mean(dim=1)
+        return _normalise_rows(_fuse(ins.raw_self_attention[layer], fusion))
     after_proj_l, after_proj_w = ins.self_attention[layer]
     if stage == "after_proj_l":
-        return after_proj_l.mean(dim=1)
-    return _normalise_rows(after_proj_w.clamp_min(0).mean(dim=1))
+        return _normalise_rows(_fuse(after_proj_l, fusion))
+    return _normalise_rows(_fuse(after_proj_w.clamp_min(0), fusion))
 
 
-def rollout(model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l") -> torch.Tensor:
+def rollout(
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    stage: str = "after_proj_l",
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020) adapted to CaiT, class token -> patch relevance [B, g, g].
 
     SA stage: per layer the head-mean attention A, the residual folded in as (A + I) / 2 with rows
@@ -162,30 +191,45 @@ def rollout(model: nn.Module, x: torch.Tensor, *, stage: str = "after_proj_l") -
     (e_0 + a_l) / 2 applied to the current rows, a_l being the head-mean class-attention row over
     [cls, patches]. After the two layers, the class-token row over the patch columns is the map; its
     column 0 (relevance left on the learned class-token constant) is dropped, so a map sums to < 1.
+    Options of the attention-rollout demos: `head_fusion` merges a layer's heads by their mean (the paper),
+    max or min, rows renormalised; `discard_ratio` zeroes the lowest share of each SA layer's merged weights
+    before the residual is added.
     """
     stage = rollout_stage(stage)
-    return rollouts(model, x, stages=(stage,))[stage]
+    return rollouts(model, x, stages=(stage,), head_fusion=head_fusion, discard_ratio=discard_ratio)[stage]
 
 
-def rollouts(model: nn.Module, x: torch.Tensor, *, stages: tuple[str, ...] = ROLLOUT_STAGES) -> dict[str, torch.Tensor]:
+def rollouts(
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    stages: tuple[str, ...] = ROLLOUT_STAGES,
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+) -> dict[str, torch.Tensor]:
     """`rollout` at each of `stages` (current or earlier names) from one forward pass: {stage: [B, g, g]}."""
     stages = tuple(dict.fromkeys(rollout_stage(s) for s in stages))
+    if head_fusion not in HEAD_FUSIONS:
+        raise ValueError(f"head_fusion must be one of {', '.join(HEAD_FUSIONS)}, got {head_fusion!r}")
+    if not 0.0 <= discard_ratio < 1.0:
+        raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
     _check_input(model, x)
     depth = model.cfg.depth
     with torch.no_grad():
         ins = model.forward_insights(x, sa_layers=tuple(range(depth)), raw_attention="raw" in stages)
-        ca = torch.stack([attn.mean(dim=1) for attn in ins.class_attention], dim=1).float()  # [B, L, 1+N]
-        return {stage: _rollout_from(ins, ca, stage) for stage in stages}
+        ca = torch.stack([_fuse(attn, head_fusion) for attn in ins.class_attention], dim=1).float()  # [B, L, 1+N]
+        ca = ca if head_fusion == "mean" else _normalise_rows(ca)
+        return {stage: _rollout_from(ins, ca, stage, head_fusion, discard_ratio) for stage in stages}
 
 
-def _rollout_from(ins, ca: torch.Tensor, stage: str) -> torch.Tensor:
+def _rollout_from(ins, ca: torch.Tensor, stage: str, fusion: str = "mean", discard: float = 0.0) -> torch.Tensor:
     """`rollout`'s map at `stage` from a forward pass's insights and its head-mean CA rows ca [B, L, 1+N]."""
     # Only class-token rows are ever needed, so push the CA rows' patch parts back through the SA
     # stage, a R_SA = ((a Â_D) Â_D-1) ... Â_1: vector-matrix products, O(D N^2) not O(D N^3).
     through_sa = ca[..., 1:]
     eye = torch.eye(through_sa.shape[-1], device=ca.device, dtype=through_sa.dtype)
     for layer in reversed(range(len(ins.self_attention))):
-        a = _head_mean_attention(ins, layer, stage).float()
+        a = _discard_lowest(_head_mean_attention(ins, layer, stage, fusion).float(), discard)
         through_sa = through_sa @ _normalise_rows(a + eye)  # (A + I) / 2 once rows are renormalised
     # Class-token row over [cls source, input patches]; patch rows are [0 | R_SA].
     cls_row = torch.zeros_like(ca[:, 0])

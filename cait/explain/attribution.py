@@ -23,19 +23,44 @@ class MethodOptions:
     takes the whole set and reads what concerns it, so callers never special-case a method."""
 
     ig_steps: int = 32  # integrated gradients: Gauss-Legendre steps from the baseline
+    ig_baseline: str = "mean"  # integrated gradients: the image it starts from, one of IG_BASELINES
+    signed: bool = False  # gradient methods: attributions summed over channels with their sign, not |.|
     smoothgrad_samples: int = 16  # smoothgrad: noisy copies whose saliency is averaged
     smoothgrad_stdev: float = 0.15  # smoothgrad: noise standard deviation, in normalised units
+    rollout_head_fusion: str = "mean"  # rollout: a layer's heads merged by "mean", "max" or "min"
+    rollout_discard_ratio: float = 0.0  # rollout: share of each SA layer's lowest weights set to 0
 
     def captum_kwargs(self, method: str) -> dict[str, Any]:
         """The keyword arguments of `attribution` for `method` that these options set."""
+        signed = {"signed": True} if self.signed and method != "occlusion" else {}  # occlusion: always signed
         if method == "integrated_gradients":
-            return {"n_steps": self.ig_steps}
+            return {"n_steps": self.ig_steps, "baseline": self.ig_baseline, **signed}
         if method == "smoothgrad":
-            return {"nt_samples": self.smoothgrad_samples, "stdevs": self.smoothgrad_stdev}
-        return {}
+            return {"nt_samples": self.smoothgrad_samples, "stdevs": self.smoothgrad_stdev, **signed}
+        return signed
 
 
 DEFAULT_OPTIONS = MethodOptions()
+# integrated gradients' baselines, as captum Insights offers them: the normalisation's mean colour (0 in
+# normalised units, the usual default), a black image, the image blurred, Gaussian noise
+IG_BASELINES = ("mean", "black", "blurred", "noise")
+
+
+def ig_baseline(x: torch.Tensor, name: str, cfg) -> torch.Tensor:
+    """The baseline image `name` (IG_BASELINES) for the normalised batch x [B, C, H, W] of a model with `cfg`."""
+    if name == "mean":
+        return torch.zeros_like(x)
+    if name == "black":
+        mean, std = (torch.tensor(v, dtype=x.dtype, device=x.device)[:, None, None] for v in (cfg.mean, cfg.std))
+        return (-mean / std).expand_as(x).clone()
+    if name == "blurred":
+        from torchvision.transforms.functional import gaussian_blur
+
+        side = x.shape[-1] // 8 * 2 + 1  # odd, about a quarter of the image: objects are gone, colours stay
+        return gaussian_blur(x, [side, side], [side / 4.0, side / 4.0])
+    if name == "noise":
+        return torch.randn(x.shape, generator=torch.Generator().manual_seed(0), dtype=x.dtype).to(x.device)
+    raise ValueError(f"unknown integrated-gradients baseline {name!r}; choose from {', '.join(IG_BASELINES)}")
 
 
 @dataclass
@@ -62,9 +87,10 @@ def _copies_per_pass(batch: int, copies: int, num_patches: int) -> int:
 def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, **kw: Any) -> Attribution:
     """captum attribution of the target logits to the input, for `method` in CAPTUM_METHODS.
 
-    integrated_gradients: n_steps (default `MethodOptions.ig_steps`) Gauss-Legendre steps from the zero
-        baseline, many steps per pass (internal_batch_size: by default as many images as fit 4096 tokens,
-        at least B, at most B*n_steps).
+    integrated_gradients: n_steps (default `MethodOptions.ig_steps`) Gauss-Legendre steps from the baseline
+        (baseline: a name of `IG_BASELINES`, "mean", the zero of normalised units, by default), many steps
+        per pass (internal_batch_size: by default as many images as fit 4096 tokens, at least B, at most
+        B*n_steps).
     saliency: |d logit / d x|.
     smoothgrad: NoiseTunnel(Saliency), nt_samples noisy copies with stdevs (normalised units; defaults in
         `MethodOptions`), batched like IG's steps (nt_samples_batch_size).
@@ -72,7 +98,9 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         drop of the target logit, so it keeps its sign (a patch whose removal helps the class is < 0).
         Always fp32: its logit drops are small, and bf16 passes gave whole maps 2-15% off (L1) on the
         shipped 13x13-patch model, which a 7-patch check could not foresee.
-    The gradient methods' pixel map is |attribution| summed over channels.
+    The gradient methods' pixel map is |attribution| summed over channels; with signed=True the attribution
+    summed over channels with its sign (saliency and SmoothGrad then average signed gradients: captum
+    Insights' "all" sign; negative = against the class).
     Extra keyword arguments go to captum's `attribute` (e.g. n_steps, internal_batch_size, stdevs).
     """
     from captum.attr import IntegratedGradients, NoiseTunnel, Occlusion, Saliency
@@ -86,17 +114,16 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
         x = x.detach().clone().requires_grad_(method != "occlusion")  # captum would set it, with a warning
         target = target.to(x.device).long().clone()  # clones: the caller may be in inference_mode
         kw = {**DEFAULT_OPTIONS.captum_kwargs(method), **kw}
+        signed = bool(kw.pop("signed", False))
         if method == "integrated_gradients":
-            n_steps = kw.pop("n_steps")
+            n_steps, start = kw.pop("n_steps"), ig_baseline(x.detach(), kw.pop("baseline", "mean"), model.cfg)
             kw.setdefault("internal_batch_size", B * _copies_per_pass(B, n_steps, model.cfg.num_patches))
-            raw = IntegratedGradients(model).attribute(
-                x, baselines=torch.zeros_like(x), target=target, n_steps=n_steps, **kw
-            )
+            raw = IntegratedGradients(model).attribute(x, baselines=start, target=target, n_steps=n_steps, **kw)
         elif method == "saliency":
-            raw = Saliency(model).attribute(x, target=target, abs=True, **kw)
+            raw = Saliency(model).attribute(x, target=target, abs=not signed, **kw)
         elif method == "smoothgrad":
             kw.setdefault("nt_samples_batch_size", _copies_per_pass(B, kw["nt_samples"], model.cfg.num_patches))
-            raw = NoiseTunnel(Saliency(model)).attribute(x, nt_type="smoothgrad", target=target, abs=True, **kw)
+            raw = NoiseTunnel(Saliency(model)).attribute(x, nt_type="smoothgrad", target=target, abs=not signed, **kw)
         else:
             # a few occluded images per forward pass, as the other perturbation method; no gradients needed
             kw.setdefault("perturbations_per_eval", max(1, images_per_pass(model) // B))
@@ -105,5 +132,5 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
                     x, sliding_window_shapes=(C, p, p), strides=(C, p, p), baselines=0.0, target=target, **kw
                 )
     raw = raw.detach()
-    pixel = raw.mean(dim=1) if method == "occlusion" else raw.abs().sum(dim=1)
+    pixel = raw.mean(dim=1) if method == "occlusion" else raw.sum(dim=1) if signed else raw.abs().sum(dim=1)
     return Attribution(pixel=pixel, patch=patch_sum(pixel, p), raw=raw)

@@ -27,7 +27,9 @@ def _class_specific(
 
 
 def _rollout(stage: str) -> Method:
-    return lambda model, x, target, options=DEFAULT_OPTIONS: rollout(model, x, stage=stage)
+    return lambda model, x, target, options=DEFAULT_OPTIONS: rollout(
+        model, x, stage=stage, head_fusion=options.rollout_head_fusion, discard_ratio=options.rollout_discard_ratio
+    )
 
 
 def _captum(method: str) -> Method:
@@ -100,7 +102,14 @@ def saliency_maps(
             done[name] = class_attention_maps.mean(dim=2)[:, CA_MEAN_METHODS[name]]
         elif name in ROLLOUT_METHODS:
             stages = tuple(ROLLOUT_METHODS[n] for n in names if n in ROLLOUT_METHODS)
-            done.update({f"rollout_{stage}": heat for stage, heat in rollouts(model, x, stages=stages).items()})
+            maps = rollouts(
+                model,
+                x,
+                stages=stages,
+                head_fusion=options.rollout_head_fusion,
+                discard_ratio=options.rollout_discard_ratio,
+            )
+            done.update({f"rollout_{stage}": heat for stage, heat in maps.items()})
         else:
             done[name] = METHODS[name](model, x, target, options)
         yield name, done[name].detach()

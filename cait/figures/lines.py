@@ -3,6 +3,7 @@ files), so that the interactive and the printed figure show the same lines, band
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 DASH_MATPLOTLIB = {"solid": "-", "dot": ":", "dash": "--"}
@@ -35,6 +36,19 @@ class LinePlot:
     hlines: list[tuple[float, str]] = field(default_factory=list)  # (y, label): dashed, in every panel
     vlines: list[tuple[float, str]] = field(default_factory=list)  # (x, label): thin, in every panel
     height: int = 420  # pixels of the plotly figure
+
+
+def log_ticks(plot: LinePlot, *, most: int = 10) -> list[float]:
+    """Tick values for a log y axis over the plot's values: 1, 2, 5 per decade, only the powers of ten when
+    that would be more than `most` ticks (plotly's own minor labels read "2, 1, 9, 8" for 0.2 ... 0.9)."""
+    values = [v for s in plot.series for v in (*s.y, *(s.band[0] + s.band[1] if s.band else ())) if v > 0]
+    values += [y for y, _ in plot.hlines if y > 0]
+    if not values:
+        return []
+    low, high = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+    ticks = [m * 10.0**e for e in range(low, high + 1) for m in (1, 2, 5)]
+    ticks = [t for t in ticks if min(values) / 2 <= t <= max(values) * 2] or ticks
+    return ticks if len(ticks) <= most else [10.0**e for e in range(low, high + 1)]
 
 
 def to_plotly(plot: LinePlot):
@@ -90,7 +104,11 @@ def to_plotly(plot: LinePlot):
         if plot.x_ticks is not None:
             fig.update_xaxes(tickvals=plot.x_ticks[0], ticktext=plot.x_ticks[1], row=1, col=col)
         fig.update_xaxes(title_text=plot.x_label, row=1, col=col)
-    fig.update_yaxes(title_text=plot.y_label, type="log" if plot.log_y else "linear", row=1, col=1)
+    # every panel its own axis object of one type, all labelled: a linear axis matched to a log one is ignored
+    # by plotly (its ticks then read nothing); "~g" labels every log tick in full (0.9, 0.8, not "9, 8")
+    log = dict(type="log", tickformat="~g", tickvals=log_ticks(plot)) if plot.log_y else dict(type="linear")
+    fig.update_yaxes(showticklabels=True, **log)
+    fig.update_yaxes(title_text=plot.y_label, row=1, col=1)
     fig.update_layout(
         title=plot.title,
         height=plot.height,
