@@ -3,9 +3,9 @@
     python analysis/make_all.py [--checkpoint FILE] [--metrics runs/x/metrics.jsonl] [--out out/all]
     python analysis/make_all.py --model cait_s24_224 --pretrained --out out/s24   # official ImageNet weights
 
-Runs model_table, layerscale_stats, attention_maps, saliency, layer_importance, residual_ratio (from the
-shipped miniature run pair, when present) and throughput (not in --quick: it has no quick mode and takes
-minutes), each into its own sub-folder, copies the shipped results of the miniature retrainings (depth_stability,
+Runs model_table, layerscale_stats, attention_maps, saliency, attention_distance, layer_importance,
+residual_ratio (from the shipped miniature run pair, when present) and throughput (not in --quick: it has no
+quick mode and takes minutes), each into its own sub-folder, copies the shipped results of the miniature retrainings (depth_stability,
 class_attention_ablation in analysis/data/) beside them, then writes OUT/index.html linking every PNG,
 HTML and data file (relative links, so the folder can be moved or zipped).
 """
@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import attention_distance
 import attention_maps
 import layer_importance
 import layerscale_stats
@@ -33,6 +34,7 @@ TITLES = {
     "layerscale_stats": "LayerScale weights per depth",
     "attention_maps": "Class-attention maps per layer and head (paper Fig. 6)",
     "saliency": "Regions of focus and localization (paper Fig. 7)",
+    "attention_distance": "Mean attention distance per SA head against depth (as in the ViT paper)",
     "layer_importance": "What matters for the prediction: block knockouts vs LayerScale, heads' logit attribution",
     "residual_ratio": "Residual-branch ratios with and without LayerScale (paper Fig. 4, miniature)",
     "throughput": "Inference throughput on this machine",
@@ -55,6 +57,7 @@ def jobs(args) -> dict[str, list[str] | None]:
         "layerscale_stats": model + quick + (["--metrics", str(args.metrics)] if args.metrics else []),
         "attention_maps": model + quick,
         "saliency": model + quick,
+        "attention_distance": model + quick,
         "layer_importance": model + quick,
         "residual_ratio": quick if (residual_ratio.SHIPPED / "none" / "metrics.jsonl").is_file() else None,
         "throughput": None if args.quick else [],
@@ -74,6 +77,7 @@ def run(name: str, argv: list[str], out: Path) -> str | None:
         "layerscale_stats": layerscale_stats,
         "attention_maps": attention_maps,
         "saliency": saliency,
+        "attention_distance": attention_distance,
         "layer_importance": layer_importance,
         "residual_ratio": residual_ratio,
     }[name]

@@ -244,6 +244,42 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
     parts["sal_methods"] = gr.CheckboxGroup(
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
+    _method_options(parts)
+    parts["sal_score"] = gr.Checkbox(
+        value=True,
+        label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",
+        elem_id="sal_score",
+    )
+    parts["sal_topk"] = gr.Slider(
+        1,
+        5,
+        value=1,
+        step=1,
+        label="Classes side by side",
+        info="1: the class chosen above; k > 1: each method for each of the top k predicted classes",
+        elem_id="sal_topk",
+    )
+    parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
+    parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed
+    parts["sal_gallery"] = gr.Gallery(
+        label="Maps", columns=4, allow_preview=False, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
+    )
+    parts["sal_maps"] = gr.State(None)
+    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
+    parts["sal_bar"] = gr.Image(
+        label="Colour scale of the maps",
+        type="pil",
+        interactive=False,
+        height=60,
+        show_label=False,
+        container=False,
+        elem_id="sal_bar",
+        buttons=[],
+    )
+    _regions_and_scores(first, parts)
+
+
+def _method_options(parts: dict) -> None:
     defaults = explain.MethodOptions()
     with gr.Accordion("Method options (SmoothGrad, rollout, integrated-gradients baseline)", open=False):
         with gr.Row():
@@ -284,37 +320,9 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
             label="Signed attributions (captum methods: red for the class, blue against it; else |attribution|)",
             elem_id="signed",
         )
-    parts["sal_score"] = gr.Checkbox(
-        value=True,
-        label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",
-        elem_id="sal_score",
-    )
-    parts["sal_topk"] = gr.Slider(
-        1,
-        5,
-        value=1,
-        step=1,
-        label="Classes side by side",
-        info="1: the class chosen above; k > 1: each method for each of the top k predicted classes",
-        elem_id="sal_topk",
-    )
-    parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
-    parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")  # what keeps the maps from being computed
-    parts["sal_gallery"] = gr.Gallery(
-        label="Maps", columns=4, allow_preview=False, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
-    )
-    parts["sal_maps"] = gr.State(None)
-    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
-    parts["sal_bar"] = gr.Image(
-        label="Colour scale of the maps",
-        type="pil",
-        interactive=False,
-        height=60,
-        show_label=False,
-        container=False,
-        elem_id="sal_bar",
-        buttons=[],
-    )
+
+
+def _regions_and_scores(first: LoadedModel, parts: dict) -> None:
     with gr.Row():
         with gr.Column():
             parts["region_of"] = gr.Dropdown(

@@ -37,6 +37,10 @@ KEEP_MODEL_IN_ADDRESS = """(name) => {
 THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", "monospace"])  # local fonts only
 
 
+# the events that run the model: one queue, so a page waits its turn; not listed in the API
+MODEL_EVENTS = dict(concurrency_id="model", api_visibility="private")
+
+
 def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
     look = [p.analysis, *p.look, p.selected, p.ca_props]
     redraw_outputs = [*p.ca_galleries, p.ca_props, p.colour_bar, p.grid_file, p.ca_big]
@@ -53,20 +57,19 @@ def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
 
 
 def _wire_causal(p: layout.Page, h: Handlers) -> None:
-    model_events = dict(concurrency_id="model", api_visibility="private")
     # input, not change: the details event sets the class and the head itself
     p.cz_class.input(
         torch_thread.handler(h.causal_class),
         [p.choice, p.analysis, p.cz_class, p.cz_head, p.cz_mode],
         p.causal_results,
-        **model_events,
+        **MODEL_EVENTS,
     )
     for control in (p.cz_head, p.cz_mode):
         control.input(
             torch_thread.handler(h.causal_head),
             [p.choice, p.analysis, p.cz_state, p.cz_head, p.cz_mode],
             [p.cz_maps, p.cz_top5],
-            **model_events,
+            **MODEL_EVENTS,
         )
 
 
@@ -74,8 +77,48 @@ def _everything(p: layout.Page) -> list:
     return [c for c in p.components().values() if not isinstance(c, list)] + p.ca_galleries
 
 
+def _wire_saliency(p: layout.Page, h: Handlers) -> None:
+    on_torch = torch_thread.handler
+    p.sal_run.click(
+        on_torch(h.saliency, batched=True),
+        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score, p.sal_topk]
+        + [p.sg_samples, p.sg_noise, p.fusion, p.discard, p.ig_baseline, p.signed],
+        [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
+        show_progress_on=[p.sal_gallery],
+        **MODEL_EVENTS,
+    )
+    p.sal_gallery.select(
+        on_torch(h.enlarge_saliency), [p.analysis, p.sal_maps, p.cmap, p.alpha, p.view], p.sal_big, **MODEL_EVENTS
+    )
+    region = torch_thread.handler(h.region)
+    for control in (p.region_of, p.keep):
+        control.change(
+            region, [p.analysis, p.region_of, p.keep], p.sal_region, trigger_mode="always_last", **MODEL_EVENTS
+        )
+
+
+def _wire_talking_heads(p: layout.Page, h: Handlers) -> None:
+    on_torch = torch_thread.handler
+    talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
+    # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);
+    # not change, which a programmatic value (a click on the patch grid, a new model) would also fire
+    for slider in (p.th_layer, p.th_row, p.th_col):
+        slider.input(
+            on_torch(h.talking),
+            [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
+            talking_outputs,
+            trigger_mode="always_last",
+            **MODEL_EVENTS,
+        )
+    p.th_pick.select(
+        on_torch(h.pick_query),
+        [p.choice, p.analysis, p.th_layer],
+        [p.th_row, p.th_col, *talking_outputs],
+        **MODEL_EVENTS,
+    )
+
+
 def _wire(p: layout.Page, h: Handlers) -> None:
-    model_events = dict(concurrency_id="model", api_visibility="private")
     everything = _everything(p)
     view = [*p.look, p.th_layer]
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
@@ -88,7 +131,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
-        **model_events,
+        **MODEL_EVENTS,
     )
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
     # not run the analysis a second time. The class-attention view comes first, the rest right after.
@@ -102,53 +145,22 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         p.results,
         preprocess=False,
         **progress,
-        **model_events,
+        **MODEL_EVENTS,
     ).success(**details)
     p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
     p.examples.select(
-        on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **model_events
+        on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **MODEL_EVENTS
     ).success(**details)
     _wire_class_attention(p, h)
-    p.sal_run.click(
-        on_torch(h.saliency, batched=True),
-        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score, p.sal_topk]
-        + [p.sg_samples, p.sg_noise, p.fusion, p.discard, p.ig_baseline, p.signed],
-        [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
-        show_progress_on=[p.sal_gallery],
-        **model_events,
-    )
-    p.sal_gallery.select(
-        on_torch(h.enlarge_saliency), [p.analysis, p.sal_maps, p.cmap, p.alpha, p.view], p.sal_big, **model_events
-    )
-    region = torch_thread.handler(h.region)
-    for control in (p.region_of, p.keep):
-        control.change(
-            region, [p.analysis, p.region_of, p.keep], p.sal_region, trigger_mode="always_last", **model_events
-        )
-    talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
-    # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);
-    # not change, which a programmatic value (a click on the patch grid, a new model) would also fire
-    for slider in (p.th_layer, p.th_row, p.th_col):
-        slider.input(
-            on_torch(h.talking),
-            [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
-            talking_outputs,
-            trigger_mode="always_last",
-            **model_events,
-        )
-    p.th_pick.select(
-        on_torch(h.pick_query),
-        [p.choice, p.analysis, p.th_layer],
-        [p.th_row, p.th_col, *talking_outputs],
-        **model_events,
-    )
+    _wire_saliency(p, h)
+    _wire_talking_heads(p, h)
     _wire_causal(p, h)
     p.load_btn.click(
         h.load_model,
         [p.choice, p.ca_props, p.variant, p.checkpoint, p.download],
         everything,
         show_progress_on=[p.load_msg],
-        **model_events,
+        **MODEL_EVENTS,
     ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
     for control in (p.variant, p.checkpoint):
         control.change(h.weights_status, [p.variant, p.checkpoint], p.weights_md, api_visibility="private")
