@@ -5,9 +5,9 @@
 
 Runs model_table, layerscale_stats, attention_maps, saliency, attention_distance, layer_importance,
 residual_ratio (from the shipped miniature run pair, when present) and throughput (not in --quick: it has no
-quick mode and takes minutes), each into its own sub-folder, copies the shipped results of the miniature retrainings (depth_stability,
-class_attention_ablation in analysis/data/) beside them, then writes OUT/index.html linking every PNG,
-HTML and data file (relative links, so the folder can be moved or zipped).
+quick mode and takes minutes), each into its own sub-folder, copies the shipped results of the miniature
+retrainings (depth_stability, class_attention_ablation in analysis/data/) beside them, then writes
+OUT/index.html linking every PNG, HTML and data file (relative links, so the folder can be moved or zipped).
 """
 
 from __future__ import annotations
