@@ -185,16 +185,8 @@ def mixing_figure(proj_l: np.ndarray, proj_w: np.ndarray, layer: int) -> go.Figu
     return fig
 
 
-def head_stats_figure(entropy: np.ndarray, distance: np.ndarray, *, patches: int) -> go.Figure:
-    """The per-head statistics of one image: each SA head's mean attention distance (pixels, after proj_w)
-    against depth, as in the ViT paper's figure, beside each CA head's entropy (nats; uniform = ln N).
-    entropy [CA layers, heads], distance [SA layers, heads]."""
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.62, 0.38],
-        subplot_titles=("Mean attention distance per SA head (after proj_w)", "Entropy of each CA head's map"),
-    )
+def _add_distances(fig: go.Figure, distance: np.ndarray) -> None:
+    """Left panel: each SA head's mean attention distance [SA layers, heads] as dots, and their mean per layer."""
     layers, heads = distance.shape
     fig.add_scatter(
         x=np.repeat(np.arange(1, layers + 1), heads),
@@ -217,6 +209,10 @@ def head_stats_figure(entropy: np.ndarray, distance: np.ndarray, *, patches: int
         row=1,
         col=1,
     )
+
+
+def _add_entropies(fig: go.Figure, entropy: np.ndarray, patches: int) -> None:
+    """Right panel: each CA head's entropy [CA layers, heads] as grouped bars, uniform attention dashed."""
     for layer, row in enumerate(entropy):
         fig.add_bar(
             x=list(range(1, len(row) + 1)),
@@ -234,6 +230,21 @@ def head_stats_figure(entropy: np.ndarray, distance: np.ndarray, *, patches: int
         row=1,
         col=2,
     )
+
+
+def head_stats_figure(entropy: np.ndarray, distance: np.ndarray, *, patches: int) -> go.Figure:
+    """The per-head statistics of one image: each SA head's mean attention distance (pixels, after proj_w)
+    against depth, as in the ViT paper's figure, beside each CA head's entropy (nats; uniform = ln N).
+    entropy [CA layers, heads], distance [SA layers, heads]."""
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.62, 0.38],
+        subplot_titles=("Mean attention distance per SA head (after proj_w)", "Entropy of each CA head's map"),
+    )
+    _add_distances(fig, distance)
+    _add_entropies(fig, entropy, patches)
+    layers = distance.shape[0]
     fig.update_xaxes(title_text="SA layer", dtick=1 if layers <= 24 else 4, row=1, col=1)
     fig.update_yaxes(title_text="pixels", rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="head", dtick=1, row=1, col=2)

@@ -51,6 +51,58 @@ def log_ticks(plot: LinePlot, *, most: int = 10) -> list[float]:
     return ticks if len(ticks) <= most else [10.0**e for e in range(low, high + 1)]
 
 
+def _add_series(fig, s: Series) -> None:
+    """One series on its panel: its line with markers and hover, and its band when it has one."""
+    where = dict(row=1, col=s.panel + 1)
+    line = dict(color=s.colour, dash=s.dash)
+    if s.band is not None:
+        low, high = s.band
+        fig.add_scatter(
+            x=s.x + s.x[::-1],
+            y=list(high) + list(low)[::-1],
+            fill="toself",
+            fillcolor=s.colour,
+            opacity=0.15,
+            line=dict(width=0),
+            hoverinfo="skip",
+            showlegend=False,
+            legendgroup=s.name,
+            **where,
+        )
+    fig.add_scatter(
+        x=s.x,
+        y=s.y,
+        mode="lines+markers",
+        name=s.name,
+        legendgroup=s.name,
+        line=line,
+        showlegend=s.legend,
+        text=s.hover,
+        hovertemplate="%{x}: %{y:.3g}" + ("<br>%{text}" if s.hover else "") + f"<extra>{s.name}</extra>",
+        **where,
+    )
+
+
+def _decorate_panel(fig, plot: LinePlot, col: int) -> None:
+    """Panel `col` (from 1): the plot's horizontal and vertical reference lines, x ticks and x label."""
+    for y, label in plot.hlines:
+        fig.add_hline(
+            y=y,
+            line=dict(color="gray", dash="dash"),
+            annotation_text=label,
+            annotation_position="bottom right",
+            row=1,
+            col=col,
+        )
+    for x, label in plot.vlines:
+        fig.add_vline(
+            x=x, line=dict(color="lightgray"), annotation_text=label, annotation_position="top", row=1, col=col
+        )
+    if plot.x_ticks is not None:
+        fig.update_xaxes(tickvals=plot.x_ticks[0], ticktext=plot.x_ticks[1], row=1, col=col)
+    fig.update_xaxes(title_text=plot.x_label, row=1, col=col)
+
+
 def to_plotly(plot: LinePlot):
     """The plot as a plotly Figure (hover shows each point's values and `Series.hover`)."""
     from plotly.subplots import make_subplots
@@ -59,51 +111,9 @@ def to_plotly(plot: LinePlot):
         rows=1, cols=len(plot.panels), shared_yaxes=True, subplot_titles=plot.panels, horizontal_spacing=0.06
     )
     for s in plot.series:
-        where = dict(row=1, col=s.panel + 1)
-        line = dict(color=s.colour, dash=s.dash)
-        if s.band is not None:
-            low, high = s.band
-            fig.add_scatter(
-                x=s.x + s.x[::-1],
-                y=list(high) + list(low)[::-1],
-                fill="toself",
-                fillcolor=s.colour,
-                opacity=0.15,
-                line=dict(width=0),
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=s.name,
-                **where,
-            )
-        fig.add_scatter(
-            x=s.x,
-            y=s.y,
-            mode="lines+markers",
-            name=s.name,
-            legendgroup=s.name,
-            line=line,
-            showlegend=s.legend,
-            text=s.hover,
-            hovertemplate="%{x}: %{y:.3g}" + ("<br>%{text}" if s.hover else "") + f"<extra>{s.name}</extra>",
-            **where,
-        )
+        _add_series(fig, s)
     for col in range(1, len(plot.panels) + 1):
-        for y, label in plot.hlines:
-            fig.add_hline(
-                y=y,
-                line=dict(color="gray", dash="dash"),
-                annotation_text=label,
-                annotation_position="bottom right",
-                row=1,
-                col=col,
-            )
-        for x, label in plot.vlines:
-            fig.add_vline(
-                x=x, line=dict(color="lightgray"), annotation_text=label, annotation_position="top", row=1, col=col
-            )
-        if plot.x_ticks is not None:
-            fig.update_xaxes(tickvals=plot.x_ticks[0], ticktext=plot.x_ticks[1], row=1, col=col)
-        fig.update_xaxes(title_text=plot.x_label, row=1, col=col)
+        _decorate_panel(fig, plot, col)
     # every panel its own axis object of one type, all labelled: a linear axis matched to a log one is ignored
     # by plotly (its ticks then read nothing); "~g" labels every log tick in full (0.9, 0.8, not "9, 8")
     log = dict(type="log", tickformat="~g", tickvals=log_ticks(plot)) if plot.log_y else dict(type="linear")
