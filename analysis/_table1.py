@@ -28,7 +28,7 @@ MIN_GAP = 0.005  # differences below this (half a point), or below the larger se
 class Method:
     label: str
     residual_scale: str  # cait.train --residual-scale
-    paper_column: str  # its column in cait.paper.TABLE1
+    paper_column: str  # its column in _paper.TABLE1
     has_eps: bool  # its branch weight starts at eps (else at 1: plain residual, or at 0: ReZero)
 
 

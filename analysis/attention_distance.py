@@ -6,7 +6,7 @@ head, and the distance uniform attention would give.
     python analysis/attention_distance.py [--checkpoint FILE] [--images a.png b.png ...] [--out DIR]
     python analysis/attention_distance.py --model cait_s24_224 --pretrained     # the official ImageNet weights
 
-Default images: the example scenes shipped in cait/examples; for an ImageNet model, real photos (cait.photos).
+Default images: the example scenes shipped in cait/examples; for an ImageNet model, real photos (cait.data.photos).
 Writes attention_distance.png/.html (the same figure) and attention_distance.json (per layer and head, the
 mean over images and its spread).
 """
@@ -68,13 +68,7 @@ def distance_plot(per_head: torch.Tensor, uniform: float, *, images: int) -> Lin
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("attention_distance", __doc__)
-    p.add_argument(
-        "--images",
-        nargs="+",
-        default=None,
-        help="image files (default: the shipped example scenes; for an ImageNet model real photos, see cait.photos)",
-    )
+    p = parser("attention_distance", __doc__, images=True)
     args = p.parse_args(argv)
     loaded = load_model(args)
     model, cfg = loaded.model, loaded.model.cfg

@@ -15,7 +15,7 @@ and measured against one plain fp32 forward pass of one image, `model(x)`:
 The plain forward runs on the app's torch thread (`app.torch_thread`) with all of torch's threads, timed
 once the page has gone idle, so that it is the forward alone, not the forward beside the browser.
 
-Rounds are interleaved (cait.timing); medians. Models without local weights run with random weights
+Rounds are interleaved (benchmarks/timing.py); medians. Models without local weights run with random weights
 (speed does not depend on them).
 
     python benchmarks/app_latency.py [--models cait_xxs24_224 cait_nano_64] [--repeats 7] [--saliency-repeats 2]

@@ -6,7 +6,7 @@ each pipeline.
     python benchmarks/data_speed.py --model cait_nano_64 --batch-size 128 --workers 1
 
 Both pipelines run cait.train's default recipe (RandAugment, random erasing, ...) through its own
-loader, sampler and seeding. The model step is forward + loss + backward + AdamW with `--amp auto`'s
+loader, sampler and seeding. The model step is forward + loss + backward + AdamW with `--precision auto`'s
 precision (bf16 only where it measures faster than fp32). Prints images/s and each row's ratio to the
 PIL pipeline; the first-use cache build is not timed (it is done before, with a progress bar).
 """

@@ -6,7 +6,7 @@
 
 Random weights (speed does not depend on them). Each timed run of a method alternates with a timed
 forward pass, so that load from other processes drifts both alike, and the reported times are the
-median over --repeats such rounds after one warm-up call of each (cait.timing, as every benchmark; a
+median over --repeats such rounds after one warm-up call of each (benchmarks/timing.py, as every benchmark; a
 round repeats a call faster than 0.2 s).
 """
 

@@ -7,7 +7,7 @@ The second compares a distillation teacher as `cait.train` trains it (`TimmCNN`,
 same timm CNN as `timm.create_model` builds it (NCHW).
 
 One step = forward + cross-entropy + backward + AdamW step, with bf16 autocast and in fp32. The two
-models alternate in short rounds so that load from other processes hits both alike (cait.timing); the
+models alternate in short rounds so that load from other processes hits both alike (benchmarks/timing.py); the
 figure per model is the median round. Prints images/s and the ratio ours / timm (goal: >= 1.0).
 """
 

@@ -1,4 +1,4 @@
-"""cait.timing: the one timing method of the benchmarks and the throughput figures."""
+"""benchmarks/timing.py: the one timing method of the benchmarks and the throughput figures."""
 
 import pytest
 from timing import time_interleaved
