@@ -99,10 +99,12 @@ def handlers():
 
 def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     from app import session
+    from app.layout import region_choices
 
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = handlers.details(loaded.choice, a, "inferno", 0.5, "per tile", "smooth", 1.0, 2, 2)
+    region_of = region_choices(loaded.cfg)[0]
+    out = handlers.details(loaded.choice, a, "inferno", 0.5, "per tile", "smooth", 1.0, 2, 2, region_of)
     view = out[p.cz_state]
     assert view.target == a.top_class and out[p.cz_head] == 0
     data = json.loads(open(out[p.json_file]).read())["causal"]
