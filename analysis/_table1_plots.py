@@ -87,6 +87,12 @@ def plot_all(rows: list[dict], gamma: dict[str, list[dict]], summary: Summary, m
 def _lr(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> None:
     depths = sorted({r["depth"] for r in rows})
     lrs = sorted({r["lr"] for r in rows})
+    _lr_png(rows, depths, lrs, summary, made_from, paths[0])
+    _lr_html(rows, depths, lrs, summary, made_from, paths[1])
+
+
+def _lr_png(rows, depths: list[int], lrs: list[float], summary: Summary, made_from: str, path: Path) -> None:
+    """The lr figure as a PNG, its findings under the panels."""
     fig, axes = _figure(
         "Final accuracy against learning rate per depth - MINIATURE retraining (paper: Table 1)",
         summary.findings["lr"],
@@ -116,8 +122,11 @@ def _lr(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> Non
     axes[0].set_ylabel(f"final val top-1 (%)\nx: diverged; dashed: chance; dotted: {percent(LEARNED):g}%", fontsize=8)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    save_png(fig, paths[0], made_from)
+    save_png(fig, path, made_from)
 
+
+def _lr_html(rows, depths: list[int], lrs: list[float], summary: Summary, made_from: str, path: Path) -> None:
+    """The lr figure in plotly, the diverged runs' steps in their markers' hover text."""
     from plotly.subplots import make_subplots
 
     figp = make_subplots(1, len(depths), shared_yaxes=True, subplot_titles=[f"depth {d}" for d in depths])
@@ -157,7 +166,7 @@ def _lr(rows, gamma, summary: Summary, made_from: str, paths: list[Path]) -> Non
         f"<sup>{'<br>'.join(textwrap.wrap(' '.join(summary.findings['lr'][:2]), 180))}</sup>",
         height=580,
     )
-    save_html(figp, paths[1], made_from)
+    save_html(figp, path, made_from)
 
 
 # ----------------------------------------------------------------------------------------------------

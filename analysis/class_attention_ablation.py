@@ -80,11 +80,19 @@ def settings(depth: int) -> dict[str, tuple[str, dict, dict]]:
 
 def plot(rows: list[dict], curves: dict[str, list[float]], made_from: str, out: Path) -> None:
     """Our top-1 (fractions in the rows and curves) drawn in percent, beside the paper's quoted percentages."""
-    plt = matplotlib_pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     labels = [r["label"] for r in rows]
     values = [percent(r["final_top1"] or 0) for r in rows]
     curves = {name: [percent(v) for v in curve] for name, curve in curves.items()}
+    _plot_png(rows, labels, values, curves, made_from, out / "class_attention_ablation.png")
+    _plot_html(rows, labels, values, curves, made_from, out / "class_attention_ablation.html")
+
+
+def _plot_png(
+    rows: list[dict], labels: list[str], values: list[float], curves: dict[str, list[float]], made_from: str, path: Path
+) -> None:
+    """Final top-1 bars annotated with size and the paper's number, beside the training curves (percent)."""
+    plt = matplotlib_pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     bars = left.barh(labels, values, color=COLOURS[: len(rows)])
     for bar, r in zip(bars, rows):
         text = (
@@ -108,8 +116,13 @@ def plot(rows: list[dict], curves: dict[str, list[float]], made_from: str, out: 
     right.legend(fontsize=8)
     fig.suptitle("Where the class token enters - MINIATURE retraining (paper: Table 2)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    save_png(fig, out / "class_attention_ablation.png", made_from)
+    save_png(fig, path, made_from)
 
+
+def _plot_html(
+    rows: list[dict], labels: list[str], values: list[float], curves: dict[str, list[float]], made_from: str, path: Path
+) -> None:
+    """The same two panels in plotly, size and the paper's number in the bars' hover text."""
     from plotly.subplots import make_subplots
 
     figp = make_subplots(1, 2, subplot_titles=["final val top-1, same budget", "val top-1 per epoch"])
@@ -141,7 +154,7 @@ def plot(rows: list[dict], curves: dict[str, list[float]], made_from: str, out: 
     figp.update_xaxes(title="val top-1 (%)", row=1, col=1)
     figp.update_xaxes(title="epoch", row=1, col=2)
     figp.update_layout(title="Where the class token enters - miniature (paper: Table 2)", height=520)
-    save_html(figp, out / "class_attention_ablation.html", made_from)
+    save_html(figp, path, made_from)
 
 
 def result_rows(plan: dict[str, tuple[str, dict, dict]], results: dict[str, SweepRun]) -> list[dict]:

@@ -312,34 +312,13 @@ def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespa
     """--measure-speed STEPS: train STEPS steps of each depth x method the design uses, here and now (with
     --threads, under whatever else runs), and estimate each phase's wall time from it."""
     import os
-    import tempfile
 
-    from cait.runs import RunDir
     from cait.runtime import autocast_dtype, resolve_device
 
-    depths = sorted({*design.depths, *design.main_depths, design.eps_depth})
-    probes = {
-        f"d{d}-{m}": {
-            **design.setting(m, d, design.eps_lr).flags(common),
-            "epochs": 1,
-            "subset": args.measure_speed * common["batch_size"],
-        }
-        for d in depths
-        for m in METHODS
-    }
+    probes = _speed_probes(design, common, args.measure_speed)
     load = os.getloadavg()[0]
     amp = autocast_dtype("auto", resolve_device("auto"))
-    # not beside this sweep training (it would slow it, and measure a machine busier than the sweep will find it)
-    with sweep_lock(out), tempfile.TemporaryDirectory() as tmp:
-        train_runs(probes, Path(tmp), argparse.Namespace(fresh=True))
-        speeds = {}
-        for name, flags in probes.items():
-            line = RunDir(Path(tmp) / "runs" / name).read_metrics()[-1]
-            train_seconds = flags["subset"] / line["images_per_s"]
-            speeds[name] = {
-                "images_per_s": line["images_per_s"],
-                "epoch_overhead_s": line["epoch_seconds"] - train_seconds,
-            }
+    speeds = _train_probes(probes, out)
     estimate = {phase: _phase_seconds(design, phase, speeds) / 3600 for phase in PHASES}
     write_json(
         out / "speed.json",
@@ -369,6 +348,41 @@ def measure_speed(design: Design, common: dict[str, Any], args: argparse.Namespa
     )
     print(f"wrote {out / 'speed.json'}")
     return 0
+
+
+def _speed_probes(design: Design, common: dict[str, Any], steps: int) -> dict[str, dict[str, Any]]:
+    """One single-epoch run of `steps` batches per depth x method the design uses, named d<depth>-<method>."""
+    depths = sorted({*design.depths, *design.main_depths, design.eps_depth})
+    return {
+        f"d{d}-{m}": {
+            **design.setting(m, d, design.eps_lr).flags(common),
+            "epochs": 1,
+            "subset": steps * common["batch_size"],
+        }
+        for d in depths
+        for m in METHODS
+    }
+
+
+def _train_probes(probes: dict[str, dict[str, Any]], out: Path) -> dict[str, dict]:
+    """Train the probes in a scratch directory and return each one's images/s and per-epoch overhead (seconds
+    beyond the training steps: evaluating and saving)."""
+    import tempfile
+
+    from cait.runs import RunDir
+
+    # not beside this sweep training (it would slow it, and measure a machine busier than the sweep will find it)
+    with sweep_lock(out), tempfile.TemporaryDirectory() as tmp:
+        train_runs(probes, Path(tmp), argparse.Namespace(fresh=True))
+        speeds = {}
+        for name, flags in probes.items():
+            line = RunDir(Path(tmp) / "runs" / name).read_metrics()[-1]
+            train_seconds = flags["subset"] / line["images_per_s"]
+            speeds[name] = {
+                "images_per_s": line["images_per_s"],
+                "epoch_overhead_s": line["epoch_seconds"] - train_seconds,
+            }
+    return speeds
 
 
 def _phase_seconds(design: Design, phase: str, speeds: dict[str, dict]) -> float:

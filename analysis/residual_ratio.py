@@ -157,6 +157,40 @@ def plot(data: dict[str, dict], made_from: str, out: Path) -> None:
     save_html(figp, out / "residual_ratio.html", made_from)
 
 
+def pick_runs(args, out: Path) -> dict[str, Path]:
+    """{kind: run directory} of the pair the flags ask for: retrained, the sweep's, given, or else the shipped one."""
+    if args.retrain:
+        return retrain(args, out)
+    if args.sweep is not None:
+        return sweep_pair(args.sweep)
+    if args.with_run is not None:
+        return {"layerscale": args.with_run, "none": args.without_run}
+    runs = {kind: SHIPPED / kind for kind in KINDS}
+    if not all((r / METRICS_FILE).is_file() for r in runs.values()):
+        fail(f"no shipped run pair in {SHIPPED}; pass --with/--without run directories, or --retrain")
+    return runs
+
+
+def ship(runs: dict[str, Path]) -> None:
+    """Copy the pair's metrics.jsonl + args.json into SHIPPED, the data this script shows by default."""
+    for kind, run in runs.items():
+        (SHIPPED / kind).mkdir(parents=True, exist_ok=True)
+        for name in (METRICS_FILE, ARGS_FILE):
+            shutil.copy(run / name, SHIPPED / kind / name)
+    print(f"shipped the pair's metrics to {SHIPPED}")
+
+
+def print_last_epoch(data: dict[str, dict]) -> None:
+    """Each run's last-epoch ratios per branch: their mean, and each layer's."""
+    for kind, d in data.items():
+        for branch in BRANCHES:
+            last = d[branch][-1]
+            print(
+                f"{KINDS[kind]:<26}{branch:<4} epoch {d['epochs'][-1]}: mean ratio {sum(last) / len(last):.3g} "
+                f"(layers {', '.join(f'{v:.2g}' for v in last)})"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("residual_ratio", __doc__, model=False)
     p.add_argument("--with", dest="with_run", type=Path, default=None, help="run directory trained with LayerScale")
@@ -187,23 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--ship stores a new pair: give --sweep, --retrain or --with/--without")
     out = out_dir(args.out)
 
-    if args.retrain:
-        runs = retrain(args, out)
-    elif args.sweep is not None:
-        runs = sweep_pair(args.sweep)
-    elif args.with_run is not None:
-        runs = {"layerscale": args.with_run, "none": args.without_run}
-    else:
-        runs = {kind: SHIPPED / kind for kind in KINDS}
-        if not all((r / METRICS_FILE).is_file() for r in runs.values()):
-            fail(f"no shipped run pair in {SHIPPED}; pass --with/--without run directories, or --retrain")
+    runs = pick_runs(args, out)
     data = {kind: read_run(run) for kind, run in runs.items()}
     if args.ship:
-        for kind, run in runs.items():
-            (SHIPPED / kind).mkdir(parents=True, exist_ok=True)
-            for name in (METRICS_FILE, ARGS_FILE):
-                shutil.copy(run / name, SHIPPED / kind / name)
-        print(f"shipped the pair's metrics to {SHIPPED}")
+        ship(runs)
 
     made_from = "miniature retraining: " + " | ".join(f"{KINDS[k]}: {d['description']}" for k, d in data.items())
     rows = [
@@ -220,13 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     plot(data, made_from, out)
     print(made_from)
-    for kind, d in data.items():
-        for branch in BRANCHES:
-            last = d[branch][-1]
-            print(
-                f"{KINDS[kind]:<26}{branch:<4} epoch {d['epochs'][-1]}: mean ratio {sum(last) / len(last):.3g} "
-                f"(layers {', '.join(f'{v:.2g}' for v in last)})"
-            )
+    print_last_epoch(data)
     print(f"wrote residual_ratio.csv/.json/.png/.html to {out}")
     return 0
 

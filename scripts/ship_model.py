@@ -175,12 +175,6 @@ def card(
     precision = " then ".join(dict.fromkeys(f"`--precision {a['precision']}`" for a in run_args))
     seeds = " then ".join(str(a["seed"]) for a in run_args)
     seeds += " (one per run, oldest first)" if len(run_args) > 1 else ""
-    rows = "\n".join(
-        f"| {e['epoch']} | {e['train_loss']:.3f} | {percent(e['val_top1']):.2f} | "
-        f"{'' if e.get('val_top1_ema') is None else format(percent(e['val_top1_ema']), '.2f')} | "
-        f"{e['lr']:.2e} | {e['images_per_s']:.0f} |"
-        for e in epochs
-    )
     return f"""# Model card: `{name}`
 
 A small CaiT (talking-heads self-attention, a 2-layer class-attention stage, LayerScale on every
@@ -206,9 +200,24 @@ Exact command{resumed}:
 
 | epoch | train loss | test top-1 | test top-1 (EMA) | lr | img/s |
 |---|---|---|---|---|---|
-{rows}
+{curve_rows(epochs)}
 
-## Evaluation (`python -m cait.evaluate --model {name} --data {args["data"]}`)
+{evaluation_section(name, args["data"], evaluation)}"""
+
+
+def curve_rows(epochs: list[dict]) -> str:
+    """The card's training-curve table rows, one per epoch (top-1 in percent; the EMA cell empty without EMA)."""
+    return "\n".join(
+        f"| {e['epoch']} | {e['train_loss']:.3f} | {percent(e['val_top1']):.2f} | "
+        f"{'' if e.get('val_top1_ema') is None else format(percent(e['val_top1_ema']), '.2f')} | "
+        f"{e['lr']:.2e} | {e['images_per_s']:.0f} |"
+        for e in epochs
+    )
+
+
+def evaluation_section(name: str, data: str, evaluation: dict) -> str:
+    """The card's evaluation section: the command that scores the shipped model, and its table."""
+    return f"""## Evaluation (`python -m cait.evaluate --model {name} --data {data}`)
 {LOCALIZATION_NOTE if evaluation.get("localization") else ""}
 ```
 {format_table(evaluation)}

@@ -208,17 +208,11 @@ def _runs_of(out: Path) -> dict[str, tuple[cait.CaiTConfig, list[float]]]:
     return found
 
 
-def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(tmp_path):
-    done = run("depth_stability.py", "--quick", "--out", tmp_path)
-    data = json.loads((tmp_path / "depth_stability.json").read_text())
-    assert data["made_from"].startswith("miniature retraining") and data["scale"] == "miniature"
-    # --quick: depths 2, 3; lrs 1e-3 and 1e9 (which diverges); eps 0.1 (the rule at depth 3), 1e-6; seeds 0, 1
-    assert data["planned"] == {"lr": 16, "eps": 2, "main": 16}
-    rows = data["rows"]
-    assert {p: sum(r["phase"] == p for r in rows) for p in ("lr", "eps", "main")} == data["planned"]
+def _check_rows_against_their_runs(rows: list[dict], out: Path) -> None:
+    """Each depth_stability row says what its run in out/runs was given and what it scored."""
     kinds = {"baseline": "none", "scalar": "scalar", "rezero": "rezero", "layerscale": "layerscale"}
     for row in rows:
-        folder = tmp_path / "runs" / row["run"]
+        folder = out / "runs" / row["run"]
         saved = json.loads((folder / "args.json").read_text())["args"]
         # the flags reached the run: depth, residual weighting, eps, lr, seed, budget
         assert (saved["depth"], saved["residual_scale"], saved["init_values"]) == (
@@ -239,6 +233,33 @@ def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(t
         curve = [json.loads(l)["val_top1"] for l in (folder / "metrics.jsonl").read_text().splitlines()]
         assert row["final_top1"] == curve[-1] and row["epochs_done"] == 2
         assert row["paper_top1_quoted"] is None  # depths 2 and 3 are not in the paper: nothing to quote
+
+
+def _check_replot_from_the_saved_numbers(out: Path) -> None:
+    """The figures come back from the saved numbers alone (the committed results have no runs beside them)."""
+    shutil.rmtree(out / "runs")
+    for png in out.glob("*.png"):
+        png.unlink()
+    summary_md = (out / "depth_stability_summary.md").read_text()
+    (out / "depth_stability_summary.md").unlink()
+    replotted = run("depth_stability.py", "--replot", "--out", out)
+    assert "depth_stability_lr.png" in replotted.stdout
+    assert (out / "depth_stability_summary.md").read_text() == summary_md
+    for stem in ("depth_stability", "depth_stability_lr", "depth_stability_eps"):
+        assert (out / f"{stem}.png").stat().st_size > 1000
+    missing = run("depth_stability.py", "--replot", "--out", out / "nothing", ok=False)
+    assert missing.returncode == 2 and "cannot replot" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(tmp_path):
+    done = run("depth_stability.py", "--quick", "--out", tmp_path)
+    data = json.loads((tmp_path / "depth_stability.json").read_text())
+    assert data["made_from"].startswith("miniature retraining") and data["scale"] == "miniature"
+    # --quick: depths 2, 3; lrs 1e-3 and 1e9 (which diverges); eps 0.1 (the rule at depth 3), 1e-6; seeds 0, 1
+    assert data["planned"] == {"lr": 16, "eps": 2, "main": 16}
+    rows = data["rows"]
+    assert {p: sum(r["phase"] == p for r in rows) for p in ("lr", "eps", "main")} == data["planned"]
+    _check_rows_against_their_runs(rows, tmp_path)
     main = [r for r in rows if r["phase"] == "main"]
     assert {r["lr"] for r in main} == {1e-3}  # each method's best lr: the one that did not diverge
     assert sorted({r["seed"] for r in main}) == [0, 1]
@@ -269,19 +290,7 @@ def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(t
     logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
     run("depth_stability.py", "--quick", "--out", tmp_path)
     assert logs == {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
-    # the figures come back from the saved numbers alone (the committed results have no runs beside them)
-    shutil.rmtree(tmp_path / "runs")
-    for png in tmp_path.glob("*.png"):
-        png.unlink()
-    summary_md = (tmp_path / "depth_stability_summary.md").read_text()
-    (tmp_path / "depth_stability_summary.md").unlink()
-    replotted = run("depth_stability.py", "--replot", "--out", tmp_path)
-    assert "depth_stability_lr.png" in replotted.stdout
-    assert (tmp_path / "depth_stability_summary.md").read_text() == summary_md
-    for stem in ("depth_stability", "depth_stability_lr", "depth_stability_eps"):
-        assert (tmp_path / f"{stem}.png").stat().st_size > 1000
-    missing = run("depth_stability.py", "--replot", "--out", tmp_path / "nothing", ok=False)
-    assert missing.returncode == 2 and "cannot replot" in missing.stderr and "Traceback" not in missing.stderr
+    _check_replot_from_the_saved_numbers(tmp_path)
 
 
 def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path):

@@ -17,6 +17,23 @@ from cait.evaluate import evaluate, format_table
 from cait.train.teacher import TimmCNN
 
 
+def _check_top1_by_box_side(result: dict, scenes, predicted: torch.Tensor, labels: torch.Tensor) -> None:
+    """Top-1 by garment size: every image in the bin of its box's longer side, and each bin's top-1 its own."""
+    boxes = scenes.boxes
+    sides = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]) / 64
+    by_side = result["top1_by_box_side"]
+    assert sum(row["images"] for row in by_side) == len(labels)
+    for row in by_side:
+        lo, hi = row["box_side"]
+        inside = torch.as_tensor((sides >= lo) & (sides < hi))
+        assert row["images"] == inside.sum() > 0
+        assert row["top1"] == pytest.approx((predicted[inside] == labels[inside]).float().mean().item())
+        for name, top1 in row["per_class_top1"].items():
+            of_class = inside & (labels == scenes.classes.index(name))
+            assert top1 == pytest.approx((predicted[of_class] == labels[of_class]).float().mean().item())
+    assert "top-1 by the garment box's side" in format_table(result)
+
+
 def test_evaluate_scores_every_head_and_method(tmp_path):
     torch.manual_seed(0)
     model = cait.create_model("cait_nano_64", depth=1)  # untrained: the table, not its values, is under test
@@ -54,19 +71,7 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
     expected = (predicted[shirts] == 6).float().mean().item() if shirts.any() else None
     assert result["per_class_top1"]["Shirt"] == (expected if expected is None else pytest.approx(expected))
     assert "pointing game" in format_table(result) and "per class: T-shirt/top" in format_table(result)
-    # top-1 by garment size: every image in the bin of its box's longer side, and each bin's top-1 its own
-    sides = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]) / 64
-    by_side = result["top1_by_box_side"]
-    assert sum(row["images"] for row in by_side) == 24
-    for row in by_side:
-        lo, hi = row["box_side"]
-        inside = torch.as_tensor((sides >= lo) & (sides < hi))
-        assert row["images"] == inside.sum() > 0
-        assert row["top1"] == pytest.approx((predicted[inside] == labels[inside]).float().mean().item())
-        for name, top1 in row["per_class_top1"].items():
-            of_class = inside & (labels == scenes.classes.index(name))
-            assert top1 == pytest.approx((predicted[of_class] == labels[of_class]).float().mean().item())
-    assert "top-1 by the garment box's side" in format_table(result)
+    _check_top1_by_box_side(result, scenes, predicted, labels)
     # a bf16 classification pass scores its own head maps; the methods' rows stay the fp32 maps'
     bf16 = evaluate(
         model,
