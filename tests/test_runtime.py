@@ -39,7 +39,9 @@ def _cpu_flags(monkeypatch, *, avx512_bf16: bool, amx: bool) -> None:
         (True, False, 1.1, None),  # a near tie goes to fp32
     ],
 )
-def test_precision_auto_takes_bf16_only_where_it_measures_faster(monkeypatch, tmp_path, avx512_bf16, amx, speedup, expected):
+def test_precision_auto_takes_bf16_only_where_it_measures_faster(
+    monkeypatch, tmp_path, avx512_bf16, amx, speedup, expected
+):
     _cpu_flags(monkeypatch, avx512_bf16=avx512_bf16, amx=amx)
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: speedup)
     monkeypatch.setattr(runtime, "user_cache_dir", lambda: tmp_path)  # no decision stored yet
