@@ -67,7 +67,7 @@ def test_class_attention_points_at_the_garment(shipped):
 
 def test_deletion_of_the_attention_ranking_beats_random(shipped):
     model, x, y, _ = shipped
-    x, y = x[:24], y[:24]  # the suite's slowest test: 24 scenes separate the two rankings
+    x, y = x[:12], y[:12]  # the suite's slowest test: 12 scenes separate the two rankings
     heat = explain.class_attention(model, x).mean[:, 0]
     random_heat = torch.rand(heat.shape, generator=torch.Generator().manual_seed(0))
     ours = explain.deletion_insertion(model, x, y, heat, steps=16)
