@@ -1,7 +1,7 @@
 """The app in a real browser (Debian's headless Chromium through Playwright): pick an example, see the
 predictions, the attention grid, the saliency maps and the LayerScale plot, switch the colormap, upload
 a bad file and see the message; the page makes no request outside this machine.
-Screenshots go to /tmp/cait_app_*.png."""
+Screenshots go to the temp directory as cait_app_*.png, to look at after a run."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +20,8 @@ from playwright.sync_api import expect, sync_playwright
 from test_app import ROOT, free_port
 
 import cait
+
+SHOTS = Path(tempfile.gettempdir())  # where the screenshots go
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -130,7 +133,7 @@ def test_example_gives_predictions_and_attention_grid(page):
     expect(page.locator("#ca_grid_2")).to_contain_text("mean · self")
     expect(page.locator("#grid_png")).to_contain_text("class_attention")
     expect(page.locator("#numbers_json")).to_contain_text("cait_analysis")
-    page.screenshot(path="/tmp/cait_app_class_attention.png", full_page=True)
+    page.screenshot(path=SHOTS / "cait_app_class_attention.png", full_page=True)
 
 
 def test_colormap_switch_and_enlarging_a_head(page):
@@ -151,7 +154,7 @@ def test_colormap_switch_and_enlarging_a_head(page):
     page.locator("#alpha input[type=range]").focus()
     page.keyboard.press("ArrowRight")
     page.wait_for_function("(old) => document.querySelector('.ca-grid img').src !== old", arg=before)
-    page.screenshot(path="/tmp/cait_app_viridis.png", full_page=True)
+    page.screenshot(path=SHOTS / "cait_app_viridis.png", full_page=True)
 
 
 def test_saliency_and_layerscale_render(page):
@@ -159,13 +162,13 @@ def test_saliency_and_layerscale_render(page):
     page.locator("#sal_run").click()
     expect(page.locator("#sal_gallery img")).to_have_count(3)  # the three default methods, nothing more
     expect(page.locator("#sal_gallery")).to_contain_text("insertion AUC")
-    page.screenshot(path="/tmp/cait_app_saliency.png", full_page=True)
+    page.screenshot(path=SHOTS / "cait_app_saliency.png", full_page=True)
     page.get_by_role("tab", name="LayerScale").click()
     expect(page.locator("#ls_plot .js-plotly-plot")).to_be_visible()
     expect(page.locator("#ls_plot .scatterlayer .trace")).not_to_have_count(0)
     expect(page.locator("#ls_plot")).to_contain_text("init eps")
     expect(page.locator("#ratio_plot .js-plotly-plot")).to_be_visible()
-    page.screenshot(path="/tmp/cait_app_layerscale.png", full_page=True)
+    page.screenshot(path=SHOTS / "cait_app_layerscale.png", full_page=True)
     page.get_by_role("tab", name="Model").click()
     expect(page.locator("#model_md")).to_contain_text(cait.DEFAULT_MODEL)
     expect(page.locator("#model_md")).to_contain_text(re.compile("FLOPs"))
@@ -181,7 +184,7 @@ def test_bad_file_shows_a_message(page):
     expect(page.locator("#status")).to_contain_text("Could not analyse this file")
     expect(page.locator("#status")).to_contain_text("not an image")
     assert_no_error_state(page, page.tmp / "server.log")
-    page.screenshot(path="/tmp/cait_app_bad_file.png", full_page=True)
+    page.screenshot(path=SHOTS / "cait_app_bad_file.png", full_page=True)
     # the server keeps serving
     page.locator("#image_in button[aria-label='Remove Image']").click()
     pick_example(page, 1)  # its follow-up too, or it could land during the next test's own analysis
@@ -467,7 +470,7 @@ def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server)
         )
         assert page.evaluate(CUT_CAPTIONS, ".ca-grid .caption-label") == []
         expect(page.locator("#ca_grid_1")).to_contain_text("head 16")
-        page.screenshot(path="/tmp/cait_app_16_heads.png", full_page=True)
+        page.screenshot(path=SHOTS / "cait_app_16_heads.png", full_page=True)
         page.get_by_role("tab", name="Talking heads").click()
         expect(page.locator("#th_gallery img")).to_have_count(3 * 16)  # three stages x 16 heads, all shown
         assert page.evaluate(SCROLLING, "#th_gallery") == 0 and page.evaluate(OUTSIDE, "#th_gallery img") == 0
@@ -483,7 +486,7 @@ def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server)
             "i => i.complete && i.naturalWidth > 0)"
         )
         assert page.evaluate(SCROLLING, "#sal_gallery") == 0
-        page.screenshot(path="/tmp/cait_app_16_heads_saliency.png", full_page=True)
+        page.screenshot(path=SHOTS / "cait_app_16_heads_saliency.png", full_page=True)
     finally:
         page.context.close()
 
