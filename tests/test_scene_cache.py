@@ -13,7 +13,7 @@ import pytest
 import cait.data.scene_cache as scene_cache
 from cait.data import DataError, FashionMNISTScenes, build_dataset
 from cait.data.scene_cache import cache_path, cached_pixels, lock_path
-from cait.runtime import CACHE_ENV
+from cait.runtime import CACHE_ENV, user_cache_dir
 
 N = 30
 
@@ -137,7 +137,7 @@ def test_unusable_cache_dir_is_one_clear_line(tmp_path, monkeypatch):
 def test_default_location_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv(CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert scene_cache.cache_dir() == tmp_path / "cait-lens"
+    assert user_cache_dir() == tmp_path / "cait-lens"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert scene_cache.cache_dir() == tmp_path / "home" / ".cache" / "cait-lens"
+    assert user_cache_dir() == tmp_path / "home" / ".cache" / "cait-lens"

@@ -8,7 +8,8 @@ garments), so a change to any of them renders a new file and the stale one is re
 temporary file and renames it, under a lock: an interrupted build never leaves a file that is taken
 for complete, and parallel processes wait for one build instead of racing.
 
-Where: $CAIT_LENS_CACHE if set, else $XDG_CACHE_HOME/cait-lens, else ~/.cache/cait-lens.
+Where: cait-lens's user cache, `cait.runtime.user_cache_dir` ($CAIT_LENS_CACHE if set, else
+$XDG_CACHE_HOME/cait-lens, else ~/.cache/cait-lens).
 """
 
 from __future__ import annotations
@@ -36,17 +37,12 @@ CHUNK = 500  # scenes per task when rendering in several processes
 PARALLEL_FROM = 4000  # below this many scenes, starting processes costs more than it saves
 
 
-def cache_dir() -> Path:
-    """The directory the scene files live in: cait-lens's user cache (`cait.runtime.user_cache_dir`)."""
-    return user_cache_dir()
-
-
 def cache_path(scenes: "FashionMNISTScenes") -> Path:
     """The file holding these scenes: readable prefix (what it is) + hash (exactly which pixels)."""
     params = scenes.generator_params()
     params["garments_sha256"] = hashlib.sha256(np.ascontiguousarray(scenes.garments).tobytes()).hexdigest()
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / f"{_prefix(scenes)}-{digest}.npy"
+    return user_cache_dir() / f"{_prefix(scenes)}-{digest}.npy"
 
 
 def lock_path(path: Path) -> Path:
