@@ -715,9 +715,19 @@ def test_train_args_equal_the_command_line_and_check_the_same_way():
         ({"precision": "fp8"}, "--precision: invalid choice 'fp8'"),
         ({"epochs": 1.5}, "--epochs takes a int"),
         ({"num_heads": 5, "embed_dim": 48}, "--num-heads 5 does not divide --embed-dim 48"),
+        ({"scene_style": "varied", "data": "fashion-mnist"}, "--scene-style applies to fashion-mnist-scenes only"),
     ]:
         with pytest.raises(train_mod.ArgsError, match=re.escape(message)):
             train_mod.train_args(**bad)
+
+
+def test_scene_style_changes_the_training_images_only():
+    given = {**TINY_ARGS, "data": "fashion-mnist-scenes", "subset": 32, "val_subset": 32}
+    args, varied = train_mod.train_args(**given), train_mod.train_args(**given, scene_style="varied")
+    (train, val, _), (train_v, val_v, _) = train_data.load_data(args, 1), train_data.load_data(varied, 1)
+    assert (train.style, train_v.style, val_v.style) == ("default", "varied", "default")
+    assert np.array_equal(val.pixels, val_v.pixels) and not np.array_equal(train.pixels, train_v.pixels)
+    assert np.array_equal(train.labels, train_v.labels)
 
 
 def test_run_returns_its_result_and_resumes_from_python(tmp_path):

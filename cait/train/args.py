@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
-from ..data import NATIVE_INPUT
+from ..data import NATIVE_INPUT, SCENE_STYLES
 from ..flags import PRECISIONS, add_device_flag, add_precision_flag
 from ..runs import RunDir
 from ..runtime import resolve_device
@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--data",
         default="fashion-mnist-scenes",
         help="fashion-mnist, fashion-mnist-scenes, or a directory with train/<class>/ and val/<class>/ images",
+    )
+    g.add_argument(
+        "--scene-style",
+        choices=SCENE_STYLES,
+        default="default",
+        help="look of the fashion-mnist-scenes training images (varied: noise, lighting, shading and blur drawn "
+        "per scene); validation stays on the default style's test scenes",
     )
     g.add_argument(
         "--output", default=None, help="directory for checkpoints, state and metrics (default: runs/<model>)"
@@ -342,6 +349,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ArgsError(str(e)) from None
     if not 0 <= args.ema < 1:
         raise ArgsError(f"--ema is a decay in [0, 1), got {args.ema}")
+    if args.scene_style != "default" and args.data != "fashion-mnist-scenes":
+        raise ArgsError(f"--scene-style applies to fashion-mnist-scenes only, not {args.data}")
     if args.pipeline != "pil":
         try:
             parse_randaug(args.randaug)

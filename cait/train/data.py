@@ -185,7 +185,7 @@ class Data:
 def load_data(args: argparse.Namespace, world: int) -> tuple[Dataset, Dataset, tuple[str, ...]]:
     """(train, val, class names) as the data source gives them (PIL images), checked to fit the run."""
     # (scenes come from the disk cache, rendered on first use)
-    train_raw = build_dataset(args.data, "train", subset=args.subset, cache=True)
+    train_raw = build_dataset(args.data, "train", subset=args.subset, cache=True, style=args.scene_style)
     val_raw = build_dataset(args.data, "val", subset=args.val_subset, cache=True)
     if tuple(train_raw.classes) != tuple(val_raw.classes):
         raise DataError(f"train and val of {args.data} have different classes")
