@@ -168,6 +168,13 @@ class Handlers:
 
     # ------------------------------------------------------------------------ a new image
 
+    def image_changed(self, image: object, shown: tuple) -> dict:
+        """The image box emptied: by its remove button, or by the browser refusing a file over the upload limit,
+        which sends no clear event. The last image's results go with it; a new image changes nothing here."""
+        if image is not None:
+            return {c: gr.skip() for c in self.page.results}
+        return self.cleared(shown)
+
     def cleared(self, shown: tuple, status: str = "") -> dict:
         """Every result of the last image emptied (a removed image, a new model, a file that failed);
         shown: the CA galleries' props as the page has them (`Page.ca_props`)."""

@@ -147,7 +147,9 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         **progress,
         **MODEL_EVENTS,
     ).success(**details)
-    p.image_in.clear(h.cleared, p.ca_props, p.results, api_visibility="private")
+    p.image_in.change(
+        h.image_changed, [p.image_in, p.ca_props], p.results, preprocess=False, queue=False, api_visibility="private"
+    )
     p.examples.select(
         on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **MODEL_EVENTS
     ).success(**details)

@@ -236,6 +236,24 @@ def test_truncated_and_empty_uploads_leave_no_error_state(page):
     pick_example(page, 1)
 
 
+def test_a_refused_large_upload_takes_the_old_results_with_it(page):
+    """The browser refuses a file over the upload limit and empties the image box without a clear event: the
+    last image's results must not stay beside the empty box."""
+    from app.layout import MAX_UPLOAD_MB
+
+    page.get_by_role("tab", name="Class attention").click()
+    pick_example(page, 0)
+    expect(grid_images(page)).not_to_have_count(0)
+    big = page.tmp / "huge.png"
+    big.write_bytes(b"\x89PNG" + bytes((MAX_UPLOAD_MB + 1) * 2**20))
+    page.locator("#image_in input[type=file]").set_input_files(str(big))
+    expect(page.locator(".toast-body")).to_contain_text("exceed the maximum allowed size")
+    expect(grid_images(page)).to_have_count(0)
+    expect(page.locator("#status")).not_to_contain_text("Top-1")
+    page.locator(".toast-body button, .toast-close").first.click()
+    pick_example(page, 1)
+
+
 def test_the_keyboard_redraws_the_talking_heads_view(page):
     pick_example(page, 0)
     page.get_by_role("tab", name="Talking heads").click()
