@@ -119,7 +119,7 @@ def model_markdown(loaded: LoadedModel) -> str:
             ("test top-1", f"{loaded.card.test_top1:.2%} on {loaded.card.test_images:,} images ({card_link(loaded)})")
         )
     if loaded.card is not None and loaded.card.robustness is not None:
-        rows.append(("robustness (corrupted test scenes)", f"{headline(loaded.card.robustness)} (model card)"))
+        rows.append(("robustness (corrupted test images)", f"{headline(loaded.card.robustness)} (model card)"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     warn = f"\n\n**⚠ {loaded.notice}**" if loaded.notice else ""
     return f"| model | |\n|---|---|\n{table}{warn}"

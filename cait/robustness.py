@@ -193,6 +193,7 @@ def shipped_summary(sweep_result: dict, noise_results: Sequence[dict] = ()) -> d
     keep = ("corruption", "severity", "images", "top1", *(f"{n}_pointing" for n in POINTING_ROWS))
     section = sweep_result["corruption"]
     out = {
+        "data": sweep_result.get("data", "fashion-mnist-scenes"),
         "scene_seed": sweep_result.get("scene_seed"),
         "precision": sweep_result.get("precision"),
         "corruption_seed": section["seed"],

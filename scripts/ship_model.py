@@ -248,16 +248,20 @@ def robustness_section(name: str, record: dict) -> str:
         table.append(f"| {corruption} | " + " | ".join(cell(by[s]) if s in by else "" for s in severities) + " |")
     means = record["mean_top1_by_severity"]
     table.append("| **mean top-1** | " + " | ".join(f"**{100 * means[str(s)]:.1f}**" for s in severities) + " |")
-    images = clean["images"]
+    images, data = clean["images"], record.get("data", "fashion-mnist-scenes")
     spec = "all" if severities == [1, 2, 3, 4, 5] else " ".join(f"all:{s}" for s in severities)
+    scenes = data == "fashion-mnist-scenes"  # only scenes have boxes, so pointing
+    what = "test scenes" if scenes else f"{data} test images"
+    shown = "top-1 % and, in brackets, CA-1 / CA-2 head-mean pointing %" if scenes else "top-1 %"
+    flag = "" if scenes else f" --data {data}"
     text = f"""{ROBUSTNESS_HEADING}
 
 The ImageNet-C corruptions (`cait.corruptions`, Hendrycks & Dietterich 2019's parameters) applied to the
-model's input view of the first {images} test scenes (corruption seed {record["corruption_seed"]},
-{record["precision"]}): top-1 % and, in brackets, CA-1 / CA-2 head-mean pointing %. Clean: {cell(clean)}.
+model's input view of the first {images} {what} (corruption seed {record["corruption_seed"]},
+{record["precision"]}): {shown}. Clean: {cell(clean)}.
 In one line: {headline(record)}.
 
-    python -m cait.evaluate --model {name} --subset {images} --corruption {spec} --precision fp32 --batch-size 64 --json sweep.json
+    python -m cait.evaluate --model {name}{flag} --subset {images} --corruption {spec} --precision fp32 --batch-size 64 --json sweep.json
 
 {chr(10).join(table)}
 """

@@ -277,3 +277,16 @@ def test_the_robustness_section_tabulates_the_sweep_and_replaces_itself():
     other = ship_model.with_section(once, section.replace("70.0", "71.0"))
     assert "71.0" in other and other.count("## Robustness") == 1 and other.endswith("story\n")
     assert ship_model.with_section("# card\n\n## Evaluation\n\nx\n", section).endswith(section)
+
+
+def test_the_robustness_section_of_a_model_without_boxes_names_its_data():
+    sweep = _sweep_result()
+    sweep["data"] = "fashion-mnist"
+    for row in [sweep["corruption"]["clean"], *sweep["corruption"]["rows"]]:
+        row.pop("ca1_mean_pointing"), row.pop("ca2_mean_pointing")
+    section = ship_model.robustness_section("m", ship_model.shipped_summary(sweep))
+    assert "first 10 fashion-mnist test images" in section and "pointing" not in section
+    assert "--model m --data fashion-mnist --subset 10 --corruption all:1 all:3" in section
+    assert "| contrast | 70.0 | 50.0 |" in section
+    scenes = ship_model.robustness_section("m", ship_model.shipped_summary(_sweep_result()))
+    assert "first 10 test scenes" in scenes and "--data" not in scenes
