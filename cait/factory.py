@@ -47,7 +47,7 @@ def create_model(
         cfg = get_config(name, **overrides)
     else:
         raise ValueError("give a model name (see cait.list_models()) or a checkpoint that carries its config")
-    model = CaiT(cfg)
+    model = CaiT(cfg, init_weights=state is None)  # loaded weights replace every parameter (strictly)
     if state is not None:
         load_into(model, state, source)
     if source is not None:

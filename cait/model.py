@@ -227,7 +227,9 @@ class PatchEmbed(nn.Module):
 
 
 class CaiT(nn.Module):
-    def __init__(self, cfg: CaiTConfig):
+    def __init__(self, cfg: CaiTConfig, *, init_weights: bool = True):
+        """init_weights=False leaves timm's truncated-normal init out, for weights about to be loaded (it is
+        most of the construction time)."""
         super().__init__()
         self.cfg = cfg
         self.source = "random init"  # where the weights came from (create_model sets it); the app and figures show it
@@ -240,7 +242,8 @@ class CaiT(nn.Module):
         self.norm = nn.LayerNorm(d, eps=1e-6)
         self.head_drop = nn.Dropout(cfg.drop_rate)
         self.head = nn.Linear(d, cfg.num_classes)
-        self._init_weights()
+        if init_weights:
+            self._init_weights()
 
     def _init_weights(self) -> None:
         if self.pos_embed.is_meta:

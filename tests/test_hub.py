@@ -304,3 +304,14 @@ def test_pyproject_declares_what_the_package_imports_in_ranges_that_hold_the_pin
             pins[canonicalize_name(name)] = version
     for name, req in {**declared, **extras}.items():
         assert name in pins and req.specifier.contains(pins[name]), (req, pins.get(name))
+
+
+def test_a_variants_float32_size_is_its_full_models():
+    """The size counted on one block of each kind equals the whole model's, for every variant."""
+    from cait.config import VARIANTS, get_config
+    from cait.model import CaiT
+
+    for name in VARIANTS:
+        with torch.device("meta"):
+            model = CaiT(get_config(name), init_weights=False)
+        assert hub._float32_mb(name) == pytest.approx(sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6)
