@@ -17,7 +17,17 @@ from gradio.data_classes import FileData
 import cait
 from app import causal_view, figures, session, texts, torch_thread
 from app.images import ImageInputError
-from app.layout import MAX_CA_LAYERS, SCALES, VIEWS, GalleryProps, Page, causal_heads, region_choices, talking_columns
+from app.layout import (
+    CAUSAL_TAB,
+    MAX_CA_LAYERS,
+    SCALES,
+    VIEWS,
+    GalleryProps,
+    Page,
+    causal_heads,
+    region_choices,
+    talking_columns,
+)
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
@@ -217,13 +227,13 @@ class Handlers:
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
-    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col, region_of) -> dict:
-        """After the first view of an image: the downloads, the residual ratios, the talking-heads tab."""
+    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col, region_of, open_tab) -> dict:
+        """After the first view of an image: the downloads, the residual ratios, the talking-heads tab, and the
+        Causal tab if it is the one open (else it waits until it is opened: `causal_opened`)."""
         if a is None or a.choice != choice:
             return gr.skip()
         p, loaded = self.page, self.cache.get(choice)
-        causal = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class)
-        a.causal = causal_view.numbers(loaded.model, a.x.to(loaded.device), causal)
+        causal = self._causal_numbers(loaded, a) if open_tab == CAUSAL_TAB else None
         json_path = self._numbers_file(loaded, a)
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
         sheet = self._sheet(
@@ -242,10 +252,33 @@ class Handlers:
         }
         out.update(self.talking_outputs(loaded, a, th_row, th_col))
         out.update(self.region(a, region_of, keep))
-        out.update(self.causal_outputs(loaded, a, causal, 0, causal_view.ABLATIONS[0]))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
+        out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))
         return out
+
+    def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis):
+        """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download."""
+        causal = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class)
+        a.causal = causal_view.numbers(loaded.model, a.x.to(loaded.device), causal)
+        return causal
+
+    def _causal_first(self, loaded: LoadedModel, a: session.Analysis, causal) -> dict:
+        return self.causal_outputs(loaded, a, causal, 0, causal_view.ABLATIONS[0])
+
+    def causal_opened(self, choice, a, shown) -> dict:
+        """The Causal tab opened: its view of the image's top class, computed now unless it is on show already
+        (an open tab gets it with the downloads), and the JSON download rewritten with its numbers."""
+        if a is None or a.choice != choice or shown is not None:
+            return gr.skip()
+        loaded = self.cache.get(choice)
+        out = self._causal_first(loaded, a, self._causal_numbers(loaded, a))
+        out[self.page.json_file] = str(self._numbers_file(loaded, a))
+        return out
+
+    @staticmethod
+    def tab_opened(evt: gr.SelectData) -> str:
+        return evt.value
 
     def _numbers_file(self, loaded: LoadedModel, a: session.Analysis, saliency: dict | None = None) -> str:
         """All numbers as the JSON download: the analysis, LayerScale, the causal view and, once computed, the

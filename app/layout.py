@@ -15,6 +15,7 @@ from app.workdir import FILE_TTL
 from cait import explain, hub
 from cait.figures.attention import head_name
 
+CLASS_ATTENTION_TAB, CAUSAL_TAB = "Class attention", "Causal"  # tab labels the handlers compare with
 MAX_UPLOAD_MB = 20  # larger uploads are refused by the server before any handler runs
 MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
 STATE_TTL = 3600  # seconds a session's analysis is kept
@@ -96,6 +97,9 @@ class Page:
     download: gr.Checkbox
     load_btn: gr.Button
     load_msg: gr.Markdown
+    open_tab: gr.State  # the label of the tab on show: the Causal tab is computed only once it is open
+    tabs: gr.Tabs
+    causal_tab: gr.Tab
     cz_state: gr.State  # the Causal tab's CausalView of the shown image and class (or None)
     cz_class: gr.Dropdown
     cz_head: gr.Radio
@@ -138,7 +142,8 @@ class Page:
 
     @property
     def causal_results(self) -> list:
-        """What the Causal tab shows of an image (computed after the first view, with the downloads)."""
+        """What the Causal tab shows of an image (computed when the tab is opened, or with the downloads when it
+        is already open)."""
         return [self.cz_state, self.cz_heads_plot, self.cz_maps, self.cz_top5, self.cz_knockout]
 
     @property
@@ -454,8 +459,9 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
         parts["selected"] = gr.State(None)
         parts["header"] = gr.Markdown(texts.header_markdown(first, hub.cached_variants()), elem_id="header")
         _inputs(first, parts)
-        with gr.Tabs():
-            with gr.Tab("Class attention", id="ca"):
+        parts["open_tab"] = gr.State(CLASS_ATTENTION_TAB)
+        with gr.Tabs() as parts["tabs"]:
+            with gr.Tab(CLASS_ATTENTION_TAB, id="ca"):
                 _class_attention_tab(parts)
             with gr.Tab("Saliency", id="saliency"):
                 _saliency_tab(first, parts)
@@ -464,7 +470,7 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
                 parts["ratio_plot"] = gr.Plot(label="Residual-branch ratio of the analysed image", elem_id="ratio_plot")
             with gr.Tab("Talking heads", id="talking"):
                 _talking_heads_tab(first, parts)
-            with gr.Tab("Causal", id="causal"):
+            with gr.Tab(CAUSAL_TAB, id="causal") as parts["causal_tab"]:
                 _causal_tab(first, parts)
             with gr.Tab("Model", id="model"):
                 _model_tab(first, parts)
@@ -505,6 +511,8 @@ CSS = """
 """
 
 __all__ = [
+    "CAUSAL_TAB",
+    "CLASS_ATTENTION_TAB",
     "CSS",
     "GalleryProps",
     "MAX_CA_LAYERS",

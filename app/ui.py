@@ -57,6 +57,14 @@ def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
 
 
 def _wire_causal(p: layout.Page, h: Handlers) -> None:
+    # which tab is open (for `details`), at once and off the model queue; the Causal tab is computed once opened
+    p.tabs.select(h.tab_opened, None, p.open_tab, queue=False, api_visibility="private")
+    p.causal_tab.select(
+        torch_thread.handler(h.causal_opened),
+        [p.choice, p.analysis, p.cz_state],
+        [*p.causal_results, p.json_file],
+        **MODEL_EVENTS,
+    )
     # input, not change: the details event sets the class and the head itself
     p.cz_class.input(
         torch_thread.handler(h.causal_class),
@@ -124,7 +132,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
     details = dict(
         fn=on_torch(h.details),
-        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col, p.region_of],
+        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col, p.region_of, p.open_tab],
         outputs=[
             *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
             *(p.sal_class, p.sal_region, *p.causal_results, p.cz_class, p.cz_head),

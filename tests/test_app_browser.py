@@ -290,14 +290,20 @@ def test_a_click_on_the_patch_grid_picks_the_query(page):
 
 
 def test_the_causal_tab_ablates_a_clicked_head(page):
-    pick_example(page, 3)  # with its follow-up, which computes the Causal tab
-    page.get_by_role("tab", name="Causal").click()
+    pick_example(page, 3)  # with its follow-up, which leaves the Causal tab until it is opened
+    expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_have_count(0)
+    page.get_by_role("tab", name="Causal").click()  # computed now
     expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_be_visible()
     expect(page.locator("#cz_knockout")).to_contain_text("CA2")
     expect(page.locator("#cz_top5")).to_contain_text("without CA1 head 1")
     page.locator("#cz_head").get_by_text("CA2 head 3").click()
     expect(page.locator("#cz_top5")).to_contain_text("without CA2 head 3")
     expect(page.locator("#cz_maps")).to_contain_text("CA2 head 3: attention")
+    # with the tab open, a new image's follow-up computes it
+    title = page.locator("#cz_heads_plot .gtitle").text_content()
+    pick_example(page, 0)
+    expect(page.locator("#cz_heads_plot .gtitle")).not_to_have_text(title)
+    expect(page.locator("#cz_top5")).to_contain_text("without CA1 head 1")
     page.get_by_role("tab", name="Class attention").click()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import gradio as gr
 import numpy as np
 import pytest
 import torch
@@ -12,6 +13,7 @@ from conftest import randomise_
 
 import cait
 from app import causal_view
+from app.layout import CAUSAL_TAB, CLASS_ATTENTION_TAB
 from cait.data import read_examples
 from cait.preprocess import class_names
 
@@ -104,7 +106,17 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
-    out = handlers.details(loaded.choice, a, "inferno", 0.5, "per tile", "smooth", 1.0, 2, 2, region_of)
+    look = ("inferno", 0.5, "per tile", "smooth", 1.0, 2, 2, region_of)
+    # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
+    out = handlers.details(loaded.choice, a, *look, CLASS_ATTENTION_TAB)
+    assert all(out[c] is None for c in p.causal_results) and a.causal is None
+    assert "causal" not in json.loads(open(out[p.json_file]).read())
+    opened = handlers.causal_opened(loaded.choice, a, None)
+    assert opened[p.cz_state].target == a.top_class and "causal" in json.loads(open(opened[p.json_file]).read())
+    assert isinstance(handlers.causal_opened(loaded.choice, a, opened[p.cz_state]), type(gr.skip()))  # on show
+    # the Causal tab open: the follow-up computes it
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    out = handlers.details(loaded.choice, a, *look, CAUSAL_TAB)
     view = out[p.cz_state]
     assert view.target == a.top_class and out[p.cz_head] == 0
     data = json.loads(open(out[p.json_file]).read())["causal"]
