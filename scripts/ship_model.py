@@ -84,10 +84,12 @@ def teachers_by_stage(run_args: list[dict]) -> list[str]:
 
 def teacher_row(run_args: list[dict], teacher: tuple[list[dict], list[str], list[dict]] | None) -> str:
     """The card's lines on distillation, from each run's args (oldest first): how the teacher taught, which
-    teacher taught which stages, and the last teacher's own test top-1 and commands."""
-    args = run_args[-1]
-    if not args.get("teacher"):
+    teacher taught which stages, and the last teacher's own test top-1 and commands. The stages after the last
+    taught one (a fine-tuning without a teacher) are named in the spans."""
+    taught = [a for a in run_args if a.get("teacher")]
+    if not taught:
         return ""
+    args = taught[-1]
     how = f"{args.get('distill_type', 'hard')} distillation through the class token, alpha {args['distill_alpha']}"
     if args.get("distill_type") == "soft":
         how += f", tau {args['distill_tau']}"
@@ -96,7 +98,7 @@ def teacher_row(run_args: list[dict], teacher: tuple[list[dict], list[str], list
         how += f"; by stage, oldest first: {', '.join(spans)} (`--teacher`, `--teacher-img-size`)"
     elif args.get("teacher_img_size"):
         how += f", the teacher run at {args['teacher_img_size']} px (`--teacher-img-size`)"
-    last = " (the last stage's)" if len(spans) > 1 else ""
+    last = (" (the last stage's)" if args is run_args[-1] else " (the last taught stage's)") if len(spans) > 1 else ""
     rows = f"| distillation | {how} |\n| teacher | `{args['teacher']}`{last}"
     if teacher is None:
         return rows + " |\n"
@@ -115,7 +117,8 @@ def how_taught(run_args: list[dict]) -> str:
     first, last = run_args[0], run_args[-1]
     start = f"from `{first['init']}`" if first.get("init") else "from scratch"
     if first.get("teacher"):
-        return f" ({start}, distilled from a convolutional teacher from the first epoch)"
+        after = "" if last.get("teacher") else ", the last stage without it"
+        return f" ({start}, distilled from a convolutional teacher from the first epoch{after})"
     return f" ({start}, then distilled from a convolutional teacher)" if last.get("teacher") else ""
 
 

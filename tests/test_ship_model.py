@@ -42,6 +42,9 @@ def test_the_card_says_when_the_teacher_joined():
         " (from scratch, distilled from a convolutional teacher from the first epoch)"
     )
     assert ship_model.how_taught([again]).startswith(" (from `w.safetensors`, distilled")
+    assert ship_model.how_taught([taught, again, plain]) == (
+        " (from scratch, distilled from a convolutional teacher from the first epoch, the last stage without it)"
+    )
 
 
 def test_teacher_row_names_the_teacher_its_number_and_how_it_taught(tmp_path):
@@ -74,6 +77,10 @@ def test_teacher_row_names_every_teacher_of_a_line_whose_teacher_changed():
     row = ship_model.teacher_row([{**args, **s} for s in stages], None)
     assert "alpha 0.5; by stage, oldest first: no teacher (stage 1), `old.safetensors` at 88 px (stages 2-3)" in row
     assert "| teacher | `new.safetensors` (the last stage's) |" in row and "the teacher run at" not in row
+    # a fine-tuning without a teacher after the taught stages keeps the distillation row, naming the stage
+    row = ship_model.teacher_row([{**args, **s} for s in [*stages, {}]], None)
+    assert "`new.safetensors` at 136 px (stage 5), no teacher (stage 6)" in row
+    assert "| teacher | `new.safetensors` (the last taught stage's) |" in row
 
 
 def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
