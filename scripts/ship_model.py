@@ -61,6 +61,9 @@ def portable(text: str, root: Path = REPO) -> str:
 def history(runs: list[Path]) -> tuple[list[dict], list[str], list[dict]]:
     """(metrics, commands, each run's args) of runs that continue one another, oldest first; epochs and steps
     are counted on from the earlier runs, so the metrics read as one training. Paths are made portable()."""
+    missing = [str(run) for run in runs if not RunDir(run).read_record()["commands"]]
+    if missing:
+        raise SystemExit(f"not a run directory (no args.json with its command): {', '.join(missing)}")
     records = [RunDir(run).read_record() for run in runs]
     epochs = continued([RunDir(run).read_metrics() for run in runs])
     commands = [portable(c) for r in records for c in r["commands"]]

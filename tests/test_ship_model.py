@@ -34,6 +34,12 @@ def test_history_counts_epochs_and_steps_on_across_runs(tmp_path):
     assert [a["precision"] for a in run_args] == ["bf16", "auto"]
 
 
+def test_history_refuses_a_directory_that_is_not_a_run(tmp_path):
+    first = _run(tmp_path / "first", ["python -m cait.train --epochs 3"], "fp32", 3, 100)
+    with pytest.raises(SystemExit, match="not a run directory.*typo"):
+        ship_model.history([tmp_path / "typo", first])
+
+
 def test_the_card_says_when_the_teacher_joined():
     plain, taught, again = {}, {"teacher": "t"}, {"init": "w.safetensors", "teacher": "t"}
     assert ship_model.how_taught([plain]) == ""
