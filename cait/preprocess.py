@@ -6,11 +6,11 @@ import math
 from functools import lru_cache
 from typing import Callable
 
+import numpy as np
 import torch
 from PIL import Image
 from torch import nn
 from torch.utils.data import Dataset
-from torchvision.transforms import v2 as T
 
 from .config import CaiTConfig
 
@@ -34,22 +34,27 @@ def class_names(cfg: CaiTConfig) -> tuple[str, ...]:
 def model_view(image: Image.Image, cfg: CaiTConfig) -> Image.Image:
     """The pixels the model sees, as an image: colour mode to in_chans, bicubic resize of the short side
     to img_size / crop_pct, centre crop img_size (CaiT uses crop_pct 1.0, so the crop keeps the central
-    square). Figures draw heat maps on this view, so that a map and its pixels line up."""
-    resize = math.floor(cfg.img_size / cfg.crop_pct)
-    view = T.Compose(
-        [T.Resize(resize, interpolation=T.InterpolationMode.BICUBIC, antialias=True), T.CenterCrop(cfg.img_size)]
-    )
-    return view(image.convert("RGB" if cfg.in_chans == 3 else "L"))
+    square); timm's evaluation transform, pixel for pixel (tested). Figures draw heat maps on this view, so
+    that a map and its pixels line up. Written with PIL, which torchvision calls for PIL images anyway:
+    importing torchvision costs the app's start about a second (it pulls in torch._dynamo)."""
+    image = image.convert("RGB" if cfg.in_chans == 3 else "L")
+    short, (w, h) = math.floor(cfg.img_size / cfg.crop_pct), image.size
+    size = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+    view = image.resize(size, Image.Resampling.BICUBIC)
+    left, top = round((size[0] - cfg.img_size) / 2), round((size[1] - cfg.img_size) / 2)
+    return view.crop((left, top, left + cfg.img_size, top + cfg.img_size))
 
 
 def view_pixels(view: Image.Image) -> torch.Tensor:
     """A `model_view` as float [C, H, W] in [0, 1], before normalisation (where `cait.corruptions` apply)."""
-    return T.functional.to_dtype(T.functional.pil_to_tensor(view), torch.float32, scale=True)
+    pixels = torch.from_numpy(np.array(view, dtype=np.uint8, copy=True))
+    return (pixels[:, :, None] if pixels.ndim == 2 else pixels).permute(2, 0, 1).float() / 255
 
 
 def view_tensor(view: Image.Image, cfg: CaiTConfig) -> torch.Tensor:
     """A `model_view` as the model's input: float tensor [C, H, W] normalised with the config's mean and std."""
-    return T.Normalize(cfg.mean, cfg.std)(view_pixels(view))
+    mean, std = (torch.tensor(v).view(-1, 1, 1) for v in (cfg.mean, cfg.std))
+    return (view_pixels(view) - mean) / std
 
 
 def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:

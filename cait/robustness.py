@@ -22,9 +22,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from .corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from .data.scenes import PIXEL_NOISE
-from .evaluate import evaluate
+
+# The functions that run a sweep import cait.corruptions and cait.evaluate where they need them: the records'
+# helpers (shipped_summary, headline) serve the app, whose start would pay a second for torchvision's import.
 
 POINTING_ROWS = ("ca1_mean", "ca2_mean")  # the class-attention maps scored under corruption (head means)
 
@@ -32,6 +33,8 @@ POINTING_ROWS = ("ca1_mean", "ca2_mean")  # the class-attention maps scored unde
 def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
     """(name, severity) pairs from specs "NAME", "NAME:SEVERITY", "all" or "all:SEVERITY" (no severity: 1-5),
     in the order given, each pair once."""
+    from .corruptions import CORRUPTIONS, SEVERITIES
+
     pairs: list[tuple[str, int]] = []
     for spec in specs:
         name, _, severity = spec.partition(":")
@@ -48,6 +51,8 @@ def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
 def corruption_fn(name: str, severity: int, *, seed: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
     """The batch function `evaluate(corruption=...)` takes: `name` at `severity`, draws from a generator seeded
     with `seed` once, so a run over the same images in the same batches is repeated exactly."""
+    from .corruptions import corrupt
+
     generator = torch.Generator().manual_seed(seed)
     return lambda x: corrupt(x, name, severity, generator=generator)
 
@@ -67,6 +72,8 @@ def sweep(
     model: nn.Module, data: Dataset, pairs: Sequence[tuple[str, int]], *, seed: int = 0, **evaluate_kwargs
 ) -> list[dict]:
     """`summary` of `evaluate` under each (corruption, severity) of `pairs`, with those two keys added."""
+    from .evaluate import evaluate
+
     rows = []
     for name, severity in pairs:
         result = evaluate(model, data, corruption=corruption_fn(name, severity, seed=seed), **evaluate_kwargs)
@@ -170,7 +177,7 @@ def corruption_section(
         earlier = read_sweep(baseline)
         base_clean, base_rows = earlier["clean"], earlier["rows"]
     else:
-        from .evaluate import load_model  # the model-loading rule of the evaluation it is compared with
+        from .evaluate import evaluate, load_model  # the model-loading rule of the evaluation it is compared with
 
         is_file = Path(baseline).is_file()
         other = load_model(None if is_file else baseline, baseline if is_file else None)
