@@ -13,6 +13,8 @@ itself. Which repo holds a variant's weights is timm's fact (its pretrained conf
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,8 +22,9 @@ from typing import Callable, Literal
 
 import torch
 
-from .checkpoint import WEIGHTS_DIR, CheckpointError
+from .checkpoint import WEIGHTS_DIR, CheckpointError, atomic_write
 from .config import RELEASED, VARIANTS, get_config, is_paper_variant
+from .runtime import user_cache_dir
 
 # timm's file name for safetensors weights on the Hub (timm.models._hub.HF_SAFE_WEIGHTS_NAME).
 HUB_FILENAME = "model.safetensors"
@@ -65,22 +68,39 @@ class WeightsStatus:
 def hub_repo(name: str) -> str | None:
     """timm's Hugging Face repo holding `name`'s released weights (e.g. 'timm/cait_s24_224.fb_dist_in1k'),
     from timm's pretrained config of that variant; None for variants released by nobody."""
-    if name not in VARIANTS or not is_paper_variant(name):
-        return None
-    cfg = _timm_pretrained_cfg(name)
-    return cfg.hf_hub_id.split("@")[0] if cfg is not None and cfg.hf_hub_id else None
+    repo = timm_sources().get(name, {}).get("hf_hub_id")
+    return repo.split("@")[0] if repo else None
 
 
 def official_url(name: str) -> str | None:
     """Where the official deit release of `name` lives (a .pth that checkpoint=PATH reads), per timm."""
-    cfg = _timm_pretrained_cfg(name) if name in VARIANTS and is_paper_variant(name) else None
-    return cfg.url if cfg is not None and cfg.url else None
+    return timm_sources().get(name, {}).get("url") or None
 
 
-def _timm_pretrained_cfg(name: str):
-    from timm.models import get_pretrained_cfg  # importing timm.models registers every architecture: ~2 s
+@lru_cache(maxsize=1)
+def timm_sources() -> dict[str, dict[str, str | None]]:
+    """{variant: {"hf_hub_id", "url"}} from timm's pretrained config of every paper variant, read from timm once
+    per timm version and kept in the user cache dir: importing timm.models registers every architecture, about
+    2 s of every app start otherwise. timm stays the owner of the fact; another timm version reads it again."""
+    path = user_cache_dir() / f"timm-{importlib.metadata.version('timm')}-sources.json"
+    try:
+        known = json.loads(path.read_text())
+        if isinstance(known, dict) and all(isinstance(v, dict) for v in known.values()):
+            return known
+    except (OSError, ValueError):
+        pass
+    from timm.models import get_pretrained_cfg
 
-    return get_pretrained_cfg(name)
+    sources = {}
+    for name in filter(is_paper_variant, VARIANTS):
+        cfg = get_pretrained_cfg(name)
+        sources[name] = {"hf_hub_id": cfg and cfg.hf_hub_id, "url": cfg and cfg.url}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda f: f.write(json.dumps(sources, indent=1).encode()))
+    except OSError:  # not writable: the next start reads timm again
+        pass
+    return sources
 
 
 def cached_file(name: str) -> Path | None:

@@ -150,8 +150,8 @@ class DropPath(nn.Module):
 def _residual_weight(block: nn.Module, name: str, cfg: CaiTConfig) -> None:
     """Register the branch weight `name` (gamma_1 / gamma_2) as `cfg.residual_scale` asks."""
     kind = cfg.residual_scale
-    if kind == "layerscale":
-        block.register_parameter(name, nn.Parameter(cfg.init_values * torch.ones(cfg.embed_dim)))
+    if kind == "layerscale":  # full, not init_values * ones: that product on the meta device imports torch._dynamo
+        block.register_parameter(name, nn.Parameter(torch.full((cfg.embed_dim,), cfg.init_values)))
     elif kind in ("scalar", "rezero"):
         block.register_parameter(name, nn.Parameter(torch.full((1,), cfg.init_values if kind == "scalar" else 0.0)))
     else:  # "none" (CaiTConfig admits only these four)

@@ -40,6 +40,7 @@ import cait
 from cait import explain, hub
 from cait.config import RELEASED, VARIANTS, is_paper_variant
 from cait.data.photos import PHOTOS, available_photos
+from cait.runtime import CACHE_ENV
 
 NAME = "cait_xxs24_224"
 REPO = "timm/cait_xxs24_224.fb_dist_in1k"  # written out: the id timm's model card gives
@@ -76,6 +77,21 @@ def test_repo_ids_come_from_timm_and_cover_exactly_the_released_variants():
     assert hub.hub_repo(NAME) == REPO
     assert {n for n in VARIANTS if hub.hub_repo(n)} == set(RELEASED)
     assert hub.hub_repo("cait_nano_64") is None and hub.official_url("cait_s24_224").endswith("/S24_224.pth")
+
+
+SOURCES = "from cait import hub; import sys; print(hub.hub_repo('cait_xxs24_224'), 'timm.models' in sys.modules)"
+
+
+def test_timms_sources_are_kept_so_that_later_starts_skip_importing_timm_models(tmp_path):
+    """Importing timm.models costs about 2 s of the app's start: it happens once per timm version."""
+    env = {**os.environ, CACHE_ENV: str(tmp_path)}
+    run = lambda: subprocess.run([sys.executable, "-c", SOURCES], env=env, capture_output=True, text=True, check=True)
+    assert run().stdout.split() == [REPO, "True"]  # the first start asks timm and keeps its answer
+    (kept,) = tmp_path.glob("timm-*-sources.json")
+    assert json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
+    assert run().stdout.split() == [REPO, "False"]
+    kept.write_text("{not json")  # a torn or foreign file is read again from timm and rewritten
+    assert run().stdout.split() == [REPO, "True"] and json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
 
 
 def test_status_lists_every_paper_variant_with_its_size():
