@@ -85,7 +85,7 @@ CACHE_ENV = "CAIT_LENS_CACHE"  # overrides where cait-lens keeps its caches (tes
 
 def user_cache_dir() -> Path:
     """Where cait-lens keeps what it makes or measures on this machine (the rendered scenes, the precision
-    probe): $CAIT_LENS_CACHE, else $XDG_CACHE_HOME/cait-lens, else ~/.cache/cait-lens."""
+    probe, timm's hub repo ids): $CAIT_LENS_CACHE, else $XDG_CACHE_HOME/cait-lens, else ~/.cache/cait-lens."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cait-lens"
