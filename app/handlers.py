@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -91,6 +92,54 @@ def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[s
     return dict(
         cmap=cmap, alpha=float(alpha), shared_scale=scale == SCALES[1], smooth=view == VIEWS[0], keep_mass=float(keep)
     )
+
+
+@dataclass
+class _SaliencyRun:
+    """One saliency run's progress: per class, every method's map (and tile) once computed, then its AUCs once
+    scored."""
+
+    classes: list[str]  # class names, in the order they are run
+    methods: list[str]
+    scoring: bool  # the AUCs are computed after the maps
+    rows: list = field(default_factory=list)  # (class name, session.SaliencyRow), in the order shown
+    tiles: list = field(default_factory=list)  # (tile image, signed) of each row
+
+    def add(self, name: str, row: session.SaliencyRow, tile, signed: bool) -> None:
+        self.rows.append((name, row))
+        self.tiles.append((tile, signed))
+
+    def score(self, name: str, row: session.SaliencyRow) -> None:
+        i = next(i for i, (n, r) in enumerate(self.rows) if n == name and r.method == row.method)
+        self.rows[i] = (name, row)
+
+    def caption(self, name: str, row: session.SaliencyRow) -> str:
+        aucs = (
+            ""
+            if np.isnan(row.deletion_auc)
+            else (f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}")
+        )
+        return f"{row.method} for '{name}'{aucs}"
+
+    def captioned(self) -> list:
+        return [(tile, self.caption(name, row)) for (name, row), (tile, _) in zip(self.rows, self.tiles)]
+
+    def maps(self) -> list:
+        """What enlarging a tile needs: (patch map, caption, signed) of each row."""
+        return [(r.heat.numpy(), self.caption(n, r), s) for (n, r), (_, s) in zip(self.rows, self.tiles)]
+
+    def label(self) -> str:
+        one = len(self.classes) == 1
+        title = f"Maps for class '{self.classes[0]}'" if one else f"Maps for the top {len(self.classes)} classes"
+        total = len(self.classes) * len(self.methods)
+        scored = sum(not np.isnan(r.deletion_auc) for _, r in self.rows)
+        if len(self.rows) < total:
+            name = self.classes[len(self.rows) // len(self.methods)]
+            return f"{title}; computing the maps{'' if one else f' for {name!r}'} ({len(self.rows)} of {total} done)"
+        if self.scoring and scored < total:
+            name, row = self.rows[scored]
+            return f"{title}; scoring {row.method}{'' if one else f' for {name!r}'} ({scored + 1} of {total})"
+        return title
 
 
 class Handlers:
@@ -325,8 +374,9 @@ class Handlers:
         self, choice, a, target, methods, steps, cmap, alpha, view, score=True, topk=1, *method_options
     ) -> Iterator[dict]:
         """The ticked methods' maps for the chosen class (or, with topk > 1, for each of the top-k predicted
-        classes side by side), shown one by one as each is done (the gallery label counts them), so the wait
-        is told by real progress rather than by a guess from earlier runs."""
+        classes side by side): each class's maps as soon as they are computed, then, with `score`, each map's
+        deletion/insertion AUCs one by one (the gallery label counts them), so the maps are not held back by the
+        scoring, which takes most of the time, and the wait is told by real progress."""
         p = self.page
         if a is None or a.choice != choice:
             yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
@@ -339,27 +389,23 @@ class Handlers:
         targets = [a.top_class if target is None else int(target)]
         if int(topk or 1) > 1:
             targets = [int(i) for i in np.argsort(-a.probs)[: int(topk)]]
-        jobs = [(loaded.labels[t], m) for t in targets for m in methods]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
-        rows, tiles, saved, maps = [], [], [], []
         options = _method_options(steps, *method_options)
-        bar = figures.saliency_bars(cmap, signed=options.signed)  # every map spans its own range
-        yield {p.sal_msg: "", p.sal_bar: bar, **self._saliency_progress(jobs, rows, tiles)}
+        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(score))
+        yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(cmap, signed=options.signed), **self._progress(run)}
+        saved = []
         for t in targets:
-            name, done = loaded.labels[t], []
-            for row in session.saliency_rows(loaded, a, target=t, methods=methods, options=options, score=bool(score)):
-                rows.append((name, row))
-                done.append(row)
-                aucs = (
-                    f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}" if score else ""
-                )
+            name = loaded.labels[t]
+            rows = session.unscored_rows(loaded, a, target=t, methods=methods, options=options)
+            for row in rows:
                 signed = options.signed and row.method in explain.CAPTUM_METHODS
-                tile = figures.saliency_tile(a.view, row.heat, signed=signed, **look)
-                tiles.append((tile, f"{row.method} for '{name}'{aucs}"))
-                maps.append((row.heat.numpy(), tiles[-1][1], signed))
-                yield self._saliency_progress(jobs, rows, tiles)
-            saved.append(session.saliency_numbers(t, name, done))
-        yield {p.json_file: self._numbers_file(loaded, a, saved), p.sal_maps: maps}
+                run.add(name, row, figures.saliency_tile(a.view, row.heat, signed=signed, **look), signed)
+            yield self._progress(run)
+            for row in session.scored(loaded, a, rows, target=t) if score else []:
+                run.score(name, row)
+                yield self._progress(run)
+            saved.append(session.saliency_numbers(t, name, [r for n, r in run.rows if n == name]))
+        yield {p.json_file: self._numbers_file(loaded, a, saved), p.sal_maps: run.maps()}
 
     def enlarge_saliency(self, a, maps, cmap, alpha, view, evt: gr.SelectData) -> dict:
         """A clicked saliency map beside its patch grid, whose hover gives each patch's value."""
@@ -384,17 +430,10 @@ class Handlers:
         label = f"Regions of focus: {source}, {float(keep):.0%} of its attention mass"
         return {self.page.sal_region: gr.Image(value=figures.region_image(a.view, mask, box, img_size), label=label)}
 
-    def _saliency_progress(self, jobs: list[tuple[str, str]], rows: list, tiles: list) -> dict:
-        """The gallery and table so far; jobs: every (class name, method) of the run, in order; rows: the
-        (class name, SaliencyRow) done."""
-        done, classes = len(rows), list(dict.fromkeys(name for name, _ in jobs))
-        one = len(classes) == 1
-        title = f"Maps for class '{classes[0]}'" if one else f"Maps for the top {len(classes)} classes"
-        running = ""
-        if done < len(jobs):
-            name, method = jobs[done]
-            running = f"; computing {method}{'' if one else f' for {name!r}'} ({done + 1} of {len(jobs)})"
+    def _progress(self, run: _SaliencyRun) -> dict:
+        """The gallery and table of a saliency run so far."""
         auc = lambda v: None if np.isnan(v) else round(v, 4)  # not scored: an empty cell
+        one = len(run.classes) == 1
         table = [
             [
                 r.method if one else f"{r.method} ({name})",
@@ -402,10 +441,10 @@ class Handlers:
                 auc(r.insertion_auc),
                 round(r.seconds, 2),
             ]
-            for name, r in rows
+            for name, r in run.rows
         ]
         return {
-            self.page.sal_gallery: gr.Gallery(value=list(tiles) or None, label=f"{title}{running}"),
+            self.page.sal_gallery: gr.Gallery(value=run.captioned() or None, label=run.label()),
             self.page.sal_table: table or None,
         }
 

@@ -3,6 +3,7 @@ the page's handlers call these, and so do the tests, without a server."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -173,36 +174,50 @@ def saliency_numbers(target: int, name: str, rows: list[SaliencyRow]) -> dict[st
 def saliency_rows(
     loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions, score: bool = True
 ) -> Iterator[SaliencyRow]:
-    """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done. The
-    attributions run in fp32; the forward-only work in the session's precision: the scoring and the CA head
-    means, read from the analysis.
-    What every method shares (the rollouts' forward pass, the curves' two ends) is done once and its time
-    counted in the row of the first method that needs it. Without `score` the AUCs are NaN and not computed
-    (the scoring takes most of a fast method's time)."""
-    x = a.x.to(loaded.device)
-    t = torch.tensor([target], device=loaded.device)
+    """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done: what
+    `unscored_rows` then `scored` give (without `score` the AUCs are NaN and not computed)."""
+    rows = unscored_rows(loaded, a, target=target, methods=methods, options=options)
+    yield from (scored(loaded, a, rows, target=target) if score else rows)
+
+
+def unscored_rows(
+    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions
+) -> list[SaliencyRow]:
+    """Every method's map for class `target`, AUCs NaN. The attributions run in fp32, the CA head means are read
+    from the analysis; what the methods share (the rollouts' forward pass) is done once, and the time of all
+    the maps is counted in the first row (they are computed together)."""
     start = time.perf_counter()
-    if score:
-        with torch.inference_mode():
-            endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
     maps = explain.saliency_maps(
-        loaded.model, x, t, methods, options, class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device)
+        loaded.model,
+        a.x.to(loaded.device),
+        torch.tensor([target], device=loaded.device),
+        methods,
+        options,
+        class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device),
     )
-    for method, (_, heat) in zip(methods, maps):  # rows keep the names asked for (earlier names too)
-        scores = {"deletion_auc": [float("nan")], "insertion_auc": [float("nan")]}
-        if score:
-            with torch.inference_mode():
-                scores = explain.deletion_insertion(
-                    loaded.model, x, t, heat.float(), forward_dtype=loaded.dtype, endpoints=endpoints
-                )
-        yield SaliencyRow(
-            method,
-            heat[0].float().cpu(),
-            float(scores["deletion_auc"][0]),
-            float(scores["insertion_auc"][0]),
-            time.perf_counter() - start,
-        )
-        start = time.perf_counter()
+    rows = [
+        SaliencyRow(m, heat[0].float().cpu(), float("nan"), float("nan"), 0.0) for m, (_, heat) in zip(methods, maps)
+    ]
+    if rows:  # rows keep the names asked for (earlier names too)
+        rows[0].seconds = time.perf_counter() - start
+    return rows
+
+
+def scored(loaded: LoadedModel, a: Analysis, rows: list[SaliencyRow], *, target: int) -> Iterator[SaliencyRow]:
+    """Each row with its deletion/insertion AUCs for class `target` (forward-only, in the session's precision),
+    one as each is done; the curves' two ends, the same for every map, are scored once, in the first row's time.
+    A row's seconds grow by its scoring: the map and its score are what the user waits for."""
+    x, t = a.x.to(loaded.device), torch.tensor([target], device=loaded.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
+        for row in rows:
+            scores = explain.deletion_insertion(
+                loaded.model, x, t, row.heat[None].to(loaded.device), forward_dtype=loaded.dtype, endpoints=endpoints
+            )
+            auc = {k: float(scores[k][0]) for k in ("deletion_auc", "insertion_auc")}
+            yield dataclasses.replace(row, **auc, seconds=row.seconds + time.perf_counter() - start)
+            start = time.perf_counter()
 
 
 def regions_of_focus(

@@ -359,20 +359,28 @@ def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixel
     assert cleared[p.ca_galleries[0]]["visible"] is False and cleared[p.ca_props][0].visible is False
 
 
-def test_saliency_shows_each_map_as_it_is_done(handlers):
+def test_saliency_shows_the_maps_first_then_scores_each(handlers):
     p = handlers.page
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth"))
-    labels = [s[p.sal_gallery].label for s in steps if p.sal_gallery in s]
+    shown = [s for s in steps if p.sal_gallery in s]
     name = loaded.labels[2]
-    assert labels == [
-        f"Maps for class '{name}'; computing ca1_mean (1 of 2)",
-        f"Maps for class '{name}'; computing saliency (2 of 2)",
+    assert [s[p.sal_gallery].label for s in shown] == [
+        f"Maps for class '{name}'; computing the maps (0 of 2 done)",
+        f"Maps for class '{name}'; scoring ca1_mean (1 of 2)",  # both maps are shown before any scoring
+        f"Maps for class '{name}'; scoring saliency (2 of 2)",
         f"Maps for class '{name}'",
     ]
-    assert [len(s[p.sal_table] or []) for s in steps if p.sal_table in s] == [0, 1, 2]
-    assert [row[0] for row in steps[2][p.sal_table]] == ["ca1_mean", "saliency"]  # the menu's order
+    assert [len(s[p.sal_gallery].value or []) for s in shown] == [0, 2, 2, 2]
+    assert [sum(row[1] is None for row in s[p.sal_table] or []) for s in shown] == [0, 2, 1, 0]  # AUCs to come
+    assert ["AUC" in tile["caption"] for tile in shown[1][p.sal_gallery].value] == [False, False]
+    assert ["AUC" in tile["caption"] for tile in shown[-1][p.sal_gallery].value] == [True, True]
+    assert [row[0] for row in shown[-1][p.sal_table]] == ["ca1_mean", "saliency"]  # the menu's order
+    rows = list(
+        session.saliency_rows(loaded, a, target=2, methods=["ca1_mean", "saliency"], options=explain.MethodOptions())
+    )
+    assert [row[1] for row in shown[-1][p.sal_table]] == [round(r.deletion_auc, 4) for r in rows]
     assert p.status not in steps[0] and steps[0][p.sal_msg] == ""  # the top-1 line stays; an old message goes
     stale = list(handlers.saliency(ModelChoice("cait_nano_28"), a, 2, ["saliency"], 8, "inferno", 0.5, "smooth"))
     assert list(stale[0]) == [p.sal_msg] and "Analyse an image first" in stale[0][p.sal_msg]  # in the tab
@@ -484,7 +492,9 @@ def test_saliency_for_the_top_k_classes_side_by_side(handlers):
         handlers.saliency(loaded.choice, a, None, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth", False, 3)
     )
     top = [loaded.labels[i] for i in np.argsort(-a.probs)[:3]]
-    assert steps[0][p.sal_gallery].label == f"Maps for the top 3 classes; computing ca1_mean for {top[0]!r} (1 of 6)"
+    assert (
+        steps[0][p.sal_gallery].label == f"Maps for the top 3 classes; computing the maps for {top[0]!r} (0 of 6 done)"
+    )
     gallery, table = steps[-2][p.sal_gallery], steps[-2][p.sal_table]
     assert [s["caption"] for s in gallery.value] == [f"{m} for '{n}'" for n in top for m in ("ca1_mean", "saliency")]
     assert [row[0] for row in table] == [f"{m} ({n})" for n in top for m in ("ca1_mean", "saliency")]
