@@ -114,12 +114,11 @@ class _SaliencyRun:
         self.rows[i] = (name, row)
 
     def caption(self, name: str, row: session.SaliencyRow) -> str:
-        aucs = (
-            ""
-            if np.isnan(row.deletion_auc)
-            else (f" · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}")
+        if np.isnan(row.deletion_auc):  # not scored (yet)
+            return f"{row.method} for '{name}'"
+        return (
+            f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}"
         )
-        return f"{row.method} for '{name}'{aucs}"
 
     def captioned(self) -> list:
         return [(tile, self.caption(name, row)) for (name, row), (tile, _) in zip(self.rows, self.tiles)]
