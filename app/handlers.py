@@ -328,15 +328,15 @@ class Handlers:
     def tab_opened(evt: gr.SelectData) -> str:
         return evt.value
 
-    def _numbers_file(self, loaded: LoadedModel, a: session.Analysis, saliency: dict | None = None) -> str:
-        """All numbers as the JSON download: the analysis, LayerScale, the causal view and, once computed, the
-        saliency maps."""
+    def _numbers_file(self, loaded: LoadedModel, a: session.Analysis) -> str:
+        """All numbers as the JSON download: the analysis, LayerScale and, once computed, the causal view and the
+        last saliency run (each kept on the analysis, so that writing the file for one keeps the other)."""
         data = session.numbers(loaded, a)
         data["layerscale"] = explain.layerscale_stats(loaded.model)
         if a.causal is not None:
             data["causal"] = a.causal
-        if saliency is not None:
-            data["saliency"] = saliency
+        if a.saliency is not None:
+            data["saliency"] = a.saliency
         path = WORK.request_dir() / "cait_analysis.json"
         path.write_text(json.dumps(data))
         return str(path)
@@ -404,7 +404,8 @@ class Handlers:
                 run.score(name, row)
                 yield self._progress(run)
             saved.append(session.saliency_numbers(t, name, [r for n, r in run.rows if n == name]))
-        yield {p.json_file: self._numbers_file(loaded, a, saved), p.sal_maps: run.maps()}
+        a.saliency = saved
+        yield {p.json_file: self._numbers_file(loaded, a), p.sal_maps: run.maps()}
 
     def enlarge_saliency(self, a, maps, cmap, alpha, view, evt: gr.SelectData) -> dict:
         """A clicked saliency map beside its patch grid, whose hover gives each patch's value."""

@@ -45,6 +45,7 @@ class Analysis:
     original_size: tuple[int, int]
     sa_distance: np.ndarray | None = None  # [SA layers, heads] mean attention distance (px), once computed
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
+    saliency: list[dict[str, Any]] | None = None  # the last saliency run's numbers (the download), once computed
 
     @property
     def top_class(self) -> int:

@@ -99,6 +99,18 @@ def handlers():
     return Handlers(page, cache, first.choice)
 
 
+def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbers(handlers):
+    from app import session
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", False))
+    assert list(json.loads(open(steps[-1][p.json_file]).read())["saliency"][0]["methods"]) == ["saliency"]
+    opened = handlers.causal_opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
+    data = json.loads(open(opened[p.json_file]).read())
+    assert data["causal"]["target"] == a.top_class and list(data["saliency"][0]["methods"]) == ["saliency"]
+
+
 def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     from app import session
     from app.layout import region_choices
