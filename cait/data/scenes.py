@@ -38,8 +38,8 @@ class FashionMNISTScenes(Dataset):
     the same sample, and `cache=True` renders the split once into a memory-mapped file (`.pixels`) that
     items are then read from. `boxes` are the garment's tight box (x0, y0, x1, y1) in canvas pixels.
 
-    style "default" draws every scene the same way (pixel noise std PIXEL_NOISE, fixed shading, no blur), as
-    every shipped model was trained and scored. style "varied" also draws, per scene from its own random
+    style "default" draws every scene the same way (pixel noise std PIXEL_NOISE, fixed shading, no blur): the
+    scenes the shipped models are scored on. style "varied" also draws, per scene from its own random
     stream, the pixel noise level, the background's brightness and contrast, the garment's shading (darkest
     shade, gamma) and blur (VARIED_STYLE's ranges); the layout, garments, colours and clutter are the default's,
     and so are the boxes: the varied garment is drawn only inside its box (rounded out to whole pixels).
