@@ -32,7 +32,6 @@ from typing import Callable
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from torchvision.transforms.v2.functional import normalize
 from tqdm import tqdm
 
 from . import explain
@@ -44,7 +43,7 @@ from .factory import create_model
 from .flags import add_device_flag, add_model_flags, add_precision_flag
 from .metrics import as_dict, per_class_top1, top1_from_counts
 from .model import CaiT
-from .preprocess import EvalImages
+from .preprocess import EvalImages, normalise
 from .runtime import DeviceError, autocast, inference_dtype, resolve_device
 from .train.teacher import load_teacher
 
@@ -165,7 +164,7 @@ def evaluate(
     for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
         x, y = x.to(device), y.to(device)
         if corruption is not None:
-            x = normalize(corruption(x), model.cfg.mean, model.cfg.std)
+            x = normalise(corruption(x), model.cfg)
         with autocast(dtype, device):
             ca = explain.class_attention(model, x) if explained else None
             logits = ca.logits if explained else model(x)

@@ -51,10 +51,15 @@ def view_pixels(view: Image.Image) -> torch.Tensor:
     return (pixels[:, :, None] if pixels.ndim == 2 else pixels).permute(2, 0, 1).float() / 255
 
 
+def normalise(pixels: torch.Tensor, cfg: CaiTConfig) -> torch.Tensor:
+    """Pixels [..., C, H, W] in [0, 1] as the model's input: minus the config's mean, over its std, per channel."""
+    mean, std = (torch.tensor(v, dtype=pixels.dtype, device=pixels.device).view(-1, 1, 1) for v in (cfg.mean, cfg.std))
+    return (pixels - mean) / std
+
+
 def view_tensor(view: Image.Image, cfg: CaiTConfig) -> torch.Tensor:
     """A `model_view` as the model's input: float tensor [C, H, W] normalised with the config's mean and std."""
-    mean, std = (torch.tensor(v).view(-1, 1, 1) for v in (cfg.mean, cfg.std))
-    return (view_pixels(view) - mean) / std
+    return normalise(view_pixels(view), cfg)
 
 
 def eval_transform(cfg: CaiTConfig) -> Callable[[Image.Image], torch.Tensor]:

@@ -61,10 +61,10 @@ def portable(text: str, root: Path = REPO) -> str:
 def history(runs: list[Path]) -> tuple[list[dict], list[str], list[dict]]:
     """(metrics, commands, each run's args) of runs that continue one another, oldest first; epochs and steps
     are counted on from the earlier runs, so the metrics read as one training. Paths are made portable()."""
-    missing = [str(run) for run in runs if not RunDir(run).read_record()["commands"]]
+    records = [RunDir(run).read_record() for run in runs]
+    missing = [str(run) for run, record in zip(runs, records) if not record["commands"]]
     if missing:
         raise SystemExit(f"not a run directory (no args.json with its command): {', '.join(missing)}")
-    records = [RunDir(run).read_record() for run in runs]
     epochs = continued([RunDir(run).read_metrics() for run in runs])
     commands = [portable(c) for r in records for c in r["commands"]]
     run_args = [{k: portable(v) if isinstance(v, str) else v for k, v in r["args"].items()} for r in records]
