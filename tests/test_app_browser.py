@@ -313,12 +313,13 @@ def test_page_makes_no_outside_requests(page):
 
 # a JSON download other than `old` (an href, or null for none) is shown: a new analysis' follow-up is done
 NEW_JSON = "(old) => { const a = document.querySelector('#numbers_json a'); return a && a.href !== old; }"
+JSON_HREF = "() => { const a = document.querySelector('#numbers_json a'); return a ? a.href : null; }"
 
 
 def json_href(page) -> str | None:
-    """The href of the JSON download shown, None if there is none."""
-    link = page.locator("#numbers_json a")
-    return link.first.get_attribute("href") if link.count() else None
+    """The href of the JSON download shown, None if there is none. Read in one step in the page: a count and
+    then a read could see the link removed in between (an event clearing the downloads) and wait for it."""
+    return page.evaluate(JSON_HREF)
 
 
 def pick_example(page, index: int = 0) -> None:
