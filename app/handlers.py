@@ -333,10 +333,14 @@ class Handlers:
         last saliency run (each kept on the analysis, so that writing the file for one keeps the other)."""
         data = session.numbers(loaded, a)
         data["layerscale"] = explain.layerscale_stats(loaded.model)
-        if a.causal is not None:
-            data["causal"] = a.causal
-        if a.saliency is not None:
-            data["saliency"] = a.saliency
+        # sections computed on demand: a reader of the file learns what is missing and how to get it
+        on_demand = {"causal": (a.causal, "open the Causal tab"), "saliency": (a.saliency, "run the Saliency tab")}
+        data["not_computed"] = {}
+        for key, (section, how) in on_demand.items():
+            if section is None:
+                data["not_computed"][key] = f"not computed for this image: {how}, then download again"
+            else:
+                data[key] = section
         path = WORK.request_dir() / "cait_analysis.json"
         path.write_text(json.dumps(data))
         return str(path)

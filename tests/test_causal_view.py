@@ -109,6 +109,7 @@ def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbe
     opened = handlers.causal_opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
     data = json.loads(open(opened[p.json_file]).read())
     assert data["causal"]["target"] == a.top_class and list(data["saliency"][0]["methods"]) == ["saliency"]
+    assert data["not_computed"] == {}
 
 
 def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
@@ -122,7 +123,8 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
     out = handlers.details(loaded.choice, a, *look, CLASS_ATTENTION_TAB)
     assert all(out[c] is None for c in p.causal_results) and a.causal is None
-    assert "causal" not in json.loads(open(out[p.json_file]).read())
+    data = json.loads(open(out[p.json_file]).read())
+    assert "causal" not in data and "Causal tab" in data["not_computed"]["causal"]
     opened = handlers.causal_opened(loaded.choice, a, None)
     assert opened[p.cz_state].target == a.top_class and "causal" in json.loads(open(opened[p.json_file]).read())
     assert isinstance(handlers.causal_opened(loaded.choice, a, opened[p.cz_state]), type(gr.skip()))  # on show
