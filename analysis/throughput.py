@@ -5,7 +5,7 @@ paper's number-of-heads table measured on this machine.
     python analysis/throughput.py --models cait_s24_224 --batch-sizes 1 16 --repeats 9
     python analysis/throughput.py --heads                           # 12 layers, dim 384, heads 1..24
 
-Timing (benchmarks/timing.py, as in the benchmarks): every function is warmed up, then the functions being compared
+Timing (cait/timing.py, as in the benchmarks): every function is warmed up, then the functions being compared
 run in interleaved rounds (the order rotates each round) so that load from other processes hits them
 alike; a function's figure is its median round. Writes <name>.csv, .json, .html (plotly) and .png to --out.
 """
@@ -17,7 +17,6 @@ import csv
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 
 import timm
@@ -27,9 +26,7 @@ from tqdm import tqdm
 
 import cait
 from cait.reference import timm_cait
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # one timing method for both
-from timing import time_interleaved  # noqa: E402
+from cait.timing import time_interleaved
 
 
 def _sig(value: float) -> float:

@@ -16,7 +16,7 @@ and measured against one plain fp32 forward pass of one image, `model(x)`:
 The plain forward runs on the app's torch thread (`app.torch_thread`) with all of torch's threads, timed
 once the page has gone idle, so that it is the forward alone, not the forward beside the browser.
 
-Rounds are interleaved (benchmarks/timing.py); medians. Models without local weights run with random weights
+Rounds are interleaved (cait/timing.py); medians. Models without local weights run with random weights
 (speed does not depend on them). The handler's share of a click is split out by view_timeline.py.
 
     python benchmarks/app_latency.py [--models cait_xxs24_224 cait_nano_64] [--repeats 7] [--saliency-repeats 2]
@@ -46,7 +46,6 @@ import torch  # noqa: E402
 from gradio_client import Client, handle_file  # noqa: E402
 from PIL import Image  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
-from timing import time_interleaved  # noqa: E402
 
 from app import torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
@@ -56,6 +55,7 @@ from cait import explain  # noqa: E402
 from cait.figures import display_base  # noqa: E402
 from cait.flags import INFERENCE_PRECISIONS
 from cait.runtime import inference_dtype  # noqa: E402
+from cait.timing import time_interleaved  # noqa: E402
 
 CPU = torch.device("cpu")
 GOALS = {"view_s": 0.35, "saliency_app_s": 15.0, "startup_s": 6.0}  # issue 32 (view, saliency: cait_xxs24_224)

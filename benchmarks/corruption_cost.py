@@ -13,13 +13,13 @@ import argparse
 
 import torch
 import torchvision.transforms.v2.functional as TF
-from timing import time_interleaved
 
 import cait
 from cait.corruptions import CORRUPTIONS, corrupt
 from cait.data import build_dataset
 from cait.preprocess import model_view
 from cait.runtime import autocast, inference_dtype
+from cait.timing import time_interleaved
 
 GOAL = 0.10  # corrupting a batch costs at most 10% of one forward of that batch
 

@@ -6,7 +6,7 @@
 
 Random weights (speed does not depend on them). Each timed run of a method alternates with a timed
 forward pass, so that load from other processes drifts both alike, and the reported times are the
-median over --repeats such rounds after one warm-up call of each (benchmarks/timing.py, as every benchmark; a
+median over --repeats such rounds after one warm-up call of each (cait/timing.py, as every benchmark; a
 round repeats a call faster than 0.2 s).
 """
 
@@ -16,11 +16,11 @@ import argparse
 from typing import Callable
 
 import torch
-from timing import time_interleaved
 from tqdm import tqdm
 
 import cait
 from cait import explain
+from cait.timing import time_interleaved
 
 # Goals of issue 4 (x one forward pass); methods without a goal are reported only.
 GOALS = {

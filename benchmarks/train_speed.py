@@ -7,7 +7,7 @@ The second compares a distillation teacher as `cait.train` trains it (`TimmCNN`,
 same timm CNN as `timm.create_model` builds it (NCHW).
 
 One step = forward + cross-entropy + backward + AdamW step, with bf16 autocast and in fp32. The two
-models alternate in short rounds so that load from other processes hits both alike (benchmarks/timing.py); the
+models alternate in short rounds so that load from other processes hits both alike (cait/timing.py); the
 figure per model is the median round. Prints images/s and the ratio ours / timm (goal: >= 1.0).
 """
 
@@ -19,13 +19,13 @@ from typing import Callable
 import timm
 import torch
 import torch.nn.functional as F
-from timing import time_interleaved
 from torch import nn
 
 import cait
 from cait.config import CNNConfig
 from cait.reference import timm_cait
 from cait.runtime import autocast
+from cait.timing import time_interleaved
 from cait.train.teacher import TimmCNN, cnn_arch
 
 

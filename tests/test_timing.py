@@ -1,7 +1,8 @@
-"""benchmarks/timing.py: the one timing method of the benchmarks and the throughput figures."""
+"""cait/timing.py: the one timing method of the benchmarks and the throughput figures."""
 
 import pytest
-from timing import time_interleaved
+
+from cait.timing import time_interleaved
 
 
 def test_medians_per_call_rank_the_functions_and_every_call_is_counted():
