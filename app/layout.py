@@ -391,8 +391,9 @@ def causal_heads(cfg: cait.CaiTConfig) -> list[tuple[str, int]]:
 def _causal_tab(first: LoadedModel, parts: dict) -> None:
     gr.Markdown(
         "What *matters* for the prediction, not only where the model looks: each class-attention head's "
-        "direct write to the chosen class's logit (the final norm linearised at this image, so the bars "
-        "and the rest add up to the logit), the logit change when a whole block is knocked out (its "
+        "direct write to the chosen class's logit, beside the logit built from all its parts (heads, MLPs, "
+        "initial class token, biases: the final norm linearised at this image, so they add up to the logit), "
+        "the logit change when a whole block is knocked out (its "
         "LayerScale gammas set to 0) beside its mean |gamma|, and what removing one head does to the top-5. "
         "Pick a head to see where it read (attention) beside what it wrote from each patch."
     )
@@ -402,7 +403,7 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
         parts["cz_mode"] = gr.Radio(
             list(causal_view.ABLATIONS), value=causal_view.ABLATIONS[0], label="Remove a head by", elem_id="cz_mode"
         )
-    parts["cz_heads_plot"] = gr.Plot(label="Direct logit attribution per head", elem_id="cz_heads_plot")
+    parts["cz_heads_plot"] = gr.Plot(label="Direct logit attribution", elem_id="cz_heads_plot")
     parts["cz_head"] = gr.Radio(causal_heads(first.cfg), value=0, label="Head (click to ablate)", elem_id="cz_head")
     with gr.Row():
         with gr.Column(scale=3):

@@ -40,6 +40,9 @@ def test_attribution_adds_up_to_the_logit(small):
     assert a.heads.shape == (3, L, H) and a.patches.shape == (3, L, H, N) and a.rest.shape == (3,)
     logit = _target_logit(model(x), target)
     torch.testing.assert_close(a.heads.sum((1, 2)) + a.rest, logit, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.rest, a.class_token + a.mlp.sum(1) + a.biases)
+    assert not a.class_token.requires_grad and a.class_token.shape == a.biases.shape == (3,)
+    assert min(a.class_token.abs().max(), a.mlp.abs().max(), a.biases.abs().max()) > 1e-3  # each part is there
     torch.testing.assert_close(a.patches.sum(-1) + a.self_read, a.heads, atol=1e-6, rtol=1e-5)
     assert a.heads.abs().max() > 1e-2  # the heads write something: the sums above are not 0 = 0
     assert a.patch_maps.shape == (3, L, H, model.cfg.grid_size, model.cfg.grid_size)
@@ -62,7 +65,8 @@ def _seen(model: torch.nn.Module, module: torch.nn.Module, x: torch.Tensor, *, p
 def test_a_heads_attribution_is_its_direct_write_through_the_frozen_norm(small):
     """Independent of the decomposition: the head's write is what attn.proj's output loses when a
     pre-hook zeroes the head's input slice; read through the final norm with the intact input's mean
-    and scale, and the head, it must equal the head's attribution."""
+    and scale, and the head, it must equal the head's attribution. Likewise each MLP's output and the
+    initial class token."""
     model, x, target = small
     a = explain.direct_logit_attribution(model, x, target)
     z = _seen(model, model.norm, x, pre=True)[:, 0]
@@ -80,6 +84,12 @@ def test_a_heads_attribution_is_its_direct_write_through_the_frozen_norm(small):
             write = blk.gamma_1 * (full - cut)
             drop = _target_logit(frozen(z) - frozen(z - write), target)
             torch.testing.assert_close(a.heads[:, layer, head], drop, atol=1e-5, rtol=1e-4)
+        blk = model.blocks_token_only[layer]  # the MLP's write, read from its output the same way
+        write = blk.gamma_2 * _seen(model, blk.mlp, x, pre=False)[:, 0]
+        drop = _target_logit(frozen(z) - frozen(z - write), target)
+        torch.testing.assert_close(a.mlp[:, layer], drop, atol=1e-5, rtol=1e-4)
+    drop = _target_logit(frozen(z) - frozen(z - model.cls_token[0, 0]), target)
+    torch.testing.assert_close(a.class_token, drop, atol=1e-5, rtol=1e-4)
 
 
 def _gammas_zeroed(model: torch.nn.Module, name: str, branch: str) -> torch.nn.Module:

@@ -39,8 +39,13 @@ def test_view_adds_up_and_matches_the_model(setup):
     assert view.heads.sum() + view.rest == pytest.approx(view.logit, abs=1e-4)
     assert len(view.knockout) == len(view.gamma) == cfg.depth + cfg.depth_token_only
     bars = causal_view.head_figure(view, "x")
-    for layer, trace in enumerate(bars.data):
-        assert list(trace.y) == pytest.approx(view.heads[layer].tolist())
+    for layer in range(cfg.depth_token_only):
+        assert list(bars.data[layer].y) == pytest.approx(view.heads[layer].tolist())
+    waterfall = bars.data[-1]  # the logit built from its parts: the last bar is their total, the logit
+    assert waterfall.x[-1] == "logit" and waterfall.y[-1] == pytest.approx(view.logit, abs=1e-4)
+    assert sum(waterfall.y[:-1]) == pytest.approx(view.logit, abs=1e-4)
+    assert list(waterfall.x[:-1]) == [name for name, _ in view.parts()]
+    assert waterfall.x[1] == "CA1 heads" and waterfall.y[1] == pytest.approx(float(view.heads[0].sum()))
     ko = causal_view.knockout_figure(view, cfg)
     assert list(ko.data[0].y) == pytest.approx(view.knockout.tolist())
     assert list(ko.data[1].y) == pytest.approx(view.gamma.tolist()) and ko.data[1].yaxis == "y2"

@@ -56,7 +56,13 @@ class LogitAttribution:
     patches: torch.Tensor  # [B, L, heads, N]: a head's write split over the patch values it mixed
     self_read: torch.Tensor  # [B, L, heads]: the part of a head's write from the class token's own value
     mlp: torch.Tensor  # [B, L]: each CA block's MLP write (gamma_2-scaled)
-    rest: torch.Tensor  # [B]: initial class token, the MLP writes, proj / norm / head biases
+    class_token: torch.Tensor  # [B]: the learned initial class token's share (the same vector for every image)
+    biases: torch.Tensor  # [B]: the CA blocks' attn.proj biases, the final norm's shift and the head's bias
+
+    @property
+    def rest(self) -> torch.Tensor:
+        """Everything but the heads [B]: the initial class token, the MLP writes and the biases."""
+        return self.class_token + self.mlp.sum(1) + self.biases
 
     @property
     def patch_maps(self) -> torch.Tensor:
@@ -112,7 +118,8 @@ def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Te
         target = target.to(x.device).long()
         r, const = _readout(model, seen["z"][:, 0], target)
         B, heads = x.shape[0], model.cfg.num_heads
-        per_head, per_patch, self_read, mlp, rest = [], [], [], [], (model.cls_token[0, 0] * r).sum(-1) + const
+        class_token = (model.cls_token[0, 0] * r).sum(-1)
+        per_head, per_patch, self_read, mlp, biases = [], [], [], [], const
         for i, blk in enumerate(model.blocks_token_only):
             q = blk.gamma_1 * r  # [B, d]: what the class token's change must align with
             direction = (q @ blk.attn.proj.weight).view(B, heads, -1)  # [B, heads, dh]: per head, proj^T q
@@ -123,16 +130,16 @@ def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Te
             self_read.append(token[..., 0])
             per_patch.append(token[..., 1:])
             mlp.append(((blk.gamma_2 * seen["mlp", i][:, 0]) * r).sum(-1))
-            rest = rest + mlp[-1] + (q * blk.attn.proj.bias).sum(-1)
-        mlp_t = torch.stack(mlp, dim=1)
+            biases = biases + (q * blk.attn.proj.bias).sum(-1)
     return LogitAttribution(
         logits=ins.logits.detach(),
         target=target,
         heads=torch.stack(per_head, dim=1),
         patches=torch.stack(per_patch, dim=1),
         self_read=torch.stack(self_read, dim=1),
-        mlp=mlp_t,
-        rest=rest,
+        mlp=torch.stack(mlp, dim=1),
+        class_token=class_token,
+        biases=biases,
     )
 
 

@@ -4,6 +4,7 @@ and each class-attention head's direct logit attribution."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 from .layerscale import STAGE_COLOUR, block_position, block_ticks
@@ -73,24 +74,59 @@ def knockout_matplotlib(ax, delta, gamma, *, depth: int, ca_depth: int, error=No
     twin.set_ylabel("mean |gamma|", color=GAMMA_COLOUR)
 
 
-def head_attribution_plotly(heads, *, title: str = "Direct logit attribution per class-attention head"):
-    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1)."""
+def head_attribution_plotly(
+    heads,
+    *,
+    parts: Sequence[tuple[str, float]] | None = None,
+    title: str = "Direct logit attribution per class-attention head",
+):
+    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1). With
+    `parts` ((name, write) in the order the class token receives them), beside it a waterfall that builds
+    the logit from them, so the heads' share of the whole can be read."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    fig = go.Figure()
+    fig = make_subplots(
+        rows=1,
+        cols=1 if parts is None else 2,
+        column_widths=None if parts is None else [0.55, 0.45],
+        subplot_titles=None if parts is None else ("each head", "the logit, part by part"),
+        horizontal_spacing=0.1,
+    )
     for layer, row in enumerate(heads):
         fig.add_bar(
             x=[f"head {h + 1}" for h in range(len(row))],
             y=[float(v) for v in row],
             name=f"CA{layer + 1}",
             customdata=[[layer, h] for h in range(len(row))],
+            row=1,
+            col=1,
+        )
+    if parts is not None:
+        names, values = [n for n, _ in parts], [float(v) for _, v in parts]
+        levels = [0.0, *itertools.accumulate(values)]  # where the waterfall's bars start and end
+        low, high = min(levels), max(levels)
+        pad = 0.15 * ((high - low) or 1.0)  # room for the value printed beyond each bar
+        fig.update_yaxes(range=[low - pad, high + pad], row=1, col=2)
+        fig.add_trace(
+            go.Waterfall(
+                x=[*names, "logit"],
+                y=[*values, sum(values)],
+                measure=["relative"] * len(values) + ["total"],
+                texttemplate="%{y:.2f}",
+                textposition="outside",
+                connector=dict(line=dict(color="#999", width=1)),
+                showlegend=False,
+            ),
+            row=1,
+            col=2,
         )
     fig.update_layout(
         title=title,
         barmode="group",
         template="plotly_white",
-        height=340,
-        yaxis_title="write to the logit",
-        legend=dict(orientation="h", y=-0.2),
+        height=340 if parts is None else 380,
+        legend=dict(orientation="h", y=-0.2 if parts is None else -0.3),
     )
+    fig.update_yaxes(title_text="write to the logit", row=1, col=1)
     return fig
