@@ -1,6 +1,7 @@
 """What matters for the prediction, and whether LayerScale says so: per block the mean |gamma| and the
 mean change of the predicted class's logit when the block is knocked out (gamma_1 = gamma_2 = 0), and
-per class-attention head its direct logit attribution against its pointing score on the garment boxes.
+per class-attention head its direct logit attribution against its pointing score on the garment boxes,
+and what writes the logit: its mean parts (initial class token, each CA layer's heads and MLP, biases).
 
     python analysis/layer_importance.py [--scenes 500] [--out DIR]        # shipped model, test scenes
     python analysis/layer_importance.py --model cait_s24_224 --pretrained  # official weights, real photos
@@ -59,14 +60,16 @@ def image_batches(model, args) -> Iterator[tuple[torch.Tensor, torch.Tensor | No
 @torch.no_grad()
 def measure(model, batches) -> dict[str, torch.Tensor]:
     """Per image: knockout deltas [n, blocks], head attributions [n, L, H], head pointing hits [n, L, H]
-    (NaN without a box), for the predicted class."""
-    out: dict[str, list[torch.Tensor]] = {"delta": [], "heads": [], "pointing": []}
+    (NaN without a box) and the logit's parts [n, parts], for the predicted class (plus `part_names`)."""
+    out: dict[str, list[torch.Tensor]] = {"delta": [], "heads": [], "pointing": [], "parts": []}
     cfg = model.cfg
     for x, boxes in batches:
         target = model.eval()(x).argmax(1)
         dla = explain.direct_logit_attribution(model, x, target)
         out["delta"].append(explain.knockout_profile(model, x, target))
         out["heads"].append(dla.heads)
+        parts = dla.parts()
+        out["parts"].append(torch.stack(list(parts.values()), dim=1))
         maps = explain.class_attention(model, x).maps  # [B, L, H, g, g]
         hits = torch.full(dla.heads.shape, float("nan"))
         if boxes is not None:
@@ -74,7 +77,7 @@ def measure(model, batches) -> dict[str, torch.Tensor]:
             flat = explain.pointing_game(maps.flatten(0, 2), boxes.repeat_interleave(L * H, 0), cfg.img_size)
             hits = flat.float().view(B, L, H)
         out["pointing"].append(hits)
-    return {k: torch.cat(v) for k, v in out.items()}
+    return {**{k: torch.cat(v) for k, v in out.items()}, "part_names": list(parts)}
 
 
 def rank_correlation(gamma: np.ndarray, delta: np.ndarray, *, resamples: int, seed: int = 0) -> dict[str, float | None]:
@@ -151,6 +154,16 @@ def head_rows(heads: torch.Tensor, pointing: torch.Tensor) -> list[dict]:
                 }
             )
     return rows
+
+
+def logit_parts(parts: torch.Tensor, names: list[str]) -> dict[str, dict[str, float]]:
+    """Per part of the logit (class token, each CA layer's heads and MLP, biases): its mean over images and
+    that mean's share of the mean logit (parts [n, P] add up to each image's logit)."""
+    means = parts.mean(0)
+    return {
+        name: {"mean": means[k].item(), "share_of_mean_logit": (means[k] / means.sum()).item()}
+        for k, name in enumerate(names)
+    }
 
 
 def _interval(delta: torch.Tensor) -> list[float]:
@@ -267,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     data["heads_spearman"] = heads_spearman(data["heads"])
     data["heads_verdict"] = heads_verdict(data["heads_spearman"], len(data["heads"]))
+    data["logit_parts"] = logit_parts(m["parts"], m["part_names"])
     write_json(out / "layer_importance.json", data)
     figure_png(data, model, loaded.made_from, out / "layer_importance.png")
     figure_html(data, model, loaded.made_from, out / "layer_importance.html")
@@ -277,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{b['stage'].upper()}{b['index']:<4} |gamma| {b['gamma_mean_abs']:.4f}  "
             f"knockout {b['knockout_delta_logit_mean']:+.3f} +- {b['knockout_delta_logit_ci95']:.3f}"
         )
+    parts = ", ".join(f"{name} {v['mean']:+.2f}" for name, v in data["logit_parts"].items())
+    print(f"the predicted class's logit, mean of its parts: {parts}")
     print(f"wrote layer_importance.json/.png/.html, layer_importance_heads.html to {out}")
     return 0
 

@@ -31,24 +31,14 @@ class CausalView:
     patches: np.ndarray  # [L, heads, g, g] each head's attribution split over the patches it read
     self_read: np.ndarray  # [L, heads] the part a head wrote from the class token's own value
     mlp: np.ndarray  # [L] each CA block's MLP write
-    class_token: float  # the learned initial class token's share
-    biases: float  # the attn.proj, final norm and head biases' share
+    parts: dict[str, float]  # the logit's parts in the order the class token receives them (heads, MLPs, ...)
     knockout: np.ndarray  # [SA depth + CA depth] target-logit change with the block's gammas zeroed
     gamma: np.ndarray  # [SA depth + CA depth] the block's mean |gamma|
 
     @property
     def rest(self) -> float:
         """Everything but the heads: the initial class token, the MLPs and the biases."""
-        return self.class_token + float(self.mlp.sum()) + self.biases
-
-    def parts(self) -> list[tuple[str, float]]:
-        """The logit's parts in the order the class token receives them (they add up to the logit)."""
-        layers = [
-            part
-            for layer, (heads, mlp) in enumerate(zip(self.heads.sum(1), self.mlp), start=1)
-            for part in ((f"CA{layer} heads", float(heads)), (f"CA{layer} MLP", float(mlp)))
-        ]
-        return [("class token", self.class_token), *layers, ("biases", self.biases)]
+        return sum(self.parts.values()) - float(self.heads.sum())
 
 
 def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
@@ -63,8 +53,7 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
         patches=numpy(dla.patch_maps),
         self_read=numpy(dla.self_read),
         mlp=numpy(dla.mlp),
-        class_token=float(dla.class_token[0]),
-        biases=float(dla.biases[0]),
+        parts={name: float(value[0]) for name, value in dla.parts().items()},
         knockout=numpy(explain.knockout_profile(model, x, t)),
         gamma=explain.block_gamma_mean_abs(model).numpy(),
     )
@@ -75,7 +64,7 @@ def head_figure(view: CausalView, label: str):
     its parts (the heads, the MLPs, the initial class token and the biases)."""
     return head_attribution_plotly(
         view.heads,
-        parts=view.parts(),
+        parts=list(view.parts.items()),
         title=f"What writes the logit of '{label}' ({view.logit:.2f}; the heads' direct share {view.heads.sum():.2f})",
     )
 
@@ -161,8 +150,7 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
         "patches": view.patches.tolist(),
         "self_read": view.self_read.tolist(),
         "mlp": view.mlp.tolist(),
-        "class_token": view.class_token,
-        "biases": view.biases,
+        "parts": view.parts,
         "rest": view.rest,
         "blocks": [
             {

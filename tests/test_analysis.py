@@ -586,8 +586,16 @@ def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
     x = torch.stack([images[i][0] for i in range(8)])
     target = model(x).argmax(1)
     delta = explain.knockout_profile(model, x, target).mean(0)
-    heads = explain.direct_logit_attribution(model, x, target).heads.mean(0)
+    dla = explain.direct_logit_attribution(model, x, target)
+    heads = dla.heads.mean(0)
     assert data["images"] == 8 and "pico.safetensors" in data["made_from"]
+    parts = data["logit_parts"]  # the mean logit, part by part
+    assert list(parts) == list(dla.parts())
+    assert sum(p["mean"] for p in parts.values()) == pytest.approx(
+        dla.logits.gather(1, target[:, None]).mean().item(), abs=1e-4
+    )
+    assert parts["CA2 MLP"]["mean"] == pytest.approx(dla.mlp[:, 1].mean().item(), abs=1e-4)
+    assert sum(p["share_of_mean_logit"] for p in parts.values()) == pytest.approx(1.0, abs=1e-5)
     blocks = data["blocks"]
     assert [(b["stage"], b["index"]) for b in blocks] == [("sa", i + 1) for i in range(cfg.depth)] + [
         ("ca", i + 1) for i in range(cfg.depth_token_only)

@@ -312,8 +312,8 @@ def test_analyze_gives_the_causal_numbers_when_asked(server):
     causal = answer["causal"]
     assert causal["target"] == 3 and "attribution" not in answer
     np.testing.assert_allclose(np.array(causal["heads"]), dla.heads[0].numpy(), rtol=1e-4, atol=1e-5)
-    parts = np.sum(causal["heads"]) + np.sum(causal["mlp"]) + causal["class_token"] + causal["biases"]
-    assert parts == pytest.approx(causal["target_logit"], abs=1e-3)
+    assert sum(causal["parts"].values()) == pytest.approx(causal["target_logit"], abs=1e-3)
+    assert causal["parts"]["CA1 heads"] == pytest.approx(np.sum(causal["heads"][0]), abs=1e-4)
     knockout = explain.knockout_profile(loaded.model, x, torch.tensor([3]))[0]
     np.testing.assert_allclose([b["knockout_delta_logit"] for b in causal["blocks"]], knockout, rtol=1e-4, atol=1e-5)
     with pytest.raises(Exception, match="target must be"):

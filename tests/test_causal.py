@@ -41,6 +41,7 @@ def test_attribution_adds_up_to_the_logit(small):
     logit = _target_logit(model(x), target)
     torch.testing.assert_close(a.heads.sum((1, 2)) + a.rest, logit, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a.rest, a.class_token + a.mlp.sum(1) + a.biases)
+    torch.testing.assert_close(sum(a.parts().values()), logit, atol=1e-5, rtol=1e-5)
     assert not a.class_token.requires_grad and a.class_token.shape == a.biases.shape == (3,)
     assert min(a.class_token.abs().max(), a.mlp.abs().max(), a.biases.abs().max()) > 1e-3  # each part is there
     torch.testing.assert_close(a.patches.sum(-1) + a.self_read, a.heads, atol=1e-6, rtol=1e-5)

@@ -44,7 +44,7 @@ def test_view_adds_up_and_matches_the_model(setup):
     waterfall = bars.data[-1]  # the logit built from its parts: the last bar is their total, the logit
     assert waterfall.x[-1] == "logit" and waterfall.y[-1] == pytest.approx(view.logit, abs=1e-4)
     assert sum(waterfall.y[:-1]) == pytest.approx(view.logit, abs=1e-4)
-    assert list(waterfall.x[:-1]) == [name for name, _ in view.parts()]
+    assert list(waterfall.x[:-1]) == list(view.parts)
     assert waterfall.x[1] == "CA1 heads" and waterfall.y[1] == pytest.approx(float(view.heads[0].sum()))
     ko = causal_view.knockout_figure(view, cfg)
     assert list(ko.data[0].y) == pytest.approx(view.knockout.tolist())

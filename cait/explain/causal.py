@@ -64,6 +64,15 @@ class LogitAttribution:
         """Everything but the heads [B]: the initial class token, the MLP writes and the biases."""
         return self.class_token + self.mlp.sum(1) + self.biases
 
+    def parts(self) -> dict[str, torch.Tensor]:
+        """The logit's parts [B] each, in the order the class token receives them (they add up to the logit):
+        the initial class token, then per CA layer its heads' and its MLP's writes, then the biases."""
+        out = {"class token": self.class_token}
+        for layer in range(self.heads.shape[1]):
+            out[f"CA{layer + 1} heads"] = self.heads[:, layer].sum(-1)
+            out[f"CA{layer + 1} MLP"] = self.mlp[:, layer]
+        return {**out, "biases": self.biases}
+
     @property
     def patch_maps(self) -> torch.Tensor:
         """`patches` on the patch grid [B, L, heads, g, g] (what a head contributed, where it read it)."""
