@@ -10,8 +10,8 @@ The verdict is computed from the numbers: Spearman's rank correlation between th
 and the size of their mean knockout change (over all blocks, and over the SA blocks alone), with a 95%
 bootstrap interval over images. Photos have no boxes, so their heads get no pointing score.
 
-Writes layer_importance.json/.png/.html and layer_importance_heads.html. Always fp32 (the knockouts
-subtract logits): --precision is not used.
+Writes layer_importance.json/.png/.html, layer_importance_heads.html and layer_importance_parts.html.
+Always fp32 (the knockouts subtract logits): --precision is not used.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from _common import (
 from scipy.stats import spearmanr
 
 from cait import explain
-from cait.figures.causal import knockout_matplotlib, knockout_plotly
+from cait.figures.causal import knockout_matplotlib, knockout_plotly, logit_parts_matplotlib, logit_parts_plotly
 
 BATCH = 50
 QUICK_IMAGES = 8
@@ -174,10 +174,11 @@ def _interval(delta: torch.Tensor) -> list[float]:
 
 
 def figure_png(data: dict, model, made_from: str, path) -> None:
-    """Knockout profile with |gamma| on a twin axis; beside it, each CA head's attribution vs pointing."""
+    """Knockout profile with |gamma| on a twin axis; beside it, each CA head's attribution vs pointing, and
+    the logit's mean parts as a waterfall."""
     plt = matplotlib_pyplot()
     cfg = model.cfg
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw=dict(width_ratios=[2.2, 1]))
+    fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 3.8), gridspec_kw=dict(width_ratios=[2.2, 1, 1]))
     blocks = data["blocks"]
     knockout_matplotlib(
         ax,
@@ -197,6 +198,8 @@ def figure_png(data: dict, model, made_from: str, path) -> None:
     rho = data["heads_spearman"]
     rho_text = "" if rho is None else f", rho {rho:.2f}"
     ax2.set_title(f"CA heads: what they write vs where they look{rho_text}", fontsize=9)
+    logit_parts_matplotlib(ax3, [(name, v["mean"]) for name, v in data["logit_parts"].items()])
+    ax3.set_title("What writes the logit (mean over images)", fontsize=9)
     fig.suptitle(data["verdict"], fontsize=8, wrap=True)
     fig.tight_layout()
     save_png(fig, path, made_from, dpi=80)
@@ -214,6 +217,15 @@ def figure_html(data: dict, model, made_from: str, path) -> None:
         title=f"Knockout profile and mean |gamma|<br><sup>{data['verdict']}</sup>",
     )
     fig.update_layout(height=460)
+    save_html(fig, path, made_from)
+
+
+def parts_html(data: dict, made_from: str, path) -> None:
+    """The predicted class's logit built from its mean parts."""
+    parts = [(name, v["mean"]) for name, v in data["logit_parts"].items()]
+    fig = logit_parts_plotly(
+        parts, title=f"What writes the predicted class's logit (mean over {data['images']} images)"
+    )
     save_html(fig, path, made_from)
 
 
@@ -285,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     figure_png(data, model, loaded.made_from, out / "layer_importance.png")
     figure_html(data, model, loaded.made_from, out / "layer_importance.html")
     heads_html(data, loaded.made_from, out / "layer_importance_heads.html")
+    parts_html(data, loaded.made_from, out / "layer_importance_parts.html")
     print(f"{loaded.made_from}\n{data['verdict']}\n{data['heads_verdict'] or ''}")
     for b in blocks:
         print(
@@ -293,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     parts = ", ".join(f"{name} {v['mean']:+.2f}" for name, v in data["logit_parts"].items())
     print(f"the predicted class's logit, mean of its parts: {parts}")
-    print(f"wrote layer_importance.json/.png/.html, layer_importance_heads.html to {out}")
+    print(f"wrote layer_importance.json/.png/.html, layer_importance_heads.html, layer_importance_parts.html to {out}")
     return 0
 
 

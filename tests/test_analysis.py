@@ -613,7 +613,12 @@ def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
     assert -1 <= rho["low"] <= rho["high"] <= 1 and -1 <= rho["rho"] <= 1
     assert f"rho {rho['rho']:.2f}" in data["verdict"] and "Over 8 images" in data["verdict"]
     assert f"rho {data['heads_spearman']:.2f}" in data["heads_verdict"]
-    for name in ("layer_importance.png", "layer_importance.html", "layer_importance_heads.html"):
+    for name in (
+        "layer_importance.png",
+        "layer_importance.html",
+        "layer_importance_heads.html",
+        "layer_importance_parts.html",
+    ):
         assert (gallery / "layer_importance" / name).stat().st_size > 1000
 
 

@@ -83,7 +83,6 @@ def head_attribution_plotly(
     """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1). With
     `parts` ((name, write) in the order the class token receives them), beside it a waterfall that builds
     the logit from them, so the heads' share of the whole can be read."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -103,24 +102,7 @@ def head_attribution_plotly(
             col=1,
         )
     if parts is not None:
-        names, values = [n for n, _ in parts], [float(v) for _, v in parts]
-        levels = [0.0, *itertools.accumulate(values)]  # where the waterfall's bars start and end
-        low, high = min(levels), max(levels)
-        pad = 0.15 * ((high - low) or 1.0)  # room for the value printed beyond each bar
-        fig.update_yaxes(range=[low - pad, high + pad], row=1, col=2)
-        fig.add_trace(
-            go.Waterfall(
-                x=[*names, "logit"],
-                y=[*values, sum(values)],
-                measure=["relative"] * len(values) + ["total"],
-                texttemplate="%{y:.2f}",
-                textposition="outside",
-                connector=dict(line=dict(color="#999", width=1)),
-                showlegend=False,
-            ),
-            row=1,
-            col=2,
-        )
+        add_logit_waterfall(fig, parts, row=1, col=2)
     fig.update_layout(
         title=title,
         barmode="group",
@@ -130,3 +112,59 @@ def head_attribution_plotly(
     )
     fig.update_yaxes(title_text="write to the logit", row=1, col=1)
     return fig
+
+
+def add_logit_waterfall(fig, parts: Sequence[tuple[str, float]], *, row: int | None = None, col: int | None = None):
+    """A waterfall on `fig` that builds the logit from its parts ((name, write) in the order the class token
+    receives them), the logit itself as the last bar."""
+    import plotly.graph_objects as go
+
+    names, values = [n for n, _ in parts], [float(v) for _, v in parts]
+    levels = [0.0, *itertools.accumulate(values)]  # where the waterfall's bars start and end
+    low, high = min(levels), max(levels)
+    pad = 0.15 * ((high - low) or 1.0)  # room for the value printed beyond each bar
+    fig.add_trace(
+        go.Waterfall(
+            x=[*names, "logit"],
+            y=[*values, sum(values)],
+            measure=["relative"] * len(values) + ["total"],
+            texttemplate="%{y:.2f}",
+            textposition="outside",
+            connector=dict(line=dict(color="#999", width=1)),
+            showlegend=False,
+        ),
+        row=row,
+        col=col,
+    )
+    fig.update_yaxes(range=[low - pad, high + pad], row=row, col=col)
+    return fig
+
+
+def logit_parts_plotly(parts: Sequence[tuple[str, float]], *, title: str = "The logit, part by part"):
+    """The logit built from its parts as a figure of its own."""
+    import plotly.graph_objects as go
+
+    fig = add_logit_waterfall(go.Figure(), parts)
+    fig.update_layout(title=title, template="plotly_white", height=420, yaxis_title="write to the logit")
+    return fig
+
+
+def logit_parts_matplotlib(ax, parts: Sequence[tuple[str, float]]) -> None:
+    """The same waterfall on a matplotlib axis: each part a bar from the running sum, the logit last."""
+    names, values = [n for n, _ in parts], [float(v) for _, v in parts]
+    starts = [0.0, *itertools.accumulate(values)][:-1]
+    colours = ["#2ca02c" if v >= 0 else "#d62728" for v in values]
+    ax.bar(range(len(values)), values, bottom=starts, color=colours)
+    ax.bar(len(values), sum(values), color="#1f77b4")
+    for k, (start, v) in enumerate(zip([*starts, 0.0], [*values, sum(values)])):
+        ax.annotate(
+            f"{v:+.2f}" if k < len(values) else f"{v:.2f}",
+            (k, max(start, start + v)),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+        )
+    ax.set_xticks(range(len(values) + 1), [*names, "logit"], rotation=35, ha="right", fontsize=7)
+    ax.axhline(0, color="#444", lw=0.6)
+    ax.margins(y=0.12)  # room for the values printed above the bars
+    ax.set_ylabel("write to the logit")
