@@ -65,7 +65,7 @@ def head_figure(view: CausalView, label: str):
     return head_attribution_plotly(
         view.heads,
         parts=list(view.parts.items()),
-        title=f"What writes the logit of '{label}' ({view.logit:.2f}; the heads' direct share {view.heads.sum():.2f})",
+        title=f"What writes the logit of '{label}' ({view.logit:.2f}; the heads directly: {view.heads.sum():.2f})",
     )
 
 
@@ -151,7 +151,6 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
         "self_read": view.self_read.tolist(),
         "mlp": view.mlp.tolist(),
         "parts": view.parts,
-        "rest": view.rest,
         "blocks": [
             {
                 "stage": "sa" if i < cfg.depth else "ca",
