@@ -19,6 +19,7 @@ from cait.figures.causal import head_attribution_plotly, knockout_plotly
 from cait.preprocess import model_view, view_tensor
 
 ABLATIONS = ("zero", "mean over the example images")
+KNOCKOUTS = {"whole block": "both", "attention branch": "attn", "MLP branch": "mlp"}  # what a knockout removes
 
 
 @dataclass
@@ -69,14 +70,27 @@ def head_figure(view: CausalView, label: str):
     )
 
 
-def knockout_figure(view: CausalView, cfg):
-    """The knockout profile over depth with mean |gamma| per block on a second axis."""
+def branch_knockout(model: torch.nn.Module, x: torch.Tensor, view: CausalView, knockout: str) -> np.ndarray:
+    """The knockout profile of `view`'s class with one of KNOCKOUTS removed from each block in turn (the whole
+    block's is the view's own)."""
+    if knockout not in KNOCKOUTS:
+        raise ValueError(f"knockout must be one of {', '.join(KNOCKOUTS)}, got {knockout!r}")
+    if KNOCKOUTS[knockout] == "both":
+        return view.knockout
+    t = torch.tensor([view.target], device=x.device)
+    return explain.knockout_profile(model, x, t, branch=KNOCKOUTS[knockout])[0].float().cpu().numpy()
+
+
+def knockout_figure(view: CausalView, cfg, profile: np.ndarray | None = None, knockout: str = "whole block"):
+    """The knockout profile over depth (the view's, or `profile` of the `knockout` named) with mean |gamma|
+    per block on a second axis."""
+    gammas = {"whole block": "gammas are", "attention branch": "gamma_1 is", "MLP branch": "gamma_2 is"}[knockout]
     return knockout_plotly(
-        view.knockout,
+        view.knockout if profile is None else profile,
         view.gamma,
         depth=cfg.depth,
         ca_depth=cfg.depth_token_only,
-        title="Logit change when a block's gammas are zeroed (bars), and its mean |gamma| (line)",
+        title=f"Logit change when a block's {gammas} zeroed (bars), and its mean |gamma| (line)",
     )
 
 

@@ -462,6 +462,7 @@ class Handlers:
             p.cz_state: view,
             p.cz_heads_plot: causal_view.head_figure(view, loaded.labels[view.target]),
             p.cz_knockout: causal_view.knockout_figure(view, loaded.cfg),
+            p.cz_knockout_of: next(iter(causal_view.KNOCKOUTS)),  # a new view starts with whole blocks
             **self.causal_head_outputs(loaded, a, view, head, mode),
         }
 
@@ -486,6 +487,14 @@ class Handlers:
         loaded = self.cache.get(choice)
         view = causal_view.compute(loaded.model, a.x.to(loaded.device), int(target))
         return self.causal_outputs(loaded, a, view, int(head or 0), mode)
+
+    def causal_knockout(self, choice, a, view, knockout) -> dict:
+        """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it."""
+        if a is None or a.choice != choice or view is None or knockout is None:
+            return {}
+        loaded = self.cache.get(choice)
+        profile = causal_view.branch_knockout(loaded.model, a.x.to(loaded.device), view, knockout)
+        return {self.page.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, profile, knockout)}
 
     def causal_head(self, choice, a, view, head, mode) -> dict:
         """Another head picked (or another way to remove it): its maps and the top-5 without it."""

@@ -105,6 +105,7 @@ class Page:
     cz_head: gr.Radio
     cz_mode: gr.Radio
     cz_heads_plot: gr.Plot
+    cz_knockout_of: gr.Radio
     cz_maps: gr.Plot
     cz_top5: gr.HTML
     cz_knockout: gr.Plot
@@ -144,7 +145,7 @@ class Page:
     def causal_results(self) -> list:
         """What the Causal tab shows of an image (computed when the tab is opened, or with the downloads when it
         is already open)."""
-        return [self.cz_state, self.cz_heads_plot, self.cz_maps, self.cz_top5, self.cz_knockout]
+        return [self.cz_state, self.cz_heads_plot, self.cz_maps, self.cz_top5, self.cz_knockout, self.cz_knockout_of]
 
     @property
     def look(self) -> list:
@@ -393,7 +394,7 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
         "What *matters* for the prediction, not only where the model looks: each class-attention head's "
         "direct write to the chosen class's logit, beside the logit built from all its parts (heads, MLPs, "
         "initial class token, biases: the final norm linearised at this image, so they add up to the logit), "
-        "the logit change when a whole block is knocked out (its "
+        "the logit change when a whole block, or one of its branches, is knocked out (its "
         "LayerScale gammas set to 0) beside its mean |gamma|, and what removing one head does to the top-5. "
         "Pick a head to see where it read (attention) beside what it wrote from each patch."
     )
@@ -410,6 +411,9 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
             parts["cz_maps"] = gr.Plot(label="Where the head read, what it wrote", elem_id="cz_maps")
         with gr.Column(scale=2):
             parts["cz_top5"] = gr.HTML(elem_id="cz_top5")
+    parts["cz_knockout_of"] = gr.Radio(
+        list(causal_view.KNOCKOUTS), value=None, label="Knock out of each block", elem_id="cz_knockout_of"
+    )
     parts["cz_knockout"] = gr.Plot(label="Knockout profile over depth", elem_id="cz_knockout")
 
 

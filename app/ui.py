@@ -72,6 +72,12 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
         p.causal_results,
         **MODEL_EVENTS,
     )
+    p.cz_knockout_of.input(
+        torch_thread.handler(h.causal_knockout),
+        [p.choice, p.analysis, p.cz_state, p.cz_knockout_of],
+        p.cz_knockout,
+        **MODEL_EVENTS,
+    )
     for control in (p.cz_head, p.cz_mode):
         control.input(
             torch_thread.handler(h.causal_head),

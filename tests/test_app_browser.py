@@ -299,6 +299,8 @@ def test_the_causal_tab_ablates_a_clicked_head(page):
     page.locator("#cz_head").get_by_text("CA2 head 3").click()
     expect(page.locator("#cz_top5")).to_contain_text("without CA2 head 3")
     expect(page.locator("#cz_maps")).to_contain_text("CA2 head 3: attention")
+    page.locator("#cz_knockout_of").get_by_text("MLP branch").click()  # another part of each block knocked out
+    expect(page.locator("#cz_knockout .gtitle")).to_contain_text("gamma_2 is zeroed")
     # with the tab open, a new image's follow-up computes it
     title = page.locator("#cz_heads_plot .gtitle").text_content()
     pick_example(page, 0)

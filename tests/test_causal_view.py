@@ -14,6 +14,7 @@ from conftest import randomise_
 import cait
 from app import causal_view
 from app.layout import CAUSAL_TAB, CLASS_ATTENTION_TAB
+from cait import explain
 from cait.data import read_examples
 from cait.preprocess import class_names
 
@@ -146,5 +147,13 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     heads = loaded.cfg.num_heads
     picked = handlers.causal_head(loaded.choice, a, view, heads + 1, causal_view.ABLATIONS[1])  # CA2 head 2
     assert "without CA2 head 2" in picked[p.cz_top5] and set(picked) == {p.cz_maps, p.cz_top5}
+    assert out[p.cz_knockout_of] == "whole block"  # a new view starts with whole blocks knocked out
+    mlp = handlers.causal_knockout(loaded.choice, a, view, "MLP branch")[p.cz_knockout]
+    expected = explain.knockout_profile(loaded.model, a.x, torch.tensor([view.target]), branch="mlp")[0]
+    assert np.allclose(mlp.data[0].y, expected.numpy(), atol=1e-5) and "gamma_2 is zeroed" in mlp.layout.title.text
+    whole = handlers.causal_knockout(loaded.choice, a, view, "whole block")[p.cz_knockout]
+    assert np.allclose(whole.data[0].y, view.knockout) and not np.allclose(view.knockout, expected.numpy())
+    with pytest.raises(ValueError, match="knockout must be one of"):
+        causal_view.branch_knockout(loaded.model, a.x, view, "the head")
     cleared = handlers.cleared(tuple(handlers.page.ca_props.value))
     assert all(cleared[c] is None for c in p.causal_results)
