@@ -65,7 +65,7 @@ def head_figure(view: CausalView, label: str):
     its parts (the heads, the MLPs, the initial class token and the biases)."""
     return head_attribution_plotly(
         view.heads,
-        parts=list(view.parts.items()),
+        list(view.parts.items()),
         title=f"What writes the logit of '{label}' ({view.logit:.2f}; the heads directly: {view.heads.sum():.2f})",
     )
 

@@ -1,6 +1,6 @@
 """Figures of what matters for a prediction (`cait.explain.causal`), as plotly for the app and HTML files
 and as matplotlib for PNG files: the knockout profile over depth beside mean |gamma| on a second axis,
-and each class-attention head's direct logit attribution."""
+each class-attention head's direct logit attribution, and the logit built from its parts (a waterfall)."""
 
 from __future__ import annotations
 
@@ -74,22 +74,17 @@ def knockout_matplotlib(ax, delta, gamma, *, depth: int, ca_depth: int, error=No
     twin.set_ylabel("mean |gamma|", color=GAMMA_COLOUR)
 
 
-def head_attribution_plotly(
-    heads,
-    *,
-    parts: Sequence[tuple[str, float]] | None = None,
-    title: str = "Direct logit attribution per class-attention head",
-):
-    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1). With
-    `parts` ((name, write) in the order the class token receives them), beside it a waterfall that builds
-    the logit from them, so the heads' share of the whole can be read."""
+def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title: str):
+    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1); beside
+    them a waterfall that builds the logit from its `parts` ((name, write) in the order the class token
+    receives them), so the heads' share of the whole can be read."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
         rows=1,
-        cols=1 if parts is None else 2,
-        column_widths=None if parts is None else [0.55, 0.45],
-        subplot_titles=None if parts is None else ("each head", "the logit, part by part"),
+        cols=2,
+        column_widths=[0.55, 0.45],
+        subplot_titles=("each head", "the logit, part by part"),
         horizontal_spacing=0.1,
     )
     for layer, row in enumerate(heads):
@@ -101,14 +96,13 @@ def head_attribution_plotly(
             row=1,
             col=1,
         )
-    if parts is not None:
-        add_logit_waterfall(fig, parts, row=1, col=2)
+    add_logit_waterfall(fig, parts, row=1, col=2)
     fig.update_layout(
         title=title,
         barmode="group",
         template="plotly_white",
-        height=340 if parts is None else 380,
-        legend=dict(orientation="h", y=-0.2 if parts is None else -0.3),
+        height=380,
+        legend=dict(orientation="h", y=-0.3),
     )
     fig.update_yaxes(title_text="write to the logit", row=1, col=1)
     return fig
