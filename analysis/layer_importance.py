@@ -63,12 +63,14 @@ def measure(model, batches) -> dict[str, torch.Tensor]:
     (NaN without a box) and the logit's parts [n, parts], for the predicted class (plus `part_names`)."""
     out: dict[str, list[torch.Tensor]] = {"delta": [], "heads": [], "pointing": [], "parts": []}
     cfg = model.cfg
+    part_names: list[str] = []
     for x, boxes in batches:
         target = model.eval()(x).argmax(1)
         dla = explain.direct_logit_attribution(model, x, target)
         out["delta"].append(explain.knockout_profile(model, x, target))
         out["heads"].append(dla.heads)
         parts = dla.parts()
+        part_names = list(parts)
         out["parts"].append(torch.stack(list(parts.values()), dim=1))
         maps = explain.class_attention(model, x).maps  # [B, L, H, g, g]
         hits = torch.full(dla.heads.shape, float("nan"))
@@ -77,7 +79,7 @@ def measure(model, batches) -> dict[str, torch.Tensor]:
             flat = explain.pointing_game(maps.flatten(0, 2), boxes.repeat_interleave(L * H, 0), cfg.img_size)
             hits = flat.float().view(B, L, H)
         out["pointing"].append(hits)
-    return {**{k: torch.cat(v) for k, v in out.items()}, "part_names": list(parts)}
+    return {**{k: torch.cat(v) for k, v in out.items()}, "part_names": part_names}
 
 
 def rank_correlation(gamma: np.ndarray, delta: np.ndarray, *, resamples: int, seed: int = 0) -> dict[str, float | None]:
