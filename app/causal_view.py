@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 
 from cait import explain
+from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
 from cait.preprocess import model_view, view_tensor
 
@@ -35,11 +36,6 @@ class CausalView:
     parts: dict[str, float]  # the logit's parts in the order the class token receives them (heads, MLPs, ...)
     knockout: np.ndarray  # [SA depth + CA depth] target-logit change with the block's gammas zeroed
     gamma: np.ndarray  # [SA depth + CA depth] the block's mean |gamma|
-
-    @property
-    def rest(self) -> float:
-        """Everything but the heads: the initial class token, the MLPs and the biases."""
-        return sum(self.parts.values()) - float(self.heads.sum())
 
 
 def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
@@ -84,13 +80,14 @@ def branch_knockout(model: torch.nn.Module, x: torch.Tensor, view: CausalView, k
 def knockout_figure(view: CausalView, cfg, profile: np.ndarray | None = None, knockout: str = "whole block"):
     """The knockout profile over depth (the view's, or `profile` of the `knockout` named) with mean |gamma|
     per block on a second axis."""
-    gammas = {"whole block": "gammas are", "attention branch": "gamma_1 is", "MLP branch": "gamma_2 is"}[knockout]
+    gammas = BRANCH_GAMMAS[KNOCKOUTS[knockout]]  # which of the block's gammas the knockout zeroes
     return knockout_plotly(
         view.knockout if profile is None else profile,
         view.gamma,
         depth=cfg.depth,
         ca_depth=cfg.depth_token_only,
-        title=f"Logit change when a block's {gammas} zeroed (bars), and its mean |gamma| (line)",
+        title=f"Logit change when a block's {' and '.join(gammas)} {'are' if len(gammas) > 1 else 'is'} zeroed "
+        "(bars), and its mean |gamma| (line)",
     )
 
 

@@ -37,7 +37,7 @@ def test_view_adds_up_and_matches_the_model(setup):
     assert view.heads.shape == (cfg.depth_token_only, cfg.num_heads)
     assert view.patches.shape == (cfg.depth_token_only, cfg.num_heads, cfg.grid_size, cfg.grid_size)
     assert view.logit == pytest.approx(logits[target].item(), abs=1e-5)
-    assert view.heads.sum() + view.rest == pytest.approx(view.logit, abs=1e-4)
+    assert sum(view.parts.values()) == pytest.approx(view.logit, abs=1e-4)
     assert len(view.knockout) == len(view.gamma) == cfg.depth + cfg.depth_token_only
     bars = causal_view.head_figure(view, "x")
     for layer in range(cfg.depth_token_only):
