@@ -33,8 +33,17 @@ from .causal import (
     head_ablation,
     knockout_profile,
     mean_head_outputs,
+    predicted_attribution,
 )
-from .head_stats import attention_entropy, mean_attention_distance, mean_attention_distances, patch_distances
+from .head_stats import (
+    attention_distances_of,
+    attention_entropy,
+    mean_attention_distance,
+    mean_attention_distances,
+    patch_distances,
+    sa_map_bytes,
+    uniform_attention_distance,
+)
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
 from .methods import METHODS, Method, saliency_map, saliency_maps
@@ -42,6 +51,7 @@ from .metrics import deletion_insertion, endpoint_probabilities, mass_in_box, po
 
 __all__ = [
     "all_head_ablations",
+    "attention_distances_of",
     "attention_entropy",
     "Attribution",
     "attribution",
@@ -77,6 +87,7 @@ __all__ = [
     "overlays",
     "patch_distances",
     "patch_sum",
+    "predicted_attribution",
     "pointing_game",
     "regions_of_focus",
     "rollout",
@@ -84,7 +95,9 @@ __all__ = [
     "rollouts",
     "saliency_map",
     "saliency_maps",
+    "sa_map_bytes",
     "talking_heads",
     "TalkingHeads",
+    "uniform_attention_distance",
     "upsample",
 ]

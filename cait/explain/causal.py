@@ -94,9 +94,10 @@ def _readout(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> tuple[t
     return r, (head.weight[target] * norm.bias).sum(-1) + head.bias[target]
 
 
-def _record_class_stage(model: nn.Module, x: torch.Tensor) -> tuple[object, dict]:
-    """forward_insights with hooks reading, per CA block, the values (attn.v), the concatenated head
-    outputs (attn.proj's input) and the MLP output, and the class token entering the final norm."""
+def _record_class_stage(model: nn.Module, x: torch.Tensor, sa_layers: tuple[int, ...] = ()) -> tuple[object, dict]:
+    """forward_insights (with the SA attention of `sa_layers`) with hooks reading, per CA block, the values
+    (attn.v), the concatenated head outputs (attn.proj's input) and the MLP output, and the class token
+    entering the final norm."""
     seen: dict = {}
 
     def keep(key, pre: bool):
@@ -110,7 +111,7 @@ def _record_class_stage(model: nn.Module, x: torch.Tensor) -> tuple[object, dict
         handles.append(blk.attn.proj.register_forward_pre_hook(keep(("o", i), True)))
         handles.append(blk.mlp.register_forward_hook(keep(("mlp", i), False)))
     try:
-        ins = model.forward_insights(x)
+        ins = model.forward_insights(x, sa_layers=sa_layers)
     finally:
         for h in handles:
             h.remove()
@@ -124,22 +125,39 @@ def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Te
     _check_class_stage(model)
     with _evaluating(model):
         ins, seen = _record_class_stage(model, x)
-        target = target.to(x.device).long()
-        r, const = _readout(model, seen["z"][:, 0], target)
-        B, heads = x.shape[0], model.cfg.num_heads
-        class_token = (model.cls_token[0, 0] * r).sum(-1)
-        per_head, per_patch, self_read, mlp, biases = [], [], [], [], const
-        for i, blk in enumerate(model.blocks_token_only):
-            q = blk.gamma_1 * r  # [B, d]: what the class token's change must align with
-            direction = (q @ blk.attn.proj.weight).view(B, heads, -1)  # [B, heads, dh]: per head, proj^T q
-            o = seen["o", i][:, 0].view(B, heads, -1)
-            per_head.append((direction * o).sum(-1))
-            v = seen["v", i].view(B, -1, heads, direction.shape[-1])  # [B, 1+N, heads, dh]
-            token = ins.class_attention[i] * torch.einsum("bjhc,bhc->bhj", v, direction)  # [B, heads, 1+N]
-            self_read.append(token[..., 0])
-            per_patch.append(token[..., 1:])
-            mlp.append(((blk.gamma_2 * seen["mlp", i][:, 0]) * r).sum(-1))
-            biases = biases + (q * blk.attn.proj.bias).sum(-1)
+        return _attribute(model, ins, seen, target.to(x.device).long())
+
+
+def predicted_attribution(
+    model: nn.Module, x: torch.Tensor, *, sa_layers: tuple[int, ...] = ()
+) -> tuple[object, LogitAttribution]:
+    """One forward pass: its `Insights` (class-attention maps, the SA attention of `sa_layers`) and the
+    direct logit attribution to each image's predicted class, for summaries over many images that need
+    both and can afford only one pass."""
+    _check_input(model, x)
+    _check_class_stage(model)
+    with _evaluating(model):
+        ins, seen = _record_class_stage(model, x, sa_layers)
+        return ins, _attribute(model, ins, seen, ins.logits.argmax(-1))
+
+
+def _attribute(model: nn.Module, ins, seen: dict, target: torch.Tensor) -> LogitAttribution:
+    """`direct_logit_attribution` from a recorded pass (`_record_class_stage`)."""
+    r, const = _readout(model, seen["z"][:, 0], target)
+    B, heads = target.shape[0], model.cfg.num_heads
+    class_token = (model.cls_token[0, 0] * r).sum(-1)
+    per_head, per_patch, self_read, mlp, biases = [], [], [], [], const
+    for i, blk in enumerate(model.blocks_token_only):
+        q = blk.gamma_1 * r  # [B, d]: what the class token's change must align with
+        direction = (q @ blk.attn.proj.weight).view(B, heads, -1)  # [B, heads, dh]: per head, proj^T q
+        o = seen["o", i][:, 0].view(B, heads, -1)
+        per_head.append((direction * o).sum(-1))
+        v = seen["v", i].view(B, -1, heads, direction.shape[-1])  # [B, 1+N, heads, dh]
+        token = ins.class_attention[i] * torch.einsum("bjhc,bhc->bhj", v, direction)  # [B, heads, 1+N]
+        self_read.append(token[..., 0])
+        per_patch.append(token[..., 1:])
+        mlp.append(((blk.gamma_2 * seen["mlp", i][:, 0]) * r).sum(-1))
+        biases = biases + (q * blk.attn.proj.bias).sum(-1)
     return LogitAttribution(
         logits=ins.logits.detach(),
         target=target,

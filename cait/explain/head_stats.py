@@ -47,30 +47,50 @@ def mean_attention_distance(attn: torch.Tensor, *, patch_size: int) -> torch.Ten
     return (w * d).sum(-1).mean(-1)
 
 
+def sa_map_bytes(cfg, images: int, layers: int) -> int:
+    """Bytes the SA attention maps of `layers` layers take for `images` images in one
+    `forward_insights` pass (both stages kept, fp32 at most)."""
+    return images * layers * cfg.num_heads * cfg.grid_size**4 * 4 * 2
+
+
 def mean_attention_distances(model, x: torch.Tensor, *, max_bytes: int = DISTANCE_BYTES) -> torch.Tensor:
     """Each SA layer's heads' mean attention distance (pixels) after proj_w, the weights that multiply the
     values: [B, SA layers, heads]. Runs `model.forward_insights` once per group of layers whose maps fit in
     `max_bytes` (one pass for small models). Call under torch.inference_mode (and autocast, if wanted)."""
     cfg = model.cfg
-    n = cfg.grid_size**2
-    per_layer = x.shape[0] * cfg.num_heads * n * n * 4 * 2  # both stages are kept, fp32 at most
-    group = max(1, max_bytes // per_layer)
+    group = max(1, max_bytes // sa_map_bytes(cfg, x.shape[0], 1))
     out = []
     for start in range(0, cfg.depth, group):
         layers = tuple(range(start, min(start + group, cfg.depth)))
-        ins = model.forward_insights(x, sa_layers=layers)
-        for i in layers:
-            weights = ins.self_attention[i][1]
-            if weights.shape[-1] == n + 1:  # an ablation's class token among the SA tokens: patches only
-                weights = weights[..., 1:, 1:]
-            out.append(mean_attention_distance(weights, patch_size=cfg.patch_size))
+        out += attention_distances_of(model.forward_insights(x, sa_layers=layers), layers, cfg)
     return torch.stack(out, dim=1)
+
+
+def attention_distances_of(ins, layers: tuple[int, ...], cfg) -> list[torch.Tensor]:
+    """The mean attention distance [B, heads] of each of `layers` from a `forward_insights` pass that kept
+    their SA attention (`sa_layers`), after proj_w; cfg: the model's config."""
+    out = []
+    for i in layers:
+        weights = ins.self_attention[i][1]
+        if weights.shape[-1] == cfg.grid_size**2 + 1:  # an ablation's class token among the SA tokens: patches only
+            weights = weights[..., 1:, 1:]
+        out.append(mean_attention_distance(weights, patch_size=cfg.patch_size))
+    return out
+
+
+def uniform_attention_distance(grid: int, patch_size: int) -> float:
+    """The mean attention distance (pixels) of uniform attention over a grid x grid image: the level a head
+    that looks nowhere in particular sits at."""
+    return float(patch_distances(grid, patch_size).mean())
 
 
 __all__ = [
     "DISTANCE_BYTES",
     "attention_entropy",
     "mean_attention_distance",
+    "attention_distances_of",
     "mean_attention_distances",
     "patch_distances",
+    "sa_map_bytes",
+    "uniform_attention_distance",
 ]
