@@ -58,11 +58,12 @@ from tqdm import tqdm
 from ..checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
 from ..config import CaiTConfig, CNNConfig
 from ..data import DataError
+from ..distributed import setup_distributed
 from ..explain import layerscale_stats
 from ..metrics import top1_from_counts
 from ..model import CaiT
 from ..runs import RunDir
-from ..runtime import autocast, autocast_dtype, resolve_device
+from ..runtime import autocast, autocast_dtype
 from .args import ArgsError, ModelConfig, model_config, parse_args, train_args
 from .augment import to_channels
 from .data import Data, build_loaders, load_data
@@ -169,21 +170,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: to
 
 
 # ----------------------------------------------------------------------------------------------------
-# distributed
-
-
-def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
-    """(rank, world size, device). torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; gloo on CPU, NCCL on GPU."""
-    use_cuda = resolve_device(device_arg).type == "cuda"
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return 0, 1, torch.device("cuda" if use_cuda else "cpu")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    return dist.get_rank(), world, device
+# signals
 
 
 class StopRequest:
