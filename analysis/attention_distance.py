@@ -27,8 +27,8 @@ from _common import (
     write_json,
 )
 
-from cait.explain import mean_attention_distances, patch_distances
-from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
+from cait.explain import mean_attention_distances, uniform_attention_distance
+from cait.figures import distance_plot, to_matplotlib, to_plotly
 
 BATCH = 8  # images per forward pass: the per-layer maps of a batch are what takes memory
 
@@ -43,30 +43,6 @@ def distances(model, examples, args) -> torch.Tensor:
     return torch.cat(out)
 
 
-def distance_plot(per_head: torch.Tensor, uniform: float, *, images: int) -> LinePlot:
-    """per_head [SA layers, heads] (mean over images): the head mean, the band min .. max over heads."""
-    layers = list(range(1, per_head.shape[0] + 1))
-    hover = [", ".join(f"h{h + 1} {v:.1f}" for h, v in enumerate(row.tolist())) for row in per_head]
-    return LinePlot(
-        title=f"Mean attention distance per SA layer, after proj_w ({images} images)",
-        panels=[""],
-        x_label="SA layer (depth)",
-        y_label="mean attention distance (pixels)",
-        series=[
-            Series(
-                "head mean, band: nearest- to farthest-looking head",
-                layers,
-                per_head.mean(1).tolist(),
-                band=(per_head.min(1).values.tolist(), per_head.max(1).values.tolist()),
-                hover=hover,
-                colour="#1f77b4",
-            )
-        ],
-        hlines=[(uniform, f"uniform attention: {uniform:.1f} px")],
-        height=420,
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     p = parser("attention_distance", __doc__, images=True)
     args = p.parse_args(argv)
@@ -76,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     out = out_dir(args.out)
     each = distances(model, examples, args)  # [images, layers, heads]
     per_head = each.mean(0)
-    uniform = float(patch_distances(cfg.grid_size, cfg.patch_size).mean())
+    uniform = uniform_attention_distance(cfg.grid_size, cfg.patch_size)
     figure = distance_plot(per_head, uniform, images=len(examples))
     save_png(to_matplotlib(figure), out / "attention_distance.png", loaded.made_from)
     save_html(to_plotly(figure), out / "attention_distance.html", loaded.made_from)

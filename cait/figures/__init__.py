@@ -13,6 +13,7 @@ from .attention import (
     head_name,
     tile_sheet,
 )
+from .distance import distance_plot
 from .layerscale import layerscale_epochs_plot, layerscale_plot, residual_ratio_plot
 from .lines import LinePlot, Series, to_matplotlib, to_plotly
 
@@ -24,6 +25,7 @@ __all__ = [
     "attention_tile",
     "attention_tiles",
     "display_base",
+    "distance_plot",
     "head_name",
     "colour_bar",
     "grid_columns",

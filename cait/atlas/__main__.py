@@ -1,0 +1,46 @@
+"""`python -m cait.atlas`: the head atlas of a model over a folder of images (see `cait.atlas`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..flags import add_device_flag, add_model_flags, add_precision_flag
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m cait.atlas",
+        description="Per class-attention head over a dataset: entropy, direct logit attribution, localisation, "
+        "exemplars; SA attention distances; with --knockouts the logit change per block. Resumable, and "
+        "sharded over processes under torchrun.",
+    )
+    add_model_flags(p)
+    p.add_argument("--data", required=True, help="an image folder (class folders or flat), or fashion-mnist-scenes")
+    p.add_argument("--boxes", default=None, help="COCO-format boxes (JSON) of the folder's images")
+    p.add_argument("--out", type=Path, required=True, help="output directory (a rerun into it continues)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N images")
+    p.add_argument("--knockouts", action="store_true", help="also the logit change when each block is knocked out")
+    p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
+    p.add_argument("--exemplars", type=int, default=6, help="exemplar images per head and kind on the page")
+    p.add_argument("--shard-size", type=int, default=256, help="images per shard file (what a resume skips)")
+    p.add_argument("--workers", type=int, default=1, help="data loader processes (default 1)")
+    add_device_flag(p)
+    add_precision_flag(p, default="fp32", help="autocast of the forward passes: fp32 (default), bf16 or auto")
+    args = p.parse_args(argv)
+    for name in ("limit", "batch_size", "shard_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.exemplars < 0 or args.workers < 0:
+        p.error("--exemplars and --workers must not be negative")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .run import main_guarded
+
+    return main_guarded(parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

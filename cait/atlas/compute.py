@@ -1,0 +1,74 @@
+"""The atlas's numbers for one batch of images, every one from its owner in `cait.explain`: the prediction,
+and per class-attention head its map's entropy, its direct logit attribution to the predicted class, its
+pointing hit and mass in the box; the SA heads' mean attention distances; with knockouts the logit change
+per block. Maps, attributions and distances come from one forward pass (`explain.predicted_attribution`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import explain
+from ..explain.head_stats import DISTANCE_BYTES
+from ..runtime import autocast
+
+# columns of a shard and their shape after the image axis (L: CA layers, H: heads, D: SA layers, K: blocks)
+HEAD_NUMBERS = ("entropy", "dla", "pointing", "mass_in_box")  # each [L, H] per image
+
+
+def images_per_pass(cfg) -> int | None:
+    """Images whose SA maps of every layer fit `DISTANCE_BYTES` in one pass; None when one image's
+    do not (then the distances take `explain.mean_attention_distances`'s passes over groups of layers)."""
+    one = explain.sa_map_bytes(cfg, 1, cfg.depth)
+    return None if one > DISTANCE_BYTES else DISTANCE_BYTES // one
+
+
+def _per_head(fn, maps: torch.Tensor, boxes: torch.Tensor, img_size: int) -> torch.Tensor:
+    """fn(heat [B*L*H, g, g], boxes, img_size) per head of maps [B, L, H, g, g] -> [B, L, H]; NaN without a box."""
+    B, L, H = maps.shape[:3]
+    flat = boxes.repeat_interleave(L * H, dim=0)
+    out = fn(maps.flatten(0, 2), flat.nan_to_num(0.0), img_size).float().view(B, L, H)
+    return out.masked_fill(boxes.isnan().any(-1)[:, None, None], float("nan"))
+
+
+def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: int | None) -> dict:
+    """Everything but the knockouts for a chunk of images small enough for its SA maps."""
+    cfg = model.cfg
+    layers = tuple(range(cfg.depth)) if per_pass else ()
+    ins, dla = explain.predicted_attribution(model, x, sa_layers=layers)
+    if per_pass:
+        distance = torch.stack(explain.attention_distances_of(ins, layers, cfg), dim=1)
+    else:
+        distance = explain.mean_attention_distances(model, x)
+    maps = explain.ClassAttention.from_insights(ins).maps  # [B, L, H, g, g]
+    probs = ins.logits.float().softmax(-1)
+    prediction = dla.target
+    return {
+        "prediction": prediction,
+        "probability": probs.gather(1, prediction[:, None])[:, 0],
+        "entropy": explain.attention_entropy(maps),
+        "dla": dla.heads.float(),
+        "pointing": _per_head(explain.pointing_game, maps, boxes, cfg.img_size),
+        "mass_in_box": _per_head(explain.mass_in_box, maps, boxes, cfg.img_size),
+        "distance": distance.float(),
+    }
+
+
+@torch.no_grad()
+def batch_numbers(
+    model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, knockouts: bool, dtype: torch.dtype | None
+) -> dict[str, np.ndarray]:
+    """Per image of the normalised batch x [B, C, H, W] (boxes [B, 4] in input pixels, NaN rows without):
+    prediction, probability, per CA head (`HEAD_NUMBERS`) [B, L, H], SA distances [B, D, H] and with
+    knockouts the logit change per block [B, K], as numpy arrays. dtype: the autocast dtype (None: fp32)."""
+    per_pass = images_per_pass(model.cfg)
+    boxes = boxes.to(x.device).float()
+    with autocast(dtype, x.device):
+        chunks = [
+            _one_pass(model, xc, bc, per_pass) for xc, bc in zip(x.split(per_pass or 1), boxes.split(per_pass or 1))
+        ]
+        out = {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
+        if knockouts:
+            out["knockout"] = explain.knockout_profile(model, x, out["prediction"]).float()
+    return {k: v.cpu().numpy() for k, v in out.items()}

@@ -1,0 +1,188 @@
+"""atlas.html: one self-contained page (plotly.js and the exemplar JPEGs inline) over the atlas's numbers:
+per head its distributions, a heads x classes heatmap of mean DLA, per head its exemplars with the head's map
+overlaid, the SA heads' attention distance by depth, and with knockouts the knockout profile against |gamma|."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .. import explain
+from ..figures import distance_plot, to_plotly
+from ..figures.causal import knockout_plotly
+from ..preprocess import normalise
+from ..runtime import autocast
+from .report import Tally, head_key
+
+THUMB = 112  # pixels of an exemplar's side on the page
+TITLES = {"entropy": "map entropy (nats)", "dla": "direct logit attribution", "mass_in_box": "mass in box"}
+
+
+def _figure_html(fig) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+
+
+def distributions(hist: dict[str, dict[str, Any]], layers: int, heads: int) -> list:
+    """Per number one figure: a histogram per head (rows: CA layers, columns: heads), bins shared by all heads."""
+    from plotly.subplots import make_subplots
+
+    figs = []
+    for number, h in hist.items():
+        edges = np.asarray(h["edges"])
+        centres = (edges[:-1] + edges[1:]) / 2
+        titles = [head_key(l + 1, k + 1) for l in range(layers) for k in range(heads)]
+        fig = make_subplots(rows=layers, cols=heads, subplot_titles=titles, shared_xaxes=True)
+        for l in range(layers):
+            for k in range(heads):
+                fig.add_bar(x=centres, y=h["counts"][l][k], width=edges[1] - edges[0], row=l + 1, col=k + 1)
+        fig.update_layout(
+            title=f"Per head: {TITLES[number]}", showlegend=False, template="plotly_white", height=200 + 160 * layers
+        )
+        figs.append(fig)
+    return figs
+
+
+def dla_heatmap(tally: Tally, names: list[str]):
+    """Heads x predicted classes: the mean direct logit attribution of each head to the class it predicted."""
+    import plotly.graph_objects as go
+
+    seen = [c for c in range(tally.classes) if tally.class_count[c]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = tally.class_dla[seen] / tally.class_count[seen, None, None]  # [classes, L, H]
+    z = mean.reshape(len(seen), -1).T
+    rows = [head_key(l + 1, h + 1) for l in range(tally.layers) for h in range(tally.heads)]
+    fig = go.Figure(go.Heatmap(z=z, x=[names[c] for c in seen], y=rows, colorscale="RdBu", zmid=0))
+    fig.update_layout(
+        title="Mean direct logit attribution of each head, by predicted class",
+        template="plotly_white",
+        height=200 + 28 * len(rows),
+        yaxis=dict(autorange="reversed"),
+    )
+    return fig
+
+
+def _view(pixels: torch.Tensor) -> Image.Image:
+    """Unnormalised pixels [C, H, W] in [0, 1] as an RGB image."""
+    array = (pixels.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
+    return Image.fromarray(array[..., 0] if array.shape[2] == 1 else array).convert("RGB")
+
+
+def _jpeg(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.resize((THUMB, THUMB), Image.Resampling.BILINEAR).save(buffer, format="JPEG", quality=80)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@torch.no_grad()
+def exemplar_tiles(tally: Tally, model, data, dtype) -> dict[tuple[int, int], dict[str, list[tuple[int, str]]]]:
+    """Per head (l, h) and kind, its exemplars as (image index, JPEG data URL with the head's map overlaid):
+    the maps are recomputed here for the few exemplar images only."""
+    device = next(model.parameters()).device
+    wanted = sorted({i for top in (*tally.concentrated, *tally.writing) for i, _ in top.best()})
+    if not wanted:
+        return {}
+    pixels = torch.stack([data[i][0] for i in wanted])
+    maps = []
+    for chunk in pixels.split(32):
+        with autocast(dtype, device):
+            maps.append(explain.class_attention(model, normalise(chunk.to(device), model.cfg)).maps.cpu())
+    maps, where = torch.cat(maps), {i: j for j, i in enumerate(wanted)}
+    tiles = {}
+    for l in range(tally.layers):
+        for h in range(tally.heads):
+            k = l * tally.heads + h
+            kinds = {"concentrated": tally.concentrated[k], "writes": tally.writing[k]}
+            tiles[l, h] = {
+                kind: [
+                    (i, _jpeg(explain.overlay(_view(pixels[where[i]]), maps[where[i], l, h]))) for i, _ in top.best()
+                ]
+                for kind, top in kinds.items()
+            }
+    return tiles
+
+
+def _exemplar_html(summary: dict, tiles: dict, paths: list[str]) -> str:
+    parts = []
+    for entry in summary["heads"]:
+        l, h = entry["layer"] - 1, entry["head"] - 1
+        rows = []
+        for kind, label, key in (
+            ("concentrated", "most concentrated (lowest entropy)", "entropy"),
+            ("writes", "writes most to the logit (highest DLA)", "dla"),
+        ):
+            values = {e["path"]: e[key] for e in entry["exemplars"][kind]}
+            cells = "".join(
+                f'<figure><img src="{url}" alt="{html.escape(paths[i])}"><figcaption>{html.escape(Path(paths[i]).name)}'
+                f"<br>{key} {values[paths[i]]:.3g}</figcaption></figure>"
+                for i, url in tiles.get((l, h), {}).get(kind, [])
+            )
+            rows.append(f"<div class='row'><span class='kind'>{label}</span>{cells}</div>")
+        parts.append(f"<h3>{head_key(l + 1, h + 1)}</h3>{''.join(rows)}")
+    return "".join(parts)
+
+
+def _heads_table(summary: dict) -> str:
+    cols = ("entropy_mean", "dla_mean", "pointing", "mass_in_box")
+    head = "".join(f"<th>{c}</th>" for c in ("head", *cols))
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"
+    body = "".join(
+        f"<tr><td>{head_key(e['layer'], e['head'])}</td>{''.join(f'<td>{fmt(e[c])}</td>' for c in cols)}</tr>"
+        for e in summary["heads"]
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+STYLE = """body{font-family:sans-serif;margin:1.5em;max-width:1300px} table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:2px 8px;text-align:right} figure{display:inline-block;margin:2px;font-size:11px;
+text-align:center;width:118px;overflow-wrap:anywhere} .row{margin:4px 0} .kind{display:inline-block;width:150px;
+vertical-align:top;font-size:13px} .made{color:#555}"""
+
+
+def _figures(summary: dict, tally: Tally, hist: dict, model, names: list[str]) -> list[str]:
+    cfg = model.cfg
+    figs = [*distributions(hist, tally.layers, tally.heads), dla_heatmap(tally, names)]
+    distance = summary["sa_attention_distance"]
+    if distance is not None:
+        per_head = torch.tensor(distance["per_head_px"])
+        figs.append(to_plotly(distance_plot(per_head, distance["uniform_px"], images=summary["images"])))
+    if summary.get("blocks"):
+        blocks = summary["blocks"]
+        delta = [b["logit_change_mean"] for b in blocks]
+        error = [(b["logit_change_ci95"][1] - b["logit_change_ci95"][0]) / 2 for b in blocks]
+        gamma = [b["gamma_mean_abs"] for b in blocks]
+        title = f"Knockout profile over {summary['images']} images (bars: mean logit change, 95% interval)"
+        figs.append(
+            knockout_plotly(delta, gamma, depth=cfg.depth, ca_depth=cfg.depth_token_only, error=error, title=title)
+        )
+    return [_figure_html(f) for f in figs]
+
+
+def write_page(path: Path, summary: dict, tally: Tally, hist: dict, *, model, data, names: list[str], dtype) -> Path:
+    """atlas.html from the summary, the tally's per-class sums and exemplars, and the histograms."""
+    from plotly.offline import get_plotlyjs
+
+    if not summary["images"]:
+        body = "<p>No readable image: nothing to show.</p>"
+    else:
+        tiles = exemplar_tiles(tally, model, data, dtype)
+        body = _heads_table(summary) + "".join(_figures(summary, tally, hist, model, names))
+        body += f"<h2>Exemplars</h2>{_exemplar_html(summary, tiles, data.paths)}"
+    top1 = "" if summary["top1"] is None else f", top-1 {summary['top1']:.1%} over {summary['labelled']} labelled"
+    skipped = summary["skipped"]
+    skip = f"<p>Skipped {len(skipped)} unreadable: {html.escape(', '.join(skipped[:20]))}</p>" if skipped else ""
+    page = (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Head atlas: {html.escape(summary['data'])}</title>"
+        f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        f"<h1>Head atlas</h1><p class='made'>data: {html.escape(summary['data'])}<br>model: "
+        f"{html.escape(summary['model'])}</p><p>{summary['images']} images{top1}; heads and layers numbered from 1; "
+        f"DLA: each CA head's direct write to the predicted class's logit.</p>{skip}{body}</body></html>"
+    )
+    path.write_text(page)
+    return path

@@ -1,0 +1,281 @@
+"""The atlas's files from its shards: images.csv (one row per image), heads.csv (per CA head over the data),
+summary.json, and parquet copies when pyarrow is installed. Shards are read one at a time in image order, so
+memory holds running sums and the bounded top-k exemplar lists, never the whole data."""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from .compute import HEAD_NUMBERS
+from .shards import read_shard, shard_path
+
+Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval of the mean
+BINS = 30  # histogram bins of each head's distributions on the page
+
+
+def head_key(layer: int, head: int) -> str:
+    """ca<layer>_head<head>, both numbered from 1 (as `cait.evaluate`'s rows and the app name them)."""
+    return f"ca{layer}_head{head}"
+
+
+def block_label(name: str) -> str:
+    """'blocks.3' -> 'sa4', 'blocks_token_only.0' -> 'ca1' (numbered from 1, as the heads)."""
+    stage, k = name.rsplit(".", 1)
+    return f"{'ca' if stage == 'blocks_token_only' else 'sa'}{int(k) + 1}"
+
+
+class Moments:
+    """Running count, sum, sum of squares, min and max over the first axis, NaNs left out (float64)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.n, self.sum, self.sq = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        self.lo, self.hi = np.full(shape, np.inf), np.full(shape, -np.inf)
+
+    def add(self, values: np.ndarray) -> None:
+        v = values.astype(np.float64)
+        seen = ~np.isnan(v)
+        self.n += seen.sum(0)
+        self.sum += np.where(seen, v, 0).sum(0)
+        self.sq += np.where(seen, v * v, 0).sum(0)
+        if len(v):
+            self.lo = np.fmin(self.lo, np.nanmin(np.where(seen, v, np.inf), 0))
+            self.hi = np.fmax(self.hi, np.nanmax(np.where(seen, v, -np.inf), 0))
+
+    @property
+    def mean(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.sum / self.n
+
+    @property
+    def std(self) -> np.ndarray:
+        """Sample standard deviation (n - 1)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.sqrt(np.maximum(self.sq - self.n * self.mean**2, 0) / (self.n - 1))
+
+    @property
+    def half_width(self) -> np.ndarray:
+        """Half width of the normal 95% interval of the mean."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return Z95 * self.std / np.sqrt(self.n)
+
+
+class TopK:
+    """The k largest keys seen with their image index (a tie goes to the lower index): bounded memory."""
+
+    def __init__(self, k: int):
+        self.k, self.heap = k, []
+
+    def add(self, keys: np.ndarray, index: np.ndarray) -> None:
+        for key, i in zip(keys.tolist(), index.tolist()):
+            if self.k and not math.isnan(key):
+                heapq.heappush(self.heap, (key, -i))
+                if len(self.heap) > self.k:
+                    heapq.heappop(self.heap)
+
+    def best(self) -> list[tuple[int, float]]:
+        """(index, key), largest key first."""
+        return [(-i, key) for key, i in sorted(self.heap, reverse=True)]
+
+
+@dataclass
+class Tally:
+    """What the files need from the shards, gathered in one pass."""
+
+    layers: int
+    heads: int
+    classes: int
+    exemplars: int
+    moments: dict[str, Moments] = field(default_factory=dict)
+    class_dla: np.ndarray | None = None  # [classes, L, H] sums of the DLA per predicted class
+    class_count: np.ndarray | None = None  # [classes]
+    concentrated: list[TopK] = field(default_factory=list)  # per head (L * H): lowest entropy
+    writing: list[TopK] = field(default_factory=list)  # per head: highest DLA
+    skipped: list[int] = field(default_factory=list)
+    correct: int = 0
+    labelled: int = 0
+
+    def __post_init__(self) -> None:
+        self.class_dla = np.zeros((self.classes, self.layers, self.heads))
+        self.class_count = np.zeros(self.classes)
+        self.concentrated = [TopK(self.exemplars) for _ in range(self.layers * self.heads)]
+        self.writing = [TopK(self.exemplars) for _ in range(self.layers * self.heads)]
+
+    def add(self, shard: dict[str, np.ndarray]) -> None:
+        self.skipped += shard["skipped"].tolist()
+        if "prediction" not in shard:
+            return
+        for key in (*HEAD_NUMBERS, "distance", "knockout", "probability"):
+            if key in shard:
+                self.moments.setdefault(key, Moments(shard[key].shape[1:])).add(shard[key])
+        labelled = shard["label"] >= 0
+        self.labelled += int(labelled.sum())
+        self.correct += int((shard["label"] == shard["prediction"])[labelled].sum())
+        np.add.at(self.class_dla, shard["prediction"], shard["dla"])
+        np.add.at(self.class_count, shard["prediction"], 1)
+        index = shard["index"]
+        for h, (entropy, dla) in enumerate(
+            zip(shard["entropy"].reshape(len(index), -1).T, shard["dla"].reshape(len(index), -1).T)
+        ):
+            self.concentrated[h].add(-entropy, index)
+            self.writing[h].add(dla, index)
+
+
+def shards_in_order(out: Path, shards: int) -> Iterator[dict[str, np.ndarray]]:
+    for s in range(shards):
+        yield read_shard(shard_path(out, s))
+
+
+def image_columns(layers: int, heads: int, *, boxes: bool, blocks: list[str] | None) -> list[str]:
+    numbers = HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
+    cols = ["path", "label", "prediction", "probability", "correct"]
+    cols += [f"{head_key(l + 1, h + 1)}_{m}" for l in range(layers) for h in range(heads) for m in numbers]
+    return cols + [f"knockout_{block_label(b)}" for b in blocks or []]
+
+
+def _image_rows(shard: dict[str, np.ndarray], paths: list[str], *, boxes: bool, knockouts: bool) -> Iterator[list]:
+    numbers = HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
+    for j, i in enumerate(shard.get("index", np.zeros(0, dtype=np.int64)).tolist()):
+        label, prediction = int(shard["label"][j]), int(shard["prediction"][j])
+        row = [paths[i], label if label >= 0 else "", prediction, float(shard["probability"][j])]
+        row.append("" if label < 0 else str(label == prediction))
+        per_head = np.stack([shard[m][j] for m in numbers], axis=-1)  # [L, H, numbers]
+        row += [_cell(v) for v in per_head.reshape(-1).tolist()]
+        if knockouts:
+            row += [_cell(v) for v in shard["knockout"][j].tolist()]
+        yield row
+
+
+def _cell(v: float) -> Any:
+    return "" if math.isnan(v) else v
+
+
+def write_images_csv(path: Path, out: Path, shards: int, paths: list[str], tally: Tally, **kw: Any) -> None:
+    """images.csv in image order, tallying every shard into `tally` on the way (one read of each shard)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(image_columns(tally.layers, tally.heads, **kw))
+        for shard in shards_in_order(out, shards):
+            tally.add(shard)
+            writer.writerows(_image_rows(shard, paths, boxes=kw["boxes"], knockouts=kw["blocks"] is not None))
+
+
+def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict[str, Any]]:
+    """One row per CA head: mean, std and 95% interval of the mean of each number; the mean DLA per predicted class."""
+    numbers = HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_class = tally.class_dla / tally.class_count[:, None, None]
+    rows = []
+    for l in range(tally.layers):
+        for h in range(tally.heads):
+            row: dict[str, Any] = {"head": head_key(l + 1, h + 1), "layer": l + 1, "head_in_layer": h + 1}
+            for m in numbers:
+                mo = tally.moments[m]
+                mean, half = float(mo.mean[l, h]), float(mo.half_width[l, h])
+                row |= {f"{m}_mean": mean, f"{m}_std": float(mo.std[l, h])}
+                row |= {f"{m}_ci95_low": mean - half, f"{m}_ci95_high": mean + half, f"{m}_images": int(mo.n[l, h])}
+            for c, name in enumerate(class_names):
+                if tally.class_count[c]:
+                    row[f"dla_mean_{name}"] = float(per_class[c, l, h])
+            rows.append(row)
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        writer.writerows({k: _cell(v) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+
+
+def histograms(out: Path, shards: int, tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
+    """Per number, shared bin edges over all heads and the counts of each head [L, H, BINS] (a second read of
+    the shards: the edges need the first pass's extremes)."""
+    numbers = [m for m in (HEAD_NUMBERS[:2] if not boxes else ("entropy", "dla", "mass_in_box"))]
+    edges = {}
+    for m in numbers:
+        lo, hi = float(np.min(tally.moments[m].lo)), float(np.max(tally.moments[m].hi))
+        edges[m] = np.linspace(lo, hi if hi > lo else lo + 1.0, BINS + 1)
+    counts = {m: np.zeros((tally.layers, tally.heads, BINS), dtype=np.int64) for m in numbers}
+    for shard in shards_in_order(out, shards):
+        for m in numbers if "prediction" in shard else ():
+            which = np.clip(np.searchsorted(edges[m], shard[m], side="right") - 1, 0, BINS - 1)
+            valid = ~np.isnan(shard[m])
+            for l in range(tally.layers):
+                for h in range(tally.heads):
+                    counts[m][l, h] += np.bincount(which[:, l, h][valid[:, l, h]], minlength=BINS)
+    return {m: {"edges": edges[m].tolist(), "counts": counts[m].tolist()} for m in numbers}
+
+
+def write_parquet(csv_path: Path) -> Path | None:
+    """A parquet copy of a CSV written here (streamed batch by batch), when pyarrow is installed; else None."""
+    try:
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    target = csv_path.with_suffix(".parquet")
+    with open(csv_path, newline="") as f:
+        header = next(csv.reader(f))
+    import pyarrow as pa
+
+    types = {
+        c: pa.string() if c in ("path", "head") else pa.bool_() if c == "correct" else pa.float64() for c in header
+    }
+    types |= {c: pa.int64() for c in ("label", "prediction", "layer", "head_in_layer") if c in header}
+    reader = pacsv.open_csv(csv_path, convert_options=pacsv.ConvertOptions(column_types=types))
+    with pq.ParquetWriter(target, reader.schema) as writer:
+        for batch in reader:
+            writer.write_batch(batch)
+    return target
+
+
+def _interval(mo: Moments, where) -> dict[str, Any]:
+    mean, half = float(mo.mean[where]), float(mo.half_width[where])
+    return {"mean": _json(mean), "ci95": [_json(mean - half), _json(mean + half)]}
+
+
+def _json(v: float) -> float | None:
+    return None if math.isnan(v) else v
+
+
+def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[str, Any]]:
+    """summary.json's `heads`: per CA head (numbered from 1) its means with intervals and its exemplars."""
+    entries = []
+    for l in range(tally.layers):
+        for h in range(tally.heads):
+            k, entry = l * tally.heads + h, {"layer": l + 1, "head": h + 1}
+            for m in HEAD_NUMBERS:
+                if m in HEAD_NUMBERS[2:] and not boxes:
+                    entry |= {m: None, f"{m}_ci95": None}
+                    continue
+                stats = _interval(tally.moments[m], (l, h))
+                name = m if m in HEAD_NUMBERS[2:] else f"{m}_mean"
+                entry |= {name: stats["mean"], f"{m}_ci95": stats["ci95"]}
+            entry["exemplars"] = {
+                "concentrated": [{"path": paths[i], "entropy": -v} for i, v in tally.concentrated[k].best()],
+                "writes": [{"path": paths[i], "dla": v} for i, v in tally.writing[k].best()],
+            }
+            entries.append(entry)
+    return entries
+
+
+def block_entries(tally: Tally, names: list[str], gamma: list[float]) -> list[dict[str, Any]]:
+    """summary.json's `blocks`: per block its mean logit change when knocked out (with a 95% interval over
+    the images) and its mean |gamma|."""
+    mo = tally.moments["knockout"]
+    return [
+        {
+            "name": n,
+            "label": block_label(n),
+            **{f"logit_change_{k}": v for k, v in _interval(mo, b).items()},
+            "gamma_mean_abs": g,
+        }
+        for b, (n, g) in enumerate(zip(names, gamma))
+    ]

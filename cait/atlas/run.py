@@ -1,0 +1,141 @@
+"""One atlas run: load the model and the images, compute this rank's shards, and (rank 0, after every rank is
+done) merge them into the atlas's files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from .. import explain
+from ..config import DEFAULT_MODEL
+from ..data import DataError
+from ..distributed import setup_distributed
+from ..preprocess import class_names
+from ..provenance import SourcedModel, load_or_init
+from ..runtime import DeviceError, choose_precision
+from . import report
+from ._adapter import read_images
+from .page import write_page
+from .shards import args_problem, rank_shards, record_args, run_shards, shard_ranges, write_atomic
+
+# arguments that do not change the numbers, so a resumed run may differ in them
+FREE_ARGS = ("out", "device", "workers")
+
+
+def load_model(args: argparse.Namespace) -> SourcedModel:
+    """The model --model/--checkpoint/--pretrained ask for (the analysis scripts' rule: the shipped default
+    model when neither names one)."""
+    name = args.model if args.checkpoint else args.model or DEFAULT_MODEL
+    try:
+        loaded = load_or_init(name, args.checkpoint, download=args.pretrained)
+    except (ValueError, TypeError) as e:  # a name or file that cannot work (CheckpointError is a ValueError)
+        raise AtlasError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    if not loaded.trained:
+        print(f"WARNING: {loaded.notice}; using RANDOM INIT (the atlas says so)", file=sys.stderr)
+    return loaded
+
+
+def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def run(args: argparse.Namespace) -> Path:
+    """Make the atlas `args` ask for in args.out; under torchrun this process is one rank of it. Raises
+    `AtlasError` (and the reader's / loader's one-line errors) for input that cannot work."""
+    rank, world, device = setup_distributed(args.device)
+    try:
+        loaded = load_model(args)
+        model = loaded.model.to(device).eval()
+        data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
+        out, recorded = Path(args.out), recorded_args(args)
+        problem = args_problem(out, recorded)  # every rank reads before rank 0 writes: they all agree
+        _barrier()
+        if problem:
+            raise AtlasError(problem)
+        if rank == 0:
+            record_args(out, recorded)
+        dtype = choose_precision(args.precision, device).dtype
+        shards = shard_ranges(len(data), args.shard_size)
+        mine = rank_shards(len(shards), rank, world)
+        options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
+        run_shards(model, data, shards, mine, out, device=device, show=rank == 0, **options)
+        _barrier()
+        if rank == 0:
+            merge(out, loaded, data, len(shards), args=args, dtype=dtype)
+        return out
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class AtlasError(ValueError):
+    """An atlas that cannot be made as asked; the message is one line."""
+
+
+def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.Namespace, dtype) -> None:
+    """images.csv, heads.csv, summary.json (and parquet copies), then atlas.html, from the shards on disk."""
+    model, cfg = loaded.model, loaded.model.cfg
+    boxes = data.boxes is not None
+    blocks = explain.block_names(model) if args.knockouts else None
+    names = list(class_names(cfg))
+    tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, args.exemplars)
+    report.write_images_csv(out / "images.csv", out, shards, data.paths, tally, boxes=boxes, blocks=blocks)
+    report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes))
+    for name in ("images.csv", "heads.csv"):
+        report.write_parquet(out / name)
+    summary = _summary(tally, loaded, data, blocks, boxes=boxes)
+    write_atomic(out / "summary.json", json.dumps(summary, indent=1).encode())
+    hist = report.histograms(out, shards, tally, boxes=boxes)
+    write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
+    print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
+
+
+def _summary(tally: report.Tally, loaded: SourcedModel, data, blocks: list[str] | None, *, boxes: bool) -> dict:
+    cfg = loaded.model.cfg
+    images = int(tally.moments["probability"].n) if "probability" in tally.moments else 0
+    distance = tally.moments.get("distance")
+    summary: dict[str, Any] = {
+        "data": data.name,
+        "model": loaded.made_from,
+        "images": images,
+        "skipped": [data.paths[i] for i in sorted(tally.skipped)],
+        "top1": tally.correct / tally.labelled if tally.labelled else None,
+        "labelled": tally.labelled,
+        "heads": report.head_entries(tally, data.paths, boxes=boxes) if images else [],
+        "sa_attention_distance": None,
+    }
+    if distance is not None:
+        summary["sa_attention_distance"] = {
+            "per_head_px": distance.mean.tolist(),  # [SA layer][head], from 0
+            "head_mean_by_depth_px": distance.mean.mean(1).tolist(),
+            "uniform_px": explain.uniform_attention_distance(cfg.grid_size, cfg.patch_size),
+        }
+    if blocks is not None and images:
+        gamma = explain.block_gamma_mean_abs(loaded.model).tolist()
+        summary["blocks"] = report.block_entries(tally, blocks, gamma)
+    return summary
+
+
+def main_guarded(args: argparse.Namespace) -> int:
+    """`run`, with bad input as one line on stderr (rank 0 only under torchrun) and exit code 2."""
+    try:
+        run(args)
+    except (AtlasError, DataError, DeviceError) as e:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(
+                f"python -m cait.atlas: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                file=sys.stderr,
+            )
+        return 2
+    return 0
