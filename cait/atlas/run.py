@@ -28,6 +28,10 @@ from .shards import args_problem, rank_shards, record_args, run_shards, shard_ra
 FREE_ARGS = ("out", "device", "workers")
 
 
+class AtlasError(ValueError):
+    """An atlas that cannot be made as asked; the message is one line."""
+
+
 def load_model(args: argparse.Namespace) -> SourcedModel:
     """The model --model/--checkpoint/--pretrained ask for (the analysis scripts' rule: the shipped default
     model when neither names one)."""
@@ -77,10 +81,6 @@ def run(args: argparse.Namespace) -> Path:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-class AtlasError(ValueError):
-    """An atlas that cannot be made as asked; the message is one line."""
 
 
 def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.Namespace, dtype) -> None:

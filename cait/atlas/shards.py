@@ -83,11 +83,11 @@ def _shard_numbers(
 ) -> Iterator[dict[str, np.ndarray]]:
     """The numbers of every readable image of a shard's loader, batch by batch, with the indices of the rest."""
     for pixels, label, box, index, ok in loader:
-        bar.update(len(index))
         rows = {"index": index[ok].numpy(), "label": label[ok].numpy(), "skipped": index[~ok].numpy()}
         if ok.any():
             x = normalise(pixels[ok].to(device), model.cfg)
             rows |= batch_numbers(model, x, box[ok], knockouts=knockouts, dtype=dtype)
+        bar.update(len(index))
         yield rows
 
 
