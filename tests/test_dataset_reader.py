@@ -120,10 +120,15 @@ def test_class_folders_match_names_ignoring_case_spaces_and_underscores(tmp_path
     for folder in ("t-shirt_top", "ANKLE BOOT", "Bag"):
         _save(tmp_path / folder / "deep" / "x.png")  # images are found recursively within a class folder
     (tmp_path / "Bag" / "readme.txt").write_text("not an image")
-    images = read_images(str(tmp_path), PICO, limit=2)
-    assert images.paths == ["ANKLE BOOT/deep/x.png", "Bag/deep/x.png"]
-    assert images.labels.tolist() == [9, 8]
+    _save(tmp_path / "0_unknown" / "x.png")
+    with pytest.warns(DataWarning, match="1 class folder.*'0_unknown'"):
+        images = read_images(str(tmp_path), PICO, limit=2)  # the first folder maps to nothing: no error
+    assert images.paths == ["0_unknown/x.png", "ANKLE BOOT/deep/x.png"] and images.labels.tolist() == [-1, 9]
+    (tmp_path / "0_unknown" / "x.png").unlink()
     assert read_images(str(tmp_path), PICO).labels.tolist() == [9, 8, 0]
+    _save(tmp_path / "loose.png")
+    with pytest.warns(DataWarning, match="1 image.* outside any class folder"):
+        assert "loose.png" not in read_images(str(tmp_path), PICO).paths
 
 
 def test_a_flat_folder_is_unlabelled_and_broken_files_are_skipped(tmp_path):

@@ -149,8 +149,8 @@ class _FileImage:
 
     def __call__(self, i: int) -> Image.Image:
         with Image.open(self.root / self.paths[i]) as image:
-            image.load()
-            return image.copy()
+            image.load()  # a loaded image stays usable after its file is closed
+        return image
 
 
 def image_extensions() -> frozenset[str]:
@@ -204,17 +204,20 @@ def folder_classes(folders: list[str], cfg: CaiTConfig) -> dict[str, int]:
     return mapping
 
 
-def _image_root(root: Path, split: str) -> Path:
-    """DIR/<split> when it is a folder holding images (the train/val layout), else DIR."""
-    candidate = root / split
-    return candidate if candidate.is_dir() and find_images(candidate) else root
+def _image_files(root: Path, split: str) -> tuple[Path, list[str]]:
+    """The folder to read and its images: DIR/<split> when it is a folder holding images (the train/val layout
+    of `cait.train`), else DIR."""
+    if (root / split).is_dir():
+        paths = find_images(root / split)
+        if paths:
+            return root / split, paths
+    return root, find_images(root)
 
 
 def _folder(
     root: Path, cfg: CaiTConfig, split: str, boxes: str | Path | None, limit: int | None, normalise: bool
 ) -> ImageSet:
-    root = _image_root(root, split)
-    paths = find_images(root)
+    root, paths = _image_files(root, split)
     if not paths:
         raise DataError(f"{root} holds no images (looked for {', '.join(sorted(image_extensions())[:6])}, ...)")
     loose = [p for p in paths if "/" not in p]
@@ -222,13 +225,18 @@ def _folder(
     if labelled and loose:
         warnings.warn(f"{len(loose)} image(s) directly in {root} are outside any class folder: left out", DataWarning)
         paths = [p for p in paths if "/" in p]
+    # classes are mapped over every folder, so that a limit cannot make a good folder look unmapped
+    labels = _labels(root, paths, cfg)[:limit] if labelled else None
     paths = paths[:limit]
-    labels, what = (_labels(root, paths, cfg), "ImageFolder") if labelled else (None, "image folder")
     box_tensor = None if boxes is None else read_coco_boxes(boxes, root, paths, cfg)
     count = f"{len(paths):,} images, " + (
         f"{len({p.split('/')[0] for p in paths})} classes" if labelled else "no labels"
     )
-    name = f"{what} {root}/ ({count}" + ("" if boxes is None else f"; boxes: {Path(boxes).name}") + ")"
+    name = (
+        f"{'ImageFolder' if labelled else 'image folder'} {root}/ ({count}"
+        + ("" if boxes is None else f"; boxes: {Path(boxes).name}")
+        + ")"
+    )
     return ImageSet(
         name=name,
         paths=paths,
