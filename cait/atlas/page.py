@@ -15,11 +15,12 @@ import torch
 from PIL import Image
 
 from .. import explain
+from ..evaluate import head_row
 from ..figures import distance_plot, to_plotly
 from ..figures.causal import knockout_plotly
 from ..preprocess import normalise
 from ..runtime import autocast
-from .report import Tally, head_key
+from .report import Tally
 
 THUMB = 112  # pixels of an exemplar's side on the page
 TITLES = {"entropy": "map entropy (nats)", "dla": "direct logit attribution", "mass_in_box": "mass in box"}
@@ -37,7 +38,7 @@ def distributions(hist: dict[str, dict[str, Any]], layers: int, heads: int) -> l
     for number, h in hist.items():
         edges = np.asarray(h["edges"])
         centres = (edges[:-1] + edges[1:]) / 2
-        titles = [head_key(l + 1, k + 1) for l in range(layers) for k in range(heads)]
+        titles = [head_row(l, k) for l in range(layers) for k in range(heads)]
         fig = make_subplots(rows=layers, cols=heads, subplot_titles=titles, shared_xaxes=True)
         for l in range(layers):
             for k in range(heads):
@@ -57,7 +58,7 @@ def dla_heatmap(tally: Tally, names: list[str]):
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = tally.class_dla[seen] / tally.class_count[seen, None, None]  # [classes, L, H]
     z = mean.reshape(len(seen), -1).T
-    rows = [head_key(l + 1, h + 1) for l in range(tally.layers) for h in range(tally.heads)]
+    rows = [head_row(l, h) for l in range(tally.layers) for h in range(tally.heads)]
     fig = go.Figure(go.Heatmap(z=z, x=[names[c] for c in seen], y=rows, colorscale="RdBu", zmid=0))
     fig.update_layout(
         title="Mean direct logit attribution of each head, by predicted class",
@@ -124,7 +125,7 @@ def _exemplar_html(summary: dict, tiles: dict, paths: list[str]) -> str:
                 for i, url in tiles.get((l, h), {}).get(kind, [])
             )
             rows.append(f"<div class='row'><span class='kind'>{label}</span>{cells}</div>")
-        parts.append(f"<h3>{head_key(l + 1, h + 1)}</h3>{''.join(rows)}")
+        parts.append(f"<h3>{head_row(l, h)}</h3>{''.join(rows)}")
     return "".join(parts)
 
 
@@ -133,7 +134,7 @@ def _heads_table(summary: dict) -> str:
     head = "".join(f"<th>{c}</th>" for c in ("head", *cols))
     fmt = lambda v: "-" if v is None else f"{v:.3f}"
     body = "".join(
-        f"<tr><td>{head_key(e['layer'], e['head'])}</td>{''.join(f'<td>{fmt(e[c])}</td>' for c in cols)}</tr>"
+        f"<tr><td>{head_row(e['layer'] - 1, e['head'] - 1)}</td>{''.join(f'<td>{fmt(e[c])}</td>' for c in cols)}</tr>"
         for e in summary["heads"]
     )
     return f"<table><tr>{head}</tr>{body}</table>"

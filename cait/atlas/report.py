@@ -13,16 +13,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..evaluate import head_row
 from .compute import HEAD_NUMBERS
 from .shards import read_shard, shard_path
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval of the mean
 BINS = 30  # histogram bins of each head's distributions on the page
-
-
-def head_key(layer: int, head: int) -> str:
-    """ca<layer>_head<head>, both numbered from 1 (as `cait.evaluate`'s rows and the app name them)."""
-    return f"ca{layer}_head{head}"
 
 
 def block_label(name: str) -> str:
@@ -135,7 +131,7 @@ def shards_in_order(out: Path, shards: int) -> Iterator[dict[str, np.ndarray]]:
 def image_columns(layers: int, heads: int, *, boxes: bool, blocks: list[str] | None) -> list[str]:
     numbers = HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
     cols = ["path", "label", "prediction", "probability", "correct"]
-    cols += [f"{head_key(l + 1, h + 1)}_{m}" for l in range(layers) for h in range(heads) for m in numbers]
+    cols += [f"{head_row(l, h)}_{m}" for l in range(layers) for h in range(heads) for m in numbers]
     return cols + [f"knockout_{block_label(b)}" for b in blocks or []]
 
 
@@ -174,7 +170,7 @@ def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict
     rows = []
     for l in range(tally.layers):
         for h in range(tally.heads):
-            row: dict[str, Any] = {"head": head_key(l + 1, h + 1), "layer": l + 1, "head_in_layer": h + 1}
+            row: dict[str, Any] = {"head": head_row(l, h), "layer": l + 1, "head_in_layer": h + 1}
             for m in numbers:
                 mo = tally.moments[m]
                 mean, half = float(mo.mean[l, h]), float(mo.half_width[l, h])

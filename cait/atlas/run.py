@@ -14,13 +14,12 @@ import torch.distributed as dist
 
 from .. import explain
 from ..config import DEFAULT_MODEL
-from ..data import DataError
+from ..data import DataError, read_images
 from ..distributed import setup_distributed
 from ..preprocess import class_names
 from ..provenance import SourcedModel, load_or_init
 from ..runtime import DeviceError, choose_precision
 from . import report
-from ._adapter import read_images
 from .page import write_page
 from .shards import args_problem, rank_shards, record_args, run_shards, shard_ranges, write_atomic
 
