@@ -24,11 +24,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     p.add_argument("--exemplars", type=int, default=6, help="exemplar images per head and kind on the page")
     p.add_argument("--shard-size", type=int, default=256, help="images per shard file (what a resume skips)")
+    p.add_argument(
+        "--stop-after", type=int, default=None, metavar="N", help="stop after N shards (the same command continues)"
+    )
     p.add_argument("--workers", type=int, default=1, help="data loader processes (default 1)")
     add_device_flag(p)
     add_precision_flag(p, default="fp32", help="autocast of the forward passes: fp32 (default), bf16 or auto")
     args = p.parse_args(argv)
-    for name in ("limit", "batch_size", "shard_size"):
+    for name in ("limit", "batch_size", "shard_size", "stop_after"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.exemplars < 0 or args.workers < 0:

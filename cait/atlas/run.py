@@ -21,10 +21,10 @@ from ..provenance import SourcedModel, load_or_init
 from ..runtime import DeviceError, choose_precision
 from . import report
 from .page import write_page
-from .shards import args_problem, rank_shards, record_args, run_shards, shard_ranges, write_atomic
+from .shards import args_problem, missing_shards, rank_shards, record_args, run_shards, shard_ranges, write_atomic
 
 # arguments that do not change the numbers, so a resumed run may differ in them
-FREE_ARGS = ("out", "device", "workers")
+FREE_ARGS = ("out", "device", "workers", "stop_after")
 
 
 class AtlasError(ValueError):
@@ -72,9 +72,15 @@ def run(args: argparse.Namespace) -> Path:
         shards = shard_ranges(len(data), args.shard_size)
         mine = rank_shards(len(shards), rank, world)
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
-        run_shards(model, data, shards, mine, out, device=device, show=rank == 0, **options)
+        run_shards(model, data, shards, mine, out, device=device, show=rank == 0, stop_after=args.stop_after, **options)
         _barrier()
-        if rank == 0:
+        missing = missing_shards(out, len(shards))
+        if rank == 0 and missing:
+            print(
+                f"stopped with {len(missing)} of {len(shards)} shards to do: the same command continues",
+                file=sys.stderr,
+            )
+        elif rank == 0:
             merge(out, loaded, data, len(shards), args=args, dtype=dtype)
         return out
     finally:

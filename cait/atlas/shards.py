@@ -37,6 +37,10 @@ def shard_path(out: Path, shard: int) -> Path:
     return out / SHARD_DIR / f"shard-{shard:05d}.npz"
 
 
+def missing_shards(out: Path, shards: int) -> list[int]:
+    return [s for s in range(shards) if not shard_path(out, s).exists()]
+
+
 def args_problem(out: Path, recorded: dict[str, Any]) -> str | None:
     """One line when OUT already holds shards made with other arguments (None: they can be continued)."""
     try:
@@ -104,10 +108,11 @@ def run_shards(
     dtype: torch.dtype | None,
     device: torch.device,
     show: bool,
+    stop_after: int | None = None,
 ) -> None:
-    """Compute and write shards `todo` (indices into `shards`) not yet on disk; data yields unnormalised
-    (pixels, label, box, index, ok) items (`cait.data.read_images(..., normalise=False)`)."""
-    todo = [s for s in todo if not shard_path(out, s).exists()]
+    """Compute and write shards `todo` (indices into `shards`) not yet on disk, at most `stop_after` of them;
+    data yields unnormalised (pixels, label, box, index, ok) items (`cait.data.read_images(..., normalise=False)`)."""
+    todo = [s for s in todo if not shard_path(out, s).exists()][:stop_after]
     with tqdm(total=sum(len(shards[s]) for s in todo), unit="img", desc="atlas", disable=not show) as bar:
         for s in todo:
             loader = DataLoader(Subset(data, shards[s]), batch_size=batch_size, num_workers=workers)

@@ -1,0 +1,223 @@
+"""The head atlas (`python -m cait.atlas`) on exported scenes plus one broken file, against independent
+references: a plain loop over the model's logits, `cait.explain` on maps computed here, a resumed run against
+an uninterrupted one, two torchrun processes against one."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import randomise_
+
+import cait
+from cait import explain
+from cait.atlas.__main__ import main
+from cait.checkpoint import save_weights
+from cait.data import read_images
+from cait.data.export import export_scenes
+
+REPO = Path(__file__).resolve().parent.parent
+SCENES = 150
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A random cait_pico_32 saved as a checkpoint, exported scenes with one broken file, and a full atlas."""
+    root = tmp_path_factory.mktemp("atlas")
+    model = randomise_(cait.create_model("cait_pico_32"), seed=3).eval()
+    save_weights(model, root / "pico.safetensors")
+    scenes = root / "scenes"
+    export_scenes(scenes, n=SCENES, split="val", style="default", seed=0)
+    (scenes / "Bag" / "broken.png").write_text("not an image")
+    args = [
+        "--checkpoint",
+        str(root / "pico.safetensors"),
+        "--data",
+        str(scenes),
+        "--boxes",
+        str(scenes / "boxes.json"),
+    ]
+    args += ["--knockouts", "--shard-size", "32", "--batch-size", "16", "--exemplars", "2", "--workers", "0"]
+    assert main([*args, "--out", str(root / "full")]) == 0
+    return dict(root=root, model=model, scenes=scenes, args=args, full=root / "full")
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_same_files(a: Path, b: Path, tol: float) -> None:
+    """images.csv, heads.csv and summary.json of two atlases agree: strings exactly, numbers to `tol`."""
+    for name in ("images.csv", "heads.csv"):
+        ra, rb = rows(a / name), rows(b / name)
+        assert len(ra) == len(rb) and ra[0].keys() == rb[0].keys()
+        for x, y in zip(ra, rb):
+            for k in x:
+                assert _close(x[k], y[k], tol), (name, k, x[k], y[k])
+    assert _same_json(json.loads((a / "summary.json").read_text()), json.loads((b / "summary.json").read_text()), tol)
+
+
+def _close(x: str, y: str, tol: float) -> bool:
+    try:
+        return math.isclose(float(x), float(y), rel_tol=tol, abs_tol=tol)
+    except ValueError:
+        return x == y
+
+
+def _same_json(x, y, tol: float) -> bool:
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(_same_json(x[k], y[k], tol) for k in x)
+    if isinstance(x, list):
+        return len(x) == len(y) and all(_same_json(u, v, tol) for u, v in zip(x, y))
+    if isinstance(x, float):
+        return math.isclose(x, y, rel_tol=tol, abs_tol=tol)
+    return x == y
+
+
+def test_top1_and_predictions_equal_a_plain_loop(setup):
+    model, images = setup["model"], rows(setup["full"] / "images.csv")
+    data = read_images(str(setup["scenes"]), model.cfg)
+    expected = {}
+    with torch.no_grad():
+        for x, label, _, i, ok in data:
+            if ok:
+                logits = model(x[None])[0]
+                expected[data.paths[i]] = (label, int(logits.argmax()), float(logits.softmax(-1).max()))
+    assert [r["path"] for r in images] == [p for p in data.paths if p in expected]
+    for r in images:
+        label, prediction, probability = expected[r["path"]]
+        assert (int(r["label"]), int(r["prediction"])) == (label, prediction)
+        assert float(r["probability"]) == pytest.approx(probability, abs=1e-5)
+    summary = json.loads((setup["full"] / "summary.json").read_text())
+    top1 = sum(label == pred for label, pred, _ in expected.values()) / len(expected)
+    assert summary["top1"] == pytest.approx(top1) and summary["images"] == SCENES == len(images)
+    assert summary["skipped"] == ["Bag/broken.png"]  # named, not a row
+
+
+def test_head_numbers_equal_explain_on_maps_computed_here(setup):
+    """Entropy, DLA, pointing and mass per head, and the knockouts, from cait.explain on one image at a time."""
+    model, images = setup["model"], rows(setup["full"] / "images.csv")
+    data = read_images(str(setup["scenes"]), model.cfg, boxes=setup["scenes"] / "boxes.json")
+    by_path = {p: i for i, p in enumerate(data.paths)}
+    img = model.cfg.img_size
+    for r in images[:: len(images) // 12]:
+        x, _, box, _, ok = data[by_path[r["path"]]]
+        maps = explain.class_attention(model, x[None]).maps[0]  # [L, H, g, g]
+        target = torch.tensor([int(r["prediction"])])
+        dla = explain.direct_logit_attribution(model, x[None], target).heads[0]
+        knock = explain.knockout_profile(model, x[None], target, shared_prefix=False)[0]
+        for l in range(maps.shape[0]):
+            for h in range(maps.shape[1]):
+                head = f"ca{l + 1}_head{h + 1}"
+                heat = maps[l, h][None]
+                assert float(r[f"{head}_pointing"]) == float(explain.pointing_game(heat, box[None], img)[0])
+                assert float(r[f"{head}_mass_in_box"]) == pytest.approx(
+                    float(explain.mass_in_box(heat, box[None], img)[0]), abs=1e-5
+                )
+                assert float(r[f"{head}_entropy"]) == pytest.approx(float(explain.attention_entropy(heat)[0]), abs=1e-5)
+                assert float(r[f"{head}_dla"]) == pytest.approx(float(dla[l, h]), abs=1e-5)
+        names = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in explain.block_names(model)]
+        for k, name in enumerate(names):
+            label = name[:2] + str(int(name[2:]) + 1)
+            assert float(r[f"knockout_{label}"]) == pytest.approx(float(knock[k]), abs=1e-4)
+
+
+def test_summary_means_and_distances(setup):
+    model, images = setup["model"], rows(setup["full"] / "images.csv")
+    summary = json.loads((setup["full"] / "summary.json").read_text())
+    head = summary["heads"][1]
+    assert (head["layer"], head["head"]) == (1, 2)
+    mean = sum(float(r["ca1_head2_dla"]) for r in images) / len(images)
+    assert head["dla_mean"] == pytest.approx(mean, abs=1e-6)
+    assert head["pointing"] == pytest.approx(sum(float(r["ca1_head2_pointing"]) for r in images) / len(images))
+    assert len(head["exemplars"]["writes"]) == 2
+    top = max(images, key=lambda r: float(r["ca1_head2_dla"]))
+    assert head["exemplars"]["writes"][0]["path"] == top["path"]
+    data = read_images(str(setup["scenes"]), model.cfg)
+    x = torch.stack([item[0] for item in data if item[4]])
+    with torch.inference_mode():
+        each = explain.mean_attention_distances(model, x)  # [images, D, H], from its own passes
+    per_head = torch.tensor(summary["sa_attention_distance"]["per_head_px"])
+    torch.testing.assert_close(per_head, each.mean(0), atol=1e-4, rtol=0)
+    uniform = explain.patch_distances(model.cfg.grid_size, model.cfg.patch_size).mean().item()
+    assert summary["sa_attention_distance"]["uniform_px"] == pytest.approx(uniform)
+    blocks = summary["blocks"]
+    assert [b["name"] for b in blocks] == explain.block_names(model)
+    gamma = explain.block_gamma_mean_abs(model)
+    assert [b["gamma_mean_abs"] for b in blocks] == pytest.approx(gamma.tolist())
+
+
+def test_a_resumed_run_after_a_kill_equals_a_full_run(setup):
+    out = setup["root"] / "killed"
+    command = [sys.executable, "-m", "cait.atlas", *setup["args"], "--out", str(out)]
+    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (out / "shards" / "shard-00000.npz").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = len(list((out / "shards").glob("*.npz")))
+    assert 1 <= done < 5 and not (out / "summary.json").exists()
+    # the same arguments continue; --stop-after stops once more, between two shards
+    assert main([*setup["args"], "--out", str(out), "--stop-after", "1"]) == 0
+    assert len(list((out / "shards").glob("*.npz"))) == done + 1
+    assert (out / "summary.json").exists() == (done + 1 == 5)
+    assert main([*setup["args"], "--out", str(out)]) == 0
+    assert_same_files(out, setup["full"], 1e-6)
+
+
+def test_two_torchrun_processes_equal_one(setup):
+    out = setup["root"] / "ranks"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command += ["-m", "cait.atlas", *setup["args"], "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in (out / "shards").glob("*.npz")) == [f"shard-0000{s}.npz" for s in range(5)]
+    assert_same_files(out, setup["full"], 1e-4)
+
+
+def test_page_is_self_contained_and_names_data_and_model(setup):
+    page = (setup["full"] / "atlas.html").read_text()
+    summary = json.loads((setup["full"] / "summary.json").read_text())
+    assert re.search(r"<script[^>]*\bsrc\s*=", page) is None  # plotly.js inline, no script from the web
+    assert re.search(r"<(img|link)[^>]*(src|href)\s*=\s*[\"']https?:", page) is None
+    assert html.escape(summary["data"]) in page and html.escape(summary["model"]) in page
+    assert page.count("data:image/jpeg;base64,") == 2 * 2 * len(summary["heads"])  # k=2, two kinds per head
+    assert "Knockout profile" in page and "uniform attention" in page
+
+
+def test_parquet_round_trip(setup):
+    import pandas as pd
+
+    for name in ("images", "heads"):
+        table = pd.read_parquet(setup["full"] / f"{name}.parquet")
+        frame = pd.read_csv(setup["full"] / f"{name}.csv")
+        assert list(table.columns) == list(frame.columns) and len(table) == len(frame)
+        numbers = frame.select_dtypes("number").columns
+        assert ((table[numbers] - frame[numbers]).abs().fillna(0) < 1e-9).all().all()
+    assert pd.read_parquet(setup["full"] / "images.parquet")["correct"].dtype == bool
+
+
+def test_bad_input_is_one_line_and_exit_code_2(setup, capsys):
+    assert main(["--checkpoint", str(setup["root"] / "pico.safetensors"), "--data", "/no/such/dir", "--out", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    # other arguments into an existing atlas: refused, nothing overwritten
+    before = (setup["full"] / "images.csv").read_bytes()
+    assert main([*setup["args"], "--limit", "50", "--out", str(setup["full"])]) == 2
+    err = capsys.readouterr().err
+    assert "--limit None there, 50 here" in err and len(err.strip().splitlines()) == 1
+    assert (setup["full"] / "images.csv").read_bytes() == before
