@@ -218,7 +218,9 @@ def write_parquet(csv_path: Path) -> Path | None:
         return None
     target = csv_path.with_suffix(".parquet")
     with open(csv_path, newline="") as f:
-        header = next(csv.reader(f))
+        header = next(csv.reader(f), [])
+    if not header:  # no head was measured (no readable image): nothing to copy
+        return None
     import pyarrow as pa
 
     types = {

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> Path:
         loaded = load_model(args)
         model = loaded.model.to(device).eval()
         data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
-        out, recorded = Path(args.out), recorded_args(args)
+        out, recorded = Path(args.out), recorded_args(args) | {"images": len(data)}
         problem = args_problem(out, recorded)  # every rank reads before rank 0 writes: they all agree
         _barrier()
         if problem:
@@ -96,12 +96,13 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     names = list(class_names(cfg))
     tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, args.exemplars)
     report.write_images_csv(out / "images.csv", out, shards, data.paths, tally, boxes=boxes, blocks=blocks)
-    report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes))
+    any_image = "probability" in tally.moments
+    report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes) if any_image else [])
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
     summary = _summary(tally, loaded, data, blocks, boxes=boxes)
     write_atomic(out / "summary.json", json.dumps(summary, indent=1).encode())
-    hist = report.histograms(out, shards, tally, boxes=boxes)
+    hist = report.histograms(out, shards, tally, boxes=boxes) if any_image else {}
     write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
     print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
 

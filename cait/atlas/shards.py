@@ -49,12 +49,15 @@ def args_problem(out: Path, recorded: dict[str, Any]) -> str | None:
         return None
     except (OSError, ValueError) as e:
         return f"{out / ARGS_FILE} is unreadable ({type(e).__name__}); use another --out or delete it"
-    changed = [
-        f"--{k.replace('_', '-')} {before.get(k)} there, {v} here" for k, v in recorded.items() if before.get(k) != v
-    ]
+    changed = [f"{_flag(k)} {before.get(k)} there, {v} here" for k, v in recorded.items() if before.get(k) != v]
     if not changed:
         return None
     return f"{out} holds an atlas made with other arguments ({'; '.join(changed)}): use another --out or delete it"
+
+
+def _flag(key: str) -> str:
+    """How a recorded argument is named in a message: as its flag, or "images" (how many the data held)."""
+    return "images" if key == "images" else f"--{key.replace('_', '-')}"
 
 
 def record_args(out: Path, recorded: dict[str, Any]) -> None:
