@@ -100,14 +100,16 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes) if any_image else [])
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
-    summary = _summary(tally, loaded, data, blocks, boxes=boxes)
+    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision="fp32" if dtype is None else "bf16")
     write_atomic(out / "summary.json", json.dumps(summary, indent=1).encode())
     hist = report.histograms(out, shards, tally, boxes=boxes) if any_image else {}
     write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
     print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
 
 
-def _summary(tally: report.Tally, loaded: SourcedModel, data, blocks: list[str] | None, *, boxes: bool) -> dict:
+def _summary(
+    tally: report.Tally, loaded: SourcedModel, data, blocks: list[str] | None, *, boxes: bool, precision: str
+) -> dict:
     cfg = loaded.model.cfg
     images = int(tally.moments["probability"].n) if "probability" in tally.moments else 0
     distance = tally.moments.get("distance")
@@ -118,6 +120,8 @@ def _summary(tally: report.Tally, loaded: SourcedModel, data, blocks: list[str] 
         "skipped": [data.paths[i] for i in sorted(tally.skipped)],
         "top1": tally.correct / tally.labelled if tally.labelled else None,
         "labelled": tally.labelled,
+        "precision": precision,
+        "dla": "each CA head's direct write to the logit of the class the model predicted (cait.explain)",
         "heads": report.head_entries(tally, data.paths, boxes=boxes) if images else [],
         "sa_attention_distance": None,
     }
