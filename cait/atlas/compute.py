@@ -17,6 +17,11 @@ from ..runtime import autocast
 HEAD_NUMBERS = ("entropy", "dla", "pointing", "mass_in_box")  # each [L, H] per image
 
 
+def head_numbers(boxes: bool) -> tuple[str, ...]:
+    """The per-head numbers an atlas has: the localisation scores only on data with boxes."""
+    return HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
+
+
 def images_per_pass(cfg) -> int | None:
     """Images whose SA maps of every layer fit `DISTANCE_BYTES` in one pass; None when one image's
     do not (then the distances take `explain.mean_attention_distances`'s passes over groups of layers)."""

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..evaluate import head_row
-from .compute import HEAD_NUMBERS
+from .compute import HEAD_NUMBERS, head_numbers
 from .shards import read_shard, shard_path
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval of the mean
@@ -129,14 +129,14 @@ def shards_in_order(out: Path, shards: int) -> Iterator[dict[str, np.ndarray]]:
 
 
 def image_columns(layers: int, heads: int, *, boxes: bool, blocks: list[str] | None) -> list[str]:
-    numbers = HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
+    numbers = head_numbers(boxes)
     cols = ["path", "label", "prediction", "probability", "correct"]
     cols += [f"{head_row(l, h)}_{m}" for l in range(layers) for h in range(heads) for m in numbers]
     return cols + [f"knockout_{block_label(b)}" for b in blocks or []]
 
 
 def _image_rows(shard: dict[str, np.ndarray], paths: list[str], *, boxes: bool, knockouts: bool) -> Iterator[list]:
-    numbers = HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
+    numbers = head_numbers(boxes)
     for j, i in enumerate(shard.get("index", np.zeros(0, dtype=np.int64)).tolist()):
         label, prediction = int(shard["label"][j]), int(shard["prediction"][j])
         row = [paths[i], label if label >= 0 else "", prediction, float(shard["probability"][j])]
@@ -164,7 +164,7 @@ def write_images_csv(path: Path, out: Path, shards: int, paths: list[str], tally
 
 def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict[str, Any]]:
     """One row per CA head: mean, std and 95% interval of the mean of each number; the mean DLA per predicted class."""
-    numbers = HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
+    numbers = head_numbers(boxes)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_class = tally.class_dla / tally.class_count[:, None, None]
     rows = []
@@ -193,7 +193,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 def histograms(out: Path, shards: int, tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
     """Per number, shared bin edges over all heads and the counts of each head [L, H, BINS] (a second read of
     the shards: the edges need the first pass's extremes)."""
-    numbers = [m for m in (HEAD_NUMBERS[:2] if not boxes else ("entropy", "dla", "mass_in_box"))]
+    numbers = [m for m in head_numbers(boxes) if m != "pointing"]  # a hit is 0 or 1: its rate is in the table
     edges = {}
     for m in numbers:
         lo, hi = float(np.min(tally.moments[m].lo)), float(np.max(tally.moments[m].hi))
@@ -250,12 +250,9 @@ def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[st
         for h in range(tally.heads):
             k, entry = l * tally.heads + h, {"layer": l + 1, "head": h + 1}
             for m in HEAD_NUMBERS:
-                if m in HEAD_NUMBERS[2:] and not boxes:
-                    entry |= {m: None, f"{m}_ci95": None}
-                    continue
-                stats = _interval(tally.moments[m], (l, h))
-                name = m if m in HEAD_NUMBERS[2:] else f"{m}_mean"
-                entry |= {name: stats["mean"], f"{m}_ci95": stats["ci95"]}
+                name = m if m in HEAD_NUMBERS[2:] else f"{m}_mean"  # the localisation scores are rates
+                stats = _interval(tally.moments[m], (l, h)) if m in head_numbers(boxes) else {}
+                entry |= {name: stats.get("mean"), f"{m}_ci95": stats.get("ci95")}
             entry["exemplars"] = {
                 "concentrated": [{"path": paths[i], "entropy": -v} for i, v in tally.concentrated[k].best()],
                 "writes": [{"path": paths[i], "dla": v} for i, v in tally.writing[k].best()],
