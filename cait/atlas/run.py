@@ -138,9 +138,14 @@ def _summary(
 
 
 def main_guarded(args: argparse.Namespace) -> int:
-    """`run`, with bad input as one line on stderr (rank 0 only under torchrun) and exit code 2."""
+    """`run`, with bad input as one line on stderr (rank 0 only under torchrun) and exit code 2; Ctrl-C as a
+    line saying how to continue and exit code 130."""
     try:
         run(args)
+    except KeyboardInterrupt:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)
+        return 130
     except (AtlasError, DataError, DeviceError) as e:
         if int(os.environ.get("RANK", "0")) == 0:
             print(
