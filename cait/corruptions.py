@@ -68,13 +68,14 @@ def impulse_noise(x: torch.Tensor, severity: int, generator: torch.Generator) ->
     return torch.where(u < amount, salt.to(x), x)
 
 
-def _filter(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-    """x filtered per channel with a symmetric odd kernel [kh, kw], borders reflected (OpenCV's filter2D default),
-    or replicated where the kernel reaches further than reflection can. Through the FFT: a 21x21 disk on a
-    136 px image costs an eighth of torch's grouped convolution on a CPU."""
+def _filter(x: torch.Tensor, kernel: torch.Tensor, *, border: str) -> torch.Tensor:
+    """x filtered per channel with a symmetric odd kernel [kh, kw]. `border` "reflect" mirrors without repeating
+    the edge (OpenCV's filter2D default), falling back to "replicate" where the kernel reaches further than
+    reflection can; "replicate" repeats the edge pixel (scikit-image's gaussian). Through the FFT: a 21x21 disk
+    on a 136 px image costs an eighth of torch's grouped convolution on a CPU."""
     (kh, kw), (H, W) = kernel.shape, x.shape[-2:]
     ph, pw = kh // 2, kw // 2
-    mode = "reflect" if max(ph, pw) < min(H, W) else "replicate"
+    mode = "reflect" if border == "reflect" and max(ph, pw) < min(H, W) else "replicate"
     padded = F.pad(x.float(), [pw, pw, ph, ph], mode=mode)
     size = padded.shape[-2:]
     spectrum = torch.fft.rfft2(padded) * torch.fft.rfft2(kernel.to(padded), s=size)
@@ -94,17 +95,17 @@ def disk_kernel(radius: int, alias_blur: float) -> torch.Tensor:
 
 
 def defocus_blur(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
-    return _filter(x, disk_kernel(*DEFOCUS_RADIUS_ALIAS[severity - 1])).clamp(0, 1)
+    return _filter(x, disk_kernel(*DEFOCUS_RADIUS_ALIAS[severity - 1]), border="reflect").clamp(0, 1)
 
 
 def gaussian_blur(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
-    # scikit-image's gaussian truncates at 4 sigma
+    # scikit-image's gaussian (scipy's gaussian_filter): truncated at 4 sigma, the edge pixel repeated
     sigma = float(GAUSSIAN_BLUR_SIGMA[severity - 1])
     radius = int(4 * sigma + 0.5)
     grid = torch.arange(-radius, radius + 1, dtype=torch.float32)
     g = torch.exp(-(grid**2) / (2 * sigma**2))
     g /= g.sum()
-    return _filter(x, g[:, None] * g[None, :]).clamp(0, 1)
+    return _filter(x, g[:, None] * g[None, :], border="replicate").clamp(0, 1)
 
 
 def brightness(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
@@ -134,11 +135,41 @@ def jpeg_compression(x: torch.Tensor, severity: int, generator: torch.Generator)
     return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2).to(device=x.device, dtype=x.dtype) / 255
 
 
+def box_weights(n_in: int, n_out: int) -> torch.Tensor:
+    """PIL's BOX resize of one axis from n_in to n_out pixels as an [n_out, n_in] matrix (Resample.c's
+    precompute_coeffs with its box filter): output pixel i averages, with equal weights, the input pixels whose
+    centres fall in its box (i + 0.5) * n_in / n_out -+ half a box, the right end included. Not coverage
+    weights: a pixel cut by a box's edge counts wholly on one side."""
+    scale = n_in / n_out
+    support = 0.5 * max(scale, 1.0)
+    centres = (torch.arange(n_out, dtype=torch.float64)[:, None] + 0.5) * scale
+    # PIL evaluates the box filter at each input pixel's offset, scaled by 1 / support-width
+    offset = (torch.arange(n_in, dtype=torch.float64)[None, :] - centres + 0.5) / max(scale, 1.0)
+    first = (centres - support + 0.5).floor().clamp_min(0)  # PIL's window: [first, last) of input pixels
+    last = (centres + support + 0.5).floor().clamp_max(n_in)
+    index = torch.arange(n_in, dtype=torch.float64)[None, :]
+    inside = (offset > -0.5) & (offset <= 0.5) & (index >= first) & (index < last)
+    weights = inside.double()
+    return (weights / weights.sum(dim=1, keepdim=True)).float()
+
+
+def nearest_indices(n_in: int, n_out: int) -> torch.Tensor:
+    """The input pixel PIL's NEAREST resize takes for each of n_out output pixels along one axis: the centre
+    (i + 0.5) * n_in / n_out rounded down, with the centre accumulated step by step in float64 as PIL's
+    ImagingScaleAffine does, so that centres landing exactly on a pixel edge round the way PIL's do."""
+    step = n_in / n_out
+    centres = np.cumsum(np.r_[0.5 * step, np.full(n_out - 1, step)])  # numpy adds in order, as the C loop
+    return torch.from_numpy(np.minimum(centres.astype(np.int64), n_in - 1))
+
+
 def pixelate(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    # PIL's BOX down (one weight matrix per axis, two matmuls), then its NEAREST back up, as the paper's code
     scale = PIXELATE_SCALE[severity - 1]
     H, W = x.shape[-2:]
-    small = F.interpolate(x, size=(max(1, int(H * scale)), max(1, int(W * scale))), mode="area")
-    return F.interpolate(small, size=(H, W), mode="nearest-exact")
+    h, w = max(1, int(H * scale)), max(1, int(W * scale))
+    small = box_weights(H, h).to(x) @ x @ box_weights(W, w).to(x).T
+    rows, cols = nearest_indices(h, H).to(x.device), nearest_indices(w, W).to(x.device)
+    return small.index_select(-2, rows).index_select(-1, cols)
 
 
 CORRUPTIONS: dict[str, Corruption] = {
