@@ -8,14 +8,25 @@ the same operation is written once here on the whole batch with torch and torchv
 
 - gaussian_noise, shot_noise, impulse_noise: additive normal noise, Poisson photon noise, salt and pepper
   on a share of the values;
-- defocus_blur: a disk kernel (smoothed by a small Gaussian as in the paper), gaussian_blur: a Gaussian;
+- defocus_blur: a disk kernel (smoothed by a small Gaussian as in the paper), borders reflected as OpenCV's
+  filter2D does; gaussian_blur: a Gaussian, the edge pixel repeated as scikit-image's `gaussian` does;
 - brightness: the HSV value channel raised (done as a per-pixel scale: HSV's hue and saturation fixed),
   contrast: each image's channel means kept and the deviations shrunk;
-- jpeg_compression: PIL's libjpeg at low quality, pixelate: box down-sampling, nearest up.
+- jpeg_compression: PIL's libjpeg at low quality; pixelate: PIL's BOX down-sampling and NEAREST up-sampling,
+  each written as PIL computes it (a weight matrix per axis; the source index per output pixel).
 
-A maintained library was not used: `imagecorruptions` no longer imports with current scikit-image and needs
-OpenCV, its fork adds numba, and neither is batched nor seedable; kornia and albumentations lack several of
-the families (see benchmarks/README.md).
+tests/test_corruptions.py holds every deterministic family to within one level (uint8) of the reference
+package's outputs on odd-sized photos, and the noises to its distributions (tests/data/corruptions/, made by
+scripts/make_corruption_fixture.py).
+
+The package itself is not a dependency, used only to make that fixture in a venv of its own. The paper's
+`imagecorruptions` 1.1.2 imports only where setuptools still ships `pkg_resources`, and its gaussian_blur,
+glass_blur and fog fail under scikit-image 0.26 (`multichannel`) and numpy 2 (`np.float_`). Its fork
+`imagecorruptions-imaug` 1.1.5 runs, but brings OpenCV and numba (with llvmlite, about 400 MB installed),
+corrupts one uint8 numpy image at a time (truncating its float results to uint8), and draws gaussian and
+shot noise from numpy's global random state. Here a corruption is one batched call on the model's float view,
+seeded by a `torch.Generator`, on any device. kornia and albumentations lack several of the families (see
+benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -136,20 +147,18 @@ def jpeg_compression(x: torch.Tensor, severity: int, generator: torch.Generator)
 
 
 def box_weights(n_in: int, n_out: int) -> torch.Tensor:
-    """PIL's BOX resize of one axis from n_in to n_out pixels as an [n_out, n_in] matrix (Resample.c's
-    precompute_coeffs with its box filter): output pixel i averages, with equal weights, the input pixels whose
-    centres fall in its box (i + 0.5) * n_in / n_out -+ half a box, the right end included. Not coverage
-    weights: a pixel cut by a box's edge counts wholly on one side."""
+    """PIL's BOX resize of one axis from n_in to n_out pixels as an [n_out, n_in] matrix: output pixel i
+    averages, with equal weights, the input pixels whose centres fall in its box around (i + 0.5) n_in / n_out,
+    its right end included. Not coverage weights: a pixel cut by a box's edge counts wholly on one side. The
+    arithmetic is Resample.c's precompute_coeffs, so that centres on a box's edge fall as they do in PIL."""
     scale = n_in / n_out
-    support = 0.5 * max(scale, 1.0)
-    centres = (torch.arange(n_out, dtype=torch.float64)[:, None] + 0.5) * scale
-    # PIL evaluates the box filter at each input pixel's offset, scaled by 1 / support-width
-    offset = (torch.arange(n_in, dtype=torch.float64)[None, :] - centres + 0.5) / max(scale, 1.0)
-    first = (centres - support + 0.5).floor().clamp_min(0)  # PIL's window: [first, last) of input pixels
-    last = (centres + support + 0.5).floor().clamp_max(n_in)
-    index = torch.arange(n_in, dtype=torch.float64)[None, :]
-    inside = (offset > -0.5) & (offset <= 0.5) & (index >= first) & (index < last)
-    weights = inside.double()
+    filterscale = max(scale, 1.0)
+    support = 0.5 * filterscale
+    centre = (torch.arange(n_out, dtype=torch.float64)[:, None] + 0.5) * scale
+    x = torch.arange(n_in, dtype=torch.float64)[None, :]
+    window = (x >= (centre - support + 0.5).floor()) & (x < (centre + support + 0.5).floor())
+    t = (x - centre + 0.5) * (1.0 / filterscale)  # where the box filter is evaluated
+    weights = (window & (t > -0.5) & (t <= 0.5)).double()
     return (weights / weights.sum(dim=1, keepdim=True)).float()
 
 

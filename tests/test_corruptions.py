@@ -14,7 +14,7 @@ from skimage.filters import gaussian
 from torchvision.transforms.v2.functional import normalize
 
 import cait
-from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt, disk_kernel
+from cait.corruptions import CORRUPTIONS, SEVERITIES, box_weights, corrupt, disk_kernel, nearest_indices
 from cait.data import FashionMNISTScenes
 from cait.preprocess import model_view, view_pixels
 from cait.robustness import mean_corruption_error, parse_corruptions
@@ -22,9 +22,7 @@ from cait.robustness import mean_corruption_error, parse_corruptions
 RANDOM = {"gaussian_noise", "shot_noise", "impulse_noise"}
 # the reference package's outputs (scripts/make_corruption_fixture.py): "{family}_{H}x{W}.png", severities 1-5 stacked
 REFERENCE = Path(__file__).parent / "data" / "corruptions"
-REFERENCE_CASES = sorted(
-    p.stem.rsplit("_", 1) for p in REFERENCE.glob("*.png") if not p.stem.startswith("clean_")
-)
+REFERENCE_CASES = sorted(p.stem.rsplit("_", 1) for p in REFERENCE.glob("*.png") if not p.stem.startswith("clean_"))
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +85,18 @@ def test_brightness_and_blur_follow_the_papers_scikit_image_definitions(scenes):
         )
     contrast = _run(scenes, "contrast", 1)  # the paper keeps each channel's mean (nothing clips at 0.4)
     assert torch.allclose(contrast.mean(dim=(2, 3)), scenes.mean(dim=(2, 3)), atol=1e-5)
+
+
+def test_pixelates_resampling_is_pils_box_and_nearest_on_odd_sizes():
+    # PIL resizes the rows of an identity image: row j becomes input pixel j's weight in each output pixel
+    for n_in, n_out in ((97, 58), (131, 78), (61, 24), (83, 20), (37, 11), (7, 4), (7, 2), (5, 3), (20, 33)):
+        pixels = Image.fromarray(np.eye(n_in, dtype=np.float32), "F")
+        weights = np.asarray(pixels.resize((n_out, n_in), Image.Resampling.BOX)).T
+        np.testing.assert_allclose(box_weights(n_in, n_out).numpy(), weights, atol=1e-6, err_msg=f"{n_in}->{n_out}")
+        # NEAREST up: the index image resized, a centre exactly on a pixel edge included (2 -> 7: 3.5 * 2/7 = 1)
+        index = Image.fromarray(np.arange(n_out, dtype=np.float32)[None], "F")
+        taken = np.asarray(index.resize((n_in, 1), Image.Resampling.NEAREST))[0]
+        np.testing.assert_array_equal(nearest_indices(n_out, n_in).numpy(), taken, err_msg=f"{n_out}->{n_in}")
 
 
 def test_corruption_names_and_severities_are_parsed_and_checked():
