@@ -178,7 +178,7 @@ def pixelate(x: torch.Tensor, severity: int, generator: torch.Generator) -> torc
     h, w = max(1, int(H * scale)), max(1, int(W * scale))
     small = box_weights(H, h).to(x) @ x @ box_weights(W, w).to(x).T
     rows, cols = nearest_indices(h, H).to(x.device), nearest_indices(w, W).to(x.device)
-    return small[..., rows[:, None], cols]  # one gather: a third of the time of two index_selects
+    return small[..., rows[:, None], cols]  # one gather, a fraction of the time of two index_selects
 
 
 CORRUPTIONS: dict[str, Corruption] = {

@@ -12,13 +12,13 @@ The reference is `imagecorruptions` (Hendrycks & Dietterich's code as a package)
 gaussian_blur and glass_blur pass scikit-image's removed `multichannel`, its fog numpy's removed `np.float_`:
 the fork fixes all three.) This script imports nothing of the project, so the fixture is independent of our code.
 
-The images: two crops of scikit-image's `chelsea` photo (61x83, 37x53) and one of a shipped scene (41x57), small
-for a fixture of about half a megabyte. Every
-family whose output is deterministic is stored for severities 1-5 as the package returns it (`corrupt`, uint8,
-which truncates); the three noises are random, so they are stored on the smallest image only, drawn with a fixed
-seed, for the test to compare in distribution. Each output is one PNG `{family}_{H}x{W}.png` with severities 1-5
-stacked from top to bottom (`clean_{H}x{W}.png` the input); PNG's row filters keep the blurs small, about 420 kB
-in all. versions.txt names the packages that made them.
+The images: two crops of scikit-image's `chelsea` photo (61x83, 37x53) and one of a shipped scene (41x57),
+odd sizes small enough for a fixture of about 420 kB. Every family whose output is deterministic is stored for
+severities 1-5 as the package's `corrupt` returns it (uint8: its float results truncated, PIL's results as they
+are); the three noises are random, so they are stored on the smallest image only, drawn with a fixed seed, for
+the test to compare in distribution. Each output is one PNG `{family}_{H}x{W}.png` with severities 1-5 stacked
+from top to bottom (`clean_{H}x{W}.png` the input; PNG's row filters keep the blurs small); versions.txt names
+the packages that made them.
 """
 
 from __future__ import annotations

@@ -239,14 +239,13 @@ def _ks_distance(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize(("family", "size"), [c for c in REFERENCE_CASES if c[0] in RANDOM])
 def test_noises_match_the_reference_package_in_distribution(family, size):
     clean = _reference("clean", size)[0].astype(int)
-    reference = _reference(family, size)
-    n = clean.size
-    for severity, expected in zip(SEVERITIES, reference, strict=True):
-        # each value's change from clean, ours truncated as the package's `corrupt` does, against the package's:
-        # Kolmogorov-Smirnov at p = 0.001
+    critical = 1.95 * np.sqrt(2 / clean.size)  # two samples of clean.size values, p = 0.001
+    for severity, expected in zip(SEVERITIES, _reference(family, size), strict=True):
+        # each value's change from clean, ours truncated as the package's `corrupt` does, against the package's
+        theirs = (expected.astype(int) - clean).ravel()
         ours = np.floor(_ours(family, size, severity)).astype(int) - clean
-        distance = _ks_distance(ours.ravel(), (expected.astype(int) - clean).ravel())
-        assert distance < 1.95 * np.sqrt(2 / n), f"{family} severity {severity}: KS distance {distance:.3f}"
+        distance = _ks_distance(ours.ravel(), theirs)
+        assert distance < critical, f"{family} severity {severity}: Kolmogorov-Smirnov distance {distance:.3f}"
         # and a distant severity is told apart, so the check has power
         other = np.floor(_ours(family, size, 5 if severity < 4 else 1)).astype(int) - clean
-        assert _ks_distance(other.ravel(), (expected.astype(int) - clean).ravel()) > 1.95 * np.sqrt(2 / n)
+        assert _ks_distance(other.ravel(), theirs) > critical
