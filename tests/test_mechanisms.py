@@ -1,5 +1,6 @@
-"""cait.explain's mechanistic tools against independent computations: a set of CA heads ablated equals
-forward pre-hooks zeroing those heads' slices of attn.proj's input."""
+"""cait.explain's mechanistic tools against independent computations: the logit lens against copies of the
+model cut after each SA block, activation patching against whole runs with a hook putting the clean
+output in, a set of CA heads ablated against forward pre-hooks zeroing their slices of attn.proj's input."""
 
 from __future__ import annotations
 
@@ -95,3 +96,122 @@ def test_mean_ablation_of_a_set_and_bad_sets(small):
             explain.head_ablation(model, x, heads=bad)
     with pytest.raises(ValueError, match="heads="):
         explain.head_ablation(model, x, heads=[(0, 0)], layer=0, head=0)
+
+
+# ---------------------------------------------------------------------------- logit lens
+
+
+def test_logit_lens_equals_the_model_cut_after_each_sa_block(small):
+    """Entry k is the model with only its first k SA blocks (a copy whose later blocks are dropped): the
+    CA stage, norm and head then read the stream after block k - 1; the last entry is the model itself."""
+    model, x, _ = small
+    lens = explain.logit_lens(model, x)
+    depth = model.cfg.depth
+    assert lens.shape == (3, depth + 1, model.cfg.num_classes)
+    torch.testing.assert_close(lens[:, -1], model(x), atol=1e-5, rtol=1e-5)
+    for k in range(depth + 1):
+        cut = copy.deepcopy(model)
+        cut.blocks = cut.blocks[:k]
+        torch.testing.assert_close(lens[:, k], cut(x), atol=1e-5, rtol=1e-5)
+    assert (lens[:, 0] - lens[:, -1]).abs().max() > 1e-2  # the depths differ: the checks are not of one thing
+
+
+def test_logit_lens_refuses_a_vit_style_class_token():
+    model = cait.create_model("cait_pico_32", class_token_at=1, depth_token_only=0)
+    with pytest.raises(ValueError, match="joins the SA stage at block 1"):
+        explain.logit_lens(model, torch.randn(1, 3, 32, 32))
+
+
+# ---------------------------------------------------------------------------- activation patching
+
+
+@pytest.fixture(scope="module")
+def pair(small):
+    """The batch as the clean images and a corrupted copy (noise added), with the patching of both."""
+    model, clean, target = small
+    corrupted = clean + 0.8 * torch.randn(clean.shape, generator=torch.Generator().manual_seed(3))
+    blocks = explain.activation_patching(model, clean, corrupted, target)
+    heads = explain.activation_patching(model, clean, corrupted, target, granularity="head")
+    return model, clean, corrupted, target, blocks, heads
+
+
+def _patched_by_hook(model, clean, corrupted, target, module, *, pre=False, cols=None) -> torch.Tensor:
+    """The naive patching: record `module`'s output (pre: its input, only `cols` of it) in model(clean),
+    then run model(corrupted) with a hook putting it in; the target logit minus the corrupted one's."""
+    seen = []
+    if pre:
+        handle = module.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    else:
+        handle = module.register_forward_hook(lambda m, args, out: seen.append(out))
+    model(clean)
+    handle.remove()
+
+    def put(m, args, out=None):
+        if not pre:
+            return seen[0]
+        o = args[0].clone()
+        o[..., cols] = seen[0][..., cols]
+        return (o,)
+
+    handle = module.register_forward_pre_hook(put) if pre else module.register_forward_hook(put)
+    try:
+        patched = model(corrupted)
+    finally:
+        handle.remove()
+    return _target_logit(patched - model(corrupted), target)
+
+
+def test_every_patch_equals_the_hooked_full_runs(pair):
+    """Every entry against two whole forward passes with a hook: the stream after a block (after a CA
+    block: the class token it outputs), each branch (the attn / mlp module's output), each CA head."""
+    model, clean, corrupted, target, got, by_head = pair
+    blocks = list(model.blocks) + list(model.blocks_token_only)
+    assert got.blocks.shape == (3, len(blocks)) and got.branches.shape == (3, len(blocks), 2)
+    for i, blk in enumerate(blocks):
+        expected = _patched_by_hook(model, clean, corrupted, target, blk)
+        torch.testing.assert_close(got.blocks[:, i], expected, atol=1e-5, rtol=1e-5)
+        for j, part in enumerate((blk.attn, blk.mlp)):
+            expected = _patched_by_hook(model, clean, corrupted, target, part)
+            torch.testing.assert_close(got.branches[:, i, j], expected, atol=1e-5, rtol=1e-5)
+    width = model.cfg.embed_dim // model.cfg.num_heads
+    assert by_head.heads.shape == (3, model.cfg.depth_token_only, model.cfg.num_heads)
+    for c, blk in enumerate(model.blocks_token_only):
+        for h in range(model.cfg.num_heads):
+            cols = slice(h * width, (h + 1) * width)
+            expected = _patched_by_hook(model, clean, corrupted, target, blk.attn.proj, pre=True, cols=cols)
+            torch.testing.assert_close(by_head.heads[:, c, h], expected, atol=1e-5, rtol=1e-5)
+    assert got.branches.abs().min() > 1e-4 and by_head.heads.abs().max() > 1e-2  # nothing checked is 0 = 0
+
+
+def test_patching_invariants(pair):
+    model, clean, corrupted, target, got, by_head = pair
+    gap = _target_logit(model(clean) - model(corrupted), target)
+    assert gap.abs().min() > 1e-2
+    torch.testing.assert_close(got.gap, gap, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.blocks[:, model.cfg.depth - 1], gap, atol=1e-5, rtol=1e-5)  # after the SA stage
+    torch.testing.assert_close(got.blocks[:, -1], gap, atol=1e-5, rtol=1e-5)  # the final class token
+    assert got.heads is None and by_head.blocks is None and by_head.branches is None
+    same = explain.activation_patching(model, clean, clean, target)  # nothing differs: nothing to restore
+    assert same.blocks.abs().max() == 0 and same.branches.abs().max() == 0
+    assert explain.activation_patching(model, clean, clean, target, granularity="head").heads.abs().max() == 0
+
+
+def test_patching_a_branch_silenced_in_both_runs_restores_nothing(pair):
+    """With gamma_1 = 0 an SA block's attention branch writes 0 in both runs: patching it changes nothing,
+    though its unscaled output differs between the runs."""
+    model, clean, corrupted, target, _, _ = pair
+    silent = copy.deepcopy(model)
+    with torch.no_grad():
+        silent.blocks[1].gamma_1.zero_()
+        silent.blocks_token_only[0].gamma_2.zero_()
+    got = explain.activation_patching(silent, clean, corrupted, target)
+    assert got.branches[:, 1, 0].abs().max() == 0 and got.branches[:, 4, 1].abs().max() == 0
+    assert got.branches[:, 1, 1].abs().min() > 1e-4  # the same block's MLP branch still restores something
+
+
+def test_patching_refuses_bad_input(small):
+    model, x, target = small
+    with pytest.raises(ValueError, match="granularity must be one of block, head"):
+        explain.activation_patching(model, x, x, target, granularity="neuron")
+    with pytest.raises(ValueError, match="one corrupted image per clean one"):
+        explain.activation_patching(model, x, x[:2], target)
