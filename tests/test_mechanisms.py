@@ -215,3 +215,96 @@ def test_patching_refuses_bad_input(small):
         explain.activation_patching(model, x, x, target, granularity="neuron")
     with pytest.raises(ValueError, match="one corrupted image per clean one"):
         explain.activation_patching(model, x, x[:2], target)
+
+
+# ---------------------------------------------------------------------------- gradient-weighted rollout
+
+
+def _captured_attention(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Hooks on every SA layer keeping the softmax output A (the tensor that proj_w mixes, the identity
+    without talking heads) with its gradient retained: each attention module's _mix is wrapped."""
+    kept = []
+    for blk in model.blocks:
+        attn, mix = blk.attn, blk.attn._mix
+
+        def keep(proj, a, attn=attn, mix=mix):
+            if proj is attn.proj_w:
+                a.retain_grad()
+                kept.append(a)
+            return mix(proj, a)
+
+        attn._mix = keep
+    return kept
+
+
+def _rule(attentions: list[torch.Tensor], n: int) -> torch.Tensor:
+    """The paper's rule from its equations, given each layer's A (its .grad: dy_t/dA) in forward order:
+    Ā = E_h[(∇A ⊙ A)⁺], R = I then R ← R + Ā R, over the tokens [cls, n patches]; a layer over the patches
+    alone (before the class token exists) has zero rows and columns for it, a class-attention layer only
+    the class token's row. The class row's patch columns on the grid."""
+    B = attentions[0].shape[0]
+    relevance = torch.eye(n + 1).repeat(B, 1, 1)
+    for a in attentions:
+        weighted = (a.grad * a).clamp(min=0).mean(dim=1)
+        cam = torch.zeros_like(relevance)
+        if weighted.shape[-2:] == (n, n):
+            cam[:, 1:, 1:] = weighted
+        else:
+            cam[:, : weighted.shape[-2]] = weighted  # [B, 1 + n, 1 + n] or the class row [B, 1, 1 + n]
+        relevance = relevance + cam @ relevance
+    g = int(n**0.5)
+    return relevance[:, 0, 1:].reshape(B, g, g)
+
+
+@pytest.mark.parametrize("class_token_at", [0, 1])
+def test_gradient_rollout_is_the_published_rule_on_a_vit_shaped_model(class_token_at):
+    """At class_token_at=0 the paper's setting itself: every layer over [cls, patches]."""
+    torch.manual_seed(0)
+    model = cait.create_model(
+        "cait_pico_32", depth=3, num_heads=4, talking_heads=False, class_token_at=class_token_at, depth_token_only=0
+    )
+    model = randomise_(model).eval()
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    target = torch.tensor([1, 7, 7])
+    twin = copy.deepcopy(model)
+    kept = _captured_attention(twin)
+    twin(x).gather(1, target.view(-1, 1)).sum().backward()
+    expected = _rule(kept, model.cfg.num_patches)
+    got = explain.gradient_rollout(model, x, target)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert expected.abs().max() > 1e-3 and not torch.allclose(expected[1], expected[2])  # depends on the image
+    torch.testing.assert_close(explain.saliency_map(model, x, target, "gradient_rollout"), got)
+
+
+def _explicit_class_attention(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Each CA layer's forward replaced by the same computation with its attention row [B, h, 1, 1+N]
+    materialised and its gradient retained (the model's own path fuses it away)."""
+    kept = []
+    for blk in model.blocks_token_only:
+        attn = blk.attn
+
+        def forward(u, probe=None, attn=attn):
+            B, N, C = u.shape
+            heads = lambda t: t.reshape(B, -1, attn.num_heads, C // attn.num_heads).transpose(1, 2)
+            q, k, v = heads(attn.q(u[:, :1])), heads(attn.k(u)), heads(attn.v(u))
+            a = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+            a.retain_grad()
+            kept.append(a)
+            return attn.proj((a @ v).transpose(1, 2).reshape(B, 1, C))
+
+        attn.forward = forward
+    return kept
+
+
+def test_gradient_rollout_on_cait_is_the_rule_over_class_and_patch_tokens(small):
+    """CaiT with talking heads, as the docstring adapts the rule: one relevance matrix over [cls, patches],
+    SA layers acting on the patches (A: the softmax proj_w mixes), then each CA layer's Ā with only the
+    class token's row, R ← R + Ā R throughout; the class row over the patches."""
+    model, x, target = small
+    twin = copy.deepcopy(model)
+    sa, ca = _captured_attention(twin), _explicit_class_attention(twin)
+    twin(x).gather(1, target.view(-1, 1)).sum().backward()
+    expected = _rule(sa + ca, model.cfg.num_patches)
+    got = explain.gradient_rollout(model, x, target)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert (sa[0].grad < 0).any() and expected.abs().max() > 1e-3

@@ -19,6 +19,7 @@ from torch import nn
 from torch.func import functional_call
 
 from .attention import _check_input, _grid
+from .hooks import recorded
 
 Branch = Literal["both", "attn", "mlp"]
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
@@ -94,46 +95,13 @@ def _readout(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> tuple[t
     return r, (head.weight[target] * norm.bias).sum(-1) + head.bias[target]
 
 
-@contextmanager
-def _recorded(points: dict[object, tuple[nn.Module, bool]]) -> Iterator[dict]:
-    """While open, each forward call of a point's module stores its output (pre=True: its first input)
-    under the point's key in the yielded dict; the hooks are removed on exit."""
-    seen: dict = {}
-
-    def keep(key):
-        return lambda module, args, *output: seen.__setitem__(key, output[0] if output else args[0])
-
-    handles = [
-        module.register_forward_pre_hook(keep(key)) if pre else module.register_forward_hook(keep(key))
-        for key, (module, pre) in points.items()
-    ]
-    try:
-        yield seen
-    finally:
-        for h in handles:
-            h.remove()
-
-
-@contextmanager
-def _substituted(module: nn.Module, value: torch.Tensor, *, pre: bool = False) -> Iterator[None]:
-    """While open, `module` returns `value` (pre=True: receives it as its only input) on every call."""
-    if pre:
-        handle = module.register_forward_pre_hook(lambda m, args: (value,))
-    else:
-        handle = module.register_forward_hook(lambda m, args, output: value)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def _record_class_stage(model: nn.Module, x: torch.Tensor) -> tuple[object, dict]:
     """forward_insights with hooks reading, per CA block, the values (attn.v), the concatenated head
     outputs (attn.proj's input) and the MLP output, and the class token entering the final norm."""
     points: dict[object, tuple[nn.Module, bool]] = {"z": (model.norm, True)}
     for i, blk in enumerate(model.blocks_token_only):
         points.update({("v", i): (blk.attn.v, False), ("o", i): (blk.attn.proj, True), ("mlp", i): (blk.mlp, False)})
-    with _recorded(points) as seen:
+    with recorded(points) as seen:
         ins = model.forward_insights(x)
     return ins, seen
 

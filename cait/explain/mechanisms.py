@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from .attention import _check_input
-from .causal import _check_class_stage, _class_stage, _ClassStage, _evaluating, _recorded, _sa_inputs, _substituted
+from .causal import _check_class_stage, _class_stage, _ClassStage, _evaluating, _sa_inputs
+from .hooks import recorded, substituted
 
 Granularity = Literal["block", "head"]
 GRANULARITIES = ("block", "head")
@@ -87,7 +88,7 @@ def _run(model: nn.Module, x: torch.Tensor) -> _Run:
             points.update({(stage, i, "attn"): (blk.attn, False), (stage, i, "mlp"): (blk.mlp, False)})
     for c, blk in enumerate(model.blocks_token_only):
         points["ca", c, "heads"] = (blk.attn.proj, True)
-    with _recorded(points) as seen:
+    with recorded(points) as seen:
         sa = _sa_inputs(model, x)
         ca = _class_stage(model, sa[-1])
     return _Run(sa, ca, dict(seen))
@@ -102,7 +103,7 @@ def _patched_branch(model: nn.Module, clean: _Run, corrupted: _Run, stage: str, 
     """Logits of the corrupted run with block i's `part` ("attn", "mlp") output taken from the clean run:
     from the block's cached corrupted input, only the block and what follows it run."""
     blk = (model.blocks if stage == "sa" else model.blocks_token_only)[i]
-    with _substituted(getattr(blk, part), clean.seen[stage, i, part]):
+    with substituted(getattr(blk, part), clean.seen[stage, i, part]):
         if stage == "sa":
             out = blk(corrupted.sa[i])
         else:
@@ -118,7 +119,7 @@ def _patched_head(model: nn.Module, clean: _Run, corrupted: _Run, c: int, head: 
     cols = slice(head * width, (head + 1) * width)
     o = corrupted.seen["ca", c, "heads"].clone()
     o[..., cols] = clean.seen["ca", c, "heads"][..., cols]
-    with _substituted(blk.attn.proj, o, pre=True):
+    with substituted(blk.attn.proj, o, pre=True):
         cls = blk(corrupted.ca.tokens, corrupted.ca.cls_inputs[c])
     return _from_ca(model, corrupted.ca.tokens, cls, c + 1)
 
