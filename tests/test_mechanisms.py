@@ -308,3 +308,51 @@ def test_gradient_rollout_on_cait_is_the_rule_over_class_and_patch_tokens(small)
     got = explain.gradient_rollout(model, x, target)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert (sa[0].grad < 0).any() and expected.abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------------------- analysis/mechanisms.py
+
+
+def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
+    """--quick on a tiny checkpoint (a subprocess, as a user runs it): the lens's agreement, the gap and
+    each branch's and head's restored share recomputed here from the 8 scenes and their corrupted views."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cait.corruptions import corrupt
+    from cait.data import FashionMNISTScenes
+    from cait.preprocess import EvalImages, normalise
+
+    torch.manual_seed(0)
+    model = randomise_(cait.create_model("cait_pico_32")).eval()
+    path = tmp_path / "pico.safetensors"
+    cait.save_weights(model, path, {"data": "fashion-mnist-scenes", "epochs_completed": "3"})
+    script = Path(__file__).resolve().parent.parent / "analysis" / "mechanisms.py"
+    args = ["--quick", "--checkpoint", path, "--corruption", "contrast", "--severity", "4", "--out", tmp_path / "out"]
+    done = subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "out" / "mechanisms.json").read_text())
+    views = EvalImages(FashionMNISTScenes("val", subset=8), model, normalise=False)
+    x = torch.stack([views[i][0] for i in range(8)])
+    broken = corrupt(x, "contrast", 4, generator=torch.Generator().manual_seed(0))
+    clean, corrupted = normalise(x, model.cfg), normalise(broken, model.cfg)
+    target = model(clean).argmax(-1)
+    agree = (explain.logit_lens(model, clean).argmax(-1) == target[:, None]).float().mean(0)
+    assert [r["top1_agreement"] for r in data["lens"]] == pytest.approx(agree.tolist())
+    patched = explain.activation_patching(model, clean, corrupted, target)
+    gap = _target_logit(model(clean) - model(corrupted), target).mean()
+    assert data["gap"]["mean"] == pytest.approx(gap.item(), abs=1e-5)
+    for i, block in enumerate(data["blocks"]):
+        for j, kind in enumerate(("attention", "MLP")):
+            share = patched.branches[:, i, j].mean() / gap
+            assert block[kind]["restored"] == pytest.approx(share.item(), abs=1e-4)
+            low, high = block[kind]["restored_ci95"]
+            assert low <= block[kind]["restored"] + 1e-9 and block[kind]["restored"] <= high + 1e-9
+    heads = explain.activation_patching(model, clean, corrupted, target, granularity="head").heads
+    assert [h["restored"] for h in data["heads"]] == pytest.approx((heads.mean(0).flatten() / gap).tolist(), abs=1e-4)
+    best = max((s, n) for n, s in data["carriers"])
+    assert f"{best[1]} ({best[0]:.0%})" in data["verdict"] and "contrast at severity 4" in data["verdict"]
+    for name in ("mechanisms.png", "mechanisms.html"):
+        assert (tmp_path / "out" / name).stat().st_size > 1000
