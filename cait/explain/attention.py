@@ -307,14 +307,16 @@ def _gradient_weighted_attention(
         softmax = ins.self_attention[k][0]  # softmax(proj_l(q k^T)) [B, h, T, T]
         C = seen["sa", k, "o"].shape[-1]
         grad = _attention_gradient(
-            _or_zero(grads["sa", k], seen["sa", k, "o"]), seen["sa", k, "v"][..., 2 * C :], heads
+            _or_zero(grads["sa", k], seen["sa", k, "o"]), seen["sa", k, "v"][..., 2 * C :].detach(), heads
         )
         grad = torch.einsum("gh,bgij->bhij", model.blocks[k].attn.mixing_matrices()[1], grad)  # through proj_w
-        sa.append((grad.detach() * softmax).clamp_min(0).mean(dim=1).float())
+        sa.append((grad * softmax).clamp_min(0).mean(dim=1).float())
     ca = []
     for c, attn in enumerate(ins.class_attention):  # [B, h, 1+N]
-        grad = _attention_gradient(_or_zero(grads["ca", c], seen["ca", c, "o"]), seen["ca", c, "v"], heads)[:, :, 0]
-        ca.append((grad.detach() * attn).clamp_min(0).mean(dim=1).float())
+        grad = _attention_gradient(_or_zero(grads["ca", c], seen["ca", c, "o"]), seen["ca", c, "v"].detach(), heads)[
+            :, :, 0
+        ]
+        ca.append((grad * attn).clamp_min(0).mean(dim=1).float())
     return sa, ca
 
 
