@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from _common import default_images, fail, load_examples, load_model, out_dir, parser, save_html, save_png, write_json
 from torch.utils.data import default_collate
+from tqdm import tqdm
 
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
@@ -53,7 +54,7 @@ def measure(model, x: torch.Tensor, args: argparse.Namespace) -> dict[str, torch
     class's logit): streams [n, blocks], branches [n, blocks, 2], CA heads [n, L, H], the gap [n]."""
     generator = torch.Generator().manual_seed(args.seed)
     out: dict[str, list[torch.Tensor]] = {k: [] for k in ("lens", "target", "blocks", "branches", "heads", "gap")}
-    for batch in x.split(BATCH):
+    for batch in tqdm(x.split(BATCH), desc="lens and patching", unit="batch"):
         broken = corrupt(batch, args.corruption, args.severity, generator=generator)
         clean, corrupted = normalise(batch, model.cfg), normalise(broken, model.cfg)
         lens = explain.logit_lens(model, clean)
