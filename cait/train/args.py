@@ -370,13 +370,8 @@ def model_config(args: argparse.Namespace, **fields: Any) -> ModelConfig:
         cfg = get_config(args.model, **overrides, **fields)
     except ConfigError as e:
         raise ConfigError(_in_flag_names(str(e))) from None
-    # what training needs beyond a model that builds: blocks to train and a class token that takes part
-    if cfg.depth == 0:
+    if cfg.depth == 0:  # what training needs beyond a model that builds: blocks to train
         raise ConfigError("--depth must be positive, got 0")
-    if cfg.class_token_at is None and cfg.depth_token_only == 0 and cfg.global_pool == "token":
-        raise ConfigError(
-            "with --depth-token-only 0 the class token needs --class-token-at K to take part (or use --global-pool avg)"
-        )
     return cfg
 
 
