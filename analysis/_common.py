@@ -97,7 +97,7 @@ def load_model(args: argparse.Namespace) -> SourcedModel:
 
 def inference_dtype_of(args: argparse.Namespace) -> torch.dtype | None:
     """The autocast dtype --precision asks for on the CPU, where the scripts run (None: fp32)."""
-    return inference_dtype(args.precision, torch.device("cpu"))
+    return inference_dtype(args.precision, torch.device("cpu"), remeasure=args.remeasure_precision)
 
 
 def forward_only(args: argparse.Namespace):

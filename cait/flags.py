@@ -44,5 +44,12 @@ def add_precision_flag(
     default: str = "auto",
     choices: tuple[str, ...] = INFERENCE_PRECISIONS,
 ) -> None:
-    """--precision: the autocast dtype of the passes `help` names (cait.runtime says what auto means)."""
+    """--precision: the autocast dtype of the passes `help` names (cait.runtime says what auto means), and
+    --remeasure-precision to time auto's choice again rather than trust the stored timing."""
     p.add_argument("--precision", default=default, choices=choices, help=help)
+    p.add_argument(
+        "--remeasure-precision",
+        action="store_true",
+        help="with --precision auto: time bf16 against fp32 again now instead of using the timing kept for this "
+        "CPU, torch version and thread count",
+    )

@@ -35,9 +35,9 @@ MODEL_OVERRIDES = {
     "drop_path": "drop_path_rate",
 }
 ModelConfig = CaiTConfig | CNNConfig  # what --model builds: a CaiT variant, or a timm CNN (timm:NAME)
-# what to stop at and how many threads to use are properties of one invocation, not of the run: a resumed run
-# does not inherit them
-PER_INVOCATION = ("stop_after", "threads")
+# what to stop at, how many threads to use and whether to time the precision again are properties of one
+# invocation, not of the run: a resumed run does not inherit them
+PER_INVOCATION = ("stop_after", "threads", "remeasure_precision")
 
 
 class _Parser(argparse.ArgumentParser):
