@@ -41,10 +41,11 @@ def fail(message: str) -> NoReturn:
 
 
 def parser(
-    name: str, doc: str, *, model: bool = True, images: bool = False, out: str | None = None
+    name: str, doc: str, *, model: bool = True, precision: bool = True, images: bool = False, out: str | None = None
 ) -> argparse.ArgumentParser:
     """The common flags of analysis/<name>.py: --out (default out/<out or name>) and --quick; with model=True
-    the model and precision flags, with images=True --images (the images to explain)."""
+    the model flags and, unless precision=False (a script that runs everything in fp32), the precision flags;
+    with images=True --images (the images to explain)."""
     out = out or name
     p = argparse.ArgumentParser(
         prog=f"python analysis/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -55,6 +56,7 @@ def parser(
             checkpoint_help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL} "
             f"(random init, said on every figure, while its weights are not there)",
         )
+    if model and precision:
         add_precision_flag(
             p,
             default="fp32",
