@@ -25,7 +25,7 @@ import cait
 from cait.checkpoint import CheckpointError
 from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError, read_examples
-from cait.flags import add_model_flags, add_precision_flag
+from cait.flags import add_model_flags, add_precision_flag, add_threads_flag
 from cait.preprocess import model_view
 from cait.provenance import SourcedModel, load_or_init
 from cait.runs import RunDir, write_text
@@ -293,7 +293,7 @@ def add_budget_flags(
     g.add_argument("--batch-size", type=int, default=64)
     if lr:
         g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
-    g.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    add_threads_flag(g, default=1, help="torch threads per run (default 1)")
     g.add_argument("--fresh", action="store_true", help="retrain runs that already finished in OUT/runs")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
 from ..data import NATIVE_INPUT, SCENE_STYLES
-from ..flags import PRECISIONS, add_device_flag, add_precision_flag
+from ..flags import PRECISIONS, add_device_flag, add_precision_flag, add_threads_flag
 from ..runs import RunDir
 from ..runtime import resolve_device
 from .augment import parse_randaug
@@ -87,12 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--val-subset", type=int, default=None, help="evaluate on only the first N validation images")
     add_device_flag(g)
     g.add_argument("--workers", type=int, default=2, help="data loading processes per training process (0 = inline)")
-    g.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)",
-    )
+    add_threads_flag(g, help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)")
     add_precision_flag(
         g,
         choices=PRECISIONS,
