@@ -62,15 +62,5 @@ def add_threads_flag(
     help: str = "torch threads (default: torch's choice; 1 is fastest on a busy machine)",
 ) -> None:
     """--threads: how many threads torch uses (None: torch's own choice, one per core)."""
-    p.add_argument("--threads", type=_positive_int, default=default, metavar="N", help=help)
-
-
-def _positive_int(text: str) -> int:
-    """argparse type of a count: a one-line error for 0, a negative or a non-number, not torch's traceback later."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value}")
-    return value
+    # type int, not a checking function: cait.train converts flags given from Python by their type
+    p.add_argument("--threads", type=int, default=default, metavar="N", help=help)
