@@ -70,21 +70,42 @@ def _map_of(name: str) -> tuple[int, int | None]:
     return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
 
 
-def _method_options(
-    steps, samples=None, noise=None, fusion=None, discard=None, baseline=None, signed=False
-) -> explain.MethodOptions:
-    """The saliency tab's method settings, in the tab's order, as `explain.MethodOptions` (a setting not
-    given: its default)."""
-    defaults = explain.MethodOptions()
-    return explain.MethodOptions(
-        ig_steps=int(steps),
-        smoothgrad_samples=int(samples if samples is not None else defaults.smoothgrad_samples),
-        smoothgrad_stdev=float(noise if noise is not None else defaults.smoothgrad_stdev),
-        rollout_head_fusion=fusion or defaults.rollout_head_fusion,
-        rollout_discard_ratio=float(discard if discard is not None else defaults.rollout_discard_ratio),
-        ig_baseline=baseline or defaults.ig_baseline,
-        signed=bool(signed),
-    )
+_OPTIONS = explain.MethodOptions()  # the method settings' defaults
+
+
+@dataclass(frozen=True)
+class SaliencyAsk:
+    """What the Saliency tab's run button sends, each field named as its component in `Page` (Gradio sends them
+    keyed by component: `Page.read`); a method setting not sent is `explain.MethodOptions`' default."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    sal_class: int | None  # None: the top prediction
+    sal_methods: list[str]
+    cmap: str
+    alpha: float
+    view: str
+    sal_score: bool = True  # the deletion/insertion AUCs after the maps
+    sal_topk: int = 1  # > 1: each method for each of the top k predicted classes instead of sal_class
+    ig_steps: int = _OPTIONS.ig_steps
+    sg_samples: int = _OPTIONS.smoothgrad_samples
+    sg_noise: float = _OPTIONS.smoothgrad_stdev
+    fusion: str = _OPTIONS.rollout_head_fusion
+    discard: float = _OPTIONS.rollout_discard_ratio
+    ig_baseline: str = _OPTIONS.ig_baseline
+    signed: bool = _OPTIONS.signed
+
+    def options(self) -> explain.MethodOptions:
+        """The method settings as `explain.MethodOptions` (the page's sliders send floats)."""
+        return explain.MethodOptions(
+            ig_steps=int(self.ig_steps),
+            smoothgrad_samples=int(self.sg_samples),
+            smoothgrad_stdev=float(self.sg_noise),
+            rollout_head_fusion=self.fusion,
+            rollout_discard_ratio=float(self.discard),
+            ig_baseline=self.ig_baseline,
+            signed=bool(self.signed),
+        )
 
 
 def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[str, Any]:
@@ -237,29 +258,8 @@ class Handlers:
         """Every result of the last image emptied (a removed image, a new model, a file that failed);
         shown: the CA galleries' props as the page has them (`Page.ca_props`)."""
         p = self.page
-        out = {
-            p.analysis: None,
-            p.selected: None,
-            p.top5: "",
-            p.status: status,
-            p.grid_file: None,
-            p.json_file: None,
-            p.ca_big: None,
-            p.head_stats: None,
-            p.colour_bar: None,
-            p.sal_msg: "",
-            p.sal_gallery: None,
-            p.sal_bar: None,
-            p.sal_maps: None,
-            p.sal_big: None,
-            p.sal_region: None,
-            p.sal_table: None,
-            p.ratio_plot: None,
-            p.th_gallery: None,
-            p.th_plot: None,
-            p.th_pick: None,
-            **dict.fromkeys(p.causal_results),
-        }
+        out = dict.fromkeys(p.results)  # every result empty; the markdown ones as empty text, and the status
+        out.update({p.top5: "", p.status: status, p.sal_msg: ""})
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
@@ -373,29 +373,30 @@ class Handlers:
 
     # ------------------------------------------------------------------------ saliency
 
-    def saliency(
-        self, choice, a, target, methods, steps, cmap, alpha, view, score=True, topk=1, *method_options
-    ) -> Iterator[dict]:
+    def saliency(self, values: dict) -> Iterator[dict]:
         """The ticked methods' maps for the chosen class (or, with topk > 1, for each of the top-k predicted
         classes side by side): each class's maps as soon as they are computed, then, with `score`, each map's
         deletion/insertion AUCs one by one (the gallery label counts them), so the maps are not held back by the
-        scoring, which takes most of the time, and the wait is told by real progress."""
+        scoring, which takes most of the time, and the wait is told by real progress.
+        values: the `SaliencyAsk` inputs keyed by component, as Gradio sends a set of inputs."""
         p = self.page
-        if a is None or a.choice != choice:
+        ask = p.read(SaliencyAsk, values)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
             yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
             return
-        if not methods:
+        if not ask.sal_methods:
             yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
             return
-        loaded = self.cache.get(choice)
-        methods = [m for m in explain.METHODS if m in methods]  # the menu's order, whatever the ticking order
-        targets = [a.top_class if target is None else int(target)]
-        if int(topk or 1) > 1:
-            targets = [int(i) for i in np.argsort(-a.probs)[: int(topk)]]
-        look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
-        options = _method_options(steps, *method_options)
-        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(score))
-        yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(cmap, signed=options.signed), **self._progress(run)}
+        loaded = self.cache.get(ask.choice)
+        methods = [m for m in explain.METHODS if m in ask.sal_methods]  # the menu's order, whatever the ticking
+        targets = [a.top_class if ask.sal_class is None else int(ask.sal_class)]
+        if int(ask.sal_topk or 1) > 1:
+            targets = [int(i) for i in np.argsort(-a.probs)[: int(ask.sal_topk)]]
+        look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
+        options = ask.options()
+        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score))
+        yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(ask.cmap, signed=options.signed), **self._progress(run)}
         saved = []
         for t in targets:
             name = loaded.labels[t]
@@ -404,7 +405,7 @@ class Handlers:
                 signed = options.signed and row.method in explain.CAPTUM_METHODS
                 run.add(name, row, figures.saliency_tile(a.view, row.heat, signed=signed, **look), signed)
             yield self._progress(run)
-            for row in session.scored(loaded, a, rows, target=t) if score else []:
+            for row in session.scored(loaded, a, rows, target=t) if ask.sal_score else []:
                 run.score(name, row)
                 yield self._progress(run)
             saved.append(session.saliency_numbers(t, name, [r for n, r in run.rows if n == name]))

@@ -110,7 +110,8 @@ def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbe
 
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
-    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", False))
+    asked = {p.choice: loaded.choice, p.analysis: a, p.sal_class: 2, p.sal_methods: ["saliency"], p.sal_score: False}
+    steps = list(handlers.saliency({**asked, p.cmap: "inferno", p.alpha: 0.5, p.view: "smooth"}))
     assert list(json.loads(open(steps[-1][p.json_file]).read())["saliency"][0]["methods"]) == ["saliency"]
     opened = handlers.causal_opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
     data = json.loads(open(opened[p.json_file]).read())
