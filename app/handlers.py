@@ -74,6 +74,27 @@ _OPTIONS = explain.MethodOptions()  # the method settings' defaults
 
 
 @dataclass(frozen=True)
+class DetailsAsk:
+    """What the follow-up of a new image (`Handlers.details`) reads, each field named as its component in `Page`."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    cmap: str  # cmap to keep: how class attention is drawn (`Page.look`)
+    alpha: float
+    scale: str
+    view: str
+    keep: float
+    th_row: int  # the talking-heads query patch
+    th_col: int
+    region_of: str | None  # the map whose region of focus is drawn
+    open_tab: str  # the tab on show: the Causal tab is computed only when it is
+
+    @property
+    def look(self) -> tuple:
+        return self.cmap, self.alpha, self.scale, self.view, self.keep
+
+
+@dataclass(frozen=True)
 class SaliencyAsk:
     """What the Saliency tab's run button sends, each field named as its component in `Page` (Gradio sends them
     keyed by component: `Page.read`); a method setting not sent is `explain.MethodOptions`' default."""
@@ -275,18 +296,21 @@ class Handlers:
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
-    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col, region_of, open_tab) -> dict:
+    def details(self, values: dict) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the talking-heads tab, and the
-        Causal tab if it is the one open (else it waits until it is opened: `causal_opened`)."""
-        if a is None or a.choice != choice:
+        Causal tab if it is the one open (else it waits until it is opened: `causal_opened`).
+        values: the `DetailsAsk` inputs keyed by component, as Gradio sends a set of inputs."""
+        p = self.page
+        ask = p.read(DetailsAsk, values)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
             return gr.skip()
-        p, loaded = self.page, self.cache.get(choice)
-        causal = self._causal_numbers(loaded, a) if open_tab == CAUSAL_TAB else None
+        loaded = self.cache.get(ask.choice)
+        causal = self._causal_numbers(loaded, a) if ask.open_tab == CAUSAL_TAB else None
         json_path = self._numbers_file(loaded, a)
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
-        sheet = self._sheet(
-            attention_tiles(a.view, a.ca_maps, a.self_share, **_look(cmap, alpha, scale, view, keep)), cmap, scale
-        )
+        tiles = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*ask.look))
+        sheet = self._sheet(tiles, ask.cmap, ask.scale)
         out = {
             p.json_file: str(json_path),
             p.grid_file: sheet,
@@ -298,8 +322,8 @@ class Handlers:
             ),
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
-        out.update(self.talking_outputs(loaded, a, th_row, th_col))
-        out.update(self.region(a, region_of, keep))
+        out.update(self.talking_outputs(loaded, a, ask.th_row, ask.th_col))
+        out.update(self.region(a, ask.region_of, ask.keep))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
         out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))

@@ -10,7 +10,7 @@ import gradio as gr
 
 from app import layout, torch_thread
 from app.examples import served_paths
-from app.handlers import Handlers, SaliencyAsk, layerscale_figure
+from app.handlers import DetailsAsk, Handlers, SaliencyAsk, layerscale_figure
 from app.models import ModelCache, ModelChoice
 
 CONCURRENCY = 2  # model runs at once (all model events share one concurrency group)
@@ -137,7 +137,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
     details = dict(
         fn=on_torch(h.details),
-        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col, p.region_of, p.open_tab],
+        inputs=p.inputs(DetailsAsk),  # by name: the handler gets them keyed by component
         outputs=[
             *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
             *(p.sal_class, p.sal_region, *p.causal_results, p.cz_class, p.cz_head),
