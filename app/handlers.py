@@ -75,7 +75,8 @@ _OPTIONS = explain.MethodOptions()  # the method settings' defaults
 
 @dataclass(frozen=True)
 class DetailsAsk:
-    """What the follow-up of a new image (`Handlers.details`) reads, each field named as its component in `Page`."""
+    """What the follow-up of a new image (`Handlers.details`) is sent, each field named as its component in `Page`
+    (`Page.named`: Gradio passes each value as the keyword of that name)."""
 
     choice: ModelChoice
     analysis: session.Analysis | None
@@ -96,8 +97,8 @@ class DetailsAsk:
 
 @dataclass(frozen=True)
 class SaliencyAsk:
-    """What the Saliency tab's run button sends, each field named as its component in `Page` (Gradio sends them
-    keyed by component: `Page.read`); a method setting not sent is `explain.MethodOptions`' default."""
+    """What the Saliency tab's run button sends, each field named as its component in `Page` (`Page.named`: Gradio
+    passes each value as the keyword of that name); a method setting not given is `explain.MethodOptions`'."""
 
     choice: ModelChoice
     analysis: session.Analysis | None
@@ -296,12 +297,11 @@ class Handlers:
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
-    def details(self, values: dict) -> dict:
+    def details(self, **asked: Any) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the talking-heads tab, and the
         Causal tab if it is the one open (else it waits until it is opened: `causal_opened`).
-        values: the `DetailsAsk` inputs keyed by component, as Gradio sends a set of inputs."""
-        p = self.page
-        ask = p.read(DetailsAsk, values)
+        asked: the fields of `DetailsAsk`, by name."""
+        p, ask = self.page, DetailsAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
             return gr.skip()
@@ -397,14 +397,13 @@ class Handlers:
 
     # ------------------------------------------------------------------------ saliency
 
-    def saliency(self, values: dict) -> Iterator[dict]:
+    def saliency(self, **asked: Any) -> Iterator[dict]:
         """The ticked methods' maps for the chosen class (or, with topk > 1, for each of the top-k predicted
         classes side by side): each class's maps as soon as they are computed, then, with `score`, each map's
         deletion/insertion AUCs one by one (the gallery label counts them), so the maps are not held back by the
         scoring, which takes most of the time, and the wait is told by real progress.
-        values: the `SaliencyAsk` inputs keyed by component, as Gradio sends a set of inputs."""
-        p = self.page
-        ask = p.read(SaliencyAsk, values)
+        asked: the fields of `SaliencyAsk`, by name."""
+        p, ask = self.page, SaliencyAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
             yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}

@@ -4,7 +4,7 @@ wiring here (`app.ui`) and no computing (`app.session`); `Page` names each compo
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -23,9 +23,6 @@ MAX_CA_LAYERS = 4  # class-attention galleries on the page (CaiT has 2 CA layers
 SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
 SCALES = ("per tile", "shared per layer")
 VIEWS = ("smooth", "patch grid")
-
-
-_Ask = TypeVar("_Ask")
 
 
 class GalleryProps(NamedTuple):
@@ -158,16 +155,10 @@ class Page:
     def components(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def inputs(self, ask: type) -> set:
-        """The components the fields of the dataclass `ask` are named after: an event's inputs passed by name
-        (a set: Gradio sends their values as one dict keyed by component, read back by `read`)."""
-        return {getattr(self, f.name) for f in fields(ask)}
-
-    def read(self, ask: type[_Ask], values: dict) -> _Ask:
-        """The values of a set of inputs (keyed by component) as the dataclass `ask`: each field from the
-        component of its name (one not sent keeps the field's default)."""
-        named = {f.name: getattr(self, f.name) for f in fields(ask)}
-        return ask(**{name: values[c] for name, c in named.items() if c in values})
+    def named(self, ask: type) -> dict[str, object]:
+        """The components the fields of the dataclass `ask` are named after, by name: an event's `inputs_kwargs`,
+        so that its handler gets each value as the keyword of that name."""
+        return {f.name: getattr(self, f.name) for f in fields(ask)}
 
 
 def _inputs(first: LoadedModel, parts: dict) -> None:

@@ -95,8 +95,8 @@ def _wire_saliency(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler
     p.sal_run.click(
         on_torch(h.saliency, batched=True),
-        p.inputs(SaliencyAsk),  # by name: the handler gets them keyed by component
-        [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
+        inputs_kwargs=p.named(SaliencyAsk),  # by name: the handler gets each as the keyword of its name
+        outputs=[p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
         show_progress_on=[p.sal_gallery],
         **MODEL_EVENTS,
     )
@@ -137,7 +137,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
     details = dict(
         fn=on_torch(h.details),
-        inputs=p.inputs(DetailsAsk),  # by name: the handler gets them keyed by component
+        inputs_kwargs=p.named(DetailsAsk),  # by name: the handler gets each as the keyword of its name
         outputs=[
             *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
             *(p.sal_class, p.sal_region, *p.causal_results, p.cz_class, p.cz_head),

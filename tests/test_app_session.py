@@ -288,23 +288,25 @@ def handlers():
 
 
 def saliency_steps(handlers, a: session.Analysis, methods: list[str], **named) -> list[dict]:
-    """Every step of a saliency run of `methods` on `a`, the other inputs given by their `Page` names and sent
-    as the page sends them, keyed by component; unless named: class 2 and the look these tests draw with."""
+    """Every step of a saliency run of `methods` on `a`, the other inputs by name, as the page passes them;
+    unless named: class 2 and the look these tests draw with."""
     named = dict(choice=a.choice, analysis=a, sal_methods=methods, sal_class=2, cmap="inferno", alpha=0.5) | named
-    named.setdefault("view", "smooth")
-    return list(handlers.saliency({getattr(handlers.page, name): value for name, value in named.items()}))
+    return list(handlers.saliency(**{"view": "smooth", **named}))
 
 
-def test_saliency_inputs_go_by_name(handlers):
-    """The run button sends the components `SaliencyAsk` names, and the handler reads each by its name."""
-    from app.handlers import SaliencyAsk
+def test_events_pass_their_inputs_by_name(handlers):
+    """The saliency run and the follow-up of a new image get each input as the keyword of its component's name."""
+    from gradio.utils import check_function_inputs_match
+
+    from app.handlers import DetailsAsk, SaliencyAsk
 
     p = handlers.page
-    sent = p.inputs(SaliencyAsk)
-    assert sent == {p.components()[f] for f in SaliencyAsk.__dataclass_fields__} and len(sent) == 16
-    # each component sends its own name (ca_galleries, a list, is never an input)
-    values = {c: name for name, c in p.components().items() if not isinstance(c, list) and c in sent}
-    assert p.read(SaliencyAsk, values) == SaliencyAsk(**{name: name for name in SaliencyAsk.__dataclass_fields__})
+    for ask, handler in ((SaliencyAsk, handlers.saliency), (DetailsAsk, handlers.details)):
+        named = p.named(ask)
+        assert named == {name: p.components()[name] for name in ask.__dataclass_fields__}
+        assert check_function_inputs_match(handler, [], False, inputs_kwargs=named) is None  # what Gradio checks
+    with pytest.raises(TypeError, match="sal_clas"):
+        list(handlers.saliency(choice=None, analysis=None, sal_clas=2))  # a misspelt input is no silent default
 
 
 def test_a_failed_load_changes_one_message_only(handlers, tmp_path):

@@ -110,8 +110,8 @@ def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbe
 
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
-    asked = {p.choice: loaded.choice, p.analysis: a, p.sal_class: 2, p.sal_methods: ["saliency"], p.sal_score: False}
-    steps = list(handlers.saliency({**asked, p.cmap: "inferno", p.alpha: 0.5, p.view: "smooth"}))
+    look = dict(cmap="inferno", alpha=0.5, view="smooth", sal_score=False)
+    steps = list(handlers.saliency(choice=loaded.choice, analysis=a, sal_class=2, sal_methods=["saliency"], **look))
     assert list(json.loads(open(steps[-1][p.json_file]).read())["saliency"][0]["methods"]) == ["saliency"]
     opened = handlers.causal_opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
     data = json.loads(open(opened[p.json_file]).read())
@@ -128,9 +128,9 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     region_of = region_choices(loaded.cfg)[0]
     look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
 
-    def details(a, tab: str) -> dict:  # the inputs as the page sends them: keyed by component
-        named = dict(look, choice=loaded.choice, analysis=a, region_of=region_of, open_tab=tab)
-        return handlers.details({getattr(p, name): value for name, value in named.items()})
+    details = lambda a, tab: handlers.details(
+        choice=loaded.choice, analysis=a, region_of=region_of, open_tab=tab, **look
+    )
 
     # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
     out = details(a, CLASS_ATTENTION_TAB)
