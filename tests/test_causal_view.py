@@ -127,11 +127,9 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
     look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
-
     details = lambda a, tab: handlers.details(
         choice=loaded.choice, analysis=a, region_of=region_of, open_tab=tab, **look
     )
-
     # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
     out = details(a, CLASS_ATTENTION_TAB)
     assert all(out[c] is None for c in p.causal_results) and a.causal is None

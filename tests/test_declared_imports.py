@@ -20,6 +20,9 @@ FOLDERS = ("analysis", "benchmarks", "scripts", "tests")
 # helpers imported from their folder (pyproject's pytest pythonpath puts analysis/ on the tests' path too)
 OURS = {"cait", "app", *FOLDERS} | {p.stem for folder in FOLDERS for p in (ROOT / folder).glob("*.py")}
 
+# scripts run in a venv of their own, not the project's (each says how in its docstring): what only they import
+OWN_VENV = {"scripts/make_corruption_fixture.py": {"imagecorruptions"}}
+
 
 def _names(requirements: list[str]) -> set[str]:
     """Distribution names of requirement strings, leaving out an extra that includes another of ours."""
@@ -57,7 +60,8 @@ def undeclared(folder: str, dists: dict[str, list[str]]) -> list[str]:
     (`dists`: importlib.metadata.packages_distributions(), top-level module -> distributions)."""
     problems = []
     for path in sorted((ROOT / folder).rglob("*.py")):
-        for module in sorted(imported_modules(path) - OURS - set(sys.stdlib_module_names)):
+        own_venv = OWN_VENV.get(path.relative_to(ROOT).as_posix(), set())
+        for module in sorted(imported_modules(path) - OURS - own_venv - set(sys.stdlib_module_names)):
             provided_by = {canonicalize_name(d) for d in dists.get(module, [])}
             if not provided_by & ALLOWED[folder]:
                 where = ", ".join(sorted(provided_by)) or "not installed"
