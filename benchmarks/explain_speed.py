@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 import cait
 from cait import explain
+from cait.flags import add_threads_flag
 from cait.timing import time_interleaved
 
 # Goals of issue 4 (x one forward pass); methods without a goal are reported only.
@@ -127,7 +128,7 @@ def main() -> None:
     p.add_argument(
         "--methods", nargs="+", default=None, help="only these (ca_maps, regions and the names of cait.explain.METHODS)"
     )
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_threads_flag(p)
     args = p.parse_args()
     extra = ("knockout_profile", "knockout_naive", "dla", "ca_stage", "logit_lens", "patching_block", "patching_head")
     known = {"ca_maps", "regions", *extra, *explain.METHODS} - set(SAME_AS_CA_MAPS)
