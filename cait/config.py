@@ -150,6 +150,35 @@ class CaiTConfig(_StoredConfig):
                 return f"{name} is a probability in [0, 1), got {getattr(self, name)}"
         if not 0 < self.crop_pct <= 1:
             return f"crop_pct must be in (0, 1], got {self.crop_pct}"
+        return self._unused_part()
+
+    def _unused_part(self) -> str | None:
+        """Why this structure would build parameters that no forward reaches (None if it would not): unused
+        parameters overcount size and FLOPs, and make DDP fail."""
+        ca, at = self.depth_token_only, self.class_token_at
+        if at is not None and ca:
+            return (
+                f"depth_token_only {ca} builds class-attention blocks that never run: class_token_at {at} "
+                "puts the class token in the SA stage instead (set depth_token_only 0)"
+            )
+        if self.global_pool == "avg" and ca:
+            return (
+                f"depth_token_only {ca} builds class-attention blocks that never reach the output: they update only "
+                "the class token, which global_pool 'avg' never reads (set depth_token_only 0)"
+            )
+        if at is not None and at < self.depth or ca:
+            return None  # the class token meets the patches in the SA or the CA stage
+        if self.global_pool == "token":
+            return (
+                "the class token meets no patch (class_token_at unset or = depth, depth_token_only 0), so the token "
+                "head never sees the image (set class_token_at below depth, depth_token_only above 0, or global_pool "
+                "'avg')"
+            )
+        if at is not None:
+            return (
+                f"class_token_at {at} = depth adds a class token after the last SA block that global_pool 'avg' "
+                "never reads (leave class_token_at unset: average pooling then has no class token)"
+            )
         return None
 
     @property
@@ -159,6 +188,11 @@ class CaiTConfig(_StoredConfig):
     @property
     def num_patches(self) -> int:
         return self.grid_size**2
+
+    @property
+    def has_class_token(self) -> bool:
+        """Whether the class token reaches the output; average pooling without `class_token_at` has none."""
+        return self.global_pool == "token" or self.class_token_at is not None
 
     @property
     def is_imagenet(self) -> bool:

@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    dtype = inference_dtype(args.precision, device)
+    dtype = inference_dtype(args.precision, device, remeasure=args.remeasure_precision)
     kwargs = dict(
         batch_size=args.batch_size,
         workers=args.workers,

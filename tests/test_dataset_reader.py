@@ -108,11 +108,13 @@ def test_imagenet_synset_folders_map_to_imagenet_indices(tmp_path):
     for synset in ("n01440764", "n01443537", "n15075141"):
         _save(tmp_path / "val" / synset / "a.jpg")
     _save(tmp_path / "val" / "not-a-class" / "b.png")
-    with pytest.warns(DataWarning, match="'not-a-class'"):
+    _save(tmp_path / "val" / "crane" / "c.png")  # two ImageNet classes (134 and 517) have this name: neither
+    _save(tmp_path / "val" / "Goldfish, Carassius auratus" / "d.png")  # a class's name: its index
+    with pytest.warns(DataWarning, match="2 class folder.*'crane', 'not-a-class'"):
         images = read_images(str(tmp_path), cfg)
-    assert images.paths == ["n01440764/a.jpg", "n01443537/a.jpg", "n15075141/a.jpg", "not-a-class/b.png"]
-    assert images.labels.tolist() == [0, 1, 999, -1]
-    x, label, box, _, ok = images[2]
+    assert images.paths[:3] == ["Goldfish, Carassius auratus/d.png", "crane/c.png", "n01440764/a.jpg"]
+    assert images.labels.tolist() == [1, -1, 0, 1, 999, -1]
+    x, label, box, _, ok = images[4]
     assert ok and label == 999 and x.shape == (3, 224, 224) and box.isnan().all() and images.boxes is None
 
 
