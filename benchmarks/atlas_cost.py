@@ -29,12 +29,13 @@ import torch
 from cait.atlas.compute import batch_numbers
 from cait.atlas.run import load_model
 from cait.data import read_images
-from cait.flags import add_model_flags
+from cait.flags import add_model_flags, add_threads_flag
 from cait.preprocess import normalise
 from cait.timing import time_interleaved
 
 REPO = Path(__file__).resolve().parent.parent
 SCENES = "fashion-mnist-scenes"
+THREADS: list[str] = []  # --threads N for the atlas processes, when given
 
 
 def per_batch(args: argparse.Namespace) -> dict[str, float]:
@@ -70,7 +71,8 @@ def atlas_command(model: list[str], images: int, out: Path, *, ranks: int = 1) -
     launch = [sys.executable]
     if ranks > 1:
         launch += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
-    return [*launch, "-m", "cait.atlas", *model, "--data", SCENES, "--limit", str(images), "--out", str(out)]
+    flags = [*model, *THREADS, "--data", SCENES, "--limit", str(images), "--out", str(out)]
+    return [*launch, "-m", "cait.atlas", *flags]
 
 
 def peak_rss_mb(model: list[str], images: int) -> float:
@@ -156,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rss-to", type=int, default=10000)
     p.add_argument("--ranks-images", type=int, default=256, help="scenes of the one- against two-process runs")
     p.add_argument("--skip", nargs="*", default=[], choices=["batch", "rss", "ranks"])
+    add_threads_flag(p, help="torch threads here and in each atlas process (default: torch's choice)")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    THREADS[:] = ["--threads", str(args.threads)] if args.threads else []
     if "batch" not in args.skip:
         per_batch(args)
     if "rss" not in args.skip:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..flags import add_device_flag, add_model_flags, add_precision_flag
+from ..flags import add_device_flag, add_model_flags, add_precision_flag, add_threads_flag
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,10 +28,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--stop-after", type=int, default=None, metavar="N", help="stop after N shards (the same command continues)"
     )
     p.add_argument("--workers", type=int, default=1, help="data loader processes (default 1)")
+    add_threads_flag(p, help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)")
     add_device_flag(p)
     add_precision_flag(p, default="fp32", help="autocast of the forward passes: fp32 (default), bf16 or auto")
     args = p.parse_args(argv)
-    for name in ("limit", "batch_size", "shard_size", "stop_after"):
+    for name in ("limit", "batch_size", "shard_size", "stop_after", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.exemplars < 0 or args.workers < 0:

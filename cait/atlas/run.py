@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from .. import explain
@@ -24,7 +25,7 @@ from .page import write_page
 from .shards import args_problem, missing_shards, rank_shards, record_args, run_shards, shard_ranges, write_atomic
 
 # arguments that do not change the numbers, so a resumed run may differ in them
-FREE_ARGS = ("out", "device", "workers", "stop_after")
+FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision")
 
 
 class AtlasError(ValueError):
@@ -56,19 +57,23 @@ def _barrier() -> None:
 def run(args: argparse.Namespace) -> Path:
     """Make the atlas `args` ask for in args.out; under torchrun this process is one rank of it. Raises
     `AtlasError` (and the reader's / loader's one-line errors) for input that cannot work."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rank, world, device = setup_distributed(args.device)
     try:
         loaded = load_model(args)
         model = loaded.model.to(device).eval()
         data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
-        out, recorded = Path(args.out), recorded_args(args) | {"images": len(data)}
+        precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
+        # what auto chose is recorded too: shards of one atlas all come from one precision
+        out, recorded = Path(args.out), recorded_args(args) | {"images": len(data), "precision_used": precision.name}
         problem = args_problem(out, recorded)  # every rank reads before rank 0 writes: they all agree
         _barrier()
         if problem:
             raise AtlasError(problem)
         if rank == 0:
             record_args(out, recorded)
-        dtype = choose_precision(args.precision, device).dtype
+        dtype = precision.dtype
         shards = shard_ranges(len(data), args.shard_size)
         mine = rank_shards(len(shards), rank, world)
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)

@@ -56,8 +56,9 @@ def args_problem(out: Path, recorded: dict[str, Any]) -> str | None:
 
 
 def _flag(key: str) -> str:
-    """How a recorded argument is named in a message: as its flag, or "images" (how many the data held)."""
-    return "images" if key == "images" else f"--{key.replace('_', '-')}"
+    """How a recorded argument is named in a message: as its flag, or in words for what the run found (how many
+    images the data held, the precision --precision chose)."""
+    return key.replace("_", " ") if key in ("images", "precision_used") else f"--{key.replace('_', '-')}"
 
 
 def record_args(out: Path, recorded: dict[str, Any]) -> None:
