@@ -1,6 +1,6 @@
 """The head atlas (`python -m cait.atlas`) on exported scenes plus one broken file, against independent
-references: a plain loop over the model's logits, `cait.explain` on maps computed here, a resumed run against
-an uninterrupted one, two torchrun processes against one."""
+references: a plain loop over the model's logits, `cait.explain` on maps computed here, the built-in scenes
+path, a resumed run against an uninterrupted one, two torchrun processes against one."""
 
 from __future__ import annotations
 
@@ -227,3 +227,18 @@ def test_bad_input_is_one_line_and_exit_code_2(setup, capsys):
     err = capsys.readouterr().err
     assert "--limit None there, 50 here" in err and len(err.strip().splitlines()) == 1
     assert (setup["full"] / "images.csv").read_bytes() == before
+
+
+def test_exported_scenes_give_the_scenes_own_numbers(setup):
+    """The folder written by cait.data.export, read with its COCO boxes, against the built-in scenes path."""
+    out = setup["root"] / "built_in"
+    args = ["--checkpoint", str(setup["root"] / "pico.safetensors"), "--data", "fashion-mnist-scenes"]
+    assert main([*args, "--limit", str(SCENES), "--batch-size", "16", "--workers", "0", "--out", str(out)]) == 0
+    folder = {Path(r["path"]).stem: r for r in rows(setup["full"] / "images.csv")}
+    scenes = {r["path"].rsplit("/", 1)[1]: r for r in rows(out / "images.csv")}
+    assert len(scenes) == SCENES and {f"{int(k):05d}" for k in scenes} == set(folder)
+    for index, r in scenes.items():
+        twin = folder[f"{int(index):05d}"]
+        for column in r:
+            if column.endswith(("_pointing", "_mass_in_box", "_entropy", "_dla")) or column in ("label", "prediction"):
+                assert _close(r[column], twin[column], 1e-4), (index, column, r[column], twin[column])
