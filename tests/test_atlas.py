@@ -166,7 +166,7 @@ def test_a_resumed_run_after_a_kill_equals_a_full_run(setup):
     proc = subprocess.Popen(command, cwd=REPO, env=ENV, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not (out / "shards" / "shard-00000.npz").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done = len(list((out / "shards").glob("*.npz")))
