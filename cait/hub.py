@@ -23,7 +23,7 @@ from typing import Callable, Literal
 import torch
 
 from .checkpoint import WEIGHTS_DIR, CheckpointError, atomic_write
-from .config import RELEASED, VARIANTS, get_config, is_paper_variant
+from .config import RELEASED, VARIANTS, CaiTConfig, get_config, is_paper_variant
 from .runtime import user_cache_dir
 
 # timm's file name for safetensors weights on the Hub (timm.models._hub.HF_SAFE_WEIGHTS_NAME).
@@ -112,18 +112,19 @@ def cached_file(name: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None  # a str is a file; None/_CACHED_NO_EXIST are not
 
 
-def weights_status(name: str) -> WeightsStatus:
-    """Where `name`'s pretrained weights would come from now, and their size. Makes no request."""
+def weights_status(name: str, *, cfg: CaiTConfig | None = None) -> WeightsStatus:
+    """Where `name`'s pretrained weights would come from now, and their size. Makes no request.
+    cfg: `name`'s config when the caller has read it already (a load reads it once)."""
     from huggingface_hub import is_offline_mode
 
-    cfg = get_config(name)
+    cfg = cfg or get_config(name)
     if cfg.pretrained:
         path = WEIGHTS_DIR / cfg.pretrained
         return WeightsStatus(
             name,
             "shipped",
             None,
-            _megabytes(path) if path.is_file() else _float32_mb(name),
+            _megabytes(path) if path.is_file() else _float32_mb(cfg),
             path if path.is_file() else None,
         )
     repo = hub_repo(name)
@@ -131,7 +132,7 @@ def weights_status(name: str) -> WeightsStatus:
     if path is not None:
         return WeightsStatus(name, "cached", repo, _megabytes(path), path)
     where: Where = "download" if repo and not is_offline_mode() else "needs file"
-    return WeightsStatus(name, where, repo, _float32_mb(name), None)
+    return WeightsStatus(name, where, repo, _float32_mb(cfg), None)
 
 
 def cached_variants() -> list[str]:
@@ -149,12 +150,11 @@ def _megabytes(path: Path) -> float:
 
 
 @lru_cache(maxsize=None)  # a variant's size never changes; the app asks again after every model load
-def _float32_mb(name: str) -> float:
+def _float32_mb(cfg: CaiTConfig) -> float:
     """Counted on a copy with one block of each kind, on the meta device (shapes only): the blocks of a kind
     are alike, so the rest follows by multiplication, at a fraction of the time of building every block."""
     from .model import CaiT
 
-    cfg = get_config(name)
     with torch.device("meta"):
         model = CaiT(cfg.replace(depth=1, depth_token_only=1), init_weights=False)
     count = lambda module: sum(t.numel() for t in module.state_dict().values())
@@ -247,10 +247,11 @@ def _unavailable(name: str, repo: str, why: str) -> str:
     deit = official_url(name)
     official = f"the official deit file ({deit}) " if deit else "the official deit .pth "
     online = "go online (unset HF_HUB_OFFLINE)" if is_offline_mode() else "go online"
+    size = _float32_mb(get_config(name))
     return (
         f"no weights for '{name}': timm's {repo} ({HUB_FILENAME}) is not in the local Hugging Face cache "
         f"({constants.HF_HUB_CACHE}) and {why}. Ways out: {online} and run again "
-        f"to download it once ({_float32_mb(name):.0f} MB); or give a file, checkpoint=PATH (--checkpoint PATH on "
+        f"to download it once ({size:.0f} MB); or give a file, checkpoint=PATH (--checkpoint PATH on "
         f"the command line), with {official}or a timm .pth/.safetensors; or point HF_HOME / HF_HUB_CACHE at a "
         f"cache that holds {repo}"
     )

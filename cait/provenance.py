@@ -1,23 +1,20 @@
-"""Which weights a tool shows, said once for the app and the analysis scripts: a checkpoint file, the
-weights shipped with the package (with their model card and test accuracy), timm's official weights
-(`cait.hub`: cached, or downloaded when asked), or, when there are none, a seeded random init that says
-so loudly; and the one line that says what a figure or a number was made from.
+"""Where a loaded model's weights came from, said once for every tool (`SourcedModel`, which `cait.load_model`
+returns): a checkpoint file, the weights shipped with the package (with their model card and test accuracy),
+timm's official weights (`cait.hub`), or a seeded random init that says so loudly; and the one line that says
+what a figure or a number was made from.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from torch import nn
 
 from .checkpoint import WEIGHTS_DIR, CheckpointError, file_metadata
-from .config import CaiTConfig, get_config
-from .factory import create_model
-from .hub import fetch_weights, weights_status
-from .model import CaiT
+from .config import CaiTConfig
+from .hub import WeightsStatus
 
 RANDOM_SEED = 0  # the random init of a model without weights: the same numbers on every run
 
@@ -57,13 +54,21 @@ def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SourcedModel:
-    model: CaiT
+    """A loaded model beside the one record of where its weights came from."""
+
+    model: nn.Module  # a CaiT (or, where asked for, the timm CNN of a distillation teacher), in eval mode
+    name: str | None  # the variant asked for (None: a checkpoint of ours loaded without a name)
     source: str  # short: "shipped weights: x.safetensors", "checkpoint /p/x.pth", "random init (seed 0)"
     made_from: str  # one line for figures and numbers: the file with its architecture and training
-    trained: bool  # False for a random init
-    notice: str  # "" or why the weights are random, for wherever the model's numbers are shown
+    status: WeightsStatus | None = None  # where the variant's weights stood at the load (None: a checkpoint)
+    notice: str = ""  # "" or why the weights are random, for wherever the model's numbers are shown
+
+    @property
+    def trained(self) -> bool:
+        """False for a random init."""
+        return not self.notice
 
 
 def describe_architecture(cfg: CaiTConfig) -> str:
@@ -88,24 +93,10 @@ def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     return f"{path.name} ({describe_architecture(cfg)}{trained})"
 
 
-def _scale_note(cfg: CaiTConfig) -> str:
+def scale_note(cfg: CaiTConfig) -> str:
+    """Said after every description of one of our models."""
     # Our Fashion-MNIST models are miniatures: never let their numbers pass for the paper's.
     return "" if cfg.is_imagenet else " - a miniature model, not the paper's ImageNet one"
-
-
-def random_init(name: str, reason: str, **overrides) -> SourcedModel:
-    """`name` with seeded random weights, flagged as untrained everywhere it is shown."""
-    with torch.random.fork_rng():
-        torch.manual_seed(RANDOM_SEED)
-        model = create_model(name, **overrides)
-    made = f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): no shipped or cached weights, NOT a trained model"
-    return SourcedModel(
-        model,
-        f"random init (seed {RANDOM_SEED})",
-        made,
-        trained=False,
-        notice=f"Untrained: no weights for {name} here ({reason})",
-    )
 
 
 def check_checkpoint_file(path: Path) -> None:
@@ -129,41 +120,3 @@ def check_checkpoint_file(path: Path) -> None:
         f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
         f"give a .pth or .safetensors weights file"
     )
-
-
-def load_or_init(
-    name: str | None, checkpoint: str | os.PathLike | None = None, *, download: bool = False, **overrides
-) -> SourcedModel:
-    """The model a user asked for: `checkpoint` when given (our safetensors carry their config, so `name`
-    may be None); else the shipped weights of `name` or timm's in the local Hugging Face cache, or, with
-    download=True, fetched from the Hub; else a seeded random init. Raises CheckpointError / ValueError
-    with one line for a checkpoint or name that cannot work (and for download=True without a way to get
-    the weights)."""
-    if checkpoint is not None:
-        path = Path(checkpoint)
-        check_checkpoint_file(path)
-        model = create_model(name, checkpoint=path, **overrides)
-        return SourcedModel(
-            model,
-            f"checkpoint {path}",
-            "checkpoint " + describe_checkpoint(path, model.cfg) + _scale_note(model.cfg),
-            trained=True,
-            notice="",
-        )
-    if not name:
-        raise ValueError("give a model name (see cait.list_models()) or a checkpoint file")
-    get_config(name)  # an unknown name fails here, with the known ones
-    status = weights_status(name)
-    if not download and status.path is None:
-        hint = "; --pretrained downloads them" if status.where == "download" else ""
-        return random_init(name, status.describe() + hint, **overrides)
-    weights = fetch_weights(name, status=status)
-    model = create_model(name, checkpoint=weights.path, **overrides)
-    model.source = weights.source
-    if status.where == "shipped":
-        made = f"shipped {name} weights {describe_checkpoint(status.path, model.cfg)}"
-        source = f"shipped weights: {status.path.name}"
-    else:
-        made = f"official {name} weights, timm's {model.source} ({describe_architecture(model.cfg)})"
-        source = f"official weights: {model.source}"
-    return SourcedModel(model, source, made + _scale_note(model.cfg), trained=True, notice="")
