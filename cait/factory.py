@@ -19,7 +19,7 @@ from torch import nn
 from .checkpoint import CheckpointError, load_into, read_checkpoint
 from .cnn import TimmCNN, load_cnn_weights
 from .config import DEFAULT_MODEL, CaiTConfig, CNNConfig, get_config
-from .hub import ProgressCallback, WeightsStatus, WeightsUnavailable, fetch_weights, weights_status
+from .hub import WeightsStatus, WeightsUnavailable, fetch_weights, weights_status
 from .model import CaiT
 from .provenance import (
     RANDOM_SEED,
@@ -67,16 +67,15 @@ def load_model(
     pretrained: bool = False,
     random_init: bool = False,
     cnn: bool = False,
-    on_progress: ProgressCallback | None = None,
     **overrides: Any,
 ) -> SourcedModel:
     """The model a tool asks for, in eval mode, with the one record of where its weights came from.
 
     checkpoint: that file (ours carry their config, so `name` may be None; timm and deit files need it).
     Else the weights of `name` (default DEFAULT_MODEL): shipped with the package, or a paper variant's
-    official ones in the local Hugging Face cache; pretrained=True downloads those when not cached
-    (on_progress(done, total) as bytes arrive). Missing weights raise WeightsUnavailable, one line naming
-    the ways out, unless random_init=True: then a seeded random init that every output flags.
+    official ones in the local Hugging Face cache; pretrained=True downloads those when not cached.
+    Missing weights raise WeightsUnavailable, one line naming the ways out, unless random_init=True: then a
+    seeded random init that every output flags.
     cnn: accept a timm CNN written by `cait.train --model timm:...` (cait.evaluate scores it on top-1);
     else such a file is refused in one line. overrides: config fields, as for `create_model`.
     The config is read once and the weights' status computed once. Raises CheckpointError / ValueError
@@ -91,7 +90,7 @@ def load_model(
         if not random_init:
             raise WeightsUnavailable(missing_weights(status))
         return _random_init(name, cfg, status)
-    weights = fetch_weights(name, status=status, on_progress=on_progress)
+    weights = fetch_weights(name, status=status)
     model = _with_weights(cfg, overrides, weights.path, weights.source)
     shipped = status.where == "shipped"
     made = (
@@ -145,9 +144,14 @@ def _from_checkpoint(name: str | None, path: Path, *, cnn: bool, overrides: dict
         load_cnn_weights(model, state, path.name)
         made = f"checkpoint {path.name} (timm {stored.arch}, {model.cfg.img_size}px)"
         return SourcedModel(model.eval(), name, f"checkpoint {path}", made)
-    if stored is None and name is None:
-        raise ValueError(GIVE_NAME)
-    cfg = stored.replace(**overrides) if stored is not None else get_config(name, **overrides)
+    if stored is None:
+        if name is None:
+            raise ValueError(GIVE_NAME)
+        cfg = get_config(name, **overrides)
+    else:
+        cfg = stored.replace(**overrides)
+        if name is not None and get_config(name).network_differences(stored):
+            name = None  # a file of ours with another architecture: never called by that variant's name
     model = _loaded(cfg, state, path.name)
     made = "checkpoint " + describe_checkpoint(path, model.cfg) + scale_note(model.cfg)
     return SourcedModel(model, name, f"checkpoint {path}", made)

@@ -59,7 +59,8 @@ class SourcedModel:
     """A loaded model beside the one record of where its weights came from."""
 
     model: nn.Module  # a CaiT (or, where asked for, the timm CNN of a distillation teacher), in eval mode
-    name: str | None  # the variant asked for (None: a checkpoint of ours loaded without a name)
+    name: str | None  # the variant it is: the one asked for, or the default; None for a checkpoint of ours loaded
+    # without a name or holding another architecture than the one named
     source: str  # short: "shipped weights: x.safetensors", "checkpoint /p/x.pth", "random init (seed 0)"
     made_from: str  # one line for figures and numbers: the file with its architecture and training
     status: WeightsStatus | None = None  # where the variant's weights stood at the load (None: a checkpoint)
