@@ -150,8 +150,10 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     assert hub.fetch_weights(NAME).path == got.path  # online, the cached copy is used without asking the Hub
     assert len(stand_in.requests) == requests
     hf_env(stand_in.url, offline=True)
-    model = cait.create_model(NAME, pretrained=True)
-    assert len(stand_in.requests) == requests and model.source == f"{REPO} ({hub.HUB_FILENAME})"
+    loaded = cait.load_model(NAME)  # cached: no flag needed
+    model = loaded.model
+    assert len(stand_in.requests) == requests and loaded.source == f"official weights: {REPO} ({hub.HUB_FILENAME})"
+    assert loaded.status.where == "cached" and loaded.trained
     x = images(1)
     with torch.no_grad():
         torch.testing.assert_close(model(x), theirs(x), atol=1e-4, rtol=0)
@@ -204,6 +206,74 @@ def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_f
     assert hub.weights_status(NAME).where == "needs file"
     with pytest.raises(hub.WeightsUnavailable, match="HF_HUB_OFFLINE"):
         cait.create_model(NAME, pretrained=True)
+
+
+# ---------------------------------------------------------------------------------------------- one way in
+
+
+def _counting(monkeypatch, function) -> list[str]:
+    """Count the calls of `function` through every name a loaded module of cait, app or analysis binds it to."""
+    calls: list[str] = []
+
+    def counted(name, *args, **kwargs):
+        calls.append(name)
+        return function(name, *args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if module.__name__.split(".")[0] in ("cait", "app", "analysis", "_common"):
+            for attr, value in list(vars(module).items()):
+                if value is function:
+                    monkeypatch.setattr(module, attr, counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "name, random_init", [(cait.DEFAULT_MODEL, False), (NAME, True)], ids=["shipped", "random init"]
+)
+def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monkeypatch, name, random_init):
+    import argparse
+
+    from _common import load_model as analysis_load
+
+    from app.models import ModelChoice
+    from app.models import load_model as app_load
+
+    configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.weights_status)
+    loads = {
+        "cait": lambda: cait.load_model(name, random_init=random_init),
+        "app": lambda: app_load(ModelChoice(name, random_init=random_init), torch.device("cpu")),
+        "analysis": lambda: analysis_load(
+            argparse.Namespace(model=name, checkpoint=None, pretrained=False, random_init=random_init)
+        ),
+    }
+    for tool, load in loads.items():
+        configs.clear(), statuses.clear()
+        loaded = load()
+        assert (configs, statuses) == ([name], [name]), tool
+        assert loaded.notice.startswith("Untrained") == random_init
+
+
+def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_analysis_scripts(capsys):
+    import argparse
+
+    from _common import load_model as analysis_load
+
+    from app.models import ModelChoice
+    from app.models import load_model as app_load
+    from cait.evaluate.__main__ import main as evaluate_main
+
+    # the suite runs offline with an empty cache (conftest.py): timm's weights of NAME are not here
+    with pytest.raises(hub.WeightsUnavailable) as app_error:
+        app_load(ModelChoice(NAME), torch.device("cpu"))
+    said = str(app_error.value)
+    assert evaluate_main(["--model", NAME]) == 2
+    assert capsys.readouterr().err == f"error: {said}\n"
+    with pytest.raises(SystemExit) as exit_:
+        analysis_load(argparse.Namespace(model=NAME, checkpoint=None, pretrained=False, random_init=False))
+    assert exit_.value.code == 2 and capsys.readouterr().err == f"error: {said}\n"
+    assert len(said.splitlines()) == 1 and said.startswith(f"no weights for '{NAME}' here")
+    for way in ("--pretrained", "--checkpoint FILE", "HF_HOME", "--random-init", "HF_HUB_OFFLINE", REPO):
+        assert way in said, way
 
 
 # ---------------------------------------------------------------------------------------------- an analysis script
@@ -330,4 +400,4 @@ def test_a_variants_float32_size_is_its_full_models():
     for name in VARIANTS:
         with torch.device("meta"):
             model = CaiT(get_config(name), init_weights=False)
-        assert hub._float32_mb(name) == pytest.approx(sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6)
+        assert hub._float32_mb(get_config(name)) == pytest.approx(sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6)
