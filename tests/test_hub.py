@@ -398,6 +398,7 @@ def test_a_variants_float32_size_is_its_full_models():
     from cait.model import CaiT
 
     for name in VARIANTS:
+        cfg = get_config(name)
         with torch.device("meta"):
-            model = CaiT(get_config(name), init_weights=False)
-        assert hub._float32_mb(get_config(name)) == pytest.approx(sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6)
+            model = CaiT(cfg, init_weights=False)
+        assert hub._float32_mb(cfg) == pytest.approx(sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6)
