@@ -600,7 +600,7 @@ class Handlers:
                 report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")
                 # into the cache, which the load reads (nothing to do when shipped or cached); off the torch
                 # thread: other pages go on meanwhile
-                hub.fetch_weights(wanted.name, on_progress=report)
+                hub.fetch_weights(hub.weights_status(wanted.name), on_progress=report)
             loaded = torch_thread.call(self.cache.get, wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
             first_line, *rest = str(e).splitlines() or [type(e).__name__]

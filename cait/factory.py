@@ -14,21 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from .checkpoint import CheckpointError, load_into, read_checkpoint
+from .checkpoint import CheckpointError, file_metadata, load_into, read_checkpoint
 from .cnn import TimmCNN, load_cnn_weights
-from .config import DEFAULT_MODEL, CaiTConfig, CNNConfig, get_config
-from .hub import WeightsStatus, WeightsUnavailable, fetch_weights, weights_status
+from .config import DEFAULT_MODEL, CNNConfig, get_config
+from .hub import WeightsUnavailable, fetch_weights, missing_weights, variant_status
 from .model import CaiT
-from .provenance import (
-    RANDOM_SEED,
-    SourcedModel,
-    check_checkpoint_file,
-    describe_architecture,
-    describe_checkpoint,
-    scale_note,
-)
+from .provenance import RANDOM_SEED, SourcedModel, sourced
 
 GIVE_NAME = "give a model name (see cait.list_models()) or a checkpoint that carries its config"
 
@@ -80,90 +72,57 @@ def load_model(
     else such a file is refused in one line. overrides: config fields, as for `create_model`.
     The config is read once and the weights' status computed once. Raises CheckpointError / ValueError
     with one line for a checkpoint or name that cannot work."""
-    if checkpoint is not None:
-        return _from_checkpoint(name, Path(checkpoint), cnn=cnn, overrides=overrides)
+    path = None if checkpoint is None else check_checkpoint_file(Path(checkpoint))
     name = requested_variant(name, checkpoint)
-    named = get_config(name)
-    status = weights_status(name, cfg=named)  # of the variant's own weights, whatever the overrides
-    cfg = named.replace(**overrides)
-    if status.path is None and not pretrained:
-        if not random_init:
-            raise WeightsUnavailable(missing_weights(status))
-        return _random_init(name, cfg, status)
-    weights = fetch_weights(name, status=status)
-    model = _with_weights(cfg, overrides, weights.path, weights.source)
-    shipped = status.where == "shipped"
-    made = (
-        f"shipped {name} weights {describe_checkpoint(weights.path, model.cfg)}"
-        if shipped
-        else f"official {name} weights, timm's {weights.source} ({describe_architecture(model.cfg)})"
-    )
-    source = f"shipped weights: {weights.path.name}" if shipped else f"official weights: {weights.source}"
-    return SourcedModel(model, name, source, made + scale_note(model.cfg), status=status)
-
-
-def missing_weights(status: WeightsStatus) -> str:
-    """The one line every tool says when a variant has no weights here and no random init was asked for."""
-    name, repo = status.name, status.repo_id
-    why = {
-        "shipped": f"its file is not in this package (train it with `python -m cait.train --model {name}`)",
-        "download": f"timm's {repo} is not in the local Hugging Face cache",
-        "needs file": f"timm's {repo} is not cached and the Hub is off (HF_HUB_OFFLINE)"
-        if repo
-        else "there are no released weights for this size",
-    }[status.where]
-    ways = ["--checkpoint FILE gives a weights file"]
-    if repo:
-        online = "" if status.where == "download" else "online, "
-        ways.insert(0, f"{online}--pretrained (the app: the download box) downloads them ({status.size_mb:.0f} MB)")
-        ways.append("HF_HOME pointing at a Hugging Face cache that holds them")
-    ways.append("--random-init for a seeded untrained model, flagged on every output")
-    return f"no weights for '{name}' here: {why}. Ways out: {'; '.join(ways)}"
-
-
-def _random_init(name: str, cfg: CaiTConfig, status: WeightsStatus) -> SourcedModel:
-    """`cfg` with seeded random weights (the same numbers on every run), flagged as untrained."""
-    with torch.random.fork_rng():
-        torch.manual_seed(RANDOM_SEED)
-        model = CaiT(cfg).eval()
-    made = f"RANDOM INIT {name} ({describe_architecture(cfg)}): no shipped or cached weights, NOT a trained model"
-    notice = f"Untrained: no weights for {name} here ({status.describe()})"
-    return SourcedModel(model, name, f"random init (seed {RANDOM_SEED})", made, status=status, notice=notice)
-
-
-def _from_checkpoint(name: str | None, path: Path, *, cnn: bool, overrides: dict[str, Any]) -> SourcedModel:
-    check_checkpoint_file(path)
-    state, stored = read_checkpoint(path)
+    named = None if name is None else get_config(name)
+    status = None if path is not None else variant_status(name, named)  # of the variant's own weights
+    weights = None if status is None or (status.path is None and not pretrained) else fetch_weights(status)
+    if status is not None and weights is None and not random_init:
+        raise WeightsUnavailable(missing_weights(status))
+    path = weights.path if weights else path  # None: the random init random_init asked for
+    what = weights.source if weights else path and path.name  # what the file is, for messages and the record
+    state, stored = read_checkpoint(path) if path else (None, None)
+    meta = file_metadata(path) if path else {}
     if isinstance(stored, CNNConfig):
         if not cnn:
             raise CheckpointError(
-                f"{path.name} holds a timm CNN ({stored.arch}), not a CaiT: it serves as a distillation --teacher "
+                f"{what} holds a timm CNN ({stored.arch}), not a CaiT: it serves as a distillation --teacher "
                 f"(cait.train reads it) and is scored by cait.evaluate"
             )
-        model: nn.Module = TimmCNN(stored.replace(**overrides))
-        load_cnn_weights(model, state, path.name)
-        made = f"checkpoint {path.name} (timm {stored.arch}, {model.cfg.img_size}px)"
-        return SourcedModel(model.eval(), name, f"checkpoint {path}", made)
-    if stored is None:
-        if name is None:
-            raise ValueError(GIVE_NAME)
-        cfg = get_config(name, **overrides)
+        model = TimmCNN(stored.replace(**overrides))
+        load_cnn_weights(model, state, what)
     else:
-        cfg = stored.replace(**overrides)
-        if name is not None and get_config(name).network_differences(stored):
+        if stored is None and named is None:
+            raise ValueError(GIVE_NAME)
+        if named is not None and stored is not None and named.network_differences(stored):
             name = None  # a file of ours with another architecture: never called by that variant's name
-    model = _loaded(cfg, state, path.name)
-    made = "checkpoint " + describe_checkpoint(path, model.cfg) + scale_note(model.cfg)
-    return SourcedModel(model, name, f"checkpoint {path}", made)
+        with torch.random.fork_rng():  # a random init: the same numbers on every run
+            torch.manual_seed(RANDOM_SEED)
+            model = CaiT((named if stored is None else stored).replace(**overrides), init_weights=state is None)
+        if state is not None:
+            load_into(model, state, what)  # the loaded weights replace every parameter (strictly)
+    return sourced(model.eval(), name, path, what, status, meta)
 
 
-def _with_weights(named: CaiTConfig, overrides: dict[str, Any], path: Path, source: str) -> CaiT:
-    """The CaiT in the weights file `path`: by the config it carries (ours), else by its variant's (`named`)."""
-    state, stored = read_checkpoint(path)
-    return _loaded(named if stored is None else stored.replace(**overrides), state, source)
-
-
-def _loaded(cfg: CaiTConfig, state: dict[str, torch.Tensor], source: str) -> CaiT:
-    model = CaiT(cfg, init_weights=False)  # the loaded weights replace every parameter (strictly)
-    load_into(model, state, source)
-    return model.eval()
+def check_checkpoint_file(path: Path) -> Path:
+    """`path`, or a one-line CheckpointError for a path that cannot be a checkpoint: missing, a directory, empty,
+    text."""
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory; give the checkpoint file inside it (.pth or .safetensors)")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        raise CheckpointError(f"{path.name} is empty (0 bytes), not a checkpoint")
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return path  # binary: the reader decides what it is
+    if "\0" in text or not all(c.isprintable() or c.isspace() for c in text):
+        return path  # binary too (a safetensors file starts with 8 length bytes, mostly zeros)
+    first = text.strip().splitlines()[0][:60] if text.strip() else ""
+    raise CheckpointError(
+        f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
+        f"give a .pth or .safetensors weights file"
+    )

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from torch import nn
 
-from .checkpoint import WEIGHTS_DIR, CheckpointError, file_metadata
-from .config import CaiTConfig
+from .checkpoint import WEIGHTS_DIR
+from .config import CaiTConfig, CNNConfig
 from .hub import WeightsStatus
 
 RANDOM_SEED = 0  # the random init of a model without weights: the same numbers on every run
@@ -79,9 +79,9 @@ def describe_architecture(cfg: CaiTConfig) -> str:
     )
 
 
-def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
-    """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
-    meta = file_metadata(path)
+def describe_checkpoint(path: Path, cfg: CaiTConfig, meta: dict[str, str]) -> str:
+    """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says (`meta`, its
+    `cait.checkpoint.file_metadata`)."""
     training = []
     epochs = meta.get("epochs_completed", meta.get("epoch"))
     if epochs:
@@ -100,24 +100,33 @@ def scale_note(cfg: CaiTConfig) -> str:
     return "" if cfg.is_imagenet else " - a miniature model, not the paper's ImageNet one"
 
 
-def check_checkpoint_file(path: Path) -> None:
-    """A one-line CheckpointError for paths that cannot be a checkpoint: missing, a directory, empty, text."""
-    if path.is_dir():
-        raise CheckpointError(f"{path} is a directory; give the checkpoint file inside it (.pth or .safetensors)")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if not head:
-        raise CheckpointError(f"{path.name} is empty (0 bytes), not a checkpoint")
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        return  # binary: the reader decides what it is
-    if "\0" in text or not all(c.isprintable() or c.isspace() for c in text):
-        return  # binary too (a safetensors file starts with 8 length bytes, mostly zeros)
-    first = text.strip().splitlines()[0][:60] if text.strip() else ""
-    raise CheckpointError(
-        f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
-        f"give a .pth or .safetensors weights file"
-    )
+def sourced(
+    model: nn.Module,
+    name: str | None,
+    path: Path | None,
+    weights: str | None,
+    status: WeightsStatus | None,
+    meta: dict[str, str],
+) -> SourcedModel:
+    """`model` with its record: loaded from `path`, a checkpoint the user gave (`status` None) or the variant's
+    shipped or official weights (`weights`: what they are, `cait.hub.LocalWeights.source`; `meta`: the file's
+    metadata); or, without a file, the seeded random init that random_init asked for, flagged everywhere."""
+    cfg = model.cfg
+    if path is None:
+        made = f"RANDOM INIT {name} ({describe_architecture(cfg)}): no shipped or cached weights, NOT a trained model"
+        notice = f"Untrained: no weights for {name} here ({status.describe()})"
+        return SourcedModel(model, name, f"random init (seed {RANDOM_SEED})", made, status=status, notice=notice)
+    if isinstance(cfg, CNNConfig):
+        return SourcedModel(
+            model, name, f"checkpoint {path}", f"checkpoint {path.name} (timm {cfg.arch}, {cfg.img_size}px)"
+        )
+    if status is None:
+        made, source = "checkpoint " + describe_checkpoint(path, cfg, meta), f"checkpoint {path}"
+    elif status.where == "shipped":
+        made, source = f"shipped {name} weights {describe_checkpoint(path, cfg, meta)}", f"shipped weights: {path.name}"
+    else:
+        made, source = (
+            f"official {name} weights, timm's {weights} ({describe_architecture(cfg)})",
+            f"official weights: {weights}",
+        )
+    return SourcedModel(model, name, source, made + scale_note(cfg), status=status)

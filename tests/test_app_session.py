@@ -303,11 +303,10 @@ def test_without_random_init_a_variant_without_weights_is_the_loaders_one_line(h
     from dataclasses import replace
 
     from app.handlers import Handlers
-    from cait.factory import missing_weights
 
     strict = Handlers(handlers.page, handlers.cache, replace(handlers.default, random_init=False))
     out = strict.load_model(handlers.default, SHOWN, "cait_nano_64", "", False)
-    said = missing_weights(hub.weights_status("cait_nano_64"))
+    said = hub.missing_weights(hub.weights_status("cait_nano_64"))
     assert out[handlers.page.load_msg] == f"**Could not load the model:** {said}"
     assert out[handlers.page.variant] == handlers.default.name  # the page's model stays
 

@@ -135,7 +135,9 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     progress: list[tuple[int, int | None]] = []
     RecordingBar.made.clear()
     got = hub.fetch_weights(
-        NAME, tqdm_class=RecordingBar, on_progress=lambda done, total: progress.append((done, total))
+        hub.weights_status(NAME),
+        tqdm_class=RecordingBar,
+        on_progress=lambda done, total: progress.append((done, total)),
     )
     assert stand_in.methods() == ["HEAD", "GET"], stand_in.requests
     requests = len(stand_in.requests)
@@ -147,7 +149,9 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     assert status.where == "cached" and status.path == got.path and status.size_mb == len(data) / 1e6
     assert hub.cached_variants() == [NAME]  # what the app's first screen offers
 
-    assert hub.fetch_weights(NAME).path == got.path  # online, the cached copy is used without asking the Hub
+    assert (
+        hub.fetch_weights(hub.weights_status(NAME)).path == got.path
+    )  # online, the cached copy is used without asking the Hub
     assert len(stand_in.requests) == requests
     hf_env(stand_in.url, offline=True)
     loaded = cait.load_model(NAME)  # cached: no flag needed
@@ -188,7 +192,7 @@ def test_unreachable_hub_is_the_same_clear_error(hf_env, monkeypatch):
     hf_env(f"http://127.0.0.1:{port}")
     monkeypatch.setattr(_http, "time", SimpleNamespace(sleep=lambda s: None))  # the client's back-off, skipped
     with pytest.raises(hub.WeightsUnavailable, match=rf"'{NAME}'.*could not be reached.*checkpoint=PATH"):
-        hub.fetch_weights(NAME)
+        hub.fetch_weights(hub.weights_status(NAME))
 
 
 def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_file, monkeypatch):
@@ -198,7 +202,7 @@ def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_f
     with StandInHub({f"{REPO}/{hub.HUB_FILENAME}": data}, die_after=len(data) // 2) as dying:
         cache = hf_env(dying.url)
         with pytest.raises(hub.WeightsUnavailable, match=rf"'{NAME}'.*{REPO}.*download failed.*nothing of it was kept"):
-            hub.fetch_weights(NAME)
+            hub.fetch_weights(hub.weights_status(NAME))
         assert dying.methods() == ["HEAD", "GET"] and retries  # it tried to resume; the server stayed dead
     kept = [p for p in cache.rglob("*") if p.is_file() and p.stat().st_size >= len(data) // 4]
     assert kept == [] and not list(cache.rglob("*.incomplete"))  # neither the half file nor a temporary
@@ -238,7 +242,7 @@ def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monke
     from app.models import ModelChoice
     from app.models import load_model as app_load
 
-    configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.weights_status)
+    configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.variant_status)
     loads = {
         "cait": lambda: cait.load_model(name, random_init=random_init),
         "app": lambda: app_load(ModelChoice(name, random_init=random_init), torch.device("cpu")),
