@@ -7,6 +7,7 @@ good) and the environment (`HF_HOME`, `HF_HUB_CACHE`, `HF_ENDPOINT`, `HF_HUB_OFF
 itself. Which repo holds a variant's weights is timm's fact (its pretrained configs), not ours.
 
     weights_status(name)   where the weights would come from and their size, without any request
+    variant_status(name, cfg)  the same, for a caller that has read the variant's config (`cait.load_model`)
     list_weights()         that, for every paper variant (the app's Model tab)
     fetch_weights(status)  the local file: shipped, in the cache, or downloaded now with progress
     missing_weights(status)  the one line every tool says when there are none and no random init was asked for
