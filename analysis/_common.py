@@ -26,7 +26,7 @@ import cait
 from cait.checkpoint import CheckpointError
 from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError, read_examples
-from cait.flags import add_model_flags, add_precision_flag
+from cait.flags import add_model_flags, add_precision_flag, add_threads_flag
 from cait.preprocess import model_view
 from cait.provenance import SourcedModel
 from cait.runs import RunDir, write_text
@@ -42,10 +42,11 @@ def fail(message: str) -> NoReturn:
 
 
 def parser(
-    name: str, doc: str, *, model: bool = True, images: bool = False, out: str | None = None
+    name: str, doc: str, *, model: bool = True, precision: bool = True, images: bool = False, out: str | None = None
 ) -> argparse.ArgumentParser:
     """The common flags of analysis/<name>.py: --out (default out/<out or name>) and --quick; with model=True
-    the model and precision flags, with images=True --images (the images to explain)."""
+    the model flags and, unless precision=False (a script that runs everything in fp32), the precision flags;
+    with images=True --images (the images to explain)."""
     out = out or name
     p = argparse.ArgumentParser(
         prog=f"python analysis/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -55,6 +56,7 @@ def parser(
             p,
             checkpoint_help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL}",
         )
+    if model and precision:
         add_precision_flag(
             p,
             default="fp32",
@@ -93,7 +95,7 @@ def load_model(args: argparse.Namespace) -> SourcedModel:
 
 def inference_dtype_of(args: argparse.Namespace) -> torch.dtype | None:
     """The autocast dtype --precision asks for on the CPU, where the scripts run (None: fp32)."""
-    return inference_dtype(args.precision, torch.device("cpu"))
+    return inference_dtype(args.precision, torch.device("cpu"), remeasure=args.remeasure_precision)
 
 
 def forward_only(args: argparse.Namespace):
@@ -287,7 +289,7 @@ def add_budget_flags(
     g.add_argument("--batch-size", type=int, default=64)
     if lr:
         g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
-    g.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    add_threads_flag(g, default=1, help="torch threads per run (default 1)")
     g.add_argument("--fresh", action="store_true", help="retrain runs that already finished in OUT/runs")
 
 

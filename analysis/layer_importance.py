@@ -11,7 +11,7 @@ and the size of their mean knockout change (over all blocks, and over the SA blo
 bootstrap interval over images. Photos have no boxes, so their heads get no pointing score.
 
 Writes layer_importance.json/.png/.html, layer_importance_heads.html and layer_importance_parts.html.
-Always fp32 (the knockouts subtract logits): --precision is not used.
+Always fp32 (the knockouts subtract logits), so it takes no --precision.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ QUICK_IMAGES = 8
 def image_batches(model, args) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
     """(normalised batch, boxes in input pixels or None): test scenes for a scenes model, else photos."""
     cfg = model.cfg
-    if cfg.labels == "imagenet":
+    if cfg.is_imagenet:
         examples = load_examples(default_images(cfg), cfg, limit=QUICK_IMAGES if args.quick else None)
         yield batch_of(examples, cfg), None
         return
@@ -257,7 +257,7 @@ def heads_html(data: dict, made_from: str, path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("layer_importance", __doc__)
+    p = parser("layer_importance", __doc__, precision=False)
     p.add_argument("--scenes", type=int, default=500, help="test scenes (default 500; --quick: 8)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the images (default 1000)")
     args = p.parse_args(argv)

@@ -26,7 +26,7 @@ def plot(figure: LinePlot, made_from: str, out: Path, stem: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser("layerscale_stats", __doc__)
+    p = parser("layerscale_stats", __doc__, precision=False)  # reads weights, runs no forward
     p.add_argument(
         "--metrics",
         type=Path,

@@ -53,12 +53,14 @@ def jobs(args) -> dict[str, list[str] | None]:
         + (["--random-init"] if args.random_init else [])
     )
     quick = ["--quick"] if args.quick else []
+    # --precision goes to the scripts that draw forward passes; the others run in fp32 and do not take it
+    drawn = ["--precision", args.precision] + (["--remeasure-precision"] if args.remeasure_precision else [])
     plan = {
         "model_table": quick,
         "layerscale_stats": model + quick + (["--metrics", str(args.metrics)] if args.metrics else []),
-        "attention_maps": model + quick,
-        "saliency": model + quick,
-        "attention_distance": model + quick,
+        "attention_maps": model + drawn + quick,
+        "saliency": model + drawn + quick,
+        "attention_distance": model + drawn + quick,
         "layer_importance": model + quick,
         "residual_ratio": quick if (residual_ratio.SHIPPED / "none" / "metrics.jsonl").is_file() else None,
         "throughput": None if args.quick else [],

@@ -25,6 +25,7 @@ from _paper import HEADS_DEPTH, HEADS_DIM, HEADS_TABLE
 from tqdm import tqdm
 
 import cait
+from cait.flags import add_threads_flag
 from cait.reference import timm_cait
 from cait.timing import time_interleaved
 
@@ -225,7 +226,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=7, help="interleaved timing rounds (median is reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per function before timing")
     p.add_argument("--min-seconds", type=float, default=0.2, help="shortest duration of one timing round")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_threads_flag(p)
     p.add_argument("--out", type=Path, default=Path("runs/throughput"), help="output directory")
     args = p.parse_args()
 

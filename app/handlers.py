@@ -70,21 +70,64 @@ def _map_of(name: str) -> tuple[int, int | None]:
     return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
 
 
-def _method_options(
-    steps, samples=None, noise=None, fusion=None, discard=None, baseline=None, signed=False
-) -> explain.MethodOptions:
-    """The saliency tab's method settings, in the tab's order, as `explain.MethodOptions` (a setting not
-    given: its default)."""
-    defaults = explain.MethodOptions()
-    return explain.MethodOptions(
-        ig_steps=int(steps),
-        smoothgrad_samples=int(samples if samples is not None else defaults.smoothgrad_samples),
-        smoothgrad_stdev=float(noise if noise is not None else defaults.smoothgrad_stdev),
-        rollout_head_fusion=fusion or defaults.rollout_head_fusion,
-        rollout_discard_ratio=float(discard if discard is not None else defaults.rollout_discard_ratio),
-        ig_baseline=baseline or defaults.ig_baseline,
-        signed=bool(signed),
-    )
+_OPTIONS = explain.MethodOptions()  # the method settings' defaults
+
+
+@dataclass(frozen=True)
+class DetailsAsk:
+    """What the follow-up of a new image (`Handlers.details`) is sent, each field named as its component in `Page`
+    (`Page.named`: Gradio passes each value as the keyword of that name)."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    cmap: str  # cmap to keep: how class attention is drawn (`Page.look`)
+    alpha: float
+    scale: str
+    view: str
+    keep: float
+    th_row: int  # the talking-heads query patch
+    th_col: int
+    region_of: str | None  # the map whose region of focus is drawn
+    open_tab: str  # the tab on show: the Causal tab is computed only when it is
+
+    @property
+    def look(self) -> tuple:
+        return self.cmap, self.alpha, self.scale, self.view, self.keep
+
+
+@dataclass(frozen=True)
+class SaliencyAsk:
+    """What the Saliency tab's run button sends, each field named as its component in `Page` (`Page.named`: Gradio
+    passes each value as the keyword of that name); a method setting not given is `explain.MethodOptions`'."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    sal_class: int | None  # None: the top prediction
+    sal_methods: list[str]
+    cmap: str
+    alpha: float
+    view: str
+    sal_score: bool = True  # the deletion/insertion AUCs after the maps
+    sal_topk: int = 1  # > 1: each method for each of the top k predicted classes instead of sal_class
+    ig_steps: int = _OPTIONS.ig_steps
+    sg_samples: int = _OPTIONS.smoothgrad_samples
+    sg_noise: float = _OPTIONS.smoothgrad_stdev
+    fusion: str = _OPTIONS.rollout_head_fusion
+    discard: float = _OPTIONS.rollout_discard_ratio
+    ig_baseline: str = _OPTIONS.ig_baseline
+    signed: bool = _OPTIONS.signed
+
+    def options(self) -> explain.MethodOptions:
+        """The method settings as `explain.MethodOptions` (the page's sliders send floats)."""
+        return explain.MethodOptions(
+            ig_steps=int(self.ig_steps),
+            smoothgrad_samples=int(self.sg_samples),
+            smoothgrad_stdev=float(self.sg_noise),
+            rollout_head_fusion=self.fusion,
+            rollout_discard_ratio=float(self.discard),
+            ig_baseline=self.ig_baseline,
+            signed=bool(self.signed),
+        )
 
 
 def _weights_line(status: hub.WeightsStatus) -> str:
@@ -242,29 +285,8 @@ class Handlers:
         """Every result of the last image emptied (a removed image, a new model, a file that failed);
         shown: the CA galleries' props as the page has them (`Page.ca_props`)."""
         p = self.page
-        out = {
-            p.analysis: None,
-            p.selected: None,
-            p.top5: "",
-            p.status: status,
-            p.grid_file: None,
-            p.json_file: None,
-            p.ca_big: None,
-            p.head_stats: None,
-            p.colour_bar: None,
-            p.sal_msg: "",
-            p.sal_gallery: None,
-            p.sal_bar: None,
-            p.sal_maps: None,
-            p.sal_big: None,
-            p.sal_region: None,
-            p.sal_table: None,
-            p.ratio_plot: None,
-            p.th_gallery: None,
-            p.th_plot: None,
-            p.th_pick: None,
-            **dict.fromkeys(p.causal_results),
-        }
+        out = dict.fromkeys(p.results)  # every result empty; the markdown ones as empty text, and the status
+        out.update({p.top5: "", p.status: status, p.sal_msg: ""})
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
@@ -280,18 +302,20 @@ class Handlers:
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
         return out
 
-    def details(self, choice, a, cmap, alpha, scale, view, keep, th_row, th_col, region_of, open_tab) -> dict:
+    def details(self, **asked: Any) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the talking-heads tab, and the
-        Causal tab if it is the one open (else it waits until it is opened: `causal_opened`)."""
-        if a is None or a.choice != choice:
+        Causal tab if it is the one open (else it waits until it is opened: `causal_opened`).
+        asked: the fields of `DetailsAsk`, by name."""
+        p, ask = self.page, DetailsAsk(**asked)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
             return gr.skip()
-        p, loaded = self.page, self.cache.get(choice)
-        causal = self._causal_numbers(loaded, a) if open_tab == CAUSAL_TAB else None
+        loaded = self.cache.get(ask.choice)
+        causal = self._causal_numbers(loaded, a) if ask.open_tab == CAUSAL_TAB else None
         json_path = self._numbers_file(loaded, a)
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
-        sheet = self._sheet(
-            attention_tiles(a.view, a.ca_maps, a.self_share, **_look(cmap, alpha, scale, view, keep)), cmap, scale
-        )
+        tiles = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*ask.look))
+        sheet = self._sheet(tiles, ask.cmap, ask.scale)
         out = {
             p.json_file: str(json_path),
             p.grid_file: sheet,
@@ -303,8 +327,8 @@ class Handlers:
             ),
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
-        out.update(self.talking_outputs(loaded, a, th_row, th_col))
-        out.update(self.region(a, region_of, keep))
+        out.update(self.talking_outputs(loaded, a, ask.th_row, ask.th_col))
+        out.update(self.region(a, ask.region_of, ask.keep))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
         out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))
@@ -378,29 +402,29 @@ class Handlers:
 
     # ------------------------------------------------------------------------ saliency
 
-    def saliency(
-        self, choice, a, target, methods, steps, cmap, alpha, view, score=True, topk=1, *method_options
-    ) -> Iterator[dict]:
+    def saliency(self, **asked: Any) -> Iterator[dict]:
         """The ticked methods' maps for the chosen class (or, with topk > 1, for each of the top-k predicted
         classes side by side): each class's maps as soon as they are computed, then, with `score`, each map's
         deletion/insertion AUCs one by one (the gallery label counts them), so the maps are not held back by the
-        scoring, which takes most of the time, and the wait is told by real progress."""
-        p = self.page
-        if a is None or a.choice != choice:
+        scoring, which takes most of the time, and the wait is told by real progress.
+        asked: the fields of `SaliencyAsk`, by name."""
+        p, ask = self.page, SaliencyAsk(**asked)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
             yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
             return
-        if not methods:
+        if not ask.sal_methods:
             yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
             return
-        loaded = self.cache.get(choice)
-        methods = [m for m in explain.METHODS if m in methods]  # the menu's order, whatever the ticking order
-        targets = [a.top_class if target is None else int(target)]
-        if int(topk or 1) > 1:
-            targets = [int(i) for i in np.argsort(-a.probs)[: int(topk)]]
-        look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0])
-        options = _method_options(steps, *method_options)
-        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(score))
-        yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(cmap, signed=options.signed), **self._progress(run)}
+        loaded = self.cache.get(ask.choice)
+        methods = [m for m in explain.METHODS if m in ask.sal_methods]  # the menu's order, whatever the ticking
+        targets = [a.top_class if ask.sal_class is None else int(ask.sal_class)]
+        if int(ask.sal_topk or 1) > 1:
+            targets = [int(i) for i in np.argsort(-a.probs)[: int(ask.sal_topk)]]
+        look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
+        options = ask.options()
+        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score))
+        yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(ask.cmap, signed=options.signed), **self._progress(run)}
         saved = []
         for t in targets:
             name = loaded.labels[t]
@@ -409,7 +433,7 @@ class Handlers:
                 signed = options.signed and row.method in explain.CAPTUM_METHODS
                 run.add(name, row, figures.saliency_tile(a.view, row.heat, signed=signed, **look), signed)
             yield self._progress(run)
-            for row in session.scored(loaded, a, rows, target=t) if score else []:
+            for row in session.scored(loaded, a, rows, target=t) if ask.sal_score else []:
                 run.score(name, row)
                 yield self._progress(run)
             saved.append(session.saliency_numbers(t, name, [r for n, r in run.rows if n == name]))

@@ -155,6 +155,11 @@ class Page:
     def components(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def named(self, ask: type) -> dict[str, object]:
+        """The components the fields of the dataclass `ask` are named after, by name: an event's `inputs_kwargs`,
+        so that its handler gets each value as the keyword of that name."""
+        return {f.name: getattr(self, f.name) for f in fields(ask)}
+
 
 def _inputs(first: LoadedModel, parts: dict) -> None:
     with gr.Row():

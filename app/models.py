@@ -21,7 +21,7 @@ from app.examples import find_examples
 from cait import hub
 from cait.preprocess import class_names
 from cait.provenance import ShippedCard, shipped_card
-from cait.runtime import autocast
+from cait.runtime import PrecisionChoice, autocast
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class LoadedModel:
     labels: tuple[str, ...]
     examples: list[tuple[str, str]]  # (image path, caption)
     card: ShippedCard | None  # shipped model card and test accuracy, when there is one
-    precision_reason: str = ""  # why forward-only passes run in `dtype` (cait.runtime.choose_precision)
+    precision: PrecisionChoice | None = None  # how and why `dtype` was chosen, in words (None: not said)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     @property
@@ -73,7 +73,10 @@ class LoadedModel:
 
 
 def load_model(
-    choice: ModelChoice, device: torch.device, dtype: torch.dtype | None = None, precision_reason: str = ""
+    choice: ModelChoice,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+    precision: PrecisionChoice | None = None,
 ) -> LoadedModel:
     """Build `choice` on `device` (`cait.load_model`). Raises cait.CheckpointError / ValueError with a one-line
     reason."""
@@ -97,7 +100,7 @@ def load_model(
         labels=class_names(model.cfg),
         examples=find_examples(model.cfg),
         card=shipped_card(model.cfg) if choice.checkpoint is None else None,
-        precision_reason=precision_reason,
+        precision=precision,
     )
 
 

@@ -24,9 +24,11 @@ def serve(args: argparse.Namespace) -> int:
     except DeviceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    precision = choose_precision(args.precision, device)
-    logging.getLogger("cait.app").info("forward-only passes in %s: %s", precision.name, precision.reason)
-    loader = partial(load_model, device=device, dtype=precision.dtype, precision_reason=precision.reason)
+    precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
+    logging.getLogger("cait.app").info(
+        "forward-only passes in %s, %s: %s", precision.name, precision.decided, precision.reason
+    )
+    loader = partial(load_model, device=device, dtype=precision.dtype, precision=precision)
     cache = ModelCache(loader, max_bytes=int(args.model_memory_gb * 2**30))
     default = ModelChoice(  # --random-init holds for every model a page loads
         name=requested_variant(args.model, args.checkpoint),

@@ -21,6 +21,11 @@ def precision_name(loaded: LoadedModel) -> str:
     return "bf16 autocast" if loaded.dtype is not None else "fp32"
 
 
+def precision_decided(loaded: LoadedModel) -> str:
+    """The precision with how it was decided, for the header ("bf16 autocast, measured now")."""
+    return f"{precision_name(loaded)}, {loaded.precision.decided}" if loaded.precision else precision_name(loaded)
+
+
 def card_link(loaded: LoadedModel) -> str:
     return "model card in the Model tab" if loaded.card else ""
 
@@ -77,7 +82,7 @@ def header_markdown(loaded: LoadedModel, cached: Sequence[str] = ()) -> str:
     """The first screen: which model this page shows, how good it is, and the cached official weights."""
     return (
         f"# CaiT: class attention & LayerScale\nModel **{loaded.name}** on **{loaded.device}** "
-        f"({precision_name(loaded)}). {model_summary(loaded)} Upload an image or pick an example."
+        f"({precision_decided(loaded)}). {model_summary(loaded)} Upload an image or pick an example."
         f"{cached_offer(cached, loaded.name)}"
     )
 
@@ -101,7 +106,7 @@ def model_markdown(loaded: LoadedModel) -> str:
         ("variant", loaded.name),
         ("weights", loaded.source),
         ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
-        *([("precision", loaded.precision_reason)] if loaded.precision_reason else []),
+        *([("precision", f"{loaded.precision.decided}: {loaded.precision.reason}")] if loaded.precision else []),
         ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
         ("FLOPs (multiply-accumulates)", f"{loaded.model.flops() / 1e9:.3f} G"),
         (

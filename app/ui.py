@@ -10,7 +10,7 @@ import gradio as gr
 
 from app import layout, torch_thread
 from app.examples import served_paths
-from app.handlers import Handlers, layerscale_figure
+from app.handlers import DetailsAsk, Handlers, SaliencyAsk, layerscale_figure
 from app.models import ModelCache, ModelChoice
 
 CONCURRENCY = 2  # model runs at once (all model events share one concurrency group)
@@ -95,9 +95,8 @@ def _wire_saliency(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler
     p.sal_run.click(
         on_torch(h.saliency, batched=True),
-        [p.choice, p.analysis, p.sal_class, p.sal_methods, p.ig_steps, p.cmap, p.alpha, p.view, p.sal_score, p.sal_topk]
-        + [p.sg_samples, p.sg_noise, p.fusion, p.discard, p.ig_baseline, p.signed],
-        [p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
+        inputs_kwargs=p.named(SaliencyAsk),  # by name: the handler gets each as the keyword of its name
+        outputs=[p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
         show_progress_on=[p.sal_gallery],
         **MODEL_EVENTS,
     )
@@ -138,7 +137,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
     details = dict(
         fn=on_torch(h.details),
-        inputs=[p.choice, p.analysis, *p.look, p.th_row, p.th_col, p.region_of, p.open_tab],
+        inputs_kwargs=p.named(DetailsAsk),  # by name: the handler gets each as the keyword of its name
         outputs=[
             *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
             *(p.sal_class, p.sal_region, *p.causal_results, p.cz_class, p.cz_head),

@@ -53,7 +53,7 @@ from app.session import analyse, saliency_rows  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 from cait import explain  # noqa: E402
 from cait.figures import display_base  # noqa: E402
-from cait.flags import INFERENCE_PRECISIONS
+from cait.flags import add_precision_flag  # noqa: E402
 from cait.runtime import inference_dtype  # noqa: E402
 from cait.timing import time_interleaved  # noqa: E402
 
@@ -236,7 +236,7 @@ def startup_seconds(repeats: int) -> float:
 
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
-    dtype = inference_dtype(args.precision, CPU)
+    dtype = inference_dtype(args.precision, CPU, remeasure=args.remeasure_precision)
     choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
     app = ModelCache(lambda c: load_model(c, CPU, dtype), max_bytes=2**34)
     fp32 = ModelCache(lambda c: load_model(c, CPU, None), max_bytes=2**34)
@@ -325,7 +325,7 @@ def report(rows: list[dict], startup: float | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["cait_xxs24_224", "cait_nano_64"])
-    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="auto", help="the app's --precision")
+    add_precision_flag(parser, help="the app's --precision")
     parser.add_argument("--repeats", type=int, default=7, help="rounds of the view, /analyze and forward timings")
     parser.add_argument("--saliency-repeats", type=int, default=2, help="rounds of the saliency timing (0: skip it)")
     parser.add_argument(

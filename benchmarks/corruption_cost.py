@@ -17,8 +17,9 @@ import torchvision.transforms.v2.functional as TF
 import cait
 from cait.corruptions import CORRUPTIONS, corrupt
 from cait.data import build_dataset
+from cait.flags import add_precision_flag
 from cait.preprocess import model_view
-from cait.runtime import autocast, inference_dtype
+from cait.runtime import autocast, choose_precision
 from cait.timing import time_interleaved
 
 GOAL = 0.10  # corrupting a batch costs at most 10% of one forward of that batch
@@ -31,14 +32,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--severities", type=int, nargs="+", default=[1, 3, 5])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    add_precision_flag(p, default="fp32", help="of the forward the corruptions are weighed against")
     args = p.parse_args(argv)
     model = cait.create_model(args.model, pretrained=True).eval()
     data = build_dataset(args.data, "val", subset=args.batch, cache=True)
     x = torch.stack(
         [TF.to_dtype(TF.pil_to_tensor(model_view(data[i][0], model.cfg)), scale=True) for i in range(len(data))]
     )
-    dtype = inference_dtype(args.precision, torch.device("cpu"))
+    precision = choose_precision(args.precision, torch.device("cpu"), remeasure=args.remeasure_precision)
+    dtype = precision.dtype
 
     def forward() -> None:
         with torch.inference_mode(), autocast(dtype, torch.device("cpu")):
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     seconds = time_interleaved(fns, repeats=args.repeats, desc="rounds")
     fwd = seconds.pop("forward")
     print(
-        f"{args.model}, batch {args.batch}, {args.precision} forward {1e3 * fwd / args.batch:.2f} ms/image, "
+        f"{args.model}, batch {args.batch}, {precision.name} forward {1e3 * fwd / args.batch:.2f} ms/image, "
         f"{torch.get_num_threads()} threads"
     )
     print(f"{'corruption':<22}{'ms/image':>10}{'x forward':>11}")

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 import cait
 from cait.data import build_dataset
+from cait.flags import add_threads_flag
 from cait.runtime import autocast, autocast_dtype
 from cait.train.args import model_config, train_args
 from cait.train.data import EpochSampler, make_loader, train_images
@@ -61,7 +62,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=128, help="images per step")
     p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes (cait.train's --workers)")
     p.add_argument("--batches", type=int, default=12, help="timed batches per measurement")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_threads_flag(p)
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

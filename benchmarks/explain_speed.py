@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/explain_speed.py                      # cait_xxs24_224 (B=4), cait_nano_64 (B=16)
     .venv/bin/python benchmarks/explain_speed.py --models cait_pico_32:8 --repeats 5
     .venv/bin/python benchmarks/explain_speed.py --methods knockout_profile knockout_naive   # issue 33's goal
+    .venv/bin/python benchmarks/explain_speed.py --methods ca_stage logit_lens patching_block patching_head \
+        gradient_rollout --threads 1                                                   # issue 41's goals
 
 Random weights (speed does not depend on them). Each timed run of a method alternates with a timed
 forward pass, so that load from other processes drifts both alike, and the reported times are the
@@ -13,6 +15,7 @@ round repeats a call faster than 0.2 s).
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Callable
 
 import torch
@@ -20,6 +23,7 @@ from tqdm import tqdm
 
 import cait
 from cait import explain
+from cait.flags import add_threads_flag
 from cait.timing import time_interleaved
 
 # Goals of issue 4 (x one forward pass); methods without a goal are reported only.
@@ -30,6 +34,7 @@ GOALS = {
     "rollout_raw": 1.5,
     "rollout_after_proj_l": 1.5,
     "rollout_after_proj_w": 1.5,
+    "gradient_rollout": 3.0,  # issue 41: one forward and one backward
 }
 
 
@@ -37,6 +42,18 @@ GOALS = {
 # forward passes; "knockout_naive" is the same profile by one whole forward per block, for the comparison.
 def knockout_goal(cfg: cait.CaiTConfig) -> float:
     return cfg.depth / 2 + 2
+
+
+# Issue 41: the logit lens runs the SA stage once and the class stage (timed alone as "ca_stage", on the
+# SA stage's cached tokens) once per SA depth + 1; patching shares both runs' cached states, and re-runs
+# after each block's attention and MLP branch what follows it (SA depth / 2 blocks on average, twice per
+# block: SA depth in all; the issue's SA depth / 2 + 3 counts one suffix per block), plus the two runs.
+def lens_goal(cfg: cait.CaiTConfig, ca_stage: float) -> float:
+    return 1 + (cfg.depth + 1) * ca_stage
+
+
+def patching_goal(cfg: cait.CaiTConfig) -> float:
+    return cfg.depth + 3
 
 
 SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
@@ -47,7 +64,10 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
     model = cait.create_model(name)
     cfg = model.cfg
     x = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size)
+    corrupted = x + torch.randn(x.shape)
     target = torch.zeros(batch, dtype=torch.long)
+    with torch.no_grad():
+        tokens = model.forward_self_attention(x)
 
     def forward():
         with torch.no_grad():
@@ -63,24 +83,36 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
         "knockout_profile": lambda: explain.knockout_profile(model, x, target),
         "knockout_naive": lambda: explain.knockout_profile(model, x, target, shared_prefix=False),
         "dla": lambda: explain.direct_logit_attribution(model, x, target),
+        "ca_stage": lambda: model.forward_head(model.forward_class_attention(tokens)),
+        "logit_lens": lambda: explain.logit_lens(model, x),
+        "patching_block": lambda: explain.activation_patching(model, x, corrupted, target),
+        "patching_head": lambda: explain.activation_patching(model, x, corrupted, target, granularity="head"),
     }
     if only:
         methods = {m: fn for m, fn in methods.items() if m in only}
     forward(), forward()  # warm-up: allocator, thread pool, lazy imports
     rows = []
+    ratios: dict[str, float] = {}
     for method, fn in tqdm(methods.items(), desc=f"{name} B={batch}", unit="method"):
-        sec = time_interleaved({"method": fn, "forward": forward}, repeats=repeats, warmup=1)
-        rows.append((method, sec["method"], sec["forward"], goal_of(method, cfg)))
+        with torch.no_grad() if method == "ca_stage" else contextlib.nullcontext():
+            sec = time_interleaved({"method": fn, "forward": forward}, repeats=repeats, warmup=1)
+        ratios[method] = sec["method"] / sec["forward"]
+        rows.append((method, sec["method"], sec["forward"], goal_of(method, cfg, ratios)))
         tqdm.write(row(name, batch, *rows[-1]))  # partial results survive an interrupted run
     return rows
 
 
-def goal_of(method: str, cfg: cait.CaiTConfig) -> float | None:
-    return knockout_goal(cfg) if method == "knockout_profile" else GOALS.get(method)
+def goal_of(method: str, cfg: cait.CaiTConfig, ratios: dict[str, float]) -> float | None:
+    """The goal of `method` in forwards; the lens's needs the class stage's ratio measured before it."""
+    if method == "logit_lens":
+        return lens_goal(cfg, ratios["ca_stage"]) if "ca_stage" in ratios else None
+    if method in ("knockout_profile", "patching_block"):
+        return knockout_goal(cfg) if method == "knockout_profile" else patching_goal(cfg)
+    return GOALS.get(method)
 
 
 def row(name: str, batch: int, method: str, t: float, ref: float, goal: float | None) -> str:
-    verdict = "" if goal is None else f"{'<=' if t / ref <= goal else '> '}{goal:g}"
+    verdict = "" if goal is None else f"{'<=' if t / ref <= goal else '> '}{goal:.3g}"
     return f"{name:<16} {batch:>3} {method:<24} {ref * 1e3:>10.1f} {t * 1e3:>10.1f} {t / ref:>8.2f} {verdict:>6}"
 
 
@@ -96,9 +128,10 @@ def main() -> None:
     p.add_argument(
         "--methods", nargs="+", default=None, help="only these (ca_maps, regions and the names of cait.explain.METHODS)"
     )
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_threads_flag(p)
     args = p.parse_args()
-    known = {"ca_maps", "regions", "knockout_profile", "knockout_naive", "dla", *explain.METHODS} - set(SAME_AS_CA_MAPS)
+    extra = ("knockout_profile", "knockout_naive", "dla", "ca_stage", "logit_lens", "patching_block", "patching_head")
+    known = {"ca_maps", "regions", *extra, *explain.METHODS} - set(SAME_AS_CA_MAPS)
     if args.methods and set(args.methods) - known:
         p.error(f"unknown method(s) {sorted(set(args.methods) - known)}; choose from {', '.join(sorted(known))}")
     if args.threads:

@@ -25,7 +25,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
+
+from cait.flags import add_precision_flag, add_threads_flag
+from cait.runtime import choose_precision
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "cait_xxs24_224"
@@ -83,9 +87,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--then", default="86d590f", help="commit of the app to compare with")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of then and now")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of each run (1 on a shared machine)")
-    parser.add_argument("--precision", default="auto", help="today's app --precision")
+    add_threads_flag(parser, default=1, help="torch threads of each run (1 on a shared machine)")
+    add_precision_flag(parser, help="today's app --precision (decided here once, the same for every run)")
     args = parser.parse_args()
+    precision = choose_precision(args.precision, torch.device("cpu"), remeasure=args.remeasure_precision)
     from PIL import Image
     from skimage import data
 
@@ -97,7 +102,7 @@ def main() -> None:
         try:
             codes = {
                 "then": (THEN.format(model=MODEL, image=image), old),
-                "now": (NOW.format(model=MODEL, image=image, precision=args.precision), REPO),
+                "now": (NOW.format(model=MODEL, image=image, precision=precision.name), REPO),
             }
             seconds: dict[str, list[float]] = {"then": [], "now": []}
             for r in tqdm(range(args.rounds), desc="rounds (then, now)"):
@@ -108,7 +113,10 @@ def main() -> None:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], check=False)
     then, now = statistics.median(seconds["then"]), statistics.median(seconds["now"])
     print(f"{MODEL}, {args.threads} torch thread(s), load average {os.getloadavg()[0]:.1f}")
-    print(f"then ({args.then}, 9 methods): {then:.1f} s   now (10 methods, --precision {args.precision}): {now:.1f} s")
+    print(
+        f"then ({args.then}, 9 methods): {then:.1f} s   now (10 methods, {precision.name}, {precision.decided}): "
+        f"{now:.1f} s"
+    )
     print(f"goal: at least 2x faster than then: {then / now:.2f}x, {'met' if then / now >= 2 else 'NOT met'}")
 
 

@@ -24,6 +24,7 @@ from torch import nn
 import cait
 from cait.cnn import TimmCNN
 from cait.config import CNNConfig
+from cait.flags import add_threads_flag
 from cait.reference import timm_cait
 from cait.runtime import autocast
 from cait.timing import time_interleaved
@@ -66,7 +67,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64, help="images per step")
     p.add_argument("--rounds", type=int, default=5, help="alternating timing rounds per model and precision")
     p.add_argument("--steps", type=int, default=5, help="training steps per round")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_threads_flag(p)
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

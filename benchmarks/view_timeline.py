@@ -34,8 +34,8 @@ from app_latency import CPU, EXAMPLES_READY, browser_rounds, click_example, free
 from app import handlers, session, torch_thread  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
-from cait.flags import INFERENCE_PRECISIONS
-from cait.runtime import inference_dtype  # noqa: E402
+from cait.flags import add_precision_flag  # noqa: E402
+from cait.runtime import choose_precision  # noqa: E402
 
 PHASES = ("request", "to handler", "analyse", "outputs", "to browser")
 
@@ -69,8 +69,8 @@ def phases(browser: dict, stamps: dict[str, float]) -> dict[str, float]:
     )
 
 
-def measure(name: str, precision: str, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
-    cache = ModelCache(lambda c: load_model(c, CPU, inference_dtype(precision, CPU)), max_bytes=2**34)
+def measure(name: str, dtype: torch.dtype | None, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
+    cache = ModelCache(lambda c: load_model(c, CPU, dtype), max_bytes=2**34)
     choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
     loaded = torch_thread.call(cache.get, choice)
     x = torch_thread.call(session.analyse, loaded, loaded.examples[0][0]).x
@@ -102,13 +102,14 @@ def measure(name: str, precision: str, repeats: int) -> tuple[dict[str, list[flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="cait_xxs24_224")
-    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="auto", help="the app's --precision")
+    add_precision_flag(parser, help="the app's --precision")
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
-    rows, forwards = measure(args.model, args.precision, args.repeats)
+    precision = choose_precision(args.precision, CPU, remeasure=args.remeasure_precision)
+    rows, forwards = measure(args.model, precision.dtype, args.repeats)
     forward = statistics.median(forwards)
     print(
-        f"{args.model}, --precision {args.precision}, torch threads {torch.get_num_threads()}, load average "
+        f"{args.model}, {precision.name} ({precision.decided}), torch threads {torch.get_num_threads()}, load average "
         f"{os.getloadavg()[0]:.1f}; plain fp32 forward {forward:.1f} ms (median of {len(forwards)})"
     )
     total = 0.0

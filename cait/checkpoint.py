@@ -11,6 +11,7 @@ import json
 import os
 import pickle
 import re
+import uuid
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -30,13 +31,19 @@ class CheckpointError(ValueError):
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    """`write(f)` into a temporary file next to `path`, synced, then renamed over it."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """`write(f)` into a temporary file next to `path`, synced, then renamed over it. The temporary name is
+    unique, so processes writing the same file at once (a shared cache) never write into each other's."""
+    # not tempfile.mkstemp: its files are mode 0600 whatever the umask; "x" refuses a name that exists
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_weights(model: torch.nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:

@@ -7,8 +7,12 @@ The paper variants use the hyper-parameters of the official deit `cait_models.py
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any, ClassVar, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, TypeVar
+
+if TYPE_CHECKING:
+    import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -54,10 +58,27 @@ class _StoredConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def box_to_input(self, boxes: Any, canvas: int) -> Any:
-        """Boxes (x0, y0, x1, y1) in the pixels of a square image of side `canvas`, in this model's input
-        pixels: the evaluation resize of a square image scales both axes alike (crop_pct 1.0 crops nothing)."""
-        return boxes * (self.img_size / canvas)
+    def view_geometry(self, width: int, height: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Where an image of (width, height) lands in the model's evaluation view: the (width, height) it is
+        resized to (short side floor(img_size / crop_pct)) and the (left, top) of the centred img_size crop.
+        The one owner of that geometry: `cait.preprocess.model_view` cuts pixels with it, `box_to_input` maps
+        boxes with it."""
+        short = math.floor(self.img_size / self.crop_pct)
+        size = (short, int(short * height / width)) if width <= height else (int(short * width / height), short)
+        return size, (round((size[0] - self.img_size) / 2), round((size[1] - self.img_size) / 2))
+
+    def box_to_input(self, boxes: Any, size: int | tuple[int, int]) -> torch.Tensor:
+        """Boxes (x0, y0, x1, y1) [..., 4] in an image's pixels, in this model's input pixels (a float tensor):
+        scaled by the evaluation resize, shifted by its centre crop and clipped to the crop. size: the image's
+        (width, height), or one side for a square image (a scene's canvas). NaN boxes stay NaN."""
+        import torch  # here, not at the top: the config (and --help) stay free of torch's import time
+
+        width, height = (size, size) if isinstance(size, int) else size
+        (new_w, new_h), (left, top) = self.view_geometry(width, height)
+        boxes = torch.as_tensor(boxes, dtype=torch.float32)
+        scale = torch.tensor([new_w / width, new_h / height] * 2)
+        shift = torch.tensor([left, top] * 2, dtype=torch.float32)
+        return (boxes * scale - shift).clamp(0, self.img_size)
 
     @classmethod
     def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
@@ -129,6 +150,35 @@ class CaiTConfig(_StoredConfig):
                 return f"{name} is a probability in [0, 1), got {getattr(self, name)}"
         if not 0 < self.crop_pct <= 1:
             return f"crop_pct must be in (0, 1], got {self.crop_pct}"
+        return self._unused_part()
+
+    def _unused_part(self) -> str | None:
+        """Why this structure would build parameters that no forward reaches (None if it would not): unused
+        parameters overcount size and FLOPs, and make DDP fail."""
+        ca, at = self.depth_token_only, self.class_token_at
+        if at is not None and ca:
+            return (
+                f"depth_token_only {ca} builds class-attention blocks that never run: class_token_at {at} "
+                "puts the class token in the SA stage instead (set depth_token_only 0)"
+            )
+        if self.global_pool == "avg" and ca:
+            return (
+                f"depth_token_only {ca} builds class-attention blocks that never reach the output: they update only "
+                "the class token, which global_pool 'avg' never reads (set depth_token_only 0)"
+            )
+        if at is not None and at < self.depth or ca:
+            return None  # the class token meets the patches in the SA or the CA stage
+        if self.global_pool == "token":
+            return (
+                "the class token meets no patch (class_token_at unset or = depth, depth_token_only 0), so the token "
+                "head never sees the image (set class_token_at below depth, depth_token_only above 0, or global_pool "
+                "'avg')"
+            )
+        if at is not None:
+            return (
+                f"class_token_at {at} = depth adds a class token after the last SA block that global_pool 'avg' "
+                "never reads (leave class_token_at unset: average pooling then has no class token)"
+            )
         return None
 
     @property
@@ -138,6 +188,11 @@ class CaiTConfig(_StoredConfig):
     @property
     def num_patches(self) -> int:
         return self.grid_size**2
+
+    @property
+    def has_class_token(self) -> bool:
+        """Whether the class token reaches the output; average pooling without `class_token_at` has none."""
+        return self.global_pool == "token" or self.class_token_at is not None
 
     @property
     def is_imagenet(self) -> bool:

@@ -8,14 +8,25 @@ the same operation is written once here on the whole batch with torch and torchv
 
 - gaussian_noise, shot_noise, impulse_noise: additive normal noise, Poisson photon noise, salt and pepper
   on a share of the values;
-- defocus_blur: a disk kernel (smoothed by a small Gaussian as in the paper), gaussian_blur: a Gaussian;
+- defocus_blur: a disk kernel (smoothed by a small Gaussian as in the paper), borders reflected as OpenCV's
+  filter2D does; gaussian_blur: a Gaussian, the edge pixel repeated as scikit-image's `gaussian` does;
 - brightness: the HSV value channel raised (done as a per-pixel scale: HSV's hue and saturation fixed),
   contrast: each image's channel means kept and the deviations shrunk;
-- jpeg_compression: PIL's libjpeg at low quality, pixelate: box down-sampling, nearest up.
+- jpeg_compression: PIL's libjpeg at low quality; pixelate: PIL's BOX down-sampling and NEAREST up-sampling,
+  each written as PIL computes it (a weight matrix per axis; the source index per output pixel).
 
-A maintained library was not used: `imagecorruptions` no longer imports with current scikit-image and needs
-OpenCV, its fork adds numba, and neither is batched nor seedable; kornia and albumentations lack several of
-the families (see benchmarks/README.md).
+tests/test_corruptions.py holds every deterministic family to within one level (uint8) of the reference
+package's outputs on odd-sized photos, and the noises to its distributions (tests/data/corruptions/, made by
+scripts/make_corruption_fixture.py).
+
+The package itself is not a dependency, used only to make that fixture in a venv of its own. The paper's
+`imagecorruptions` 1.1.2 imports only where setuptools still ships `pkg_resources`, and its gaussian_blur,
+glass_blur and fog fail under scikit-image 0.26 (`multichannel`) and numpy 2 (`np.float_`). Its fork
+`imagecorruptions-imaug` 1.1.5 runs, but brings OpenCV and numba (with llvmlite, about 400 MB installed),
+corrupts one uint8 numpy image at a time (truncating its float results to uint8), and draws gaussian and
+shot noise from numpy's global random state. Here a corruption is one batched call on the model's float view,
+seeded by a `torch.Generator`, on any device. kornia and albumentations lack several of the families (see
+benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -68,13 +79,14 @@ def impulse_noise(x: torch.Tensor, severity: int, generator: torch.Generator) ->
     return torch.where(u < amount, salt.to(x), x)
 
 
-def _filter(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-    """x filtered per channel with a symmetric odd kernel [kh, kw], borders reflected (OpenCV's filter2D default),
-    or replicated where the kernel reaches further than reflection can. Through the FFT: a 21x21 disk on a
-    136 px image costs an eighth of torch's grouped convolution on a CPU."""
+def _filter(x: torch.Tensor, kernel: torch.Tensor, *, border: str) -> torch.Tensor:
+    """x filtered per channel with a symmetric odd kernel [kh, kw]. `border` "reflect" mirrors without repeating
+    the edge (OpenCV's filter2D default), falling back to "replicate" where the kernel reaches further than
+    reflection can; "replicate" repeats the edge pixel (scikit-image's gaussian). Through the FFT: a 21x21 disk
+    on a 136 px image costs an eighth of torch's grouped convolution on a CPU."""
     (kh, kw), (H, W) = kernel.shape, x.shape[-2:]
     ph, pw = kh // 2, kw // 2
-    mode = "reflect" if max(ph, pw) < min(H, W) else "replicate"
+    mode = "reflect" if border == "reflect" and max(ph, pw) < min(H, W) else "replicate"
     padded = F.pad(x.float(), [pw, pw, ph, ph], mode=mode)
     size = padded.shape[-2:]
     spectrum = torch.fft.rfft2(padded) * torch.fft.rfft2(kernel.to(padded), s=size)
@@ -94,17 +106,17 @@ def disk_kernel(radius: int, alias_blur: float) -> torch.Tensor:
 
 
 def defocus_blur(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
-    return _filter(x, disk_kernel(*DEFOCUS_RADIUS_ALIAS[severity - 1])).clamp(0, 1)
+    return _filter(x, disk_kernel(*DEFOCUS_RADIUS_ALIAS[severity - 1]), border="reflect").clamp(0, 1)
 
 
 def gaussian_blur(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
-    # scikit-image's gaussian truncates at 4 sigma
+    # scikit-image's gaussian (scipy's gaussian_filter): truncated at 4 sigma, the edge pixel repeated
     sigma = float(GAUSSIAN_BLUR_SIGMA[severity - 1])
     radius = int(4 * sigma + 0.5)
     grid = torch.arange(-radius, radius + 1, dtype=torch.float32)
     g = torch.exp(-(grid**2) / (2 * sigma**2))
     g /= g.sum()
-    return _filter(x, g[:, None] * g[None, :]).clamp(0, 1)
+    return _filter(x, g[:, None] * g[None, :], border="replicate").clamp(0, 1)
 
 
 def brightness(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
@@ -134,11 +146,39 @@ def jpeg_compression(x: torch.Tensor, severity: int, generator: torch.Generator)
     return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2).to(device=x.device, dtype=x.dtype) / 255
 
 
+def box_weights(n_in: int, n_out: int) -> torch.Tensor:
+    """PIL's BOX resize of one axis from n_in to n_out pixels as an [n_out, n_in] matrix: output pixel i
+    averages, with equal weights, the input pixels whose centres fall in its box around (i + 0.5) n_in / n_out,
+    its right end included. Not coverage weights: a pixel cut by a box's edge counts wholly on one side. The
+    arithmetic is Resample.c's precompute_coeffs, so that centres on a box's edge fall as they do in PIL."""
+    scale = n_in / n_out
+    filterscale = max(scale, 1.0)
+    support = 0.5 * filterscale
+    centre = (torch.arange(n_out, dtype=torch.float64)[:, None] + 0.5) * scale
+    x = torch.arange(n_in, dtype=torch.float64)[None, :]
+    window = (x >= (centre - support + 0.5).floor()) & (x < (centre + support + 0.5).floor())
+    t = (x - centre + 0.5) * (1.0 / filterscale)  # where the box filter is evaluated
+    weights = (window & (t > -0.5) & (t <= 0.5)).double()
+    return (weights / weights.sum(dim=1, keepdim=True)).float()
+
+
+def nearest_indices(n_in: int, n_out: int) -> torch.Tensor:
+    """The input pixel PIL's NEAREST resize takes for each of n_out output pixels along one axis: the centre
+    (i + 0.5) * n_in / n_out rounded down, with the centre accumulated step by step in float64 as PIL's
+    ImagingScaleAffine does, so that centres landing exactly on a pixel edge round the way PIL's do."""
+    step = n_in / n_out
+    centres = np.cumsum(np.r_[0.5 * step, np.full(n_out - 1, step)])  # numpy adds in order, as the C loop
+    return torch.from_numpy(np.minimum(centres.astype(np.int64), n_in - 1))
+
+
 def pixelate(x: torch.Tensor, severity: int, generator: torch.Generator) -> torch.Tensor:
+    # PIL's BOX down (one weight matrix per axis, two matmuls), then its NEAREST back up, as the paper's code
     scale = PIXELATE_SCALE[severity - 1]
     H, W = x.shape[-2:]
-    small = F.interpolate(x, size=(max(1, int(H * scale)), max(1, int(W * scale))), mode="area")
-    return F.interpolate(small, size=(H, W), mode="nearest-exact")
+    h, w = max(1, int(H * scale)), max(1, int(W * scale))
+    small = box_weights(H, h).to(x) @ x @ box_weights(W, w).to(x).T
+    rows, cols = nearest_indices(h, H).to(x.device), nearest_indices(w, W).to(x.device)
+    return small[..., rows[:, None], cols]  # one gather, a fraction of the time of two index_selects
 
 
 CORRUPTIONS: dict[str, Corruption] = {

@@ -53,5 +53,23 @@ def add_precision_flag(
     default: str = "auto",
     choices: tuple[str, ...] = INFERENCE_PRECISIONS,
 ) -> None:
-    """--precision: the autocast dtype of the passes `help` names (cait.runtime says what auto means)."""
+    """--precision: the autocast dtype of the passes `help` names (cait.runtime says what auto means), and
+    --remeasure-precision to time auto's choice again rather than trust the stored timing."""
     p.add_argument("--precision", default=default, choices=choices, help=help)
+    p.add_argument(
+        "--remeasure-precision",
+        action="store_true",
+        help="with --precision auto: time bf16 against fp32 again now instead of using the timing kept for this "
+        "CPU, torch version and thread count",
+    )
+
+
+def add_threads_flag(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    default: int | None = None,
+    help: str = "torch threads (default: torch's choice; 1 is fastest on a busy machine)",
+) -> None:
+    """--threads: how many threads torch uses (None: torch's own choice, one per core)."""
+    # type int, not a checking function: cait.train converts flags given from Python by their type
+    p.add_argument("--threads", type=int, default=default, metavar="N", help=help)

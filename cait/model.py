@@ -234,7 +234,10 @@ class CaiT(nn.Module):
         self.cfg = cfg
         d = cfg.embed_dim
         self.patch_embed = PatchEmbed(cfg)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        if cfg.has_class_token:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        else:  # average pooling, no class token: a constant stand-in keeps the [B, 1+N, d] layout readers index
+            self.register_buffer("cls_token", torch.zeros(1, 1, d), persistent=False)
         self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_patches, d))  # patches only: the class token
         self.blocks = nn.ModuleList([LayerScaleBlock(cfg) for _ in range(cfg.depth)])  # joins after SA
         self.blocks_token_only = nn.ModuleList([LayerScaleBlockClassAttn(cfg) for _ in range(cfg.depth_token_only)])
@@ -248,7 +251,7 @@ class CaiT(nn.Module):
         if self.pos_embed.is_meta:
             return
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)  # the stand-in too: the later weights' draws stay as they were
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)

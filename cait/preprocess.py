@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Callable
 
@@ -38,10 +37,8 @@ def model_view(image: Image.Image, cfg: CaiTConfig) -> Image.Image:
     that a map and its pixels line up. Written with PIL, which torchvision calls for PIL images anyway:
     importing torchvision costs the app's start about a second (it pulls in torch._dynamo)."""
     image = image.convert("RGB" if cfg.in_chans == 3 else "L")
-    short, (w, h) = math.floor(cfg.img_size / cfg.crop_pct), image.size
-    size = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+    size, (left, top) = cfg.view_geometry(*image.size)
     view = image.resize(size, Image.Resampling.BICUBIC)
-    left, top = round((size[0] - cfg.img_size) / 2), round((size[1] - cfg.img_size) / 2)
     return view.crop((left, top, left + cfg.img_size, top + cfg.img_size))
 
 

@@ -2,7 +2,7 @@
 
     device = resolve_device("auto")                  # cuda when present, else cpu
     dtype = autocast_dtype("auto", device)           # bf16 only where it is faster than fp32 here (measured
-                                                     # once per CPU model and torch version, then cached)
+                                                     # once per CPU model, torch version and thread count)
     with autocast(dtype, device):
         logits = model(x)
 
@@ -14,16 +14,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import platform
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .checkpoint import atomic_write
+from .config import get_config
 from .flags import DEVICES, INFERENCE_PRECISIONS, PRECISIONS
+from .model import CaiT
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 # torch's own probes of the CPU instructions that compute bf16 natively (private, hence looked up by name)
@@ -31,6 +34,12 @@ _CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 # how much faster than fp32 bf16 must measure on a CPU for "auto" to take it: bf16 costs a little accuracy,
 # so a near tie goes to fp32 (benchmarks/README.md)
 BF16_MIN_SPEEDUP = 1.2
+# a bf16 speed-up outside this is the machine's load, not the CPU (one stored "13.08x" where the whole model
+# runs 1.4-2.6x faster in bf16): it is timed again, and never stored
+BF16_PLAUSIBLE = (0.2, 8.0)
+# what the probe times: a whole forward of the default model's architecture at its 64 px training size
+# (0.25 GMACs an image), PROBE_ROUNDS times each way
+PROBE_MODEL, PROBE_BATCH, PROBE_ROUNDS = "cait_micro_64", 2, 7
 
 
 class DeviceError(ValueError):
@@ -49,24 +58,31 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def fast_bf16(device: torch.device) -> bool:
+def fast_bf16(device: torch.device, *, remeasure: bool = False) -> bool:
     """Is bf16 autocast faster than fp32 on this device? On CUDA, where it is supported. On a CPU, the
     instruction flags are necessary but not enough (without them bf16 is emulated; with them it depends on the
-    chip), so it is measured once per CPU model and torch version (`stored_bf16_speedup`; benchmarks/README.md)."""
-    return _auto_bf16(device)[0]
+    chip), so it is measured once per CPU model, torch version and thread count (`stored_bf16_speedup`)."""
+    return _auto_bf16(device, remeasure=remeasure)[0]
 
 
-def _auto_bf16(device: torch.device) -> tuple[bool, str]:
-    """What "auto" decides on `device`, and why in a sentence."""
+def _auto_bf16(device: torch.device, *, remeasure: bool = False) -> tuple[bool, str, str]:
+    """What "auto" decides on `device`: bf16 or not, how it was decided in a few words, and why in a sentence."""
     if device.type == "cuda":
         ok = torch.cuda.is_bf16_supported()
-        return ok, f"this CUDA device {'supports' if ok else 'does not support'} bf16"
+        return ok, "CUDA says", f"this CUDA device {'supports' if ok else 'does not support'} bf16"
     if not any(getattr(torch.cpu, probe, lambda: False)() for probe in _CPU_BF16_PROBES):
-        return False, "this CPU has no bf16 instructions (AVX512-BF16 or AMX): bf16 would be emulated"
-    speedup, record = stored_bf16_speedup()
-    fast = speedup >= BF16_MIN_SPEEDUP
+        why = "this CPU has no bf16 instructions (AVX512-BF16 or AMX): bf16 would be emulated"
+        return False, "no bf16 instructions", why
+    probe = stored_bf16_speedup(remeasure=remeasure)
+    if probe.speedup is None:
+        return False, probe.decided, f"{probe.where}, so fp32"
+    fast = probe.speedup >= BF16_MIN_SPEEDUP
     verdict = "so bf16" if fast else f"below the {BF16_MIN_SPEEDUP:g}x bf16 must gain, so fp32"
-    return fast, f"bf16 measured {speedup:.2f}x fp32's speed on this CPU, {verdict} ({record})"
+    return (
+        fast,
+        probe.decided,
+        f"bf16 ran a whole forward at {probe.speedup:.2f}x fp32's speed on this CPU, {verdict} ({probe.where})",
+    )
 
 
 def cpu_model() -> str:
@@ -91,86 +107,124 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cait-lens"
 
 
-def stored_bf16_speedup() -> tuple[float, str]:
-    """`cpu_bf16_speedup`, measured once per (CPU model, torch version) and kept in the user cache dir, so that
-    every later start on the same machine and software decides the same (a fresh timing at each start once
-    flipped between fp32 and bf16). Returns the speedup and where it came from, in words."""
-    path, key = user_cache_dir() / "precision.json", f"{cpu_model()} | torch {torch.__version__}"
+@dataclass(frozen=True)
+class Bf16Probe:
+    """What `stored_bf16_speedup` found: the speed-up (None: no plausible one), how it was decided, and where
+    the number came from, in words."""
+
+    speedup: float | None
+    decided: str  # "measured now" or "remembered from DATE on this CPU"
+    where: str
+
+
+def probe_key() -> str:
+    """What a stored bf16 speed-up holds for: a timing is valid only on the same CPU model, torch and threads."""
+    return f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+def stored_bf16_speedup(*, remeasure: bool = False) -> Bf16Probe:
+    """`cpu_bf16_speedup`, measured once per `probe_key` and kept in the user cache dir, so that every later start
+    on the same machine, software and thread count decides the same (a fresh timing at each start once flipped
+    between fp32 and bf16). Measured again when asked (`remeasure`) or when the stored number is implausible."""
+    path, key = user_cache_dir() / "precision.json", probe_key()
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
-    if isinstance(known.get(key), dict) and isinstance(known[key].get("bf16_speedup"), (int, float)):
-        entry = known[key]
-        return float(entry["bf16_speedup"]), f"measured on {entry.get('measured', '?')}, kept in {path}"
+    entry = known.get(key) if isinstance(known, dict) else None
+    if not remeasure and isinstance(entry, dict) and _plausible(entry.get("bf16_speedup")):
+        date = entry.get("measured", "?")
+        return Bf16Probe(float(entry["bf16_speedup"]), f"remembered from {date} on this CPU", f"kept in {path}")
     speedup = cpu_bf16_speedup()
-    known[key] = {
-        "bf16_speedup": round(speedup, 3),
-        "measured": time.strftime("%Y-%m-%d"),
-        "threads": torch.get_num_threads(),
-    }
+    if speedup is None:
+        lo, hi = BF16_PLAUSIBLE
+        where = f"bf16 timed outside the plausible {lo:g}-{hi:g}x of fp32 twice (a busy machine?), nothing kept"
+        return Bf16Probe(None, "measured now, implausible", where)
+    known = known if isinstance(known, dict) else {}
+    known[key] = {"bf16_speedup": round(speedup, 3), "measured": time.strftime("%Y-%m-%d")}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        os.replace(tmp, path)  # atomic: two starts at once never read half a file
+        atomic_write(path, lambda f: f.write(json.dumps(known, indent=1).encode()))
         where = f"measured now, kept in {path} for later starts"
     except OSError:
         where = "measured now; the cache dir is not writable, so later starts measure again"
-    return speedup, where
+    return Bf16Probe(speedup, "measured now", where)
+
+
+def _plausible(speedup: object) -> bool:
+    return isinstance(speedup, (int, float)) and BF16_PLAUSIBLE[0] <= speedup <= BF16_PLAUSIBLE[1]
 
 
 @functools.cache
-def cpu_bf16_speedup() -> float:
-    """fp32 time / bf16 time of one CaiT-sized linear layer (1024 tokens, 384 -> 1536) on this CPU at the
-    current thread count: the best of 20 interleaved calls each (a shared machine's noise pushes the others
-    up), ~0.3 s, once per process."""
-    x, layer = torch.randn(1024, 384), torch.nn.Linear(384, 1536)
-    best = {torch.float32: math.inf, torch.bfloat16: math.inf}
-    with torch.no_grad():
-        for _ in range(20):
-            for dtype in best:
-                with autocast(None if dtype is torch.float32 else dtype, torch.device("cpu")):
-                    start = time.perf_counter()
-                    layer(x)
-                    best[dtype] = min(best[dtype], time.perf_counter() - start)
-    return best[torch.float32] / best[torch.bfloat16]
+def cpu_bf16_speedup() -> float | None:
+    """fp32 time / bf16 time of a whole forward of a small CaiT on this CPU at the current thread count, once
+    per process; timed again once when implausible (`BF16_PLAUSIBLE`), None when that is too."""
+    with torch.random.fork_rng(devices=[]):  # the caller's random draws stay the same, timed or remembered
+        for _ in range(2):
+            speedup = _forward_speedup()
+            if _plausible(speedup):
+                return speedup
+    return None
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The --precision choice as an autocast dtype (None = fp32); "auto" takes bf16 only where it is faster."""
+def _forward_speedup(rounds: int = PROBE_ROUNDS) -> float:
+    """The median over `rounds` of fp32 time / bf16 time of one batch through `PROBE_MODEL`, the two timed
+    back to back in each round (in alternating order), so that a machine's load shifts both alike."""
+    model = CaiT(get_config(PROBE_MODEL)).eval()
+    x = torch.randn(PROBE_BATCH, model.cfg.in_chans, model.cfg.img_size, model.cfg.img_size)
+    cpu = torch.device("cpu")
+
+    def seconds(dtype: torch.dtype | None) -> float:
+        with torch.inference_mode(), autocast(dtype, cpu):
+            start = time.perf_counter()
+            model(x)
+            return time.perf_counter() - start
+
+    seconds(None), seconds(torch.bfloat16)  # warm-up: first calls pay for allocation and kernel choice
+    ratios = []
+    for i in range(rounds):
+        order = (None, torch.bfloat16) if i % 2 == 0 else (torch.bfloat16, None)
+        times = {dtype: seconds(dtype) for dtype in order}
+        ratios.append(times[None] / times[torch.bfloat16])
+    return statistics.median(ratios)
+
+
+def autocast_dtype(precision: str, device: torch.device, *, remeasure: bool = False) -> torch.dtype | None:
+    """The --precision choice as an autocast dtype (None = fp32); "auto" takes bf16 only where it is faster
+    (`remeasure`: time it again rather than trust the stored timing)."""
     if precision == "auto":
-        return torch.bfloat16 if fast_bf16(device) else None
+        return torch.bfloat16 if fast_bf16(device, remeasure=remeasure) else None
     if precision not in _DTYPES:
         raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return _DTYPES[precision]
 
 
-def inference_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+def inference_dtype(precision: str, device: torch.device, *, remeasure: bool = False) -> torch.dtype | None:
     """--precision of an inference tool (no fp16) as an autocast dtype for its forward-only passes (None = fp32)."""
-    return choose_precision(precision, device).dtype
+    return choose_precision(precision, device, remeasure=remeasure).dtype
 
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    """The precision of forward-only passes and why it was chosen (for the log and the page)."""
+    """The precision of forward-only passes, how it was decided and why (for the log and the page)."""
 
     dtype: torch.dtype | None  # autocast dtype, None = fp32
-    reason: str
+    decided: str  # in a few words: "asked for", "measured now", "remembered from DATE on this CPU", ...
+    reason: str  # the whole why, in a sentence
 
     @property
     def name(self) -> str:
         return "fp32" if self.dtype is None else "bf16"
 
 
-def choose_precision(precision: str, device: torch.device) -> PrecisionChoice:
-    """An inference tool's --precision as a `PrecisionChoice`: the autocast dtype with its reason in words."""
+def choose_precision(precision: str, device: torch.device, *, remeasure: bool = False) -> PrecisionChoice:
+    """An inference tool's --precision as a `PrecisionChoice`: the autocast dtype, how it was decided and why."""
     if precision not in INFERENCE_PRECISIONS:
         raise ValueError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     if precision != "auto":
-        return PrecisionChoice(_DTYPES[precision], f"--precision {precision} was asked for")
-    fast, why = _auto_bf16(device)
-    return PrecisionChoice(torch.bfloat16 if fast else None, f"--precision auto: {why}")
+        return PrecisionChoice(_DTYPES[precision], "asked for", f"--precision {precision} was asked for")
+    fast, decided, why = _auto_bf16(device, remeasure=remeasure)
+    return PrecisionChoice(torch.bfloat16 if fast else None, decided, f"--precision auto: {why}")
 
 
 def autocast(dtype: torch.dtype | None, device: torch.device) -> contextlib.AbstractContextManager:

@@ -585,18 +585,19 @@ def test_a_reload_keeps_the_pages_model(chromium, server):
 
 def test_two_starts_choose_the_same_precision(chromium, server, tmp_path):
     """--precision auto decides once per machine and software (cait.runtime keeps the measurement), and the
-    log and the Model tab say which precision and why."""
+    log and the Model tab say which precision and why; the header says how it was decided."""
     first = (server[1] / "server.log").read_text()
     proc, url = start_server([], tmp_path / "second.log")
     try:
         second = (tmp_path / "second.log").read_text()
-        chosen = [re.search(r"forward-only passes in (\w+): (.*)", log) for log in (first, second)]
+        chosen = [re.search(r"forward-only passes in (\w+), ([^:]+): (.*)", log) for log in (first, second)]
         assert all(chosen) and chosen[0].group(1) == chosen[1].group(1)
         page = open_page(chromium, url)
         try:
             page.get_by_role("tab", name="Model").click()
             expect(page.locator("#model_md")).to_contain_text("--precision auto")
             expect(page.locator("#header")).to_contain_text("bf16" if chosen[1].group(1) == "bf16" else "fp32")
+            expect(page.locator("#header")).to_contain_text(chosen[1].group(2))  # e.g. "remembered from DATE"
         finally:
             page.context.close()
     finally:

@@ -289,6 +289,28 @@ def handlers():
     return Handlers(page, cache, first.choice)
 
 
+def saliency_steps(handlers, a: session.Analysis, methods: list[str], **named) -> list[dict]:
+    """Every step of a saliency run of `methods` on `a`, the other inputs by name, as the page passes them;
+    unless named: class 2 and the look these tests draw with."""
+    named = dict(choice=a.choice, analysis=a, sal_methods=methods, sal_class=2, cmap="inferno", alpha=0.5) | named
+    return list(handlers.saliency(**{"view": "smooth", **named}))
+
+
+def test_events_pass_their_inputs_by_name(handlers):
+    """The saliency run and the follow-up of a new image get each input as the keyword of its component's name."""
+    from gradio.utils import check_function_inputs_match
+
+    from app.handlers import DetailsAsk, SaliencyAsk
+
+    p = handlers.page
+    for ask, handler in ((SaliencyAsk, handlers.saliency), (DetailsAsk, handlers.details)):
+        named = p.named(ask)
+        assert named == {name: p.components()[name] for name in ask.__dataclass_fields__}
+        assert check_function_inputs_match(handler, [], False, inputs_kwargs=named) is None  # what Gradio checks
+    with pytest.raises(TypeError, match="sal_clas"):
+        list(handlers.saliency(choice=None, analysis=None, sal_clas=2))  # a misspelt input is no silent default
+
+
 def test_a_failed_load_changes_one_message_only(handlers, tmp_path):
     bad = tmp_path / "weights.pth"
     bad.write_text("not weights\n")
@@ -371,13 +393,14 @@ def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixel
     assert shared[p.ca_galleries[0]]["label"].startswith("CA layer 1, colour 0 .. ")
     cleared = handlers.cleared(shared[p.ca_props])
     assert cleared[p.ca_galleries[0]]["visible"] is False and cleared[p.ca_props][0].visible is False
+    assert list(cleared) == p.results  # every result of an image, as `Page.results` lists them
 
 
 def test_saliency_shows_the_maps_first_then_scores_each(handlers):
     p = handlers.page
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
-    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth"))
+    steps = saliency_steps(handlers, a, ["saliency", "ca1_mean"])
     shown = [s for s in steps if p.sal_gallery in s]
     name = loaded.labels[2]
     assert [s[p.sal_gallery].label for s in shown] == [
@@ -396,9 +419,9 @@ def test_saliency_shows_the_maps_first_then_scores_each(handlers):
     )
     assert [row[1] for row in shown[-1][p.sal_table]] == [round(r.deletion_auc, 4) for r in rows]
     assert p.status not in steps[0] and steps[0][p.sal_msg] == ""  # the top-1 line stays; an old message goes
-    stale = list(handlers.saliency(ModelChoice("cait_nano_28"), a, 2, ["saliency"], 8, "inferno", 0.5, "smooth"))
+    stale = saliency_steps(handlers, a, ["saliency"], choice=ModelChoice("cait_nano_28"))
     assert list(stale[0]) == [p.sal_msg] and "Analyse an image first" in stale[0][p.sal_msg]  # in the tab
-    none = list(handlers.saliency(loaded.choice, a, 2, [], 8, "inferno", 0.5, "smooth"))
+    none = saliency_steps(handlers, a, [])
     assert list(none[0]) == [p.sal_msg] and "Tick at least one" in none[0][p.sal_msg]
 
 
@@ -462,7 +485,7 @@ def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
     p = handlers.page
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
-    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", score=False))
+    steps = saliency_steps(handlers, a, ["saliency"], sal_score=False)
     (shown,) = steps[-2][p.sal_gallery].value
     assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC in it
     assert steps[-2][p.sal_table] == [["saliency", None, None, steps[-2][p.sal_table][0][3]]]
@@ -478,12 +501,9 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
     p = handlers.page
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
-    run = lambda *options: (
-        list(
-            handlers.saliency(
-                loaded.choice, a, 2, ["rollout_after_proj_l"], 8, "gray", 1.0, "patch grid", False, 1, *options
-            )
-        )[-2][p.sal_gallery].value
+    look = dict(cmap="gray", alpha=1.0, view="patch grid", sal_score=False)
+    run = lambda **options: (
+        saliency_steps(handlers, a, ["rollout_after_proj_l"], **look, **options)[-2][p.sal_gallery].value
     )
     x = a.x.to(loaded.device)
     want = explain.rollout(loaded.model, x, stage="after_proj_l", head_fusion="max", discard_ratio=0.5)
@@ -493,8 +513,9 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
         np.asarray(figures.saliency_tile(a.view, h[0], cmap="gray", alpha=1.0, smooth=False), dtype=float)
         for h in (default, want)
     ]
-    for options, mine, other in (((), *drawn), ((16, 0.15, "max", 0.5), *drawn[::-1])):
-        (shown,) = run(*options)  # the gallery's value, as Gradio encoded it (a file)
+    chosen = dict(sg_samples=16, sg_noise=0.15, fusion="max", discard=0.5)
+    for options, mine, other in (({}, *drawn), (chosen, *drawn[::-1])):
+        (shown,) = run(**options)  # the gallery's value, as Gradio encoded it (a file)
         image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
         assert np.abs(image - mine).mean() < 2 < np.abs(image - other).mean()  # the map these options give
 
@@ -503,9 +524,7 @@ def test_saliency_for_the_top_k_classes_side_by_side(handlers):
     p = handlers.page
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
-    steps = list(
-        handlers.saliency(loaded.choice, a, None, ["saliency", "ca1_mean"], 8, "inferno", 0.5, "smooth", False, 3)
-    )
+    steps = saliency_steps(handlers, a, ["saliency", "ca1_mean"], sal_class=None, sal_score=False, sal_topk=3)
     top = [loaded.labels[i] for i in np.argsort(-a.probs)[:3]]
     assert (
         steps[0][p.sal_gallery].label == f"Maps for the top 3 classes; computing the maps for {top[0]!r} (0 of 6 done)"
@@ -521,8 +540,8 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     p = handlers.page
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
-    options = (16, 0.15, "mean", 0.0, "mean", True)  # samples, noise, fusion, discard, baseline, signed
-    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "gray", 1.0, "patch grid", False, 1, *options))
+    look = dict(cmap="gray", alpha=1.0, view="patch grid", sal_score=False)
+    steps = saliency_steps(handlers, a, ["saliency"], **look, signed=True)
     heat = explain.saliency_map(loaded.model, a.x, torch.tensor([2]), "saliency", explain.MethodOptions(signed=True))[0]
     assert (heat < 0).any() and (heat > 0).any()
     drawn = np.asarray(figures.saliency_tile(a.view, heat, cmap="gray", alpha=1.0, smooth=False, signed=True), float)

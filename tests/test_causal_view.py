@@ -110,7 +110,8 @@ def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbe
 
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
-    steps = list(handlers.saliency(loaded.choice, a, 2, ["saliency"], 8, "inferno", 0.5, "smooth", False))
+    look = dict(cmap="inferno", alpha=0.5, view="smooth", sal_score=False)
+    steps = list(handlers.saliency(choice=loaded.choice, analysis=a, sal_class=2, sal_methods=["saliency"], **look))
     assert list(json.loads(open(steps[-1][p.json_file]).read())["saliency"][0]["methods"]) == ["saliency"]
     opened = handlers.causal_opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
     data = json.loads(open(opened[p.json_file]).read())
@@ -125,9 +126,12 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
-    look = ("inferno", 0.5, "per tile", "smooth", 1.0, 2, 2, region_of)
+    look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
+    details = lambda a, tab: handlers.details(
+        choice=loaded.choice, analysis=a, region_of=region_of, open_tab=tab, **look
+    )
     # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
-    out = handlers.details(loaded.choice, a, *look, CLASS_ATTENTION_TAB)
+    out = details(a, CLASS_ATTENTION_TAB)
     assert all(out[c] is None for c in p.causal_results) and a.causal is None
     data = json.loads(open(out[p.json_file]).read())
     assert "causal" not in data and "Causal tab" in data["not_computed"]["causal"]
@@ -136,7 +140,7 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     assert isinstance(handlers.causal_opened(loaded.choice, a, opened[p.cz_state]), type(gr.skip()))  # on show
     # the Causal tab open: the follow-up computes it
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = handlers.details(loaded.choice, a, *look, CAUSAL_TAB)
+    out = details(a, CAUSAL_TAB)
     view = out[p.cz_state]
     assert view.target == a.top_class and out[p.cz_head] == 0
     data = json.loads(open(out[p.json_file]).read())["causal"]

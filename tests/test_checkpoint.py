@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 import cait
-from cait.checkpoint import CheckpointError, grow_depth, load_into, stored_config
+from cait.checkpoint import CheckpointError, atomic_write, grow_depth, load_into, stored_config
 from cait.config import VARIANTS
 
 SMALL = "cait_pico_32"
@@ -226,3 +226,25 @@ def test_grow_depth_keeps_the_function_with_muted_copies(depth):
     assert len(muted) == depth - 6 and all(sources[j - 1] == sources[j] for j in muted)
     with pytest.raises(CheckpointError, match="cannot grow 6 self-attention blocks into 4"):
         grow_depth(state, 4, gamma=0.0)
+
+
+def test_writes_of_one_file_at_once_use_their_own_temporary_files(tmp_path):
+    # A second writer of the same file (another process sharing a cache) starts while the first is mid-write:
+    # with one fixed temporary name it truncates the first's file, and the first's rename then finds none.
+    path = tmp_path / "shared.json"
+
+    def first(f):
+        f.write(b"first ")
+        atomic_write(path, lambda g: g.write(b"second"))
+        f.write(b"done")
+
+    atomic_write(path, first)
+    assert path.read_bytes() == b"first done" and [p.name for p in tmp_path.iterdir()] == ["shared.json"]
+
+    def failing(f):
+        f.write(b"half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):  # a failed write leaves the file as it was, and no temporary file
+        atomic_write(path, failing)
+    assert path.read_bytes() == b"first done" and [p.name for p in tmp_path.iterdir()] == ["shared.json"]

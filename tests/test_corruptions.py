@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,12 +14,15 @@ from skimage.filters import gaussian
 from torchvision.transforms.v2.functional import normalize
 
 import cait
-from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt, disk_kernel
+from cait.corruptions import CORRUPTIONS, SEVERITIES, box_weights, corrupt, disk_kernel, nearest_indices
 from cait.data import FashionMNISTScenes
 from cait.preprocess import model_view, view_pixels
 from cait.robustness import mean_corruption_error, parse_corruptions
 
 RANDOM = {"gaussian_noise", "shot_noise", "impulse_noise"}
+# the reference package's outputs (scripts/make_corruption_fixture.py): "{family}_{H}x{W}.png", severities 1-5 stacked
+REFERENCE = Path(__file__).parent / "data" / "corruptions"
+REFERENCE_CASES = sorted(p.stem.rsplit("_", 1) for p in REFERENCE.glob("*.png") if not p.stem.startswith("clean_"))
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +72,10 @@ def test_brightness_and_blur_follow_the_papers_scikit_image_definitions(scenes):
         hsv[..., 2] = np.clip(hsv[..., 2] + shift, 0, 1)
         ours = _run(scenes[:1], "brightness", severity)[0].permute(1, 2, 0).numpy()
         np.testing.assert_allclose(ours, np.clip(hsv2rgb(hsv), 0, 1), atol=1e-5)
-    # the Gaussian blur away from the borders (scikit-image repeats the edge, OpenCV and we reflect it)
+    # the Gaussian blur up to the borders, where scikit-image repeats the edge pixel
     reference = gaussian(image, sigma=2, channel_axis=-1)
     ours = _run(scenes[:1], "gaussian_blur", 2)[0].permute(1, 2, 0).numpy()
-    np.testing.assert_allclose(ours[12:-12, 12:-12], reference[12:-12, 12:-12], atol=1e-5)
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
     for radius, alias in ((3, 0.1), (10, 0.5)):
         kernel = disk_kernel(radius, alias)
         # the paper smooths the normalised disk with OpenCV's reflected border, which adds a little mass where
@@ -81,6 +85,18 @@ def test_brightness_and_blur_follow_the_papers_scikit_image_definitions(scenes):
         )
     contrast = _run(scenes, "contrast", 1)  # the paper keeps each channel's mean (nothing clips at 0.4)
     assert torch.allclose(contrast.mean(dim=(2, 3)), scenes.mean(dim=(2, 3)), atol=1e-5)
+
+
+def test_pixelates_resampling_is_pils_box_and_nearest_on_odd_sizes():
+    # PIL resizes the rows of an identity image: row j becomes input pixel j's weight in each output pixel
+    for n_in, n_out in ((97, 58), (131, 78), (61, 24), (83, 20), (37, 11), (7, 4), (7, 2), (5, 3), (20, 33)):
+        pixels = Image.fromarray(np.eye(n_in, dtype=np.float32), "F")
+        weights = np.asarray(pixels.resize((n_out, n_in), Image.Resampling.BOX)).T
+        np.testing.assert_allclose(box_weights(n_in, n_out).numpy(), weights, atol=1e-6, err_msg=f"{n_in}->{n_out}")
+        # NEAREST up: the index image resized, a centre exactly on a pixel edge included (2 -> 7: 3.5 * 2/7 = 1)
+        index = Image.fromarray(np.arange(n_out, dtype=np.float32)[None], "F")
+        taken = np.asarray(index.resize((n_in, 1), Image.Resampling.NEAREST))[0]
+        np.testing.assert_array_equal(nearest_indices(n_out, n_in).numpy(), taken, err_msg=f"{n_out}->{n_in}")
 
 
 def test_corruption_names_and_severities_are_parsed_and_checked():
@@ -182,3 +198,53 @@ def test_a_baseline_checkpoint_is_swept_on_the_same_corrupted_images(tmp_path):
     # the same weights as the baseline, the same noise draws: every error ratio is exactly 1
     assert section["baseline"]["rows"] == section["rows"]
     assert section["mce"]["mce"] == pytest.approx(1.0) and len(section["mce"]["per_corruption"]) == 2
+
+
+def _reference(family: str, size: str) -> np.ndarray:
+    """The fixture's image(s) as uint8 [n, H, W, 3]: one for "clean", severities 1-5 otherwise."""
+    H, W = (int(n) for n in size.split("x"))
+    return np.asarray(Image.open(REFERENCE / f"{family}_{size}.png").convert("RGB")).reshape(-1, H, W, 3)
+
+
+def _ours(family: str, size: str, severity: int) -> np.ndarray:
+    """Our corruption of the fixture's clean image in levels 0-255, float64 [H, W, 3]."""
+    x = torch.from_numpy(_reference("clean", size).copy()).permute(0, 3, 1, 2).float() / 255
+    return _run(x, family, severity)[0].permute(1, 2, 0).double().numpy() * 255
+
+
+def test_the_fixture_covers_every_family_on_odd_sizes():
+    families = {family for family, _ in REFERENCE_CASES}
+    assert families == set(CORRUPTIONS), families ^ set(CORRUPTIONS)
+    sizes = {size for _, size in REFERENCE_CASES}
+    assert len(sizes) == 3 and all(int(n) % 2 for size in sizes for n in size.split("x"))
+
+
+@pytest.mark.parametrize(("family", "size"), [c for c in REFERENCE_CASES if c[0] not in RANDOM])
+def test_deterministic_corruptions_equal_the_reference_package_within_one_level(family, size):
+    reference = _reference(family, size)
+    for severity, expected in zip(SEVERITIES, reference, strict=True):
+        # rounded, ours is within one level of both the package's truncated floats and PIL's two-pass rounding
+        worst = np.abs(np.round(_ours(family, size, severity)) - expected).max()
+        assert worst <= 1, f"{family} severity {severity} on {size}: up to {worst} levels off"
+
+
+def _ks_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two empirical CDFs."""
+    values = np.union1d(a, b)
+    cdf = [np.searchsorted(np.sort(v), values, side="right") / len(v) for v in (a, b)]
+    return float(np.abs(cdf[0] - cdf[1]).max())
+
+
+@pytest.mark.parametrize(("family", "size"), [c for c in REFERENCE_CASES if c[0] in RANDOM])
+def test_noises_match_the_reference_package_in_distribution(family, size):
+    clean = _reference("clean", size)[0].astype(int)
+    critical = 1.95 * np.sqrt(2 / clean.size)  # two samples of clean.size values, p = 0.001
+    for severity, expected in zip(SEVERITIES, _reference(family, size), strict=True):
+        # each value's change from clean, ours truncated as the package's `corrupt` does, against the package's
+        theirs = (expected.astype(int) - clean).ravel()
+        ours = np.floor(_ours(family, size, severity)).astype(int) - clean
+        distance = _ks_distance(ours.ravel(), theirs)
+        assert distance < critical, f"{family} severity {severity}: Kolmogorov-Smirnov distance {distance:.3f}"
+        # and a distant severity is told apart, so the check has power
+        other = np.floor(_ours(family, size, 5 if severity < 4 else 1)).astype(int) - clean
+        assert _ks_distance(other.ravel(), theirs) > critical

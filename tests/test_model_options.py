@@ -20,7 +20,7 @@ def _make(**kw):
         dict(class_token_at=0, depth_token_only=0),
         dict(class_token_at=1, depth_token_only=0),
         dict(global_pool="avg", depth_token_only=0),
-        dict(talking_heads=False, depth_token_only=0),
+        dict(talking_heads=False, depth_token_only=0, class_token_at=0),
     ],
 )
 def test_flops_count_what_runs(kw):
@@ -100,3 +100,78 @@ def test_a_config_that_makes_no_model_fails_with_its_reason(override, message):
 def test_every_named_variant_is_a_valid_config():
     for name in cait.list_models():
         assert cait.get_config(name).replace() == cait.get_config(name)  # replace re-runs the checks
+
+
+# proj_l's bias shifts all logits of a head alike, which the softmax ignores: its gradient is zero up to rounding.
+# timm and the released checkpoints have it, so it stays; it still takes part in the forward.
+_SHIFT_ONLY = "attn.proj_l.bias"
+_TINY = cait.CaiTConfig(img_size=16, patch_size=8, num_classes=3, embed_dim=8, depth=2, num_heads=2)
+_STRUCTURES = [
+    dict(depth=depth, depth_token_only=ca, class_token_at=at, global_pool=pool, residual_scale=scale, talking_heads=th)
+    for depth in (0, 2)
+    for ca in (0, 1)
+    for at in (None, *range(depth + 1))
+    for pool in ("token", "avg")
+    for scale in ("layerscale", "scalar", "rezero", "none")
+    for th in (True, False)
+]
+
+
+def _unused_parameters(cfg: cait.CaiTConfig) -> list[str]:
+    """Parameters of a model built from `cfg` that get no (or an all-zero) gradient from one forward/backward."""
+    torch.manual_seed(0)
+    model = cait.CaiT(cfg)
+    with torch.no_grad():  # nonzero branch weights (rezero starts at 0, which would zero its branches' gradients)
+        for name, p in model.named_parameters():
+            if "gamma" in name:
+                p.fill_(0.5)
+    model(torch.randn(2, 3, 16, 16)).square().sum().backward()
+    return [
+        name
+        for name, p in model.named_parameters()
+        if p.grad is None or (not name.endswith(_SHIFT_ONLY) and not p.grad.any())
+    ]
+
+
+def _built_anyway(**fields) -> cait.CaiTConfig:
+    """The tiny config with `fields` set past the checks (to show what a refused config would build)."""
+    cfg = _TINY.replace()
+    for key, value in fields.items():
+        object.__setattr__(cfg, key, value)
+    return cfg
+
+
+@pytest.mark.parametrize("fields", _STRUCTURES, ids=lambda f: "-".join(str(v) for v in f.values()))
+def test_the_config_accepts_a_structure_exactly_when_every_parameter_is_used(fields):
+    unused = _unused_parameters(_built_anyway(**fields))
+    try:
+        _TINY.replace(**fields)
+    except cait.ConfigError as refusal:
+        assert unused, f"refused, yet every parameter gets a gradient: {refusal}"
+        assert "\n" not in str(refusal)
+    else:
+        assert not unused, f"accepted, yet {unused} get no gradient"
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (
+            dict(class_token_at=1, depth_token_only=2),
+            "depth_token_only 2 builds class-attention blocks that never run: class_token_at 1 puts the class token "
+            "in the SA stage instead (set depth_token_only 0)",
+        ),
+        (dict(global_pool="avg"), "depth_token_only 2 builds class-attention blocks that never reach the output"),
+        (dict(depth_token_only=0), "the class token meets no patch"),
+        (dict(depth_token_only=0, class_token_at=2, global_pool="avg"), "class_token_at 2 = depth adds a class token"),
+    ],
+)
+def test_a_config_with_parts_that_never_run_is_refused_in_one_line(fields, message):
+    with pytest.raises(cait.ConfigError) as caught:
+        cait.create_model("cait_pico_32", **fields)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_average_pooling_without_class_token_builds_none():
+    model = _make(global_pool="avg", depth_token_only=0)
+    assert "cls_token" not in model.state_dict() and "cls_token" not in dict(model.named_parameters())

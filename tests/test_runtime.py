@@ -2,6 +2,7 @@
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -57,7 +58,7 @@ def test_a_cpu_without_bf16_instructions_is_fp32_without_timing_anything(monkeyp
     assert autocast_dtype("auto", torch.device("cpu")) is None
 
 
-def test_the_bf16_decision_is_measured_once_per_cpu_and_torch_and_kept(monkeypatch, tmp_path):
+def test_the_bf16_decision_is_measured_once_per_cpu_torch_and_threads_and_kept(monkeypatch, tmp_path):
     """Every start on the same machine and software decides the same: the first measures and stores, later
     ones (a new process: the in-process cache cleared) read the stored value, whatever a new timing says."""
     _cpu_flags(monkeypatch, avx512_bf16=True, amx=False)
@@ -65,23 +66,95 @@ def test_the_bf16_decision_is_measured_once_per_cpu_and_torch_and_kept(monkeypat
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 1.5)
     first = runtime.choose_precision("auto", torch.device("cpu"))
-    assert first.dtype is torch.bfloat16 and "1.50x" in first.reason and "measured now" in first.reason
+    assert first.dtype is torch.bfloat16 and "1.50x" in first.reason and first.decided == "measured now"
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 0.7)  # a noisy later timing is never taken
     again = runtime.choose_precision("auto", torch.device("cpu"))
     assert again.dtype is torch.bfloat16 and "kept in" in again.reason
+    assert again.decided == f"remembered from {time.strftime('%Y-%m-%d')} on this CPU"
     stored = json.loads((tmp_path / "cait-lens" / "precision.json").read_text())
-    assert list(stored) == [f"{runtime.cpu_model()} | torch {torch.__version__}"]
+    key = f"{runtime.cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    assert list(stored) == [key] and runtime.probe_key() == key
+    asked = runtime.choose_precision("auto", torch.device("cpu"), remeasure=True)  # --remeasure-precision
+    assert asked.dtype is None and asked.decided == "measured now"
+    assert json.loads((tmp_path / "cait-lens" / "precision.json").read_text())[key]["bf16_speedup"] == 0.7
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))  # another machine's cache: measured anew
     assert runtime.choose_precision("auto", torch.device("cpu")).dtype is None
     assert runtime.choose_precision("fp32", torch.device("cpu")).reason == "--precision fp32 was asked for"
 
 
-def test_the_bf16_speedup_is_measured_once_per_process():
+def test_the_bf16_speedup_is_measured_once_per_process(fresh_probe):
+    torch.manual_seed(0)
+    first, after = fresh_probe(), torch.rand(3)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.rand(3))  # the probe's model and input leave the caller's random draws alone
+    assert first is None or 0 < first < math.inf  # None: implausible twice on a busy machine
+    assert fresh_probe() == first
+    assert fresh_probe.cache_info().misses == 1
+
+
+def _stored(tmp_path, monkeypatch, records: dict) -> None:
+    """A precision cache written by hand, and a CPU with bf16 instructions that would now time 1.5x."""
+    _cpu_flags(monkeypatch, avx512_bf16=True, amx=False)
+    monkeypatch.setattr(runtime, "user_cache_dir", lambda: tmp_path)
+    (tmp_path / "precision.json").write_text(json.dumps(records))
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 1.5)
+
+
+def test_a_stored_implausible_bf16_speedup_is_measured_again(monkeypatch, tmp_path):
+    # what one loaded machine stored: a whole CaiT forward is 1.4-2.6x faster in bf16 on that CPU
+    _stored(tmp_path, monkeypatch, {runtime.probe_key(): {"bf16_speedup": 13.08, "measured": "2026-11-20"}})
+    choice = runtime.choose_precision("auto", torch.device("cpu"))
+    assert choice.decided == "measured now" and "1.50x" in choice.reason
+    assert json.loads((tmp_path / "precision.json").read_text())[runtime.probe_key()]["bf16_speedup"] == 1.5
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        lambda: f"{runtime.cpu_model()} | torch 1.13.0 | {torch.get_num_threads()} threads",
+        lambda: f"{runtime.cpu_model()} | torch {torch.__version__} | {torch.get_num_threads() + 3} threads",
+        lambda: f"another CPU | torch {torch.__version__} | {torch.get_num_threads()} threads",
+        lambda: f"{runtime.cpu_model()} | torch {torch.__version__}",  # before thread counts were kept
+    ],
+    ids=["torch", "threads", "cpu", "old-format"],
+)
+def test_a_bf16_speedup_stored_for_other_software_cpu_or_threads_is_measured_again(monkeypatch, tmp_path, key):
+    _stored(tmp_path, monkeypatch, {key(): {"bf16_speedup": 0.5, "measured": "2026-11-20"}})
+    choice = runtime.choose_precision("auto", torch.device("cpu"))
+    assert choice.dtype is torch.bfloat16 and choice.decided == "measured now"
+    assert set(json.loads((tmp_path / "precision.json").read_text())) == {key(), runtime.probe_key()}
+
+
+@pytest.fixture
+def fresh_probe():
+    """The real, once-per-process cpu_bf16_speedup, with nothing remembered before or after the test."""
     runtime.cpu_bf16_speedup.cache_clear()
-    first = runtime.cpu_bf16_speedup()
-    assert 0 < first < math.inf
-    assert runtime.cpu_bf16_speedup() == first
-    assert runtime.cpu_bf16_speedup.cache_info().misses == 1
+    yield runtime.cpu_bf16_speedup
+    runtime.cpu_bf16_speedup.cache_clear()
+
+
+def test_an_implausible_timing_is_timed_again_and_never_stored(monkeypatch, tmp_path, fresh_probe):
+    _cpu_flags(monkeypatch, avx512_bf16=True, amx=False)
+    monkeypatch.setattr(runtime, "user_cache_dir", lambda: tmp_path)
+    timings = iter([13.08, 1.7])  # implausible once: timed again
+    monkeypatch.setattr(runtime, "_forward_speedup", lambda: next(timings))
+    assert fresh_probe() == 1.7
+    fresh_probe.cache_clear()
+    monkeypatch.setattr(runtime, "_forward_speedup", lambda: 0.05)  # implausible every time
+    choice = runtime.choose_precision("auto", torch.device("cpu"))
+    assert choice.dtype is None and choice.decided == "measured now, implausible"
+    assert "outside the plausible 0.2-8x of fp32 twice" in choice.reason and "nothing kept" in choice.reason
+    assert not (tmp_path / "precision.json").exists()
+
+
+def test_the_probe_times_a_whole_forward_in_both_precisions(monkeypatch):
+    # each round times fp32 and bf16 back to back, the order alternating; the median of the rounds' ratios
+    seen = []
+    real = runtime.autocast
+    monkeypatch.setattr(runtime, "autocast", lambda dtype, device: seen.append(dtype) or real(dtype, device))
+    speedup = runtime._forward_speedup(rounds=3)
+    assert seen == [None, torch.bfloat16, None, torch.bfloat16, torch.bfloat16, None, None, torch.bfloat16]
+    assert 0 < speedup < math.inf
 
 
 @pytest.mark.parametrize("supported", [True, False])

@@ -267,7 +267,7 @@ def test_huge_lr_diverges_into_the_nan_stop(tmp_path, capsys):
         (["--embed-dim", "48", "--num-heads", "5"], "--num-heads 5 does not divide --embed-dim 48"),
         (["--img-size", "30"], "--img-size 30 is not a multiple of --patch-size 8"),
         (["--depth", "0"], "--depth must be positive"),
-        (["--depth-token-only", "0"], "needs --class-token-at K"),
+        (["--depth-token-only", "0"], "the class token meets no patch (--class-token-at unset"),
         (["--depth-token-only", "0", "--class-token-at", "3"], "--class-token-at must be in [0, depth=2]"),
         (["--randaug", "augmix-m5"], "--pipeline pil runs any timm policy"),
     ],

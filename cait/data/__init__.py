@@ -1,5 +1,6 @@
 """Datasets: real Fashion-MNIST (Debian's files), Fashion-MNIST scenes (with boxes), any ImageFolder
-directory, and the shipped example images. `build_dataset` picks one by name."""
+directory, and the shipped example images. `build_dataset` picks one by name (PIL images, for training);
+`read_images` reads any of them, or a folder with COCO boxes, as the model sees it (for runs over a dataset)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch.utils.data import Dataset
 from .base import NATIVE_INPUT, SPLIT_FILES, BoxedDataset, DataError, ImageFolderData, ImagesWithBoxes
 from .examples import EXAMPLES_DIR, ExampleImage, read_examples
 from .fashion_mnist import FashionMNIST, load_fashion_mnist
+from .reader import DataWarning, ImageSet, read_images
 from .scenes import SCENE_SIDE, SCENE_STYLES, FashionMNISTScenes
 
 __all__ = [
@@ -19,14 +21,17 @@ __all__ = [
     "EXAMPLES_DIR",
     "BoxedDataset",
     "DataError",
+    "DataWarning",
     "ExampleImage",
     "FashionMNIST",
     "FashionMNISTScenes",
     "ImageFolderData",
+    "ImageSet",
     "ImagesWithBoxes",
     "build_dataset",
     "load_fashion_mnist",
     "read_examples",
+    "read_images",
 ]
 
 

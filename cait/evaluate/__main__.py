@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if not loaded.trained:
         print(f"WARNING: {loaded.notice}; scoring a RANDOM INIT", file=sys.stderr)
     model = loaded.model
-    dtype = inference_dtype(args.precision, device)
+    dtype = inference_dtype(args.precision, device, remeasure=args.remeasure_precision)
     kwargs = dict(
         batch_size=args.batch_size,
         workers=args.workers,

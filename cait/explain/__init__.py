@@ -5,7 +5,8 @@ are on the patch grid [B, g, g] (higher = more important), boxes are [B, 4] (x0,
 pixels. `METHODS[name](model, x, target, options)` runs any method by name (target: LongTensor [B];
 options: `MethodOptions`, optional), `saliency_map` does the same with the name checked.
 What matters rather than where the model looks (`causal`): direct logit attribution of every CA head
-and patch, knockout profiles of whole blocks, head ablations.
+and patch, knockout profiles of whole blocks, head ablations; how the answer forms (`mechanisms`): the
+logit lens through the class-attention stage, activation patching between a clean and a corrupted image.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .attention import (
     TalkingHeads,
     class_attention,
     class_specific_attention,
+    gradient_rollout,
     mixing_matrices,
     rollout,
     rollouts,
@@ -37,14 +39,16 @@ from .causal import (
 from .head_stats import attention_entropy, mean_attention_distance, mean_attention_distances, patch_distances
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
+from .mechanisms import GRANULARITIES, Patching, activation_patching, logit_lens
 from .methods import METHODS, Method, saliency_map, saliency_maps
 from .metrics import deletion_insertion, endpoint_probabilities, mass_in_box, pointing_game
 
 __all__ = [
+    "activation_patching",
     "all_head_ablations",
     "attention_entropy",
-    "Attribution",
     "attribution",
+    "Attribution",
     "block_gamma_mean_abs",
     "block_names",
     "CAPTUM_METHODS",
@@ -55,6 +59,8 @@ __all__ = [
     "deletion_insertion",
     "direct_logit_attribution",
     "endpoint_probabilities",
+    "gradient_rollout",
+    "GRANULARITIES",
     "head_ablation",
     "HEAD_FUSIONS",
     "HeadAblation",
@@ -63,6 +69,7 @@ __all__ = [
     "knockout_profile",
     "layerscale_stats",
     "layerscale_stats_from_metrics",
+    "logit_lens",
     "LogitAttribution",
     "mask_to_boxes",
     "mass_in_box",
@@ -77,6 +84,7 @@ __all__ = [
     "overlays",
     "patch_distances",
     "patch_sum",
+    "Patching",
     "pointing_game",
     "regions_of_focus",
     "rollout",

@@ -14,6 +14,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from .hooks import recorded
+
 
 @dataclass
 class ClassAttention:
@@ -88,36 +90,41 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
     _check_input(model, x)
     ca_blocks = model.blocks_token_only
     heads = ca_blocks[0].attn.num_heads
-    seen: dict[tuple[str, int], torch.Tensor] = {}
 
     def leaf_patches(module, args):  # patch tokens entering the CA stage: cut the SA graph here
         return (args[0].detach().requires_grad_(True), *args[1:])
 
-    def keep(kind: str, i: int):
-        def hook(module, args, output=None):
-            seen[kind, i] = output if output is not None else args[0]
-
-        return hook
-
-    handles = [ca_blocks[0].register_forward_pre_hook(leaf_patches)]
-    for i, blk in enumerate(ca_blocks):
-        handles.append(blk.attn.v.register_forward_hook(keep("v", i)))
-        handles.append(blk.attn.proj.register_forward_pre_hook(keep("o", i)))
+    handle = ca_blocks[0].register_forward_pre_hook(leaf_patches)
     try:
-        with input_gradients(model):
+        with input_gradients(model), recorded(_attention_points(model, sa=False)) as seen:
             ins = model.forward_insights(x.clone())
             score = ins.logits.gather(1, target.view(-1, 1).to(ins.logits.device).clone()).sum()
-            grads = torch.autograd.grad(score, [seen["o", i] for i in range(len(ca_blocks))])
+            grads = torch.autograd.grad(score, [seen["ca", i, "o"] for i in range(len(ca_blocks))])
     finally:
-        for h in handles:
-            h.remove()
-    B, N1, C = seen["v", 0].shape
+        handle.remove()
     maps = []
     for i, (attn, grad_o) in enumerate(zip(ins.class_attention, grads)):
-        v = seen["v", i].detach().reshape(B, N1, heads, C // heads)  # [B, 1+N, h, c]
-        grad_attn = torch.einsum("bhc,bjhc->bhj", grad_o.reshape(B, heads, C // heads), v)
+        grad_attn = _attention_gradient(grad_o, seen["ca", i, "v"].detach(), heads)[:, :, 0]  # [B, h, 1+N]
         maps.append((attn * grad_attn.clamp_min(0)).mean(dim=1)[:, 1:])  # [B, N]
     return _grid(torch.stack(maps).sum(dim=0))
+
+
+def _attention_points(model: nn.Module, *, sa: bool = True) -> dict:
+    """Hook points (see `hooks.recorded`) of every attention layer's values and head outputs (the input of
+    attn.proj), under (stage, layer, "v" / "o"); an SA layer's values are read from its qkv output."""
+    points = {("ca", i, "o"): (blk.attn.proj, True) for i, blk in enumerate(model.blocks_token_only)}
+    points.update({("ca", i, "v"): (blk.attn.v, False) for i, blk in enumerate(model.blocks_token_only)})
+    for k, blk in enumerate(model.blocks if sa else ()):
+        points.update({("sa", k, "o"): (blk.attn.proj, True), ("sa", k, "v"): (blk.attn.qkv, False)})
+    return points
+
+
+def _attention_gradient(grad_o: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
+    """dy/dA [B, heads, Q, T] for attention weights A whose head outputs are o_hq = sum_j A_hqj v_hj, from
+    dy/do [B, Q, C] (C = heads x head width) and the values v [B, T, C]: dy/dA_hqj = <dy/do_hq, v_hj>."""
+    B, Q, C = grad_o.shape
+    per_head = lambda t: t.reshape(B, t.shape[1], heads, C // heads)
+    return torch.einsum("bqhc,bjhc->bhqj", per_head(grad_o), per_head(v))
 
 
 def _normalise_rows(a: torch.Tensor) -> torch.Tensor:
@@ -239,6 +246,83 @@ def _rollout_from(ins, ca: torch.Tensor, stage: str, fusion: str = "mean", disca
         mixed[:, 1:] += through_sa[:, l]
         cls_row = (cls_row + mixed) / 2
     return _grid(cls_row[:, 1:])
+
+
+def gradient_rollout(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Gradient-weighted rollout (Chefer, Gur & Wolf, ICCV 2021, "Generic Attention-model Explainability
+    ..."), class token -> patch relevance [B, g, g] for the classes `target` [B].
+
+    The published rule: per attention layer Ā = E_h[(∇A ⊙ A)⁺], ∇A the gradient of the target's logit,
+    and R ← R + Ā R from R = I through the layers; the map is the class token's row of R over the patches.
+    Adapted to CaiT as `rollout` is. SA stage: A is the softmax the model computes, softmax(proj_l(q kᵀ))
+    (rollout's default stage); its gradient passes through proj_w, so the head mixing after the softmax
+    is inside ∇A (without talking heads: the published rule). CA stage: A is the class token's attention
+    row over [cls, patches]; the patches' rows of Ā are 0 (CA never updates them), so each CA layer adds
+    Ā R to the class token's row only, and its patch columns reach the input patches through R_SA.
+    ViT-style models (`class_token_at` = t) take the rule as published over [cls, patches] from block t
+    on, with R = I over the patches before the class token joins. Cost: one forward and one backward.
+    """
+    _check_input(model, x)
+    if model.cfg.global_pool != "token":
+        raise ValueError("gradient_rollout reads the class token's row, but this model's head reads the mean patch")
+    gains = _gradient_weighted_attention(model, x, target)
+    if gains is None:  # the logit depends on no input (e.g. the class token joins after the last SA block)
+        return torch.zeros(x.shape[0], model.cfg.grid_size, model.cfg.grid_size, device=x.device)
+    sa, ca = gains
+    joins = model.cfg.class_token_at
+    if joins is None:  # class row [s | p R_SA]: R's patch rows are [0 | R_SA], s scales with (1 + ā_0)
+        row = torch.zeros_like(ca[0][:, 1:]) if ca else x.new_zeros(x.shape[0], model.cfg.num_patches)
+        for a in ca:
+            row = row * (1 + a[:, :1]) + a[:, 1:]
+        joins = len(sa)
+    else:  # the class token's row of R over [cls, patches] after the last SA block
+        row = torch.zeros(x.shape[0], model.cfg.num_patches + 1, device=x.device)
+        row[:, 0] = 1.0
+    # Only the class row is needed: push it back through the SA layers, r (I + Ā_D) ... (I + Ā_1).
+    for k in reversed(range(len(sa))):
+        if k == joins - 1 and row.shape[-1] > model.cfg.num_patches:
+            row = row[:, 1:]  # before block `joins` there is no class token: its column keeps its share
+        row = row + (row[:, None] @ sa[k])[:, 0]
+    if row.shape[-1] > model.cfg.num_patches:
+        row = row[:, 1:]
+    return _grid(row)
+
+
+def _gradient_weighted_attention(
+    model: nn.Module, x: torch.Tensor, target: torch.Tensor
+) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """Per SA layer Ā [B, T, T] and per CA layer ā [B, 1+N] (see `gradient_rollout`), from one forward
+    and one backward pass; None when the target logit does not depend on the input."""
+    depth, heads = model.cfg.depth, model.cfg.num_heads
+    with input_gradients(model), recorded(_attention_points(model)) as seen:
+        ins = model.forward_insights(x.clone().requires_grad_(True), sa_layers=tuple(range(depth)))
+        score = ins.logits.gather(1, target.view(-1, 1).to(ins.logits.device).clone()).sum()
+        if not score.requires_grad:
+            return None
+        keys = [("sa", k) for k in range(depth)] + [("ca", c) for c in range(len(ins.class_attention))]
+        grads = torch.autograd.grad(score, [seen[key + ("o",)] for key in keys], allow_unused=True)
+    grads = dict(zip(keys, grads))
+    sa = []
+    for k in range(depth):
+        softmax = ins.self_attention[k][0]  # softmax(proj_l(q k^T)) [B, h, T, T]
+        C = seen["sa", k, "o"].shape[-1]
+        grad = _attention_gradient(
+            _or_zero(grads["sa", k], seen["sa", k, "o"]), seen["sa", k, "v"][..., 2 * C :].detach(), heads
+        )
+        grad = torch.einsum("gh,bgij->bhij", model.blocks[k].attn.mixing_matrices()[1], grad)  # through proj_w
+        sa.append((grad * softmax).clamp_min(0).mean(dim=1).float())
+    ca = []
+    for c, attn in enumerate(ins.class_attention):  # [B, h, 1+N]
+        grad = _attention_gradient(_or_zero(grads["ca", c], seen["ca", c, "o"]), seen["ca", c, "v"].detach(), heads)[
+            :, :, 0
+        ]
+        ca.append((grad * attn).clamp_min(0).mean(dim=1).float())
+    return sa, ca
+
+
+def _or_zero(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """An unused tensor's gradient (None from autograd) as the zeros it is."""
+    return torch.zeros_like(like) if grad is None else grad
 
 
 @dataclass

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Iterable, Iterator, Literal
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
 from .attention import _check_input, _grid
+from .hooks import recorded
 
 Branch = Literal["both", "attn", "mlp"]
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
@@ -97,23 +98,11 @@ def _readout(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> tuple[t
 def _record_class_stage(model: nn.Module, x: torch.Tensor) -> tuple[object, dict]:
     """forward_insights with hooks reading, per CA block, the values (attn.v), the concatenated head
     outputs (attn.proj's input) and the MLP output, and the class token entering the final norm."""
-    seen: dict = {}
-
-    def keep(key, pre: bool):
-        if pre:
-            return lambda module, args: seen.__setitem__(key, args[0])
-        return lambda module, args, output: seen.__setitem__(key, output)
-
-    handles = [model.norm.register_forward_pre_hook(keep("z", True))]
+    points: dict[object, tuple[nn.Module, bool]] = {"z": (model.norm, True)}
     for i, blk in enumerate(model.blocks_token_only):
-        handles.append(blk.attn.v.register_forward_hook(keep(("v", i), False)))
-        handles.append(blk.attn.proj.register_forward_pre_hook(keep(("o", i), True)))
-        handles.append(blk.mlp.register_forward_hook(keep(("mlp", i), False)))
-    try:
+        points.update({("v", i): (blk.attn.v, False), ("o", i): (blk.attn.proj, True), ("mlp", i): (blk.mlp, False)})
+    with recorded(points) as seen:
         ins = model.forward_insights(x)
-    finally:
-        for h in handles:
-            h.remove()
     return ins, seen
 
 
@@ -248,14 +237,25 @@ def knockout_profile(
 # head ablation
 
 
+HeadSet = tuple[tuple[int, int], ...]  # CA heads as (layer, head), both 0-based
+
+
 @dataclass
 class HeadAblation:
-    """Logits before and after one CA head's output is replaced (by zero or by its reference mean)."""
+    """Logits before and after a set of CA heads' outputs are replaced (by zero or by their reference mean)."""
 
-    layer: int
-    head: int
+    heads: HeadSet  # the ablated (layer, head) pairs, sorted
     before: torch.Tensor  # [B, K]
     after: torch.Tensor  # [B, K]
+
+    def delta(self, target: torch.Tensor) -> torch.Tensor:
+        """Change of the target logit [B] (target: LongTensor [B]) the ablation causes."""
+        index = target.to(self.after.device).long().view(-1, 1)
+        return (self.after.gather(1, index) - self.before.gather(1, index))[:, 0]
+
+    def top(self, k: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+        """(probabilities, classes) [B, k] of the k most probable classes after the ablation."""
+        return self.after.float().softmax(-1).topk(min(k, self.after.shape[-1]), dim=-1)
 
 
 def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor:
@@ -268,15 +268,17 @@ def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor
         return torch.stack([seen["o", i][:, 0].mean(0) for i in range(len(model.blocks_token_only))])
 
 
-def _without_head(blk: nn.Module, head: int, fill: torch.Tensor | None, heads: int) -> dict[str, torch.Tensor]:
-    """attn.proj's weight and bias with head `head`'s input columns taken out: a constant input `fill`
-    [dh] (None: zero) for that head becomes a bias term, so the block runs unchanged otherwise."""
+def _without_heads(blk: nn.Module, heads: list[int], fills: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """attn.proj's weight and bias with the input columns of `heads` taken out: a constant input (fills
+    [heads, dh] of the layer; None: zero) for a removed head becomes a bias term, so the block runs
+    unchanged otherwise."""
     proj = blk.attn.proj
-    width = proj.weight.shape[1] // heads
-    cols = slice(head * width, (head + 1) * width)
-    weight = proj.weight.clone()
-    weight[:, cols] = 0
-    bias = proj.bias if fill is None else proj.bias + proj.weight[:, cols] @ fill
+    width = proj.weight.shape[1] // blk.attn.num_heads
+    weight, bias = proj.weight.clone(), proj.bias
+    for head in heads:
+        cols = slice(head * width, (head + 1) * width)
+        weight[:, cols] = 0
+        bias = bias if fills is None else bias + proj.weight[:, cols] @ fills[head]
     return {"attn.proj.weight": weight, "attn.proj.bias": bias}
 
 
@@ -287,29 +289,56 @@ def _fills(model: nn.Module, reference: torch.Tensor | None) -> torch.Tensor | N
     return mean_head_outputs(model, reference).view(len(model.blocks_token_only), model.cfg.num_heads, -1)
 
 
-def _ablated_logits(model: nn.Module, states: _ClassStage, layer: int, head: int, fills: torch.Tensor | None):
-    blk = model.blocks_token_only[layer]
-    fill = None if fills is None else fills[layer, head]
-    params = _without_head(blk, head, fill, model.cfg.num_heads)
-    cls = functional_call(blk, params, (states.tokens, states.cls_inputs[layer]))
-    return model.forward_head(model.forward_class_attention(states.tokens, start=layer + 1, cls=cls))
+def _ablated_logits(model: nn.Module, states: _ClassStage, heads: HeadSet, fills: torch.Tensor | None):
+    """Logits with every (layer, head) of `heads` removed, the CA stage re-run from the first such layer."""
+    layers = sorted({layer for layer, _ in heads})
+    cls = states.cls_inputs[layers[0]]
+    for c in range(layers[0], len(model.blocks_token_only)):
+        blk = model.blocks_token_only[c]
+        removed = [h for layer, h in heads if layer == c]
+        if removed:
+            cls = functional_call(
+                blk, _without_heads(blk, removed, None if fills is None else fills[c]), (states.tokens, cls)
+            )
+        else:
+            cls = blk(states.tokens, cls)
+    return model.forward_head(model.forward_class_attention(states.tokens, start=len(model.blocks_token_only), cls=cls))
+
+
+def _head_set(model: nn.Module, heads, layer: int | None, head: int | None) -> HeadSet:
+    """The checked, sorted set of CA heads from `heads` or from the single `layer`, `head`."""
+    if heads is None and layer is not None and head is not None:
+        heads = [(layer, head)]
+    elif heads is None or layer is not None or head is not None:
+        raise ValueError("give the CA heads to ablate as heads=[(layer, head), ...] (or one as layer=, head=)")
+    depth, width = len(model.blocks_token_only), model.cfg.num_heads
+    pairs = tuple(sorted({(int(c), int(h)) for c, h in heads}))
+    bad = [p for p in pairs if not (0 <= p[0] < depth and 0 <= p[1] < width)]
+    if bad or not pairs:
+        raise ValueError(f"no CA head {bad[0] if bad else '(none given)'}: {depth} layers of {width} heads")
+    return pairs
 
 
 def head_ablation(
-    model: nn.Module, x: torch.Tensor, *, layer: int, head: int, reference: torch.Tensor | None = None
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    heads: Iterable[tuple[int, int]] | None = None,
+    layer: int | None = None,
+    head: int | None = None,
+    reference: torch.Tensor | None = None,
 ) -> HeadAblation:
-    """Logits with CA layer `layer`'s head `head` removed: its output set to zero, or with a reference
-    batch of images to its mean output over them (mean ablation). The SA stage runs once."""
+    """Logits with the CA heads `heads` ([(layer, head), ...], 0-based) removed together: their outputs
+    set to zero, or with a reference batch of images to each head's mean output over them (mean
+    ablation). `layer=, head=` names a single head. The SA stage runs once."""
     _check_input(model, x)
     _check_class_stage(model)
-    heads = model.cfg.num_heads
-    if not (0 <= layer < len(model.blocks_token_only) and 0 <= head < heads):
-        raise ValueError(f"no CA head ({layer}, {head}): {len(model.blocks_token_only)} layers of {heads} heads")
+    pairs = _head_set(model, heads, layer, head)
     fills = _fills(model, reference)
     with _evaluating(model):
         states = _class_stage(model, model.forward_self_attention(x))
-        after = _ablated_logits(model, states, layer, head, fills)
-    return HeadAblation(layer=layer, head=head, before=states.logits, after=after)
+        after = _ablated_logits(model, states, pairs, fills)
+    return HeadAblation(heads=pairs, before=states.logits, after=after)
 
 
 def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Tensor | None = None) -> torch.Tensor:
@@ -320,7 +349,7 @@ def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Te
     with _evaluating(model):
         states = _class_stage(model, model.forward_self_attention(x))
         rows = [
-            torch.stack([_ablated_logits(model, states, i, h, fills) for h in range(model.cfg.num_heads)], dim=1)
+            torch.stack([_ablated_logits(model, states, ((i, h),), fills) for h in range(model.cfg.num_heads)], dim=1)
             for i in range(len(model.blocks_token_only))
         ]
     return torch.stack(rows, dim=1)

@@ -9,7 +9,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from .attention import ROLLOUT_STAGES, class_attention, class_specific_attention, rollout, rollouts
+from .attention import ROLLOUT_STAGES, class_attention, class_specific_attention, gradient_rollout, rollout, rollouts
 from .attribution import CAPTUM_METHODS, DEFAULT_OPTIONS, MethodOptions, attribution
 
 Method = Callable[..., torch.Tensor]  # (model, x, target, options=DEFAULT_OPTIONS) -> [B, g, g]
@@ -20,10 +20,9 @@ def _ca_mean(layer: int) -> Method:
     return lambda model, x, target, options=DEFAULT_OPTIONS: class_attention(model, x).mean[:, layer]
 
 
-def _class_specific(
-    model: nn.Module, x: torch.Tensor, target: torch.Tensor, options: MethodOptions = DEFAULT_OPTIONS
-) -> torch.Tensor:
-    return class_specific_attention(model, x, target)
+def _options_unused(method: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]) -> Method:
+    # methods without settings take the options all methods are called with, and ignore them
+    return lambda model, x, target, options=DEFAULT_OPTIONS: method(model, x, target)
 
 
 def _rollout(stage: str) -> Method:
@@ -66,8 +65,9 @@ ROLLOUT_METHODS = {f"rollout_{stage}": stage for stage in ROLLOUT_STAGES}  # nam
 METHODS = MethodTable(
     {
         **{name: _ca_mean(layer) for name, layer in CA_MEAN_METHODS.items()},
-        "class_specific": _class_specific,
+        "class_specific": _options_unused(class_specific_attention),
         **{name: _rollout(stage) for name, stage in ROLLOUT_METHODS.items()},
+        "gradient_rollout": _options_unused(gradient_rollout),
         **{name: _captum(name) for name in CAPTUM_METHODS},
     }
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
 from ..data import NATIVE_INPUT, SCENE_STYLES
-from ..flags import PRECISIONS, add_device_flag, add_precision_flag
+from ..flags import PRECISIONS, add_device_flag, add_precision_flag, add_threads_flag
 from ..runs import RunDir
 from ..runtime import resolve_device
 from .augment import parse_randaug
@@ -35,9 +35,9 @@ MODEL_OVERRIDES = {
     "drop_path": "drop_path_rate",
 }
 ModelConfig = CaiTConfig | CNNConfig  # what --model builds: a CaiT variant, or a timm CNN (timm:NAME)
-# what to stop at and how many threads to use are properties of one invocation, not of the run: a resumed run
-# does not inherit them
-PER_INVOCATION = ("stop_after", "threads")
+# what to stop at, how many threads to use and whether to time the precision again are properties of one
+# invocation, not of the run: a resumed run does not inherit them
+PER_INVOCATION = ("stop_after", "threads", "remeasure_precision")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,12 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--val-subset", type=int, default=None, help="evaluate on only the first N validation images")
     add_device_flag(g)
     g.add_argument("--workers", type=int, default=2, help="data loading processes per training process (0 = inline)")
-    g.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)",
-    )
+    add_threads_flag(g, help="torch threads per process (default: torch's choice; 1 is fastest on a busy machine)")
     add_precision_flag(
         g,
         choices=PRECISIONS,
@@ -370,13 +365,8 @@ def model_config(args: argparse.Namespace, **fields: Any) -> ModelConfig:
         cfg = get_config(args.model, **overrides, **fields)
     except ConfigError as e:
         raise ConfigError(_in_flag_names(str(e))) from None
-    # what training needs beyond a model that builds: blocks to train and a class token that takes part
-    if cfg.depth == 0:
+    if cfg.depth == 0:  # what training needs beyond a model that builds: blocks to train
         raise ConfigError("--depth must be positive, got 0")
-    if cfg.class_token_at is None and cfg.depth_token_only == 0 and cfg.global_pool == "token":
-        raise ConfigError(
-            "with --depth-token-only 0 the class token needs --class-token-at K to take part (or use --global-pool avg)"
-        )
     return cfg
 
 

@@ -400,7 +400,7 @@ def prepare(
     teacher = build_teacher(args, cfg, device)
     data = build_loaders(args, cfg, train_raw, val_raw, rank=rank, world=world, device=device)
     lr = args.lr or 5e-4 * args.batch_size * world / 512
-    amp = autocast_dtype(args.precision, device)
+    amp = autocast_dtype(args.precision, device, remeasure=args.remeasure_precision)
     state = new_state(model, args, lr=lr, steps_per_epoch=data.steps_per_epoch, amp=amp, device=device)
     if saved is not None:
         state.load_state_dict(saved)

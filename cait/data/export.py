@@ -1,0 +1,116 @@
+"""Write Fashion-MNIST scenes to disk as an ImageFolder with COCO boxes, for testing dataset features on real
+files and for using the scenes in other tools:
+
+    python -m cait.data.export DIR --n N [--split val] [--style default|varied] [--seed S]
+
+DIR/<class>/<index>.png (lossless, the scene's canvas size; index = the scene's index in the split, 5 digits)
+and DIR/boxes.json (COCO: the 10 Fashion-MNIST classes as categories 1-10, bbox [x, y, w, h] in canvas
+pixels). `cait.data.read_images(DIR, cfg, boxes=DIR/boxes.json)` reads them back as the scenes themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .base import SPLIT_FILES, DataError
+from .reader import folder_name
+from .scenes import SCENE_STYLES, FashionMNISTScenes
+
+BOXES_FILE = "boxes.json"
+MARK = "Fashion-MNIST scenes written by cait.data.export"  # COCO info.description: how a previous export is known
+
+
+def coco_boxes(scenes: FashionMNISTScenes, files: list[str]) -> dict:
+    """The COCO document of scenes 0..len(files)-1 written as `files` (relative paths): one box per scene."""
+    info = {"description": MARK, "split": scenes.split, "seed": scenes.seed, "style": scenes.style}
+    categories = [{"id": k + 1, "name": name} for k, name in enumerate(scenes.classes)]
+    images, annotations = [], []
+    for i, file in enumerate(files):
+        x0, y0, x1, y1 = (float(v) for v in scenes.boxes[i])
+        images.append({"id": i, "file_name": file, "width": scenes.canvas, "height": scenes.canvas})
+        annotations.append(
+            {
+                "id": i,
+                "image_id": i,
+                "category_id": int(scenes.labels[i]) + 1,
+                "bbox": [x0, y0, x1 - x0, y1 - y0],
+                "area": (x1 - x0) * (y1 - y0),
+                "iscrowd": 0,
+            }
+        )
+    return {"info": info, "images": images, "annotations": annotations, "categories": categories}
+
+
+def clear_previous(out: Path) -> None:
+    """Make `out` ready to write: absent or empty, or a previous export, whose files are removed (so that a
+    smaller export leaves none of them behind). Anything else: DataError, and nothing is touched."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(f"{out} is a file, not a directory")
+    if not any(out.iterdir()):
+        return
+    try:
+        previous = json.loads((out / BOXES_FILE).read_text())
+        files = (
+            [out / image["file_name"] for image in previous["images"]]
+            if previous["info"]["description"] == MARK
+            else None
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        files = None
+    if files is None:
+        raise DataError(f"{out} is not empty and not a previous export: choose a new or empty directory")
+    for file in files:
+        file.unlink(missing_ok=True)
+    (out / BOXES_FILE).unlink()
+    for folder in out.iterdir():
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def export_scenes(out: Path, *, n: int, split: str = "val", style: str = "default", seed: int = 0) -> int:
+    """Write the first n scenes of a split under `out` (see the module's doc); returns how many (the split may
+    hold fewer). The boxes file is written first: it lists the images, so an interrupted export is known as one."""
+    if n <= 0:
+        raise DataError(f"--n must be positive, got {n}")
+    scenes = FashionMNISTScenes(split, seed=seed, subset=n, style=style)
+    clear_previous(out)
+    files = [f"{folder_name(scenes.classes[int(label)])}/{i:05d}.png" for i, label in enumerate(scenes.labels)]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / BOXES_FILE).write_text(json.dumps(coco_boxes(scenes, files), indent=1))
+    for i, file in enumerate(tqdm(files, desc="export", unit="scene")):
+        (out / file).parent.mkdir(exist_ok=True)
+        scenes[i][0].save(out / file, format="PNG")
+    return len(files)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m cait.data.export",
+        description="Write the first N Fashion-MNIST scenes of a split as an ImageFolder (DIR/<class>/<index>.png, "
+        "lossless) with their boxes in DIR/boxes.json (COCO format): real files to test the dataset features on "
+        "(--data DIR --boxes DIR/boxes.json), and the scenes for use in other tools.",
+    )
+    parser.add_argument("dir", type=Path, help="output directory: new, empty, or a previous export (replaced)")
+    parser.add_argument("--n", type=int, required=True, help="how many scenes: the split's first N")
+    parser.add_argument("--split", choices=list(SPLIT_FILES), default="val", help="default: val")
+    parser.add_argument("--style", choices=SCENE_STYLES, default="default", help="the scenes' look (default: default)")
+    parser.add_argument("--seed", type=int, default=0, help="the scenes' layout seed (default: 0)")
+    args = parser.parse_args(argv)
+    try:
+        count = export_scenes(args.dir, n=args.n, split=args.split, style=args.style, seed=args.seed)
+    except (DataError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {count} scenes under {args.dir} and their boxes to {args.dir / BOXES_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

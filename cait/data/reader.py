@@ -1,0 +1,342 @@
+"""One reader for every image set a model is run over: the scenes, Fashion-MNIST, or a user's directory (an
+ImageFolder of class folders, or a flat folder of unlabelled images), with optional COCO boxes.
+
+`read_images` returns an `ImageSet`: item i is (x as the model sees it, label, box in model-input pixels, i,
+ok). An unreadable image gives ok=False instead of an exception, so a run over thousands of files skips and
+names the bad ones instead of dying on them. Class folders map to the model's classes: ImageNet synsets
+(`n01440764`) through timm's ImageNet info for an ImageNet model, otherwise by class name (`class_key`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from ..config import CaiTConfig
+from .base import SPLIT_FILES, DataError
+
+BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
+SYNSET = re.compile(r"n\d{8}")
+# what an unreadable file raises in PIL: not an image, truncated, zero bytes, gone, or a decompression bomb
+IMAGE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+
+
+class DataWarning(UserWarning):
+    """Data that can be used, but not all of it as asked (e.g. class folders that map to no class)."""
+
+
+class ImageSet(Dataset):
+    """Images as the model sees them, with labels and boxes in the model's terms.
+
+    name: one line for figures and summaries. paths: per image, its file relative to the root (or
+    "<dataset>/<split>/<index>" for built-in data). labels: long [N], the model's class index (-1 unknown), or
+    None for unlabelled data. boxes: float [N, 4] (x0, y0, x1, y1) in model-input pixels, NaN rows for images
+    without a box, or None when there are none. classes: the model's class names.
+    Item i: (x [C, H, W], label, box [4], i, ok); the default DataLoader collate batches it as is."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        paths: list[str],
+        load: Callable[[int], Image.Image],
+        cfg: CaiTConfig,
+        labels: torch.Tensor | None,
+        boxes: torch.Tensor | None,
+        normalise: bool = True,
+    ):
+        from ..preprocess import class_names
+
+        self.name, self.paths, self.labels, self.boxes = name, paths, labels, boxes
+        self.classes = class_names(cfg)
+        self.cfg, self.normalise, self._load = cfg, normalise, load
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, torch.Tensor, int, bool]:
+        from ..preprocess import model_view, normalise, view_pixels
+
+        label = -1 if self.labels is None else int(self.labels[i])
+        box = torch.full((4,), float("nan")) if self.boxes is None else self.boxes[i]
+        try:
+            x, ok = view_pixels(model_view(self._load(i), self.cfg)), True
+        except IMAGE_ERRORS:
+            x, ok = torch.zeros(self.cfg.in_chans, self.cfg.img_size, self.cfg.img_size), False
+        return (normalise(x, self.cfg) if self.normalise and ok else x), label, box, i, ok
+
+
+def read_images(
+    data: str,
+    cfg: CaiTConfig,
+    *,
+    split: str = "val",
+    boxes: str | Path | None = None,
+    limit: int | None = None,
+    normalise: bool = True,
+    scene_seed: int = 0,
+    scene_style: str = "default",
+    pixel_noise: float | None = None,
+) -> ImageSet:
+    """The images of `data` for a model of config `cfg`: "fashion-mnist-scenes" (labels and boxes; the scenes'
+    seed, style and noise, read from the disk cache), "fashion-mnist", or a directory (DIR/<split>/ when that
+    holds images, else DIR): class folders, or a flat folder of images (labels None). boxes: a COCO JSON file
+    for a directory. limit: the first N images. normalise=False: pixels in [0, 1] (for `cait.corruptions`).
+    Raises DataError (one line) for data that cannot be read at all."""
+    if limit is not None and limit <= 0:
+        raise DataError(f"--limit must be positive, got {limit}")
+    if data in BUILT_IN:
+        if boxes is not None:
+            raise DataError(f"--boxes applies to a directory of images, not to {data}")
+        return _built_in(data, cfg, split, limit, normalise, scene_seed, scene_style, pixel_noise)
+    if scene_seed != 0 or scene_style != "default" or pixel_noise is not None:
+        raise DataError(f"a scene seed, style and pixel noise apply to fashion-mnist-scenes only, not {data}")
+    root = Path(data)
+    if not root.is_dir():
+        raise DataError(f"unknown data '{data}': use {', '.join(BUILT_IN)} or an existing directory of images")
+    return _folder(root, cfg, split, boxes, limit, normalise)
+
+
+def _built_in(
+    data: str,
+    cfg: CaiTConfig,
+    split: str,
+    limit: int | None,
+    normalise: bool,
+    seed: int,
+    style: str,
+    pixel_noise: float | None,
+) -> ImageSet:
+    from . import build_dataset
+
+    if split not in SPLIT_FILES:
+        raise DataError(f"split must be one of {', '.join(SPLIT_FILES)}, got {split!r}")
+    source = build_dataset(data, split, seed=seed, subset=limit, cache=True, style=style, pixel_noise=pixel_noise)
+    labels = torch.as_tensor(source.labels[: len(source)], dtype=torch.long)
+    scenes = data == "fashion-mnist-scenes"
+    boxes = cfg.box_to_input(source.boxes, source.canvas) if scenes else None
+    look = f", seed {seed}, style {style}" + ("" if pixel_noise is None else f", pixel noise {pixel_noise:g}")
+    name = f"{data} {split} ({len(source):,} {'scenes' if scenes else 'images'}{look if scenes else ''})"
+    paths = [f"{data}/{split}/{i:06d}" for i in range(len(source))]
+    return ImageSet(
+        name=name, paths=paths, load=_ItemImage(source), cfg=cfg, labels=labels, boxes=boxes, normalise=normalise
+    )
+
+
+class _ItemImage:
+    """Loads image i of a dataset of (PIL image, label) items (a class, not a lambda: DataLoader workers pickle it)."""
+
+    def __init__(self, source: Dataset):
+        self.source = source
+
+    def __call__(self, i: int) -> Image.Image:
+        return self.source[i][0]
+
+
+class _FileImage:
+    """Loads file i under a root, decoded in full here so that a truncated file fails now, not later."""
+
+    def __init__(self, root: Path, paths: list[str]):
+        self.root, self.paths = root, paths
+
+    def __call__(self, i: int) -> Image.Image:
+        with Image.open(self.root / self.paths[i]) as image:
+            image.load()  # a loaded image stays usable after its file is closed
+        return image
+
+
+def image_extensions() -> frozenset[str]:
+    """The file suffixes PIL can open (lower case, with the dot): what counts as an image in a directory."""
+    Image.init()
+    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
+
+
+def find_images(root: Path) -> list[str]:
+    """Image files under root, recursively, as POSIX paths relative to it, in sorted order (folder by folder);
+    hidden files and folders (".name") are left out."""
+    exts = image_extensions()
+    found = [
+        p.relative_to(root)
+        for p in root.rglob("*")
+        if p.suffix.lower() in exts
+        and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    ]
+    return [p.as_posix() for p in sorted(found, key=lambda p: p.parts)]
+
+
+def class_key(name: str) -> str:
+    """What a folder name and a class name are compared by: case-insensitive, and runs of spaces, underscores
+    and slashes count as one space ("T-shirt/top", "t-shirt_top" and "T-Shirt top" are one class)."""
+    return re.sub(r"[\s_/]+", " ", name).strip().casefold()
+
+
+def folder_name(class_name: str) -> str:
+    """A class name as a folder name (a slash cannot be in one): what `cait.data.export` writes and
+    `class_key` reads back as the same class."""
+    return class_name.replace("/", "_")
+
+
+def folder_classes(folders: list[str], cfg: CaiTConfig) -> dict[str, int]:
+    """The model's class index of each class folder that maps to one: an ImageNet synset for an ImageNet
+    model (timm's ImageNet info), else a folder named as a class (`class_key`; a name two classes share maps
+    to neither). Folders that map to no class are left out."""
+    from ..preprocess import class_names
+
+    mapping: dict[str, int] = {}
+    if cfg.is_imagenet:
+        from timm.data import ImageNetInfo
+
+        synsets = {s: i for i, s in enumerate(ImageNetInfo().label_names())}
+        mapping.update({f: synsets[f] for f in folders if SYNSET.fullmatch(f) and f in synsets})
+    keys = [class_key(c) for c in class_names(cfg)]
+    counts = Counter(keys)
+    by_key = {k: i for i, k in enumerate(keys) if counts[k] == 1}
+    mapping.update({f: by_key[class_key(f)] for f in folders if f not in mapping and class_key(f) in by_key})
+    return mapping
+
+
+def _image_files(root: Path, split: str) -> tuple[Path, list[str]]:
+    """The folder to read and its images: DIR/<split> when it is a folder holding images (the train/val layout
+    of `cait.train`), else DIR."""
+    if (root / split).is_dir():
+        paths = find_images(root / split)
+        if paths:
+            return root / split, paths
+    return root, find_images(root)
+
+
+def _folder(
+    root: Path, cfg: CaiTConfig, split: str, boxes: str | Path | None, limit: int | None, normalise: bool
+) -> ImageSet:
+    root, paths = _image_files(root, split)
+    if not paths:
+        raise DataError(f"{root} holds no images (looked for {', '.join(sorted(image_extensions())[:6])}, ...)")
+    loose = [p for p in paths if "/" not in p]
+    labelled = len(loose) < len(paths)
+    if labelled and loose:
+        warnings.warn(f"{len(loose)} image(s) directly in {root} are outside any class folder: left out", DataWarning)
+        paths = [p for p in paths if "/" in p]
+    # classes are mapped over every folder, so that a limit cannot make a good folder look unmapped
+    labels = _labels(root, paths, cfg)[:limit] if labelled else None
+    paths = paths[:limit]
+    box_tensor = None if boxes is None else read_coco_boxes(boxes, root, paths, cfg)
+    count = f"{len(paths):,} images, " + (
+        f"{len({p.split('/')[0] for p in paths})} classes" if labelled else "no labels"
+    )
+    name = (
+        f"{'ImageFolder' if labelled else 'image folder'} {root}/ ({count}"
+        + ("" if boxes is None else f"; boxes: {Path(boxes).name}")
+        + ")"
+    )
+    return ImageSet(
+        name=name,
+        paths=paths,
+        load=_FileImage(root, paths),
+        cfg=cfg,
+        labels=labels,
+        boxes=box_tensor,
+        normalise=normalise,
+    )
+
+
+def _labels(root: Path, paths: list[str], cfg: CaiTConfig) -> torch.Tensor:
+    """The model's class index per image from its class folder (-1: a folder that maps to no class)."""
+    from ..preprocess import class_names
+
+    folders = sorted({p.split("/")[0] for p in paths})
+    mapping = folder_classes(folders, cfg)
+    unmapped = [f for f in folders if f not in mapping]
+    if len(unmapped) == len(folders):
+        classes = class_names(cfg)
+        raise DataError(
+            f"none of the class folders of {root} ({_few(folders)}) names a class of the model "
+            f"({_few(classes)}{', or ImageNet synsets like n01440764' if cfg.is_imagenet else ''})"
+        )
+    if unmapped:
+        warnings.warn(
+            f"{len(unmapped)} class folder(s) of {root} name no class of the model, their images are unlabelled: "
+            f"{_few(unmapped)}",
+            DataWarning,
+        )
+    return torch.tensor([mapping.get(p.split("/")[0], -1) for p in paths], dtype=torch.long)
+
+
+def _few(names: list[str] | tuple[str, ...], n: int = 4) -> str:
+    shown = ", ".join(repr(s) for s in names[:n])
+    return shown + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def read_coco_boxes(file: str | Path, root: Path, paths: list[str], cfg: CaiTConfig) -> torch.Tensor:
+    """Boxes [len(paths), 4] in model-input pixels from a COCO-format JSON file (NaN rows for images it does not
+    box). An image entry's `file_name` matches a path relative to root, or any trailing part of it does (e.g.
+    "val/cat/1.jpg" for "cat/1.jpg"), or else its base name when that is unique in the folder. Of several
+    annotations of one image, the largest box (by area) is the image's box: the main object."""
+    images, largest = _read_coco(Path(file))
+    index = {p: i for i, p in enumerate(paths)}
+    base_counts = Counter(p.rsplit("/", 1)[-1] for p in paths)
+    by_base = {p.rsplit("/", 1)[-1]: i for i, p in enumerate(paths) if base_counts[p.rsplit("/", 1)[-1]] == 1}
+    out = torch.full((len(paths), 4), float("nan"))
+    for image_id, file_name, size in images:
+        i = _match(file_name, index, by_base)
+        if i is None or image_id not in largest:
+            continue
+        if size is None:
+            with Image.open(root / paths[i]) as image:  # reads the header only
+                size = image.size
+        out[i] = cfg.box_to_input(largest[image_id], size)
+    if out.isnan().all():
+        names = [name for _, name, _ in images[:3]]
+        raise DataError(f"{file} boxes none of the {len(paths):,} images read from {root} (it names {_few(names, 3)})")
+    return out
+
+
+def _match(file_name: str, index: dict[str, int], by_base: dict[str, int]) -> int | None:
+    parts = Path(file_name).as_posix().split("/")
+    for k in range(len(parts)):
+        if "/".join(parts[k:]) in index:
+            return index["/".join(parts[k:])]
+    return by_base.get(parts[-1])
+
+
+CocoImage = tuple[object, str, "tuple[int, int] | None"]  # (id, file_name, (width, height) if given)
+
+
+def _read_coco(file: Path) -> tuple[list[CocoImage], dict[object, list[float]]]:
+    """A COCO boxes file's images, and per image id its largest box (x0, y0, x1, y1) in original pixels;
+    DataError (one line) for a file that is not one."""
+    try:
+        coco = json.loads(file.read_text())
+    except OSError as e:
+        raise DataError(f"cannot read boxes file {file}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{file} is not JSON ({e}); boxes need COCO format: images, annotations") from None
+    try:
+        images = [
+            (
+                e["id"],
+                str(e["file_name"]),
+                (int(e["width"]), int(e["height"])) if "width" in e and "height" in e else None,
+            )
+            for e in coco["images"]
+        ]
+        largest: dict[object, list[float]] = {}
+        for ann in coco["annotations"]:
+            x, y, w, h = (float(v) for v in ann["bbox"])
+            best = largest.get(ann["image_id"])
+            if best is None or w * h > (best[2] - best[0]) * (best[3] - best[1]):
+                largest[ann["image_id"]] = [x, y, x + w, y + h]
+    except (KeyError, TypeError, ValueError):
+        raise DataError(
+            f"{file} is not a COCO boxes file: it needs 'images' with 'id' and 'file_name' and 'annotations' "
+            f"with 'image_id' and 'bbox' [x, y, w, h]"
+        ) from None
+    return images, largest

@@ -1,0 +1,43 @@
+"""Forward hooks that explanations open and close around a pass: recording a module's output or input,
+or substituting a value for it."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+@contextmanager
+def recorded(points: dict[object, tuple[nn.Module, bool]]) -> Iterator[dict]:
+    """While open, each forward call of a point's module stores its output (pre=True: its first input)
+    under the point's key in the yielded dict; the hooks are removed on exit."""
+    seen: dict = {}
+
+    def keep(key):
+        return lambda module, args, *output: seen.__setitem__(key, output[0] if output else args[0])
+
+    handles = [
+        module.register_forward_pre_hook(keep(key)) if pre else module.register_forward_hook(keep(key))
+        for key, (module, pre) in points.items()
+    ]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def substituted(module: nn.Module, value: torch.Tensor, *, pre: bool = False) -> Iterator[None]:
+    """While open, `module` returns `value` (pre=True: receives it as its only input) on every call."""
+    if pre:
+        handle = module.register_forward_pre_hook(lambda m, args: (value,))
+    else:
+        handle = module.register_forward_hook(lambda m, args, output: value)
+    try:
+        yield
+    finally:
+        handle.remove()

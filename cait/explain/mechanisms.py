@@ -1,0 +1,187 @@
+"""How a CaiT prediction forms along depth: a logit lens through the model's own class-attention stage,
+and activation patching between a clean and a corrupted image.
+
+CaiT's split gives both an exact form. The class-attention (CA) stage reads the patch tokens the
+self-attention (SA) stage leaves, so it can read them after any SA block instead: the lens needs no
+trained probe and no guess of an unembedding. And the CA stage writes only the class token, so patching
+its stream means patching the class token alone while the patch tokens it reads stay the corrupted ones.
+Layers, heads and blocks are indexed from 0, blocks in model order (SA first), as everywhere in arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from .attention import _check_input
+from .causal import _check_class_stage, _class_stage, _ClassStage, _evaluating, _sa_inputs
+from .hooks import recorded, substituted
+
+Granularity = Literal["block", "head"]
+GRANULARITIES = ("block", "head")
+
+
+def _check_lens(model: nn.Module) -> None:
+    if model.cfg.class_token_at is not None:
+        raise ValueError(
+            "the logit lens reads the patch tokens through the class-attention stage; this model's class token "
+            f"joins the SA stage at block {model.cfg.class_token_at} (ViT-style), so there is no such stage"
+        )
+
+
+def logit_lens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Logits [B, SA depth + 1, classes]: entry k is what the model would answer if its CA stage, final norm
+    and head read the patch tokens after SA block k - 1 (k = 0: the patch embedding with the position
+    embedding, the SA stage's input), so the last entry is the model's own logits.
+
+    The SA stage runs once (its stream kept after every block); the CA stage then runs on all depths at
+    once, as one batch of (SA depth + 1) x B token sets. ViT-style models (`class_token_at` set) have no
+    CA stage to read through and are refused."""
+    _check_input(model, x)
+    _check_lens(model)
+    with _evaluating(model):
+        states = _sa_inputs(model, x)
+        logits = model.forward_head(model.forward_class_attention(torch.cat(states)))
+    return logits.view(len(states), x.shape[0], -1).transpose(0, 1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# activation patching
+
+
+@dataclass
+class Patching:
+    """Activation patching: each entry is the corrupted run's target logit with one component's output
+    replaced by the clean run's, minus the corrupted run's target logit (what the component restores)."""
+
+    target: torch.Tensor  # [B] the class whose logit is measured
+    clean: torch.Tensor  # [B, K] the clean run's logits
+    corrupted: torch.Tensor  # [B, K] the corrupted run's logits
+    blocks: torch.Tensor | None  # [B, SA + CA depth] the stream after each block (granularity "block")
+    branches: torch.Tensor | None  # [B, SA + CA depth, 2] each block's attention, MLP branch ("block")
+    heads: torch.Tensor | None  # [B, CA depth, heads] each CA head's output before attn.proj ("head")
+
+    @property
+    def gap(self) -> torch.Tensor:
+        """Clean minus corrupted target logit [B]: what patching everything restores."""
+        index = self.target.view(-1, 1)
+        return (self.clean.gather(1, index) - self.corrupted.gather(1, index))[:, 0]
+
+
+@dataclass
+class _Run:
+    """One forward pass's states: the SA stream before every block (and last after the stage), the CA
+    stage's class tokens, and every block's branch outputs and CA head outputs under (stage, i, name)."""
+
+    sa: list[torch.Tensor]
+    ca: _ClassStage
+    seen: dict
+
+
+def _run(model: nn.Module, x: torch.Tensor) -> _Run:
+    points: dict[object, tuple[nn.Module, bool]] = {}
+    for stage, blocks in (("sa", model.blocks), ("ca", model.blocks_token_only)):
+        for i, blk in enumerate(blocks):
+            points.update({(stage, i, "attn"): (blk.attn, False), (stage, i, "mlp"): (blk.mlp, False)})
+    for c, blk in enumerate(model.blocks_token_only):
+        points["ca", c, "heads"] = (blk.attn.proj, True)
+    with recorded(points) as seen:
+        sa = _sa_inputs(model, x)
+        ca = _class_stage(model, sa[-1])
+    return _Run(sa, ca, dict(seen))
+
+
+def _from_ca(model: nn.Module, tokens: torch.Tensor, cls: torch.Tensor, start: int) -> torch.Tensor:
+    """Logits from the class token `cls` entering CA block `start`, reading the patch tokens `tokens`."""
+    return model.forward_head(model.forward_class_attention(tokens, start=start, cls=cls))
+
+
+def _patched_branch(model: nn.Module, clean: _Run, corrupted: _Run, stage: str, i: int, part: str) -> torch.Tensor:
+    """Logits of the corrupted run with block i's `part` ("attn", "mlp") output taken from the clean run:
+    from the block's cached corrupted input, only the block and what follows it run."""
+    blk = (model.blocks if stage == "sa" else model.blocks_token_only)[i]
+    with substituted(getattr(blk, part), clean.seen[stage, i, part]):
+        if stage == "sa":
+            out = blk(corrupted.sa[i])
+        else:
+            out = blk(corrupted.ca.tokens, corrupted.ca.cls_inputs[i])
+    if stage == "sa":
+        return model.forward_head(model.forward_class_attention(model.forward_sa_blocks(out, start=i + 1)))
+    return _from_ca(model, corrupted.ca.tokens, out, i + 1)
+
+
+def _patched_head(model: nn.Module, clean: _Run, corrupted: _Run, c: int, head: int) -> torch.Tensor:
+    """Logits of the corrupted run with CA head (c, head)'s output (its slice of attn.proj's input) clean."""
+    blk, width = model.blocks_token_only[c], model.cfg.embed_dim // model.cfg.num_heads
+    cols = slice(head * width, (head + 1) * width)
+    o = corrupted.seen["ca", c, "heads"].clone()
+    o[..., cols] = clean.seen["ca", c, "heads"][..., cols]
+    with substituted(blk.attn.proj, o, pre=True):
+        cls = blk(corrupted.ca.tokens, corrupted.ca.cls_inputs[c])
+    return _from_ca(model, corrupted.ca.tokens, cls, c + 1)
+
+
+def _block_profiles(model: nn.Module, clean: _Run, corrupted: _Run) -> tuple[list, list]:
+    """(stream, branches) logits per block in model order: see `activation_patching`."""
+    sa, ca = len(model.blocks), len(model.blocks_token_only)
+    # An SA block's stream is every patch token, so all that follows it is the clean run itself.
+    streams = [clean.ca.logits] * sa
+    streams += [_from_ca(model, corrupted.ca.tokens, clean.ca.cls_inputs[c + 1], c + 1) for c in range(ca)]
+    parts = [("sa", k) for k in range(sa)] + [("ca", c) for c in range(ca)]
+    branches = [[_patched_branch(model, clean, corrupted, s, i, p) for p in ("attn", "mlp")] for s, i in parts]
+    return streams, branches
+
+
+def activation_patching(
+    model: nn.Module,
+    clean: torch.Tensor,
+    corrupted: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    granularity: Granularity = "block",
+) -> Patching:
+    """What each component of the clean run restores in the corrupted one: the corrupted run's target
+    logit with that component's output replaced by the clean run's, minus the corrupted run's (`Patching`).
+
+    granularity="block" gives `.blocks`, the residual stream after each block, and `.branches`, each
+    block's attention and MLP branch output alone (LayerScale's gamma applies to the patched output as
+    in both runs). Which stream: after an SA block, every patch token, so what follows is the clean run
+    and each SA entry is the whole gap (the SA stage's profile along depth is in `.branches`); after a
+    CA block, the class token only, while the patch tokens the later CA blocks read stay the corrupted
+    run's (the CA stage never changes them), so the last CA entry is again the whole gap.
+    granularity="head" gives `.heads`, each CA head's output (its slice of attn.proj's input).
+
+    Both runs' states are cached once; a patch re-runs only what follows the patched component (an SA
+    branch: the rest of its block and the blocks after it; a CA component: the rest of the class stage)."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+    _check_input(model, clean)
+    _check_input(model, corrupted)
+    _check_class_stage(model)
+    if clean.shape[0] != corrupted.shape[0]:
+        raise ValueError(f"need one corrupted image per clean one, got {corrupted.shape[0]} for {clean.shape[0]}")
+    with _evaluating(model):
+        target = target.to(clean.device).long().view(-1)
+        runs = _run(model, clean), _run(model, corrupted)
+        base = runs[1].ca.logits.gather(1, target.view(-1, 1))
+
+        def restored(logits: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack([out.gather(1, target.view(-1, 1))[:, 0] for out in logits], dim=1) - base
+
+        blocks = branches = heads = None
+        if granularity == "block":
+            streams, parts = _block_profiles(model, *runs)
+            blocks = restored(streams)
+            branches = torch.stack([restored(p) for p in parts], dim=1)
+        else:
+            heads = torch.stack(
+                [
+                    restored([_patched_head(model, *runs, c, h) for h in range(model.cfg.num_heads)])
+                    for c in range(len(model.blocks_token_only))
+                ],
+                dim=1,
+            )
+    return Patching(target, runs[0].ca.logits, runs[1].ca.logits, blocks, branches, heads)

@@ -1,0 +1,198 @@
+"""The dataset reader (`cait.data.read_images`) and the scene export (`cait.data.export`): exported scenes read
+back as the scenes themselves, boxes through the model's preprocessing against drawn pixels, ImageNet synsets,
+unreadable files, and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from cait.config import get_config
+from cait.data import DataError, DataWarning, FashionMNISTScenes, read_images
+from cait.data.export import main as export_main
+from cait.preprocess import model_view
+
+N = 40
+PICO = get_config("cait_pico_32")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "scenes"
+    assert export_main([str(out), "--n", str(N)]) == 0
+    return out
+
+
+def _save(path, image=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (image or Image.new("RGB", (12, 9), (90, 140, 30))).save(path)
+
+
+@pytest.mark.parametrize("variant", ["cait_pico_32", "cait_micro_136"])  # the view down- and upsamples
+def test_exported_scenes_read_back_as_the_scenes(exported, variant):
+    cfg = get_config(variant)
+    folder = read_images(str(exported), cfg, boxes=exported / "boxes.json")
+    scenes = read_images("fashion-mnist-scenes", cfg, limit=N)
+    raw = FashionMNISTScenes("val", subset=N)
+    assert len(folder) == len(scenes) == N and folder.classes == scenes.classes
+    assert "boxes: boxes.json" in folder.name and "40 images, 10 classes" in folder.name
+    for k, path in enumerate(folder.paths):
+        i = int(path.rsplit("/", 1)[1].removesuffix(".png"))  # the scene's index in the split
+        x, label, box, index, ok = folder[k]
+        x_scene, label_scene, box_scene, _, _ = scenes[i]
+        assert ok and index == k and label == label_scene == int(raw.labels[i])
+        assert torch.equal(x, x_scene)  # lossless PNG: the same pixels, so the same model view
+        expected = torch.as_tensor(raw.boxes[i]) * cfg.img_size / raw.canvas  # square canvas, crop_pct 1
+        torch.testing.assert_close(box, expected, atol=1e-4, rtol=0)
+        torch.testing.assert_close(box_scene, expected, atol=1e-4, rtol=0)
+    assert torch.equal(folder.labels, torch.tensor([int(raw.labels[int(p[-9:-4])]) for p in folder.paths]))
+
+
+def test_export_refuses_a_foreign_directory_and_replaces_its_own(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert export_main([str(out), "--n", "12", "--style", "varied", "--seed", "3"]) == 0
+    coco = json.loads((out / "boxes.json").read_text())
+    assert [c["name"] for c in coco["categories"]] == list(FashionMNISTScenes.classes)
+    assert len(coco["images"]) == len(coco["annotations"]) == 12
+    varied = FashionMNISTScenes("val", subset=12, style="varied", seed=3)
+    first = out / coco["images"][0]["file_name"]
+    assert np.array_equal(np.asarray(Image.open(first)), varied.render(0)) and first.name == "00000.png"
+    assert export_main([str(out), "--n", "5"]) == 0  # a previous export: replaced, no file of it left
+    assert len(list(out.rglob("*.png"))) == 5
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    capsys.readouterr()
+    assert export_main([str(tmp_path / "mine"), "--n", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "not a previous export" in err and err.count("\n") == 1
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def _white_extent(view: Image.Image) -> list[float]:
+    """(x0, y0, x1, y1) of the pixels brighter than mid-grey, as pixel edges."""
+    ys, xs = np.nonzero(np.asarray(view.convert("L")) > 127)
+    return [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+
+
+@pytest.mark.parametrize("crop_pct", [1.0, 0.875])
+@pytest.mark.parametrize("size", [(40, 20), (30, 70)])  # wide and tall
+def test_box_to_input_follows_the_models_view_of_a_non_square_image(size, crop_pct):
+    cfg = PICO.replace(crop_pct=crop_pct)
+    width, height = size
+    # boxes on whole pixels: one inside the crop, one across its edge (clipped)
+    for box in ([width * 0.4, height * 0.4, width * 0.6, height * 0.55], [0, 0, width * 0.3, height * 0.5]):
+        box = [float(round(v)) for v in box]
+        canvas = np.zeros((height, width), np.uint8)
+        canvas[int(box[1]) : int(box[3]), int(box[0]) : int(box[2])] = 255
+        drawn = _white_extent(model_view(Image.fromarray(canvas), cfg))
+        mapped = cfg.box_to_input(torch.tensor(box), (width, height))
+        assert torch.allclose(mapped, torch.tensor(drawn, dtype=torch.float32), atol=1.0), (box, drawn, mapped)
+
+
+def test_box_to_input_of_a_square_canvas_scales_and_keeps_nan():
+    boxes = torch.tensor([[3.0, 5.0, 40.0, 60.0], [float("nan")] * 4])
+    mapped = PICO.box_to_input(boxes, 64)
+    torch.testing.assert_close(mapped[0], boxes[0] * 0.5)
+    assert mapped[1].isnan().all()
+    torch.testing.assert_close(PICO.box_to_input(boxes, (64, 64)), mapped, equal_nan=True)
+
+
+def test_imagenet_synset_folders_map_to_imagenet_indices(tmp_path):
+    cfg = get_config("cait_xxs24_224")  # its config only: no weights
+    # tench, goldfish, toilet tissue: the first, second and last ImageNet-1k classes
+    for synset in ("n01440764", "n01443537", "n15075141"):
+        _save(tmp_path / "val" / synset / "a.jpg")
+    _save(tmp_path / "val" / "not-a-class" / "b.png")
+    _save(tmp_path / "val" / "crane" / "c.png")  # two ImageNet classes (134 and 517) have this name: neither
+    _save(tmp_path / "val" / "Goldfish, Carassius auratus" / "d.png")  # a class's name: its index
+    with pytest.warns(DataWarning, match="2 class folder.*'crane', 'not-a-class'"):
+        images = read_images(str(tmp_path), cfg)
+    assert images.paths[:3] == ["Goldfish, Carassius auratus/d.png", "crane/c.png", "n01440764/a.jpg"]
+    assert images.labels.tolist() == [1, -1, 0, 1, 999, -1]
+    x, label, box, _, ok = images[4]
+    assert ok and label == 999 and x.shape == (3, 224, 224) and box.isnan().all() and images.boxes is None
+
+
+def test_class_folders_match_names_ignoring_case_spaces_and_underscores(tmp_path):
+    for folder in ("t-shirt_top", "ANKLE BOOT", "Bag"):
+        _save(tmp_path / folder / "deep" / "x.png")  # images are found recursively within a class folder
+    (tmp_path / "Bag" / "readme.txt").write_text("not an image")
+    _save(tmp_path / "0_unknown" / "x.png")
+    with pytest.warns(DataWarning, match="1 class folder.*'0_unknown'"):
+        images = read_images(str(tmp_path), PICO, limit=2)  # the first folder maps to nothing: no error
+    assert images.paths == ["0_unknown/x.png", "ANKLE BOOT/deep/x.png"] and images.labels.tolist() == [-1, 9]
+    (tmp_path / "0_unknown" / "x.png").unlink()
+    assert read_images(str(tmp_path), PICO).labels.tolist() == [9, 8, 0]
+    _save(tmp_path / "loose.png")
+    with pytest.warns(DataWarning, match="1 image.* outside any class folder"):
+        assert "loose.png" not in read_images(str(tmp_path), PICO).paths
+
+
+def test_a_flat_folder_is_unlabelled_and_broken_files_are_skipped(tmp_path):
+    for name in ("a.png", "c.jpg"):
+        _save(tmp_path / name)
+    (tmp_path / "b_text.png").write_text("this is not a picture")
+    (tmp_path / "d_empty.png").write_bytes(b"")
+    good = tmp_path / "e.png"
+    _save(good, Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8)))
+    (tmp_path / "f_truncated.png").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    images = read_images(str(tmp_path), PICO, normalise=False)
+    assert images.labels is None and images.boxes is None and "no labels" in images.name
+    x, y, box, index, ok = next(iter(DataLoader(images, batch_size=len(images))))
+    assert [p for p, good in zip(images.paths, ok) if not good] == ["b_text.png", "d_empty.png", "f_truncated.png"]
+    assert x.shape == (6, 3, 32, 32) and (y == -1).all() and box.isnan().all() and index.tolist() == list(range(6))
+    assert (x[~ok] == 0).all() and x[ok].amax() > 0 and x[ok].amax() <= 1  # normalise=False: pixels in [0, 1]
+
+
+def test_boxes_of_several_annotations_take_the_largest_and_match_by_base_name(tmp_path):
+    _save(tmp_path / "cat" / "a.png", Image.new("RGB", (64, 32)))
+    _save(tmp_path / "cat" / "b.png", Image.new("RGB", (64, 32)))
+    coco = {
+        "images": [{"id": 7, "file_name": "elsewhere/a.png", "width": 64, "height": 32}],
+        "annotations": [{"image_id": 7, "bbox": [40, 4, 8, 8]}, {"image_id": 7, "bbox": [20, 2, 20, 20]}],
+    }
+    (tmp_path / "boxes.json").write_text(json.dumps(coco))
+    cfg = PICO.replace(img_size=224, labels=("dog", "cat"), num_classes=2)
+    images = read_images(str(tmp_path), cfg, boxes=tmp_path / "boxes.json")
+    # 64x32 -> 448x224, crop x from 112: [20, 2, 40, 22] * 7 - [112, 0]
+    torch.testing.assert_close(images.boxes[0], torch.tensor([28.0, 14.0, 168.0, 154.0]))
+    assert images.boxes[1].isnan().all() and images.labels.tolist() == [1, 1]
+
+
+def _one_line(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message
+    return message
+
+
+def test_bad_input_gets_one_clear_line(tmp_path):
+    (tmp_path / "empty" / "cls").mkdir(parents=True)
+    with pytest.raises(DataError, match="holds no images") as e:
+        read_images(str(tmp_path / "empty"), PICO)
+    _one_line(e)
+    for folder in ("cats", "dogs"):
+        _save(tmp_path / "pets" / folder / "1.png")
+    with pytest.raises(DataError, match="none of the class folders") as e:
+        read_images(str(tmp_path / "pets"), PICO)
+    assert "'cats'" in _one_line(e) and "'Trouser'" in _one_line(e)
+    _save(tmp_path / "flat" / "1.png")
+    (tmp_path / "other.json").write_text(json.dumps({"images": [{"id": 1, "file_name": "zzz.png"}], "annotations": []}))
+    with pytest.raises(DataError, match="boxes none of the 1 images") as e:
+        read_images(str(tmp_path / "flat"), PICO, boxes=tmp_path / "other.json")
+    assert "zzz.png" in _one_line(e)
+    (tmp_path / "bad.json").write_text("{images: [")
+    with pytest.raises(DataError, match="not JSON") as e:
+        read_images(str(tmp_path / "flat"), PICO, boxes=tmp_path / "bad.json")
+    _one_line(e)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(DataError, match="not a COCO boxes file"):
+        read_images(str(tmp_path / "flat"), PICO, boxes=tmp_path / "list.json")
+    with pytest.raises(DataError, match="unknown data"):
+        read_images(str(tmp_path / "nowhere"), PICO)
+    with pytest.raises(DataError, match="directory of images"):
+        read_images("fashion-mnist-scenes", PICO, boxes=tmp_path / "bad.json")
