@@ -1,8 +1,9 @@
 """Shared plumbing of the analysis scripts: arguments, loading the model and saying what a figure was
 made from, the example images, and writing PNG (matplotlib) + HTML (plotly, self-contained) + numbers.
 
-Every figure carries a "made from" line: architecture only, which checkpoint (and what it was trained
-on, from its metadata), random init when the shipped weights are missing, or a miniature retraining.
+Every figure carries a "made from" line: which checkpoint (and what it was trained on, from its metadata),
+shipped or official weights, a random init (only with --random-init, when there are no weights), or a
+miniature retraining.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError, read_examples
 from cait.flags import add_model_flags, add_precision_flag, add_threads_flag
 from cait.preprocess import model_view
-from cait.provenance import SourcedModel, load_or_init
+from cait.provenance import SourcedModel
 from cait.runs import RunDir, write_text
 from cait.runtime import autocast, inference_dtype
 
@@ -53,8 +54,7 @@ def parser(
     if model:
         add_model_flags(
             p,
-            checkpoint_help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL} "
-            f"(random init, said on every figure, while its weights are not there)",
+            checkpoint_help=f"weights file (ours, timm or official deit); default: the shipped {DEFAULT_MODEL}",
         )
     if model and precision:
         add_precision_flag(
@@ -82,14 +82,10 @@ def parser(
 
 
 def load_model(args: argparse.Namespace) -> SourcedModel:
-    """The model the flags ask for (`cait.provenance.load_or_init`). --checkpoint: that file. --pretrained:
-    the variant's pretrained weights (shipped, or timm's official ones, downloaded when not in the local
-    cache), else a one-line error. Neither: the shipped weights of --model (default cait_micro_136), or a
-    paper variant's official weights when already in the local cache; when there are none, random init,
-    loudly, rather than no figure."""
-    name = args.model if args.checkpoint else args.model or DEFAULT_MODEL
+    """The model the flags ask for (`cait.load_model`, whose policy for missing weights every tool shares);
+    a model that cannot be loaded is one line and exit code 2."""
     try:
-        loaded = load_or_init(name, args.checkpoint, download=args.pretrained)
+        loaded = cait.load_model(args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init)
     except (CheckpointError, ValueError, TypeError) as e:
         fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     if not loaded.trained:

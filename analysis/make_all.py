@@ -50,6 +50,7 @@ def jobs(args) -> dict[str, list[str] | None]:
         (["--checkpoint", args.checkpoint] if args.checkpoint else [])
         + (["--model", args.model] if args.model else [])
         + (["--pretrained"] if args.pretrained else [])
+        + (["--random-init"] if args.random_init else [])
     )
     quick = ["--quick"] if args.quick else []
     # --precision goes to the scripts that draw forward passes; the others run in fp32 and do not take it

@@ -130,6 +130,11 @@ class SaliencyAsk:
         )
 
 
+def _weights_line(status: hub.WeightsStatus) -> str:
+    """The Model tab's line on where a variant's weights come from."""
+    return f"Weights of {status.name}: {status.describe()}."
+
+
 def _look(cmap: str, alpha: float, scale: str, view: str, keep: float) -> dict[str, Any]:
     """The class-attention controls (in `layout.Page.look` order) as `attention_tile` arguments."""
     return dict(
@@ -592,7 +597,7 @@ class Handlers:
         if not name:
             return ""
         try:
-            return f"Weights of {name}: {hub.weights_status(name).describe()}."
+            return _weights_line(hub.weights_status(name))
         except ValueError as e:
             return str(e)
 
@@ -606,17 +611,20 @@ class Handlers:
         progress=gr.Progress(),
     ) -> dict:
         """Load a model for this session only (a download, when asked for, with a progress bar). A failure
-        is one message next to the button; nothing else on the page changes."""
+        is one message next to the button; nothing else on the page changes. The server's --random-init holds
+        here too (`self.default`)."""
         wanted = ModelChoice(
             name=name or None,
             checkpoint=(checkpoint or "").strip() or None,
             download=bool(download) and not (checkpoint or "").strip(),
+            random_init=self.default.random_init,
         )
         try:
-            if wanted.download and wanted.name and hub.weights_status(wanted.name).where == "download":
+            if wanted.download and wanted.name:
                 report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")
-                # into the cache, which the load reads; off the torch thread: other pages go on meanwhile
-                hub.fetch_weights(wanted.name, on_progress=report)
+                # into the cache, which the load reads (nothing to do when shipped or cached); off the torch
+                # thread: other pages go on meanwhile
+                hub.fetch_weights(hub.weights_status(wanted.name), on_progress=report)
             loaded = torch_thread.call(self.cache.get, wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
             first_line, *rest = str(e).splitlines() or [type(e).__name__]
@@ -630,7 +638,7 @@ class Handlers:
         out = {**self.cleared(shown), **torch_thread.call(self.model_outputs, loaded)}
         warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
         out[self.page.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
-        out[self.page.weights_md] = self.weights_status(loaded.choice.name) if loaded.choice.checkpoint is None else ""
+        out[self.page.weights_md] = _weights_line(loaded.status) if loaded.status is not None else ""
         out[self.page.weights_table] = texts.weights_table(hub.list_weights())  # a download changes a row
         # the address names a variant loaded without a file (a file's path is not the page's to share)
         out[self.page.url_model] = loaded.choice.name if loaded.choice.checkpoint is None else ""

@@ -439,8 +439,9 @@ def _model_tab(first: LoadedModel, parts: dict) -> None:
     gr.Markdown(
         "### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
         "timm .pth/.safetensors or ours). Without a path: the shipped weights or timm's official ones in "
-        "the local Hugging Face cache, downloaded once if you tick the box, else random weights. The "
-        "choice is yours only: other pages keep their own model."
+        "the local Hugging Face cache, downloaded once if you tick the box; without weights, a message with the "
+        "ways out (random weights only when the app was started with --random-init). The choice is yours only: "
+        "other pages keep their own model."
     )
     with gr.Row():
         parts["variant"] = gr.Dropdown(cait.list_models(), value=first.choice.name, label="Variant", elem_id="variant")

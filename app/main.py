@@ -1,7 +1,8 @@
 """The CaiT app: every class-attention head, LayerScale per depth, saliency and talking heads for one image.
 
     python app/main.py [--host 127.0.0.1] [--port 7860] [--model cait_micro_136] [--checkpoint FILE]
-                       [--device auto|cpu|cuda] [--precision auto|fp32|bf16] [--model-memory-gb 4]
+                       [--pretrained] [--random-init] [--device auto|cpu|cuda] [--precision auto|fp32|bf16]
+                       [--model-memory-gb 4]
 
 A thin command line: arguments are checked before torch and Gradio are imported (so --help and a bad
 flag answer at once), then `app.ui` builds and serves the page.
@@ -28,7 +29,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_model_flags(
         p,
         pretrained_help="for a paper variant, download timm's official weights from the Hugging Face Hub when "
-        "they are not in the local cache (without it: cached or shipped weights, else random ones)",
+        "they are not in the local cache (without it: cached or shipped weights only)",
     )
     add_device_flag(p)
     add_precision_flag(

@@ -18,19 +18,21 @@ import torch
 
 import cait
 from app.examples import find_examples
-from cait.config import DEFAULT_MODEL
+from cait import hub
 from cait.preprocess import class_names
-from cait.provenance import ShippedCard, load_or_init, shipped_card
+from cait.provenance import ShippedCard, shipped_card
 from cait.runtime import PrecisionChoice, autocast
 
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """What a session asked for: a variant name, a checkpoint file, or both (timm/deit files need the name)."""
+    """What a session asked for: a variant name, a checkpoint file, or both (timm/deit files need the name);
+    the arguments of `cait.load_model`."""
 
-    name: str | None = DEFAULT_MODEL
+    name: str | None
     checkpoint: str | None = None
     download: bool = False  # a paper variant's official weights may be downloaded when not cached
+    random_init: bool = False  # a variant without weights here gets a seeded random init instead of an error
 
     def __str__(self) -> str:
         return " + ".join(part for part in (self.name, self.checkpoint) if part) or "nothing"
@@ -40,9 +42,10 @@ class ModelChoice:
 class LoadedModel:
     model: cait.CaiT
     choice: ModelChoice
-    name: str  # the variant, or the checkpoint's file name (see `display_name`)
+    name: str  # the variant, or the checkpoint's file name (`cait.SourcedModel.name`)
     source: str  # where the weights came from, shown in the header and the Model tab
     notice: str  # "" or a warning shown everywhere (e.g. untrained weights)
+    status: hub.WeightsStatus | None  # where the variant's weights stood at the load (None: a checkpoint file)
     device: torch.device
     dtype: torch.dtype | None  # autocast dtype of forward-only passes (None: fp32)
     labels: tuple[str, ...]
@@ -69,36 +72,29 @@ class LoadedModel:
             yield
 
 
-def display_name(choice: ModelChoice, cfg: cait.CaiTConfig) -> str:
-    """The variant name, unless a checkpoint brought another architecture (ours carry their own config):
-    then the file's name, so that the page never calls a 16-head model by a 4-head variant's name."""
-    if choice.checkpoint is None:
-        return choice.name
-    if choice.name:
-        named = cait.get_config(choice.name)
-        if not named.network_differences(cfg):
-            return choice.name
-    return Path(choice.checkpoint).name
-
-
 def load_model(
     choice: ModelChoice,
     device: torch.device,
     dtype: torch.dtype | None = None,
     precision: PrecisionChoice | None = None,
 ) -> LoadedModel:
-    """Build `choice` on `device`. Raises cait.CheckpointError / ValueError with a one-line reason."""
-    sourced = load_or_init(choice.name, choice.checkpoint, download=choice.download)
+    """Build `choice` on `device` (`cait.load_model`). Raises cait.CheckpointError / ValueError with a one-line
+    reason."""
+    sourced = cait.load_model(
+        choice.name, choice.checkpoint, pretrained=choice.download, random_init=choice.random_init
+    )
     # Frozen for good: the gradient methods need d/d(input) only, and two sessions may run them at once on
     # this shared model (explain's temporary freezing is not meant for concurrent callers).
     model = sourced.model.requires_grad_(False).to(device)
-    name = display_name(choice, model.cfg)
+    # the variant's name, else the file's: the page never calls a 16-head model by a 4-head variant's name
+    name = sourced.name or Path(choice.checkpoint).name
     return LoadedModel(
         model=model,
         choice=choice,
         name=name,
         source=sourced.source,
         notice=sourced.notice,
+        status=sourced.status,
         device=device,
         dtype=dtype,
         labels=class_names(model.cfg),

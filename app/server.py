@@ -12,7 +12,7 @@ import cait
 from app import torch_thread
 from app.models import ModelCache, ModelChoice, load_model
 from app.ui import build_app, launch
-from cait.config import DEFAULT_MODEL
+from cait.factory import requested_variant
 from cait.runtime import DeviceError, choose_precision, resolve_device
 
 
@@ -30,10 +30,11 @@ def serve(args: argparse.Namespace) -> int:
     )
     loader = partial(load_model, device=device, dtype=precision.dtype, precision=precision)
     cache = ModelCache(loader, max_bytes=int(args.model_memory_gb * 2**30))
-    default = ModelChoice(
-        name=args.model or (None if args.checkpoint else DEFAULT_MODEL),
+    default = ModelChoice(  # --random-init holds for every model a page loads
+        name=requested_variant(args.model, args.checkpoint),
         checkpoint=args.checkpoint,
         download=args.pretrained,
+        random_init=args.random_init,
     )
     try:
         first = torch_thread.call(cache.get, default)

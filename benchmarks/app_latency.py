@@ -237,7 +237,7 @@ def startup_seconds(repeats: int) -> float:
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     dtype = inference_dtype(args.precision, CPU, remeasure=args.remeasure_precision)
-    choice = ModelChoice(name)
+    choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
     app = ModelCache(lambda c: load_model(c, CPU, dtype), max_bytes=2**34)
     fp32 = ModelCache(lambda c: load_model(c, CPU, None), max_bytes=2**34)
     loaded = torch_thread.call(app.get, choice)

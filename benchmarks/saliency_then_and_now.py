@@ -58,7 +58,7 @@ from app.session import analyse, saliency_rows
 from cait import explain
 from cait.runtime import inference_dtype
 cpu = torch.device("cpu")
-loaded = load_model(ModelChoice("{model}"), cpu, inference_dtype("{precision}", cpu))
+loaded = load_model(ModelChoice("{model}", random_init=True), cpu, inference_dtype("{precision}", cpu))
 a = analyse(loaded, "{image}")
 list(saliency_rows(loaded, a, target=0, methods=["saliency"], options=explain.MethodOptions()))  # warm-up
 methods = list(explain.METHODS)

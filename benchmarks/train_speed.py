@@ -22,12 +22,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import cait
+from cait.cnn import TimmCNN
 from cait.config import CNNConfig
 from cait.flags import add_threads_flag
 from cait.reference import timm_cait
 from cait.runtime import autocast
 from cait.timing import time_interleaved
-from cait.train.teacher import TimmCNN, cnn_arch
+from cait.train.teacher import cnn_arch
 
 
 def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None) -> Callable[[], None]:

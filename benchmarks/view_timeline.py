@@ -71,7 +71,7 @@ def phases(browser: dict, stamps: dict[str, float]) -> dict[str, float]:
 
 def measure(name: str, dtype: torch.dtype | None, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
     cache = ModelCache(lambda c: load_model(c, CPU, dtype), max_bytes=2**34)
-    choice = ModelChoice(name)
+    choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
     loaded = torch_thread.call(cache.get, choice)
     x = torch_thread.call(session.analyse, loaded, loaded.examples[0][0]).x
     stamps: dict[str, float] = {}

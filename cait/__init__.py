@@ -13,6 +13,8 @@ _LAZY = {
     "CaiT": "model",
     "Insights": "model",
     "create_model": "factory",
+    "load_model": "factory",
+    "SourcedModel": "provenance",
     "CheckpointError": "checkpoint",
     "save_weights": "checkpoint",
 }
@@ -36,8 +38,10 @@ __all__ = [
     "ConfigError",
     "DEFAULT_MODEL",
     "Insights",
+    "SourcedModel",
     "create_model",
     "get_config",
     "list_models",
+    "load_model",
     "save_weights",
 ]

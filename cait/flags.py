@@ -1,5 +1,6 @@
-"""The command-line flags every tool shares, declared once: which model (--model, --checkpoint, --pretrained)
-and where and in which precision it runs (--device, --precision). Torch-free, so --help answers at once."""
+"""The command-line flags every tool shares, declared once: which model (--model, --checkpoint, --pretrained,
+--random-init) and where and in which precision it runs (--device, --precision). Torch-free, so --help answers
+at once."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ def add_model_flags(
     p: argparse.ArgumentParser | argparse._ArgumentGroup,
     *,
     checkpoint_help: str = "weights file: ours (.safetensors, carries its config), timm's or the official deit .pth",
-    pretrained_help: str | None = "a paper variant's official weights (timm's files on the Hugging Face Hub): from "
+    pretrained_help: str = "a paper variant's official weights (timm's files on the Hugging Face Hub): from "
     "the local cache, downloaded once when missing (HF_HUB_OFFLINE=1: the cache only)",
 ) -> None:
-    """--model, --checkpoint and (unless pretrained_help is None) --pretrained."""
+    """--model, --checkpoint, --pretrained and --random-init: what `cait.load_model` takes. Its policy for missing
+    weights, the same in every tool: a variant without weights here (not shipped, not in the local Hugging Face
+    cache) is an error naming the ways out, unless --random-init asks for a seeded random init."""
     p.add_argument(
         "--model",
         default=None,
@@ -29,8 +32,14 @@ def add_model_flags(
         f"files need it): {', '.join(list_models())}",
     )
     p.add_argument("--checkpoint", default=None, help=checkpoint_help)
-    if pretrained_help is not None:
-        p.add_argument("--pretrained", action="store_true", help=pretrained_help)
+    p.add_argument("--pretrained", action="store_true", help=pretrained_help)
+    p.add_argument(
+        "--random-init",
+        action="store_true",
+        help="when the variant has no weights here (not shipped, not in the local Hugging Face cache), a seeded "
+        "random init, said on every output (RANDOM INIT), instead of an error naming the ways out (--pretrained, "
+        "--checkpoint FILE, HF_HOME)",
+    )
 
 
 def add_device_flag(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -7,8 +7,10 @@ good) and the environment (`HF_HOME`, `HF_HUB_CACHE`, `HF_ENDPOINT`, `HF_HUB_OFF
 itself. Which repo holds a variant's weights is timm's fact (its pretrained configs), not ours.
 
     weights_status(name)   where the weights would come from and their size, without any request
+    variant_status(name, cfg)  the same, for a caller that has read the variant's config (`cait.load_model`)
     list_weights()         that, for every paper variant (the app's Model tab)
-    fetch_weights(name)    the local file: shipped, in the cache, or downloaded now with progress
+    fetch_weights(status)  the local file: shipped, in the cache, or downloaded now with progress
+    missing_weights(status)  the one line every tool says when there are none and no random init was asked for
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Callable, Literal
 import torch
 
 from .checkpoint import WEIGHTS_DIR, CheckpointError, atomic_write
-from .config import RELEASED, VARIANTS, get_config, is_paper_variant
+from .config import RELEASED, VARIANTS, CaiTConfig, get_config, is_paper_variant
 from .runtime import user_cache_dir
 
 # timm's file name for safetensors weights on the Hub (timm.models._hub.HF_SAFE_WEIGHTS_NAME).
@@ -114,24 +116,41 @@ def cached_file(name: str) -> Path | None:
 
 def weights_status(name: str) -> WeightsStatus:
     """Where `name`'s pretrained weights would come from now, and their size. Makes no request."""
+    return variant_status(name, get_config(name))
+
+
+def variant_status(name: str, cfg: CaiTConfig) -> WeightsStatus:
+    """`weights_status` of `name`, whose config `cfg` the caller has read already (a load reads it once)."""
     from huggingface_hub import is_offline_mode
 
-    cfg = get_config(name)
     if cfg.pretrained:
-        path = WEIGHTS_DIR / cfg.pretrained
-        return WeightsStatus(
-            name,
-            "shipped",
-            None,
-            _megabytes(path) if path.is_file() else _float32_mb(name),
-            path if path.is_file() else None,
-        )
-    repo = hub_repo(name)
-    path = cached_file(name)
-    if path is not None:
-        return WeightsStatus(name, "cached", repo, _megabytes(path), path)
-    where: Where = "download" if repo and not is_offline_mode() else "needs file"
-    return WeightsStatus(name, where, repo, _float32_mb(name), None)
+        where: Where = "shipped"
+        repo, path = None, WEIGHTS_DIR / cfg.pretrained
+        path = path if path.is_file() else None
+    else:
+        repo, path = hub_repo(name), cached_file(name)
+        where = "cached" if path else "download" if repo and not is_offline_mode() else "needs file"
+    return WeightsStatus(name, where, repo, _megabytes(path) if path else _float32_mb(cfg), path)
+
+
+def missing_weights(status: WeightsStatus) -> str:
+    """The one line every tool says when a variant has no weights here and no random init was asked for
+    (`cait.load_model`'s policy)."""
+    name, repo = status.name, status.repo_id
+    why = {
+        "shipped": f"its file is not in this package (train it with `python -m cait.train --model {name}`)",
+        "download": f"timm's {repo} is not in the local Hugging Face cache",
+        "needs file": f"timm's {repo} is not cached and the Hub is off (HF_HUB_OFFLINE)"
+        if repo
+        else "there are no released weights for this size",
+    }[status.where]
+    ways = ["--checkpoint FILE gives a weights file"]
+    if repo:
+        online = "" if status.where == "download" else "online, "
+        ways.insert(0, f"{online}--pretrained (the app: the download box) downloads them ({status.size_mb:.0f} MB)")
+        ways.append("HF_HOME pointing at a Hugging Face cache that holds them")
+    ways.append("--random-init for a seeded untrained model, flagged on every output")
+    return f"no weights for '{name}' here: {why}. Ways out: {'; '.join(ways)}"
 
 
 def cached_variants() -> list[str]:
@@ -149,12 +168,11 @@ def _megabytes(path: Path) -> float:
 
 
 @lru_cache(maxsize=None)  # a variant's size never changes; the app asks again after every model load
-def _float32_mb(name: str) -> float:
+def _float32_mb(cfg: CaiTConfig) -> float:
     """Counted on a copy with one block of each kind, on the meta device (shapes only): the blocks of a kind
     are alike, so the rest follows by multiplication, at a fraction of the time of building every block."""
     from .model import CaiT
 
-    cfg = get_config(name)
     with torch.device("meta"):
         model = CaiT(cfg.replace(depth=1, depth_token_only=1), init_weights=False)
     count = lambda module: sum(t.numel() for t in module.state_dict().values())
@@ -169,32 +187,27 @@ class LocalWeights:
 
 
 def fetch_weights(
-    name: str,
-    *,
-    status: WeightsStatus | None = None,
-    tqdm_class: type | None = None,
-    on_progress: ProgressCallback | None = None,
+    status: WeightsStatus, *, tqdm_class: type | None = None, on_progress: ProgressCallback | None = None
 ) -> LocalWeights:
-    """The local file of `name`'s pretrained weights: shipped with the package, in the local Hugging
-    Face cache (no request), or downloaded now into that cache. Raises WeightsUnavailable, naming the
-    ways out, when there are none (offline and not cached, download failed, or never released).
+    """The local file of the pretrained weights `status` (`weights_status`) describes: shipped with the
+    package, in the local Hugging Face cache (no request), or downloaded now into that cache. Raises
+    WeightsUnavailable, naming the ways out, when there are none (offline and not cached, download failed,
+    or never released).
 
-    status: `weights_status(name)` when the caller has it already (it is computed once per load).
     tqdm_class: progress bar class for the download (default: huggingface_hub's, which
         HF_HUB_DISABLE_PROGRESS_BARS turns off); on_progress(done_bytes, total_bytes) is called as
         bytes arrive, e.g. to drive a GUI progress bar.
     """
-    status = status or weights_status(name)
+    name, repo = status.name, status.repo_id
     if status.where == "shipped":
         if status.path is None:
             # (also a variant declared in VARIANTS before its weights are trained and shipped)
             raise WeightsUnavailable(
-                f"no shipped weights for '{name}' in this package ({WEIGHTS_DIR / get_config(name).pretrained} is "
-                f"absent): train them with `python -m cait.train --model {name}` and ship them with "
-                f"scripts/ship_model.py, or pass checkpoint=PATH"
+                f"no shipped weights for '{name}' in this package (its file is not in {WEIGHTS_DIR}): train them "
+                f"with `python -m cait.train --model {name}` and ship them with scripts/ship_model.py, or pass "
+                f"checkpoint=PATH"
             )
         return LocalWeights(status.path, status.path.name)
-    repo = status.repo_id
     if repo is None:
         kind = (
             "a paper size without a public checkpoint"
@@ -204,25 +217,23 @@ def fetch_weights(
         raise WeightsUnavailable(f"no released weights for '{name}' ({kind}); pass your own with checkpoint=PATH")
     # Released weights never change on the Hub: a cached copy is used without asking the Hub again, so a
     # machine with a flaky network does not wait for a timeout on every load.
-    path = status.path or _download(name, repo, tqdm_class, on_progress)
+    path = status.path or _download(status, tqdm_class, on_progress)
     return LocalWeights(path, f"{repo} ({HUB_FILENAME})")
 
 
-def _download(name: str, repo: str, tqdm_class: type | None, on_progress: ProgressCallback | None) -> Path:
+def _download(status: WeightsStatus, tqdm_class: type | None, on_progress: ProgressCallback | None) -> Path:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     if on_progress is not None:
         tqdm_class = _reporting(tqdm_class, on_progress)
     try:
-        return Path(hf_hub_download(repo, HUB_FILENAME, tqdm_class=tqdm_class))
+        return Path(hf_hub_download(status.repo_id, HUB_FILENAME, tqdm_class=tqdm_class))
     except LocalEntryNotFoundError as e:  # offline, or the Hub unreachable, and not in the cache
-        raise WeightsUnavailable(_unavailable(name, repo, _why_offline(e))) from None
+        raise WeightsUnavailable(_unavailable(status, _why_offline(e))) from None
     except Exception as e:  # an interrupted download, a server error, a missing repo: the client kept nothing
         raise WeightsUnavailable(
-            _unavailable(
-                name, repo, f"the download failed ({type(e).__name__}: {_first_line(e)}); nothing of it was kept"
-            )
+            _unavailable(status, f"the download failed ({type(e).__name__}: {_first_line(e)}); nothing of it was kept")
         ) from None
 
 
@@ -241,16 +252,17 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _unavailable(name: str, repo: str, why: str) -> str:
+def _unavailable(status: WeightsStatus, why: str) -> str:
     from huggingface_hub import constants, is_offline_mode
 
+    name, repo = status.name, status.repo_id
     deit = official_url(name)
     official = f"the official deit file ({deit}) " if deit else "the official deit .pth "
     online = "go online (unset HF_HUB_OFFLINE)" if is_offline_mode() else "go online"
     return (
         f"no weights for '{name}': timm's {repo} ({HUB_FILENAME}) is not in the local Hugging Face cache "
         f"({constants.HF_HUB_CACHE}) and {why}. Ways out: {online} and run again "
-        f"to download it once ({_float32_mb(name):.0f} MB); or give a file, checkpoint=PATH (--checkpoint PATH on "
+        f"to download it once ({status.size_mb:.0f} MB); or give a file, checkpoint=PATH (--checkpoint PATH on "
         f"the command line), with {official}or a timm .pth/.safetensors; or point HF_HOME / HF_HUB_CACHE at a "
         f"cache that holds {repo}"
     )

@@ -232,7 +232,6 @@ class CaiT(nn.Module):
         most of the construction time)."""
         super().__init__()
         self.cfg = cfg
-        self.source = "random init"  # where the weights came from (create_model sets it); the app and figures show it
         d = cfg.embed_dim
         self.patch_embed = PatchEmbed(cfg)
         if cfg.has_class_token:

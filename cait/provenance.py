@@ -1,23 +1,20 @@
-"""Which weights a tool shows, said once for the app and the analysis scripts: a checkpoint file, the
-weights shipped with the package (with their model card and test accuracy), timm's official weights
-(`cait.hub`: cached, or downloaded when asked), or, when there are none, a seeded random init that says
-so loudly; and the one line that says what a figure or a number was made from.
+"""Where a loaded model's weights came from, said once for every tool (`SourcedModel`, which `cait.load_model`
+returns): a checkpoint file, the weights shipped with the package (with their model card and test accuracy),
+timm's official weights (`cait.hub`), or a seeded random init that says so loudly; and the one line that says
+what a figure or a number was made from.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from torch import nn
 
-from .checkpoint import WEIGHTS_DIR, CheckpointError, file_metadata
-from .config import CaiTConfig, get_config
-from .factory import create_model
-from .hub import fetch_weights, weights_status
-from .model import CaiT
+from .checkpoint import WEIGHTS_DIR
+from .config import CaiTConfig, CNNConfig
+from .hub import WeightsStatus
 
 RANDOM_SEED = 0  # the random init of a model without weights: the same numbers on every run
 
@@ -57,13 +54,22 @@ def shipped_card(cfg: CaiTConfig) -> ShippedCard | None:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SourcedModel:
-    model: CaiT
+    """A loaded model beside the one record of where its weights came from."""
+
+    model: nn.Module  # a CaiT (or, where asked for, the timm CNN of a distillation teacher), in eval mode
+    name: str | None  # the variant it is: the one asked for, or the default; None for a checkpoint of ours loaded
+    # without a name or holding another architecture than the one named
     source: str  # short: "shipped weights: x.safetensors", "checkpoint /p/x.pth", "random init (seed 0)"
     made_from: str  # one line for figures and numbers: the file with its architecture and training
-    trained: bool  # False for a random init
-    notice: str  # "" or why the weights are random, for wherever the model's numbers are shown
+    status: WeightsStatus | None = None  # where the variant's weights stood at the load (None: a checkpoint)
+    notice: str = ""  # "" or why the weights are random, for wherever the model's numbers are shown
+
+    @property
+    def trained(self) -> bool:
+        """False for a random init."""
+        return not self.notice
 
 
 def describe_architecture(cfg: CaiTConfig) -> str:
@@ -73,9 +79,9 @@ def describe_architecture(cfg: CaiTConfig) -> str:
     )
 
 
-def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
-    """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says."""
-    meta = file_metadata(path)
+def describe_checkpoint(path: Path, cfg: CaiTConfig, meta: dict[str, str]) -> str:
+    """'<file> (<architecture>; trained N epochs on DATA, val top-1 X%)' from what the file says (`meta`, its
+    `cait.checkpoint.file_metadata`)."""
     training = []
     epochs = meta.get("epochs_completed", meta.get("epoch"))
     if epochs:
@@ -88,82 +94,39 @@ def describe_checkpoint(path: Path, cfg: CaiTConfig) -> str:
     return f"{path.name} ({describe_architecture(cfg)}{trained})"
 
 
-def _scale_note(cfg: CaiTConfig) -> str:
+def scale_note(cfg: CaiTConfig) -> str:
+    """Said after every description of one of our models."""
     # Our Fashion-MNIST models are miniatures: never let their numbers pass for the paper's.
     return "" if cfg.is_imagenet else " - a miniature model, not the paper's ImageNet one"
 
 
-def random_init(name: str, reason: str, **overrides) -> SourcedModel:
-    """`name` with seeded random weights, flagged as untrained everywhere it is shown."""
-    with torch.random.fork_rng():
-        torch.manual_seed(RANDOM_SEED)
-        model = create_model(name, **overrides)
-    made = f"RANDOM INIT {name} ({describe_architecture(model.cfg)}): no shipped or cached weights, NOT a trained model"
-    return SourcedModel(
-        model,
-        f"random init (seed {RANDOM_SEED})",
-        made,
-        trained=False,
-        notice=f"Untrained: no weights for {name} here ({reason})",
-    )
-
-
-def check_checkpoint_file(path: Path) -> None:
-    """A one-line CheckpointError for paths that cannot be a checkpoint: missing, a directory, empty, text."""
-    if path.is_dir():
-        raise CheckpointError(f"{path} is a directory; give the checkpoint file inside it (.pth or .safetensors)")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if not head:
-        raise CheckpointError(f"{path.name} is empty (0 bytes), not a checkpoint")
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        return  # binary: the reader decides what it is
-    if "\0" in text or not all(c.isprintable() or c.isspace() for c in text):
-        return  # binary too (a safetensors file starts with 8 length bytes, mostly zeros)
-    first = text.strip().splitlines()[0][:60] if text.strip() else ""
-    raise CheckpointError(
-        f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
-        f"give a .pth or .safetensors weights file"
-    )
-
-
-def load_or_init(
-    name: str | None, checkpoint: str | os.PathLike | None = None, *, download: bool = False, **overrides
+def sourced(
+    model: nn.Module,
+    name: str | None,
+    path: Path | None,
+    weights: str | None,
+    status: WeightsStatus | None,
+    meta: dict[str, str],
 ) -> SourcedModel:
-    """The model a user asked for: `checkpoint` when given (our safetensors carry their config, so `name`
-    may be None); else the shipped weights of `name` or timm's in the local Hugging Face cache, or, with
-    download=True, fetched from the Hub; else a seeded random init. Raises CheckpointError / ValueError
-    with one line for a checkpoint or name that cannot work (and for download=True without a way to get
-    the weights)."""
-    if checkpoint is not None:
-        path = Path(checkpoint)
-        check_checkpoint_file(path)
-        model = create_model(name, checkpoint=path, **overrides)
+    """`model` with its record: loaded from `path`, a checkpoint the user gave (`status` None) or the variant's
+    shipped or official weights (`weights`: what they are, `cait.hub.LocalWeights.source`; `meta`: the file's
+    metadata); or, without a file, the seeded random init that random_init asked for, flagged everywhere."""
+    cfg = model.cfg
+    if path is None:
+        made = f"RANDOM INIT {name} ({describe_architecture(cfg)}): no shipped or cached weights, NOT a trained model"
+        notice = f"Untrained: no weights for {name} here ({status.describe()})"
+        return SourcedModel(model, name, f"random init (seed {RANDOM_SEED})", made, status=status, notice=notice)
+    if isinstance(cfg, CNNConfig):
         return SourcedModel(
-            model,
-            f"checkpoint {path}",
-            "checkpoint " + describe_checkpoint(path, model.cfg) + _scale_note(model.cfg),
-            trained=True,
-            notice="",
+            model, name, f"checkpoint {path}", f"checkpoint {path.name} (timm {cfg.arch}, {cfg.img_size}px)"
         )
-    if not name:
-        raise ValueError("give a model name (see cait.list_models()) or a checkpoint file")
-    get_config(name)  # an unknown name fails here, with the known ones
-    status = weights_status(name)
-    if not download and status.path is None:
-        hint = "; --pretrained downloads them" if status.where == "download" else ""
-        return random_init(name, status.describe() + hint, **overrides)
-    weights = fetch_weights(name, status=status)
-    model = create_model(name, checkpoint=weights.path, **overrides)
-    model.source = weights.source
-    if status.where == "shipped":
-        made = f"shipped {name} weights {describe_checkpoint(status.path, model.cfg)}"
-        source = f"shipped weights: {status.path.name}"
+    if status is None:
+        made, source = "checkpoint " + describe_checkpoint(path, cfg, meta), f"checkpoint {path}"
+    elif status.where == "shipped":
+        made, source = f"shipped {name} weights {describe_checkpoint(path, cfg, meta)}", f"shipped weights: {path.name}"
     else:
-        made = f"official {name} weights, timm's {model.source} ({describe_architecture(model.cfg)})"
-        source = f"official weights: {model.source}"
-    return SourcedModel(model, source, made + _scale_note(model.cfg), trained=True, notice="")
+        made, source = (
+            f"official {name} weights, timm's {weights} ({describe_architecture(cfg)})",
+            f"official weights: {weights}",
+        )
+    return SourcedModel(model, name, source, made + scale_note(cfg), status=status)

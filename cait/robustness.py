@@ -1,5 +1,6 @@
-"""Corruption robustness of a model: `cait.evaluate` under each ImageNet-C corruption and severity, and the mean
-corruption error (mCE) against a baseline model, as Hendrycks & Dietterich (2019) define it.
+"""Corruption robustness of a model, its arithmetic and records: the mean corruption error (mCE) against a
+baseline model, as Hendrycks & Dietterich (2019) define it, of the sweep that `cait.evaluate.sweep` runs
+(`cait.evaluate` under each ImageNet-C corruption and severity), its table, and the shipped record.
 
     python -m cait.evaluate --model cait_micro_136 --corruption all:3 --subset 1000 --json sweep.json
     python -m cait.evaluate --model cait_s24_224 --pretrained --data PHOTOS --corruption all --baseline base.json
@@ -16,16 +17,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Sequence
-
-import torch
-from torch import nn
-from torch.utils.data import Dataset
+from typing import Sequence
 
 from .data.scenes import PIXEL_NOISE
 
-# The functions that run a sweep import cait.corruptions and cait.evaluate where they need them: the records'
-# helpers (shipped_summary, headline) serve the app, whose start would pay a second for torchvision's import.
+# The records' helpers (shipped_summary, headline) serve the app, whose start would pay a second for
+# torchvision's import: cait.corruptions is imported only where its names are needed.
 
 POINTING_ROWS = ("ca1_mean", "ca2_mean")  # the class-attention maps scored under corruption (head means)
 
@@ -48,15 +45,6 @@ def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
     return pairs
 
 
-def corruption_fn(name: str, severity: int, *, seed: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The batch function `evaluate(corruption=...)` takes: `name` at `severity`, draws from a generator seeded
-    with `seed` once, so a run over the same images in the same batches is repeated exactly."""
-    from .corruptions import corrupt
-
-    generator = torch.Generator().manual_seed(seed)
-    return lambda x: corrupt(x, name, severity, generator=generator)
-
-
 def summary(result: dict) -> dict:
     """Top-1 and the class-attention pointing (CA-1 / CA-2 head means, when scored) of an `evaluate` result."""
     rows = {r["method"]: r for r in result.get("localization") or []}
@@ -66,19 +54,6 @@ def summary(result: dict) -> dict:
             out[f"{name}_pointing"] = rows[name]["pointing_game"]
             out[f"{name}_mass_in_box"] = rows[name]["mass_in_box"]
     return out
-
-
-def sweep(
-    model: nn.Module, data: Dataset, pairs: Sequence[tuple[str, int]], *, seed: int = 0, **evaluate_kwargs
-) -> list[dict]:
-    """`summary` of `evaluate` under each (corruption, severity) of `pairs`, with those two keys added."""
-    from .evaluate import evaluate
-
-    rows = []
-    for name, severity in pairs:
-        result = evaluate(model, data, corruption=corruption_fn(name, severity, seed=seed), **evaluate_kwargs)
-        rows.append({"corruption": name, "severity": severity, **summary(result)})
-    return rows
 
 
 def _error_sums(rows: Sequence[dict]) -> dict[str, dict[int, float]]:
@@ -155,42 +130,6 @@ def mean_by_severity(rows: Sequence[dict]) -> dict[int, float]:
     for row in rows:
         by.setdefault(row["severity"], []).append(row["top1"])
     return {s: sum(v) / len(v) for s, v in sorted(by.items())}
-
-
-def corruption_section(
-    model: nn.Module,
-    data: Dataset,
-    clean: dict,
-    pairs: Sequence[tuple[str, int]],
-    *,
-    baseline: str | None = None,
-    seed: int = 0,
-    **evaluate_kwargs,
-) -> dict:
-    """What `cait.evaluate --corruption` adds to its result: the clean `summary`, the sweep's rows, and, with a
-    `baseline` (a model name, a checkpoint, or an earlier sweep's JSON), the baseline's clean and swept
-    numbers on the same corrupted images and the mCE against them."""
-    section = {"seed": seed, "clean": summary(clean), "rows": sweep(model, data, pairs, seed=seed, **evaluate_kwargs)}
-    if baseline is None:
-        return section
-    if baseline.endswith(".json") and Path(baseline).is_file():
-        earlier = read_sweep(baseline)
-        base_clean, base_rows = earlier["clean"], earlier["rows"]
-    else:
-        from .evaluate import evaluate, load_model  # the model-loading rule of the evaluation it is compared with
-
-        is_file = Path(baseline).is_file()
-        other = load_model(None if is_file else baseline, baseline if is_file else None)
-        base_clean = summary(evaluate(other, data, **evaluate_kwargs))
-        base_rows = sweep(other, data, pairs, seed=seed, **evaluate_kwargs)
-    if base_clean["images"] != section["clean"]["images"]:
-        raise ValueError(
-            f"baseline {baseline} was scored on {base_clean['images']} images, this model on "
-            f"{section['clean']['images']}: mCE compares the same images"
-        )
-    section["baseline"] = {"name": baseline, "clean": base_clean, "rows": base_rows}
-    section["mce"] = mean_corruption_error(section["rows"], clean["top1"], base_rows, base_clean["top1"])
-    return section
 
 
 def shipped_summary(sweep_result: dict, noise_results: Sequence[dict] = ()) -> dict:

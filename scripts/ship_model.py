@@ -406,9 +406,9 @@ def shipped_model(args: argparse.Namespace, run: RunDir, name: str) -> tuple[cai
     if args.card_only:
         last = run.read_args()
         trained_size = last.get("img_size") or cait.get_config(last["model"]).img_size
-        model = cait.create_model(name, pretrained=True)
+        model = cait.load_model(name).model
     else:
-        trained = cait.create_model(None, checkpoint=run.checkpoint(args.weights))
+        trained = cait.load_model(None, run.checkpoint(args.weights)).model
         trained_size, model = trained.cfg.img_size, as_variant(trained, name)
     if calibration is not None and calibration["img_size"] != model.cfg.img_size:
         raise SystemExit(

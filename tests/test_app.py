@@ -35,7 +35,7 @@ CPU = torch.device("cpu")
 
 
 def load_model(name, checkpoint, device=CPU):
-    return load_choice(ModelChoice(name=name, checkpoint=checkpoint), device)
+    return load_choice(ModelChoice(name=name, checkpoint=checkpoint, random_init=True), device)
 
 
 # ------------------------------------------------------------------------------ odd image files
@@ -191,9 +191,12 @@ def test_checkpoint_loading_and_bad_checkpoint(tmp_path):
 
 def test_an_imagenet_model_has_imagenet_labels_and_photos():
     cache = ModelCache(lambda choice: load_choice(choice, CPU), max_bytes=2**40)
-    before = cache.get(ModelChoice("cait_pico_32"))
-    loaded = cache.get(ModelChoice("cait_xxs24_224"))
-    assert cache.cached == [ModelChoice("cait_pico_32"), ModelChoice("cait_xxs24_224")] and before.uid != loaded.uid
+    before = cache.get(ModelChoice("cait_pico_32", random_init=True))
+    loaded = cache.get(ModelChoice("cait_xxs24_224", random_init=True))
+    assert (
+        cache.cached == [ModelChoice("cait_pico_32", random_init=True), ModelChoice("cait_xxs24_224", random_init=True)]
+        and before.uid != loaded.uid
+    )
     assert len(loaded.labels) == 1000 and loaded.labels[281].startswith("tabby")
     names = [Path(p).stem for p, _ in loaded.examples]
     assert {"chelsea", "astronaut", "coffee", "rocket"} <= set(names) and len(loaded.examples) >= 6

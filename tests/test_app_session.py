@@ -143,9 +143,9 @@ def test_cache_loads_each_model_once_and_others_meanwhile():
 
 def test_an_evicted_model_is_freed():
     cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=1)
-    first = weakref.ref(cache.get(ModelChoice("cait_pico_32")).model)
-    cache.get(ModelChoice("cait_nano_64"))
-    assert first() is None and cache.cached == [ModelChoice("cait_nano_64")]
+    first = weakref.ref(cache.get(ModelChoice("cait_pico_32", random_init=True)).model)
+    cache.get(ModelChoice("cait_nano_64", random_init=True))
+    assert first() is None and cache.cached == [ModelChoice("cait_nano_64", random_init=True)]
 
 
 # ------------------------------------------------------------------------------ the analysis session
@@ -224,7 +224,7 @@ def test_the_default_model_is_described_from_its_shipped_files():
     assert "(< 0.1%)" in texts.status_markdown(loaded, top, [], uploaded=False)
     top5 = texts.top5_html([{"label": "Bag", "probability": 0.9951}, {"label": "Coat <b>", "probability": 0.0042}])
     assert "99.5%" in top5 and "0.4%" in top5 and "Coat &lt;b&gt;" in top5  # small values keep a decimal
-    untrained = load_model(ModelChoice("cait_pico_32"), CPU)
+    untrained = load_model(ModelChoice("cait_pico_32", random_init=True), CPU)
     assert "Untrained" in texts.header_markdown(untrained) and "mean nothing" in texts.header_markdown(untrained)
     assert "Hugging Face cache" not in header  # nothing cached: no offer
 
@@ -237,7 +237,9 @@ def test_the_model_tab_says_the_default_models_robustness_from_its_shipped_recor
     tab = texts.model_markdown(loaded)
     assert f"| robustness (corrupted test images) | {headline(record)}" in tab
     assert f"{record['mean_top1_by_severity']['3']:.1%} mean over 9 corruptions at severity 3" in tab
-    assert "robustness" not in texts.model_markdown(load_model(ModelChoice("cait_pico_32"), CPU))  # no record
+    assert "robustness" not in texts.model_markdown(
+        load_model(ModelChoice("cait_pico_32", random_init=True), CPU)
+    )  # no record
 
 
 def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists_every_variant():
@@ -282,7 +284,7 @@ def handlers():
     from app.handlers import Handlers, layerscale_figure
 
     cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
-    first = cache.get(ModelChoice("cait_pico_32"))
+    first = cache.get(ModelChoice("cait_pico_32", random_init=True))
     _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
     return Handlers(page, cache, first.choice)
 
@@ -312,18 +314,30 @@ def test_events_pass_their_inputs_by_name(handlers):
 def test_a_failed_load_changes_one_message_only(handlers, tmp_path):
     bad = tmp_path / "weights.pth"
     bad.write_text("not weights\n")
-    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, "cait_nano_28", str(bad))
+    out = handlers.load_model(ModelChoice("cait_pico_32", random_init=True), SHOWN, "cait_nano_28", str(bad))
     # the message, and the Variant box back at the page's model, which stays
     assert list(out) == [handlers.page.load_msg, handlers.page.variant] and "text file" in out[handlers.page.load_msg]
     assert out[handlers.page.variant] == "cait_pico_32"
     assert handlers.weights_status("cait_xxs24_224", str(bad)).startswith("Weights from the checkpoint file given")
 
 
+def test_without_random_init_a_variant_without_weights_is_the_loaders_one_line(handlers):
+    from dataclasses import replace
+
+    from app.handlers import Handlers
+
+    strict = Handlers(handlers.page, handlers.cache, replace(handlers.default, random_init=False))
+    out = strict.load_model(handlers.default, SHOWN, "cait_nano_64", "", False)
+    said = hub.missing_weights(hub.weights_status("cait_nano_64"))
+    assert out[handlers.page.load_msg] == f"**Could not load the model:** {said}"
+    assert out[handlers.page.variant] == handlers.default.name  # the page's model stays
+
+
 def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
     p = handlers.page
-    out = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN_ANALYSED, "cait_nano_28", "")
+    out = handlers.load_model(ModelChoice("cait_pico_32", random_init=True), SHOWN_ANALYSED, "cait_nano_28", "")
     cfg = cait.get_config("cait_nano_28")
-    assert out[p.choice] == ModelChoice("cait_nano_28")
+    assert out[p.choice] == ModelChoice("cait_nano_28", random_init=True)  # the server's --random-init holds
     assert out[p.th_layer].maximum == cfg.depth and out[p.th_row].maximum == out[p.th_col].maximum == cfg.grid_size
     assert "cait_nano_28" in out[p.header] and "cait_nano_28" in out[p.model_md] and out[p.variant] == "cait_nano_28"
     assert out[p.examples].value and out[p.image_in] is None and out[p.analysis] is None
@@ -446,11 +460,12 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
     with StandInHub(served) as stand_in:
         hf_env(stand_in.url)
         assert handlers.weights_status(name).startswith(f"Weights of {name}: download")
-        failed = handlers.load_model(ModelChoice("cait_pico_32"), SHOWN, name, "", False)  # no download: random weights
+        # no download: random weights, as the fixture's server was started with --random-init
+        failed = handlers.load_model(ModelChoice("cait_pico_32", random_init=True), SHOWN, name, "", False)
         assert "Untrained" in failed[handlers.page.load_msg] and stand_in.methods() == []
         seen = []
         out = handlers.load_model(
-            ModelChoice("cait_pico_32"),
+            ModelChoice("cait_pico_32", random_init=True),
             SHOWN,
             name,
             "",

@@ -100,7 +100,7 @@ def handlers():
     from app.models import ModelCache, ModelChoice, load_model
 
     cache = ModelCache(lambda c: load_model(c, torch.device("cpu")), max_bytes=2**30)
-    first = cache.get(ModelChoice("cait_pico_32"))
+    first = cache.get(ModelChoice("cait_pico_32", random_init=True))
     _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
     return Handlers(page, cache, first.choice)
 

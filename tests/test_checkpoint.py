@@ -43,8 +43,13 @@ def test_published_formats_load_strict_and_reproduce_timm(tmp_path, twins, layou
         else:
             obj = state
         torch.save(obj, path)
-    model = cait.create_model(SMALL, checkpoint=path)
-    assert not model.training and model.source == path.name
+    loaded = cait.load_model(SMALL, path)
+    model = loaded.model
+    assert (
+        not model.training
+        and loaded.source == f"checkpoint {path}"
+        and loaded.made_from.startswith(f"checkpoint {path.name}")
+    )
     assert stored_config(path) is None  # published files carry no config of ours: the name says the variant
     assert_reproduces(model, theirs)
 

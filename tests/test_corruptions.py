@@ -164,8 +164,8 @@ def test_cli_sweeps_corruptions_before_normalisation_and_measures_mce(tmp_path):
 
 def test_a_sweep_on_an_image_folder_scores_top1_without_pointing(tmp_path):
     from cait.data import ImageFolderData
-    from cait.evaluate import evaluate
-    from cait.robustness import corruption_section, format_sweep
+    from cait.evaluate import corruption_section, evaluate
+    from cait.robustness import format_sweep
 
     rng = np.random.default_rng(0)
     for c, name in enumerate(("cats", "dogs")):
@@ -185,8 +185,7 @@ def test_a_sweep_on_an_image_folder_scores_top1_without_pointing(tmp_path):
 
 
 def test_a_baseline_checkpoint_is_swept_on_the_same_corrupted_images(tmp_path):
-    from cait.evaluate import evaluate
-    from cait.robustness import corruption_section
+    from cait.evaluate import corruption_section, evaluate
 
     torch.manual_seed(0)
     model = cait.create_model("cait_pico_32", img_size=64)

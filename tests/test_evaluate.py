@@ -11,10 +11,10 @@ import torch
 import cait
 from cait import explain
 from cait.checkpoint import WEIGHTS_DIR
+from cait.cnn import TimmCNN
 from cait.config import CNNConfig
 from cait.data import FashionMNISTScenes
 from cait.evaluate import evaluate, format_table
-from cait.train.teacher import TimmCNN
 
 
 def _check_top1_by_box_side(result: dict, scenes, predicted: torch.Tensor, labels: torch.Tensor) -> None:
@@ -179,7 +179,7 @@ def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
-    assert result["img_size"] == 48 and result["checkpoint"] == "teacher.safetensors"
+    assert result["img_size"] == 48 and result["weights"] == f"checkpoint {path}"
     assert result["localization"] == [] and "pointing game" not in run.stdout  # no class attention to score
     # the CNN run at 48 px, on the eval view of each scene: the same predictions as the file's numbers
     scenes = FashionMNISTScenes("val", subset=12)
@@ -194,3 +194,41 @@ def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path):
         timeout=300,
     )
     assert refused.returncode == 2 and "no class attention" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_without_flags_the_default_model_is_scored_with_its_shipped_weights(monkeypatch):
+    """A full default evaluation is 10k scenes with every method: here the scoring and the data are recorded
+    instead; the weights are compared with the shipped file as safetensors reads it."""
+    from safetensors.torch import load_file
+
+    from cait.evaluate import __main__ as cli
+
+    seen = {}
+
+    def scored(model, data, **kwargs):
+        seen.update(model=model, data=data, methods=kwargs["methods"])
+        return {"images": 0, "top1": 0.0, "per_class_top1": {}, "top1_by_box_side": [], "localization": []}
+
+    def dataset(name, split, **kwargs):
+        seen.update(asked=(name, split, kwargs["seed"], kwargs["subset"], kwargs["style"], kwargs["pixel_noise"]))
+        return FashionMNISTScenes("val", subset=2)
+
+    monkeypatch.setattr(cli, "evaluate", scored)
+    monkeypatch.setattr(cli, "build_dataset", dataset)
+    assert cli.main([]) == 0
+    cfg = cait.get_config(cait.DEFAULT_MODEL)
+    assert not seen["model"].cfg.network_differences(cfg) and seen["methods"] is None  # every method
+    shipped = load_file(WEIGHTS_DIR / cfg.pretrained)
+    assert shipped.keys() == seen["model"].state_dict().keys()
+    assert all(torch.equal(v, seen["model"].state_dict()[k]) for k, v in shipped.items())
+    assert seen["asked"] == ("fashion-mnist-scenes", "val", 0, None, "default", None)  # the 10k test scenes
+
+
+def test_without_a_model_flag_a_subset_is_scored_for_real(capsys):
+    from cait.evaluate.__main__ import main
+
+    assert main(["--subset", "40", "--methods", "ca1_mean", "--workers", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"shipped {cait.DEFAULT_MODEL} weights" in out and "on 40 images" in out
+    top1 = float(out.split("top-1 accuracy: ")[1].split("%")[0]) / 100
+    assert top1 > 0.5  # trained (the shipped model scores 79% on the 10k scenes): a random init scores ~10%

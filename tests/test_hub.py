@@ -133,7 +133,9 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     progress: list[tuple[int, int | None]] = []
     RecordingBar.made.clear()
     got = hub.fetch_weights(
-        NAME, tqdm_class=RecordingBar, on_progress=lambda done, total: progress.append((done, total))
+        hub.weights_status(NAME),
+        tqdm_class=RecordingBar,
+        on_progress=lambda done, total: progress.append((done, total)),
     )
     assert stand_in.methods() == ["HEAD", "GET"], stand_in.requests
     requests = len(stand_in.requests)
@@ -145,11 +147,15 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     assert status.where == "cached" and status.path == got.path and status.size_mb == len(data) / 1e6
     assert hub.cached_variants() == [NAME]  # what the app's first screen offers
 
-    assert hub.fetch_weights(NAME).path == got.path  # online, the cached copy is used without asking the Hub
+    assert (
+        hub.fetch_weights(hub.weights_status(NAME)).path == got.path
+    )  # online, the cached copy is used without asking the Hub
     assert len(stand_in.requests) == requests
     hf_env(stand_in.url, offline=True)
-    model = cait.create_model(NAME, pretrained=True)
-    assert len(stand_in.requests) == requests and model.source == f"{REPO} ({hub.HUB_FILENAME})"
+    loaded = cait.load_model(NAME)  # cached: no flag needed
+    model = loaded.model
+    assert len(stand_in.requests) == requests and loaded.source == f"official weights: {REPO} ({hub.HUB_FILENAME})"
+    assert loaded.status.where == "cached" and loaded.trained
     x = images(1)
     with torch.no_grad():
         torch.testing.assert_close(model(x), theirs(x), atol=1e-4, rtol=0)
@@ -184,7 +190,7 @@ def test_unreachable_hub_is_the_same_clear_error(hf_env, monkeypatch):
     hf_env(f"http://127.0.0.1:{port}")
     monkeypatch.setattr(_http, "time", SimpleNamespace(sleep=lambda s: None))  # the client's back-off, skipped
     with pytest.raises(hub.WeightsUnavailable, match=rf"'{NAME}'.*could not be reached.*checkpoint=PATH"):
-        hub.fetch_weights(NAME)
+        hub.fetch_weights(hub.weights_status(NAME))
 
 
 def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_file, monkeypatch):
@@ -194,7 +200,7 @@ def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_f
     with StandInHub({f"{REPO}/{hub.HUB_FILENAME}": data}, die_after=len(data) // 2) as dying:
         cache = hf_env(dying.url)
         with pytest.raises(hub.WeightsUnavailable, match=rf"'{NAME}'.*{REPO}.*download failed.*nothing of it was kept"):
-            hub.fetch_weights(NAME)
+            hub.fetch_weights(hub.weights_status(NAME))
         assert dying.methods() == ["HEAD", "GET"] and retries  # it tried to resume; the server stayed dead
     kept = [p for p in cache.rglob("*") if p.is_file() and p.stat().st_size >= len(data) // 4]
     assert kept == [] and not list(cache.rglob("*.incomplete"))  # neither the half file nor a temporary
@@ -202,6 +208,74 @@ def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_f
     assert hub.weights_status(NAME).where == "needs file"
     with pytest.raises(hub.WeightsUnavailable, match="HF_HUB_OFFLINE"):
         cait.create_model(NAME, pretrained=True)
+
+
+# ---------------------------------------------------------------------------------------------- one way in
+
+
+def _counting(monkeypatch, function) -> list[str]:
+    """Count the calls of `function` through every name a loaded module of cait, app or analysis binds it to."""
+    calls: list[str] = []
+
+    def counted(name, *args, **kwargs):
+        calls.append(name)
+        return function(name, *args, **kwargs)
+
+    for module in list(sys.modules.values()):
+        if module.__name__.split(".")[0] in ("cait", "app", "analysis", "_common"):
+            for attr, value in list(vars(module).items()):
+                if value is function:
+                    monkeypatch.setattr(module, attr, counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "name, random_init", [(cait.DEFAULT_MODEL, False), (NAME, True)], ids=["shipped", "random init"]
+)
+def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monkeypatch, name, random_init):
+    import argparse
+
+    from _common import load_model as analysis_load
+
+    from app.models import ModelChoice
+    from app.models import load_model as app_load
+
+    configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.variant_status)
+    loads = {
+        "cait": lambda: cait.load_model(name, random_init=random_init),
+        "app": lambda: app_load(ModelChoice(name, random_init=random_init), torch.device("cpu")),
+        "analysis": lambda: analysis_load(
+            argparse.Namespace(model=name, checkpoint=None, pretrained=False, random_init=random_init)
+        ),
+    }
+    for tool, load in loads.items():
+        configs.clear(), statuses.clear()
+        loaded = load()
+        assert (configs, statuses) == ([name], [name]), tool
+        assert loaded.notice.startswith("Untrained") == random_init
+
+
+def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_analysis_scripts(capsys):
+    import argparse
+
+    from _common import load_model as analysis_load
+
+    from app.models import ModelChoice
+    from app.models import load_model as app_load
+    from cait.evaluate.__main__ import main as evaluate_main
+
+    # the suite runs offline with an empty cache (conftest.py): timm's weights of NAME are not here
+    with pytest.raises(hub.WeightsUnavailable) as app_error:
+        app_load(ModelChoice(NAME), torch.device("cpu"))
+    said = str(app_error.value)
+    assert evaluate_main(["--model", NAME]) == 2
+    assert capsys.readouterr().err == f"error: {said}\n"
+    with pytest.raises(SystemExit) as exit_:
+        analysis_load(argparse.Namespace(model=NAME, checkpoint=None, pretrained=False, random_init=False))
+    assert exit_.value.code == 2 and capsys.readouterr().err == f"error: {said}\n"
+    assert len(said.splitlines()) == 1 and said.startswith(f"no weights for '{NAME}' here")
+    for way in ("--pretrained", "--checkpoint FILE", "HF_HOME", "--random-init", "HF_HUB_OFFLINE", REPO):
+        assert way in said, way
 
 
 # ---------------------------------------------------------------------------------------------- an analysis script
@@ -302,6 +376,7 @@ def test_a_variants_float32_size_is_its_full_models():
     from cait.model import CaiT
 
     for name in VARIANTS:
+        cfg = get_config(name)
         with torch.device("meta"):
-            model = CaiT(get_config(name), init_weights=False)
-        assert hub._float32_mb(name) == pytest.approx(sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6)
+            model = CaiT(cfg, init_weights=False)
+        assert hub._float32_mb(cfg) == pytest.approx(sum(t.numel() for t in model.state_dict().values()) * 4 / 1e6)

@@ -86,8 +86,8 @@ def test_paper_variant_without_weights_says_where_to_get_them(monkeypatch, tmp_p
 
 
 def test_a_variant_declared_before_its_weights_ship(monkeypatch):
-    """A new VARIANTS entry naming a shipped file that is not there yet: a random model where one is
-    enough (the app, the analysis scripts, say so), a clear error where trained weights are required."""
+    """A new VARIANTS entry naming a shipped file that is not there yet: a clear error that says how to make it,
+    or with random_init (--random-init) a random model that the app and the analysis scripts say is one."""
     import argparse
 
     from analysis._common import load_model as analysis_model  # (the repo root is on pytest's pythonpath)
@@ -103,7 +103,9 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
     assert cait.create_model(name).cfg.embed_dim == 192
     with pytest.raises(CheckpointError, match=f"no shipped weights for '{name}'.*python -m cait.train --model {name}"):
         cait.create_model(name, pretrained=True)
-    app = app_model(ModelChoice(name), torch.device("cpu"))
+    with pytest.raises(CheckpointError, match=f"no weights for '{name}' here.*python -m cait.train --model {name}"):
+        cait.load_model(name)
+    app = app_model(ModelChoice(name, random_init=True), torch.device("cpu"))
     assert app.cfg.embed_dim == 192 and app.source == "random init (seed 0)" and app.notice.startswith("Untrained")
-    loaded = analysis_model(argparse.Namespace(model=name, checkpoint=None, pretrained=False))
+    loaded = analysis_model(argparse.Namespace(model=name, checkpoint=None, pretrained=False, random_init=True))
     assert not loaded.trained and "RANDOM INIT" in loaded.made_from

@@ -8,9 +8,10 @@ import torch
 
 import cait
 from cait.checkpoint import CheckpointError, read_checkpoint, save_weights, stored_config
+from cait.cnn import TimmCNN
 from cait.config import CNNConfig
 from cait.train.loop import teacher_view
-from cait.train.teacher import TimmCNN, cnn_arch, load_teacher
+from cait.train.teacher import cnn_arch, load_teacher
 
 
 def test_cnn_round_trips_through_safetensors(tmp_path):

@@ -56,6 +56,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ..checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
+from ..cnn import TimmCNN, load_cnn_weights
 from ..config import CaiTConfig, CNNConfig
 from ..data import DataError
 from ..distributed import setup_distributed
@@ -68,7 +69,7 @@ from .args import ArgsError, ModelConfig, model_config, parse_args, train_args
 from .augment import to_channels
 from .data import Data, build_loaders, load_data
 from .seeding import derive_seed, rng_state, seed_everything, set_rng_state
-from .teacher import TimmCNN, load_cnn_weights, load_teacher
+from .teacher import load_teacher
 
 # the Python interface: run(train_args(...)) -> RunResult, or Diverged; train_args's ArgsError
 __all__ = ["ArgsError", "Diverged", "RunResult", "TrainState", "main", "run", "train_args"]
