@@ -13,12 +13,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import explain
-from ..config import DEFAULT_MODEL
+from .. import explain, factory
 from ..data import DataError, read_images
 from ..distributed import setup_distributed
 from ..preprocess import class_names
-from ..provenance import SourcedModel, load_or_init
+from ..provenance import SourcedModel
 from ..runtime import DeviceError, choose_precision
 from . import report
 from .page import write_page
@@ -33,11 +32,12 @@ class AtlasError(ValueError):
 
 
 def load_model(args: argparse.Namespace) -> SourcedModel:
-    """The model --model/--checkpoint/--pretrained ask for (the analysis scripts' rule: the shipped default
-    model when neither names one)."""
-    name = args.model if args.checkpoint else args.model or DEFAULT_MODEL
+    """The model --model/--checkpoint/--pretrained/--random-init ask for, through `cait.load_model` (its
+    default model and its policy for missing weights)."""
     try:
-        loaded = load_or_init(name, args.checkpoint, download=args.pretrained)
+        loaded = factory.load_model(
+            args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init
+        )
     except (ValueError, TypeError) as e:  # a name or file that cannot work (CheckpointError is a ValueError)
         raise AtlasError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     if not loaded.trained:
