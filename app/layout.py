@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gradio as gr
 
 import cait
-from app import causal_view, figures, texts
+from app import causal_view, dataset_view, figures, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
@@ -110,6 +110,7 @@ class Page:
     cz_top5: gr.HTML
     cz_knockout: gr.Plot
     url_model: gr.Textbox  # hidden: the page's variant, for its address (?model=...), so a reload keeps it
+    dataset: dataset_view.DatasetTab  # the Dataset tab's components (a head atlas over many images)
 
     @property
     def results(self) -> list:
@@ -483,6 +484,8 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
                 _talking_heads_tab(first, parts)
             with gr.Tab(CAUSAL_TAB, id="causal") as parts["causal_tab"]:
                 _causal_tab(first, parts)
+            with gr.Tab("Dataset", id="dataset"):
+                parts["dataset"] = dataset_view.build_tab()
             with gr.Tab("Model", id="model"):
                 _model_tab(first, parts)
     return demo, Page(**parts)

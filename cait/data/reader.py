@@ -62,6 +62,11 @@ class ImageSet(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
+    def image(self, i: int) -> Image.Image:
+        """Image i as read, before the model's view: what a viewer shows of it (e.g. an atlas's exemplar).
+        Raises PIL's errors (`IMAGE_ERRORS`) for a file that cannot be read."""
+        return self._load(i)
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int, torch.Tensor, int, bool]:
         from ..preprocess import model_view, normalise, view_pixels
 
