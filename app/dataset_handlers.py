@@ -21,6 +21,7 @@ from app.models import ModelChoice
 from app.workdir import WORK
 from cait.data import DataError
 from cait.data.reader import IMAGE_ERRORS
+from cait.figures.attention import head_name
 
 log = logging.getLogger("cait.app")
 BUILT = "atlases"  # the work folder's sub-folder of the atlases built in the app
@@ -109,7 +110,7 @@ class DatasetHandlers:
         out = {
             t.numbers: dv.head_numbers(atlas, k),
             t.per_class: dv.class_numbers(atlas, k),
-            t.exemplars: tiles or None,
+            t.exemplars: gr.update(value=tiles or None, columns=atlas.columns()),
         }
         return out | ({t.msg: missing} if missing else {})
 
@@ -159,6 +160,11 @@ class DatasetHandlers:
         out[p.tabs] = gr.Tabs(selected="ca")
         out[p.open_tab] = CLASS_ATTENTION_TAB
         out[t.msg] = self._model_note(atlas, choice)
+        if out.get(p.analysis) is not None:
+            name = head_name(head[0], head[1])
+            out[p.status] += (
+                f"  \nFrom the atlas {atlas.folder.name}: {exemplar.kind} exemplar of {name}, {exemplar.path}."
+            )
         return out
 
     def _image_file(self, atlas: dv.Atlas, exemplar: dv.Exemplar, choice: ModelChoice) -> str:

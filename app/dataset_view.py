@@ -20,7 +20,6 @@ from app.models import ModelChoice
 from cait.atlas.page import class_dla_figure
 from cait.atlas.shards import ARGS_FILE
 from cait.data import ImageSet, read_images
-from cait.evaluate import head_row
 from cait.factory import requested_variant
 from cait.figures.attention import head_name
 
@@ -36,6 +35,7 @@ NUMBERS = (
 )
 NUMBER_HEADERS = ["number", "mean", "95% low", "95% high"]
 CLASS_HEADERS = ["predicted class", "mean DLA"]
+DIGITS = 4  # decimals shown in the tables (the files keep every digit)
 # exemplar kinds in summary.json: (key, what the gallery calls it, the number it was chosen by)
 KINDS = (("concentrated", "most concentrated", "entropy"), ("writes", "writes most", "dla"))
 
@@ -76,6 +76,11 @@ class Atlas:
     def classes(self) -> list[str]:
         """The classes some image was predicted as (heads.csv's per-class columns)."""
         return [c[len(CLASS_PREFIX) :] for c in (self.rows[0] if self.rows else {}) if c.startswith(CLASS_PREFIX)]
+
+    def columns(self) -> int:
+        """Exemplar tiles per row: one row per kind, at least 6 (a few tiles are not shown page-wide)."""
+        found = self.heads[0]["exemplars"] if self.heads else {}
+        return max(6, *(len(v) for v in found.values()))
 
     def exemplars(self, k: int) -> list[Exemplar]:
         """Head k's exemplars: the most concentrated maps first, then the heads that write most."""
@@ -163,7 +168,7 @@ def heatmap(atlas: Atlas):
     if not classes:
         return None
     z = np.array([[_number(r[CLASS_PREFIX + c]) for c in classes] for r in atlas.rows], dtype=float)
-    rows = [head_row(e["layer"] - 1, e["head"] - 1) for e in atlas.heads]
+    rows = [head_name(e["layer"] - 1, e["head"] - 1) for e in atlas.heads]
     return class_dla_figure(z, rows, classes)
 
 
@@ -175,14 +180,20 @@ def head_numbers(atlas: Atlas, k: int) -> list[list]:
     """Head k's numbers over the data as table rows (number, mean, 95% interval); localisation only with boxes."""
     entry = atlas.heads[k]
     return [
-        [label, entry[mean], *(entry[ci] or (None, None))] for mean, ci, label in NUMBERS if entry.get(mean) is not None
+        [label, *(_shown(v) for v in (entry[mean], *(entry[ci] or (None, None))))]
+        for mean, ci, label in NUMBERS
+        if entry.get(mean) is not None
     ]
+
+
+def _shown(v: float | None) -> float | None:
+    return None if v is None else round(v, DIGITS)
 
 
 def class_numbers(atlas: Atlas, k: int) -> list[list]:
     """Head k's mean DLA per predicted class (heads.csv), largest first."""
     row = atlas.rows[k]
-    found = [[c, _number(row[CLASS_PREFIX + c])] for c in atlas.classes() if row[CLASS_PREFIX + c] != ""]
+    found = [[c, _shown(_number(row[CLASS_PREFIX + c]))] for c in atlas.classes() if row[CLASS_PREFIX + c] != ""]
     return sorted(found, key=lambda r: -r[1])
 
 

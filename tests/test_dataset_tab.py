@@ -75,15 +75,17 @@ def test_the_tab_shows_the_atlas_files_numbers(world):
     for k in (0, 3):  # CA1 head 1 and CA2 head 2
         shown = dh.pick_head(atlas, k, world.choice)
         entry = summary["heads"][k]
-        table = {r[0]: r[1:] for r in shown[t.numbers]}
-        assert table["map entropy (nats)"] == [entry["entropy_mean"], *entry["entropy_ci95"]]
-        assert table["direct logit attribution"] == [entry["dla_mean"], *entry["dla_ci95"]]
-        assert table["pointing game (hit rate)"] == [entry["pointing"], *entry["pointing_ci95"]]
-        assert table["attention mass in the box"] == [entry["mass_in_box"], *entry["mass_in_box_ci95"]]
+        table = {r[0]: r[1:] for r in shown[t.numbers]}  # shown to 4 decimals
+        near = lambda *v: pytest.approx(list(v), abs=5e-5)
+        assert table["map entropy (nats)"] == near(entry["entropy_mean"], *entry["entropy_ci95"])
+        assert table["direct logit attribution"] == near(entry["dla_mean"], *entry["dla_ci95"])
+        assert table["pointing game (hit rate)"] == near(entry["pointing"], *entry["pointing_ci95"])
+        assert table["attention mass in the box"] == near(entry["mass_in_box"], *entry["mass_in_box_ci95"])
         per_class = dict(shown[t.per_class])
         expected = {c[len("dla_mean_") :]: float(v) for c, v in heads[k].items() if c.startswith("dla_mean_") and v}
-        assert per_class == expected and len(expected) >= 2
-        captions = [caption for _, caption in shown[t.exemplars]]
+        assert per_class == pytest.approx(expected, abs=5e-5) and len(expected) >= 2
+        assert list(per_class.values()) == sorted(per_class.values(), reverse=True)  # largest first
+        captions = [caption for _, caption in shown[t.exemplars]["value"]]
         assert len(captions) == 6 and captions[0].startswith("most concentrated: ")
         named = [e["path"] for e in entry["exemplars"]["concentrated"] + entry["exemplars"]["writes"]]
         assert [c.split(": ")[1].split(" · ")[0] for c in captions] == [Path(p).name for p in named]
@@ -98,7 +100,7 @@ def test_exemplar_tiles_are_the_atlas_images(world):
     dh, t = world.dh, world.dh.tab
     atlas = dv.read_atlas(world.atlas)
     data = read_images(str(world.scenes), cait.get_config("cait_pico_32"), normalise=False)
-    tiles = dh.pick_head(atlas, 3, world.choice)[t.exemplars]
+    tiles = dh.pick_head(atlas, 3, world.choice)[t.exemplars]["value"]
     for (file, _), exemplar in zip(tiles, atlas.exemplars(3)):
         with Image.open(file) as shown, Image.open(world.scenes / exemplar.path) as original:
             assert shown.tobytes() == original.convert("RGB").tobytes()
@@ -115,6 +117,7 @@ def test_a_click_on_an_exemplar_opens_it_with_the_head_enlarged(world):
         assert opened.tobytes() == original.convert("RGB").tobytes()
     assert out[p.selected] == (1, 2) and out[p.ca_big].label.startswith("CA2 head 2")
     assert out[p.open_tab] == CLASS_ATTENTION_TAB and out[p.tabs].selected == "ca"
+    assert f"exemplar of CA2 head 2, {exemplar.path}" in out[p.status]
     # the single-image analysis predicts what the atlas recorded for this image, with its probability
     row = next(r for r in rows(world.atlas / "images.csv") if r["path"] == exemplar.path)
     a = out[p.analysis]
@@ -154,7 +157,7 @@ def test_bad_folders_and_missing_images_are_one_calm_message(world, tmp_path):
     first = atlas.exemplars(0)[0]
     (data / first.path).write_bytes(b"")  # an exemplar's file emptied after the atlas was made
     shown = dh.pick_head(atlas, 0, world.choice)
-    assert len(shown[t.exemplars]) == 5 and first.path in shown[t.msg] and "unreadable" in shown[t.msg]
+    assert len(shown[t.exemplars]["value"]) == 5 and first.path in shown[t.msg] and "unreadable" in shown[t.msg]
     clicked = dh.open_exemplar(world.choice, SHOWN, *LOOK, atlas, 0, SimpleNamespace(index=0))
     assert list(clicked) == [t.msg] and clicked[t.msg].startswith("**Cannot open this exemplar:**")
 
