@@ -4,6 +4,7 @@ The screenshot goes to the temp directory as cait_app_dataset.png."""
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from io import BytesIO
 
@@ -63,5 +64,23 @@ def test_an_exemplar_opens_in_the_single_image_view_with_its_head(chromium, atla
         with Image.open(BytesIO(fetch(shown))) as a, Image.open(scene) as b:
             assert a.convert("RGB").tobytes() == b.convert("RGB").tobytes()  # the exemplar's own pixels
         page.screenshot(path=SHOTS / "cait_app_dataset_opened.png", full_page=True)
+    finally:
+        page.context.close()
+
+
+def test_the_tab_builds_an_atlas_of_the_test_scenes_and_opens_it(chromium, atlas_server):  # noqa: F811
+    page = open_page(chromium, atlas_server[0])
+    try:
+        page.get_by_role("tab", name="Dataset").click()
+        expect(page.locator("#ds_overview")).to_contain_text("24 images")  # --atlas first
+        number = page.locator("#ds_scenes input[type=number]")
+        number.fill("40")
+        number.press("Enter")
+        page.locator("#ds_build").click()
+        expect(page.locator("#ds_overview")).to_contain_text("fashion-mnist-scenes val")
+        expect(page.locator("#ds_overview")).to_contain_text("40 images")
+        expect(page.locator("#ds_pick input")).to_have_value(re.compile("^built here: pico.safetensors-scenes40-"))
+        expect(page.locator("#ds_exemplars img")).to_have_count(12)  # the command's default: 6 of each kind
+        assert page.locator("#ds_msg").inner_text().strip() == ""  # the page's model made it
     finally:
         page.context.close()
