@@ -208,7 +208,7 @@ def wire(p: Page, h: Handlers, places: AtlasPlaces, demo: gr.Blocks, details: di
         torch_thread.handler(dh.build, batched=True),
         [p.choice, t.scenes],
         t.opened,
-        show_progress_on=[t.msg],
+        show_progress_on=[t.overview],
         **model,
     )
     view = [*p.look, p.th_layer]

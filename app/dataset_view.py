@@ -253,7 +253,7 @@ def build_tab() -> DatasetTab:
         )
         parts["build"] = gr.Button("Build an atlas of the scenes for this page's model", scale=1, elem_id="ds_build")
     parts["msg"] = gr.Markdown(elem_id="ds_msg")
-    parts["overview"] = gr.Markdown(elem_id="ds_overview")
+    parts["overview"] = gr.Markdown(min_height=80, elem_id="ds_overview")  # room for the build's progress bar
     parts["head"] = gr.Dropdown(choices=[], label="Head", elem_id="ds_head")
     with gr.Row():
         parts["numbers"] = gr.Dataframe(
