@@ -201,9 +201,11 @@ def wire(p: Page, h: Handlers, places: AtlasPlaces, demo: gr.Blocks, details: di
     """The Dataset tab's events; `details`: the follow-up of a new image (`app.ui`), after an exemplar opens."""
     t, dh = p.dataset, DatasetHandlers(p, h, places)
     model = dict(concurrency_id="model", api_visibility="private")
-    demo.load(dh.start, p.choice, t.opened, **model)
-    t.pick.input(dh.open, [t.pick, p.choice], t.opened, **model)
-    t.head.input(dh.pick_head, [t.atlas, t.head, p.choice], [t.numbers, t.per_class, t.exemplars, t.msg], **model)
+    on_torch = torch_thread.handler  # the page's model may have to be loaded (its config reads the atlas's data)
+    demo.load(on_torch(dh.start), p.choice, t.opened, **model)
+    t.pick.input(on_torch(dh.open), [t.pick, p.choice], t.opened, **model)
+    head_shown = [t.numbers, t.per_class, t.exemplars, t.msg]
+    t.head.input(on_torch(dh.pick_head), [t.atlas, t.head, p.choice], head_shown, **model)
     t.build.click(
         torch_thread.handler(dh.build, batched=True),
         [p.choice, t.scenes],

@@ -186,3 +186,13 @@ def test_an_atlas_built_in_the_tab_equals_the_command_lines(world, tmp_path):
     scene = build_dataset("fashion-mnist-scenes", "val", subset=24, cache=True)[int(exemplar.path.rsplit("/")[-1])][0]
     with Image.open(clicked[dh.page.image_in]) as opened:
         assert opened.tobytes() == scene.convert("RGB").tobytes()
+
+
+def test_the_command_line_names_the_atlas_and_its_folder():
+    from app.main import parse_args
+
+    args = parse_args(["--atlas", "runs/atlas/pico"])
+    assert AtlasPlaces.of(args.atlas, args.atlas_dir) == AtlasPlaces("runs/atlas/pico", "runs/atlas")
+    args = parse_args(["--atlas-dir", "elsewhere"])
+    assert AtlasPlaces.of(args.atlas, args.atlas_dir) == AtlasPlaces(None, "elsewhere")
+    assert AtlasPlaces.of(None, None).folder == "out"
