@@ -114,7 +114,7 @@ class DatasetHandlers:
         }
         return out | ({t.msg: missing} if missing else {})
 
-    def _tiles(self, atlas: dv.Atlas, exemplars: list[dv.Exemplar], choice) -> tuple[list, str]:
+    def _tiles(self, atlas: dv.Atlas, exemplars: list[dv.Exemplar], choice: ModelChoice) -> tuple[list, str]:
         """(image file, caption) per exemplar that can be read, and a message naming those that cannot."""
         folder, tiles, failed = WORK.request_dir(), [], []
         try:
@@ -131,9 +131,6 @@ class DatasetHandlers:
             tiles.append((str(folder / f"exemplar_{j}.png"), e.caption))
         missing = f"**Missing or unreadable in the atlas's data:** {', '.join(failed)}" if failed else ""
         return tiles, missing
-
-    def pick_head(self, atlas, k, choice) -> dict:
-        return self.show_head(atlas, k, choice)
 
     def open_exemplar(self, choice, shown, cmap, alpha, scale, view, keep, th_layer, atlas, k, evt: gr.SelectData):
         """A click on an exemplar: that image analysed in the single-image tabs by the page's model, with the
@@ -205,7 +202,7 @@ def wire(p: Page, h: Handlers, places: AtlasPlaces, demo: gr.Blocks, details: di
     demo.load(on_torch(dh.start), p.choice, t.opened, **model)
     t.pick.input(on_torch(dh.open), [t.pick, p.choice], t.opened, **model)
     head_shown = [t.numbers, t.per_class, t.exemplars, t.msg]
-    t.head.input(on_torch(dh.pick_head), [t.atlas, t.head, p.choice], head_shown, **model)
+    t.head.input(on_torch(dh.show_head), [t.atlas, t.head, p.choice], head_shown, **model)
     t.build.click(
         torch_thread.handler(dh.build, batched=True),
         [p.choice, t.scenes],

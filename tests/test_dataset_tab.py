@@ -73,7 +73,7 @@ def test_the_tab_shows_the_atlas_files_numbers(world):
     assert summary["model"] in overview and summary["data"] in overview and "40 images" in overview
     assert f"{summary['top1']:.1%}" in overview and "atlas.html" in overview
     for k in (0, 3):  # CA1 head 1 and CA2 head 2
-        shown = dh.pick_head(atlas, k, world.choice)
+        shown = dh.show_head(atlas, k, world.choice)
         entry = summary["heads"][k]
         table = {r[0]: r[1:] for r in shown[t.numbers]}  # shown to 4 decimals
         near = lambda *v: pytest.approx(list(v), abs=5e-5)
@@ -100,7 +100,7 @@ def test_exemplar_tiles_are_the_atlas_images(world):
     dh, t = world.dh, world.dh.tab
     atlas = dv.read_atlas(world.atlas)
     data = read_images(str(world.scenes), cait.get_config("cait_pico_32"), normalise=False)
-    tiles = dh.pick_head(atlas, 3, world.choice)[t.exemplars]["value"]
+    tiles = dh.show_head(atlas, 3, world.choice)[t.exemplars]["value"]
     for (file, _), exemplar in zip(tiles, atlas.exemplars(3)):
         with Image.open(file) as shown, Image.open(world.scenes / exemplar.path) as original:
             assert shown.tobytes() == original.convert("RGB").tobytes()
@@ -156,7 +156,7 @@ def test_bad_folders_and_missing_images_are_one_calm_message(world, tmp_path):
     atlas.args["data"] = str(data)
     first = atlas.exemplars(0)[0]
     (data / first.path).write_bytes(b"")  # an exemplar's file emptied after the atlas was made
-    shown = dh.pick_head(atlas, 0, world.choice)
+    shown = dh.show_head(atlas, 0, world.choice)
     assert len(shown[t.exemplars]["value"]) == 5 and first.path in shown[t.msg] and "unreadable" in shown[t.msg]
     clicked = dh.open_exemplar(world.choice, SHOWN, *LOOK, atlas, 0, SimpleNamespace(index=0))
     assert list(clicked) == [t.msg] and clicked[t.msg].startswith("**Cannot open this exemplar:**")
