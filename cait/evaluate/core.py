@@ -234,8 +234,10 @@ def _result(counts: _Counts, data: ImageSet) -> dict:
     confusion = counts.confusion
     labelled = int(confusion.sum())
     per_class = as_dict(confusion.diag() / confusion.sum(1), names)
-    sides = torch.cat(counts.by_side) if counts.by_side else None
-    by_side = [] if sides is None else accuracy_by_box_side(sides[:, 0].contiguous(), sides[:, 1] > 0, sides[:, 2].long(), names)
+    by_side = []
+    if counts.by_side:
+        side, correct, label = torch.cat(counts.by_side).T.contiguous()
+        by_side = accuracy_by_box_side(side, correct > 0, label.long(), names)
     return {
         "dataset": data.name,
         "images": counts.images,
