@@ -5,6 +5,14 @@
     python -m cait.evaluate --checkpoint runs/teacher/best.safetensors --img-size 128 --scene-seed 1
     python -m cait.evaluate --model cait_micro_136 --corruption all:3 --baseline sweep.json   # cait.robustness
     python -m cait.evaluate --model cait_micro_136 --pixel-noise 0.08   # or --scene-style varied
+    python -m cait.evaluate --pretrained --model cait_s24_224 --data DIR [--boxes boxes.json] [--limit N]
+    torchrun --nproc-per-node 2 -m cait.evaluate ...   # the images shared over processes, the same numbers
+
+--data reads the scenes, Fashion-MNIST or a folder of your images through `cait.data.read_images`: class
+folders give top-1 (ImageNet synsets or the model's class names), a flat folder has no labels (no top-1;
+the localization then explains the predicted class), COCO boxes (--boxes) give the localization table.
+Unreadable images are skipped, counted and named in the table and the JSON. Under torchrun every process
+scores every world-th batch, the counts and sums are gathered, and the first process reports.
 
 Without --model or --checkpoint it scores the default model (cait.config.DEFAULT_MODEL) with its shipped
 weights. A variant without weights here is an error naming the ways out, unless --random-init asks for a
