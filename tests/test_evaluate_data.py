@@ -13,12 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import randomise_
 
-import cait
 from cait.atlas.__main__ import main as atlas_main
-from cait.checkpoint import save_weights
-from cait.data.export import export_scenes
 from cait.evaluate.__main__ import main as evaluate_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,13 +23,11 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """A random cait_pico_32 checkpoint, exported scenes with one broken file, and one evaluate run's JSON."""
+def setup(tmp_path_factory, pico_scenes):
+    """The shared random cait_pico_32 checkpoint and exported scenes (one broken file), and one evaluate run's JSON."""
     root = tmp_path_factory.mktemp("evaluate_data")
-    save_weights(randomise_(cait.create_model("cait_pico_32"), seed=3).eval(), root / "pico.safetensors")
-    scenes = root / "scenes"
-    export_scenes(scenes, n=SCENES, split="val", style="default", seed=0)
-    (scenes / "Bag" / "broken.png").write_text("not an image")
+    checkpoint, scenes = pico_scenes
+    (root / "pico.safetensors").symlink_to(checkpoint)
     model = ["--checkpoint", str(root / "pico.safetensors")]
     data = ["--data", str(scenes), "--boxes", str(scenes / "boxes.json")]
     args = [*model, *data, "--batch-size", "16", "--workers", "0", "--precision", "fp32"]
