@@ -4,7 +4,8 @@ cache holds one copy for all of them).
 
 The file name carries a hash of everything the pixels depend on (`FashionMNISTScenes.generator_params`:
 canvas, seed, split, n, garment size range, the generator's version and a digest of the source
-garments), so a change to any of them renders a new file and the stale one is removed. A build writes a
+garments), so a change to any of them renders a new file and the stale one is removed. A subset of n
+scenes has a file of its own (n in its name), holding the whole split's first n scenes. A build writes a
 temporary file and renames it, under a lock: an interrupted build never leaves a file that is taken
 for complete, and parallel processes wait for one build instead of racing.
 

@@ -34,9 +34,10 @@ class FashionMNISTScenes(Dataset):
     The garment's pasted frame has a side of 30-65% of the canvas; the clutter is a colour gradient,
     smooth texture, pixel noise and faint fragments of other garments from the same split, so an
     attention map that ignores the garment cannot land in its box by luck more often than the box's
-    area allows. Everything is a pure function of (seed, split, n, index, style): any worker or rank renders
-    the same sample, and `cache=True` renders the split once into a memory-mapped file (`.pixels`) that
-    items are then read from. `boxes` are the garment's tight box (x0, y0, x1, y1) in canvas pixels.
+    area allows. Everything is a pure function of (seed, split, index, style): any worker or rank renders
+    the same sample, a subset of n scenes is the whole split's first n, and `cache=True` renders them once
+    into a memory-mapped file (`.pixels`) that items are then read from. `boxes` are the garment's tight box
+    (x0, y0, x1, y1) in canvas pixels.
 
     style "default" draws every scene the same way (pixel noise std PIXEL_NOISE, fixed shading, no blur): the
     scenes the shipped models are scored on. style "varied" also draws, per scene from its own random
@@ -49,8 +50,10 @@ class FashionMNISTScenes(Dataset):
     classes = FASHION_MNIST_CLASSES
     MIN_SIDE, MAX_SIDE = 0.30, 0.65
     # bump whenever render() or the layout draws change: it renames the cache files. 2: styles and the noise
-    # override (the default style's pixels are version 1's, bit for bit)
-    GENERATOR_VERSION = 2
+    # override (the default style's pixels are version 1's, bit for bit). 3: a subset's layout is the whole
+    # split's, sliced (before, it was drawn for the subset's n scenes, so a subset file of version 2 holds
+    # other pixels); the whole split's pixels are version 2's, bit for bit
+    GENERATOR_VERSION = 3
 
     def __init__(
         self,
@@ -72,15 +75,27 @@ class FashionMNISTScenes(Dataset):
         self.garments, all_labels = load_fashion_mnist(split)
         n = len(all_labels) if subset is None else min(subset, len(all_labels))
         self.labels = all_labels[:n]
-        # The layout of every sample is drawn up front, so boxes are known without rendering.
-        rng = np.random.default_rng([seed, 0 if split == "train" else 1, 0])
-        self.sides = np.round(rng.uniform(self.MIN_SIDE, self.MAX_SIDE, n) * canvas).astype(int)
-        self.x0 = np.floor(rng.uniform(0, 1, n) * (canvas - self.sides + 1)).astype(int)
-        self.y0 = np.floor(rng.uniform(0, 1, n) * (canvas - self.sides + 1)).astype(int)
+        # The layout is drawn up front, so boxes are known without rendering; for the whole split and then
+        # sliced, so that scene i is the same in every subset.
+        self.sides, self.x0, self.y0 = (draw[:n] for draw in self._layout(len(all_labels)))
         self.boxes = self._tight_boxes(self.garments[:n])
         self._pixels: np.ndarray | None = None
         if cache:
             self._pixels = self.pixels
+
+    @property
+    def _split_key(self) -> int:
+        """The split's entry in every random stream's seed: train and test scenes never share a draw."""
+        return 0 if self.split == "train" else 1
+
+    def _layout(self, total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sides, x0, y0): the garment frame's side and top-left corner in canvas pixels for all `total`
+        scenes of the split, each drawn as one vector (a shorter draw would move every frame)."""
+        rng = np.random.default_rng([self.seed, self._split_key, 0])
+        sides = np.round(rng.uniform(self.MIN_SIDE, self.MAX_SIDE, total) * self.canvas).astype(int)
+        x0 = np.floor(rng.uniform(0, 1, total) * (self.canvas - sides + 1)).astype(int)
+        y0 = np.floor(rng.uniform(0, 1, total) * (self.canvas - sides + 1)).astype(int)
+        return sides, x0, y0
 
     def generator_params(self) -> dict[str, object]:
         """What the pixels depend on besides the source garments (the cache hashes both)."""
@@ -150,14 +165,14 @@ class FashionMNISTScenes(Dataset):
         the default style's draws stay as they were; None for the default style."""
         if self.style == "default":
             return None
-        rng = np.random.default_rng([self.seed, 0 if self.split == "train" else 1, 2, i])
+        rng = np.random.default_rng([self.seed, self._split_key, 2, i])
         return {key: float(rng.uniform(*bounds)) for key, bounds in VARIED_STYLE.items()}
 
     def render(self, i: int, *, garment: bool = True) -> np.ndarray:
         """The uint8 [canvas, canvas, 3] scene of sample i (garment=False: the same scene without its garment,
         every random draw made alike: what tests compare to find where the garment was drawn)."""
         c = self.canvas
-        rng = np.random.default_rng([self.seed, 0 if self.split == "train" else 1, 1, i])
+        rng = np.random.default_rng([self.seed, self._split_key, 1, i])
         style = self._style_draws(i)
         # Background: a colour gradient plus smooth low-frequency texture plus pixel noise.
         ramp = np.linspace(0, 1, c)[None, :, None]
