@@ -29,6 +29,7 @@ from app.layout import (
     region_choices,
     talking_columns,
 )
+from app.mechanisms_events import MechanismsEvents
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
@@ -189,7 +190,7 @@ class _SaliencyRun:
         return title
 
 
-class Handlers:
+class Handlers(MechanismsEvents):
     def __init__(self, page: Page, cache: ModelCache, default: ModelChoice):
         self.page, self.cache, self.default = page, cache, default
 
