@@ -17,6 +17,7 @@ from app.images import ImageInputError
 from app.layout import MECHANISMS_TAB, causal_heads
 from app.models import LoadedModel, ModelChoice
 from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
+from cait.robustness import parse_corruption
 
 NO_IMAGE = "**Analyse an image first** (pick an example or upload one)."
 
@@ -157,6 +158,27 @@ class MechanismsEvents:
                 torch.tensor(n["heads"]).numpy(), n["gap"], title="Each CA head's clean output patched in alone"
             ),
         }
+
+    def _mechanisms_numbers(
+        self, loaded: LoadedModel, a: session.Analysis, *, target: int, lens: bool, patching: str
+    ) -> dict[str, Any]:
+        """The /analyze API's opt-in sections: "logit_lens" and "patching" (under the corruption "NAME:SEVERITY")
+        of class `target` (-1: the top prediction); ValueError in one line for a bad class or corruption."""
+        if target >= loaded.cfg.num_classes or target < -1:
+            raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
+        target = a.top_class if target < 0 else target
+        x, out = a.x.to(loaded.device), {}
+        if lens:
+            out["logit_lens"] = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
+        if patching:
+            name, severity = parse_corruption(patching)
+            _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, name, severity)
+            out["patching"] = {
+                "corruption": name,
+                "severity": severity,
+                **mechanisms_view.patching(loaded.model, x, corrupted.to(loaded.device), target),
+            }
+        return out
 
     def mechanisms_ablate(self, choice, a, target, ticked, mode) -> dict:
         """The ticked heads removed together: Δlogit of the chosen class and the new top-5."""
