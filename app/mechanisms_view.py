@@ -17,7 +17,6 @@ from PIL import Image
 from app.images import load_image
 from cait import explain
 from cait.corruptions import corrupt
-from cait.figures.mechanisms import depth_words
 from cait.preprocess import model_view, normalise, view_pixels, view_tensor
 
 SOURCES = ("this image, corrupted", "an example", "an upload")  # where the corrupted run's image comes from
@@ -42,14 +41,6 @@ def lens(model: torch.nn.Module, x: torch.Tensor, target: int, labels: tuple[str
         "top1_probability": top_p.tolist(),
         "forms_at": explain.answer_forms_at([float(int(t) == final) for t in top]),
     }
-
-
-def lens_caption(numbers: dict[str, Any]) -> str:
-    """One line on where the answer forms, in the app's words."""
-    k, final = numbers["forms_at"], numbers["top1_label"][-1]
-    if k is None:
-        return f"The lens's top-1 settles on '{final}' only at the end."
-    return f"The answer '{final}' forms {depth_words(k)}: from there on it is the lens's top-1."
 
 
 def corrupted_input(view: Image.Image, cfg, name: str, severity: int) -> tuple[Image.Image, torch.Tensor]:

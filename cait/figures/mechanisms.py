@@ -28,7 +28,8 @@ def lens_plotly(
     forms_at: int | None,
 ):
     """The lens along SA depth (x = 0: the patch embedding, k: after SA block k): the probability of the class
-    `target` (line) and of the lens's own top-1 (bars, named in the hover), with a line where the answer forms."""
+    `target` (line) and of the lens's own top-1 (bars, named), with a line where the answer (the last top-1,
+    the model's prediction) forms: `forms_at`, as `cait.explain.answer_forms_at` gives it."""
     import plotly.graph_objects as go
 
     x = list(range(len(probability)))
@@ -53,10 +54,11 @@ def lens_plotly(
         hovertext=[f"{w}: '{target}' {p:.3f}" for w, p in zip(where, probability)],
         hoverinfo="text",
     )
+    final = top1[-1]  # the model's own answer: where it forms is where the lens's top-1 settles on it
     if forms_at is None:
-        title = f"Logit lens: the top-1 does not settle on '{target}' before the last SA block"
+        title = f"Logit lens: the top-1 settles on the answer '{final}' only after the last SA block"
     else:
-        title = f"Logit lens: the answer '{target}' forms {depth_words(forms_at)} (top-1 from there on)"
+        title = f"Logit lens: the answer '{final}' forms {depth_words(forms_at)} (top-1 from there on)"
         fig.add_vline(x=forms_at - 0.5, line_dash="dash", line_color="#1f77b4")
     fig.update_xaxes(tickvals=x, ticktext=["emb"] + [f"SA{k}" for k in x[1:]], title_text="CA stage reads after")
     fig.update_yaxes(title_text="probability", range=[0, 1.02])
@@ -68,20 +70,31 @@ def _share(value: float, gap: float) -> str:
     return f"{value / gap:.0%} of the gap" if gap else "no gap to restore"
 
 
-def patching_plotly(blocks: np.ndarray, branches: np.ndarray, gap: float, *, depth: int, ca_depth: int, title: str):
+def patching_plotly(
+    blocks: np.ndarray,
+    branches: np.ndarray,
+    gap: float,
+    *,
+    depth: int,
+    ca_depth: int,
+    title: str,
+    errors: np.ndarray | None = None,
+):
     """Bars per block (model order, SA then CA): Δlogit when the clean stream after it, or its attention or
-    MLP branch alone, is patched into the corrupted run; hover: the share of the gap `gap` it restores.
-    A dotted line at the gap: what patching everything restores."""
+    MLP branch alone, is patched into the corrupted run; hover: the share of the gap `gap` it restores (for
+    means over images: the mean Δlogit over the mean gap). errors [K, 3] (stream, attention, MLP): half
+    widths drawn as error bars. A dotted line at the gap: what patching everything restores."""
     import plotly.graph_objects as go
 
     ticks, labels = block_ticks(depth, ca_depth)
     fig = go.Figure()
-    for name, values in (("stream", blocks), ("attention", branches[:, 0]), ("MLP", branches[:, 1])):
+    for i, (name, values) in enumerate((("stream", blocks), ("attention", branches[:, 0]), ("MLP", branches[:, 1]))):
         fig.add_bar(
             x=ticks,
             y=[float(v) for v in values],
             name=f"{name} patched",
             marker_color=BRANCH_COLOURS[name],
+            error_y=None if errors is None else dict(type="data", array=[float(e) for e in errors[:, i]]),
             hovertext=[f"{b} {name}: Δlogit {v:+.3f}, {_share(float(v), gap)}" for b, v in zip(labels, values)],
             hoverinfo="text",
         )
