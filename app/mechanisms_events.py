@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+import numpy as np
 import torch
 
 from app import causal_view, mechanisms_view, session
@@ -79,18 +80,22 @@ class MechanismsEvents:
             return {self.page.mx_msg: NO_IMAGE}
         p, loaded = self.page, self.cache.get(choice)
         target = self._target(a, target, loaded.cfg.num_classes)
+        try:
+            lens = self.mechanisms_lens(loaded, a, target)
+        except ValueError as e:  # a model without CaiT's class-attention stage: explain says so in one line
+            return {p.mx_msg: f"**No lens for this model:** {e}"}
         out = {
             p.mx_class: gr.Dropdown(choices=[(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)], value=target),
             p.mx_heads: gr.CheckboxGroup(choices=causal_heads(loaded.cfg)),
             p.mx_example: gr.Dropdown(choices=[(c, path) for path, c in loaded.examples]),
             p.mx_msg: "",
         }
-        return out | self.mechanisms_lens(loaded, a, target)
+        return out | lens
 
     def mechanisms_new_image(self, choice, a, open_tab) -> dict:
         """A new image's follow-up: the tab's lens now if the tab is open (else once it is opened)."""
         if open_tab != MECHANISMS_TAB:
-            return {}
+            return {self.page.mx_class: gr.Dropdown(value=None)}  # opened later: the new image's top class
         return self.mechanisms_opened(choice, a, None)
 
     def mechanisms_class(self, choice, a, target) -> dict:
@@ -136,7 +141,10 @@ class MechanismsEvents:
             shown, corrupted = self._second_run(loaded, a, ask)
         except (ValueError, ImageInputError) as e:
             return {p.mx_msg: f"**Cannot patch:** {e}"}
-        n = mechanisms_view.patching(loaded.model, a.x.to(loaded.device), corrupted.to(loaded.device), target)
+        try:
+            n = mechanisms_view.patching(loaded.model, a.x.to(loaded.device), corrupted.to(loaded.device), target)
+        except ValueError as e:  # a model without CaiT's class-attention stage
+            return {p.mx_msg: f"**Cannot patch:** {e}"}
         label, cfg = loaded.labels[target], loaded.cfg
         broken = loaded.labels[n["corrupted_top1"]]
         title = (
@@ -147,15 +155,15 @@ class MechanismsEvents:
             p.mx_msg: "",
             p.mx_second: shown,
             p.mx_patch: patching_plotly(
-                torch.tensor(n["blocks"]).numpy(),
-                torch.tensor(n["branches"]).numpy(),
+                np.array(n["blocks"]),
+                np.array(n["branches"]),
                 n["gap"],
                 depth=cfg.depth,
                 ca_depth=cfg.depth_token_only,
                 title=title,
             ),
             p.mx_patch_heads: heads_plotly(
-                torch.tensor(n["heads"]).numpy(), n["gap"], title="Each CA head's clean output patched in alone"
+                np.array(n["heads"]), n["gap"], title="Each CA head's clean output patched in alone"
             ),
         }
 

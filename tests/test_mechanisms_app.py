@@ -55,8 +55,8 @@ def test_the_lens_drawn_is_explains(setup):
     forms = next(k for k in range(len(top1)) if all(t == top1[-1] for t in top1[k:]))  # a plain loop
     assert out[p.mx_lens].layout.title.text.endswith("(top-1 from there on)") == (forms is not None)
     assert out[p.mx_class].value == target and "forward passes" in out[p.mx_cost]
-    # a new image while another tab is open: nothing computed
-    assert handlers.mechanisms_new_image(a.choice, a, layout.CAUSAL_TAB) == {}
+    # a new image while another tab is open: nothing computed, the class chosen for the last one forgotten
+    assert handlers.mechanisms_new_image(a.choice, a, layout.CAUSAL_TAB)[p.mx_class].value is None
 
 
 def test_patching_a_corruption_and_an_example_is_explains(setup):
@@ -154,3 +154,14 @@ def test_gradient_rollout_is_in_the_saliency_tab_and_scored(setup):
     steps = list(handlers.saliency(view="smooth", **named))
     table = steps[-2][handlers.page.sal_table]
     assert table[0][0] == "gradient_rollout" and table[0][1] is not None and table[0][2] is not None
+
+
+def test_the_patch_button_passes_its_inputs_by_name(setup):
+    from gradio.utils import check_function_inputs_match
+
+    from app.mechanisms_events import PatchAsk
+
+    handlers = setup[0]
+    named = handlers.page.named(PatchAsk)
+    assert list(named) == list(PatchAsk.__dataclass_fields__)
+    assert check_function_inputs_match(handlers.mechanisms_patch, [], False, inputs_kwargs=named) is None
