@@ -154,6 +154,51 @@ def default_images(cfg: CaiTConfig) -> list[Path] | None:
     return [path for _, path in available_photos()] or None
 
 
+def add_data_flags(p: argparse.ArgumentParser, *, default: str) -> None:
+    """--data/--boxes/--limit (`--scenes` is the same flag as --limit): the images a script averages over,
+    read by `cait.data.read_images`. `default`: what the script uses without --data, for the help."""
+    g = p.add_argument_group("data (cait.data.read_images)")
+    g.add_argument(
+        "--data",
+        default=None,
+        help="fashion-mnist-scenes, fashion-mnist, or a folder of images (class folders, or a flat folder: no "
+        f"labels); default: {default}",
+    )
+    g.add_argument("--boxes", default=None, metavar="FILE", help="COCO-format boxes (JSON) of the folder's images")
+    g.add_argument(
+        "--limit", "--scenes", dest="limit", type=int, default=None, help="only the first N images (--scenes: the same)"
+    )
+
+
+def read_data(args: argparse.Namespace, cfg: CaiTConfig, *, limit: int | None = None, normalise: bool = True):
+    """The ImageSet --data/--boxes/--limit ask for (`limit`: the count when --limit is not given); bad data is
+    one line and exit code 2."""
+    from cait.data import read_images
+
+    if args.limit is not None and args.limit <= 0:
+        fail("--limit must be positive")
+    try:
+        return read_images(args.data, cfg, boxes=args.boxes, limit=args.limit or limit, normalise=normalise)
+    except DataError as e:
+        fail(str(e))
+
+
+def readable_batches(data, size: int, skipped: list[str]) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(x, labels, boxes) of the readable images of an ImageSet, `size` at a time; the paths of the unreadable
+    ones are added to `skipped` (named in the scripts' JSON)."""
+    from torch.utils.data import DataLoader
+
+    for x, y, boxes, index, ok in DataLoader(data, batch_size=size, num_workers=0):
+        skipped += [data.paths[i] for i in index[~ok].tolist()]
+        if ok.any():
+            yield x[ok], y[ok], boxes[ok]
+
+
+def made_from_data(made_from: str, data_name: str) -> str:
+    """The provenance line of a figure made over a dataset: the model's line and the data's name."""
+    return f"{made_from}; data: {data_name}"
+
+
 def batch_of(examples: list[Example], cfg: CaiTConfig) -> torch.Tensor:
     from cait.preprocess import to_batch
 

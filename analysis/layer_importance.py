@@ -3,12 +3,14 @@ mean change of the predicted class's logit when the block is knocked out (gamma_
 per class-attention head its direct logit attribution against its pointing score on the garment boxes,
 and what writes the logit: its mean parts (initial class token, each CA layer's heads and MLP, biases).
 
-    python analysis/layer_importance.py [--scenes 500] [--out DIR]        # shipped model, test scenes
+    python analysis/layer_importance.py [--limit 500] [--out DIR]         # shipped model, test scenes
+    python analysis/layer_importance.py --data DIR [--boxes boxes.json]   # your images (and COCO boxes)
     python analysis/layer_importance.py --model cait_s24_224 --pretrained  # official weights, real photos
 
 The verdict is computed from the numbers: Spearman's rank correlation between the blocks' mean |gamma|
 and the size of their mean knockout change (over all blocks, and over the SA blocks alone), with a 95%
-bootstrap interval over images. Photos have no boxes, so their heads get no pointing score.
+bootstrap interval over images. Photos have no boxes, so their heads get no pointing score (nor do
+images of --data without --boxes).
 
 Writes layer_importance.json/.png/.html, layer_importance_heads.html and layer_importance_parts.html.
 Always fp32 (the knockouts subtract logits), so it takes no --precision.
@@ -21,13 +23,18 @@ from typing import Iterator
 import numpy as np
 import torch
 from _common import (
+    add_data_flags,
     batch_of,
     default_images,
+    fail,
     load_examples,
     load_model,
+    made_from_data,
     matplotlib_pyplot,
     out_dir,
     parser,
+    read_data,
+    readable_batches,
     save_html,
     save_png,
     write_json,
@@ -39,22 +46,21 @@ from cait.figures.causal import knockout_matplotlib, knockout_plotly, logit_part
 
 BATCH = 50
 QUICK_IMAGES = 8
+DEFAULT_IMAGES = 500  # without --limit: the first 500 images of the data
 
 
-def image_batches(model, args) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
-    """(normalised batch, boxes in input pixels or None): test scenes for a scenes model, else photos."""
+def image_batches(model, args, skipped: list[str]) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor | None]], str]:
+    """(normalised batch, boxes in input pixels or None) batches and the data's name: --data through
+    `cait.data.read_images` (default: the test scenes; real photos for an ImageNet model). Unreadable images
+    are added to `skipped`."""
     cfg = model.cfg
-    if cfg.is_imagenet:
+    if cfg.is_imagenet and args.data is None:
         examples = load_examples(default_images(cfg), cfg, limit=QUICK_IMAGES if args.quick else None)
-        yield batch_of(examples, cfg), None
-        return
-    from cait.data import build_dataset
-    from cait.preprocess import EvalImages
-
-    data = EvalImages(build_dataset("fashion-mnist-scenes", "val", subset=args.scenes), model)
-    for start in range(0, len(data), BATCH):
-        items = [data[i] for i in range(start, min(start + BATCH, len(data)))]
-        yield torch.stack([x for x, _, _ in items]), torch.stack([b for _, _, b in items])
+        return iter([(batch_of(examples, cfg), None)]), f"{len(examples)} photos (cait.data.photos)"
+    args.data = args.data or "fashion-mnist-scenes"
+    data = read_data(args, cfg, limit=QUICK_IMAGES if args.quick else DEFAULT_IMAGES)
+    boxed = data.boxes is not None
+    return ((x, b if boxed else None) for x, _, b in readable_batches(data, BATCH, skipped)), data.name
 
 
 @torch.no_grad()
@@ -74,10 +80,8 @@ def measure(model, batches) -> dict[str, torch.Tensor]:
         out["parts"].append(torch.stack(list(parts.values()), dim=1))
         maps = explain.class_attention(model, x).maps  # [B, L, H, g, g]
         hits = torch.full(dla.heads.shape, float("nan"))
-        if boxes is not None:
-            B, L, H = dla.heads.shape
-            flat = explain.pointing_game(maps.flatten(0, 2), boxes.repeat_interleave(L * H, 0), cfg.img_size)
-            hits = flat.float().view(B, L, H)
+        if boxes is not None:  # the atlas's per-head pointing, from its one owner
+            hits = explain.head_localization(maps, boxes, cfg.img_size)[0]
         out["pointing"].append(hits)
     return {**{k: torch.cat(v) for k, v in out.items()}, "part_names": part_names}
 
@@ -258,15 +262,23 @@ def heads_html(data: dict, made_from: str, path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("layer_importance", __doc__, precision=False)
-    p.add_argument("--scenes", type=int, default=500, help="test scenes (default 500; --quick: 8)")
+    add_data_flags(
+        p,
+        default=f"fashion-mnist-scenes (the first {DEFAULT_IMAGES}; --quick: {QUICK_IMAGES}), real photos for an "
+        "ImageNet model",
+    )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the images (default 1000)")
     args = p.parse_args(argv)
     if args.quick:
-        args.scenes, args.bootstrap = QUICK_IMAGES, 100
+        args.bootstrap = 100
     loaded = load_model(args)
     model = loaded.model.eval()
     out = out_dir(args.out)
-    m = measure(model, image_batches(model, args))
+    skipped: list[str] = []
+    batches, data_name = image_batches(model, args, skipped)
+    m = measure(model, batches)
+    if not len(m["delta"]):
+        fail(f"no readable image in {data_name}")
     gamma = explain.block_gamma_mean_abs(model).numpy()
     delta = m["delta"].numpy()
     sa = model.cfg.depth
@@ -283,8 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         }
         for k in range(len(gamma))
     ]
+    made_from = made_from_data(loaded.made_from, data_name)
     data = {
-        "made_from": loaded.made_from,
+        "made_from": made_from,
+        "data": data_name,
+        "skipped": skipped,
         "target": "predicted class",
         "images": len(delta),
         "blocks": blocks,
@@ -296,11 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     data["heads_verdict"] = heads_verdict(data["heads_spearman"], len(data["heads"]))
     data["logit_parts"] = logit_parts(m["parts"], m["part_names"])
     write_json(out / "layer_importance.json", data)
-    figure_png(data, model, loaded.made_from, out / "layer_importance.png")
-    figure_html(data, model, loaded.made_from, out / "layer_importance.html")
-    heads_html(data, loaded.made_from, out / "layer_importance_heads.html")
-    parts_html(data, loaded.made_from, out / "layer_importance_parts.html")
-    print(f"{loaded.made_from}\n{data['verdict']}\n{data['heads_verdict'] or ''}")
+    figure_png(data, model, made_from, out / "layer_importance.png")
+    figure_html(data, model, made_from, out / "layer_importance.html")
+    heads_html(data, made_from, out / "layer_importance_heads.html")
+    parts_html(data, made_from, out / "layer_importance_parts.html")
+    print(f"{made_from}\n{data['verdict']}\n{data['heads_verdict'] or ''}")
     for b in blocks:
         print(
             f"{b['stage'].upper()}{b['index']:<4} |gamma| {b['gamma_mean_abs']:.4f}  "

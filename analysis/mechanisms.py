@@ -27,7 +27,7 @@ from tqdm import tqdm
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
-from cait.preprocess import EvalImages, normalise, view_pixels
+from cait.preprocess import normalise, view_pixels
 
 BATCH = 25
 QUICK_IMAGES = 8
@@ -41,10 +41,10 @@ def views(model, args: argparse.Namespace) -> tuple[torch.Tensor, str]:
         if not examples:
             fail("no images: give --images")
         return torch.stack([view_pixels(e.image) for e in examples]), f"{len(examples)} photos"
-    from cait.data import FashionMNISTScenes
+    from cait.data import read_images
 
     n = QUICK_IMAGES if args.quick else args.scenes
-    data = EvalImages(FashionMNISTScenes("val", subset=n, cache=not args.quick), model, normalise=False)
+    data = read_images("fashion-mnist-scenes", model.cfg, limit=n, normalise=False)
     return default_collate([data[i] for i in range(len(data))])[0], f"the first {n} test scenes"
 
 

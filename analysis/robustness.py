@@ -10,7 +10,9 @@ image is where a map that moved at random would land.
 
     python analysis/robustness.py                                   # cait_micro_136 on 300 test scenes
     python analysis/robustness.py --model cait_s24_224 --pretrained # official weights on the photos
-    python analysis/robustness.py --scenes 1000 --corruptions gaussian_noise contrast --severities 1 3 5
+    python analysis/robustness.py --limit 1000 --corruptions gaussian_noise contrast --severities 1 3 5
+    python analysis/robustness.py --data DIR [--boxes boxes.json]   # your images: top-1 where the folders name
+                                                                    # classes, pointing where every image has a box
 
 Writes robustness.json/.png/.html. The numbers of `cait.evaluate --corruption` come from the same corrupted
 images (the same seed and batches); this script adds the per-image split.
@@ -25,38 +27,48 @@ from pathlib import Path
 
 import torch
 from _common import (
+    add_data_flags,
     default_images,
     fail,
     forward_only,
     load_examples,
     load_model,
+    made_from_data,
     out_dir,
     parser,
+    read_data,
+    readable_batches,
     save_html,
     save_png,
     write_json,
 )
-from torch.utils.data import default_collate
 from torchvision.transforms.v2.functional import normalize
 
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
-from cait.data import FashionMNISTScenes
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
-from cait.preprocess import EvalImages, view_pixels
+from cait.preprocess import view_pixels
+
+DEFAULT_IMAGES = 300  # without --limit: the first 300 images of the data
 
 
 def inputs(args: argparse.Namespace, model) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, str]:
-    """The clean model views [N, C, H, W] in [0, 1], their labels and boxes (None for photos), and what they are."""
-    if model.cfg.is_imagenet or args.images:  # photos, or any images given: judged without labels
+    """The clean model views [N, C, H, W] in [0, 1], their labels and boxes (None for photos, for images without
+    labels, and unless every image has a box), and what they are."""
+    if args.data is None and (model.cfg.is_imagenet or args.images):  # photos, or images given: no labels
         examples = load_examples(args.images or default_images(model.cfg), model.cfg, limit=2 if args.quick else None)
         if not examples:
             fail("no images to corrupt: give --images")
         return torch.stack([view_pixels(e.image) for e in examples]), None, None, f"{len(examples)} photos"
-    n = 8 if args.quick else args.scenes
-    views = EvalImages(FashionMNISTScenes("val", subset=n, cache=not args.quick), model, normalise=False)
-    x, labels, boxes = default_collate([views[i] for i in range(len(views))])
-    return x, torch.as_tensor(labels), boxes, f"the first {n} test scenes"
+    args.data = args.data or "fashion-mnist-scenes"
+    data = read_data(args, model.cfg, limit=8 if args.quick else DEFAULT_IMAGES, normalise=False)
+    batches = list(readable_batches(data, len(data), args.skipped))
+    if not batches:
+        fail(f"no readable image in {data.name}")
+    x, labels, boxes = batches[0]
+    labels = None if (labels < 0).any() else labels
+    boxes = None if boxes.isnan().any() else boxes
+    return x, labels, boxes, data.name
 
 
 def attend(model, x: torch.Tensor, args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,15 +161,19 @@ def figure(result: dict) -> LinePlot:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("robustness", __doc__, images=True)
-    p.add_argument("--scenes", type=int, default=300, help="test scenes (models trained on scenes); default 300")
+    add_data_flags(
+        p, default=f"fashion-mnist-scenes (the first {DEFAULT_IMAGES}), real photos for an ImageNet model or --images"
+    )
     p.add_argument("--corruptions", nargs="+", default=list(CORRUPTIONS), choices=list(CORRUPTIONS))
     p.add_argument("--severities", nargs="+", type=int, default=list(SEVERITIES), choices=list(SEVERITIES))
     p.add_argument("--seed", type=int, default=0, help="seed of the corruptions' random draws")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--replot", action="store_true", help="redraw the figures from --out's robustness.json")
     args = p.parse_args(argv)
-    if args.scenes <= 0 or args.batch_size <= 0:
-        fail("--scenes and --batch-size must be positive")
+    if args.batch_size <= 0:
+        fail("--batch-size must be positive")
+    if args.data is not None and args.images:
+        fail("give --data or --images, not both")
     if args.replot:
         try:
             result = json.loads((args.out / "robustness.json").read_text())
@@ -170,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     names, severities = args.corruptions, args.severities
     if args.quick:
         names, severities = names[:2], [1, 5]
+    args.skipped = []
     x, labels, boxes, what = inputs(args, model)
     img_size = model.cfg.img_size
     clean = per_image(model, x, args, None, 0)
@@ -180,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"corruption": name, "severity": severity, **score(run, clean, labels, boxes, img_size)})
             print(name, severity, {k: round(v, 3) for k, v in rows[-1].items() if isinstance(v, float)})
     result = {
-        "made_from": loaded.made_from,
-        "images": what,
+        "made_from": loaded.made_from if args.data is None else made_from_data(loaded.made_from, what),
+        "images": what if args.data is None else f"{len(x)} images of {what}",
+        "data": what if args.data is not None else None,
+        "skipped": args.skipped,
         "seed": args.seed,
         "precision": args.precision,
         "clean": score(clean, clean, labels, boxes, img_size),

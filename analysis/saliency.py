@@ -2,6 +2,7 @@
 
     python analysis/saliency.py [--checkpoint FILE] [--images a.png ...] [--out DIR]
     python analysis/saliency.py --model cait_s24_224 --pretrained    # official weights, on real photos
+    python analysis/saliency.py --data DIR --boxes boxes.json [--limit N]   # localization over your images
 
 Regions of focus: the smallest set of patches holding half of the first class-attention layer's mass
 (head mean, `cait.explain.regions_of_focus`), shown bright with its bounding box, captioned with the
@@ -9,6 +10,9 @@ predicted class and its probability. On images with a known garment box (the shi
 list theirs in cait/examples/examples.json) the same run scores every method of cait.explain.METHODS
 with `cait.evaluate.evaluate` (pointing game and mass in box, true class as target) and writes the table.
 Few images means a noisy table: for a real measurement run `python -m cait.evaluate` on the test split.
+
+With --data (cait.data.read_images) the regions are drawn for its first 12 images and the localization is
+scored over all of its images with a box (--boxes; the scenes have theirs), the figures naming the data.
 
 Writes regions_of_focus.png/.html/.json and, with boxes, localization.csv/.json/.png/.html.
 """
@@ -20,25 +24,33 @@ import torch
 import torch.nn.functional as F
 from _common import (
     Example,
+    add_data_flags,
     batch_of,
     default_images,
+    fail,
     forward_only,
     inference_dtype_of,
     load_examples,
     load_model,
+    made_from_data,
     matplotlib_pyplot,
     out_dir,
     parser,
+    read_data,
     save_html,
     save_png,
     write_csv,
     write_json,
 )
+from PIL import Image
 
 from cait import explain
 from cait.data import ImagesWithBoxes
 from cait.evaluate import CHEAP_METHODS, evaluate
 from cait.preprocess import class_names
+
+BATCH = 64  # images per batch of the localization run
+REGIONS = 12  # images in the regions-of-focus figure when the images come from --data
 
 
 def boxed_examples(examples: list[Example], cfg) -> ImagesWithBoxes:
@@ -150,7 +162,7 @@ def localization_figures(table: list[dict], made_from: str, out) -> None:
     save_html(figp, out / "localization.html", made_from)
 
 
-def write_regions(loaded, examples: list[Example], args, out) -> None:
+def write_regions(loaded, examples: list[Example], args, out, *, made_from: str) -> None:
     """The paper's Fig. 7 regions (first CA layer, head mean) as PNG, HTML and JSON."""
     model, cfg = loaded.model, loaded.model.cfg
     with forward_only(args):
@@ -160,8 +172,8 @@ def write_regions(loaded, examples: list[Example], args, out) -> None:
     names = class_names(cfg)
     top = probs.argmax(-1)
     captions = [f"{names[k]} {100 * probs[b, k]:.0f}%" for b, k in enumerate(top.tolist())]
-    regions_png(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.png")
-    regions_html(examples, masks, boxes, captions, loaded.made_from, out / "regions_of_focus.html")
+    regions_png(examples, masks, boxes, captions, made_from, out / "regions_of_focus.png")
+    regions_html(examples, masks, boxes, captions, made_from, out / "regions_of_focus.html")
     images = [
         {
             "image": e.name,
@@ -175,33 +187,50 @@ def write_regions(loaded, examples: list[Example], args, out) -> None:
     ]
     write_json(
         out / "regions_of_focus.json",
-        {"made_from": loaded.made_from, "share": explain.DEFAULT_SHARE, "images": images},
+        {"made_from": made_from, "share": explain.DEFAULT_SHARE, "images": images},
     )
     for e, caption, m in zip(examples, captions, masks):
         print(f"{e.name}: {caption}, region of {int(m.sum())}/{m.numel()} patches")
 
 
-def write_localization(loaded, boxed: ImagesWithBoxes, args, out) -> None:
-    """Pointing game and mass in box of every method on the examples with boxes, as CSV, JSON and figures."""
+def write_localization(loaded, boxed, args, out, *, made_from: str) -> None:
+    """Pointing game and mass in box of every method on the images with boxes of `boxed` (an ImageSet or a
+    dataset with boxes; `made_from` says which, and which model), as CSV, JSON and figures."""
     methods = tuple(args.methods) if args.methods else (CHEAP_METHODS if args.quick else None)
     result = evaluate(
         loaded.model,
         boxed,
-        batch_size=len(boxed),
+        batch_size=BATCH,
         workers=0,
         methods=methods,
         attribution_subset=len(boxed),
         dtype=inference_dtype_of(args),
     )
-    made = f"{loaded.made_from}; {len(boxed)} example images with boxes"
     write_csv(out / "localization.csv", result["localization"])
-    write_json(out / "localization.json", {"made_from": made, **result})
-    localization_figures(result["localization"], made, out)
-    print(f"localization on {len(boxed)} images (top-1 {100 * result['top1']:.0f}%):")
+    write_json(out / "localization.json", {"made_from": made_from, **result})
+    localization_figures(result["localization"], made_from, out)
+    top1 = "-" if result["top1"] is None else f"{100 * result['top1']:.0f}%"
+    print(f"localization on {result['images']} images (top-1 {top1}):")
     for r in sorted(result["localization"], key=lambda r: -r["pointing_game"]):
         print(
             f"  {r['method']:<26}pointing {100 * r['pointing_game']:5.1f}%  mass in box {100 * r['mass_in_box']:5.1f}%"
         )
+
+
+def data_examples(data, n: int) -> list[Example]:
+    """The first `n` readable images of an ImageSet read in pixels (`normalise=False`), as the regions figure's
+    examples: the model's view, the label (None when unknown) and the box (None without one)."""
+    examples = []
+    for i in range(len(data)):
+        x, label, box, _, ok = data[i]
+        if ok:
+            pixels = (x * 255).round().byte().permute(1, 2, 0).numpy()
+            image = Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels).convert("RGB")
+            name = data.paths[i].rsplit(".", 1)[0].replace("/", "_")
+            examples.append(Example(name, image, label if label >= 0 else None, None if box.isnan().any() else box))
+        if len(examples) == n:
+            break
+    return examples
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,19 +241,29 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"explanations to score (default: all; --quick: {', '.join(CHEAP_METHODS)})",
     )
+    add_data_flags(p, default="--images, or the shipped example scenes (real photos for an ImageNet model)")
     args = p.parse_args(argv)
     unknown = {m for m in args.methods or () if m not in explain.METHODS}
     if unknown:
         p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
+    if args.data is not None and args.images:
+        p.error("give --data or --images, not both")
     loaded = load_model(args)
     cfg = loaded.model.cfg
-    examples = load_examples(args.images or default_images(cfg), cfg, limit=4 if args.quick else None)
     out = out_dir(args.out)
-    write_regions(loaded, examples, args, out)
+    if args.data is not None:
+        data = read_data(args, cfg, limit=8 if args.quick else None, normalise=False)
+        examples, boxed, made_from = data_examples(data, REGIONS), data, made_from_data(loaded.made_from, data.name)
+        if not examples:
+            fail(f"no readable image in {data.name}")
+    else:
+        examples = load_examples(args.images or default_images(cfg), cfg, limit=4 if args.quick else None)
+        boxed = boxed_examples(examples, cfg)
+        made_from = f"{loaded.made_from}; {len(boxed)} example images with boxes"
+    write_regions(loaded, examples, args, out, made_from=made_from if args.data else loaded.made_from)
     written = "regions_of_focus.png/.html/.json"
-    boxed = boxed_examples(examples, cfg)
-    if len(boxed):
-        write_localization(loaded, boxed, args, out)
+    if len(boxed) and getattr(boxed, "boxes", None) is not None:
+        write_localization(loaded, boxed, args, out, made_from=made_from)
         written += ", localization.csv/.json/.png/.html"
     print(f"{loaded.made_from}\nwrote {written} to {out}")
     return 0

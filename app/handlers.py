@@ -291,16 +291,26 @@ class Handlers(MechanismsEvents):
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
-    def _analysed(self, loaded: LoadedModel, a: session.Analysis, look: tuple, shown: tuple, *, uploaded: bool) -> dict:
+    def _analysed(
+        self,
+        loaded: LoadedModel,
+        a: session.Analysis,
+        look: tuple,
+        shown: tuple,
+        *,
+        uploaded: bool,
+        selected: tuple | None = None,
+    ) -> dict:
         """The first answer to a new image: predictions and the class-attention view, as soon as they are
-        computed; what the other tabs and the downloads need follows in `details`."""
+        computed (with the tile `selected` enlarged); what the other tabs and the downloads need follows in
+        `details`."""
         p = self.page
         for note in a.notes:
             gr.Info(note)
         preds = session.top_predictions(a.probs, loaded.labels)
         out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
-        out.update(self.ca_outputs(a, look, None, shown, sheet=False))
-        out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
+        out.update(self.ca_outputs(a, look, selected, shown, sheet=False))
+        out.update({p.analysis: a, p.top5: texts.top5_html(preds), p.selected: selected})
         return out
 
     def details(self, **asked: Any) -> dict:
@@ -375,9 +385,19 @@ class Handlers(MechanismsEvents):
         path.write_text(json.dumps(data))
         return str(path)
 
-    def _analyse_path(
-        self, choice: ModelChoice, path: str | None, look: tuple, sa_layer: int, shown: tuple, *, uploaded: bool
+    def analyse_path(
+        self,
+        choice: ModelChoice,
+        path: str | None,
+        look: tuple,
+        sa_layer: int,
+        shown: tuple,
+        *,
+        uploaded: bool,
+        selected: tuple[int, int] | None = None,
     ) -> dict:
+        """The image at `path` analysed by the session's model: the first answer to a new image (`_analysed`,
+        with the class-attention tile `selected` (layer, 0 for the mean or head + 1) enlarged), or a message."""
         if path is None:
             return self.cleared(shown)
         loaded = self.cache.get(choice)
@@ -388,16 +408,16 @@ class Handlers(MechanismsEvents):
             log.info("could not analyse an upload: %s", e)
             return self.cleared(shown, f"**Could not analyse this file:** {e}")
         log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
-        return self._analysed(loaded, a, look, shown, uploaded=uploaded)
+        return self._analysed(loaded, a, look, shown, uploaded=uploaded, selected=selected)
 
     def on_upload(self, choice, shown, payload, cmap, alpha, scale, view, keep, th_layer) -> dict:
-        return self._analyse_path(
+        return self.analyse_path(
             choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=True
         )
 
     def on_example(self, choice, shown, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:
         path = evt.value["image"]["path"]
-        out = self._analyse_path(choice, path, (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=False)
+        out = self.analyse_path(choice, path, (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=False)
         out[self.page.image_in] = path
         return out
 

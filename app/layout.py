@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gradio as gr
 
 import cait
-from app import causal_view, figures, mechanisms_view, texts
+from app import causal_view, dataset_view, figures, mechanisms_view, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
@@ -128,6 +128,7 @@ class Page:
     mx_ablate: gr.Button
     mx_ablation: gr.HTML
     url_model: gr.Textbox  # hidden: the page's variant, for its address (?model=...), so a reload keeps it
+    dataset: dataset_view.DatasetTab  # the Dataset tab's components (a head atlas over many images)
 
     @property
     def results(self) -> list:
@@ -565,6 +566,8 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
                 _causal_tab(first, parts)
             with gr.Tab(MECHANISMS_TAB, id="mechanisms") as parts["mechanisms_tab"]:
                 mechanisms_tab(first, parts)
+            with gr.Tab("Dataset", id="dataset"):
+                parts["dataset"] = dataset_view.build_tab()
             with gr.Tab("Model", id="model"):
                 _model_tab(first, parts)
     return demo, Page(**parts)

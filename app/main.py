@@ -2,7 +2,7 @@
 
     python app/main.py [--host 127.0.0.1] [--port 7860] [--model cait_micro_136] [--checkpoint FILE]
                        [--pretrained] [--random-init] [--device auto|cpu|cuda] [--precision auto|fp32|bf16]
-                       [--model-memory-gb 4]
+                       [--model-memory-gb 4] [--atlas OUT] [--atlas-dir DIR]
 
 A thin command line: arguments are checked before torch and Gradio are imported (so --help and a bad
 flag answer at once), then `app.ui` builds and serves the page.
@@ -44,6 +44,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=4.0,
         help="weights of loaded models kept for all pages together; the least recently used model is "
         "dropped first (default 4)",
+    )
+    p.add_argument(
+        "--atlas",
+        default=None,
+        metavar="OUT",
+        help="a head atlas (python -m cait.atlas --out OUT) to open in the Dataset tab",
+    )
+    p.add_argument(
+        "--atlas-dir",
+        default=None,
+        metavar="DIR",
+        help="the Dataset tab offers the atlases in DIR's subfolders (default: the folder of --atlas, else out/)",
     )
     return p.parse_args(argv)
 

@@ -10,6 +10,7 @@ from functools import partial
 
 import cait
 from app import torch_thread
+from app.dataset_handlers import AtlasPlaces
 from app.models import ModelCache, ModelChoice, load_model
 from app.ui import build_app, launch
 from cait.factory import requested_variant
@@ -44,7 +45,8 @@ def serve(args: argparse.Namespace) -> int:
     if first.notice:
         print(f"warning: {first.notice}", file=sys.stderr)
     try:
-        launch(build_app(cache, default), host=args.host, port=args.port)
+        places = AtlasPlaces.of(args.atlas, args.atlas_dir)
+        launch(build_app(cache, default, places), host=args.host, port=args.port, served=tuple(places.served()))
     except OSError as e:  # the port was taken between the check and the bind
         print(
             f"error: cannot serve on {args.host}:{args.port} ({e.strerror or e}); choose another with --port",

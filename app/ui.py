@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import layout, torch_thread
+from app import dataset_handlers, layout, torch_thread
 from app.examples import served_paths
 from app.handlers import DetailsAsk, Handlers, SaliencyAsk, layerscale_figure
 from app.mechanisms_events import PatchAsk
@@ -120,7 +120,8 @@ def _wire_mechanisms(p: layout.Page, h: Handlers, *, after_image: tuple) -> None
 
 
 def _everything(p: layout.Page) -> list:
-    return [c for c in p.components().values() if not isinstance(c, list)] + p.ca_galleries
+    """Every component of the page but the Dataset tab's (a new model leaves an open atlas as it is)."""
+    return [c for c in p.components().values() if isinstance(c, gr.blocks.Block)] + p.ca_galleries
 
 
 def _wire_saliency(p: layout.Page, h: Handlers) -> None:
@@ -163,7 +164,7 @@ def _wire_talking_heads(p: layout.Page, h: Handlers) -> None:
     )
 
 
-def _wire(p: layout.Page, h: Handlers) -> None:
+def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, demo: gr.Blocks) -> None:
     everything = _everything(p)
     view = [*p.look, p.th_layer]
     on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
@@ -203,6 +204,7 @@ def _wire(p: layout.Page, h: Handlers) -> None:
     _wire_talking_heads(p, h)
     _wire_causal(p, h)
     _wire_mechanisms(p, h, after_image=(uploaded, picked))
+    dataset_handlers.wire(p, h, places, demo, details)
     p.load_btn.click(
         h.load_model,
         [p.choice, p.ca_props, p.variant, p.checkpoint, p.download],
@@ -214,13 +216,13 @@ def _wire(p: layout.Page, h: Handlers) -> None:
         control.change(h.weights_status, [p.variant, p.checkpoint], p.weights_md, api_visibility="private")
 
 
-def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
-    """The whole app; a new session starts with `default`."""
+def build_app(cache: ModelCache, default: ModelChoice, places: dataset_handlers.AtlasPlaces | None = None) -> gr.Blocks:
+    """The whole app; a new session starts with `default`; `places`: where the Dataset tab finds atlases."""
     first = torch_thread.call(cache.get, default)
     demo, page = layout.build_page(first, torch_thread.call(layerscale_figure, first))
     handlers = Handlers(page, cache, default)
     with demo:
-        _wire(page, handlers)
+        _wire(page, handlers, places or dataset_handlers.AtlasPlaces.of(None, None), demo)
         demo.load(
             handlers.from_address,
             [page.choice, page.ca_props],
@@ -234,7 +236,10 @@ def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
     return demo
 
 
-def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> None:
+def launch(
+    demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block: bool = True, served: tuple[str, ...] = ()
+) -> None:
+    """Serve `demo`; `served`: folders beyond `served_paths` whose files the page links to (atlas pages)."""
     demo.launch(
         server_name=host,
         server_port=port,
@@ -245,7 +250,7 @@ def launch(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block:
         ssr_mode=False,
         show_error=True,
         prevent_thread_lock=True,
-        allowed_paths=served_paths(),
+        allowed_paths=[*served_paths(), *served],
         quiet=True,  # Gradio's own banner names a share link we never make; ours is one line
     )
     print(f"cait-lens app on {demo.local_url} (Ctrl+C to stop)", flush=True)

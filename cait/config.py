@@ -58,6 +58,11 @@ class _StoredConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def is_imagenet(self) -> bool:
+        """Whether the head predicts ImageNet-1k (the paper's variants), named by timm's class list."""
+        return self.labels == "imagenet"
+
     def view_geometry(self, width: int, height: int) -> tuple[tuple[int, int], tuple[int, int]]:
         """Where an image of (width, height) lands in the model's evaluation view: the (width, height) it is
         resized to (short side floor(img_size / crop_pct)) and the (left, top) of the centred img_size crop.
@@ -193,11 +198,6 @@ class CaiTConfig(_StoredConfig):
     def has_class_token(self) -> bool:
         """Whether the class token reaches the output; average pooling without `class_token_at` has none."""
         return self.global_pool == "token" or self.class_token_at is not None
-
-    @property
-    def is_imagenet(self) -> bool:
-        """Whether the head predicts ImageNet-1k (the paper's variants), named by timm's class list."""
-        return self.labels == "imagenet"
 
     def network_differences(self, other: CaiTConfig, *, ignore: Iterable[str] = ()) -> list[str]:
         """The fields, besides `ignore`, where `other` describes another network: a different function or

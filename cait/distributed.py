@@ -23,3 +23,31 @@ def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
     dist.init_process_group("nccl" if use_cuda else "gloo")
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return dist.get_rank(), world, device
+
+
+def shard_ranges(images: int, size: int) -> list[range]:
+    """The image indices of every shard: consecutive runs of `size` (the last one shorter)."""
+    return [range(start, min(start + size, images)) for start in range(0, images, size)]
+
+
+def rank_shards(shards: int, rank: int, world: int) -> list[int]:
+    """The shards rank `rank` of `world` does: every world-th one (each shard by exactly one rank). The one
+    sharding rule of the commands that share images over ranks (`cait.atlas`, `cait.evaluate`)."""
+    return list(range(rank, shards, world))
+
+
+def rank_indices(images: int, size: int, rank: int, world: int) -> list[int]:
+    """The image indices rank `rank` of `world` does, shard after shard (`shard_ranges` of `size`,
+    `rank_shards`): each image once, no padding. With `size` the batch size, every batch a rank forms is a
+    batch a one-process run forms too, so per-batch numbers (and their ties) are the same."""
+    shards = shard_ranges(images, size)
+    return [i for s in rank_shards(len(shards), rank, world) for i in shards[s]]
+
+
+def gather_all(obj: object) -> list:
+    """Every rank's `obj` (picklable), in rank order, on every rank; [obj] without a process group."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

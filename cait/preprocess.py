@@ -8,8 +8,6 @@ from typing import Callable
 import numpy as np
 import torch
 from PIL import Image
-from torch import nn
-from torch.utils.data import Dataset
 
 from .config import CaiTConfig
 
@@ -68,24 +66,3 @@ def to_batch(images: list[Image.Image], cfg: CaiTConfig) -> torch.Tensor:
     """PIL images -> normalised batch [B, C, H, W] ready for the model."""
     tf = eval_transform(cfg)
     return torch.stack([tf(im) for im in images])
-
-
-class EvalImages(Dataset):
-    """(normalised tensor, label, box in model-input pixels or NaNs) from a dataset of PIL images: what the model
-    is scored on here and in `cait.train.calibration`. normalise=False: the model's view in [0, 1] instead, for
-    a corruption (`cait.corruptions`) to be applied before the normalisation."""
-
-    def __init__(self, base: Dataset, model: nn.Module, *, normalise: bool = True):
-        cfg = model.cfg
-        self.base = base
-        self.tf = eval_transform(cfg) if normalise else lambda image: view_pixels(model_view(image, cfg))
-        boxes = getattr(base, "boxes", None)
-        self.boxes = None if boxes is None else model.cfg.box_to_input(torch.as_tensor(boxes), base.canvas)
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i: int):
-        image, label = self.base[i]
-        box = self.boxes[i] if self.boxes is not None else torch.full((4,), float("nan"))
-        return self.tf(image), label, box

@@ -92,3 +92,17 @@ def hf_env(tmp_path, monkeypatch):
     yield set_env
     monkeypatch.undo()
     importlib.reload(constants)
+
+
+@pytest.fixture(scope="session")
+def pico_scenes(tmp_path_factory) -> tuple[Path, Path]:
+    """(checkpoint, folder): a random cait_pico_32 saved as safetensors, and 150 test scenes exported as an
+    ImageFolder with COCO boxes plus one broken file: the user's-data setup the atlas and evaluate tests share."""
+    from cait.checkpoint import save_weights
+    from cait.data.export import export_scenes
+
+    root = tmp_path_factory.mktemp("pico_scenes")
+    save_weights(randomise_(cait.create_model("cait_pico_32"), seed=3).eval(), root / "pico.safetensors")
+    export_scenes(root / "scenes", n=150, split="val", style="default", seed=0)
+    (root / "scenes" / "Bag" / "broken.png").write_text("not an image")
+    return root / "pico.safetensors", root / "scenes"

@@ -578,13 +578,12 @@ def test_no_verdict_from_runs_that_learned_nothing(table1):
 def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
     """--quick: the first 8 test scenes; each block's mean |gamma| and mean knockout change, and each CA
     head's mean attribution, recomputed here for the predicted class."""
-    from cait.data import build_dataset
-    from cait.preprocess import EvalImages
+    from cait.data import read_images
 
     data = json.loads((gallery / "layer_importance" / "layer_importance.json").read_text())
     model = cait.create_model(None, checkpoint).eval()
     cfg = model.cfg
-    images = EvalImages(build_dataset("fashion-mnist-scenes", "val", subset=8), model)
+    images = read_images("fashion-mnist-scenes", cfg, limit=8)
     x = torch.stack([images[i][0] for i in range(8)])
     target = model(x).argmax(1)
     delta = explain.knockout_profile(model, x, target).mean(0)
@@ -645,8 +644,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     from torchvision.transforms.v2.functional import normalize
 
     from cait.corruptions import corrupt
-    from cait.data import FashionMNISTScenes
-    from cait.preprocess import EvalImages
+    from cait.data import read_images
 
     run("robustness.py", "--quick", "--checkpoint", checkpoint, "--out", tmp_path)
     result = json.loads((tmp_path / "robustness.json").read_text())
@@ -662,7 +660,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     assert 0 < (tmp_path / "robustness.png").stat().st_size < 100_000  # small enough to ship beside the JSON
     # the row of gaussian_noise:5 recomputed here: the 8 scenes' views corrupted with seed 0, then normalised
     model = cait.create_model(None, checkpoint)
-    views = EvalImages(FashionMNISTScenes("val", subset=8), model, normalise=False)
+    views = read_images("fashion-mnist-scenes", model.cfg, limit=8, normalise=False)
     x = torch.stack([views[i][0] for i in range(8)])
     labels, boxes = torch.as_tensor([views[i][1] for i in range(8)]), torch.stack([views[i][2] for i in range(8)])
     x = corrupt(x, "gaussian_noise", 5, generator=torch.Generator().manual_seed(0))
@@ -680,3 +678,52 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     unlabelled = json.loads((tmp_path / "photos" / "robustness.json").read_text())
     assert unlabelled["images"] == "2 photos" and all("top1" not in r for r in unlabelled["rows"])
     assert all(0 <= r["focus_kept"] <= 1 and 0 <= r["agreement"] <= 1 for r in unlabelled["rows"])
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """30 exported test scenes with their COCO boxes, as a user's ImageFolder, and one unreadable file."""
+    from cait.data.export import export_scenes
+
+    root = tmp_path_factory.mktemp("exported") / "scenes"
+    export_scenes(root, n=30, split="val", style="default", seed=0)
+    (root / "Bag" / "broken.png").write_text("not an image")
+    return root
+
+
+def test_scripts_over_a_folder_name_it_and_equal_the_atlas(exported, checkpoint, tmp_path):
+    """--data/--boxes/--limit through the reader: each script's JSON and figures name the data and the skipped
+    file, and the numbers the atlas also computes (knockouts per block, per-head pointing, SA distances) equal
+    the atlas's on the same images."""
+    from cait.atlas.__main__ import main as atlas
+
+    data = ["--checkpoint", checkpoint, "--data", exported, "--boxes", exported / "boxes.json", "--limit", 24]
+    jsons = {
+        "layer_importance": "layer_importance.json",
+        "attention_distance": "attention_distance.json",
+        "robustness": "robustness.json",
+        "saliency": "localization.json",
+    }
+    results = {}
+    for script, name in jsons.items():
+        run(f"{script}.py", "--quick", *data, "--out", tmp_path / script)
+        results[script] = json.loads((tmp_path / script / name).read_text())
+        made = results[script]["made_from"]
+        assert "pico.safetensors" in made and f"data: ImageFolder {exported}/ (24 images" in made, script
+        assert results[script]["skipped"] == ["Bag/broken.png"], script  # among the first 24 files
+    page = (tmp_path / "layer_importance" / "layer_importance.html").read_text()
+    assert "made from: checkpoint pico.safetensors" in page and "data: ImageFolder" in page  # plotly escapes "/"
+    assert results["saliency"]["images"] == 23 and results["robustness"]["images"].startswith("23 images of")
+    out = tmp_path / "atlas"
+    atlas_args = ["--knockouts", "--workers", "0", "--exemplars", "1", "--out", str(out)]
+    assert atlas([*map(str, data), *atlas_args]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    li = results["layer_importance"]
+    assert li["images"] == summary["images"] == 23
+    for ours, theirs in zip(li["blocks"], summary["blocks"], strict=True):
+        assert ours["knockout_delta_logit_mean"] == pytest.approx(theirs["logit_change_mean"], abs=1e-4)
+    for ours, theirs in zip(li["heads"], summary["heads"], strict=True):
+        assert (ours["layer"], ours["head"]) == (theirs["layer"], theirs["head"])
+        assert ours["pointing"] == pytest.approx(theirs["pointing"], abs=1e-6)  # a rate over 23 images, fp32
+    distance = results["attention_distance"]["mean_distance"]
+    assert np.allclose(distance, summary["sa_attention_distance"]["per_head_px"], atol=1e-4)

@@ -19,15 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import randomise_
 
 import cait
 from cait import explain
 from cait.atlas.__main__ import main
-from cait.checkpoint import save_weights
 from cait.corruptions import corrupt
 from cait.data import read_images
-from cait.data.export import export_scenes
 from cait.preprocess import normalise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,14 +34,12 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """A random cait_pico_32 saved as a checkpoint, exported scenes with one broken file, and a full atlas."""
+def setup(tmp_path_factory, pico_scenes):
+    """The shared random cait_pico_32 checkpoint and exported scenes (one broken file), and a full atlas."""
     root = tmp_path_factory.mktemp("atlas")
-    model = randomise_(cait.create_model("cait_pico_32"), seed=3).eval()
-    save_weights(model, root / "pico.safetensors")
-    scenes = root / "scenes"
-    export_scenes(scenes, n=SCENES, split="val", style="default", seed=0)
-    (scenes / "Bag" / "broken.png").write_text("not an image")
+    checkpoint, scenes = pico_scenes
+    model = cait.create_model(checkpoint=checkpoint).eval()
+    (root / "pico.safetensors").symlink_to(checkpoint)
     args = [
         "--checkpoint",
         str(root / "pico.safetensors"),

@@ -13,7 +13,7 @@ from cait import explain
 from cait.checkpoint import WEIGHTS_DIR
 from cait.cnn import TimmCNN
 from cait.config import CNNConfig
-from cait.data import FashionMNISTScenes
+from cait.data import FashionMNISTScenes, read_images
 from cait.evaluate import evaluate, format_table
 
 
@@ -209,19 +209,19 @@ def test_without_flags_the_default_model_is_scored_with_its_shipped_weights(monk
         seen.update(model=model, data=data, methods=kwargs["methods"])
         return {"images": 0, "top1": 0.0, "per_class_top1": {}, "top1_by_box_side": [], "localization": []}
 
-    def dataset(name, split, **kwargs):
-        seen.update(asked=(name, split, kwargs["seed"], kwargs["subset"], kwargs["style"], kwargs["pixel_noise"]))
-        return FashionMNISTScenes("val", subset=2)
+    def dataset(name, cfg, **kwargs):
+        seen.update(asked=(name, kwargs["scene_seed"], kwargs["limit"], kwargs["scene_style"], kwargs["pixel_noise"]))
+        return read_images("fashion-mnist-scenes", cfg, limit=2)
 
     monkeypatch.setattr(cli, "evaluate", scored)
-    monkeypatch.setattr(cli, "build_dataset", dataset)
+    monkeypatch.setattr(cli, "read_images", dataset)
     assert cli.main([]) == 0
     cfg = cait.get_config(cait.DEFAULT_MODEL)
     assert not seen["model"].cfg.network_differences(cfg) and seen["methods"] is None  # every method
     shipped = load_file(WEIGHTS_DIR / cfg.pretrained)
     assert shipped.keys() == seen["model"].state_dict().keys()
     assert all(torch.equal(v, seen["model"].state_dict()[k]) for k, v in shipped.items())
-    assert seen["asked"] == ("fashion-mnist-scenes", "val", 0, None, "default", None)  # the 10k test scenes
+    assert seen["asked"] == ("fashion-mnist-scenes", 0, None, "default", None)  # the 10k test scenes
 
 
 def test_without_a_model_flag_a_subset_is_scored_for_real(capsys):

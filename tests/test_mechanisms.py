@@ -322,8 +322,8 @@ def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
     from pathlib import Path
 
     from cait.corruptions import corrupt
-    from cait.data import FashionMNISTScenes
-    from cait.preprocess import EvalImages, normalise
+    from cait.data import read_images
+    from cait.preprocess import normalise
 
     torch.manual_seed(0)
     model = randomise_(cait.create_model("cait_pico_32")).eval()
@@ -334,7 +334,7 @@ def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
     done = subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "out" / "mechanisms.json").read_text())
-    views = EvalImages(FashionMNISTScenes("val", subset=8), model, normalise=False)
+    views = read_images("fashion-mnist-scenes", model.cfg, limit=8, normalise=False)
     x = torch.stack([views[i][0] for i in range(8)])
     broken = corrupt(x, "contrast", 4, generator=torch.Generator().manual_seed(0))
     clean, corrupted = normalise(x, model.cfg), normalise(broken, model.cfg)

@@ -31,14 +31,6 @@ def images_per_pass(cfg) -> int | None:
     return None if one > DISTANCE_BYTES else DISTANCE_BYTES // one
 
 
-def _per_head(fn, maps: torch.Tensor, boxes: torch.Tensor, img_size: int) -> torch.Tensor:
-    """fn(heat [B*L*H, g, g], boxes, img_size) per head of maps [B, L, H, g, g] -> [B, L, H]; NaN without a box."""
-    B, L, H = maps.shape[:3]
-    flat = boxes.repeat_interleave(L * H, dim=0)
-    out = fn(maps.flatten(0, 2), flat.nan_to_num(0.0), img_size).float().view(B, L, H)
-    return out.masked_fill(boxes.isnan().any(-1)[:, None, None], float("nan"))
-
-
 def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: int | None) -> dict:
     """Everything but the knockouts for a chunk of images small enough for its SA maps."""
     cfg = model.cfg
@@ -51,13 +43,14 @@ def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: 
     maps = explain.ClassAttention.from_insights(ins).maps  # [B, L, H, g, g]
     probs = ins.logits.float().softmax(-1)
     prediction = dla.target
+    pointing, mass = explain.head_localization(maps, boxes, cfg.img_size)
     return {
         "prediction": prediction,
         "probability": probs.gather(1, prediction[:, None])[:, 0],
         "entropy": explain.attention_entropy(maps),
         "dla": dla.heads.float(),
-        "pointing": _per_head(explain.pointing_game, maps, boxes, cfg.img_size),
-        "mass_in_box": _per_head(explain.mass_in_box, maps, boxes, cfg.img_size),
+        "pointing": pointing,
+        "mass_in_box": mass,
         "distance": distance.float(),
     }
 

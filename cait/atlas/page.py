@@ -53,14 +53,19 @@ def distributions(hist: dict[str, dict[str, Any]], layers: int, heads: int) -> l
 
 def dla_heatmap(tally: Tally, names: list[str]):
     """Heads x predicted classes: the mean direct logit attribution of each head to the class it predicted."""
-    import plotly.graph_objects as go
-
     seen = [c for c in range(tally.classes) if tally.class_count[c]]
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = tally.class_dla[seen] / tally.class_count[seen, None, None]  # [classes, L, H]
-    z = mean.reshape(len(seen), -1).T
     rows = [head_row(l, h) for l in range(tally.layers) for h in range(tally.heads)]
-    fig = go.Figure(go.Heatmap(z=z, x=[names[c] for c in seen], y=rows, colorscale="RdBu", zmid=0))
+    return class_dla_figure(mean.reshape(len(seen), -1).T, rows, [names[c] for c in seen])
+
+
+def class_dla_figure(z: np.ndarray, rows: list[str], classes: list[str]):
+    """The heatmap of `dla_heatmap` from its numbers: z [heads, classes], one row per head (named `rows`), one
+    column per predicted class; also drawn by the app's Dataset tab from heads.csv."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Heatmap(z=z, x=classes, y=rows, colorscale="RdBu", zmid=0))
     fig.update_layout(
         title="Mean direct logit attribution of each head, by predicted class",
         template="plotly_white",

@@ -15,14 +15,14 @@ import torch.distributed as dist
 
 from .. import explain, factory
 from ..data import DataError, read_images
-from ..distributed import setup_distributed
+from ..distributed import rank_shards, setup_distributed, shard_ranges
 from ..preprocess import class_names
 from ..provenance import SourcedModel
 from ..robustness import parse_corruption
 from ..runtime import DeviceError, choose_precision
 from . import report
 from .page import write_page
-from .shards import args_problem, missing_shards, rank_shards, record_args, run_shards, shard_ranges, write_atomic
+from .shards import args_problem, missing_shards, record_args, run_shards, write_atomic
 
 # arguments that do not change the numbers, so a resumed run may differ in them
 FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision")

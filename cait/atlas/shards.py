@@ -23,16 +23,6 @@ ARGS_FILE = "atlas_args.json"  # the arguments the shards were made with
 SHARD_DIR = "shards"
 
 
-def shard_ranges(images: int, size: int) -> list[range]:
-    """The image indices of every shard: consecutive runs of `size` (the last one shorter)."""
-    return [range(start, min(start + size, images)) for start in range(0, images, size)]
-
-
-def rank_shards(shards: int, rank: int, world: int) -> list[int]:
-    """The shards rank `rank` of `world` does: every world-th one (each shard by exactly one rank)."""
-    return list(range(rank, shards, world))
-
-
 def shard_path(out: Path, shard: int) -> Path:
     return out / SHARD_DIR / f"shard-{shard:05d}.npz"
 

@@ -62,6 +62,11 @@ class ImageSet(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
+    def image(self, i: int) -> Image.Image:
+        """Image i as read, before the model's view: what a viewer shows of it (e.g. an atlas's exemplar).
+        Raises PIL's errors (`IMAGE_ERRORS`) for a file that cannot be read."""
+        return self._load(i)
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int, torch.Tensor, int, bool]:
         from ..preprocess import model_view, normalise, view_pixels
 
@@ -120,14 +125,35 @@ def _built_in(
     if split not in SPLIT_FILES:
         raise DataError(f"split must be one of {', '.join(SPLIT_FILES)}, got {split!r}")
     source = build_dataset(data, split, seed=seed, subset=limit, cache=True, style=style, pixel_noise=pixel_noise)
-    labels = torch.as_tensor(source.labels[: len(source)], dtype=torch.long)
     scenes = data == "fashion-mnist-scenes"
-    boxes = cfg.box_to_input(source.boxes, source.canvas) if scenes else None
     look = f", seed {seed}, style {style}" + ("" if pixel_noise is None else f", pixel noise {pixel_noise:g}")
     name = f"{data} {split} ({len(source):,} {'scenes' if scenes else 'images'}{look if scenes else ''})"
     paths = [f"{data}/{split}/{i:06d}" for i in range(len(source))]
+    return dataset_images(source, cfg, name=name, paths=paths, normalise=normalise)
+
+
+def dataset_images(
+    source: Dataset, cfg: CaiTConfig, *, name: str, paths: list[str] | None = None, normalise: bool = True
+) -> ImageSet:
+    """A dataset of (PIL image, label) items (`cait.data.build_dataset`'s, `ImagesWithBoxes`) as an ImageSet:
+    its labels (`.labels`, an ImageFolder's targets, else read item by item) and, for a `BoxedDataset`, its
+    boxes in model-input pixels. paths: a name per image (default "<index>")."""
+    n = len(source)
+    if hasattr(source, "labels"):
+        labels = list(source.labels[:n])
+    elif hasattr(getattr(source, "folder", None), "targets"):
+        labels = list(source.folder.targets[:n])
+    else:
+        labels = [source[i][1] for i in range(n)]
+    boxes = getattr(source, "boxes", None)
     return ImageSet(
-        name=name, paths=paths, load=_ItemImage(source), cfg=cfg, labels=labels, boxes=boxes, normalise=normalise
+        name=name,
+        paths=paths or [f"{i:06d}" for i in range(n)],
+        load=_ItemImage(source),
+        cfg=cfg,
+        labels=torch.as_tensor(labels, dtype=torch.long).reshape(n),
+        boxes=None if boxes is None else cfg.box_to_input(torch.as_tensor(boxes[:n]), source.canvas),
+        normalise=normalise,
     )
 
 

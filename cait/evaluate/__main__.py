@@ -5,6 +5,14 @@
     python -m cait.evaluate --checkpoint runs/teacher/best.safetensors --img-size 128 --scene-seed 1
     python -m cait.evaluate --model cait_micro_136 --corruption all:3 --baseline sweep.json   # cait.robustness
     python -m cait.evaluate --model cait_micro_136 --pixel-noise 0.08   # or --scene-style varied
+    python -m cait.evaluate --pretrained --model cait_s24_224 --data DIR [--boxes boxes.json] [--limit N]
+    torchrun --nproc-per-node 2 -m cait.evaluate ...   # the images shared over processes, the same numbers
+
+--data reads the scenes, Fashion-MNIST or a folder of your images through `cait.data.read_images`: class
+folders give top-1 (ImageNet synsets or the model's class names), a flat folder has no labels (no top-1;
+the localization then explains the predicted class), COCO boxes (--boxes) give the localization table.
+Unreadable images are skipped, counted and named in the table and the JSON. Under torchrun every process
+scores every world-th batch, the counts and sums are gathered, and the first process reports.
 
 Without --model or --checkpoint it scores the default model (cait.config.DEFAULT_MODEL) with its shipped
 weights. A variant without weights here is an error naming the ways out, unless --random-init asks for a
@@ -28,18 +36,19 @@ import json
 import sys
 from pathlib import Path
 
-from torch.utils.data import Dataset
+import torch.distributed as dist
 
 from .. import explain
 from ..checkpoint import CheckpointError
 from ..corruptions import CORRUPTIONS
-from ..data import SCENE_STYLES, DataError, build_dataset
+from ..data import SCENE_STYLES, DataError, ImageSet, read_images
+from ..distributed import gather_all, setup_distributed
 from ..factory import load_model
 from ..flags import add_device_flag, add_model_flags, add_precision_flag
 from ..model import CaiT
 from ..provenance import SourcedModel
 from ..robustness import POINTING_ROWS, format_sweep, parse_corruptions
-from ..runtime import DeviceError, inference_dtype, resolve_device
+from ..runtime import DeviceError, inference_dtype
 from .core import evaluate, format_table
 from .sweep import corruption_section
 
@@ -56,7 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data",
         default="fashion-mnist-scenes",
-        help="fashion-mnist-scenes (has boxes), fashion-mnist, or an ImageFolder root (its val/ split)",
+        help="fashion-mnist-scenes (has boxes), fashion-mnist, or a folder of images: class folders (top-1 where "
+        "they name the model's classes; DIR/val/ when it holds images) or a flat folder (no labels: no top-1)",
+    )
+    p.add_argument(
+        "--boxes",
+        default=None,
+        metavar="FILE",
+        help="COCO-format boxes (JSON) of a folder's images: the localization table on the images they box",
     )
     p.add_argument(
         "--img-size",
@@ -65,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="test at this input size instead of the model's (the position embedding is resampled, "
         "DeiT's rule): a test size above the training size can score higher (FixRes)",
     )
-    p.add_argument("--subset", type=int, default=None, help="evaluate only the first N images")
+    p.add_argument(
+        "--limit", "--subset", dest="limit", type=int, default=None, help="only the first N images (--subset: the same)"
+    )
     p.add_argument(
         "--scene-seed",
         type=int,
@@ -151,7 +169,7 @@ def _checked_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[a
     return args, pairs
 
 
-def _model_and_data(args: argparse.Namespace) -> tuple[SourcedModel, Dataset]:
+def _model_and_data(args: argparse.Namespace) -> tuple[SourcedModel, ImageSet]:
     size = {} if args.img_size is None else {"img_size": args.img_size}
     loaded = load_model(
         args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init, cnn=True, **size
@@ -161,34 +179,45 @@ def _model_and_data(args: argparse.Namespace) -> tuple[SourcedModel, Dataset]:
             f"{args.checkpoint} holds a CNN ({loaded.model.cfg.arch}): it has no class attention, so "
             f"--methods does not apply (it is scored on top-1 and per class)"
         )
-    data = build_dataset(  # scenes: read from the disk cache
+    data = read_images(
         args.data,
-        "val",
-        seed=args.scene_seed,
-        subset=args.subset,
-        cache=True,
-        style=args.scene_style,
+        loaded.model.cfg,
+        boxes=args.boxes,
+        limit=args.limit,
+        scene_seed=args.scene_seed,
+        scene_style=args.scene_style,
         pixel_noise=args.pixel_noise,
     )
     return loaded, data
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; under torchrun every rank runs it on its share of the images and rank 0 reports."""
     p = build_parser()
     args, pairs = _checked_args(p, argv)
     try:
-        device = resolve_device(args.device)
+        rank, world, device = setup_distributed(args.device)
     except DeviceError as e:
         p.error(str(e))
     try:
+        return _run(args, pairs, rank=rank, world=world, device=device)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(args: argparse.Namespace, pairs: list, *, rank: int, world: int, device) -> int:
+    if pairs and world > 1:
+        return _error("--corruption runs in one process (its random draws follow the batches in order)", rank)
+    try:
         loaded, data = _model_and_data(args)
     except (CheckpointError, DataError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if not loaded.trained:
+        return _error(str(e), rank)
+    if not loaded.trained and rank == 0:
         print(f"WARNING: {loaded.notice}; scoring a RANDOM INIT", file=sys.stderr)
     model = loaded.model
-    dtype = inference_dtype(args.precision, device, remeasure=args.remeasure_precision)
+    # rank 0's choice for every rank: "auto" measures, and the ranks must run one precision
+    dtype = gather_all(inference_dtype(args.precision, device, remeasure=args.remeasure_precision))[0]
     kwargs = dict(
         batch_size=args.batch_size,
         workers=args.workers,
@@ -204,8 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 model, data, result, pairs, baseline=args.baseline, seed=args.corruption_seed, **kwargs
             )
         except (CheckpointError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return _error(str(e), rank)
     result.update(
         model=loaded.name or "from checkpoint",
         weights=loaded.source,
@@ -216,13 +244,26 @@ def main(argv: list[str] | None = None) -> int:
         scene_style=args.scene_style,
         pixel_noise=args.pixel_noise,
         precision="bf16 autocast" if dtype is not None else "fp32",
+        processes=world,
     )
-    print(f"{loaded.made_from}\n{format_table(result)}")
-    if pairs:
-        print(format_sweep(result["corruption"]))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    if rank == 0:
+        _report(result, loaded.made_from, args.json, sweep=bool(pairs))
     return 0
+
+
+def _error(message: str, rank: int) -> int:
+    """Bad input: one line on stderr (rank 0's, under torchrun) and exit code 2."""
+    if rank == 0:
+        print(f"error: {message.splitlines()[0] if message else 'failed'}", file=sys.stderr)
+    return 2
+
+
+def _report(result: dict, made_from: str, json_path: str | None, *, sweep: bool) -> None:
+    print(f"{made_from}\n{format_table(result)}")
+    if sweep:
+        print(format_sweep(result["corruption"]))
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

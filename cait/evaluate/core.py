@@ -3,19 +3,24 @@ explanations point (the pointing game and the mass in the box of every method), 
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from .. import explain
+from ..data.reader import ImageSet, dataset_images
+from ..distributed import gather_all, rank_indices
 from ..metrics import as_dict, per_class_top1, top1_from_counts
 from ..model import CaiT
-from ..preprocess import EvalImages, normalise
+from ..preprocess import normalise
 from ..runtime import autocast
 
 CHEAP_METHODS = (
@@ -64,7 +69,8 @@ def accuracy_by_box_side(
 
 
 class _Tally:
-    """Running sums of pointing-game hits and mass-in-box shares per explanation row."""
+    """Running sums of pointing-game hits and mass-in-box shares per explanation row (sums, not means, so
+    that the tallies of torchrun's ranks add up to a one-process run's)."""
 
     def __init__(self) -> None:
         self.hits: dict[str, float] = defaultdict(float)
@@ -72,9 +78,18 @@ class _Tally:
         self.count: dict[str, int] = defaultdict(int)
 
     def add(self, name: str, heat: torch.Tensor, boxes: torch.Tensor, img_size: int) -> None:
-        self.hits[name] += explain.pointing_game(heat, boxes, img_size).float().sum().item()
-        self.mass[name] += explain.mass_in_box(heat, boxes, img_size).sum().item()
-        self.count[name] += len(boxes)
+        self.add_scores(name, explain.pointing_game(heat, boxes, img_size), explain.mass_in_box(heat, boxes, img_size))
+
+    def add_scores(self, name: str, hits: torch.Tensor, mass: torch.Tensor) -> None:
+        self.hits[name] += hits.float().sum().item()
+        self.mass[name] += mass.sum().item()
+        self.count[name] += len(hits)
+
+    def merge(self, other: _Tally) -> None:
+        for name in other.count:
+            self.hits[name] += other.hits[name]
+            self.mass[name] += other.mass[name]
+            self.count[name] += other.count[name]
 
     def rows(self) -> list[dict]:
         return [
@@ -88,23 +103,90 @@ class _Tally:
         ]
 
 
-def _localize(tally: _Tally, model: CaiT, x, y, boxes, box_area, ca, groups, *, shared: torch.Tensor | None) -> None:
-    """Add one batch to the localization tally: chance (`box_area`, the box's share of the image), every CA head
-    and their mean, and each group of methods on its first `todo` images. Work shared between methods is done
-    once (saliency_maps); the CA head means reuse the classification pass's maps (`shared`) when that pass ran
-    in fp32, as the methods do."""
+def _localize(tally: _Tally, model: CaiT, x, y, boxes, maps, groups, *, shared: torch.Tensor | None) -> None:
+    """Add one batch of images with boxes to the localization tally: chance (the box's share of the image),
+    every CA head (`explain.head_localization`, as `cait.atlas`) and their mean, and each group of methods on
+    its first `todo` images. Work shared between methods is done once (saliency_maps); the CA head means
+    reuse the classification pass's maps (`shared`) when that pass ran in fp32, as the methods do."""
     img_size = model.cfg.img_size
-    tally.hits["chance"] += box_area.sum().item()
-    tally.mass["chance"] += box_area.sum().item()
-    tally.count["chance"] += len(y)
-    for layer, h in itertools.product(range(ca.maps.shape[1]), range(ca.maps.shape[2])):
-        tally.add(head_row(layer, h), ca.maps[:, layer, h], boxes, img_size)
-    tally.add("ca_mean_both_layers", ca.mean.mean(dim=1), boxes, img_size)
+    box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size**2
+    tally.add_scores("chance", box_area, box_area)
+    pointing, mass = explain.head_localization(maps, boxes, img_size)
+    for layer, h in itertools.product(range(pointing.shape[1]), range(pointing.shape[2])):
+        tally.add_scores(head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])
+    tally.add("ca_mean_both_layers", maps.mean(dim=(1, 2)), boxes, img_size)
     for group, todo in groups:
         if group and todo > 0:
             maps = None if shared is None else shared[:todo]
             for name, heat in explain.saliency_maps(model, x[:todo], y[:todo], group, class_attention_maps=maps):
                 tally.add(name, heat.cpu(), boxes[:todo], img_size)
+
+
+@dataclass
+class _Counts:
+    """What one process adds up over its images; `merge`d over torchrun's ranks into the result."""
+
+    confusion: torch.Tensor  # [true, predicted], labelled images
+    tally: _Tally = field(default_factory=_Tally)
+    images: int = 0  # readable images scored
+    skipped: list[int] = field(default_factory=list)  # indices of unreadable images
+    by_side: list[torch.Tensor] = field(default_factory=list)  # per batch [n, 3]: box side, correct, label
+
+    def merge(self, other: _Counts) -> None:
+        self.confusion += other.confusion
+        self.tally.merge(other.tally)
+        self.images += other.images
+        self.skipped += other.skipped
+        self.by_side += other.by_side
+
+
+def as_image_set(data: Dataset, cfg) -> ImageSet:
+    """`data` as the reader's ImageSet in pixels (normalised here, after a corruption): an ImageSet, or a
+    dataset of (PIL image, label) items such as `cait.data.build_dataset`'s (its boxes, if any, kept)."""
+    if not isinstance(data, ImageSet):
+        data = dataset_images(data, cfg, name=type(data).__name__)
+    data = copy.copy(data)
+    data.normalise = False
+    return data
+
+
+def _score_batches(model, loader, counts: _Counts, todo: dict, *, device, dtype, corruption) -> None:
+    """Add every batch of `loader` (reader items) to `counts`; todo: the methods to localize, the costly ones
+    on images of index below todo["subset"]."""
+    cfg, explained = model.cfg, isinstance(model, CaiT)
+    classes = counts.confusion.shape[0]
+    quiet = dist.is_initialized() and dist.get_rank() > 0
+    for x, y, boxes, index, ok in tqdm(loader, desc="evaluate", unit="batch", disable=quiet):
+        counts.skipped += index[~ok].tolist()
+        x, y, boxes, index = x[ok].to(device), y[ok], boxes[ok], index[ok]
+        if not len(x):
+            continue
+        x = normalise(x if corruption is None else corruption(x), cfg)
+        with autocast(dtype, device):
+            ca = explain.class_attention(model, x) if explained else None
+            logits = ca.logits if explained else model(x)
+        predicted = logits.argmax(-1).cpu()
+        counts.images += len(y)
+        known = y >= 0
+        cells = torch.bincount(y[known] * classes + predicted[known], minlength=classes * classes)
+        counts.confusion += cells.view(classes, classes)
+        boxed = ~boxes.isnan().any(-1)
+        _add_sides(counts, boxes[boxed & known], predicted[boxed & known], y[boxed & known], cfg.img_size)
+        if boxed.any() and explained:
+            on = boxed.to(device)
+            target = torch.where(known, y, predicted)[boxed].to(device)  # unlabelled: the predicted class
+            costly = int((index[boxed] < todo["subset"]).sum())  # indices ascend: a prefix of the batch
+            groups = ((todo["cheap"], int(boxed.sum())), (todo["costly"], costly))
+            maps = ca.maps[on]
+            shared = maps if dtype is None else None
+            _localize(counts.tally, model, x[on], target, boxes[boxed], maps.cpu(), groups, shared=shared)
+
+
+def _add_sides(counts: _Counts, boxes: torch.Tensor, predicted: torch.Tensor, truth: torch.Tensor, img: int) -> None:
+    """Keep (box's longer side / image, correct, label) of labelled images with a box, for `accuracy_by_box_side`."""
+    if len(boxes):
+        side = torch.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]) / img
+        counts.by_side.append(torch.stack([side, (predicted == truth).float(), truth.float()], 1))
 
 
 def evaluate(
@@ -119,54 +201,71 @@ def evaluate(
     dtype: torch.dtype | None = None,
     corruption: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> dict:
-    """Accuracy on `data` and, when it carries boxes and `model` is a CaiT, the localization of every explanation
-    method (a timm CNN: accuracy only). dtype: autocast dtype of the classification pass, whose class attention
-    is scored too (None: fp32);
-    the other methods (gradients, rollout, occlusion) always run in fp32. corruption: applied to each batch of
-    model views in [0, 1] before normalisation (`cait.robustness`); boxes stay where they were."""
+    """Top-1 on the labelled images of `data` (an `ImageSet` of `cait.data.read_images`, or a dataset of
+    (PIL image, label)) and, on images with a box when `model` is a CaiT, the localization of every
+    explanation method, with the true class as target (the predicted one for an unlabelled image). A timm
+    CNN: accuracy only. Unreadable images are skipped and named. dtype: autocast dtype of the classification
+    pass, whose class attention is scored too (None: fp32); the other methods (gradients, rollout, occlusion)
+    always run in fp32. corruption: applied to each batch of model views in [0, 1] before normalisation
+    (`cait.robustness`); boxes stay where they were. Under torchrun each rank scores its share of the batches
+    (`cait.distributed.rank_indices`) and every rank returns the sums of all."""
     model = model.to(device).eval()
-    ds = EvalImages(data, model, normalise=corruption is None)
-    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers)
+    data = as_image_set(data, model.cfg)
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    mine = rank_indices(len(data), batch_size, rank, world)
+    loader = DataLoader(Subset(data, mine), batch_size=batch_size, num_workers=workers)
     asked = [explain.METHODS.canonical(m) for m in (explain.METHODS if methods is None else methods)]
-    cheap, costly = [m for m in asked if m in CHEAP_METHODS], [m for m in asked if m not in CHEAP_METHODS]
-    img_size, explained = model.cfg.img_size, isinstance(model, CaiT)
-    seen, classes = 0, model.cfg.num_classes
-    confusion = torch.zeros(classes, classes, dtype=torch.long)  # [true, predicted]
-    tally, sides, correct, labels = _Tally(), [], [], []
-    for x, y, boxes in tqdm(loader, desc="evaluate", unit="batch"):
-        x, y = x.to(device), y.to(device)
-        if corruption is not None:
-            x = normalise(corruption(x), model.cfg)
-        with autocast(dtype, device):
-            ca = explain.class_attention(model, x) if explained else None
-            logits = ca.logits if explained else model(x)
-        truth, predicted = y.cpu(), logits.argmax(-1).cpu()
-        confusion += torch.bincount(truth * classes + predicted, minlength=classes * classes).view(classes, classes)
-        if ds.boxes is not None:
-            width, height = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
-            sides.append(torch.maximum(width, height) / img_size)
-            correct.append(predicted == truth)
-            labels.append(truth)
-        if ds.boxes is not None and explained:
-            todo = {"cheap": (cheap, len(y)), "costly": (costly, min(len(y), attribution_subset - seen))}
-            box_area = width * height / img_size**2
-            _localize(tally, model, x, y, boxes, box_area, ca, todo.values(), shared=ca.maps if dtype is None else None)
-        seen += len(y)
-    names = [str(c) for c in getattr(data, "classes", range(classes))]
+    todo = {
+        "cheap": [m for m in asked if m in CHEAP_METHODS],
+        "costly": [m for m in asked if m not in CHEAP_METHODS],
+        "subset": attribution_subset,
+    }
+    classes = model.cfg.num_classes
+    counts = _Counts(torch.zeros(classes, classes, dtype=torch.long))
+    _score_batches(model, loader, counts, todo, device=device, dtype=dtype, corruption=corruption)
+    parts = gather_all(counts)
+    total = parts[0]
+    for part in parts[1:]:
+        total.merge(part)
+    return _result(total, data)
+
+
+def _result(counts: _Counts, data: ImageSet) -> dict:
+    names = [str(c) for c in data.classes]
+    confusion = counts.confusion
+    labelled = int(confusion.sum())
     per_class = as_dict(confusion.diag() / confusion.sum(1), names)
-    by_side = accuracy_by_box_side(torch.cat(sides), torch.cat(correct), torch.cat(labels), names) if sides else []
+    by_side = []
+    if counts.by_side:
+        side, correct, label = torch.cat(counts.by_side).T.contiguous()
+        by_side = accuracy_by_box_side(side, correct > 0, label.long(), names)
     return {
-        "images": seen,
-        "top1": top1_from_counts(confusion.diag().sum().item(), seen),
-        "per_class_top1": per_class,
+        "dataset": data.name,
+        "images": counts.images,
+        "labelled": labelled,
+        "top1": top1_from_counts(confusion.diag().sum().item(), labelled) if labelled else None,
+        "per_class_top1": per_class if labelled else {},
         "top1_by_box_side": by_side,
         "confusion": confusion.tolist(),
-        "localization": tally.rows(),
+        "localization": counts.tally.rows(),
+        "skipped": [data.paths[i] for i in sorted(counts.skipped)],
     }
 
 
 def format_table(result: dict) -> str:
-    lines = [f"top-1 accuracy: {100 * result['top1']:.2f}% on {result['images']} images"]
+    images = result["images"]
+    if result.get("top1") is None:
+        lines = [f"top-1 accuracy: - on {images} images (no labels that name the model's classes)"]
+    else:
+        labelled = result.get("labelled", images)
+        of = "" if labelled == images else f" ({labelled} of them labelled)"
+        lines = [f"top-1 accuracy: {100 * result['top1']:.2f}% on {labelled} images{of}"]
+    if result.get("dataset"):
+        lines.append(f"data: {result['dataset']}")
+    skipped = result.get("skipped") or []
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        lines.append(f"skipped {len(skipped)} unreadable image(s): {shown}")
     if result.get("per_class_top1"):
         lines.append(
             "per class: "

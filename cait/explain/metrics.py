@@ -49,6 +49,20 @@ def mass_in_box(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple[i
     return inside / mass.sum(dim=(1, 2)).clamp_min(1e-12)
 
 
+def head_localization(maps: torch.Tensor, boxes: torch.Tensor, img_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pointing hit, mass in box) [B, L, H] of every head's map, maps [B, L, H, g, g] against boxes [B, 4];
+    NaN for images without a box (a NaN row). The one owner of the per-head localisation that `cait.atlas`
+    writes per image and `cait.evaluate` sums per row (ca<l>_head<h>), so both give the same numbers, ties
+    of the pointing game included."""
+    B, L, H = maps.shape[:3]
+    boxes = boxes.to(maps.device).float()
+    flat = boxes.repeat_interleave(L * H, dim=0).nan_to_num(0.0)
+    missing = boxes.isnan().any(-1)[:, None, None]
+    heat = maps.flatten(0, 2)
+    scores = (pointing_game(heat, flat, img_size), mass_in_box(heat, flat, img_size))
+    return tuple(s.float().view(B, L, H).masked_fill(missing, float("nan")) for s in scores)
+
+
 # Tokens per forward pass of the forward-only perturbation methods (deletion/insertion, occlusion): small
 # batches stay in cache and run faster per image on a CPU (benchmarks/README.md).
 TOKENS_PER_PASS = 1600

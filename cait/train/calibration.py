@@ -22,9 +22,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from ..data.reader import ImageSet, dataset_images
 from ..metrics import lowest_class, per_class_top1, top1
 from ..model import CaiT
-from ..preprocess import EvalImages
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,14 @@ def apply_class_bias(model: CaiT, choice: ClassBias) -> None:
 def collect_logits(
     model: nn.Module, data: Dataset, *, batch_size: int = 128, workers: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp32 logits [N, classes], labels [N]) of `model` on a dataset of (PIL image, label), through the
-    images `cait.evaluate` scores (the model's evaluation transform, in `workers` loader processes)."""
-    loader = DataLoader(EvalImages(data, model), batch_size=batch_size, num_workers=workers)
+    """(fp32 logits [N, classes], labels [N]) of `model` on the readable images of `data` (an ImageSet of
+    `cait.data.read_images`, or a dataset of (PIL image, label)), read as `cait.evaluate` reads them."""
+    if not isinstance(data, ImageSet):
+        data = dataset_images(data, model.cfg, name="held-out images")
+    loader = DataLoader(data, batch_size=batch_size, num_workers=workers)
     model = model.eval()
     logits, labels = [], []
-    for x, y, _ in tqdm(loader, desc="logits", unit="batch"):
-        logits.append(model(x).float())
-        labels.append(y)
+    for x, y, _, _, ok in tqdm(loader, desc="logits", unit="batch"):
+        logits.append(model(x[ok]).float())
+        labels.append(y[ok])
     return torch.cat(logits), torch.cat(labels)

@@ -1,0 +1,86 @@
+"""The Dataset tab in a real browser (the fixtures of test_app_browser): the app started with --atlas shows the
+atlas; a click on an exemplar shows that image in the single-image view with the exemplar's head enlarged.
+The screenshot goes to the temp directory as cait_app_dataset.png."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from io import BytesIO
+
+import pytest
+from conftest import randomise_
+from PIL import Image
+from playwright.sync_api import expect
+from test_app_browser import SHOTS, chromium, open_page, start_server, stop_server  # noqa: F401 (a fixture)
+
+import cait
+from cait.atlas.__main__ import main as atlas_main
+from cait.data.export import export_scenes
+
+
+@pytest.fixture(scope="module")
+def atlas_server(tmp_path_factory):
+    """The app on a random cait_pico_32 checkpoint, started with --atlas: the atlas of 24 exported scenes."""
+    root = tmp_path_factory.mktemp("dataset_browser")
+    weights = root / "pico.safetensors"
+    cait.save_weights(randomise_(cait.create_model("cait_pico_32"), seed=7), weights)
+    export_scenes(root / "scenes", n=24, split="val")
+    flags = ["--checkpoint", str(weights), "--data", str(root / "scenes"), "--exemplars", "2", "--workers", "0"]
+    assert atlas_main([*flags, "--device", "cpu", "--out", str(root / "atlases" / "pico")]) == 0
+    proc, url = start_server(["--checkpoint", str(weights), "--atlas", str(root / "atlases" / "pico")], root / "log")
+    try:
+        yield url, root
+    finally:
+        stop_server(proc)
+
+
+def fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.read()
+
+
+def test_an_exemplar_opens_in_the_single_image_view_with_its_head(chromium, atlas_server):  # noqa: F811
+    url, root = atlas_server
+    page = open_page(chromium, url)
+    try:
+        page.get_by_role("tab", name="Dataset").click()
+        expect(page.locator("#ds_overview")).to_contain_text("24 images")
+        expect(page.locator("#ds_exemplars img")).to_have_count(4)  # 2 most concentrated, 2 writing most
+        atlas_page = page.locator("#ds_overview a").get_attribute("href")
+        assert b"Head atlas" in fetch(page.url.rstrip("/") + atlas_page)  # the link opens atlas.html
+        page.locator("#ds_head input").click()
+        page.get_by_role("option", name="CA2 head 2").click()
+        expect(page.locator("#ds_numbers")).to_contain_text("direct logit attribution")
+        page.wait_for_function("() => [...document.querySelectorAll('#ds_exemplars img')].every(i => i.complete)")
+        page.screenshot(path=SHOTS / "cait_app_dataset.png", full_page=True)
+        caption = page.locator("#ds_exemplars .caption-label").nth(3).inner_text()  # "writes most: 12.png · ..."
+        page.locator("#ds_exemplars button.thumbnail-item").nth(3).click()
+        expect(page.locator("#ca_big")).to_contain_text("CA2 head 2")  # the Class attention tab, head enlarged
+        expect(page.locator("#status")).to_contain_text("Top-1")
+        shown = page.locator("#image_in img").get_attribute("src")
+        name = caption.split(": ", 1)[1].split(" · ")[0]
+        (scene,) = (root / "scenes").glob(f"*/{name}")
+        with Image.open(BytesIO(fetch(shown))) as a, Image.open(scene) as b:
+            assert a.convert("RGB").tobytes() == b.convert("RGB").tobytes()  # the exemplar's own pixels
+        page.screenshot(path=SHOTS / "cait_app_dataset_opened.png", full_page=True)
+    finally:
+        page.context.close()
+
+
+def test_the_tab_builds_an_atlas_of_the_test_scenes_and_opens_it(chromium, atlas_server):  # noqa: F811
+    page = open_page(chromium, atlas_server[0])
+    try:
+        page.get_by_role("tab", name="Dataset").click()
+        expect(page.locator("#ds_overview")).to_contain_text("24 images")  # --atlas first
+        number = page.locator("#ds_scenes input[type=number]")
+        number.fill("40")
+        number.press("Enter")
+        page.locator("#ds_build").click()
+        expect(page.locator("#ds_overview")).to_contain_text("fashion-mnist-scenes val")
+        expect(page.locator("#ds_overview")).to_contain_text("40 images")
+        expect(page.locator("#ds_pick input")).to_have_value(re.compile("^built here: pico.safetensors-scenes40-"))
+        expect(page.locator("#ds_exemplars img")).to_have_count(12)  # the command's default: 6 of each kind
+        assert page.locator("#ds_msg").inner_text().strip() == ""  # the page's model made it
+    finally:
+        page.context.close()

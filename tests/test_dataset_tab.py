@@ -1,0 +1,198 @@
+"""The app's Dataset tab without a server: an atlas made here by `cait.atlas` on a tiny random model is opened
+by the tab's handlers, which must show the atlas's own numbers (summary.json, heads.csv) and images (the
+reader's), open an exemplar in the single-image tabs with its head enlarged, build an atlas equal to the
+command line's, and answer bad folders with one message."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from conftest import randomise_
+from PIL import Image
+
+import cait
+from app import dataset_view as dv
+from app.dataset_handlers import AtlasPlaces, DatasetHandlers
+from app.layout import CLASS_ATTENTION_TAB, GalleryProps
+from app.models import ModelCache, ModelChoice, load_model
+from cait.atlas.__main__ import main as atlas_main
+from cait.data import build_dataset, read_images
+from cait.data.export import export_scenes
+
+CPU = torch.device("cpu")
+SHOWN = tuple(GalleryProps(False, None, f"CA layer {i + 1}") for i in range(4))  # the galleries before an image
+LOOK = ("inferno", 0.5, "per tile", "smooth", 1.0, 1)  # cmap, alpha, scale, view, keep, talking-heads layer
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A random cait_pico_32 checkpoint, 40 exported scenes with their boxes, its atlas (by the command line),
+    and the tab's handlers on a page whose model is that checkpoint."""
+    from app import layout
+    from app.handlers import Handlers, layerscale_figure
+
+    root = tmp_path_factory.mktemp("dataset_tab")
+    weights = root / "pico.safetensors"
+    cait.save_weights(randomise_(cait.create_model("cait_pico_32"), seed=5), weights)
+    scenes = root / "scenes"
+    export_scenes(scenes, n=40, split="val")
+    flags = ["--checkpoint", str(weights), "--data", str(scenes), "--boxes", str(scenes / "boxes.json")]
+    flags += ["--exemplars", "3", "--workers", "0", "--device", "cpu"]
+    atlases = root / "atlases"
+    assert atlas_main([*flags, "--out", str(atlases / "pico")]) == 0
+    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
+    choice = ModelChoice(None, str(weights))
+    first = cache.get(choice)
+    _, page = layout.build_page(first, layerscale_figure(first))
+    places = AtlasPlaces.of(str(atlases / "pico"), None)
+    dh = DatasetHandlers(page, Handlers(page, cache, choice), places)
+    return SimpleNamespace(root=root, weights=weights, scenes=scenes, atlas=atlases / "pico", dh=dh, choice=choice)
+
+
+def test_the_tab_shows_the_atlas_files_numbers(world):
+    dh, t = world.dh, world.dh.tab
+    summary = json.loads((world.atlas / "summary.json").read_text())
+    heads = rows(world.atlas / "heads.csv")
+    out = dh.start(world.choice)  # a new page opens --atlas
+    atlas = out[t.atlas]
+    assert out[t.msg] == "" and atlas.folder == world.atlas  # the page's model made it: nothing to say
+    assert [label for label, _ in out[t.head].choices] == [f"CA{l} head {h}" for l in (1, 2) for h in (1, 2)]
+    overview = out[t.overview]
+    assert summary["model"] in overview and summary["data"] in overview and "40 images" in overview
+    assert f"{summary['top1']:.1%}" in overview and "atlas.html" in overview
+    for k in (0, 3):  # CA1 head 1 and CA2 head 2
+        shown = dh.show_head(atlas, k, world.choice)
+        entry = summary["heads"][k]
+        table = {r[0]: r[1:] for r in shown[t.numbers]}  # shown to 4 decimals
+        near = lambda *v: pytest.approx(list(v), abs=5e-5)
+        assert table["map entropy (nats)"] == near(entry["entropy_mean"], *entry["entropy_ci95"])
+        assert table["direct logit attribution"] == near(entry["dla_mean"], *entry["dla_ci95"])
+        assert table["pointing game (hit rate)"] == near(entry["pointing"], *entry["pointing_ci95"])
+        assert table["attention mass in the box"] == near(entry["mass_in_box"], *entry["mass_in_box_ci95"])
+        per_class = dict(shown[t.per_class])
+        expected = {c[len("dla_mean_") :]: float(v) for c, v in heads[k].items() if c.startswith("dla_mean_") and v}
+        assert per_class == pytest.approx(expected, abs=5e-5) and len(expected) >= 2
+        assert list(per_class.values()) == sorted(per_class.values(), reverse=True)  # largest first
+        captions = [caption for _, caption in shown[t.exemplars]["value"]]
+        assert len(captions) == 6 and captions[0].startswith("most concentrated: ")
+        named = [e["path"] for e in entry["exemplars"]["concentrated"] + entry["exemplars"]["writes"]]
+        assert [c.split(": ")[1].split(" · ")[0] for c in captions] == [Path(p).name for p in named]
+    z = np.array(out[t.heatmap].data[0].z, dtype=float)
+    classes = list(out[t.heatmap].data[0].x)
+    assert z.shape == (4, len(classes))
+    np.testing.assert_allclose(z[3], [float(heads[3][f"dla_mean_{c}"]) for c in classes])
+
+
+def test_exemplar_tiles_are_the_atlas_images(world):
+    """Each tile's pixels are the image the reader reads for the exemplar's path."""
+    dh, t = world.dh, world.dh.tab
+    atlas = dv.read_atlas(world.atlas)
+    data = read_images(str(world.scenes), cait.get_config("cait_pico_32"), normalise=False)
+    tiles = dh.show_head(atlas, 3, world.choice)[t.exemplars]["value"]
+    for (file, _), exemplar in zip(tiles, atlas.exemplars(3)):
+        with Image.open(file) as shown, Image.open(world.scenes / exemplar.path) as original:
+            assert shown.tobytes() == original.convert("RGB").tobytes()
+        assert exemplar.path in data.paths
+
+
+def test_a_click_on_an_exemplar_opens_it_with_the_head_enlarged(world):
+    dh, p = world.dh, world.dh.page
+    atlas = dv.read_atlas(world.atlas)
+    k, index = 3, 4  # CA2 head 2, its second "writes most" exemplar
+    exemplar = atlas.exemplars(k)[index]
+    out = dh.open_exemplar(world.choice, SHOWN, *LOOK, atlas, k, SimpleNamespace(index=index))
+    with Image.open(out[p.image_in]) as opened, Image.open(world.scenes / exemplar.path) as original:
+        assert opened.tobytes() == original.convert("RGB").tobytes()
+    assert out[p.selected] == (1, 2) and out[p.ca_big].label.startswith("CA2 head 2")
+    assert out[p.open_tab] == CLASS_ATTENTION_TAB and out[p.tabs].selected == "ca"
+    assert f"exemplar of CA2 head 2, {exemplar.path}" in out[p.status]
+    # the single-image analysis predicts what the atlas recorded for this image, with its probability
+    row = next(r for r in rows(world.atlas / "images.csv") if r["path"] == exemplar.path)
+    a = out[p.analysis]
+    assert a.top_class == int(row["prediction"]) and a.probs.max() == pytest.approx(float(row["probability"]), abs=1e-4)
+
+
+def test_an_atlas_of_another_model_says_so_and_selects_no_head(world):
+    dh, p, t = world.dh, world.dh.page, world.dh.tab
+    other = ModelChoice("cait_pico_32", random_init=True)
+    out = dh.open(str(world.atlas), other)
+    assert "another model" in out[t.msg]
+    clicked = dh.open_exemplar(other, SHOWN, *LOOK, out[t.atlas], 0, SimpleNamespace(index=0))
+    assert clicked[p.selected] is None and "another model" in clicked[t.msg]
+
+
+def test_bad_folders_and_missing_images_are_one_calm_message(world, tmp_path):
+    dh, t = world.dh, world.dh.tab
+    (tmp_path / "empty").mkdir()
+    broken = tmp_path / "broken"
+    shutil.copytree(world.atlas, broken)
+    (broken / "summary.json").write_text('{"data": "x", "heads": [')
+    cases = {
+        str(tmp_path / "nowhere"): "is not a folder",
+        str(tmp_path / "empty"): "holds no summary.json",
+        str(broken): "summary.json is unreadable",
+    }
+    for folder, said in cases.items():
+        out = dh.open(folder, world.choice)
+        assert out[t.msg].startswith("**Cannot open this atlas:**") and said in out[t.msg], out[t.msg]
+        assert "\n" not in out[t.msg] and out[t.atlas] is None
+    gone = tmp_path / "gone"
+    shutil.copytree(world.atlas, gone)
+    atlas = dv.read_atlas(gone)
+    data = tmp_path / "scenes"
+    shutil.copytree(world.scenes, data)
+    atlas.args["data"] = str(data)
+    first = atlas.exemplars(0)[0]
+    (data / first.path).write_bytes(b"")  # an exemplar's file emptied after the atlas was made
+    shown = dh.show_head(atlas, 0, world.choice)
+    assert len(shown[t.exemplars]["value"]) == 5 and first.path in shown[t.msg] and "unreadable" in shown[t.msg]
+    clicked = dh.open_exemplar(world.choice, SHOWN, *LOOK, atlas, 0, SimpleNamespace(index=0))
+    assert list(clicked) == [t.msg] and clicked[t.msg].startswith("**Cannot open this exemplar:**")
+
+
+def test_the_tab_offers_the_atlases_of_a_folder(world, tmp_path):
+    shutil.copytree(world.atlas, tmp_path / "a")
+    (tmp_path / "not_an_atlas").mkdir()
+    assert dv.find_atlases(tmp_path) == [tmp_path / "a"]
+    dh = DatasetHandlers(world.dh.page, world.dh.handlers, AtlasPlaces.of(None, str(tmp_path)))
+    out = dh.start(world.choice)
+    assert (("a", str(tmp_path / "a"))) in out[dh.tab.pick].choices
+
+
+def test_an_atlas_built_in_the_tab_equals_the_command_lines(world, tmp_path):
+    dh, t = world.dh, world.dh.tab
+    assert "Choose 1 to 2,000 scenes" in dh.build(world.choice, 2001)[t.msg]
+    out = dh.build(world.choice, 24)
+    built = out[t.atlas].folder
+    flags = ["--checkpoint", str(world.weights), "--data", "fashion-mnist-scenes", "--limit", "24"]
+    assert atlas_main([*flags, "--workers", "0", "--device", "cpu", "--out", str(tmp_path / "cli")]) == 0
+    mine, theirs = (json.loads((d / "summary.json").read_text()) for d in (built, tmp_path / "cli"))
+    assert mine == theirs and mine["images"] == 24
+    # an exemplar of the built-in scenes is rendered through the reader: the scene itself
+    exemplar = out[t.atlas].exemplars(0)[0]
+    clicked = dh.open_exemplar(world.choice, SHOWN, *LOOK, out[t.atlas], 0, SimpleNamespace(index=0))
+    scene = build_dataset("fashion-mnist-scenes", "val", subset=24, cache=True)[int(exemplar.path.rsplit("/")[-1])][0]
+    with Image.open(clicked[dh.page.image_in]) as opened:
+        assert opened.tobytes() == scene.convert("RGB").tobytes()
+
+
+def test_the_command_line_names_the_atlas_and_its_folder():
+    from app.main import parse_args
+
+    args = parse_args(["--atlas", "runs/atlas/pico"])
+    assert AtlasPlaces.of(args.atlas, args.atlas_dir) == AtlasPlaces("runs/atlas/pico", "runs/atlas")
+    args = parse_args(["--atlas-dir", "elsewhere"])
+    assert AtlasPlaces.of(args.atlas, args.atlas_dir) == AtlasPlaces(None, "elsewhere")
+    assert AtlasPlaces.of(None, None).folder == "out"
