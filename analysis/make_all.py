@@ -4,7 +4,7 @@
     python analysis/make_all.py --model cait_s24_224 --pretrained --out out/s24   # official ImageNet weights
 
 Runs model_table, layerscale_stats, attention_maps, saliency, attention_distance, layer_importance,
-residual_ratio (from the shipped miniature run pair, when present) and throughput (not in --quick: it has no
+mechanisms, residual_ratio (from the shipped miniature run pair, when present) and throughput (not in --quick: it has no
 quick mode and takes minutes), each into its own sub-folder, copies the shipped results of the miniature
 retrainings (depth_stability, class_attention_ablation in analysis/data/) beside them, then writes
 OUT/index.html linking every PNG, HTML and data file (relative links, so the folder can be moved or zipped).
@@ -24,6 +24,7 @@ import attention_distance
 import attention_maps
 import layer_importance
 import layerscale_stats
+import mechanisms
 import model_table
 import residual_ratio
 import saliency
@@ -36,6 +37,7 @@ TITLES = {
     "saliency": "Regions of focus and localization (paper Fig. 7)",
     "attention_distance": "Mean attention distance per SA head against depth (as in the ViT paper)",
     "layer_importance": "What matters for the prediction: block knockouts vs LayerScale, heads' logit attribution",
+    "mechanisms": "Where the answer forms (logit lens) and what carries it (activation patching under a corruption)",
     "residual_ratio": "Residual-branch ratios with and without LayerScale (paper Fig. 4, miniature)",
     "throughput": "Inference throughput on this machine",
     "depth_stability": "Depth stability by residual weighting (paper Table 1, miniature retraining, shipped results)",
@@ -62,6 +64,7 @@ def jobs(args) -> dict[str, list[str] | None]:
         "saliency": model + drawn + quick,
         "attention_distance": model + drawn + quick,
         "layer_importance": model + quick,
+        "mechanisms": model + quick,
         "residual_ratio": quick if (residual_ratio.SHIPPED / "none" / "metrics.jsonl").is_file() else None,
         "throughput": None if args.quick else [],
     }
@@ -82,6 +85,7 @@ def run(name: str, argv: list[str], out: Path) -> str | None:
         "saliency": saliency,
         "attention_distance": attention_distance,
         "layer_importance": layer_importance,
+        "mechanisms": mechanisms,
         "residual_ratio": residual_ratio,
     }[name]
     try:

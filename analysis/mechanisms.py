@@ -111,10 +111,7 @@ def restored(values: torch.Tensor, gap: torch.Tensor, resamples: int) -> dict:
 
 def forms_at(rows: list[dict]) -> int | None:
     """The first SA depth from which the lens's top-1 agrees with the final prediction for most images."""
-    for k in range(len(rows)):
-        if all(r["top1_agreement"] > MOST for r in rows[k:]):
-            return k
-    return None
+    return explain.answer_forms_at([r["top1_agreement"] for r in rows], most=MOST)
 
 
 def carriers(blocks: list[dict], heads: list[dict], *, top: int = 3) -> list[tuple[str, float]]:

@@ -29,6 +29,7 @@ from app.layout import (
     region_choices,
     talking_columns,
 )
+from app.mechanisms_events import MechanismsEvents
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
@@ -189,7 +190,7 @@ class _SaliencyRun:
         return title
 
 
-class Handlers:
+class Handlers(MechanismsEvents):
     def __init__(self, page: Page, cache: ModelCache, default: ModelChoice):
         self.page, self.cache, self.default = page, cache, default
 
@@ -679,7 +680,14 @@ class Handlers:
     # ------------------------------------------------------------------------ the /analyze API
 
     def analyze(
-        self, image: FileData, method: str = "", target: int = -1, steps: int = 32, causal: bool = False
+        self,
+        image: FileData,
+        method: str = "",
+        target: int = -1,
+        steps: int = 32,
+        causal: bool = False,
+        logit_lens: bool = False,
+        patching: str = "",
     ) -> dict:
         """Predictions and class-attention maps for one image, by the server's default model.
 
@@ -688,9 +696,14 @@ class Handlers:
             its patch-grid map for class `target` (-1: the top prediction); integrated_gradients uses `steps`.
         causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
             patch, knockout profile, every head's zero ablation; about SA depth / 2 + 2 forward passes).
+        logit_lens: also the logit lens for class `target` (per SA depth: its probability and the top-1, where
+            the answer forms; about 1.3 forward passes). Opt-in by keyword: logit_lens=True.
+        patching: "CORRUPTION:SEVERITY" (e.g. "gaussian_noise:3"): also activation patching of class `target`'s
+            logit from the image into itself under that ImageNet-C corruption, per block, branch and CA head
+            (about SA depth + 5 forward passes). Opt-in by keyword: patching="gaussian_noise:3".
         Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
         [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"]
-        [, "causal"]}.
+        [, "causal"][, "logit_lens"][, "patching"]}; each of the last two has a "layout" key saying its arrays.
         """
         path = _payload_path(image)
         if path is None:
@@ -707,6 +720,7 @@ class Handlers:
             if causal:
                 x = a.x.to(loaded.device)
                 out["causal"] = causal_view.api_numbers(loaded.model, x, target=int(target), top_class=a.top_class)
+            out.update(self._mechanisms_numbers(loaded, a, target=int(target), lens=logit_lens, patching=patching))
         except (ImageInputError, ValueError) as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
             raise gr.Error(f"{prefix}{e}")

@@ -9,13 +9,13 @@ from typing import NamedTuple
 import gradio as gr
 
 import cait
-from app import causal_view, dataset_view, figures, texts
+from app import causal_view, dataset_view, figures, mechanisms_view, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
 from cait.figures.attention import head_name
 
-CLASS_ATTENTION_TAB, CAUSAL_TAB = "Class attention", "Causal"  # tab labels the handlers compare with
+CLASS_ATTENTION_TAB, CAUSAL_TAB, MECHANISMS_TAB = "Class attention", "Causal", "Mechanisms"  # labels handlers compare
 MAX_UPLOAD_MB = 20  # larger uploads are refused by the server before any handler runs
 MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
 STATE_TTL = 3600  # seconds a session's analysis is kept
@@ -109,6 +109,24 @@ class Page:
     cz_maps: gr.Plot
     cz_top5: gr.HTML
     cz_knockout: gr.Plot
+    mechanisms_tab: gr.Tab
+    mx_class: gr.Dropdown
+    mx_lens: gr.Plot
+    mx_source: gr.Radio
+    mx_corruption: gr.Dropdown
+    mx_severity: gr.Slider
+    mx_example: gr.Dropdown
+    mx_upload: gr.Image
+    mx_cost: gr.Markdown
+    mx_patch_run: gr.Button
+    mx_msg: gr.Markdown
+    mx_second: gr.Image
+    mx_patch: gr.Plot
+    mx_patch_heads: gr.Plot
+    mx_heads: gr.CheckboxGroup
+    mx_mode: gr.Radio
+    mx_ablate: gr.Button
+    mx_ablation: gr.HTML
     url_model: gr.Textbox  # hidden: the page's variant, for its address (?model=...), so a reload keeps it
     dataset: dataset_view.DatasetTab  # the Dataset tab's components (a head atlas over many images)
 
@@ -139,7 +157,21 @@ class Page:
             self.th_plot,
             self.th_pick,
             *self.causal_results,
+            *self.mechanism_results,
             *self.ca_galleries,
+        ]
+
+    @property
+    def mechanism_results(self) -> list:
+        """What the Mechanisms tab shows of an image (emptied with the image's other results)."""
+        return [
+            self.mx_lens,
+            self.mx_cost,
+            self.mx_msg,
+            self.mx_second,
+            self.mx_patch,
+            self.mx_patch_heads,
+            self.mx_ablation,
         ]
 
     @property
@@ -423,6 +455,54 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
     parts["cz_knockout"] = gr.Plot(label="Knockout profile over depth", elem_id="cz_knockout")
 
 
+def mechanisms_tab(first: LoadedModel, parts: dict) -> None:
+    from cait.corruptions import CORRUPTIONS  # torchvision: only once the page is built
+
+    gr.Markdown(
+        "How the answer forms along depth. **Logit lens:** the model's own class-attention stage and head read "
+        "the patch tokens after each SA block: the chosen class's probability and the top-1 there. "
+        "**Activation patching:** a second, corrupted run; each component's clean output patched into it alone, "
+        "and how much of the clean-corrupted gap of the class's logit that restores. **Ablation:** remove several "
+        "class-attention heads together."
+    )
+    parts["mx_class"] = gr.Dropdown(label="Class", choices=[], elem_id="mx_class")
+    parts["mx_lens"] = gr.Plot(label="Logit lens", elem_id="mx_lens")
+    with gr.Row():
+        parts["mx_source"] = gr.Radio(
+            list(mechanisms_view.SOURCES), value=mechanisms_view.SOURCES[0], label="Corrupted run", elem_id="mx_source"
+        )
+        parts["mx_corruption"] = gr.Dropdown(
+            list(CORRUPTIONS), value="gaussian_noise", label="Corruption", elem_id="mx_corruption"
+        )
+        parts["mx_severity"] = gr.Slider(1, 5, value=3, step=1, label="Severity", elem_id="mx_severity")
+        parts["mx_example"] = gr.Dropdown(
+            [(c, path) for path, c in first.examples], label="Example", visible=False, elem_id="mx_example"
+        )
+        parts["mx_upload"] = gr.Image(
+            type="filepath", label="Second image", sources=["upload"], height=160, visible=False, elem_id="mx_upload"
+        )
+    with gr.Row():
+        parts["mx_patch_run"] = gr.Button("Patch", variant="primary", scale=1, elem_id="mx_patch_run")
+        parts["mx_cost"] = gr.Markdown(elem_id="mx_cost")
+    parts["mx_msg"] = gr.Markdown(elem_id="mx_msg")
+    with gr.Row():
+        parts["mx_second"] = gr.Image(
+            label="Corrupted run's input", type="pil", interactive=False, height=220, scale=1, elem_id="mx_second"
+        )
+        with gr.Column(scale=4):
+            parts["mx_patch"] = gr.Plot(label="Patching over depth", elem_id="mx_patch")
+    parts["mx_patch_heads"] = gr.Plot(label="Patching per class-attention head", elem_id="mx_patch_heads")
+    with gr.Row():
+        parts["mx_heads"] = gr.CheckboxGroup(
+            causal_heads(first.cfg), value=[], label="Heads to ablate together", elem_id="mx_heads", scale=3
+        )
+        parts["mx_mode"] = gr.Radio(
+            list(causal_view.ABLATIONS), value=causal_view.ABLATIONS[0], label="Remove by", elem_id="mx_mode"
+        )
+        parts["mx_ablate"] = gr.Button("Ablate", scale=1, elem_id="mx_ablate")
+    parts["mx_ablation"] = gr.HTML(elem_id="mx_ablation")
+
+
 def region_choices(cfg: cait.CaiTConfig) -> list[str]:
     """The class-attention maps a region of focus can be drawn from: each CA layer's mean, then its heads."""
     return [head_name(layer, head) for layer in range(cfg.depth_token_only) for head in (None, *range(cfg.num_heads))]
@@ -484,6 +564,8 @@ def build_page(first: LoadedModel, ls_figure) -> tuple[gr.Blocks, Page]:
                 _talking_heads_tab(first, parts)
             with gr.Tab(CAUSAL_TAB, id="causal") as parts["causal_tab"]:
                 _causal_tab(first, parts)
+            with gr.Tab(MECHANISMS_TAB, id="mechanisms") as parts["mechanisms_tab"]:
+                mechanisms_tab(first, parts)
             with gr.Tab("Dataset", id="dataset"):
                 parts["dataset"] = dataset_view.build_tab()
             with gr.Tab("Model", id="model"):
@@ -527,6 +609,7 @@ CSS = """
 __all__ = [
     "CAUSAL_TAB",
     "CLASS_ATTENTION_TAB",
+    "MECHANISMS_TAB",
     "CSS",
     "GalleryProps",
     "MAX_CA_LAYERS",

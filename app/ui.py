@@ -11,6 +11,7 @@ import gradio as gr
 from app import dataset_handlers, layout, torch_thread
 from app.examples import served_paths
 from app.handlers import DetailsAsk, Handlers, SaliencyAsk, layerscale_figure
+from app.mechanisms_events import PatchAsk
 from app.models import ModelCache, ModelChoice
 
 CONCURRENCY = 2  # model runs at once (all model events share one concurrency group)
@@ -87,6 +88,37 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
         )
 
 
+def _wire_mechanisms(p: layout.Page, h: Handlers, *, after_image: tuple) -> None:
+    on_torch = torch_thread.handler
+    opened = [p.mx_class, p.mx_heads, p.mx_example, p.mx_msg, p.mx_lens, p.mx_cost]
+    p.mechanisms_tab.select(on_torch(h.mechanisms_opened), [p.choice, p.analysis, p.mx_class], opened, **MODEL_EVENTS)
+    for event in after_image:  # a new image while the tab is open: its lens at once
+        event.success(on_torch(h.mechanisms_new_image), [p.choice, p.analysis, p.open_tab], opened, **MODEL_EVENTS)
+    p.mx_class.input(
+        on_torch(h.mechanisms_class), [p.choice, p.analysis, p.mx_class], [p.mx_lens, p.mx_cost], **MODEL_EVENTS
+    )
+    p.mx_source.change(
+        h.mechanisms_source,
+        p.mx_source,
+        [p.mx_corruption, p.mx_severity, p.mx_example, p.mx_upload],
+        queue=False,
+        api_visibility="private",
+    )
+    p.mx_patch_run.click(
+        on_torch(h.mechanisms_patch),
+        inputs_kwargs=p.named(PatchAsk),  # by name: the handler gets each as the keyword of its name
+        outputs=[p.mx_msg, p.mx_second, p.mx_patch, p.mx_patch_heads],
+        show_progress_on=[p.mx_patch],
+        **MODEL_EVENTS,
+    )
+    p.mx_ablate.click(
+        on_torch(h.mechanisms_ablate),
+        [p.choice, p.analysis, p.mx_class, p.mx_heads, p.mx_mode],
+        p.mx_ablation,
+        **MODEL_EVENTS,
+    )
+
+
 def _everything(p: layout.Page) -> list:
     """Every component of the page but the Dataset tab's (a new model leaves an open atlas as it is)."""
     return [c for c in p.components().values() if isinstance(c, gr.blocks.Block)] + p.ca_galleries
@@ -153,7 +185,7 @@ def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, dem
     # one progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the
     # browser busy on the cores the analysis runs on
     progress = dict(show_progress_on=[p.top5])
-    p.image_in.upload(
+    uploaded = p.image_in.upload(
         on_torch(h.on_upload),
         [p.choice, p.ca_props, p.image_in, *view],
         p.results,
@@ -164,13 +196,14 @@ def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, dem
     p.image_in.change(
         h.image_changed, [p.image_in, p.ca_props], p.results, preprocess=False, queue=False, api_visibility="private"
     )
-    p.examples.select(
+    picked = p.examples.select(
         on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **MODEL_EVENTS
     ).success(**details)
     _wire_class_attention(p, h)
     _wire_saliency(p, h)
     _wire_talking_heads(p, h)
     _wire_causal(p, h)
+    _wire_mechanisms(p, h, after_image=(uploaded, picked))
     dataset_handlers.wire(p, h, places, demo, details)
     p.load_btn.click(
         h.load_model,

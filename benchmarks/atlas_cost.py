@@ -1,7 +1,8 @@
 """What the head atlas (`python -m cait.atlas`) costs, against issue 38's goals:
 
-- per batch, without knockouts, as a multiple of one plain forward of the same images (goal <= 1.5x), and with
-  --knockouts as forwards per image (goal <= SA depth / 2 + 3), timed together (cait/timing.py);
+- per batch, without knockouts, as a multiple of one plain forward of the same images (goal <= 1.5x), with
+  --knockouts as forwards per image (goal <= SA depth / 2 + 3) and with --patching (issue 41), timed together
+  (cait/timing.py);
 - peak RSS of the whole command on --rss-from and --rss-to scenes (goal: it grows by <= 200 MB);
 - one process against two (torchrun, gloo): the same outputs, and the throughput ratio.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from cait.atlas.compute import batch_numbers
+from cait.atlas.compute import batch_numbers, corrupted_views
 from cait.atlas.run import load_model
 from cait.data import read_images
 from cait.flags import add_model_flags, add_threads_flag
@@ -35,6 +36,7 @@ from cait.timing import time_interleaved
 
 REPO = Path(__file__).resolve().parent.parent
 SCENES = "fashion-mnist-scenes"
+PATCHING = ("gaussian_noise", 3)  # the corruption of the --patching timing
 THREADS: list[str] = []  # --threads N for the atlas processes, when given
 
 
@@ -43,8 +45,9 @@ def per_batch(args: argparse.Namespace) -> dict[str, float]:
     loaded = load_model(args)
     model = loaded.model.eval()
     data = read_images(SCENES, model.cfg, limit=args.batch_size, normalise=False)
-    pixels, _, boxes, _, _ = next(iter(torch.utils.data.DataLoader(data, batch_size=args.batch_size)))
+    pixels, _, boxes, index, _ = next(iter(torch.utils.data.DataLoader(data, batch_size=args.batch_size)))
     x = normalise(pixels, model.cfg)
+    corrupted = normalise(corrupted_views(pixels, index, PATCHING), model.cfg)
 
     def forward():
         with torch.inference_mode():
@@ -55,6 +58,9 @@ def per_batch(args: argparse.Namespace) -> dict[str, float]:
             "forward": forward,
             "atlas": lambda: batch_numbers(model, x, boxes, knockouts=False, dtype=None),
             "atlas --knockouts": lambda: batch_numbers(model, x, boxes, knockouts=True, dtype=None),
+            "atlas --patching": lambda: batch_numbers(
+                model, x, boxes, knockouts=False, dtype=None, corrupted=corrupted
+            ),
         },
         repeats=args.repeats,
         desc="per batch",
@@ -64,6 +70,11 @@ def per_batch(args: argparse.Namespace) -> dict[str, float]:
     print(f"  atlas without knockouts: {seconds['atlas'] / seconds['forward']:.2f}x a forward (goal <= 1.5x)")
     ratio = seconds["atlas --knockouts"] / seconds["forward"]
     print(f"  atlas with knockouts: {ratio:.2f} forwards per image (goal <= SA depth / 2 + 3 = {depth / 2 + 3:g})")
+    ratio = seconds["atlas --patching"] / seconds["forward"]
+    print(
+        f"  atlas with --patching {PATCHING[0]}:{PATCHING[1]}: {ratio:.2f} forwards per image (patching per block and"
+    )
+    print(f"    per CA head: about SA depth + 5 = {depth + 5}, benchmarks/README.md)")
     return seconds
 
 

@@ -45,6 +45,15 @@ def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
     return pairs
 
 
+def parse_corruption(spec: str) -> tuple[str, int]:
+    """One (name, severity) from "NAME:SEVERITY" (activation patching compares one clean and one corrupted
+    run); ValueError in one line otherwise."""
+    pairs = parse_corruptions([spec])
+    if len(pairs) != 1 or ":" not in spec:
+        raise ValueError(f"give one corruption as NAME:SEVERITY (e.g. gaussian_noise:3), got {spec!r}")
+    return pairs[0]
+
+
 def summary(result: dict) -> dict:
     """Top-1 and the class-attention pointing (CA-1 / CA-2 head means, when scored) of an `evaluate` result."""
     rows = {r["method"]: r for r in result.get("localization") or []}

@@ -60,12 +60,13 @@ def test_every_figure_written_with_its_provenance(gallery, checkpoint):
         "model_table": ["model_table"],
         "layerscale_stats": ["layerscale_stats"],
         "saliency": ["regions_of_focus", "localization"],
+        "mechanisms": ["mechanisms"],
     }.items():
         for stem in stems:
             for ext in ("png", "html", "json"):
                 path = gallery / name / f"{stem}.{ext}"
                 assert path.is_file() and path.stat().st_size > 1000, path
-    for name in ("layerscale_stats", "attention_maps", "saliency"):
+    for name in ("layerscale_stats", "attention_maps", "saliency", "mechanisms"):
         made = json.loads((gallery / name / f"{name if name != 'saliency' else 'regions_of_focus'}.json").read_text())
         assert (
             "pico.safetensors" in made["made_from"] and "trained 3 epochs on fashion-mnist-scenes" in made["made_from"]
@@ -91,6 +92,7 @@ def test_gallery_links_resolve(gallery):
         "layerscale_stats/layerscale_stats.png",
         "attention_maps/attention_scene_00000_ankle_boot.png",
         "saliency/regions_of_focus.png",
+        "mechanisms/mechanisms.png",
     ):
         assert f"src='{png}'" in index
 

@@ -323,6 +323,29 @@ def test_analyze_gives_the_causal_numbers_when_asked(server):
         server["client"].predict(handle_file(str(path)), "", 99, 32, True, api_name="/analyze")
 
 
+def test_analyze_gives_the_lens_and_patching_by_keyword(server):
+    from gradio_client import handle_file
+
+    from cait.corruptions import corrupt
+
+    path = scene_images(server["tmp"], 1)[0]
+    client, loaded = server["client"], server["loaded"]
+    answer = client.predict(handle_file(str(path)), logit_lens=True, patching="contrast:2", api_name="/analyze")
+    assert "causal" not in answer and "attribution" not in answer
+    x = cait.preprocess.to_batch([load_image(path).image], loaded.cfg)
+    target = int(np.argmax(answer["probabilities"]))
+    lens = explain.logit_lens(loaded.model, x).softmax(-1)[0, :, target]
+    np.testing.assert_allclose(answer["logit_lens"]["probability"], lens.numpy(), atol=1e-5)
+    pixels = cait.preprocess.view_pixels(cait.preprocess.model_view(load_image(path).image, loaded.cfg))[None]
+    broken = cait.preprocess.normalise(
+        corrupt(pixels, "contrast", 2, generator=torch.Generator().manual_seed(0)), loaded.cfg
+    )
+    want = explain.activation_patching(loaded.model, x, broken, torch.tensor([target]), granularity="head")
+    np.testing.assert_allclose(np.array(answer["patching"]["heads"]), want.heads[0].numpy(), atol=1e-4)
+    with pytest.raises(Exception, match="NAME:SEVERITY"):
+        client.predict(handle_file(str(path)), patching="contrast", api_name="/analyze")
+
+
 def test_the_served_app_runs_its_torch_work_on_one_thread(server, monkeypatch):
     """All model work on app.torch_thread's thread, with one-image threads (a second thread calling torch
     made every call ~3x slower); this test process's own direct calls run elsewhere."""

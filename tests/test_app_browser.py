@@ -309,6 +309,29 @@ def test_the_causal_tab_ablates_a_clicked_head(page):
     page.get_by_role("tab", name="Class attention").click()
 
 
+def test_the_mechanisms_tab_patches_a_corruption_and_an_example_and_ablates_ticked_heads(page):
+    pick_example(page, 2)
+    page.get_by_role("tab", name="Mechanisms").click()  # the lens is computed now
+    expect(page.locator("#mx_lens .gtitle")).to_contain_text("Logit lens")
+    expect(page.locator("#mx_cost")).to_contain_text("forward passes")
+    page.locator("#mx_patch_run").click()  # this image under the default corruption
+    expect(page.locator("#mx_patch .gtitle")).to_contain_text("gap")
+    expect(page.locator("#mx_patch_heads .js-plotly-plot")).to_be_visible()
+    first = page.locator("#mx_patch .gtitle").text_content()
+    page.locator("#mx_source").get_by_text("an example").click()  # a second image: an example
+    expect(page.locator("#mx_corruption")).to_be_hidden()
+    page.locator("#mx_example input").click()
+    page.get_by_role("option").nth(1).click()
+    page.locator("#mx_patch_run").click()
+    expect(page.locator("#mx_patch .gtitle")).not_to_have_text(first)
+    page.locator("#mx_heads").get_by_text("CA1 head 1").click()
+    page.locator("#mx_heads").get_by_text("CA2 head 2").click()
+    page.locator("#mx_ablate").click()
+    expect(page.locator("#mx_ablation")).to_contain_text("Without CA1 head 1, CA2 head 2")
+    page.screenshot(path=str(SHOTS / "cait_app_mechanisms.png"), full_page=True)
+    page.get_by_role("tab", name="Class attention").click()
+
+
 def test_page_makes_no_outside_requests(page):
     assert page.outside_requests() == []
 

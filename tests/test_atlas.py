@@ -16,16 +16,20 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import cait
 from cait import explain
 from cait.atlas.__main__ import main
+from cait.corruptions import corrupt
 from cait.data import read_images
+from cait.preprocess import normalise
 
 REPO = Path(__file__).resolve().parent.parent
 SCENES = 150
+PATCHING = "gaussian_noise:3"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
@@ -45,6 +49,7 @@ def setup(tmp_path_factory, pico_scenes):
         str(scenes / "boxes.json"),
     ]
     args += ["--knockouts", "--shard-size", "32", "--batch-size", "16", "--exemplars", "2", "--workers", "0"]
+    args += ["--patching", PATCHING]
     assert main([*args, "--out", str(root / "full")]) == 0
     return dict(root=root, model=model, scenes=scenes, args=args, full=root / "full")
 
@@ -130,6 +135,53 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
             assert float(r[f"knockout_{label}"]) == pytest.approx(float(knock[k]), abs=1e-4)
 
 
+def test_patching_equals_explain_on_corrupted_images_made_here(setup):
+    """Per image, activation patching of its predicted class into its corrupted twin (the corruption's draws
+    seeded by the image's index); over the images, each component's share of the gap and its interval."""
+    model, images = setup["model"], rows(setup["full"] / "images.csv")
+    data = read_images(str(setup["scenes"]), model.cfg, normalise=False)
+    by_path = {p: i for i, p in enumerate(data.paths)}
+    labels = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in explain.block_names(model)]
+    labels = [name[:2] + str(int(name[2:]) + 1) for name in labels]
+    for r in images[:: len(images) // 8]:
+        i = by_path[r["path"]]
+        pixels = data[i][0][None]
+        broken = corrupt(pixels, "gaussian_noise", 3, generator=torch.Generator().manual_seed(i))
+        clean, corrupted = normalise(pixels, model.cfg), normalise(broken, model.cfg)
+        target = torch.tensor([int(r["prediction"])])
+        block = explain.activation_patching(model, clean, corrupted, target)
+        head = explain.activation_patching(model, clean, corrupted, target, granularity="head")
+        assert float(r["patching_gap"]) == pytest.approx(float(block.gap[0]), abs=1e-4)
+        for k, label in enumerate(labels):
+            assert float(r[f"patching_{label}_stream"]) == pytest.approx(float(block.blocks[0, k]), abs=1e-4)
+            assert float(r[f"patching_{label}_attention"]) == pytest.approx(float(block.branches[0, k, 0]), abs=1e-4)
+            assert float(r[f"patching_{label}_mlp"]) == pytest.approx(float(block.branches[0, k, 1]), abs=1e-4)
+        assert float(r["patching_ca2_head2"]) == pytest.approx(float(head.heads[0, 1, 1]), abs=1e-4)
+    summary = json.loads((setup["full"] / "summary.json").read_text())["patching"]
+    assert (summary["corruption"], summary["severity"]) == ("gaussian_noise", 3)
+    gap = [float(r["patching_gap"]) for r in images]
+    for entry, label in zip(summary["blocks"], labels):
+        for part, column in (("stream", "stream"), ("attention", "attention"), ("MLP", "mlp")):
+            values = [float(r[f"patching_{label}_{column}"]) for r in images]
+            got = entry[part]
+            assert got["restored"] == pytest.approx(sum(values) / sum(gap), rel=1e-5, abs=1e-6)
+            assert got["delta_logit_mean"] == pytest.approx(sum(values) / len(values), abs=1e-6)
+            low, high = got["restored_ci95"]
+            assert low <= got["restored"] <= high
+    # the stream after the last SA block carries every patch token: it restores the whole gap
+    assert summary["blocks"][model.cfg.depth - 1]["stream"]["restored"] == pytest.approx(1.0, abs=1e-5)
+    heads = {(h["layer"], h["head"]): h for h in summary["heads"]}
+    values = [float(r["patching_ca1_head2"]) for r in images]
+    assert heads[1, 2]["restored"] == pytest.approx(sum(values) / sum(gap), rel=1e-5, abs=1e-6)
+    # the interval of a ratio of means by the delta method, from numpy's covariance of the CSV's columns
+    a, g = np.array(values), np.array(gap)
+    cov, share = np.cov(a, g), a.mean() / g.mean()
+    half = 1.959963984540054 * np.sqrt((cov[0, 0] - 2 * share * cov[0, 1] + share**2 * cov[1, 1]) / len(a)) / g.mean()
+    assert heads[1, 2]["restored_ci95"] == pytest.approx([share - half, share + half], rel=1e-4, abs=1e-6)
+    table = {r["head"]: r for r in rows(setup["full"] / "heads.csv")}
+    assert float(table["ca1_head2"]["patching_restored"]) == pytest.approx(heads[1, 2]["restored"], rel=1e-6)
+
+
 def test_summary_means_and_distances(setup):
     model, images = setup["model"], rows(setup["full"] / "images.csv")
     summary = json.loads((setup["full"] / "summary.json").read_text())
@@ -192,6 +244,7 @@ def test_page_is_self_contained_and_names_data_and_model(setup):
     assert html.escape(summary["data"]) in page and html.escape(summary["model"]) in page
     assert page.count("data:image/jpeg;base64,") == 2 * 2 * len(summary["heads"])  # k=2, two kinds per head
     assert "Knockout profile" in page and "uniform attention" in page
+    assert "Activation patching under gaussian_noise at severity 3" in page
 
 
 def test_parquet_round_trip(setup):
@@ -221,6 +274,9 @@ def test_bad_input_is_one_line_and_exit_code_2(setup, capsys):
     assert main([*setup["args"], "--limit", "50", "--out", str(setup["full"])]) == 2
     err = capsys.readouterr().err
     assert "--limit None there, 50 here" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_code:  # a corruption without a severity: argparse's one line
+        main([*setup["args"][:-1], "gaussian_noise", "--out", str(setup["root"] / "bad")])
+    assert exit_code.value.code == 2 and "--patching: give one corruption as NAME:SEVERITY" in capsys.readouterr().err
     assert (setup["full"] / "images.csv").read_bytes() == before
 
 

@@ -44,14 +44,14 @@ def test_evaluate_scores_every_head_and_method(tmp_path):
         batch_size=12,
         workers=0,
         attribution_subset=4,
-        methods=("ca1_mean", "rollout_after_proj_l", "saliency"),
+        methods=("ca1_mean", "rollout_after_proj_l", "gradient_rollout", "saliency"),
     )
     rows = {r["method"]: r for r in result["localization"]}
     heads = model.cfg.num_heads
     assert {f"ca{l}_head{h}" for l in (1, 2) for h in range(1, heads + 1)} <= set(rows)  # from 1, as the app
     assert "ca1_head0" not in rows and "ca1_head1" in rows
     assert rows["ca1_mean"]["images"] == 24 and rows["saliency"]["images"] == 4  # costly methods on a subset
-    assert rows["rollout_after_proj_l"]["images"] == 24  # cheap: every image
+    assert rows["rollout_after_proj_l"]["images"] == rows["gradient_rollout"]["images"] == 24  # cheap: every image
     boxes = scenes.boxes
     area = ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / 64**2).mean()
     assert np.isclose(rows["chance"]["pointing_game"], area, atol=1e-6)

@@ -12,7 +12,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m cait.atlas",
         description="Per class-attention head over a dataset: entropy, direct logit attribution, localisation, "
-        "exemplars; SA attention distances; with --knockouts the logit change per block. Resumable, and "
+        "exemplars; SA attention distances; with --knockouts the logit change per block; with --patching the "
+        "share of a corruption's logit gap each component restores. Resumable, and "
         "sharded over processes under torchrun.",
     )
     add_model_flags(p)
@@ -21,6 +22,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True, help="output directory (a rerun into it continues)")
     p.add_argument("--limit", type=int, default=None, help="only the first N images")
     p.add_argument("--knockouts", action="store_true", help="also the logit change when each block is knocked out")
+    p.add_argument(
+        "--patching",
+        default=None,
+        metavar="CORRUPTION:SEVERITY",
+        help="also activation patching of the predicted class from each image into itself under this ImageNet-C "
+        "corruption (cait.corruptions, e.g. gaussian_noise:3): per block, branch and CA head, the share of the "
+        "gap restored; always fp32",
+    )
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     p.add_argument("--exemplars", type=int, default=6, help="exemplar images per head and kind on the page")
     p.add_argument("--shard-size", type=int, default=256, help="images per shard file (what a resume skips)")
@@ -35,6 +44,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("limit", "batch_size", "shard_size", "stop_after", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.patching is not None:
+        from ..robustness import parse_corruption
+
+        try:
+            parse_corruption(args.patching)
+        except ValueError as e:
+            p.error(f"--patching: {e}")
     if args.exemplars < 0 or args.workers < 0:
         p.error("--exemplars and --workers must not be negative")
     return args

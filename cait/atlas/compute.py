@@ -1,7 +1,8 @@
 """The atlas's numbers for one batch of images, every one from its owner in `cait.explain`: the prediction,
 and per class-attention head its map's entropy, its direct logit attribution to the predicted class, its
 pointing hit and mass in the box; the SA heads' mean attention distances; with knockouts the logit change
-per block. Maps, attributions and distances come from one forward pass (`explain.predicted_attribution`)."""
+per block; with a corruption the activation patching of the predicted class from each image into its corrupted
+twin. Maps, attributions and distances come from one forward pass (`explain.predicted_attribution`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from .. import explain
+from ..corruptions import corrupt
 from ..explain.head_stats import DISTANCE_BYTES
 from ..runtime import autocast
 
@@ -53,13 +55,47 @@ def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: 
     }
 
 
+def corrupted_views(pixels: torch.Tensor, index: torch.Tensor, corruption: tuple[str, int]) -> torch.Tensor:
+    """The unnormalised views [B, C, H, W] under `corruption` (name, severity), each image's random draws
+    seeded by its index in the data: the same whatever the batch, shard or process it falls in."""
+    name, severity = corruption
+    return torch.cat(
+        [
+            corrupt(pixels[i : i + 1], name, severity, generator=torch.Generator().manual_seed(int(index[i])))
+            for i in range(len(pixels))
+        ]
+    )
+
+
+def patching_numbers(model: nn.Module, x: torch.Tensor, corrupted: torch.Tensor, target: torch.Tensor) -> dict:
+    """Activation patching of the `target` logits from x into `corrupted` (fp32: it subtracts logits): per
+    image the stream after each block [B, K], each block's attention and MLP branch [B, K, 2], each CA head
+    [B, L, H] and the clean-corrupted gap [B]."""
+    by_block = explain.activation_patching(model, x, corrupted, target)
+    by_head = explain.activation_patching(model, x, corrupted, target, granularity="head")
+    return {
+        "patch_blocks": by_block.blocks.float(),
+        "patch_branches": by_block.branches.float(),
+        "patch_heads": by_head.heads.float(),
+        "patch_gap": by_block.gap.float(),
+    }
+
+
 @torch.no_grad()
 def batch_numbers(
-    model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, knockouts: bool, dtype: torch.dtype | None
+    model: nn.Module,
+    x: torch.Tensor,
+    boxes: torch.Tensor,
+    *,
+    knockouts: bool,
+    dtype: torch.dtype | None,
+    corrupted: torch.Tensor | None = None,
 ) -> dict[str, np.ndarray]:
     """Per image of the normalised batch x [B, C, H, W] (boxes [B, 4] in input pixels, NaN rows without):
-    prediction, probability, per CA head (`HEAD_NUMBERS`) [B, L, H], SA distances [B, D, H] and with
-    knockouts the logit change per block [B, K], as numpy arrays. dtype: the autocast dtype (None: fp32)."""
+    prediction, probability, per CA head (`HEAD_NUMBERS`) [B, L, H], SA distances [B, D, H], with
+    knockouts the logit change per block [B, K], and with `corrupted` (the normalised corrupted batch) the
+    activation patching of the predicted class (`patching_numbers`), as numpy arrays. dtype: the autocast
+    dtype (None: fp32)."""
     per_pass = images_per_pass(model.cfg)
     boxes = boxes.to(x.device).float()
     with autocast(dtype, x.device):
@@ -69,4 +105,6 @@ def batch_numbers(
         out = {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
         if knockouts:
             out["knockout"] = explain.knockout_profile(model, x, out["prediction"]).float()
+    if corrupted is not None:
+        out |= patching_numbers(model, x, corrupted, out["prediction"])
     return {k: v.cpu().numpy() for k, v in out.items()}

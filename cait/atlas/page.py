@@ -18,6 +18,7 @@ from .. import explain
 from ..evaluate import head_row
 from ..figures import distance_plot, to_plotly
 from ..figures.causal import knockout_plotly
+from ..figures.mechanisms import heads_plotly, patching_plotly
 from ..preprocess import normalise
 from ..runtime import autocast
 from .report import Tally
@@ -167,7 +168,32 @@ def _figures(summary: dict, tally: Tally, hist: dict, model, names: list[str]) -
         figs.append(
             knockout_plotly(delta, gamma, depth=cfg.depth, ca_depth=cfg.depth_token_only, error=error, title=title)
         )
+    if summary.get("patching"):
+        figs += patching_figures(summary["patching"], cfg, summary["images"])
     return [_figure_html(f) for f in figs]
+
+
+def patching_figures(patching: dict, cfg, images: int) -> list:
+    """The patching profile over blocks (mean Δlogit with 95% intervals; hover: the share of the mean gap) and
+    the CA heads' grid, over the images."""
+    blocks = patching["blocks"]
+    mean = np.array([[b[k]["delta_logit_mean"] for k in ("stream", "attention", "MLP")] for b in blocks], dtype=float)
+    low = np.array([[b[k]["delta_logit_ci95"][0] for k in ("stream", "attention", "MLP")] for b in blocks], dtype=float)
+    gap, what = patching["gap"]["mean"], f"{patching['corruption']} at severity {patching['severity']}"
+    title = f"Activation patching under {what} over {images} images (mean Δlogit, 95% interval; gap {gap:.2f})"
+    heads = np.array(
+        [
+            [h["delta_logit_mean"] for h in patching["heads"] if h["layer"] == l + 1]
+            for l in range(cfg.depth_token_only)
+        ],
+        dtype=float,
+    )
+    return [
+        patching_plotly(
+            mean[:, 0], mean[:, 1:], gap, depth=cfg.depth, ca_depth=cfg.depth_token_only, title=title, errors=mean - low
+        ),
+        heads_plotly(heads, gap, title=f"Each CA head patched alone under {what}: mean Δlogit (share of the mean gap)"),
+    ]
 
 
 def write_page(path: Path, summary: dict, tally: Tally, hist: dict, *, model, data, names: list[str], dtype) -> Path:

@@ -62,6 +62,46 @@ class Moments:
             return Z95 * self.std / np.sqrt(self.n)
 
 
+class Ratio:
+    """The ratio of two running means over the first axis, sum(a) / sum(g), with a 95% interval by the delta
+    method (from running sums of a, g, their squares and product; float64). For activation patching: a
+    component's mean restored logit over the mean gap, the share of the gap it restores."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.n = 0
+        self.a, self.g, self.aa, self.gg, self.ag = (np.zeros(shape) for _ in range(5))
+
+    def add(self, a: np.ndarray, g: np.ndarray) -> None:
+        a = a.astype(np.float64)
+        g = g.astype(np.float64).reshape((-1,) + (1,) * (a.ndim - 1))
+        self.n += len(a)
+        self.a += a.sum(0)
+        self.g += np.broadcast_to(g, a.shape).sum(0)
+        self.aa += (a * a).sum(0)
+        self.gg += np.broadcast_to(g * g, a.shape).sum(0)
+        self.ag += (a * g).sum(0)
+
+    @property
+    def ratio(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.a / self.g
+
+    @property
+    def half_width(self) -> np.ndarray:
+        """Half width of the 95% interval: var(r) ~ (s_aa - 2 r s_ag + r^2 s_gg) / (n mean(g)^2), s: sample
+        (co)variances."""
+        n, r = self.n, self.ratio
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_a, mean_g = self.a / n, self.g / n
+            s_aa = (self.aa - n * mean_a**2) / (n - 1)
+            s_gg = (self.gg - n * mean_g**2) / (n - 1)
+            s_ag = (self.ag - n * mean_a * mean_g) / (n - 1)
+            return Z95 * np.sqrt(np.maximum(s_aa - 2 * r * s_ag + r**2 * s_gg, 0) / (n * mean_g**2))
+
+
+PATCHED = ("patch_blocks", "patch_branches", "patch_heads")  # the shards' patching arrays (`compute`)
+
+
 class TopK:
     """The k largest keys seen with their image index (a tie goes to the lower index): bounded memory."""
 
@@ -89,6 +129,7 @@ class Tally:
     classes: int
     exemplars: int
     moments: dict[str, Moments] = field(default_factory=dict)
+    ratios: dict[str, Ratio] = field(default_factory=dict)  # patching: each component's share of the gap
     class_dla: np.ndarray | None = None  # [classes, L, H] sums of the DLA per predicted class
     class_count: np.ndarray | None = None  # [classes]
     concentrated: list[TopK] = field(default_factory=list)  # per head (L * H): lowest entropy
@@ -107,9 +148,11 @@ class Tally:
         self.skipped += shard["skipped"].tolist()
         if "prediction" not in shard:
             return
-        for key in (*HEAD_NUMBERS, "distance", "knockout", "probability"):
+        for key in (*HEAD_NUMBERS, "distance", "knockout", "probability", *PATCHED, "patch_gap"):
             if key in shard:
                 self.moments.setdefault(key, Moments(shard[key].shape[1:])).add(shard[key])
+        for key in PATCHED if "patch_gap" in shard else ():
+            self.ratios.setdefault(key, Ratio(shard[key].shape[1:])).add(shard[key], shard["patch_gap"])
         labelled = shard["label"] >= 0
         self.labelled += int(labelled.sum())
         self.correct += int((shard["label"] == shard["prediction"])[labelled].sum())
@@ -128,14 +171,31 @@ def shards_in_order(out: Path, shards: int) -> Iterator[dict[str, np.ndarray]]:
         yield read_shard(shard_path(out, s))
 
 
-def image_columns(layers: int, heads: int, *, boxes: bool, blocks: list[str] | None) -> list[str]:
+def image_columns(
+    layers: int, heads: int, *, boxes: bool, blocks: list[str] | None, patched: list[str] | None = None
+) -> list[str]:
     numbers = head_numbers(boxes)
     cols = ["path", "label", "prediction", "probability", "correct"]
     cols += [f"{head_row(l, h)}_{m}" for l in range(layers) for h in range(heads) for m in numbers]
-    return cols + [f"knockout_{block_label(b)}" for b in blocks or []]
+    cols += [f"knockout_{block_label(b)}" for b in blocks or []]
+    if patched:
+        cols.append("patching_gap")
+        cols += [f"patching_{block_label(b)}_{part}" for b in patched for part in ("stream", "attention", "mlp")]
+        cols += [f"patching_{head_row(l, h)}" for l in range(layers) for h in range(heads)]
+    return cols
 
 
-def _image_rows(shard: dict[str, np.ndarray], paths: list[str], *, boxes: bool, knockouts: bool) -> Iterator[list]:
+def _patching_cells(shard: dict[str, np.ndarray], j: int) -> list:
+    """One image's patching in `image_columns` order: the gap, per block its stream, attention and MLP, per
+    CA head."""
+    per_block = np.concatenate([shard["patch_blocks"][j][:, None], shard["patch_branches"][j]], axis=1)
+    values = [shard["patch_gap"][j], *per_block.reshape(-1), *shard["patch_heads"][j].reshape(-1)]
+    return [_cell(float(v)) for v in values]
+
+
+def _image_rows(
+    shard: dict[str, np.ndarray], paths: list[str], *, boxes: bool, knockouts: bool, patched: bool = False
+) -> Iterator[list]:
     numbers = head_numbers(boxes)
     for j, i in enumerate(shard.get("index", np.zeros(0, dtype=np.int64)).tolist()):
         label, prediction = int(shard["label"][j]), int(shard["prediction"][j])
@@ -145,6 +205,8 @@ def _image_rows(shard: dict[str, np.ndarray], paths: list[str], *, boxes: bool, 
         row += [_cell(v) for v in per_head.reshape(-1).tolist()]
         if knockouts:
             row += [_cell(v) for v in shard["knockout"][j].tolist()]
+        if patched:
+            row += _patching_cells(shard, j)
         yield row
 
 
@@ -159,7 +221,8 @@ def write_images_csv(path: Path, out: Path, shards: int, paths: list[str], tally
         writer.writerow(image_columns(tally.layers, tally.heads, **kw))
         for shard in shards_in_order(out, shards):
             tally.add(shard)
-            writer.writerows(_image_rows(shard, paths, boxes=kw["boxes"], knockouts=kw["blocks"] is not None))
+            knockouts, patched = kw["blocks"] is not None, kw.get("patched") is not None
+            writer.writerows(_image_rows(shard, paths, boxes=kw["boxes"], knockouts=knockouts, patched=patched))
 
 
 def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict[str, Any]]:
@@ -176,11 +239,26 @@ def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict
                 mean, half = float(mo.mean[l, h]), float(mo.half_width[l, h])
                 row |= {f"{m}_mean": mean, f"{m}_std": float(mo.std[l, h])}
                 row |= {f"{m}_ci95_low": mean - half, f"{m}_ci95_high": mean + half, f"{m}_images": int(mo.n[l, h])}
+            if "patch_heads" in tally.ratios:
+                row |= _patching_columns(tally, "patch_heads", (l, h))
             for c, name in enumerate(class_names):
                 if tally.class_count[c]:
                     row[f"dla_mean_{name}"] = float(per_class[c, l, h])
             rows.append(row)
     return rows
+
+
+def _patching_columns(tally: Tally, key: str, where) -> dict[str, float]:
+    """heads.csv's patching columns of one head: its mean Δlogit and share of the gap, each with its interval."""
+    delta, share = _interval(tally.moments[key], where), _ratio(tally.ratios[key], where)
+    return {
+        "patching_delta_mean": delta["mean"],
+        "patching_delta_ci95_low": delta["ci95"][0],
+        "patching_delta_ci95_high": delta["ci95"][1],
+        "patching_restored": share["restored"],
+        "patching_restored_ci95_low": share["restored_ci95"][0],
+        "patching_restored_ci95_high": share["restored_ci95"][1],
+    }
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -241,6 +319,46 @@ def _interval(mo: Moments, where) -> dict[str, Any]:
 
 def _json(v: float) -> float | None:
     return None if math.isnan(v) else v
+
+
+def _ratio(r: Ratio, where) -> dict[str, Any]:
+    share, half = float(r.ratio[where]), float(r.half_width[where])
+    return {"restored": _json(share), "restored_ci95": [_json(share - half), _json(share + half)]}
+
+
+def _patched(tally: Tally, key: str, where) -> dict[str, Any]:
+    """One component's patching over the images: mean Δlogit and share of the mean gap, with intervals."""
+    delta = _interval(tally.moments[key], where)
+    return {"delta_logit_mean": delta["mean"], "delta_logit_ci95": delta["ci95"], **_ratio(tally.ratios[key], where)}
+
+
+def patching_entry(tally: Tally, names: list[str], corruption: tuple[str, int]) -> dict[str, Any]:
+    """summary.json's `patching`: per block (stream, attention, MLP branch) and per CA head, what its clean
+    output patched alone into the corrupted run restores of the predicted class's logit, averaged over the
+    images: the mean Δlogit and the share of the mean gap, with 95% intervals."""
+    parts = {"stream": ("patch_blocks", ()), "attention": ("patch_branches", (0,)), "MLP": ("patch_branches", (1,))}
+    return {
+        "corruption": corruption[0],
+        "severity": corruption[1],
+        "target": "the class the model predicted on the clean image",
+        "precision": "fp32",
+        "intervals": "delta_logit: normal 95% interval of the mean; restored (mean Δlogit over the mean gap): "
+        "95% interval by the delta method",
+        "gap": _interval(tally.moments["patch_gap"], ()),
+        "blocks": [
+            {
+                "name": n,
+                "label": block_label(n),
+                **{k: _patched(tally, key, (b, *at)) for k, (key, at) in parts.items()},
+            }
+            for b, n in enumerate(names)
+        ],
+        "heads": [
+            {"layer": l + 1, "head": h + 1, **_patched(tally, "patch_heads", (l, h))}
+            for l in range(tally.layers)
+            for h in range(tally.heads)
+        ],
+    }
 
 
 def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[str, Any]]:

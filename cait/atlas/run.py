@@ -18,6 +18,7 @@ from ..data import DataError, read_images
 from ..distributed import rank_shards, setup_distributed, shard_ranges
 from ..preprocess import class_names
 from ..provenance import SourcedModel
+from ..robustness import parse_corruption
 from ..runtime import DeviceError, choose_precision
 from . import report
 from .page import write_page
@@ -76,7 +77,9 @@ def run(args: argparse.Namespace) -> Path:
         dtype = precision.dtype
         shards = shard_ranges(len(data), args.shard_size)
         mine = rank_shards(len(shards), rank, world)
+        patching = None if args.patching is None else parse_corruption(args.patching)
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
+        options["patching"] = patching
         run_shards(model, data, shards, mine, out, device=device, show=rank == 0, stop_after=args.stop_after, **options)
         _barrier()
         missing = missing_shards(out, len(shards))
@@ -100,12 +103,17 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     blocks = explain.block_names(model) if args.knockouts else None
     names = list(class_names(cfg))
     tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, args.exemplars)
-    report.write_images_csv(out / "images.csv", out, shards, data.paths, tally, boxes=boxes, blocks=blocks)
+    patched = explain.block_names(model) if args.patching else None
+    report.write_images_csv(
+        out / "images.csv", out, shards, data.paths, tally, boxes=boxes, blocks=blocks, patched=patched
+    )
     any_image = "probability" in tally.moments
     report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes) if any_image else [])
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
-    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision="fp32" if dtype is None else "bf16")
+    patching = None if args.patching is None else parse_corruption(args.patching)
+    precision = "fp32" if dtype is None else "bf16"
+    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=patching)
     write_atomic(out / "summary.json", json.dumps(summary, indent=1).encode())
     hist = report.histograms(out, shards, tally, boxes=boxes) if any_image else {}
     write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
@@ -113,7 +121,14 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
 
 
 def _summary(
-    tally: report.Tally, loaded: SourcedModel, data, blocks: list[str] | None, *, boxes: bool, precision: str
+    tally: report.Tally,
+    loaded: SourcedModel,
+    data,
+    blocks: list[str] | None,
+    *,
+    boxes: bool,
+    precision: str,
+    patching: tuple[str, int] | None = None,
 ) -> dict:
     cfg = loaded.model.cfg
     images = int(tally.moments["probability"].n) if "probability" in tally.moments else 0
@@ -139,6 +154,8 @@ def _summary(
     if blocks is not None and images:
         gamma = explain.block_gamma_mean_abs(loaded.model).tolist()
         summary["blocks"] = report.block_entries(tally, blocks, gamma)
+    if patching is not None and images:
+        summary["patching"] = report.patching_entry(tally, explain.block_names(loaded.model), patching)
     return summary
 
 

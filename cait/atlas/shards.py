@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from ..preprocess import normalise
-from .compute import batch_numbers
+from .compute import batch_numbers, corrupted_views
 
 ARGS_FILE = "atlas_args.json"  # the arguments the shards were made with
 SHARD_DIR = "shards"
@@ -77,14 +77,23 @@ def read_shard(path: Path) -> dict[str, np.ndarray]:
 
 
 def _shard_numbers(
-    model: nn.Module, loader: DataLoader, *, knockouts: bool, dtype, device: torch.device, bar: tqdm
+    model: nn.Module,
+    loader: DataLoader,
+    *,
+    knockouts: bool,
+    patching: tuple[str, int] | None,
+    dtype,
+    device: torch.device,
+    bar: tqdm,
 ) -> Iterator[dict[str, np.ndarray]]:
     """The numbers of every readable image of a shard's loader, batch by batch, with the indices of the rest."""
     for pixels, label, box, index, ok in loader:
         rows = {"index": index[ok].numpy(), "label": label[ok].numpy(), "skipped": index[~ok].numpy()}
         if ok.any():
-            x = normalise(pixels[ok].to(device), model.cfg)
-            rows |= batch_numbers(model, x, box[ok], knockouts=knockouts, dtype=dtype)
+            views = pixels[ok].to(device)
+            x = normalise(views, model.cfg)
+            corrupted = None if patching is None else normalise(corrupted_views(views, index[ok], patching), model.cfg)
+            rows |= batch_numbers(model, x, box[ok], knockouts=knockouts, dtype=dtype, corrupted=corrupted)
         bar.update(len(index))
         yield rows
 
@@ -102,15 +111,18 @@ def run_shards(
     dtype: torch.dtype | None,
     device: torch.device,
     show: bool,
+    patching: tuple[str, int] | None = None,
     stop_after: int | None = None,
 ) -> None:
     """Compute and write shards `todo` (indices into `shards`) not yet on disk, at most `stop_after` of them;
-    data yields unnormalised (pixels, label, box, index, ok) items (`cait.data.read_images(..., normalise=False)`)."""
+    data yields unnormalised (pixels, label, box, index, ok) items (`cait.data.read_images(..., normalise=False)`).
+    patching: (corruption, severity) to patch each image's predicted class into its corrupted twin."""
     todo = [s for s in todo if not shard_path(out, s).exists()][:stop_after]
     with tqdm(total=sum(len(shards[s]) for s in todo), unit="img", desc="atlas", disable=not show) as bar:
         for s in todo:
             loader = DataLoader(Subset(data, shards[s]), batch_size=batch_size, num_workers=workers)
-            parts = list(_shard_numbers(model, loader, knockouts=knockouts, dtype=dtype, device=device, bar=bar))
+            numbers = dict(knockouts=knockouts, patching=patching, dtype=dtype, device=device, bar=bar)
+            parts = list(_shard_numbers(model, loader, **numbers))
             keys = {k for p in parts for k in p}
             arrays = {k: np.concatenate([p[k] for p in parts if k in p]) for k in keys}
             write_shard(shard_path(out, s), arrays)

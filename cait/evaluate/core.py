@@ -30,6 +30,7 @@ CHEAP_METHODS = (
     "rollout_raw",
     "rollout_after_proj_l",
     "rollout_after_proj_w",
+    "gradient_rollout",  # one forward and one backward: about 3 forwards (benchmarks/README.md)
 )
 # Rows name each CA head from 1, as the app and the figures do: "ca1_head1" is CA layer 1's first head.
 # edges of the garment-size bins (the box's longer side as a share of the image) that top-1 is broken down by:

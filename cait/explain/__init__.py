@@ -48,12 +48,13 @@ from .head_stats import (
 )
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
-from .mechanisms import GRANULARITIES, Patching, activation_patching, logit_lens
+from .mechanisms import GRANULARITIES, Patching, activation_patching, answer_forms_at, logit_lens
 from .methods import METHODS, Method, saliency_map, saliency_maps
 from .metrics import deletion_insertion, endpoint_probabilities, head_localization, mass_in_box, pointing_game
 
 __all__ = [
     "activation_patching",
+    "answer_forms_at",
     "all_head_ablations",
     "attention_distances_of",
     "attention_entropy",

@@ -11,7 +11,7 @@ Layers, heads and blocks are indexed from 0, blocks in model order (SA first), a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import torch
 from torch import nn
@@ -46,6 +46,16 @@ def logit_lens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         states = _sa_inputs(model, x)
         logits = model.forward_head(model.forward_class_attention(torch.cat(states)))
     return logits.view(len(states), x.shape[0], -1).transpose(0, 1)
+
+
+def answer_forms_at(agreement: Sequence[float], *, most: float = 0.5) -> int | None:
+    """Where the answer forms along the lens: the first entry k from which the lens's top-1 agrees with the
+    final prediction (agreement [SA depth + 1]: 0/1 for one image, or the share of images) above `most` at
+    every later entry too; None if even the last does not (a share of images at most `most`)."""
+    for k in range(len(agreement)):
+        if all(a > most for a in agreement[k:]):
+            return k
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------

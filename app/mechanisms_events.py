@@ -1,0 +1,211 @@
+"""The Mechanisms tab's events (`app.mechanisms_view` does the numbers): the logit lens when the tab is opened
+(or a new image comes while it is open, or another class is chosen), activation patching against a second run,
+and the ablation of the ticked heads. A mix-in of `app.handlers.Handlers`: it reads `self.page` and
+`self.cache` as the other handlers do."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+import numpy as np
+import torch
+
+from app import causal_view, mechanisms_view, session
+from app.images import ImageInputError
+from app.layout import MECHANISMS_TAB, causal_heads
+from app.models import LoadedModel, ModelChoice
+from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
+from cait.robustness import parse_corruption
+
+NO_IMAGE = "**Analyse an image first** (pick an example or upload one)."
+
+
+@dataclass(frozen=True)
+class PatchAsk:
+    """What the Patch button sends, each field named as its component in `Page` (`Page.named`)."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    mx_class: int | None  # None: the top prediction
+    mx_source: str  # one of mechanisms_view.SOURCES
+    mx_corruption: str
+    mx_severity: int
+    mx_example: str | None  # an example's path
+    mx_upload: str | None  # an uploaded file's path
+
+
+def _forward_seconds(loaded: LoadedModel, x: torch.Tensor) -> float:
+    """One fp32 forward of x, timed: what the cost of patching is said in."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        loaded.model(x)
+    return time.perf_counter() - start
+
+
+def cost_markdown(loaded: LoadedModel, seconds: float) -> str:
+    """The cost of a patching run, said before it is asked for."""
+    forwards = mechanisms_view.patching_forwards(loaded.cfg)
+    return (
+        f"Patching runs about {forwards} forward passes: about {forwards * seconds:.1f} s here "
+        f"(one forward of this image took {seconds:.2f} s)."
+    )
+
+
+class MechanismsEvents:
+    """The Mechanisms tab's handlers (mixed into `Handlers`)."""
+
+    def _target(self, a: session.Analysis, asked: int | None, classes: int) -> int:
+        return a.top_class if asked is None or not 0 <= int(asked) < classes else int(asked)
+
+    def mechanisms_lens(self, loaded: LoadedModel, a: session.Analysis, target: int) -> dict:
+        """The lens figure of class `target` and the cost line of patching."""
+        p, x = self.page, a.x.to(loaded.device)
+        numbers = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
+        figure = lens_plotly(
+            numbers["probability"],
+            numbers["top1_label"],
+            numbers["top1_probability"],
+            target=loaded.labels[target],
+            forms_at=numbers["forms_at"],
+        )
+        return {p.mx_lens: figure, p.mx_cost: cost_markdown(loaded, _forward_seconds(loaded, x))}
+
+    def mechanisms_opened(self, choice, a, target) -> dict:
+        """The tab opened (or a new image shown while it is open): the class menu, the heads to tick, the
+        examples, and the lens of the chosen class (the top prediction unless another is chosen)."""
+        if a is None or a.choice != choice:
+            return {self.page.mx_msg: NO_IMAGE}
+        p, loaded = self.page, self.cache.get(choice)
+        target = self._target(a, target, loaded.cfg.num_classes)
+        try:
+            lens = self.mechanisms_lens(loaded, a, target)
+        except ValueError as e:  # a model without CaiT's class-attention stage: explain says so in one line
+            return {p.mx_msg: f"**No lens for this model:** {e}"}
+        out = {
+            p.mx_class: gr.Dropdown(choices=[(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)], value=target),
+            p.mx_heads: gr.CheckboxGroup(choices=causal_heads(loaded.cfg)),
+            p.mx_example: gr.Dropdown(choices=[(c, path) for path, c in loaded.examples]),
+            p.mx_msg: "",
+        }
+        return out | lens
+
+    def mechanisms_new_image(self, choice, a, open_tab) -> dict:
+        """A new image's follow-up: the tab's lens now if the tab is open (else once it is opened)."""
+        if open_tab != MECHANISMS_TAB:
+            return {self.page.mx_class: gr.Dropdown(value=None)}  # opened later: the new image's top class
+        return self.mechanisms_opened(choice, a, None)
+
+    def mechanisms_class(self, choice, a, target) -> dict:
+        """Another class chosen: its lens."""
+        if a is None or a.choice != choice or target is None:
+            return {}
+        return self.mechanisms_lens(self.cache.get(choice), a, int(target))
+
+    @staticmethod
+    def mechanisms_source(source: str) -> list:
+        """Only the controls of the chosen source of the corrupted run are shown."""
+        corrupted, example, upload = (source == s for s in mechanisms_view.SOURCES)
+        return [
+            gr.update(visible=corrupted),
+            gr.update(visible=corrupted),
+            gr.update(visible=example),
+            gr.update(visible=upload),
+        ]
+
+    def _second_run(self, loaded: LoadedModel, a: session.Analysis, ask: PatchAsk):
+        """(shown image, input [1, C, H, W]) of the corrupted run; ValueError/ImageInputError saying what is missing."""
+        if ask.mx_source == mechanisms_view.SOURCES[0]:
+            return mechanisms_view.corrupted_input(a.view, loaded.cfg, ask.mx_corruption, int(ask.mx_severity))
+        path = ask.mx_example if ask.mx_source == mechanisms_view.SOURCES[1] else ask.mx_upload
+        if not path:
+            raise ValueError(
+                f"choose {'an example' if ask.mx_source == mechanisms_view.SOURCES[1] else 'a file'} "
+                "for the corrupted run"
+            )
+        return mechanisms_view.second_input(path, loaded.cfg)
+
+    def mechanisms_patch(self, **asked: Any) -> dict:
+        """Activation patching of the chosen class's logit from this image into the second run: bars over depth
+        and the CA heads' grid, in Δlogit, each with the share of the gap it restores.
+        asked: the fields of `PatchAsk`, by name."""
+        p, ask = self.page, PatchAsk(**asked)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
+            return {p.mx_msg: NO_IMAGE}
+        loaded = self.cache.get(ask.choice)
+        target = self._target(a, ask.mx_class, loaded.cfg.num_classes)
+        try:
+            shown, corrupted = self._second_run(loaded, a, ask)
+        except (ValueError, ImageInputError) as e:
+            return {p.mx_msg: f"**Cannot patch:** {e}"}
+        try:
+            n = mechanisms_view.patching(loaded.model, a.x.to(loaded.device), corrupted.to(loaded.device), target)
+        except ValueError as e:  # a model without CaiT's class-attention stage
+            return {p.mx_msg: f"**Cannot patch:** {e}"}
+        label, cfg = loaded.labels[target], loaded.cfg
+        broken = loaded.labels[n["corrupted_top1"]]
+        title = (
+            f"Patching '{label}': clean logit {n['clean_logit']:.2f}, corrupted {n['corrupted_logit']:.2f} "
+            f"(top-1 '{broken}'), gap {n['gap']:.2f}"
+        )
+        return {
+            p.mx_msg: "",
+            p.mx_second: shown,
+            p.mx_patch: patching_plotly(
+                np.array(n["blocks"]),
+                np.array(n["branches"]),
+                n["gap"],
+                depth=cfg.depth,
+                ca_depth=cfg.depth_token_only,
+                title=title,
+            ),
+            p.mx_patch_heads: heads_plotly(
+                np.array(n["heads"]), n["gap"], title="Each CA head's clean output patched in alone"
+            ),
+        }
+
+    def _mechanisms_numbers(
+        self, loaded: LoadedModel, a: session.Analysis, *, target: int, lens: bool, patching: str
+    ) -> dict[str, Any]:
+        """The /analyze API's opt-in sections: "logit_lens" and "patching" (under the corruption "NAME:SEVERITY")
+        of class `target` (-1: the top prediction); ValueError in one line for a bad class or corruption."""
+        if target >= loaded.cfg.num_classes or target < -1:
+            raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
+        target = a.top_class if target < 0 else target
+        x, out = a.x.to(loaded.device), {}
+        if lens:
+            out["logit_lens"] = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
+        if patching:
+            name, severity = parse_corruption(patching)
+            _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, name, severity)
+            out["patching"] = {
+                "corruption": name,
+                "severity": severity,
+                **mechanisms_view.patching(loaded.model, x, corrupted.to(loaded.device), target),
+            }
+        return out
+
+    def mechanisms_ablate(self, choice, a, target, ticked, mode) -> dict:
+        """The ticked heads removed together: Δlogit of the chosen class and the new top-5."""
+        p = self.page
+        if a is None or a.choice != choice:
+            return {p.mx_ablation: NO_IMAGE}
+        if not ticked:
+            return {p.mx_ablation: "<p><b>Tick at least one head.</b></p>"}
+        loaded = self.cache.get(choice)
+        reference = None
+        if mode != causal_view.ABLATIONS[0] and loaded.examples:
+            reference = causal_view.reference_batch([path for path, _ in loaded.examples], loaded.cfg)
+            reference = reference.to(loaded.device)
+        result = mechanisms_view.set_ablation(
+            loaded.model,
+            a.x.to(loaded.device),
+            heads=mechanisms_view.head_pairs(ticked, loaded.cfg.num_heads),
+            target=self._target(a, target, loaded.cfg.num_classes),
+            labels=loaded.labels,
+            reference=reference,
+        )
+        return {p.mx_ablation: mechanisms_view.ablation_html(result, mode)}

@@ -1,0 +1,134 @@
+"""Figures of how a prediction forms along depth (`cait.explain.mechanisms`), as plotly for the app and the
+atlas page: the logit lens of one image over SA depth, the activation-patching profile over blocks (stream,
+attention and MLP branch) and the class-attention heads' patching as a grid, each in Δlogit with the share
+of the clean-corrupted gap it restores in the hover text."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .layerscale import block_ticks
+
+BRANCH_COLOURS = {"stream": "#7f7f7f", "attention": "#2ca02c", "MLP": "#d62728"}
+
+
+def depth_words(k: int) -> str:
+    """What lens entry k reads, in the app's words: 'the patch embedding' (k = 0), else 'after SA block k'."""
+    return "the patch embedding" if k == 0 else f"after SA block {k}"
+
+
+def lens_plotly(
+    probability: Sequence[float],
+    top1: Sequence[str],
+    top1_probability: Sequence[float],
+    *,
+    target: str,
+    forms_at: int | None,
+):
+    """The lens along SA depth (x = 0: the patch embedding, k: after SA block k): the probability of the class
+    `target` (line) and of the lens's own top-1 (bars, named), with a line where the answer (the last top-1,
+    the model's prediction) forms: `forms_at`, as `cait.explain.answer_forms_at` gives it."""
+    import plotly.graph_objects as go
+
+    x = list(range(len(probability)))
+    where = [depth_words(k) for k in x]
+    fig = go.Figure()
+    fig.add_bar(
+        x=x,
+        y=list(top1_probability),
+        name="the lens's top-1",
+        marker_color="#c7c7c7",
+        text=list(top1),
+        textposition="inside",
+        hovertext=[f"{w}: top-1 '{t}' ({p:.3f})" for w, t, p in zip(where, top1, top1_probability)],
+        hoverinfo="text",
+    )
+    fig.add_scatter(
+        x=x,
+        y=list(probability),
+        mode="lines+markers",
+        name=f"probability of '{target}'",
+        line=dict(color="#1f77b4"),
+        hovertext=[f"{w}: '{target}' {p:.3f}" for w, p in zip(where, probability)],
+        hoverinfo="text",
+    )
+    final = top1[-1]  # the model's own answer: where it forms is where the lens's top-1 settles on it
+    if forms_at is None:
+        title = f"Logit lens: the top-1 settles on the answer '{final}' only after the last SA block"
+    else:
+        title = f"Logit lens: the answer '{final}' forms {depth_words(forms_at)} (top-1 from there on)"
+        fig.add_vline(x=forms_at - 0.5, line_dash="dash", line_color="#1f77b4")
+    fig.update_xaxes(tickvals=x, ticktext=["emb"] + [f"SA{k}" for k in x[1:]], title_text="CA stage reads after")
+    fig.update_yaxes(title_text="probability", range=[0, 1.02])
+    fig.update_layout(title=title, template="plotly_white", height=360, legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def _share(value: float, gap: float) -> str:
+    return f"{value / gap:.0%} of the gap" if gap else "no gap to restore"
+
+
+def patching_plotly(
+    blocks: np.ndarray,
+    branches: np.ndarray,
+    gap: float,
+    *,
+    depth: int,
+    ca_depth: int,
+    title: str,
+    errors: np.ndarray | None = None,
+):
+    """Bars per block (model order, SA then CA): Δlogit when the clean stream after it, or its attention or
+    MLP branch alone, is patched into the corrupted run; hover: the share of the gap `gap` it restores (for
+    means over images: the mean Δlogit over the mean gap). errors [K, 3] (stream, attention, MLP): half
+    widths drawn as error bars. A dotted line at the gap: what patching everything restores."""
+    import plotly.graph_objects as go
+
+    ticks, labels = block_ticks(depth, ca_depth)
+    fig = go.Figure()
+    for i, (name, values) in enumerate((("stream", blocks), ("attention", branches[:, 0]), ("MLP", branches[:, 1]))):
+        fig.add_bar(
+            x=ticks,
+            y=[float(v) for v in values],
+            name=f"{name} patched",
+            marker_color=BRANCH_COLOURS[name],
+            error_y=None if errors is None else dict(type="data", array=[float(e) for e in errors[:, i]]),
+            hovertext=[f"{b} {name}: Δlogit {v:+.3f}, {_share(float(v), gap)}" for b, v in zip(labels, values)],
+            hoverinfo="text",
+        )
+    fig.add_hline(y=gap, line_dash="dot", annotation_text=f"gap {gap:.2f}", annotation_position="top left")
+    fig.update_xaxes(tickvals=ticks, ticktext=labels, title_text="block")
+    fig.update_yaxes(title_text="Δlogit restored")
+    fig.update_layout(
+        title=title, barmode="group", template="plotly_white", height=380, legend=dict(orientation="h", y=-0.25)
+    )
+    return fig
+
+
+def heads_plotly(heads: np.ndarray, gap: float, *, title: str):
+    """The CA heads' patching [L, heads] as a grid in Δlogit (zero-centred), each cell's share of the gap written
+    in it."""
+    import plotly.graph_objects as go
+
+    bound = float(np.abs(heads).max()) or 1.0
+    text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
+    fig = go.Figure(
+        go.Heatmap(
+            z=heads,
+            x=[f"head {h + 1}" for h in range(heads.shape[1])],
+            y=[f"CA{c + 1}" for c in range(heads.shape[0])],
+            colorscale="RdBu",
+            reversescale=True,
+            zmin=-bound,
+            zmax=bound,
+            text=text,
+            texttemplate="%{text}",
+            hovertemplate="%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>",
+            colorbar=dict(title="Δlogit"),
+        )
+    )
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title=title, template="plotly_white", height=160 + 50 * heads.shape[0])
+    return fig
