@@ -260,6 +260,41 @@ def heads_html(data: dict, made_from: str, path) -> None:
     save_html(fig, path, made_from)
 
 
+def results(model, m: dict[str, torch.Tensor], made_from: str, data_name: str, skipped: list[str], args) -> dict:
+    """The JSON of the script: per block |gamma| and knockout, the rank correlations and verdicts, per head."""
+    gamma = explain.block_gamma_mean_abs(model).numpy()
+    delta = m["delta"].numpy()
+    sa = model.cfg.depth
+    overall = rank_correlation(gamma, delta, resamples=args.bootstrap)
+    sa_only = rank_correlation(gamma[:sa], delta[:, :sa], resamples=args.bootstrap)
+    ci = _interval(m["delta"])
+    blocks = [
+        {
+            "stage": "sa" if k < sa else "ca",
+            "index": k + 1 if k < sa else k - sa + 1,
+            "gamma_mean_abs": float(gamma[k]),
+            "knockout_delta_logit_mean": float(delta[:, k].mean()),
+            "knockout_delta_logit_ci95": ci[k],
+        }
+        for k in range(len(gamma))
+    ]
+    data = {
+        "made_from": made_from,
+        "data": data_name,
+        "skipped": skipped,
+        "target": "predicted class",
+        "images": len(delta),
+        "blocks": blocks,
+        "spearman": {"all_blocks": overall, "sa_blocks": sa_only},
+        "verdict": verdict(overall, sa_only, len(delta)),
+        "heads": head_rows(m["heads"], m["pointing"]),
+    }
+    data["heads_spearman"] = heads_spearman(data["heads"])
+    data["heads_verdict"] = heads_verdict(data["heads_spearman"], len(data["heads"]))
+    data["logit_parts"] = logit_parts(m["parts"], m["part_names"])
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("layer_importance", __doc__, precision=False)
     add_data_flags(
@@ -279,44 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     m = measure(model, batches)
     if not len(m["delta"]):
         fail(f"no readable image in {data_name}")
-    gamma = explain.block_gamma_mean_abs(model).numpy()
-    delta = m["delta"].numpy()
-    sa = model.cfg.depth
-    overall = rank_correlation(gamma, delta, resamples=args.bootstrap)
-    sa_only = rank_correlation(gamma[:sa], delta[:, :sa], resamples=args.bootstrap)
-    ci = _interval(m["delta"])
-    blocks = [
-        {
-            "stage": "sa" if k < sa else "ca",
-            "index": k + 1 if k < sa else k - sa + 1,
-            "gamma_mean_abs": float(gamma[k]),
-            "knockout_delta_logit_mean": float(delta[:, k].mean()),
-            "knockout_delta_logit_ci95": ci[k],
-        }
-        for k in range(len(gamma))
-    ]
     made_from = made_from_data(loaded.made_from, data_name)
-    data = {
-        "made_from": made_from,
-        "data": data_name,
-        "skipped": skipped,
-        "target": "predicted class",
-        "images": len(delta),
-        "blocks": blocks,
-        "spearman": {"all_blocks": overall, "sa_blocks": sa_only},
-        "verdict": verdict(overall, sa_only, len(delta)),
-        "heads": head_rows(m["heads"], m["pointing"]),
-    }
-    data["heads_spearman"] = heads_spearman(data["heads"])
-    data["heads_verdict"] = heads_verdict(data["heads_spearman"], len(data["heads"]))
-    data["logit_parts"] = logit_parts(m["parts"], m["part_names"])
+    data = results(model, m, made_from, data_name, skipped, args)
     write_json(out / "layer_importance.json", data)
     figure_png(data, model, made_from, out / "layer_importance.png")
     figure_html(data, model, made_from, out / "layer_importance.html")
     heads_html(data, made_from, out / "layer_importance_heads.html")
     parts_html(data, made_from, out / "layer_importance_parts.html")
     print(f"{made_from}\n{data['verdict']}\n{data['heads_verdict'] or ''}")
-    for b in blocks:
+    for b in data["blocks"]:
         print(
             f"{b['stage'].upper()}{b['index']:<4} |gamma| {b['gamma_mean_abs']:.4f}  "
             f"knockout {b['knockout_delta_logit_mean']:+.3f} +- {b['knockout_delta_logit_ci95']:.3f}"
@@ -325,7 +331,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the predicted class's logit, mean of its parts: {parts}")
     print(f"wrote layer_importance.json/.png/.html, layer_importance_heads.html, layer_importance_parts.html to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
