@@ -112,10 +112,23 @@ def _png_uri(image: Image.Image) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def enlarged_figure(tile: Image.Image, view: Image.Image, heat: np.ndarray, *, cmap: str, title: str) -> go.Figure:
+def enlarged_figure(
+    tile: Image.Image,
+    view: Image.Image,
+    heat: np.ndarray,
+    *,
+    cmap: str,
+    title: str,
+    colour_title: str = "attention",
+    signed: bool = False,
+) -> go.Figure:
     """The selected tile as shown (left) beside its patch grid as it is, one block per patch, over the
-    image (right), whose hover gives the value under the cursor with its row and column (from 1)."""
+    image (right), whose hover gives the value under the cursor with its row and column (from 1).
+    colour_title names what the colours measure; a `signed` map spans -|max| .. |max| like its tile, so that
+    white is 0 in both panels."""
     g = heat.shape[-1]
+    top = max(float(np.abs(heat).max()), 1e-12)
+    limits = dict(zmid=0, zmin=-top, zmax=top) if signed else {}
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("as in the grid", "patch grid (hover: the value)"), horizontal_spacing=0.04
     )
@@ -130,8 +143,9 @@ def enlarged_figure(tile: Image.Image, view: Image.Image, heat: np.ndarray, *, c
             colorscale=PLOTLY_SCALES.get(cmap, "Inferno"),
             opacity=0.6,
             zsmooth=False,
-            colorbar=dict(title="attention", len=0.8),
+            colorbar=dict(title=colour_title, len=0.8),
             hovertemplate="row %{y}, column %{x}: %{z:.4f}<extra></extra>",
+            **limits,
         ),
         row=1,
         col=2,

@@ -172,8 +172,8 @@ class _SaliencyRun:
         return [(tile, self.caption(name, row)) for (name, row), (tile, _) in zip(self.rows, self.tiles)]
 
     def maps(self) -> list:
-        """What enlarging a tile needs: (patch map, caption, signed) of each row."""
-        return [(r.heat.numpy(), self.caption(n, r), s) for (n, r), (_, s) in zip(self.rows, self.tiles)]
+        """What enlarging a tile needs: (patch map, caption, signed, method) of each row."""
+        return [(r.heat.numpy(), self.caption(n, r), s, r.method) for (n, r), (_, s) in zip(self.rows, self.tiles)]
 
     def label(self) -> str:
         one = len(self.classes) == 1
@@ -444,11 +444,14 @@ class Handlers:
         """A clicked saliency map beside its patch grid, whose hover gives each patch's value."""
         if a is None or not maps or int(evt.index) >= len(maps):
             return gr.skip()
-        heat, caption, signed = maps[int(evt.index)]
+        heat, caption, signed, method = maps[int(evt.index)]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0], signed=signed)
         tile = figures.saliency_tile(a.view, torch.from_numpy(heat), **look)
         shown = figures.SIGNED_CMAP if signed else cmap
-        return {self.page.sal_big: figures.enlarged_figure(tile, a.view, heat, cmap=shown, title=caption)}
+        figure = figures.enlarged_figure(
+            tile, a.view, heat, cmap=shown, title=caption, colour_title=method, signed=signed
+        )
+        return {self.page.sal_big: figure}
 
     def region(self, a, source: str | None, keep: float) -> dict:
         """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as

@@ -75,7 +75,7 @@ class Page:
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
     sal_bar: gr.Image
-    sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed)], for the enlarged view
+    sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed, method)], for the enlarged view
     sal_big: gr.Plot
     region_of: gr.Dropdown
     sal_region: gr.Image

@@ -554,3 +554,8 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     figure = big[p.sal_big]
     np.testing.assert_allclose(np.array(figure.data[1].z), heat.numpy(), rtol=1e-5, atol=1e-8)
     assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}'"
+    # centred on 0 as the tile and the gallery's bar are (white is 0), the bar named for the method
+    grid = figure.data[1]
+    top = float(heat.abs().max())
+    assert grid.zmid == 0 and grid.zmin == pytest.approx(-top) and grid.zmax == pytest.approx(top)
+    assert grid.colorbar.title.text == "saliency"
