@@ -16,6 +16,7 @@ from app.images import load_image
 from app.models import LoadedModel, ModelChoice
 from cait import explain
 from cait.explain import ClassAttention, MethodOptions
+from cait.explain.methods import ROLLOUT_METHODS
 from cait.preprocess import model_view, view_tensor
 
 
@@ -184,23 +185,26 @@ def saliency_rows(
 def unscored_rows(
     loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions
 ) -> list[SaliencyRow]:
-    """Every method's map for class `target`, AUCs NaN. The attributions run in fp32, the CA head means are read
-    from the analysis; what the methods share (the rollouts' forward pass) is done once, and the time of all
-    the maps is counted in the first row (they are computed together)."""
-    start = time.perf_counter()
-    maps = explain.saliency_maps(
+    """Every method's map for class `target`, AUCs NaN, each with its own time. The attributions run in fp32,
+    the CA head means are read from the analysis; what the methods share (the rollouts' forward pass) is done
+    once, and its time is split evenly between the rollouts that share it."""
+    rows, start = [], time.perf_counter()
+    for m, heat in explain.saliency_maps(
         loaded.model,
         a.x.to(loaded.device),
         torch.tensor([target], device=loaded.device),
         methods,
         options,
         class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device),
-    )
-    rows = [
-        SaliencyRow(m, heat[0].float().cpu(), float("nan"), float("nan"), 0.0) for m, (_, heat) in zip(methods, maps)
-    ]
-    if rows:  # rows keep the names asked for (earlier names too)
-        rows[0].seconds = time.perf_counter() - start
+    ):
+        now = time.perf_counter()
+        # rows keep the names asked for (earlier names too)
+        rows.append(SaliencyRow(m, heat[0].float().cpu(), float("nan"), float("nan"), now - start))
+        start = now
+    shared = [r for r in rows if r.method in ROLLOUT_METHODS]
+    each = sum(r.seconds for r in shared) / max(len(shared), 1)
+    for r in shared:
+        r.seconds = each
     return rows
 
 

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
@@ -205,6 +206,21 @@ def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
         session.attribution_for_api(loaded, a, method="saliency", target=10, steps=8)
     with pytest.raises(ValueError, match="unknown method"):
         session.attribution_for_api(loaded, a, method="telepathy", target=1, steps=8)
+
+
+def test_each_saliency_method_is_charged_its_own_time(loaded):
+    a = session.analyse(loaded, str(SCENE))
+    methods = ["ca1_mean", "rollout_raw", "rollout_after_proj_l", "integrated_gradients"]
+    options = explain.MethodOptions(ig_steps=64)
+    start = time.perf_counter()
+    rows = session.unscored_rows(loaded, a, target=3, methods=methods, options=options)
+    total = time.perf_counter() - start
+    seconds = {r.method: r.seconds for r in rows}
+    # the CA mean is read from the analysis: next to nothing; the 64-step attribution: most of the wait
+    assert seconds["ca1_mean"] < 0.1 * seconds["integrated_gradients"]
+    assert seconds["integrated_gradients"] > 0.5 * total and sum(seconds.values()) <= total
+    # the two rollouts come from one forward pass, which they share
+    assert seconds["rollout_raw"] == seconds["rollout_after_proj_l"] > 0
 
 
 # ------------------------------------------------------------------------------ what the page says
