@@ -35,7 +35,7 @@ class CausalView:
     mlp: np.ndarray  # [L] each CA block's MLP write
     parts: dict[str, float]  # the logit's parts in the order the class token receives them (heads, MLPs, ...)
     knockout: np.ndarray  # [SA depth + CA depth] target-logit change with the block's gammas zeroed
-    gamma: np.ndarray  # [SA depth + CA depth] the block's mean |gamma|
+    gamma: dict[str, np.ndarray]  # branch (BRANCH_GAMMAS) -> [SA depth + CA depth] mean |gamma| of what it zeroes
 
 
 def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
@@ -52,7 +52,7 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
         mlp=numpy(dla.mlp),
         parts={name: float(value[0]) for name, value in dla.parts().items()},
         knockout=numpy(explain.knockout_profile(model, x, t)),
-        gamma=explain.block_gamma_mean_abs(model).numpy(),
+        gamma={b: explain.block_gamma_mean_abs(model, branch=b).numpy() for b in BRANCH_GAMMAS},
     )
 
 
@@ -78,16 +78,19 @@ def branch_knockout(model: torch.nn.Module, x: torch.Tensor, view: CausalView, k
 
 
 def knockout_figure(view: CausalView, cfg, profile: np.ndarray | None = None, knockout: str = "whole block"):
-    """The knockout profile over depth (the view's, or `profile` of the `knockout` named) with mean |gamma|
-    per block on a second axis."""
-    gammas = BRANCH_GAMMAS[KNOCKOUTS[knockout]]  # which of the block's gammas the knockout zeroes
+    """The knockout profile over depth (the view's, or `profile` of the `knockout` named) with the mean |gamma|
+    of the gammas it zeroes per block on a second axis."""
+    branch = KNOCKOUTS[knockout]
+    gammas = BRANCH_GAMMAS[branch]  # which of the block's gammas the knockout zeroes
+    name = f"mean |{', '.join(gammas)}|"
     return knockout_plotly(
         view.knockout if profile is None else profile,
-        view.gamma,
+        view.gamma[branch],
         depth=cfg.depth,
         ca_depth=cfg.depth_token_only,
+        gamma_name=name,
         title=f"Logit change when a block's {' and '.join(gammas)} {'are' if len(gammas) > 1 else 'is'} zeroed "
-        "(bars), and its mean |gamma| (line)",
+        f"(bars), and its {name} (line)",
     )
 
 
@@ -166,7 +169,7 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
             {
                 "stage": "sa" if i < cfg.depth else "ca",
                 "index": i + 1 if i < cfg.depth else i - cfg.depth + 1,
-                "gamma_mean_abs": float(view.gamma[i]),
+                "gamma_mean_abs": float(view.gamma["both"][i]),
                 "knockout_delta_logit": float(view.knockout[i]),
             }
             for i in range(len(view.knockout))

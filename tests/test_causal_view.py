@@ -38,7 +38,7 @@ def test_view_adds_up_and_matches_the_model(setup):
     assert view.patches.shape == (cfg.depth_token_only, cfg.num_heads, cfg.grid_size, cfg.grid_size)
     assert view.logit == pytest.approx(logits[target].item(), abs=1e-5)
     assert sum(view.parts.values()) == pytest.approx(view.logit, abs=1e-4)
-    assert len(view.knockout) == len(view.gamma) == cfg.depth + cfg.depth_token_only
+    assert len(view.knockout) == len(view.gamma["both"]) == cfg.depth + cfg.depth_token_only
     bars = causal_view.head_figure(view, "x")
     for layer in range(cfg.depth_token_only):
         assert list(bars.data[layer].y) == pytest.approx(view.heads[layer].tolist())
@@ -48,8 +48,18 @@ def test_view_adds_up_and_matches_the_model(setup):
     assert list(waterfall.x[:-1]) == list(view.parts)
     assert waterfall.x[1] == "CA1 heads" and waterfall.y[1] == pytest.approx(float(view.heads[0].sum()))
     ko = causal_view.knockout_figure(view, cfg)
-    assert list(ko.data[0].y) == pytest.approx(view.knockout.tolist())
-    assert list(ko.data[1].y) == pytest.approx(view.gamma.tolist()) and ko.data[1].yaxis == "y2"
+    assert [*ko.data[0].y, *ko.data[1].y] == pytest.approx(view.knockout.tolist())  # SA bars, then CA bars
+    # the legend's mark of each stage is its bars' colour
+    assert [d.marker.color for d in ko.data[:2]] == ["#1f77b4", "#d62728"] and "CA" in ko.data[1].name
+    # the |gamma| line follows what is knocked out: both gammas, gamma_1 (attention) or gamma_2 (MLP)
+    blocks = [*model.blocks, *model.blocks_token_only]
+    for knockout, names in (("whole block", ("gamma_1", "gamma_2")), ("MLP branch", ("gamma_2",))):
+        want = [torch.cat([getattr(b, n).detach().abs() for n in names]).mean().item() for b in blocks]
+        line = causal_view.knockout_figure(view, cfg, view.knockout, knockout).data[2]
+        assert list(line.y) == pytest.approx(want) and line.yaxis == "y2"
+        assert line.name == f"mean |{', '.join(names)}| (right axis)"
+    attention = causal_view.knockout_figure(view, cfg, view.knockout, "attention branch").data[2]
+    assert list(attention.y) == pytest.approx([b.gamma_1.detach().abs().mean().item() for b in blocks])
     maps = causal_view.maps_figure(view, torch.rand(cfg.grid_size, cfg.grid_size).numpy(), 1, 0)
     assert (maps.data[1].z == view.patches[1, 0]).all()
 
@@ -154,9 +164,11 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     assert out[p.cz_knockout_of] == "whole block"  # a new view starts with whole blocks knocked out
     mlp = handlers.causal_knockout(loaded.choice, a, view, "MLP branch")[p.cz_knockout]
     expected = explain.knockout_profile(loaded.model, a.x, torch.tensor([view.target]), branch="mlp")[0]
-    assert np.allclose(mlp.data[0].y, expected.numpy(), atol=1e-5) and "gamma_2 is zeroed" in mlp.layout.title.text
+    bars = lambda figure: np.concatenate([figure.data[0].y, figure.data[1].y])  # SA, then CA
+    assert np.allclose(bars(mlp), expected.numpy(), atol=1e-5) and "gamma_2 is zeroed" in mlp.layout.title.text
+    assert mlp.data[2].name.startswith("mean |gamma_2|")
     whole = handlers.causal_knockout(loaded.choice, a, view, "whole block")[p.cz_knockout]
-    assert np.allclose(whole.data[0].y, view.knockout) and not np.allclose(view.knockout, expected.numpy())
+    assert np.allclose(bars(whole), view.knockout) and not np.allclose(view.knockout, expected.numpy())
     with pytest.raises(ValueError, match="knockout must be one of"):
         causal_view.branch_knockout(loaded.model, a.x, view, "the head")
     cleared = handlers.cleared(tuple(handlers.page.ca_props.value))

@@ -373,10 +373,13 @@ def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Te
     return torch.stack(rows, dim=1)
 
 
-def block_gamma_mean_abs(model: nn.Module) -> torch.Tensor:
-    """Mean |gamma| of every block [SA depth + CA depth] in model order, over the entries of both its
-    gamma_1 and gamma_2 (LayerScale's own say on how much a block's branches write)."""
+def block_gamma_mean_abs(model: nn.Module, *, branch: Branch = "both") -> torch.Tensor:
+    """Mean |gamma| of every block [SA depth + CA depth] in model order, over the entries of the gammas a
+    knockout of `branch` zeroes (`BRANCH_GAMMAS`: both, gamma_1 for attention, gamma_2 for the MLP):
+    LayerScale's own say on how much a block's branches write."""
+    if branch not in BRANCH_GAMMAS:
+        raise ValueError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
     ls = model.layerscale()
     return torch.cat(
-        [torch.cat((ls[f"{s}_gamma_1"], ls[f"{s}_gamma_2"]), dim=1).abs().mean(dim=1) for s in ("sa", "ca")]
+        [torch.cat([ls[f"{s}_{g}"] for g in BRANCH_GAMMAS[branch]], dim=1).abs().mean(dim=1) for s in ("sa", "ca")]
     )

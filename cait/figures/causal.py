@@ -28,34 +28,37 @@ def knockout_plotly(
     ca_depth: int,
     error: Sequence[float] | None = None,
     title: str = "Knockout profile: change of the logit with a block's gammas set to 0",
+    gamma_name: str = "mean |gamma|",
 ):
-    """Bars: the logit change per block (model order, SA then CA); markers on a second, log y axis: the
-    block's mean |gamma|. `error`: half-widths drawn as error bars (e.g. a 95% interval of the mean)."""
+    """Bars: the logit change per block (model order, SA then CA), one trace per stage so that each legend
+    mark has its bars' colour; markers on a second, log y axis: the block's `gamma_name` (mean |gamma|).
+    `error`: half-widths drawn as error bars (e.g. a 95% interval of the mean)."""
     from plotly.subplots import make_subplots
 
     pos, colours = _positions(depth, ca_depth)
     ticks, labels = block_ticks(depth, ca_depth)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_bar(
-        x=pos,
-        y=list(delta),
-        marker_color=colours,
-        name="logit change when knocked out",
-        error_y=None if error is None else dict(type="data", array=list(error), visible=True),
-        hovertext=labels,
-    )
+    for stage, part in (("SA", slice(0, depth)), ("CA", slice(depth, depth + ca_depth))):
+        fig.add_bar(
+            x=pos[part],
+            y=list(delta)[part],
+            marker_color=colours[part][0] if colours[part] else None,
+            name=f"logit change, {stage} block knocked out",
+            error_y=None if error is None else dict(type="data", array=list(error)[part], visible=True),
+            hovertext=labels[part],
+        )
     fig.add_scatter(
         x=pos,
         y=list(gamma),
         mode="lines+markers",
         line=dict(color=GAMMA_COLOUR, dash="dot"),
-        name="mean |gamma| (right axis)",
+        name=f"{gamma_name} (right axis)",
         hovertext=labels,
         secondary_y=True,
     )
     fig.update_xaxes(tickvals=ticks, ticktext=labels, title_text="block")
     fig.update_yaxes(title_text="logit change", secondary_y=False)
-    fig.update_yaxes(title_text="mean |gamma|", type="log", secondary_y=True)
+    fig.update_yaxes(title_text=gamma_name, type="log", secondary_y=True)
     fig.update_layout(title=title, template="plotly_white", height=380, legend=dict(orientation="h", y=-0.25))
     return fig
 
