@@ -324,6 +324,7 @@ class Handlers:
                 session.ca_entropy(a),
                 session.sa_distance(loaded, a),
                 patches=loaded.cfg.grid_size**2,
+                uniform_distance=session.uniform_distance(loaded),
             ),
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }

@@ -44,7 +44,8 @@ class Analysis:
     stages: StageMaps  # the SA layer shown in the talking-heads tab
     notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
-    sa_distance: np.ndarray | None = None  # [SA layers, heads] mean attention distance (px), once computed
+    # SA stage (explain.DISTANCE_STAGES) -> [SA layers, heads] mean attention distance (px), once computed
+    sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
     saliency: list[dict[str, Any]] | None = None  # the last saliency run's numbers (the download), once computed
 
@@ -96,13 +97,20 @@ def ca_entropy(a: Analysis) -> np.ndarray:
     return explain.attention_entropy(torch.from_numpy(a.ca_maps)).numpy()
 
 
-def sa_distance(loaded: LoadedModel, a: Analysis) -> np.ndarray:
-    """Each SA head's mean attention distance in pixels after proj_w, [SA layers, heads]: computed on first
-    use (one more forward pass, so not in the first view) and kept in the analysis."""
+def sa_distance(loaded: LoadedModel, a: Analysis) -> dict[str, np.ndarray]:
+    """Each SA head's mean attention distance in pixels on the softmax after proj_l and on |w| after proj_w,
+    stage -> [SA layers, heads]: computed on first use (one more forward pass, so not in the first view) and
+    kept in the analysis."""
     if a.sa_distance is None:
         with loaded.forward_only():
-            a.sa_distance = explain.mean_attention_distances(loaded.model, a.x.to(loaded.device))[0].cpu().numpy()
+            by_stage = explain.attention_distances_by_stage(loaded.model, a.x.to(loaded.device))
+        a.sa_distance = {stage: d[0].float().cpu().numpy() for stage, d in by_stage.items()}
     return a.sa_distance
+
+
+def uniform_distance(loaded: LoadedModel) -> float:
+    """The mean attention distance (px) of uniform attention over the model's patch grid."""
+    return explain.uniform_attention_distance(loaded.cfg.grid_size, loaded.cfg.patch_size)
 
 
 def top_predictions(probs: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
@@ -137,9 +145,13 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
             f"class token's share); uniform attention is ln(N) = {np.log(cfg.grid_size**2):.3f}",
         },
         "self_attention": {
-            "mean_distance": sa_distance(loaded, a).tolist(),
+            "mean_distance": sa_distance(loaded, a)["after_proj_w"].tolist(),
+            "mean_distance_after_proj_l": sa_distance(loaded, a)["after_proj_l"].tolist(),
+            "uniform_distance": uniform_distance(loaded),
             "layout": "mean_distance[sa_layer][head]: the ViT paper's mean attention distance in input pixels, "
-            "from the weights after proj_w (absolute values, renormalised per query patch)",
+            "from the weights after proj_w (absolute values, renormalised per query patch); "
+            "mean_distance_after_proj_l: the same from the softmax after proj_l (a true distribution); "
+            "uniform_distance: the level of uniform attention",
         },
         "residual_ratios": a.ratios,
     }

@@ -182,6 +182,14 @@ def test_analysis_is_the_models_own_numbers(loaded):
     assert distance.shape == (loaded.cfg.depth, loaded.cfg.num_heads)
     with torch.inference_mode():
         np.testing.assert_allclose(distance, explain.mean_attention_distances(loaded.model, x)[0], rtol=1e-4)
+    # on the softmax after proj_l, the ViT paper's definition as it stands: sum_k p(q, k) |q - k| averaged over q
+    g, size = loaded.cfg.grid_size, loaded.cfg.patch_size
+    centres = np.stack(np.meshgrid(np.arange(g), np.arange(g), indexing="ij"), -1).reshape(-1, 2) * size
+    pixels = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+    softmax = explain.talking_heads(loaded.model, x, 3).after_proj_l[0].numpy()  # [heads, N, N], rows sum to 1
+    by_hand = (softmax * pixels).sum(-1).mean(-1)
+    np.testing.assert_allclose(data["self_attention"]["mean_distance_after_proj_l"][3], by_hand, rtol=1e-4)
+    assert data["self_attention"]["uniform_distance"] == pytest.approx(pixels.mean())
 
 
 def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
@@ -206,6 +214,22 @@ def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
         session.attribution_for_api(loaded, a, method="saliency", target=10, steps=8)
     with pytest.raises(ValueError, match="unknown method"):
         session.attribution_for_api(loaded, a, method="telepathy", target=1, steps=8)
+
+
+def test_the_distance_plot_names_both_stages_and_draws_the_uniform_level(loaded):
+    a = session.analyse(loaded, str(SCENE))
+    distances = session.sa_distance(loaded, a)
+    figure = figures.head_stats_figure(
+        session.ca_entropy(a), distances, patches=16, uniform_distance=session.uniform_distance(loaded)
+    )
+    names = {trace.name for trace in figure.data}
+    assert {"head mean, softmax after proj_l", "head mean, |w| after proj_w"} <= names
+    means = {t.name: list(t.y) for t in figure.data if t.name.startswith("head mean")}
+    assert means["head mean, softmax after proj_l"] == pytest.approx(distances["after_proj_l"].mean(1).tolist())
+    (uniform,) = [shape for shape in figure.layout.shapes if shape.xref == "x domain"]  # the distance panel's line
+    level = explain.patch_distances(loaded.cfg.grid_size, loaded.cfg.patch_size).mean().item()
+    assert uniform.y0 == uniform.y1 == pytest.approx(level)
+    assert any("uniform attention" in note.text for note in figure.layout.annotations)
 
 
 def test_each_saliency_method_is_charged_its_own_time(loaded):

@@ -38,6 +38,8 @@ from .causal import (
     predicted_attribution,
 )
 from .head_stats import (
+    DISTANCE_STAGES,
+    attention_distances_by_stage,
     attention_distances_of,
     attention_entropy,
     mean_attention_distance,
@@ -55,6 +57,7 @@ from .metrics import deletion_insertion, endpoint_probabilities, mass_in_box, po
 __all__ = [
     "activation_patching",
     "all_head_ablations",
+    "attention_distances_by_stage",
     "attention_distances_of",
     "attention_entropy",
     "attribution",
@@ -68,6 +71,7 @@ __all__ = [
     "DEFAULT_SHARE",
     "deletion_insertion",
     "direct_logit_attribution",
+    "DISTANCE_STAGES",
     "endpoint_probabilities",
     "gradient_rollout",
     "GRANULARITIES",
