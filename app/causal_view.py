@@ -33,6 +33,8 @@ class CausalView:
     patches: np.ndarray  # [L, heads, g, g] each head's attribution split over the patches it read
     self_read: np.ndarray  # [L, heads] the part a head wrote from the class token's own value
     mlp: np.ndarray  # [L] each CA block's MLP write
+    removal: np.ndarray  # [L, heads] the target logit's change when the head is zero-ablated (its total effect)
+    removal_top1: np.ndarray  # [L, heads] the top-1 class with the head zero-ablated
     parts: dict[str, float]  # the logit's parts in the order the class token receives them (heads, MLPs, ...)
     knockout: np.ndarray  # [SA depth + CA depth] target-logit change with the block's gammas zeroed
     gamma: dict[str, np.ndarray]  # branch (BRANCH_GAMMAS) -> [SA depth + CA depth] mean |gamma| of what it zeroes
@@ -43,6 +45,7 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
     t = torch.tensor([int(target)], device=x.device)
     dla = explain.direct_logit_attribution(model, x, t)
     numpy = lambda v: v[0].float().cpu().numpy()  # noqa: E731
+    ablated = explain.all_head_ablations(model, x)[0].float()  # [L, heads, K]
     return CausalView(
         target=int(target),
         logit=float(dla.logits[0, int(target)]),
@@ -50,6 +53,8 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
         patches=numpy(dla.patch_maps),
         self_read=numpy(dla.self_read),
         mlp=numpy(dla.mlp),
+        removal=(ablated[..., int(target)] - dla.logits[0, int(target)].float()).cpu().numpy(),
+        removal_top1=ablated.argmax(-1).cpu().numpy(),
         parts={name: float(value[0]) for name, value in dla.parts().items()},
         knockout=numpy(explain.knockout_profile(model, x, t)),
         gamma={b: explain.block_gamma_mean_abs(model, branch=b).numpy() for b in BRANCH_GAMMAS},
@@ -57,11 +62,13 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
 
 
 def head_figure(view: CausalView, label: str):
-    """Per-head bars of the direct logit attribution, one colour per CA layer, beside the logit built up from
-    its parts (the heads, the MLPs, the initial class token and the biases)."""
+    """Per-head bars, one colour per CA layer, of the direct write to the logit beside the effect of removing
+    the head (its zero ablation's change of the logit: what flows on through later layers too), beside the
+    logit built up from its parts (the heads, the MLPs, the initial class token and the biases)."""
     return head_attribution_plotly(
         view.heads,
         list(view.parts.items()),
+        removal=view.removal,
         title=f"What writes the logit of '{label}' ({view.logit:.2f}; the heads directly: {view.heads.sum():.2f})",
     )
 
@@ -154,12 +161,10 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
     """The tab's numbers, JSON-able (the download and the /analyze answer), with every head's zero
     ablation: the change of the target logit and the new top-1."""
     cfg = model.cfg
-    after = explain.all_head_ablations(model, x)[0]  # [L, heads, K]
-    base = view.logit
     return {
         "layout": "0-based arrays (CA layer, head, patch row, col); blocks in model order, SA first",
         "target": view.target,
-        "target_logit": base,
+        "target_logit": view.logit,
         "heads": view.heads.tolist(),
         "patches": view.patches.tolist(),
         "self_read": view.self_read.tolist(),
@@ -175,8 +180,8 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
             for i in range(len(view.knockout))
         ],
         "head_ablation_zero": {
-            "delta_logit": (after[..., view.target].float() - base).tolist(),
-            "top1": after.argmax(-1).tolist(),
+            "delta_logit": view.removal.tolist(),
+            "top1": view.removal_top1.tolist(),
         },
     }
 

@@ -409,7 +409,7 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
         parts["cz_mode"] = gr.Radio(
             list(causal_view.ABLATIONS), value=causal_view.ABLATIONS[0], label="Remove a head by", elem_id="cz_mode"
         )
-    parts["cz_heads_plot"] = gr.Plot(label="Direct logit attribution", elem_id="cz_heads_plot")
+    parts["cz_heads_plot"] = gr.Plot(label="Each head: direct write vs. effect of removal", elem_id="cz_heads_plot")
     parts["cz_head"] = gr.Radio(causal_heads(first.cfg), value=0, label="Head (click to ablate)", elem_id="cz_head")
     with gr.Row():
         with gr.Column(scale=3):

@@ -40,8 +40,13 @@ def test_view_adds_up_and_matches_the_model(setup):
     assert sum(view.parts.values()) == pytest.approx(view.logit, abs=1e-4)
     assert len(view.knockout) == len(view.gamma["both"]) == cfg.depth + cfg.depth_token_only
     bars = causal_view.head_figure(view, "x")
-    for layer in range(cfg.depth_token_only):
-        assert list(bars.data[layer].y) == pytest.approx(view.heads[layer].tolist())
+    for layer in range(cfg.depth_token_only):  # per layer: the direct write, then the effect of removal beside it
+        direct, removed = bars.data[2 * layer : 2 * layer + 2]
+        assert list(direct.y) == pytest.approx(view.heads[layer].tolist())
+        assert direct.name == f"CA{layer + 1} direct write"
+        assert removed.name == f"CA{layer + 1} effect of removal (zero ablation)"
+        after = explain.all_head_ablations(model, x)[0, layer, :, target] - logits[target]
+        assert list(removed.y) == pytest.approx(after.tolist(), abs=1e-5)
     waterfall = bars.data[-1]  # the logit built from its parts: the last bar is their total, the logit
     assert waterfall.x[-1] == "logit" and waterfall.y[-1] == pytest.approx(view.logit, abs=1e-4)
     assert sum(waterfall.y[:-1]) == pytest.approx(view.logit, abs=1e-4)

@@ -77,28 +77,46 @@ def knockout_matplotlib(ax, delta, gamma, *, depth: int, ca_depth: int, error=No
     twin.set_ylabel("mean |gamma|", color=GAMMA_COLOUR)
 
 
-def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title: str):
-    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1); beside
-    them a waterfall that builds the logit from its `parts` ((name, write) in the order the class token
-    receives them), so the heads' share of the whole can be read."""
+LAYER_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")  # CA layer -> its bars
+
+
+def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title: str, removal=None):
+    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1); with
+    `removal` ([L, heads]: the logit's change when the head is removed), a hatched bar of it beside each
+    layer's direct write, in the same units (logit). Beside them a waterfall that builds the logit from its
+    `parts` ((name, write) in the order the class token receives them), so the heads' share can be read."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
         rows=1,
         cols=2,
         column_widths=[0.55, 0.45],
-        subplot_titles=("each head", "the logit, part by part"),
+        subplot_titles=("each head (logit)", "the logit, part by part"),
         horizontal_spacing=0.1,
     )
     for layer, row in enumerate(heads):
+        colour = LAYER_COLOURS[layer % len(LAYER_COLOURS)]
+        x = [f"head {h + 1}" for h in range(len(row))]
+        named = f"CA{layer + 1}" if removal is None else f"CA{layer + 1} direct write"
         fig.add_bar(
-            x=[f"head {h + 1}" for h in range(len(row))],
+            x=x,
             y=[float(v) for v in row],
-            name=f"CA{layer + 1}",
+            name=named,
+            marker_color=colour,
             customdata=[[layer, h] for h in range(len(row))],
             row=1,
             col=1,
         )
+        if removal is not None:
+            fig.add_bar(
+                x=x,
+                y=[float(v) for v in removal[layer]],
+                name=f"CA{layer + 1} effect of removal (zero ablation)",
+                marker=dict(color="white", line=dict(color=colour, width=2), pattern=dict(shape="/", fgcolor=colour)),
+                customdata=[[layer, h] for h in range(len(row))],
+                row=1,
+                col=1,
+            )
     add_logit_waterfall(fig, parts, row=1, col=2)
     fig.update_layout(
         title=title,
@@ -107,7 +125,7 @@ def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title:
         height=380,
         legend=dict(orientation="h", y=-0.3),
     )
-    fig.update_yaxes(title_text="write to the logit", row=1, col=1)
+    fig.update_yaxes(title_text="logit (direct write; change on removal)", row=1, col=1)
     return fig
 
 
