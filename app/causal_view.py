@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from app.session import top_predictions
 from cait import explain
 from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
@@ -150,9 +151,7 @@ def ablation(
     out = explain.head_ablation(model, x, layer=layer, head=head, reference=reference)
 
     def top(logits: torch.Tensor) -> list[dict[str, Any]]:
-        probs = logits[0].float().softmax(-1)
-        values, order = probs.topk(min(k, probs.numel()))
-        return [{"index": int(i), "label": labels[i], "probability": float(v)} for v, i in zip(values, order)]
+        return top_predictions(logits[0].float().softmax(-1).cpu().numpy(), labels, k)
 
     return {"before": top(out.before), "after": top(out.after)}
 

@@ -421,7 +421,7 @@ class Handlers:
         methods = [m for m in explain.METHODS if m in ask.sal_methods]  # the menu's order, whatever the ticking
         targets = [a.top_class if ask.sal_class is None else int(ask.sal_class)]
         if int(ask.sal_topk or 1) > 1:
-            targets = [int(i) for i in np.argsort(-a.probs)[: int(ask.sal_topk)]]
+            targets = session.ranked_classes(a.probs, int(ask.sal_topk))
         look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
         options = ask.options()
         run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score))

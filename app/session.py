@@ -51,7 +51,15 @@ class Analysis:
 
     @property
     def top_class(self) -> int:
-        return int(self.probs.argmax())
+        """The predicted class: `ranked_classes`' first, as everywhere on the page."""
+        return ranked_classes(self.probs, 1)[0]
+
+
+def ranked_classes(probs: np.ndarray, k: int) -> list[int]:
+    """The k most probable classes, most probable first, ties to the lower index: the one ranking the status,
+    top-5, class pickers, saliency and causal targets all use, so that they name the same class even when
+    probabilities tie (bf16, an untrained model)."""
+    return [int(i) for i in np.argsort(-np.asarray(probs), kind="stable")[:k]]
 
 
 def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_proj_w: torch.Tensor) -> StageMaps:
@@ -114,7 +122,7 @@ def uniform_distance(loaded: LoadedModel) -> float:
 
 
 def top_predictions(probs: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
-    order = np.argsort(-probs)[:k]
+    order = ranked_classes(probs, k)
     return [{"index": int(i), "label": labels[i], "probability": float(probs[i])} for i in order]
 
 

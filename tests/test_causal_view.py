@@ -178,3 +178,50 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
         causal_view.branch_knockout(loaded.model, a.x, view, "the head")
     cleared = handlers.cleared(tuple(handlers.page.ca_props.value))
     assert all(cleared[c] is None for c in p.causal_results)
+
+
+def test_one_predicted_class_everywhere_also_under_ties(handlers):
+    """Tied probabilities (bf16, an untrained model): the status, top-5, class pickers, saliency default and the
+    causal target name the same class, the tied one with the lowest index."""
+    import re
+
+    from app import session
+    from app.layout import region_choices
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    tied = np.array([1, 0, 0, 0, 0, 2, 2, 2, 1, 2], np.float32)  # np.argsort(-tied)[0] is 6, not 5
+    a.probs = tied / tied.sum()
+    first = 5
+    look = ("inferno", 0.5, "per tile", "smooth", 1.0)
+    shown = tuple(handlers.page.ca_props.value)
+    out = handlers._analysed(loaded, a, look, shown, uploaded=False)
+    assert f"**{loaded.labels[first]}**" in out[p.status]
+    assert re.findall(r"top5-label'>([^<]*)<", out[p.top5])[0] == loaded.labels[first]
+    details = handlers.details(
+        choice=loaded.choice,
+        analysis=a,
+        region_of=region_choices(loaded.cfg)[0],
+        open_tab=CAUSAL_TAB,
+        **dict(zip(("cmap", "alpha", "scale", "view", "keep"), look)),
+        th_row=2,
+        th_col=2,
+    )
+    assert details[p.sal_class].value == details[p.cz_class].value == first
+    assert details[p.cz_state].target == first
+    assert json.loads(open(details[p.json_file]).read())["causal"]["target"] == first
+    run = list(
+        handlers.saliency(
+            choice=loaded.choice,
+            analysis=a,
+            sal_class=None,
+            sal_methods=["ca1_mean"],
+            cmap="inferno",
+            alpha=0.5,
+            view="smooth",
+            sal_score=False,
+            sal_topk=2,
+        )
+    )
+    assert [c["target"] for c in a.saliency] == [5, 6]
+    assert json.loads(open(run[-1][p.json_file]).read())["saliency"][0]["target"] == first
