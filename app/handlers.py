@@ -678,7 +678,7 @@ class Handlers:
         """
         path = _payload_path(image)
         if path is None:
-            raise gr.Error("no image given")
+            raise _refused("no image given")
         loaded = self.cache.get(self.default)
         try:
             a = session.analyse(loaded, path)
@@ -693,5 +693,12 @@ class Handlers:
                 out["causal"] = causal_view.api_numbers(loaded.model, x, target=int(target), top_class=a.top_class)
         except (ImageInputError, ValueError) as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise gr.Error(f"{prefix}{e}")
+            raise _refused(f"{prefix}{e}") from None
         return out
+
+
+def _refused(message: str) -> gr.Error:
+    """A bad /analyze call's answer, logged as one line (Gradio would print the traceback: a caller's mistake
+    is not the server's)."""
+    log.info("/analyze refused: %s", message)
+    return gr.Error(message, print_exception=False)

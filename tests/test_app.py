@@ -5,6 +5,7 @@ a message and the server keeps serving)."""
 from __future__ import annotations
 
 import io
+import logging
 import socket
 import struct
 import threading
@@ -390,6 +391,27 @@ def test_bad_uploads_get_messages_and_the_server_keeps_serving(server):
     answer = client.predict(handle_file(str(rgba)), api_name="/analyze")
     assert any("transparent" in n for n in answer["image"]["notes"])
     check_answer(answer, server["loaded"], rgba)
+
+
+def test_a_bad_analyze_call_logs_one_line(server, capfd, caplog):
+    from gradio_client import handle_file
+
+    tmp, client = server["tmp"], server["client"]
+    (tmp / "words.png").write_bytes(b"hello " * 100)
+    image = handle_file(str(scene_images(tmp, 1)[0]))
+    capfd.readouterr()
+    caplog.set_level(logging.INFO, logger="cait.app")
+    bad = {
+        "not an image": dict(image=handle_file(str(tmp / "words.png"))),
+        "unknown method": dict(image=image, method="telepathy"),
+        "target must be": dict(image=image, method="saliency", target=10_000),
+    }
+    for message, call in bad.items():
+        with pytest.raises(Exception, match=message):
+            client.predict(**call, api_name="/analyze")
+    assert "Traceback" not in capfd.readouterr().err
+    lines = [r.getMessage() for r in caplog.records if r.name == "cait.app" and "refused" in r.getMessage()]
+    assert len(lines) == len(bad) and all("\n" not in line for line in lines)
 
 
 def test_uploads_above_the_size_limit_are_refused(server):
