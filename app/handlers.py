@@ -116,6 +116,7 @@ class SaliencyAsk:
     discard: float = _OPTIONS.rollout_discard_ratio
     ig_baseline: str = _OPTIONS.ig_baseline
     signed: bool = _OPTIONS.signed
+    sg_seed: int = session.DEFAULT_SEED  # SmoothGrad's noise
 
     def options(self) -> explain.MethodOptions:
         """The method settings as `explain.MethodOptions` (the page's sliders send floats)."""
@@ -150,6 +151,8 @@ class _SaliencyRun:
     classes: list[str]  # class names, in the order they are run
     methods: list[str]
     scoring: bool  # the AUCs are computed after the maps
+    options: explain.MethodOptions = _OPTIONS
+    seed: int = session.DEFAULT_SEED
     rows: list = field(default_factory=list)  # (class name, session.SaliencyRow), in the order shown
     tiles: list = field(default_factory=list)  # (tile image, signed) of each row
 
@@ -162,11 +165,12 @@ class _SaliencyRun:
         self.rows[i] = (name, row)
 
     def caption(self, name: str, row: session.SaliencyRow) -> str:
+        """The method, class and the settings that shaped the map; its AUCs once scored."""
+        settings = session.options_caption(row.method, self.options, self.seed)
+        said = f"{row.method} for '{name}'" + (f" ({settings})" if settings else "")
         if np.isnan(row.deletion_auc):  # not scored (yet)
-            return f"{row.method} for '{name}'"
-        return (
-            f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}"
-        )
+            return said
+        return f"{said} · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}"
 
     def captioned(self) -> list:
         return [(tile, self.caption(name, row)) for (name, row), (tile, _) in zip(self.rows, self.tiles)]
@@ -423,13 +427,13 @@ class Handlers:
         if int(ask.sal_topk or 1) > 1:
             targets = session.ranked_classes(a.probs, int(ask.sal_topk))
         look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
-        options = ask.options()
-        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score))
+        options, seed = ask.options(), int(ask.sg_seed)
+        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score), options, seed)
         yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(ask.cmap, signed=options.signed), **self._progress(run)}
         saved = []
         for t in targets:
             name = loaded.labels[t]
-            rows = session.unscored_rows(loaded, a, target=t, methods=methods, options=options)
+            rows = session.unscored_rows(loaded, a, target=t, methods=methods, options=options, seed=seed)
             for row in rows:
                 signed = options.signed and row.method in explain.CAPTUM_METHODS
                 run.add(name, row, figures.saliency_tile(a.view, row.heat, signed=signed, **look), signed)
@@ -437,7 +441,8 @@ class Handlers:
             for row in session.scored(loaded, a, rows, target=t) if ask.sal_score else []:
                 run.score(name, row)
                 yield self._progress(run)
-            saved.append(session.saliency_numbers(t, name, [r for n, r in run.rows if n == name]))
+            mine = [r for n, r in run.rows if n == name]
+            saved.append(session.saliency_numbers(t, name, mine, options=options, seed=seed))
         a.saliency = saved
         yield {p.json_file: self._numbers_file(loaded, a), p.sal_maps: run.maps()}
 
@@ -663,18 +668,33 @@ class Handlers:
     # ------------------------------------------------------------------------ the /analyze API
 
     def analyze(
-        self, image: FileData, method: str = "", target: int = -1, steps: int = 32, causal: bool = False
+        self,
+        image: FileData,
+        method: str = "",
+        target: int = -1,
+        ig_steps: int = _OPTIONS.ig_steps,
+        causal: bool = False,
+        ig_baseline: str = _OPTIONS.ig_baseline,
+        signed: bool = _OPTIONS.signed,
+        smoothgrad_samples: int = _OPTIONS.smoothgrad_samples,
+        smoothgrad_stdev: float = _OPTIONS.smoothgrad_stdev,
+        rollout_head_fusion: str = _OPTIONS.rollout_head_fusion,
+        rollout_discard_ratio: float = _OPTIONS.rollout_discard_ratio,
+        seed: int = session.DEFAULT_SEED,
     ) -> dict:
         """Predictions and class-attention maps for one image, by the server's default model.
 
         image: the image file (gradio_client: handle_file(path)).
         method: "" for none, or a saliency method (see the "methods" field of the answer) to also compute
-            its patch-grid map for class `target` (-1: the top prediction); integrated_gradients uses `steps`.
+            its patch-grid map for class `target` (-1: the top prediction), with the method settings named as
+            the fields of `cait.explain.MethodOptions` (ig_steps, ig_baseline, signed, smoothgrad_samples,
+            smoothgrad_stdev, rollout_head_fusion, rollout_discard_ratio) and SmoothGrad's noise from `seed`
+            (the same map for the same call).
         causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
             patch, knockout profile, every head's zero ablation; about SA depth / 2 + 2 forward passes).
         Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
-        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"]
-        [, "causal"]}.
+        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"
+        {"method", "target", "options", "patch"}][, "causal"]}.
         """
         path = _payload_path(image)
         if path is None:
@@ -685,8 +705,17 @@ class Handlers:
             out = session.numbers(loaded, a)
             out["methods"] = list(explain.METHODS)
             if method:
+                options = explain.MethodOptions(
+                    ig_steps=int(ig_steps),
+                    ig_baseline=ig_baseline,
+                    signed=bool(signed),
+                    smoothgrad_samples=int(smoothgrad_samples),
+                    smoothgrad_stdev=float(smoothgrad_stdev),
+                    rollout_head_fusion=rollout_head_fusion,
+                    rollout_discard_ratio=float(rollout_discard_ratio),
+                )
                 out["attribution"] = session.attribution_for_api(
-                    loaded, a, method=method, target=int(target), steps=int(steps)
+                    loaded, a, method=method, target=int(target), options=options, seed=int(seed)
                 )
             if causal:
                 x = a.x.to(loaded.device)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gradio as gr
 
 import cait
-from app import causal_view, figures, texts
+from app import causal_view, figures, session, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
@@ -67,6 +67,7 @@ class Page:
     sal_topk: gr.Slider
     sg_samples: gr.Slider
     sg_noise: gr.Slider
+    sg_seed: gr.Number
     fusion: gr.Dropdown
     discard: gr.Slider
     ig_baseline: gr.Dropdown
@@ -304,6 +305,9 @@ def _method_options(parts: dict) -> None:
                 step=0.05,
                 label="SmoothGrad noise (std, normalised units)",
                 elem_id="sg_noise",
+            )
+            parts["sg_seed"] = gr.Number(
+                value=session.DEFAULT_SEED, precision=0, label="SmoothGrad seed", elem_id="sg_seed"
             )
             parts["fusion"] = gr.Dropdown(
                 list(explain.HEAD_FUSIONS),

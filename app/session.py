@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -165,6 +166,36 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
     }
 
 
+DEFAULT_SEED = 0  # SmoothGrad's noise: the same map for the same options, run after run
+
+
+@contextmanager
+def seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Torch's random numbers from `seed` inside (SmoothGrad's noise), the generators' state restored after."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(int(seed))
+        yield
+
+
+def options_record(options: MethodOptions, seed: int) -> dict[str, Any]:
+    """The method settings a saliency run used, JSON-able: the fields of `MethodOptions` plus SmoothGrad's seed."""
+    return {**dataclasses.asdict(options), "seed": int(seed)}
+
+
+def options_caption(method: str, options: MethodOptions, seed: int) -> str:
+    """The settings that shaped `method`'s map, in a few words ("" for a method without any)."""
+    said = []
+    if method == "integrated_gradients":
+        said.append(f"{options.ig_steps} steps from the {options.ig_baseline} baseline")
+    elif method == "smoothgrad":
+        said.append(f"{options.smoothgrad_samples} samples, noise {options.smoothgrad_stdev:g}, seed {seed}")
+    elif method in ROLLOUT_METHODS:
+        said.append(f"{options.rollout_head_fusion} fusion, discard {options.rollout_discard_ratio:g}")
+    if options.signed and method in explain.CAPTUM_METHODS and method != "occlusion":  # occlusion: always signed
+        said.append("signed")
+    return ", ".join(said)
+
+
 @dataclass
 class SaliencyRow:
     method: str
@@ -174,12 +205,16 @@ class SaliencyRow:
     seconds: float  # the map and its deletion/insertion scoring: what the user waits for
 
 
-def saliency_numbers(target: int, name: str, rows: list[SaliencyRow]) -> dict[str, Any]:
-    """The saliency tab's maps, JSON-able, for the download: each method's patch map and its scores."""
+def saliency_numbers(
+    target: int, name: str, rows: list[SaliencyRow], *, options: MethodOptions, seed: int
+) -> dict[str, Any]:
+    """The saliency tab's maps, JSON-able, for the download: each method's patch map and its scores, and the
+    method settings they were made with."""
     finite = lambda v: None if np.isnan(v) else v  # not scored
     return {
         "target": target,
         "class": name,
+        "options": options_record(options, seed),
         "layout": "methods[name].map[row][col]: the method's patch-grid map for class `target` (0-based)",
         "methods": {
             r.method: {
@@ -194,33 +229,48 @@ def saliency_numbers(target: int, name: str, rows: list[SaliencyRow]) -> dict[st
 
 
 def saliency_rows(
-    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions, score: bool = True
+    loaded: LoadedModel,
+    a: Analysis,
+    *,
+    target: int,
+    methods: list[str],
+    options: MethodOptions,
+    score: bool = True,
+    seed: int = DEFAULT_SEED,
 ) -> Iterator[SaliencyRow]:
     """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done: what
     `unscored_rows` then `scored` give (without `score` the AUCs are NaN and not computed)."""
-    rows = unscored_rows(loaded, a, target=target, methods=methods, options=options)
+    rows = unscored_rows(loaded, a, target=target, methods=methods, options=options, seed=seed)
     yield from (scored(loaded, a, rows, target=target) if score else rows)
 
 
 def unscored_rows(
-    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions
+    loaded: LoadedModel,
+    a: Analysis,
+    *,
+    target: int,
+    methods: list[str],
+    options: MethodOptions,
+    seed: int = DEFAULT_SEED,
 ) -> list[SaliencyRow]:
-    """Every method's map for class `target`, AUCs NaN, each with its own time. The attributions run in fp32,
-    the CA head means are read from the analysis; what the methods share (the rollouts' forward pass) is done
-    once, and its time is split evenly between the rollouts that share it."""
+    """Every method's map for class `target`, AUCs NaN, each with its own time; SmoothGrad's noise drawn from
+    `seed`. The attributions run in fp32, the CA head means are read from the analysis; what the methods share
+    (the rollouts' forward pass) is done once, and its time is split evenly between the rollouts that share it."""
     rows, start = [], time.perf_counter()
-    for m, heat in explain.saliency_maps(
+    maps = explain.saliency_maps(
         loaded.model,
         a.x.to(loaded.device),
         torch.tensor([target], device=loaded.device),
         methods,
         options,
         class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device),
-    ):
-        now = time.perf_counter()
-        # rows keep the names asked for (earlier names too)
-        rows.append(SaliencyRow(m, heat[0].float().cpu(), float("nan"), float("nan"), now - start))
-        start = now
+    )
+    with seeded(seed, loaded.device):
+        for m, heat in maps:
+            now = time.perf_counter()
+            # rows keep the names asked for (earlier names too)
+            rows.append(SaliencyRow(m, heat[0].float().cpu(), float("nan"), float("nan"), now - start))
+            start = now
     shared = [r for r in rows if r.method in ROLLOUT_METHODS]
     each = sum(r.seconds for r in shared) / max(len(shared), 1)
     for r in shared:
@@ -255,18 +305,22 @@ def regions_of_focus(
     return mask[0], tuple(boxes[0].tolist())
 
 
-def attribution_for_api(loaded: LoadedModel, a: Analysis, *, method: str, target: int, steps: int) -> dict[str, Any]:
-    """One saliency map for the /analyze API: {"method", "target", "patch" [row][col]}. ValueError for a
-    bad method or class, with the choices."""
+def attribution_for_api(
+    loaded: LoadedModel, a: Analysis, *, method: str, target: int, options: MethodOptions, seed: int = DEFAULT_SEED
+) -> dict[str, Any]:
+    """One saliency map for the /analyze API: {"method", "target", "options", "patch" [row][col]}, SmoothGrad's
+    noise drawn from `seed`. ValueError for a bad method, class or option, with the choices."""
     target = a.top_class if target < 0 else target
     if not 0 <= target < loaded.cfg.num_classes:
         raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
     name = explain.METHODS.canonical(method)
-    heat = explain.saliency_map(
-        loaded.model,
-        a.x.to(loaded.device),
-        torch.tensor([target], device=loaded.device),
-        name,
-        MethodOptions(ig_steps=int(steps)),
-    )
-    return {"method": method, "target": target, "patch": heat[0].float().cpu().tolist()}
+    with seeded(seed, loaded.device):
+        heat = explain.saliency_map(
+            loaded.model, a.x.to(loaded.device), torch.tensor([target], device=loaded.device), name, options
+        )
+    return {
+        "method": method,
+        "target": target,
+        "options": options_record(options, seed),
+        "patch": heat[0].float().cpu().tolist(),
+    }

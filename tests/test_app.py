@@ -4,6 +4,7 @@ a message and the server keeps serving)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import socket
@@ -303,6 +304,29 @@ def test_analyze_runs_the_asked_attribution(server):
     np.testing.assert_allclose(np.array(answer["attribution"]["patch"]), expected.numpy(), rtol=1e-4, atol=1e-6)
     with pytest.raises(Exception, match="unknown method"):
         server["client"].predict(handle_file(str(path)), "telepathy", api_name="/analyze")
+
+
+def test_analyze_takes_the_method_options_by_name_and_a_seed(server):
+    from gradio_client import handle_file
+
+    path = handle_file(str(scene_images(server["tmp"], 1)[0]))
+    options = dict(smoothgrad_samples=4, smoothgrad_stdev=0.4, signed=True)
+    call = lambda seed: server["client"].predict(
+        path, method="smoothgrad", target=2, seed=seed, **options, api_name="/analyze"
+    )["attribution"]
+    first, again, other = call(5), call(5), call(6)
+    assert first["patch"] == again["patch"] and first["patch"] != other["patch"]
+    assert first["options"] == {**dataclasses.asdict(explain.MethodOptions(**options)), "seed": 5}
+    assert np.min(first["patch"]) < 0  # signed, as asked (|attribution| is never negative)
+    rollout = server["client"].predict(
+        path, method="rollout_raw", rollout_head_fusion="max", rollout_discard_ratio=0.5, api_name="/analyze"
+    )["attribution"]
+    loaded = server["loaded"]
+    x = cait.preprocess.to_batch([load_image(scene_images(server["tmp"], 1)[0]).image], loaded.cfg)
+    expected = explain.rollout(loaded.model, x, stage="raw", head_fusion="max", discard_ratio=0.5)[0]
+    np.testing.assert_allclose(np.array(rollout["patch"]), expected.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(Exception, match="baseline"):
+        server["client"].predict(path, method="integrated_gradients", ig_baseline="plaid", api_name="/analyze")
 
 
 def test_analyze_gives_the_causal_numbers_when_asked(server):

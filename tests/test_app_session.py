@@ -211,9 +211,9 @@ def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
     assert rows[1].deletion_auc == pytest.approx(float(scores["deletion_auc"][0]), abs=1e-6)
     assert all(0 <= r.insertion_auc <= 1 and r.seconds > 0 for r in rows)
     with pytest.raises(ValueError, match="target must be in 0..9"):
-        session.attribution_for_api(loaded, a, method="saliency", target=10, steps=8)
+        session.attribution_for_api(loaded, a, method="saliency", target=10, options=explain.MethodOptions())
     with pytest.raises(ValueError, match="unknown method"):
-        session.attribution_for_api(loaded, a, method="telepathy", target=1, steps=8)
+        session.attribution_for_api(loaded, a, method="telepathy", target=1, options=explain.MethodOptions())
 
 
 def test_the_distance_plot_names_both_stages_and_draws_the_uniform_level(loaded):
@@ -527,7 +527,7 @@ def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
     a = session.analyse(loaded, str(SCENE))
     steps = saliency_steps(handlers, a, ["saliency"], sal_score=False)
     (shown,) = steps[-2][p.sal_gallery].value
-    assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC in it
+    assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC, no settings in it
     assert steps[-2][p.sal_table] == [["saliency", None, None, steps[-2][p.sal_table][0][3]]]
     # the maps go into the JSON download too
     (saved,) = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]  # one class
@@ -558,6 +558,37 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
         (shown,) = run(**options)  # the gallery's value, as Gradio encoded it (a file)
         image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
         assert np.abs(image - mine).mean() < 2 < np.abs(image - other).mean()  # the map these options give
+
+
+def test_saliency_runs_record_their_options_and_smoothgrad_its_seed(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    methods = ["rollout_raw", "smoothgrad", "integrated_gradients"]
+    chosen = dict(sg_samples=6, sg_noise=0.3, fusion="max", discard=0.2, ig_steps=8, ig_baseline="black")
+    run = lambda seed: saliency_steps(handlers, a, methods, sal_score=False, signed=True, sg_seed=seed, **chosen)
+    first, again, other = run(7), run(7), run(8)
+    captions = [s["caption"] for s in first[-2][p.sal_gallery].value]
+    name = loaded.labels[2]
+    assert captions == [
+        f"rollout_raw for '{name}' (max fusion, discard 0.2)",
+        f"integrated_gradients for '{name}' (8 steps from the black baseline, signed)",
+        f"smoothgrad for '{name}' (6 samples, noise 0.3, seed 7, signed)",
+    ]  # in the menu's order
+    saved = [json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"][0] for steps in (first, again, other)]
+    assert saved[0]["options"] == {
+        "ig_steps": 8,
+        "ig_baseline": "black",
+        "signed": True,
+        "smoothgrad_samples": 6,
+        "smoothgrad_stdev": 0.3,
+        "rollout_head_fusion": "max",
+        "rollout_discard_ratio": 0.2,
+        "seed": 7,
+    }
+    smooth = [np.array(s["methods"]["smoothgrad"]["map"]) for s in saved]
+    np.testing.assert_array_equal(smooth[0], smooth[1])  # the same seed: the same map
+    assert not np.allclose(smooth[0], smooth[2])  # another seed: other noise
 
 
 def test_saliency_for_the_top_k_classes_side_by_side(handlers):
@@ -593,7 +624,7 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     big = handlers.enlarge_saliency(a, steps[-1][p.sal_maps], "gray", 1.0, "patch grid", SimpleNamespace(index=0))
     figure = big[p.sal_big]
     np.testing.assert_allclose(np.array(figure.data[1].z), heat.numpy(), rtol=1e-5, atol=1e-8)
-    assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}'"
+    assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}' (signed)"
     # centred on 0 as the tile and the gallery's bar are (white is 0), the bar named for the method
     grid = figure.data[1]
     top = float(heat.abs().max())
