@@ -299,13 +299,39 @@ def test_the_causal_tab_ablates_a_clicked_head(page):
     page.locator("#cz_head").get_by_text("CA2 head 3").click()
     expect(page.locator("#cz_top5")).to_contain_text("without CA2 head 3")
     expect(page.locator("#cz_maps")).to_contain_text("CA2 head 3: attention")
+    expect(page.locator("#cz_heads_plot")).to_contain_text("CA2 direct write")  # beside the effect of removal
+    expect(page.locator("#cz_heads_plot")).to_contain_text("CA2 effect of removal")
     page.locator("#cz_knockout_of").get_by_text("MLP branch").click()  # another part of each block knocked out
     expect(page.locator("#cz_knockout .gtitle")).to_contain_text("gamma_2 is zeroed")
+    expect(page.locator("#cz_knockout .legend")).to_contain_text("mean |gamma_2|")  # the line follows the radio
     # with the tab open, a new image's follow-up computes it
     title = page.locator("#cz_heads_plot .gtitle").text_content()
     pick_example(page, 0)
     expect(page.locator("#cz_heads_plot .gtitle")).not_to_have_text(title)
     expect(page.locator("#cz_top5")).to_contain_text("without CA1 head 1")
+    page.get_by_role("tab", name="Class attention").click()
+
+
+def test_an_enlarged_signed_map_is_centred_on_zero_and_named_for_its_method(page):
+    pick_example(page, 1)
+    expect(page.locator("#head_stats")).to_contain_text("uniform attention")  # the distance plot's level
+    expect(page.locator("#head_stats")).to_contain_text("softmax after proj_l")
+    page.get_by_role("tab", name="Saliency").click()
+    page.get_by_text("Method options").click()
+    page.locator("#signed input").check()
+    page.locator("#sal_score input").uncheck()
+    page.locator("#sal_methods").get_by_label("integrated_gradients").check()
+    before = json_href(page)
+    page.locator("#sal_run").click()
+    page.wait_for_function(NEW_JSON, arg=before)  # the run's last step: the maps to enlarge are there
+    page.locator("#sal_gallery button.thumbnail-item").nth(2).click()  # class_specific, rollout, then this one
+    expect(page.locator("#sal_big")).to_contain_text("integrated_gradients for")
+    page.wait_for_function(
+        "() => { const d = document.querySelector('#sal_big .js-plotly-plot').data[1]; "
+        "return d.zmid === 0 && d.zmin === -d.zmax && d.colorbar.title.text === 'integrated_gradients'; }"
+    )
+    page.screenshot(path=SHOTS / "cait_app_signed_map.png", full_page=True)
+    page.locator("#sal_score input").check()
     page.get_by_role("tab", name="Class attention").click()
 
 
