@@ -89,6 +89,7 @@ class DetailsAsk:
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
     open_tab: str  # the tab on show: the Causal tab is computed only when it is
+    region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
 
     @property
     def look(self) -> tuple:
@@ -333,7 +334,7 @@ class Handlers:
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
         out.update(self.talking_outputs(loaded, a, ask.th_row, ask.th_col))
-        out.update(self.region(a, ask.region_of, ask.keep))
+        out.update(self.region(a, ask.region_of, ask.region_share))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
         out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))
@@ -459,17 +460,17 @@ class Handlers:
         )
         return {self.page.sal_big: figure}
 
-    def region(self, a, source: str | None, keep: float) -> dict:
+    def region(self, a, source: str | None, share: float) -> dict:
         """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as
-        `layout.region_choices` names them), keeping the class-attention tab's share of its mass."""
+        `layout.region_choices` names them), holding `share` of its mass."""
         if a is None or not source:
             return {self.page.sal_region: None}
         layer, head = _map_of(source)
         if layer >= a.ca_maps.shape[0] or (head is not None and head >= a.ca_maps.shape[1]):
             return {self.page.sal_region: None}  # a choice of the model before: the new one comes with it
         img_size = a.x.shape[-1]
-        mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(keep), img_size=img_size)
-        label = f"Regions of focus: {source}, {float(keep):.0%} of its attention mass"
+        mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(share), img_size=img_size)
+        label = f"Regions of focus: {source}, {float(share):.0%} of its attention mass"
         return {self.page.sal_region: gr.Image(value=figures.region_image(a.view, mask, box, img_size), label=label)}
 
     def _progress(self, run: _SaliencyRun) -> dict:

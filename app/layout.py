@@ -79,6 +79,7 @@ class Page:
     sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed, method)], for the enlarged view
     sal_big: gr.Plot
     region_of: gr.Dropdown
+    region_share: gr.Slider
     sal_region: gr.Image
     sal_table: gr.Dataframe
     ls_plot: gr.Plot
@@ -344,8 +345,15 @@ def _regions_and_scores(first: LoadedModel, parts: dict) -> None:
                 region_choices(first.cfg),
                 value=region_choices(first.cfg)[0],
                 label="Regions of focus of",
-                info="the share of attention mass kept is the Class attention tab's slider",
                 elem_id="region_of",
+            )
+            parts["region_share"] = gr.Slider(
+                0.05,
+                0.95,
+                value=explain.DEFAULT_SHARE,
+                step=0.05,
+                label="Share of the map's attention mass the region holds",
+                elem_id="region_share",
             )
             parts["sal_region"] = gr.Image(
                 label="Regions of focus", type="pil", interactive=False, height=300, elem_id="sal_region"

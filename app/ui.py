@@ -104,9 +104,9 @@ def _wire_saliency(p: layout.Page, h: Handlers) -> None:
         on_torch(h.enlarge_saliency), [p.analysis, p.sal_maps, p.cmap, p.alpha, p.view], p.sal_big, **MODEL_EVENTS
     )
     region = torch_thread.handler(h.region)
-    for control in (p.region_of, p.keep):
+    for control in (p.region_of, p.region_share):
         control.change(
-            region, [p.analysis, p.region_of, p.keep], p.sal_region, trigger_mode="always_last", **MODEL_EVENTS
+            region, [p.analysis, p.region_of, p.region_share], p.sal_region, trigger_mode="always_last", **MODEL_EVENTS
         )
 
 

@@ -148,6 +148,8 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
     out = details(a, CLASS_ATTENTION_TAB)
     assert all(out[c] is None for c in p.causal_results) and a.causal is None
+    # the region of focus holds its own share of the mass (half), not the tiles' "keep all"
+    assert out[p.sal_region].label.endswith(f"{explain.DEFAULT_SHARE:.0%} of its attention mass") and look["keep"] == 1
     data = json.loads(open(out[p.json_file]).read())
     assert "causal" not in data and "Causal tab" in data["not_computed"]["causal"]
     opened = handlers.causal_opened(loaded.choice, a, None)
