@@ -531,6 +531,9 @@ CSS = """
 .top5-bar { display: block; height: 100%; background: var(--color-accent); }
 .top5-value { text-align: right; font-variant-numeric: tabular-nums; }
 .causal-top5 td, .causal-top5 th { padding: 0.15rem 0.5rem; font-variant-numeric: tabular-nums; }
+/* the model card's key column keeps its words whole beside a long value (it was crushed letter by letter) */
+#card_md table td:first-child { min-width: 11rem; word-break: normal; overflow-wrap: normal; }
+#card_md table td:last-child { overflow-wrap: anywhere; }
 """
 
 __all__ = [

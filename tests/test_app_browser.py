@@ -172,6 +172,11 @@ def test_saliency_and_layerscale_render(page):
     page.get_by_role("tab", name="Model").click()
     expect(page.locator("#model_md")).to_contain_text(cait.DEFAULT_MODEL)
     expect(page.locator("#model_md")).to_contain_text(re.compile("FLOPs"))
+    expect(page.locator("#model_md")).not_to_contain_text("in the Model tab")  # it is this tab
+    page.get_by_text("Model card (how it was trained").click()
+    key = page.locator("#card_md table td").first
+    expect(key).to_have_text("architecture")
+    assert key.bounding_box()["width"] > 100  # the key column's words whole, not crushed letter by letter
 
 
 def test_bad_file_shows_a_message(page):
