@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from app.figures import image_under
 from app.session import top_predictions
 from cait import explain
 from cait.explain.causal import BRANCH_GAMMAS
@@ -70,7 +71,7 @@ def head_figure(view: CausalView, label: str):
         view.heads,
         list(view.parts.items()),
         removal=view.removal,
-        title=f"What writes the logit of '{label}' ({view.logit:.2f}; the heads directly: {view.heads.sum():.2f})",
+        title=f"What writes the logit of '{label}' ({_two(view.logit)}; the heads directly: {_two(view.heads.sum())})",
     )
 
 
@@ -102,13 +103,21 @@ def knockout_figure(view: CausalView, cfg, profile: np.ndarray | None = None, kn
     )
 
 
-def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int):
+def _two(value: float) -> str:
+    """`value` to two decimals, without the "-0.00" of a tiny negative number (an untrained model's)."""
+    return f"{round(float(value), 2) + 0.0:.2f}"
+
+
+def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int, image: Image.Image | None = None):
     """One head's attention map [g, g] (where it reads) beside its per-patch attribution (what it wrote
-    from each patch, zero-centred: red for the class, blue against it)."""
+    from each patch, zero-centred: red for the class, blue against it), each over the model's view `image`
+    when given, hovers numbered from 1 as the rest of the app."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     contrib = view.patches[layer, head]
+    g = contrib.shape[-1]
+    cells = list(range(1, g + 1))
     bound = float(np.abs(contrib).max()) or 1.0
     fig = make_subplots(
         rows=1,
@@ -116,14 +125,28 @@ def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int):
         subplot_titles=(f"CA{layer + 1} head {head + 1}: attention", "its write to the logit, per patch"),
         horizontal_spacing=0.12,
     )
-    fig.add_trace(go.Heatmap(z=attention, colorscale="Viridis", colorbar=dict(x=0.44)), row=1, col=1)
+    hover = "row %{y}, column %{x}: %{z:.4f}<extra></extra>"
+    common = dict(x=cells, y=cells, opacity=0.65 if image is not None else 1.0, hovertemplate=hover)
+    fig.add_trace(go.Heatmap(z=attention, colorscale="Viridis", colorbar=dict(x=0.44), **common), row=1, col=1)
     fig.add_trace(
-        go.Heatmap(z=contrib, colorscale="RdBu", reversescale=True, zmin=-bound, zmax=bound, colorbar=dict(x=1.0)),
+        go.Heatmap(
+            z=contrib,
+            colorscale="RdBu",
+            reversescale=True,
+            zmid=0,
+            zmin=-bound,
+            zmax=bound,
+            colorbar=dict(x=1.0),
+            **common,
+        ),
         row=1,
         col=2,
     )
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    if image is not None:
+        for axis in ("", "2"):
+            image_under(fig, image, g, axis=axis)
+    fig.update_yaxes(range=[g + 0.5, 0.5], scaleanchor="x", showticklabels=False, showgrid=False)
+    fig.update_xaxes(range=[0.5, g + 0.5], showticklabels=False, showgrid=False)
     fig.update_layout(template="plotly_white", height=380, margin=dict(l=20, r=20, t=60, b=20))
     return fig
 

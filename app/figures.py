@@ -112,6 +112,23 @@ def _png_uri(image: Image.Image) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def image_under(fig: go.Figure, view: Image.Image, g: int, *, axis: str = "") -> None:
+    """The model's view under the patch-grid heat map on axes x{axis}/y{axis} (cells 1..g from the top left)."""
+    fig.add_layout_image(
+        source=display_base(view, 448),
+        xref=f"x{axis}",
+        yref=f"y{axis}",
+        x=0.5,
+        y=0.5,
+        sizex=g,
+        sizey=g,
+        xanchor="left",
+        yanchor="top",
+        sizing="stretch",
+        layer="below",
+    )
+
+
 def enlarged_figure(
     tile: Image.Image,
     view: Image.Image,
@@ -150,19 +167,7 @@ def enlarged_figure(
         row=1,
         col=2,
     )
-    fig.add_layout_image(
-        source=display_base(view, 448),
-        xref="x2",
-        yref="y2",
-        x=0.5,
-        y=0.5,
-        sizex=g,
-        sizey=g,
-        xanchor="left",
-        yanchor="top",
-        sizing="stretch",
-        layer="below",
-    )
+    image_under(fig, view, g, axis="2")
     fig.update_xaxes(visible=False, row=1, col=1)
     fig.update_yaxes(visible=False, row=1, col=1)
     fig.update_xaxes(range=[0.5, g + 0.5], constrain="domain", showgrid=False, row=1, col=2)
@@ -349,6 +354,7 @@ __all__ = [
     "display_base",
     "draw_box",
     "enlarged_figure",
+    "image_under",
     "head_stats_figure",
     "mixing_figure",
     "query_picker",

@@ -515,7 +515,7 @@ class Handlers:
             loaded.model, a.x.to(loaded.device), layer=layer, head=head, labels=loaded.labels, reference=reference
         )
         return {
-            self.page.cz_maps: causal_view.maps_figure(view, a.ca_maps[layer, head], layer, head),
+            self.page.cz_maps: causal_view.maps_figure(view, a.ca_maps[layer, head], layer, head, a.view),
             self.page.cz_top5: causal_view.top5_html(top5, layer, head),
         }
 

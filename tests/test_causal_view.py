@@ -3,6 +3,7 @@ its figures show them, and a head's ablation moves the top-5 as the model with t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import gradio as gr
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import randomise_
+from PIL import Image
 
 import cait
 from app import causal_view
@@ -67,6 +69,16 @@ def test_view_adds_up_and_matches_the_model(setup):
     assert list(attention.y) == pytest.approx([b.gamma_1.detach().abs().mean().item() for b in blocks])
     maps = causal_view.maps_figure(view, torch.rand(cfg.grid_size, cfg.grid_size).numpy(), 1, 0)
     assert (maps.data[1].z == view.patches[1, 0]).all()
+    # over the image, hovers numbered from 1 as the rest of the app ("row 14, column 12")
+    image = Image.new("RGB", (cfg.img_size, cfg.img_size), "gray")
+    maps = causal_view.maps_figure(view, torch.rand(cfg.grid_size, cfg.grid_size).numpy(), 1, 0, image)
+    assert len(maps.layout.images) == 2 and all(list(d.x) == list(range(1, cfg.grid_size + 1)) for d in maps.data)
+    assert all(d.hovertemplate.startswith("row %{y}, column %{x}") for d in maps.data)
+    # the waterfall's colours say what the maps' do: red for the class, blue against it
+    assert waterfall.increasing.marker.color == "#d6604d" and waterfall.decreasing.marker.color == "#4393c3"
+    # an untrained model's tiny negative writes read 0.00, not -0.00
+    tiny = dataclasses.replace(view, logit=-1e-4, heads=np.full_like(view.heads, -1e-5))
+    assert "(0.00; the heads directly: 0.00)" in causal_view.head_figure(tiny, "x").layout.title.text
 
 
 def test_numbers_are_json_and_hold_every_heads_ablation(setup):

@@ -146,6 +146,10 @@ def add_logit_waterfall(fig, parts: Sequence[tuple[str, float]], *, row: int | N
             texttemplate="%{y:.2f}",
             textposition="outside",
             connector=dict(line=dict(color="#999", width=1)),
+            # red for the class, blue against it, as the per-patch maps (plotly's default red is "against")
+            increasing=dict(marker=dict(color="#d6604d")),
+            decreasing=dict(marker=dict(color="#4393c3")),
+            totals=dict(marker=dict(color="#777777")),
             showlegend=False,
         ),
         row=row,
