@@ -661,8 +661,13 @@ class Handlers:
         if not name or name == choice.name:
             return gr.skip()
         if name not in cait.list_models():
+            said = f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
+            gr.Warning(said.replace("**", ""))
             return {
-                self.page.load_msg: f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
+                self.page.load_msg: said,
+                self.page.status: said,  # on the first tab too, where the page opens
+                # the address names the model shown, not the unknown one
+                self.page.url_model: choice.name if choice.checkpoint is None else "",
             }
         return self.load_model(choice, shown, name, "", False)
 

@@ -195,7 +195,7 @@ def build_app(cache: ModelCache, default: ModelChoice) -> gr.Blocks:
             show_progress_on=[page.load_msg],
             concurrency_id="model",
             api_visibility="private",
-        )
+        ).then(None, page.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
         gr.api(torch_thread.handler(handlers.analyze), api_name="analyze", concurrency_id="model")
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo

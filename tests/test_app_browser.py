@@ -599,6 +599,15 @@ def test_no_caption_covers_its_tile(chromium, wide_server):
         page.context.close()
 
 
+def test_an_unknown_model_in_the_address_is_said_on_the_first_tab_and_leaves_the_address(chromium, server):
+    page = open_page(chromium, server[0] + "?model=cait_bogus")
+    try:
+        expect(page.locator("#status")).to_contain_text("unknown model cait_bogus")
+        page.wait_for_url(lambda url: "cait_bogus" not in url)
+    finally:
+        page.context.close()
+
+
 def test_a_reload_keeps_the_pages_model(chromium, server):
     page = open_page(chromium, server[0])
     try:

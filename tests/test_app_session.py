@@ -387,6 +387,15 @@ def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
     assert not any(props.visible for props in out[p.ca_props])
 
 
+def test_an_unknown_model_in_the_address_is_said_where_the_page_opens_and_leaves_the_address(handlers):
+    p, choice = handlers.page, handlers.default
+    request = SimpleNamespace(query_params={"model": "cait_bogus"})
+    with pytest.warns(UserWarning, match="unknown model"):
+        out = handlers.from_address(choice, tuple(p.ca_props.value), request)
+    assert "unknown model** `cait_bogus`" in out[p.status] and out[p.status] == out[p.load_msg]
+    assert out[p.url_model] == choice.name  # the address names the model shown
+
+
 def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
     from cait.figures import grid_columns
 
