@@ -63,6 +63,25 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
     )
 
 
+def forward_passes(cfg) -> float:
+    """About how many forward passes of the whole model `compute` takes: the attribution's one, the knockout
+    profile's shared SA stage and its SA knockouts (each reruns the blocks after it: (depth + 1) / 2 passes in
+    all), and the head ablations' SA stage; the class-attention stage's reruns are small beside them."""
+    return 3 + (cfg.depth + 1) / 2
+
+
+def cost_markdown(cfg, forward_seconds: float) -> str:
+    """What opening the tab costs for an image, said before it is computed: passes x the measured forward."""
+    passes = forward_passes(cfg)
+    if not np.isfinite(forward_seconds):
+        return f"Computing this tab takes about {passes:.0f} forward passes of the model."
+    return (
+        f"Computing this tab takes about {passes:.0f} forward passes of the model, about "
+        f"{passes * forward_seconds:.1f} s at this image's measured forward pass ({forward_seconds:.2f} s; "
+        "the tab runs in fp32)."
+    )
+
+
 def head_figure(view: CausalView, label: str):
     """Per-head bars, one colour per CA layer, of the direct write to the logit beside the effect of removing
     the head (its zero ablation's change of the logit: what flows on through later layers too), beside the

@@ -291,7 +291,7 @@ class Handlers:
         shown: the CA galleries' props as the page has them (`Page.ca_props`)."""
         p = self.page
         out = dict.fromkeys(p.results)  # every result empty; the markdown ones as empty text, and the status
-        out.update({p.top5: "", p.status: status, p.sal_msg: ""})
+        out.update({p.top5: "", p.status: status, p.sal_msg: "", p.cz_cost: ""})
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
@@ -305,6 +305,7 @@ class Handlers:
         out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
         out.update(self.ca_outputs(a, look, None, shown, sheet=False))
         out.update({p.analysis: a, p.top5: texts.top5_html(preds)})
+        out[p.cz_cost] = causal_view.cost_markdown(loaded.cfg, a.forward_seconds)
         return out
 
     def details(self, **asked: Any) -> dict:

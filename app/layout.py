@@ -106,6 +106,7 @@ class Page:
     cz_class: gr.Dropdown
     cz_head: gr.Radio
     cz_mode: gr.Radio
+    cz_cost: gr.Markdown
     cz_heads_plot: gr.Plot
     cz_knockout_of: gr.Radio
     cz_maps: gr.Plot
@@ -139,6 +140,7 @@ class Page:
             self.th_gallery,
             self.th_plot,
             self.th_pick,
+            self.cz_cost,
             *self.causal_results,
             *self.ca_galleries,
         ]
@@ -415,6 +417,7 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
         "LayerScale gammas set to 0) beside its mean |gamma|, and what removing one head does to the top-5. "
         "Pick a head to see where it read (attention) beside what it wrote from each patch."
     )
+    parts["cz_cost"] = gr.Markdown(elem_id="cz_cost")  # what the tab will cost, said before it is computed
     parts["cz_state"] = gr.State(None)
     with gr.Row():
         parts["cz_class"] = gr.Dropdown(label="Class", choices=[], elem_id="cz_class")

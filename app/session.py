@@ -45,6 +45,7 @@ class Analysis:
     stages: StageMaps  # the SA layer shown in the talking-heads tab
     notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
+    forward_seconds: float = float("nan")  # the analysis' forward pass: what the cost of more passes is told in
     # SA stage (explain.DISTANCE_STAGES) -> [SA layers, heads] mean attention distance (px), once computed
     sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
@@ -75,8 +76,10 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
     view = model_view(decoded.image, cfg)
     x = view_tensor(view, cfg)[None]
     sa_layer = min(max(int(sa_layer), 0), cfg.depth - 1)
+    start = time.perf_counter()
     with loaded.forward_only():
         ins = loaded.model.forward_insights(x.to(loaded.device), sa_layers=(sa_layer,), raw_attention=True)
+    forward_seconds = time.perf_counter() - start
     ca = ClassAttention.from_insights(ins)
     return Analysis(
         choice=loaded.choice,
@@ -89,6 +92,7 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
         stages=_stages(sa_layer, ins.raw_self_attention[sa_layer], *ins.self_attention[sa_layer]),
         notes=decoded.notes,
         original_size=decoded.original_size,
+        forward_seconds=forward_seconds,
     )
 
 

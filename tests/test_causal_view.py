@@ -239,3 +239,18 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
     )
     assert [c["target"] for c in a.saliency] == [5, 6]
     assert json.loads(open(run[-1][p.json_file]).read())["saliency"][0]["target"] == first
+
+
+def test_the_tab_says_its_cost_before_it_is_computed(handlers):
+    from app import session
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    assert a.forward_seconds > 0
+    shown = tuple(p.ca_props.value)
+    out = handlers._analysed(loaded, a, ("inferno", 0.5, "per tile", "smooth", 1.0), shown, uploaded=False)
+    passes = 3 + (loaded.cfg.depth + 1) / 2  # attribution, shared SA stage, SA knockouts, head ablations
+    assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
+    assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
+    assert all(out[c] is None for c in p.causal_results)  # said, not computed
+    assert handlers.cleared(shown)[p.cz_cost] == ""
