@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -42,8 +42,11 @@ class CausalView:
     gamma: dict[str, np.ndarray]  # branch (BRANCH_GAMMAS) -> [SA depth + CA depth] mean |gamma| of what it zeroes
 
 
-def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
-    """Direct logit attribution and knockout profile of one image x [1, C, H, W] for class `target`."""
+def compute(
+    model: torch.nn.Module, x: torch.Tensor, target: int, *, on_block: Callable[[int, int], None] | None = None
+) -> CausalView:
+    """Direct logit attribution and knockout profile of one image x [1, C, H, W] for class `target`;
+    on_block(done, total) after each block's knockout (`explain.knockout_profile`)."""
     t = torch.tensor([int(target)], device=x.device)
     dla = explain.direct_logit_attribution(model, x, t)
     numpy = lambda v: v[0].float().cpu().numpy()  # noqa: E731
@@ -58,7 +61,7 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
         removal=(ablated[..., int(target)] - dla.logits[0, int(target)].float()).cpu().numpy(),
         removal_top1=ablated.argmax(-1).cpu().numpy(),
         parts={name: float(value[0]) for name, value in dla.parts().items()},
-        knockout=numpy(explain.knockout_profile(model, x, t)),
+        knockout=numpy(explain.knockout_profile(model, x, t, on_block=on_block)),
         gamma={b: explain.block_gamma_mean_abs(model, branch=b).numpy() for b in BRANCH_GAMMAS},
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,9 +195,14 @@ class _SaliencyRun:
         return title
 
 
+class _Stopped(Exception):
+    """A page's Stop button ended its Causal tab's computation (the message says so)."""
+
+
 class Handlers:
     def __init__(self, page: Page, cache: ModelCache, default: ModelChoice):
         self.page, self.cache, self.default = page, cache, default
+        self._stops: dict[str | None, threading.Event] = {}  # per page (session): its Causal tab's Stop
 
     # ------------------------------------------------------------------------ class-attention view
 
@@ -341,24 +347,43 @@ class Handlers:
         out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))
         return out
 
-    def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis):
-        """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download."""
-        causal = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class)
+    def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis, on_block=None):
+        """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download;
+        on_block(done, total) after each block's knockout."""
+        causal = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class, on_block=on_block)
         a.causal = causal_view.numbers(loaded.model, a.x.to(loaded.device), causal)
         return causal
 
     def _causal_first(self, loaded: LoadedModel, a: session.Analysis, causal) -> dict:
         return self.causal_outputs(loaded, a, causal, 0, causal_view.ABLATIONS[0])
 
-    def causal_opened(self, choice, a, shown) -> dict:
+    def causal_opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
         """The Causal tab opened: its view of the image's top class, computed now unless it is on show already
-        (an open tab gets it with the downloads), and the JSON download rewritten with its numbers."""
+        (an open tab gets it with the downloads), and the JSON download rewritten with its numbers. Progress is
+        told block by block; the Stop button (`causal_stop`) ends the work after the block under way, which
+        frees the model queue."""
         if a is None or a.choice != choice or shown is not None:
             return gr.skip()
         loaded = self.cache.get(choice)
-        out = self._causal_first(loaded, a, self._causal_numbers(loaded, a))
+        stop = self._stops.setdefault(getattr(request, "session_hash", None), threading.Event())
+        stop.clear()
+
+        def on_block(done: int, total: int) -> None:
+            if stop.is_set():
+                raise _Stopped(f"**Stopped** after {done - 1} of {total} knockouts; open the tab again to compute it.")
+            progress((done, total), desc="knocking out block by block", unit="blocks")
+
+        try:
+            out = self._causal_first(loaded, a, self._causal_numbers(loaded, a, on_block))
+        except _Stopped as e:
+            log.info("causal view stopped by its page")
+            return {self.page.cz_cost: str(e)}
         out[self.page.json_file] = str(self._numbers_file(loaded, a))
         return out
+
+    def causal_stop(self, request: gr.Request | None = None) -> None:
+        """The Stop button: the Causal tab's computation of this page ends after the block under way."""
+        self._stops.setdefault(getattr(request, "session_hash", None), threading.Event()).set()
 
     @staticmethod
     def tab_opened(evt: gr.SelectData) -> str:

@@ -107,6 +107,7 @@ class Page:
     cz_head: gr.Radio
     cz_mode: gr.Radio
     cz_cost: gr.Markdown
+    cz_stop: gr.Button
     cz_heads_plot: gr.Plot
     cz_knockout_of: gr.Radio
     cz_maps: gr.Plot
@@ -417,7 +418,10 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
         "LayerScale gammas set to 0) beside its mean |gamma|, and what removing one head does to the top-5. "
         "Pick a head to see where it read (attention) beside what it wrote from each patch."
     )
-    parts["cz_cost"] = gr.Markdown(elem_id="cz_cost")  # what the tab will cost, said before it is computed
+    with gr.Row():
+        # what the tab will cost, said before it is computed; its progress once under way
+        parts["cz_cost"] = gr.Markdown(elem_id="cz_cost")
+        parts["cz_stop"] = gr.Button("Stop", size="sm", scale=0, min_width=80, elem_id="cz_stop")
     parts["cz_state"] = gr.State(None)
     with gr.Row():
         parts["cz_class"] = gr.Dropdown(label="Class", choices=[], elem_id="cz_class")

@@ -62,9 +62,12 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
     p.causal_tab.select(
         torch_thread.handler(h.causal_opened),
         [p.choice, p.analysis, p.cz_state],
-        [*p.causal_results, p.json_file],
+        [*p.causal_results, p.json_file, p.cz_cost],
+        show_progress_on=[p.cz_cost],
         **MODEL_EVENTS,
     )
+    # off the model queue: it must get through while the computation it stops holds the queue
+    p.cz_stop.click(h.causal_stop, None, None, queue=False, api_visibility="private")
     # input, not change: the details event sets the class and the head itself
     p.cz_class.input(
         torch_thread.handler(h.causal_class),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
@@ -254,3 +255,29 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
     assert all(out[c] is None for c in p.causal_results)  # said, not computed
     assert handlers.cleared(shown)[p.cz_cost] == ""
+
+
+def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
+    from app import session
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    page = SimpleNamespace(session_hash="page-1")
+    told = []
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    out = handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
+    assert told == [(k, blocks) for k in range(1, blocks + 1)] and out[p.cz_state] is not None
+
+    def stop_after_two(done, **kw):  # the Stop button pressed while the second block is knocked out
+        told.append(done)
+        if done[0] == 2:
+            handlers.causal_stop(page)
+
+    told.clear()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    out = handlers.causal_opened(loaded.choice, a, None, page, stop_after_two)
+    assert told == [(1, blocks), (2, blocks)] and set(out) == {p.cz_cost}
+    assert out[p.cz_cost].startswith("**Stopped** after 2 of") and a.causal is None
+    other = SimpleNamespace(session_hash="page-2")  # another page's Stop does not stop this one
+    handlers.causal_stop(other)
+    assert handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
