@@ -608,6 +608,26 @@ def test_an_unknown_model_in_the_address_is_said_on_the_first_tab_and_leaves_the
         page.context.close()
 
 
+def test_the_causal_tab_of_a_deep_model_says_its_cost_shows_progress_and_stops(chromium, tmp_path):
+    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], tmp_path / "server.log")
+    page = open_page(chromium, url)
+    try:
+        pick_example(page, 0)
+        page.get_by_role("tab", name="Causal").click()
+        expect(page.locator("#cz_cost")).to_contain_text("about 22 forward passes")  # 3 + (36 + 1) / 2
+        expect(page.locator("#cz_cost")).to_contain_text(re.compile(r"knocking out block by block"))
+        page.screenshot(path=SHOTS / "cait_app_causal_progress.png", full_page=True)
+        page.locator("#cz_stop").click()
+        expect(page.locator("#cz_cost")).to_contain_text("Stopped after")
+        expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_have_count(0)
+        # the model queue is free again: another page event that needs the model runs
+        page.get_by_role("tab", name="Class attention").click()
+        pick_example(page, 1)
+    finally:
+        page.context.close()
+        stop_server(proc)
+
+
 def test_a_reload_keeps_the_pages_model(chromium, server):
     page = open_page(chromium, server[0])
     try:
