@@ -247,16 +247,7 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         "Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
         "insertion AUC (higher = more faithful). Only the ticked methods run."
     )
-    with gr.Row():
-        parts["sal_class"] = gr.Dropdown(label="Class", choices=[], elem_id="sal_class")
-        parts["ig_steps"] = gr.Slider(
-            4,
-            128,
-            value=explain.MethodOptions().ig_steps,
-            step=4,
-            label="Integrated-gradients steps",
-            elem_id="ig_steps",
-        )
+    parts["sal_class"] = gr.Dropdown(label="Class", choices=[], elem_id="sal_class")
     parts["sal_methods"] = gr.CheckboxGroup(
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
@@ -281,7 +272,7 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         label="Maps", columns=4, allow_preview=False, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
     )
     parts["sal_maps"] = gr.State(None)
-    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
+    # the maps' colour scale right under them, above the enlarged map
     parts["sal_bar"] = gr.Image(
         label="Colour scale of the maps",
         type="pil",
@@ -292,12 +283,24 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         elem_id="sal_bar",
         buttons=[],
     )
+    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
     _regions_and_scores(first, parts)
 
 
 def _method_options(parts: dict) -> None:
     defaults = explain.MethodOptions()
-    with gr.Accordion("Method options (SmoothGrad, rollout, integrated-gradients baseline)", open=False):
+    with gr.Accordion("Method options (integrated gradients, SmoothGrad, rollout)", open=False):
+        with gr.Row():  # one method's settings a row, so that no label wraps
+            parts["ig_steps"] = gr.Slider(
+                4, 128, value=defaults.ig_steps, step=4, label="Integrated-gradients steps", elem_id="ig_steps"
+            )
+            parts["ig_baseline"] = gr.Dropdown(
+                list(explain.IG_BASELINES),
+                value=defaults.ig_baseline,
+                label="Integrated-gradients baseline",
+                info="mean: the normalisation's mean colour",
+                elem_id="ig_baseline",
+            )
         with gr.Row():
             parts["sg_samples"] = gr.Slider(
                 2, 64, value=defaults.smoothgrad_samples, step=2, label="SmoothGrad samples", elem_id="sg_samples"
@@ -313,6 +316,7 @@ def _method_options(parts: dict) -> None:
             parts["sg_seed"] = gr.Number(
                 value=session.DEFAULT_SEED, precision=0, label="SmoothGrad seed", elem_id="sg_seed"
             )
+        with gr.Row():
             parts["fusion"] = gr.Dropdown(
                 list(explain.HEAD_FUSIONS),
                 value=defaults.rollout_head_fusion,
@@ -326,13 +330,6 @@ def _method_options(parts: dict) -> None:
                 step=0.05,
                 label="Rollout discard ratio (lowest weights of each layer set to 0)",
                 elem_id="discard",
-            )
-            parts["ig_baseline"] = gr.Dropdown(
-                list(explain.IG_BASELINES),
-                value=defaults.ig_baseline,
-                label="Integrated-gradients baseline",
-                info="mean: the normalisation's mean colour",
-                elem_id="ig_baseline",
             )
         parts["signed"] = gr.Checkbox(
             value=defaults.signed,

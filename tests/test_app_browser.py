@@ -323,6 +323,14 @@ def test_an_enlarged_signed_map_is_centred_on_zero_and_named_for_its_method(page
     expect(page.locator("#head_stats")).to_contain_text("softmax after proj_l")
     page.get_by_role("tab", name="Saliency").click()
     page.get_by_text("Method options").click()
+    # the integrated-gradients steps beside their baseline in the options box; no option's label wraps
+    options = page.locator(".accordion, [class*=accordion]").filter(has=page.locator("#ig_baseline")).first
+    expect(options.locator("#ig_steps")).to_be_visible()
+    heights = [
+        page.locator(f"#{c} label, #{c} .label-text, #{c} span[data-testid=block-info]").first.bounding_box()
+        for c in ("discard", "sg_noise", "ig_steps")
+    ]
+    assert all(h is not None and h["height"] < 60 for h in heights), heights  # at most two lines, not five
     page.locator("#signed input").check()
     page.locator("#sal_score input").uncheck()
     page.locator("#sal_methods").get_by_label("integrated_gradients").check()
@@ -335,6 +343,9 @@ def test_an_enlarged_signed_map_is_centred_on_zero_and_named_for_its_method(page
         "() => { const d = document.querySelector('#sal_big .js-plotly-plot').data[1]; "
         "return d.zmid === 0 && d.zmin === -d.zmax && d.colorbar.title.text === 'integrated_gradients'; }"
     )
+    # the colour scale right under the maps, above the enlarged map
+    bar, gallery, big = (page.locator(c).bounding_box() for c in ("#sal_bar", "#sal_gallery", "#sal_big"))
+    assert gallery["y"] + gallery["height"] <= bar["y"] + 1 and bar["y"] + bar["height"] <= big["y"] + 1
     page.screenshot(path=SHOTS / "cait_app_signed_map.png", full_page=True)
     page.locator("#sal_score input").check()
     page.get_by_role("tab", name="Class attention").click()
