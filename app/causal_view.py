@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from PIL import Image
 
+from app.figures import image_under
+from app.session import top_predictions
 from cait import explain
 from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
@@ -33,16 +35,22 @@ class CausalView:
     patches: np.ndarray  # [L, heads, g, g] each head's attribution split over the patches it read
     self_read: np.ndarray  # [L, heads] the part a head wrote from the class token's own value
     mlp: np.ndarray  # [L] each CA block's MLP write
+    removal: np.ndarray  # [L, heads] the target logit's change when the head is zero-ablated (its total effect)
+    removal_top1: np.ndarray  # [L, heads] the top-1 class with the head zero-ablated
     parts: dict[str, float]  # the logit's parts in the order the class token receives them (heads, MLPs, ...)
     knockout: np.ndarray  # [SA depth + CA depth] target-logit change with the block's gammas zeroed
-    gamma: np.ndarray  # [SA depth + CA depth] the block's mean |gamma|
+    gamma: dict[str, np.ndarray]  # branch (BRANCH_GAMMAS) -> [SA depth + CA depth] mean |gamma| of what it zeroes
 
 
-def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
-    """Direct logit attribution and knockout profile of one image x [1, C, H, W] for class `target`."""
+def compute(
+    model: torch.nn.Module, x: torch.Tensor, target: int, *, on_block: Callable[[int, int], None] | None = None
+) -> CausalView:
+    """Direct logit attribution and knockout profile of one image x [1, C, H, W] for class `target`;
+    on_block(done, total) after each block's knockout (`explain.knockout_profile`)."""
     t = torch.tensor([int(target)], device=x.device)
     dla = explain.direct_logit_attribution(model, x, t)
     numpy = lambda v: v[0].float().cpu().numpy()  # noqa: E731
+    ablated = explain.all_head_ablations(model, x)[0].float()  # [L, heads, K]
     return CausalView(
         target=int(target),
         logit=float(dla.logits[0, int(target)]),
@@ -50,19 +58,42 @@ def compute(model: torch.nn.Module, x: torch.Tensor, target: int) -> CausalView:
         patches=numpy(dla.patch_maps),
         self_read=numpy(dla.self_read),
         mlp=numpy(dla.mlp),
+        removal=(ablated[..., int(target)] - dla.logits[0, int(target)].float()).cpu().numpy(),
+        removal_top1=ablated.argmax(-1).cpu().numpy(),
         parts={name: float(value[0]) for name, value in dla.parts().items()},
-        knockout=numpy(explain.knockout_profile(model, x, t)),
-        gamma=explain.block_gamma_mean_abs(model).numpy(),
+        knockout=numpy(explain.knockout_profile(model, x, t, on_block=on_block)),
+        gamma={b: explain.block_gamma_mean_abs(model, branch=b).numpy() for b in BRANCH_GAMMAS},
+    )
+
+
+def forward_passes(cfg) -> float:
+    """About how many forward passes of the whole model `compute` takes: the attribution's one, the knockout
+    profile's shared SA stage and its SA knockouts (each reruns the blocks after it: (depth + 1) / 2 passes in
+    all), and the head ablations' SA stage; the class-attention stage's reruns are small beside them."""
+    return 3 + (cfg.depth + 1) / 2
+
+
+def cost_markdown(cfg, forward_seconds: float) -> str:
+    """What opening the tab costs for an image, said before it is computed: passes x the measured forward."""
+    passes = forward_passes(cfg)
+    if not np.isfinite(forward_seconds):
+        return f"Computing this tab takes about {passes:.0f} forward passes of the model."
+    return (
+        f"Computing this tab takes about {passes:.0f} forward passes of the model, about "
+        f"{passes * forward_seconds:.1f} s at this image's measured forward pass ({forward_seconds:.2f} s; "
+        "the tab runs in fp32)."
     )
 
 
 def head_figure(view: CausalView, label: str):
-    """Per-head bars of the direct logit attribution, one colour per CA layer, beside the logit built up from
-    its parts (the heads, the MLPs, the initial class token and the biases)."""
+    """Per-head bars, one colour per CA layer, of the direct write to the logit beside the effect of removing
+    the head (its zero ablation's change of the logit: what flows on through later layers too), beside the
+    logit built up from its parts (the heads, the MLPs, the initial class token and the biases)."""
     return head_attribution_plotly(
         view.heads,
         list(view.parts.items()),
-        title=f"What writes the logit of '{label}' ({view.logit:.2f}; the heads directly: {view.heads.sum():.2f})",
+        removal=view.removal,
+        title=f"What writes the logit of '{label}' ({_two(view.logit)}; the heads directly: {_two(view.heads.sum())})",
     )
 
 
@@ -78,26 +109,37 @@ def branch_knockout(model: torch.nn.Module, x: torch.Tensor, view: CausalView, k
 
 
 def knockout_figure(view: CausalView, cfg, profile: np.ndarray | None = None, knockout: str = "whole block"):
-    """The knockout profile over depth (the view's, or `profile` of the `knockout` named) with mean |gamma|
-    per block on a second axis."""
-    gammas = BRANCH_GAMMAS[KNOCKOUTS[knockout]]  # which of the block's gammas the knockout zeroes
+    """The knockout profile over depth (the view's, or `profile` of the `knockout` named) with the mean |gamma|
+    of the gammas it zeroes per block on a second axis."""
+    branch = KNOCKOUTS[knockout]
+    gammas = BRANCH_GAMMAS[branch]  # which of the block's gammas the knockout zeroes
+    name = f"mean |{', '.join(gammas)}|"
     return knockout_plotly(
         view.knockout if profile is None else profile,
-        view.gamma,
+        view.gamma[branch],
         depth=cfg.depth,
         ca_depth=cfg.depth_token_only,
+        gamma_name=name,
         title=f"Logit change when a block's {' and '.join(gammas)} {'are' if len(gammas) > 1 else 'is'} zeroed "
-        "(bars), and its mean |gamma| (line)",
+        f"(bars), and its {name} (line)",
     )
 
 
-def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int):
+def _two(value: float) -> str:
+    """`value` to two decimals, without the "-0.00" of a tiny negative number (an untrained model's)."""
+    return f"{round(float(value), 2) + 0.0:.2f}"
+
+
+def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int, image: Image.Image | None = None):
     """One head's attention map [g, g] (where it reads) beside its per-patch attribution (what it wrote
-    from each patch, zero-centred: red for the class, blue against it)."""
+    from each patch, zero-centred: red for the class, blue against it), each over the model's view `image`
+    when given, hovers numbered from 1 as the rest of the app."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     contrib = view.patches[layer, head]
+    g = contrib.shape[-1]
+    cells = list(range(1, g + 1))
     bound = float(np.abs(contrib).max()) or 1.0
     fig = make_subplots(
         rows=1,
@@ -105,14 +147,28 @@ def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int):
         subplot_titles=(f"CA{layer + 1} head {head + 1}: attention", "its write to the logit, per patch"),
         horizontal_spacing=0.12,
     )
-    fig.add_trace(go.Heatmap(z=attention, colorscale="Viridis", colorbar=dict(x=0.44)), row=1, col=1)
+    hover = "row %{y}, column %{x}: %{z:.4f}<extra></extra>"
+    common = dict(x=cells, y=cells, opacity=0.65 if image is not None else 1.0, hovertemplate=hover)
+    fig.add_trace(go.Heatmap(z=attention, colorscale="Viridis", colorbar=dict(x=0.44), **common), row=1, col=1)
     fig.add_trace(
-        go.Heatmap(z=contrib, colorscale="RdBu", reversescale=True, zmin=-bound, zmax=bound, colorbar=dict(x=1.0)),
+        go.Heatmap(
+            z=contrib,
+            colorscale="RdBu",
+            reversescale=True,
+            zmid=0,
+            zmin=-bound,
+            zmax=bound,
+            colorbar=dict(x=1.0),
+            **common,
+        ),
         row=1,
         col=2,
     )
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    if image is not None:
+        for axis in ("", "2"):
+            image_under(fig, image, g, axis=axis)
+    fig.update_yaxes(range=[g + 0.5, 0.5], scaleanchor="x", showticklabels=False, showgrid=False)
+    fig.update_xaxes(range=[0.5, g + 0.5], showticklabels=False, showgrid=False)
     fig.update_layout(template="plotly_white", height=380, margin=dict(l=20, r=20, t=60, b=20))
     return fig
 
@@ -140,9 +196,7 @@ def ablation(
     out = explain.head_ablation(model, x, layer=layer, head=head, reference=reference)
 
     def top(logits: torch.Tensor) -> list[dict[str, Any]]:
-        probs = logits[0].float().softmax(-1)
-        values, order = probs.topk(min(k, probs.numel()))
-        return [{"index": int(i), "label": labels[i], "probability": float(v)} for v, i in zip(values, order)]
+        return top_predictions(logits[0].float().softmax(-1).cpu().numpy(), labels, k)
 
     return {"before": top(out.before), "after": top(out.after)}
 
@@ -151,12 +205,10 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
     """The tab's numbers, JSON-able (the download and the /analyze answer), with every head's zero
     ablation: the change of the target logit and the new top-1."""
     cfg = model.cfg
-    after = explain.all_head_ablations(model, x)[0]  # [L, heads, K]
-    base = view.logit
     return {
         "layout": "0-based arrays (CA layer, head, patch row, col); blocks in model order, SA first",
         "target": view.target,
-        "target_logit": base,
+        "target_logit": view.logit,
         "heads": view.heads.tolist(),
         "patches": view.patches.tolist(),
         "self_read": view.self_read.tolist(),
@@ -166,14 +218,14 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
             {
                 "stage": "sa" if i < cfg.depth else "ca",
                 "index": i + 1 if i < cfg.depth else i - cfg.depth + 1,
-                "gamma_mean_abs": float(view.gamma[i]),
+                "gamma_mean_abs": float(view.gamma["both"][i]),
                 "knockout_delta_logit": float(view.knockout[i]),
             }
             for i in range(len(view.knockout))
         ],
         "head_ablation_zero": {
-            "delta_logit": (after[..., view.target].float() - base).tolist(),
-            "top1": after.argmax(-1).tolist(),
+            "delta_logit": view.removal.tolist(),
+            "top1": view.removal_top1.tolist(),
         },
     }
 

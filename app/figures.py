@@ -112,10 +112,40 @@ def _png_uri(image: Image.Image) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def enlarged_figure(tile: Image.Image, view: Image.Image, heat: np.ndarray, *, cmap: str, title: str) -> go.Figure:
+def image_under(fig: go.Figure, view: Image.Image, g: int, *, axis: str = "") -> None:
+    """The model's view under the patch-grid heat map on axes x{axis}/y{axis} (cells 1..g from the top left)."""
+    fig.add_layout_image(
+        source=display_base(view, 448),
+        xref=f"x{axis}",
+        yref=f"y{axis}",
+        x=0.5,
+        y=0.5,
+        sizex=g,
+        sizey=g,
+        xanchor="left",
+        yanchor="top",
+        sizing="stretch",
+        layer="below",
+    )
+
+
+def enlarged_figure(
+    tile: Image.Image,
+    view: Image.Image,
+    heat: np.ndarray,
+    *,
+    cmap: str,
+    title: str,
+    colour_title: str = "attention",
+    signed: bool = False,
+) -> go.Figure:
     """The selected tile as shown (left) beside its patch grid as it is, one block per patch, over the
-    image (right), whose hover gives the value under the cursor with its row and column (from 1)."""
+    image (right), whose hover gives the value under the cursor with its row and column (from 1).
+    colour_title names what the colours measure; a `signed` map spans -|max| .. |max| like its tile, so that
+    white is 0 in both panels."""
     g = heat.shape[-1]
+    top = max(float(np.abs(heat).max()), 1e-12)
+    limits = dict(zmid=0, zmin=-top, zmax=top) if signed else {}
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("as in the grid", "patch grid (hover: the value)"), horizontal_spacing=0.04
     )
@@ -130,25 +160,14 @@ def enlarged_figure(tile: Image.Image, view: Image.Image, heat: np.ndarray, *, c
             colorscale=PLOTLY_SCALES.get(cmap, "Inferno"),
             opacity=0.6,
             zsmooth=False,
-            colorbar=dict(title="attention", len=0.8),
+            colorbar=dict(title=colour_title, len=0.8),
             hovertemplate="row %{y}, column %{x}: %{z:.4f}<extra></extra>",
+            **limits,
         ),
         row=1,
         col=2,
     )
-    fig.add_layout_image(
-        source=display_base(view, 448),
-        xref="x2",
-        yref="y2",
-        x=0.5,
-        y=0.5,
-        sizex=g,
-        sizey=g,
-        xanchor="left",
-        yanchor="top",
-        sizing="stretch",
-        layer="below",
-    )
+    image_under(fig, view, g, axis="2")
     fig.update_xaxes(visible=False, row=1, col=1)
     fig.update_yaxes(visible=False, row=1, col=1)
     fig.update_xaxes(range=[0.5, g + 0.5], constrain="domain", showgrid=False, row=1, col=2)
@@ -194,27 +213,44 @@ def mixing_figure(proj_l: np.ndarray, proj_w: np.ndarray, layer: int) -> go.Figu
     return fig
 
 
-def _add_distances(fig: go.Figure, distance: np.ndarray) -> None:
-    """Left panel: each SA head's mean attention distance [SA layers, heads] as dots, and their mean per layer."""
-    layers, heads = distance.shape
-    fig.add_scatter(
-        x=np.repeat(np.arange(1, layers + 1), heads),
-        y=distance.reshape(-1),
-        mode="markers",
-        marker=dict(size=7, color="#1f77b4", opacity=0.7),
-        text=[f"SA{layer + 1} head {head + 1}" for layer in range(layers) for head in range(heads)],
-        hovertemplate="%{text}: %{y:.1f} px<extra></extra>",
-        name="one head",
-        row=1,
-        col=1,
-    )
-    fig.add_scatter(
-        x=list(range(1, layers + 1)),
-        y=distance.mean(1),
-        mode="lines",
-        line=dict(color="#1f77b4"),
-        name="head mean",
-        hovertemplate="SA%{x} head mean: %{y:.1f} px<extra></extra>",
+DISTANCE_LOOKS = {  # SA stage -> (its name on the plot, colour)
+    "after_proj_l": ("softmax after proj_l", "#1f77b4"),
+    "after_proj_w": ("|w| after proj_w", "#ff7f0e"),
+}
+
+
+def _add_distances(fig: go.Figure, distances: dict[str, np.ndarray], uniform: float) -> None:
+    """Left panel: each SA head's mean attention distance [SA layers, heads] as dots and their mean per layer,
+    for each stage it is read from (DISTANCE_LOOKS), and the level of uniform attention dashed."""
+    for stage, distance in distances.items():
+        name, colour = DISTANCE_LOOKS[stage]
+        layers, heads = distance.shape
+        fig.add_scatter(
+            x=np.repeat(np.arange(1, layers + 1), heads),
+            y=distance.reshape(-1),
+            mode="markers",
+            marker=dict(size=7, color=colour, opacity=0.6),
+            text=[f"SA{layer + 1} head {head + 1}" for layer in range(layers) for head in range(heads)],
+            hovertemplate=f"%{{text}}, {name}: %{{y:.1f}} px<extra></extra>",
+            name=f"one head, {name}",
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            x=list(range(1, layers + 1)),
+            y=distance.mean(1),
+            mode="lines",
+            line=dict(color=colour),
+            name=f"head mean, {name}",
+            hovertemplate=f"SA%{{x}} head mean, {name}: %{{y:.1f}} px<extra></extra>",
+            row=1,
+            col=1,
+        )
+    fig.add_hline(
+        y=uniform,
+        line=dict(color="gray", dash="dash"),
+        annotation_text=f"uniform attention: {uniform:.1f} px",
+        annotation_position="bottom right",
         row=1,
         col=1,
     )
@@ -241,19 +277,22 @@ def _add_entropies(fig: go.Figure, entropy: np.ndarray, patches: int) -> None:
     )
 
 
-def head_stats_figure(entropy: np.ndarray, distance: np.ndarray, *, patches: int) -> go.Figure:
-    """The per-head statistics of one image: each SA head's mean attention distance (pixels, after proj_w)
-    against depth, as in the ViT paper's figure, beside each CA head's entropy (nats; uniform = ln N).
-    entropy [CA layers, heads], distance [SA layers, heads]."""
+def head_stats_figure(
+    entropy: np.ndarray, distances: dict[str, np.ndarray], *, patches: int, uniform_distance: float
+) -> go.Figure:
+    """The per-head statistics of one image: each SA head's mean attention distance (pixels) against depth, as
+    in the ViT paper's figure, on the softmax after proj_l and on |w| after proj_w (distances: stage ->
+    [SA layers, heads]) with the level of uniform attention, beside each CA head's entropy (nats; uniform =
+    ln N; entropy [CA layers, heads])."""
     fig = make_subplots(
         rows=1,
         cols=2,
         column_widths=[0.62, 0.38],
-        subplot_titles=("Mean attention distance per SA head (after proj_w)", "Entropy of each CA head's map"),
+        subplot_titles=("Mean attention distance per SA head", "Entropy of each CA head's map"),
     )
-    _add_distances(fig, distance)
+    _add_distances(fig, distances, uniform_distance)
     _add_entropies(fig, entropy, patches)
-    layers = distance.shape[0]
+    layers = next(iter(distances.values())).shape[0]
     fig.update_xaxes(title_text="SA layer", dtick=1 if layers <= 24 else 4, row=1, col=1)
     fig.update_yaxes(title_text="pixels", rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="head", dtick=1, row=1, col=2)
@@ -315,6 +354,7 @@ __all__ = [
     "display_base",
     "draw_box",
     "enlarged_figure",
+    "image_under",
     "head_stats_figure",
     "mixing_figure",
     "query_picker",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,7 @@ class DetailsAsk:
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
     open_tab: str  # the tab on show: the Causal tab is computed only when it is
+    region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
 
     @property
     def look(self) -> tuple:
@@ -117,6 +119,7 @@ class SaliencyAsk:
     discard: float = _OPTIONS.rollout_discard_ratio
     ig_baseline: str = _OPTIONS.ig_baseline
     signed: bool = _OPTIONS.signed
+    sg_seed: int = session.DEFAULT_SEED  # SmoothGrad's noise
 
     def options(self) -> explain.MethodOptions:
         """The method settings as `explain.MethodOptions` (the page's sliders send floats)."""
@@ -151,6 +154,8 @@ class _SaliencyRun:
     classes: list[str]  # class names, in the order they are run
     methods: list[str]
     scoring: bool  # the AUCs are computed after the maps
+    options: explain.MethodOptions = _OPTIONS
+    seed: int = session.DEFAULT_SEED
     rows: list = field(default_factory=list)  # (class name, session.SaliencyRow), in the order shown
     tiles: list = field(default_factory=list)  # (tile image, signed) of each row
 
@@ -163,18 +168,19 @@ class _SaliencyRun:
         self.rows[i] = (name, row)
 
     def caption(self, name: str, row: session.SaliencyRow) -> str:
+        """The method, class and the settings that shaped the map; its AUCs once scored."""
+        settings = session.options_caption(row.method, self.options, self.seed)
+        said = f"{row.method} for '{name}'" + (f" ({settings})" if settings else "")
         if np.isnan(row.deletion_auc):  # not scored (yet)
-            return f"{row.method} for '{name}'"
-        return (
-            f"{row.method} for '{name}' · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}"
-        )
+            return said
+        return f"{said} · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}"
 
     def captioned(self) -> list:
         return [(tile, self.caption(name, row)) for (name, row), (tile, _) in zip(self.rows, self.tiles)]
 
     def maps(self) -> list:
-        """What enlarging a tile needs: (patch map, caption, signed) of each row."""
-        return [(r.heat.numpy(), self.caption(n, r), s) for (n, r), (_, s) in zip(self.rows, self.tiles)]
+        """What enlarging a tile needs: (patch map, caption, signed, method) of each row."""
+        return [(r.heat.numpy(), self.caption(n, r), s, r.method) for (n, r), (_, s) in zip(self.rows, self.tiles)]
 
     def label(self) -> str:
         one = len(self.classes) == 1
@@ -190,9 +196,14 @@ class _SaliencyRun:
         return title
 
 
+class _Stopped(Exception):
+    """A page's Stop button ended its Causal tab's computation (the message says so)."""
+
+
 class Handlers(MechanismsEvents):
     def __init__(self, page: Page, cache: ModelCache, default: ModelChoice):
         self.page, self.cache, self.default = page, cache, default
+        self._stops: dict[str | None, threading.Event] = {}  # per page (session): its Causal tab's Stop
 
     # ------------------------------------------------------------------------ class-attention view
 
@@ -287,7 +298,7 @@ class Handlers(MechanismsEvents):
         shown: the CA galleries' props as the page has them (`Page.ca_props`)."""
         p = self.page
         out = dict.fromkeys(p.results)  # every result empty; the markdown ones as empty text, and the status
-        out.update({p.top5: "", p.status: status, p.sal_msg: ""})
+        out.update({p.top5: "", p.status: status, p.sal_msg: "", p.cz_cost: ""})
         out.update(self._galleries([(None, before._replace(visible=False)) for before in shown], shown))
         return out
 
@@ -311,6 +322,7 @@ class Handlers(MechanismsEvents):
         out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
         out.update(self.ca_outputs(a, look, selected, shown, sheet=False))
         out.update({p.analysis: a, p.top5: texts.top5_html(preds), p.selected: selected})
+        out[p.cz_cost] = causal_view.cost_markdown(loaded.cfg, a.forward_seconds)
         return out
 
     def details(self, **asked: Any) -> dict:
@@ -335,34 +347,54 @@ class Handlers(MechanismsEvents):
                 session.ca_entropy(a),
                 session.sa_distance(loaded, a),
                 patches=loaded.cfg.grid_size**2,
+                uniform_distance=session.uniform_distance(loaded),
             ),
             p.sal_class: gr.Dropdown(choices=classes, value=a.top_class),
         }
         out.update(self.talking_outputs(loaded, a, ask.th_row, ask.th_col))
-        out.update(self.region(a, ask.region_of, ask.keep))
+        out.update(self.region(a, ask.region_of, ask.region_share))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
         out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))
         return out
 
-    def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis):
-        """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download."""
-        causal = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class)
+    def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis, on_block=None):
+        """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download;
+        on_block(done, total) after each block's knockout."""
+        causal = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class, on_block=on_block)
         a.causal = causal_view.numbers(loaded.model, a.x.to(loaded.device), causal)
         return causal
 
     def _causal_first(self, loaded: LoadedModel, a: session.Analysis, causal) -> dict:
         return self.causal_outputs(loaded, a, causal, 0, causal_view.ABLATIONS[0])
 
-    def causal_opened(self, choice, a, shown) -> dict:
+    def causal_opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
         """The Causal tab opened: its view of the image's top class, computed now unless it is on show already
-        (an open tab gets it with the downloads), and the JSON download rewritten with its numbers."""
+        (an open tab gets it with the downloads), and the JSON download rewritten with its numbers. Progress is
+        told block by block; the Stop button (`causal_stop`) ends the work after the block under way, which
+        frees the model queue."""
         if a is None or a.choice != choice or shown is not None:
             return gr.skip()
         loaded = self.cache.get(choice)
-        out = self._causal_first(loaded, a, self._causal_numbers(loaded, a))
+        stop = self._stops.setdefault(getattr(request, "session_hash", None), threading.Event())
+        stop.clear()
+
+        def on_block(done: int, total: int) -> None:
+            if stop.is_set():
+                raise _Stopped(f"**Stopped** after {done - 1} of {total} knockouts; open the tab again to compute it.")
+            progress((done, total), desc="knocking out block by block", unit="blocks")
+
+        try:
+            out = self._causal_first(loaded, a, self._causal_numbers(loaded, a, on_block))
+        except _Stopped as e:
+            log.info("causal view stopped by its page")
+            return {self.page.cz_cost: str(e)}
         out[self.page.json_file] = str(self._numbers_file(loaded, a))
         return out
+
+    def causal_stop(self, request: gr.Request | None = None) -> None:
+        """The Stop button: the Causal tab's computation of this page ends after the block under way."""
+        self._stops.setdefault(getattr(request, "session_hash", None), threading.Event()).set()
 
     @staticmethod
     def tab_opened(evt: gr.SelectData) -> str:
@@ -441,15 +473,15 @@ class Handlers(MechanismsEvents):
         methods = [m for m in explain.METHODS if m in ask.sal_methods]  # the menu's order, whatever the ticking
         targets = [a.top_class if ask.sal_class is None else int(ask.sal_class)]
         if int(ask.sal_topk or 1) > 1:
-            targets = [int(i) for i in np.argsort(-a.probs)[: int(ask.sal_topk)]]
+            targets = session.ranked_classes(a.probs, int(ask.sal_topk))
         look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
-        options = ask.options()
-        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score))
+        options, seed = ask.options(), int(ask.sg_seed)
+        run = _SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score), options, seed)
         yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(ask.cmap, signed=options.signed), **self._progress(run)}
         saved = []
         for t in targets:
             name = loaded.labels[t]
-            rows = session.unscored_rows(loaded, a, target=t, methods=methods, options=options)
+            rows = session.unscored_rows(loaded, a, target=t, methods=methods, options=options, seed=seed)
             for row in rows:
                 signed = options.signed and row.method in explain.CAPTUM_METHODS
                 run.add(name, row, figures.saliency_tile(a.view, row.heat, signed=signed, **look), signed)
@@ -457,7 +489,8 @@ class Handlers(MechanismsEvents):
             for row in session.scored(loaded, a, rows, target=t) if ask.sal_score else []:
                 run.score(name, row)
                 yield self._progress(run)
-            saved.append(session.saliency_numbers(t, name, [r for n, r in run.rows if n == name]))
+            mine = [r for n, r in run.rows if n == name]
+            saved.append(session.saliency_numbers(t, name, mine, options=options, seed=seed))
         a.saliency = saved
         yield {p.json_file: self._numbers_file(loaded, a), p.sal_maps: run.maps()}
 
@@ -465,23 +498,26 @@ class Handlers(MechanismsEvents):
         """A clicked saliency map beside its patch grid, whose hover gives each patch's value."""
         if a is None or not maps or int(evt.index) >= len(maps):
             return gr.skip()
-        heat, caption, signed = maps[int(evt.index)]
+        heat, caption, signed, method = maps[int(evt.index)]
         look = dict(cmap=cmap, alpha=float(alpha), smooth=view == VIEWS[0], signed=signed)
         tile = figures.saliency_tile(a.view, torch.from_numpy(heat), **look)
         shown = figures.SIGNED_CMAP if signed else cmap
-        return {self.page.sal_big: figures.enlarged_figure(tile, a.view, heat, cmap=shown, title=caption)}
+        figure = figures.enlarged_figure(
+            tile, a.view, heat, cmap=shown, title=caption, colour_title=method, signed=signed
+        )
+        return {self.page.sal_big: figure}
 
-    def region(self, a, source: str | None, keep: float) -> dict:
+    def region(self, a, source: str | None, share: float) -> dict:
         """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as
-        `layout.region_choices` names them), keeping the class-attention tab's share of its mass."""
+        `layout.region_choices` names them), holding `share` of its mass."""
         if a is None or not source:
             return {self.page.sal_region: None}
         layer, head = _map_of(source)
         if layer >= a.ca_maps.shape[0] or (head is not None and head >= a.ca_maps.shape[1]):
             return {self.page.sal_region: None}  # a choice of the model before: the new one comes with it
         img_size = a.x.shape[-1]
-        mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(keep), img_size=img_size)
-        label = f"Regions of focus: {source}, {float(keep):.0%} of its attention mass"
+        mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(share), img_size=img_size)
+        label = f"Regions of focus: {source}, {float(share):.0%} of its attention mass"
         return {self.page.sal_region: gr.Image(value=figures.region_image(a.view, mask, box, img_size), label=label)}
 
     def _progress(self, run: _SaliencyRun) -> dict:
@@ -526,7 +562,7 @@ class Handlers(MechanismsEvents):
             loaded.model, a.x.to(loaded.device), layer=layer, head=head, labels=loaded.labels, reference=reference
         )
         return {
-            self.page.cz_maps: causal_view.maps_figure(view, a.ca_maps[layer, head], layer, head),
+            self.page.cz_maps: causal_view.maps_figure(view, a.ca_maps[layer, head], layer, head, a.view),
             self.page.cz_top5: causal_view.top5_html(top5, layer, head),
         }
 
@@ -672,8 +708,13 @@ class Handlers(MechanismsEvents):
         if not name or name == choice.name:
             return gr.skip()
         if name not in cait.list_models():
+            said = f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
+            gr.Warning(said.replace("**", ""))
             return {
-                self.page.load_msg: f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
+                self.page.load_msg: said,
+                self.page.status: said,  # on the first tab too, where the page opens
+                # the address names the model shown, not the unknown one
+                self.page.url_model: choice.name if choice.checkpoint is None else "",
             }
         return self.load_model(choice, shown, name, "", False)
 
@@ -684,8 +725,15 @@ class Handlers(MechanismsEvents):
         image: FileData,
         method: str = "",
         target: int = -1,
-        steps: int = 32,
+        ig_steps: int = _OPTIONS.ig_steps,
         causal: bool = False,
+        ig_baseline: str = _OPTIONS.ig_baseline,
+        signed: bool = _OPTIONS.signed,
+        smoothgrad_samples: int = _OPTIONS.smoothgrad_samples,
+        smoothgrad_stdev: float = _OPTIONS.smoothgrad_stdev,
+        rollout_head_fusion: str = _OPTIONS.rollout_head_fusion,
+        rollout_discard_ratio: float = _OPTIONS.rollout_discard_ratio,
+        seed: int = session.DEFAULT_SEED,
         logit_lens: bool = False,
         patching: str = "",
     ) -> dict:
@@ -693,7 +741,10 @@ class Handlers(MechanismsEvents):
 
         image: the image file (gradio_client: handle_file(path)).
         method: "" for none, or a saliency method (see the "methods" field of the answer) to also compute
-            its patch-grid map for class `target` (-1: the top prediction); integrated_gradients uses `steps`.
+            its patch-grid map for class `target` (-1: the top prediction), with the method settings named as
+            the fields of `cait.explain.MethodOptions` (ig_steps, ig_baseline, signed, smoothgrad_samples,
+            smoothgrad_stdev, rollout_head_fusion, rollout_discard_ratio) and SmoothGrad's noise from `seed`
+            (the same map for the same call).
         causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
             patch, knockout profile, every head's zero ablation; about SA depth / 2 + 2 forward passes).
         logit_lens: also the logit lens for class `target` (per SA depth: its probability and the top-1, where
@@ -702,20 +753,30 @@ class Handlers(MechanismsEvents):
             logit from the image into itself under that ImageNet-C corruption, per block, branch and CA head
             (about SA depth + 5 forward passes). Opt-in by keyword: patching="gaussian_noise:3".
         Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
-        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"]
-        [, "causal"][, "logit_lens"][, "patching"]}; each of the last two has a "layout" key saying its arrays.
+        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"
+        {"method", "target", "options", "patch"}][, "causal"][, "logit_lens"][, "patching"]}; each of the last
+        two has a "layout" key saying its arrays.
         """
         path = _payload_path(image)
         if path is None:
-            raise gr.Error("no image given")
+            raise _refused("no image given")
         loaded = self.cache.get(self.default)
         try:
             a = session.analyse(loaded, path)
             out = session.numbers(loaded, a)
             out["methods"] = list(explain.METHODS)
             if method:
+                options = explain.MethodOptions(
+                    ig_steps=int(ig_steps),
+                    ig_baseline=ig_baseline,
+                    signed=bool(signed),
+                    smoothgrad_samples=int(smoothgrad_samples),
+                    smoothgrad_stdev=float(smoothgrad_stdev),
+                    rollout_head_fusion=rollout_head_fusion,
+                    rollout_discard_ratio=float(rollout_discard_ratio),
+                )
                 out["attribution"] = session.attribution_for_api(
-                    loaded, a, method=method, target=int(target), steps=int(steps)
+                    loaded, a, method=method, target=int(target), options=options, seed=int(seed)
                 )
             if causal:
                 x = a.x.to(loaded.device)
@@ -723,5 +784,12 @@ class Handlers(MechanismsEvents):
             out.update(self._mechanisms_numbers(loaded, a, target=int(target), lens=logit_lens, patching=patching))
         except (ImageInputError, ValueError) as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise gr.Error(f"{prefix}{e}")
+            raise _refused(f"{prefix}{e}") from None
         return out
+
+
+def _refused(message: str) -> gr.Error:
+    """A bad /analyze call's answer, logged as one line (Gradio would print the traceback: a caller's mistake
+    is not the server's)."""
+    log.info("/analyze refused: %s", message)
+    return gr.Error(message, print_exception=False)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import gradio as gr
 
 import cait
-from app import causal_view, dataset_view, figures, mechanisms_view, texts
+from app import causal_view, dataset_view, figures, mechanisms_view, session, texts
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
@@ -67,6 +67,7 @@ class Page:
     sal_topk: gr.Slider
     sg_samples: gr.Slider
     sg_noise: gr.Slider
+    sg_seed: gr.Number
     fusion: gr.Dropdown
     discard: gr.Slider
     ig_baseline: gr.Dropdown
@@ -75,9 +76,10 @@ class Page:
     sal_msg: gr.Markdown
     sal_gallery: gr.Gallery
     sal_bar: gr.Image
-    sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed)], for the enlarged view
+    sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed, method)], for the enlarged view
     sal_big: gr.Plot
     region_of: gr.Dropdown
+    region_share: gr.Slider
     sal_region: gr.Image
     sal_table: gr.Dataframe
     ls_plot: gr.Plot
@@ -104,6 +106,8 @@ class Page:
     cz_class: gr.Dropdown
     cz_head: gr.Radio
     cz_mode: gr.Radio
+    cz_cost: gr.Markdown
+    cz_stop: gr.Button
     cz_heads_plot: gr.Plot
     cz_knockout_of: gr.Radio
     cz_maps: gr.Plot
@@ -156,6 +160,7 @@ class Page:
             self.th_gallery,
             self.th_plot,
             self.th_pick,
+            self.cz_cost,
             *self.causal_results,
             *self.mechanism_results,
             *self.ca_galleries,
@@ -275,16 +280,7 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         "Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
         "insertion AUC (higher = more faithful). Only the ticked methods run."
     )
-    with gr.Row():
-        parts["sal_class"] = gr.Dropdown(label="Class", choices=[], elem_id="sal_class")
-        parts["ig_steps"] = gr.Slider(
-            4,
-            128,
-            value=explain.MethodOptions().ig_steps,
-            step=4,
-            label="Integrated-gradients steps",
-            elem_id="ig_steps",
-        )
+    parts["sal_class"] = gr.Dropdown(label="Class", choices=[], elem_id="sal_class")
     parts["sal_methods"] = gr.CheckboxGroup(
         list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
@@ -309,7 +305,7 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         label="Maps", columns=4, allow_preview=False, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
     )
     parts["sal_maps"] = gr.State(None)
-    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
+    # the maps' colour scale right under them, above the enlarged map
     parts["sal_bar"] = gr.Image(
         label="Colour scale of the maps",
         type="pil",
@@ -320,12 +316,24 @@ def _saliency_tab(first: LoadedModel, parts: dict) -> None:
         elem_id="sal_bar",
         buttons=[],
     )
+    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
     _regions_and_scores(first, parts)
 
 
 def _method_options(parts: dict) -> None:
     defaults = explain.MethodOptions()
-    with gr.Accordion("Method options (SmoothGrad, rollout, integrated-gradients baseline)", open=False):
+    with gr.Accordion("Method options (integrated gradients, SmoothGrad, rollout)", open=False):
+        with gr.Row():  # one method's settings a row, so that no label wraps
+            parts["ig_steps"] = gr.Slider(
+                4, 128, value=defaults.ig_steps, step=4, label="Integrated-gradients steps", elem_id="ig_steps"
+            )
+            parts["ig_baseline"] = gr.Dropdown(
+                list(explain.IG_BASELINES),
+                value=defaults.ig_baseline,
+                label="Integrated-gradients baseline",
+                info="mean: the normalisation's mean colour",
+                elem_id="ig_baseline",
+            )
         with gr.Row():
             parts["sg_samples"] = gr.Slider(
                 2, 64, value=defaults.smoothgrad_samples, step=2, label="SmoothGrad samples", elem_id="sg_samples"
@@ -338,6 +346,10 @@ def _method_options(parts: dict) -> None:
                 label="SmoothGrad noise (std, normalised units)",
                 elem_id="sg_noise",
             )
+            parts["sg_seed"] = gr.Number(
+                value=session.DEFAULT_SEED, precision=0, label="SmoothGrad seed", elem_id="sg_seed"
+            )
+        with gr.Row():
             parts["fusion"] = gr.Dropdown(
                 list(explain.HEAD_FUSIONS),
                 value=defaults.rollout_head_fusion,
@@ -351,13 +363,6 @@ def _method_options(parts: dict) -> None:
                 step=0.05,
                 label="Rollout discard ratio (lowest weights of each layer set to 0)",
                 elem_id="discard",
-            )
-            parts["ig_baseline"] = gr.Dropdown(
-                list(explain.IG_BASELINES),
-                value=defaults.ig_baseline,
-                label="Integrated-gradients baseline",
-                info="mean: the normalisation's mean colour",
-                elem_id="ig_baseline",
             )
         parts["signed"] = gr.Checkbox(
             value=defaults.signed,
@@ -373,8 +378,15 @@ def _regions_and_scores(first: LoadedModel, parts: dict) -> None:
                 region_choices(first.cfg),
                 value=region_choices(first.cfg)[0],
                 label="Regions of focus of",
-                info="the share of attention mass kept is the Class attention tab's slider",
                 elem_id="region_of",
+            )
+            parts["region_share"] = gr.Slider(
+                0.05,
+                0.95,
+                value=explain.DEFAULT_SHARE,
+                step=0.05,
+                label="Share of the map's attention mass the region holds",
+                elem_id="region_share",
             )
             parts["sal_region"] = gr.Image(
                 label="Regions of focus", type="pil", interactive=False, height=300, elem_id="sal_region"
@@ -436,13 +448,17 @@ def _causal_tab(first: LoadedModel, parts: dict) -> None:
         "LayerScale gammas set to 0) beside its mean |gamma|, and what removing one head does to the top-5. "
         "Pick a head to see where it read (attention) beside what it wrote from each patch."
     )
+    with gr.Row():
+        # what the tab will cost, said before it is computed; its progress once under way
+        parts["cz_cost"] = gr.Markdown(elem_id="cz_cost")
+        parts["cz_stop"] = gr.Button("Stop", size="sm", scale=0, min_width=80, elem_id="cz_stop")
     parts["cz_state"] = gr.State(None)
     with gr.Row():
         parts["cz_class"] = gr.Dropdown(label="Class", choices=[], elem_id="cz_class")
         parts["cz_mode"] = gr.Radio(
             list(causal_view.ABLATIONS), value=causal_view.ABLATIONS[0], label="Remove a head by", elem_id="cz_mode"
         )
-    parts["cz_heads_plot"] = gr.Plot(label="Direct logit attribution", elem_id="cz_heads_plot")
+    parts["cz_heads_plot"] = gr.Plot(label="Each head: direct write vs. effect of removal", elem_id="cz_heads_plot")
     parts["cz_head"] = gr.Radio(causal_heads(first.cfg), value=0, label="Head (click to ablate)", elem_id="cz_head")
     with gr.Row():
         with gr.Column(scale=3):
@@ -604,6 +620,9 @@ CSS = """
 .top5-bar { display: block; height: 100%; background: var(--color-accent); }
 .top5-value { text-align: right; font-variant-numeric: tabular-nums; }
 .causal-top5 td, .causal-top5 th { padding: 0.15rem 0.5rem; font-variant-numeric: tabular-nums; }
+/* the model card's key column keeps its words whole beside a long value (it was crushed letter by letter) */
+#card_md table td:first-child { min-width: 11rem; word-break: normal; overflow-wrap: normal; }
+#card_md table td:last-child { overflow-wrap: anywhere; }
 """
 
 __all__ = [

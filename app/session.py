@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -16,6 +17,7 @@ from app.images import load_image
 from app.models import LoadedModel, ModelChoice
 from cait import explain
 from cait.explain import ClassAttention, MethodOptions
+from cait.explain.methods import ROLLOUT_METHODS
 from cait.preprocess import model_view, view_tensor
 
 
@@ -43,13 +45,23 @@ class Analysis:
     stages: StageMaps  # the SA layer shown in the talking-heads tab
     notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
-    sa_distance: np.ndarray | None = None  # [SA layers, heads] mean attention distance (px), once computed
+    forward_seconds: float = float("nan")  # the analysis' forward pass: what the cost of more passes is told in
+    # SA stage (explain.DISTANCE_STAGES) -> [SA layers, heads] mean attention distance (px), once computed
+    sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
     saliency: list[dict[str, Any]] | None = None  # the last saliency run's numbers (the download), once computed
 
     @property
     def top_class(self) -> int:
-        return int(self.probs.argmax())
+        """The predicted class: `ranked_classes`' first, as everywhere on the page."""
+        return ranked_classes(self.probs, 1)[0]
+
+
+def ranked_classes(probs: np.ndarray, k: int) -> list[int]:
+    """The k most probable classes, most probable first, ties to the lower index: the one ranking the status,
+    top-5, class pickers, saliency and causal targets all use, so that they name the same class even when
+    probabilities tie (bf16, an untrained model)."""
+    return [int(i) for i in np.argsort(-np.asarray(probs), kind="stable")[:k]]
 
 
 def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_proj_w: torch.Tensor) -> StageMaps:
@@ -64,8 +76,10 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
     view = model_view(decoded.image, cfg)
     x = view_tensor(view, cfg)[None]
     sa_layer = min(max(int(sa_layer), 0), cfg.depth - 1)
+    start = time.perf_counter()
     with loaded.forward_only():
         ins = loaded.model.forward_insights(x.to(loaded.device), sa_layers=(sa_layer,), raw_attention=True)
+    forward_seconds = time.perf_counter() - start
     ca = ClassAttention.from_insights(ins)
     return Analysis(
         choice=loaded.choice,
@@ -78,6 +92,7 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
         stages=_stages(sa_layer, ins.raw_self_attention[sa_layer], *ins.self_attention[sa_layer]),
         notes=decoded.notes,
         original_size=decoded.original_size,
+        forward_seconds=forward_seconds,
     )
 
 
@@ -95,17 +110,24 @@ def ca_entropy(a: Analysis) -> np.ndarray:
     return explain.attention_entropy(torch.from_numpy(a.ca_maps)).numpy()
 
 
-def sa_distance(loaded: LoadedModel, a: Analysis) -> np.ndarray:
-    """Each SA head's mean attention distance in pixels after proj_w, [SA layers, heads]: computed on first
-    use (one more forward pass, so not in the first view) and kept in the analysis."""
+def sa_distance(loaded: LoadedModel, a: Analysis) -> dict[str, np.ndarray]:
+    """Each SA head's mean attention distance in pixels on the softmax after proj_l and on |w| after proj_w,
+    stage -> [SA layers, heads]: computed on first use (one more forward pass, so not in the first view) and
+    kept in the analysis."""
     if a.sa_distance is None:
         with loaded.forward_only():
-            a.sa_distance = explain.mean_attention_distances(loaded.model, a.x.to(loaded.device))[0].cpu().numpy()
+            by_stage = explain.attention_distances_by_stage(loaded.model, a.x.to(loaded.device))
+        a.sa_distance = {stage: d[0].float().cpu().numpy() for stage, d in by_stage.items()}
     return a.sa_distance
 
 
+def uniform_distance(loaded: LoadedModel) -> float:
+    """The mean attention distance (px) of uniform attention over the model's patch grid."""
+    return explain.uniform_attention_distance(loaded.cfg.grid_size, loaded.cfg.patch_size)
+
+
 def top_predictions(probs: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
-    order = np.argsort(-probs)[:k]
+    order = ranked_classes(probs, k)
     return [{"index": int(i), "label": labels[i], "probability": float(probs[i])} for i in order]
 
 
@@ -136,12 +158,46 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
             f"class token's share); uniform attention is ln(N) = {np.log(cfg.grid_size**2):.3f}",
         },
         "self_attention": {
-            "mean_distance": sa_distance(loaded, a).tolist(),
+            "mean_distance": sa_distance(loaded, a)["after_proj_w"].tolist(),
+            "mean_distance_after_proj_l": sa_distance(loaded, a)["after_proj_l"].tolist(),
+            "uniform_distance": uniform_distance(loaded),
             "layout": "mean_distance[sa_layer][head]: the ViT paper's mean attention distance in input pixels, "
-            "from the weights after proj_w (absolute values, renormalised per query patch)",
+            "from the weights after proj_w (absolute values, renormalised per query patch); "
+            "mean_distance_after_proj_l: the same from the softmax after proj_l (a true distribution); "
+            "uniform_distance: the level of uniform attention",
         },
         "residual_ratios": a.ratios,
     }
+
+
+DEFAULT_SEED = 0  # SmoothGrad's noise: the same map for the same options, run after run
+
+
+@contextmanager
+def seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Torch's random numbers from `seed` inside (SmoothGrad's noise), the generators' state restored after."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(int(seed))
+        yield
+
+
+def options_record(options: MethodOptions, seed: int) -> dict[str, Any]:
+    """The method settings a saliency run used, JSON-able: the fields of `MethodOptions` plus SmoothGrad's seed."""
+    return {**dataclasses.asdict(options), "seed": int(seed)}
+
+
+def options_caption(method: str, options: MethodOptions, seed: int) -> str:
+    """The settings that shaped `method`'s map, in a few words ("" for a method without any)."""
+    said = []
+    if method == "integrated_gradients":
+        said.append(f"{options.ig_steps} steps from the {options.ig_baseline} baseline")
+    elif method == "smoothgrad":
+        said.append(f"{options.smoothgrad_samples} samples, noise {options.smoothgrad_stdev:g}, seed {seed}")
+    elif method in ROLLOUT_METHODS:
+        said.append(f"{options.rollout_head_fusion} fusion, discard {options.rollout_discard_ratio:g}")
+    if options.signed and method in explain.CAPTUM_METHODS and method != "occlusion":  # occlusion: always signed
+        said.append("signed")
+    return ", ".join(said)
 
 
 @dataclass
@@ -153,12 +209,16 @@ class SaliencyRow:
     seconds: float  # the map and its deletion/insertion scoring: what the user waits for
 
 
-def saliency_numbers(target: int, name: str, rows: list[SaliencyRow]) -> dict[str, Any]:
-    """The saliency tab's maps, JSON-able, for the download: each method's patch map and its scores."""
+def saliency_numbers(
+    target: int, name: str, rows: list[SaliencyRow], *, options: MethodOptions, seed: int
+) -> dict[str, Any]:
+    """The saliency tab's maps, JSON-able, for the download: each method's patch map and its scores, and the
+    method settings they were made with."""
     finite = lambda v: None if np.isnan(v) else v  # not scored
     return {
         "target": target,
         "class": name,
+        "options": options_record(options, seed),
         "layout": "methods[name].map[row][col]: the method's patch-grid map for class `target` (0-based)",
         "methods": {
             r.method: {
@@ -173,21 +233,34 @@ def saliency_numbers(target: int, name: str, rows: list[SaliencyRow]) -> dict[st
 
 
 def saliency_rows(
-    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions, score: bool = True
+    loaded: LoadedModel,
+    a: Analysis,
+    *,
+    target: int,
+    methods: list[str],
+    options: MethodOptions,
+    score: bool = True,
+    seed: int = DEFAULT_SEED,
 ) -> Iterator[SaliencyRow]:
     """Each method's map for class `target` with its deletion/insertion AUC, one row as each is done: what
     `unscored_rows` then `scored` give (without `score` the AUCs are NaN and not computed)."""
-    rows = unscored_rows(loaded, a, target=target, methods=methods, options=options)
+    rows = unscored_rows(loaded, a, target=target, methods=methods, options=options, seed=seed)
     yield from (scored(loaded, a, rows, target=target) if score else rows)
 
 
 def unscored_rows(
-    loaded: LoadedModel, a: Analysis, *, target: int, methods: list[str], options: MethodOptions
+    loaded: LoadedModel,
+    a: Analysis,
+    *,
+    target: int,
+    methods: list[str],
+    options: MethodOptions,
+    seed: int = DEFAULT_SEED,
 ) -> list[SaliencyRow]:
-    """Every method's map for class `target`, AUCs NaN. The attributions run in fp32, the CA head means are read
-    from the analysis; what the methods share (the rollouts' forward pass) is done once, and the time of all
-    the maps is counted in the first row (they are computed together)."""
-    start = time.perf_counter()
+    """Every method's map for class `target`, AUCs NaN, each with its own time; SmoothGrad's noise drawn from
+    `seed`. The attributions run in fp32, the CA head means are read from the analysis; what the methods share
+    (the rollouts' forward pass) is done once, and its time is split evenly between the rollouts that share it."""
+    rows, start = [], time.perf_counter()
     maps = explain.saliency_maps(
         loaded.model,
         a.x.to(loaded.device),
@@ -196,11 +269,16 @@ def unscored_rows(
         options,
         class_attention_maps=torch.from_numpy(a.ca_maps)[None].to(loaded.device),
     )
-    rows = [
-        SaliencyRow(m, heat[0].float().cpu(), float("nan"), float("nan"), 0.0) for m, (_, heat) in zip(methods, maps)
-    ]
-    if rows:  # rows keep the names asked for (earlier names too)
-        rows[0].seconds = time.perf_counter() - start
+    with seeded(seed, loaded.device):
+        for m, heat in maps:
+            now = time.perf_counter()
+            # rows keep the names asked for (earlier names too)
+            rows.append(SaliencyRow(m, heat[0].float().cpu(), float("nan"), float("nan"), now - start))
+            start = now
+    shared = [r for r in rows if r.method in ROLLOUT_METHODS]
+    each = sum(r.seconds for r in shared) / max(len(shared), 1)
+    for r in shared:
+        r.seconds = each
     return rows
 
 
@@ -231,18 +309,22 @@ def regions_of_focus(
     return mask[0], tuple(boxes[0].tolist())
 
 
-def attribution_for_api(loaded: LoadedModel, a: Analysis, *, method: str, target: int, steps: int) -> dict[str, Any]:
-    """One saliency map for the /analyze API: {"method", "target", "patch" [row][col]}. ValueError for a
-    bad method or class, with the choices."""
+def attribution_for_api(
+    loaded: LoadedModel, a: Analysis, *, method: str, target: int, options: MethodOptions, seed: int = DEFAULT_SEED
+) -> dict[str, Any]:
+    """One saliency map for the /analyze API: {"method", "target", "options", "patch" [row][col]}, SmoothGrad's
+    noise drawn from `seed`. ValueError for a bad method, class or option, with the choices."""
     target = a.top_class if target < 0 else target
     if not 0 <= target < loaded.cfg.num_classes:
         raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
     name = explain.METHODS.canonical(method)
-    heat = explain.saliency_map(
-        loaded.model,
-        a.x.to(loaded.device),
-        torch.tensor([target], device=loaded.device),
-        name,
-        MethodOptions(ig_steps=int(steps)),
-    )
-    return {"method": method, "target": target, "patch": heat[0].float().cpu().tolist()}
+    with seeded(seed, loaded.device):
+        heat = explain.saliency_map(
+            loaded.model, a.x.to(loaded.device), torch.tensor([target], device=loaded.device), name, options
+        )
+    return {
+        "method": method,
+        "target": target,
+        "options": options_record(options, seed),
+        "patch": heat[0].float().cpu().tolist(),
+    }

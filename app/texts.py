@@ -121,7 +121,7 @@ def model_markdown(loaded: LoadedModel) -> str:
     ]
     if loaded.card is not None:
         rows.append(
-            ("test top-1", f"{loaded.card.test_top1:.2%} on {loaded.card.test_images:,} images ({card_link(loaded)})")
+            ("test top-1", f"{loaded.card.test_top1:.2%} on {loaded.card.test_images:,} images (model card below)")
         )
     if loaded.card is not None and loaded.card.robustness is not None:
         rows.append(("robustness (corrupted test images)", f"{headline(loaded.card.robustness)} (model card)"))

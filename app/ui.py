@@ -63,9 +63,12 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
     p.causal_tab.select(
         torch_thread.handler(h.causal_opened),
         [p.choice, p.analysis, p.cz_state],
-        [*p.causal_results, p.json_file],
+        [*p.causal_results, p.json_file, p.cz_cost],
+        show_progress_on=[p.cz_cost],
         **MODEL_EVENTS,
     )
+    # off the model queue: it must get through while the computation it stops holds the queue
+    p.cz_stop.click(h.causal_stop, None, None, queue=False, api_visibility="private")
     # input, not change: the details event sets the class and the head itself
     p.cz_class.input(
         torch_thread.handler(h.causal_class),
@@ -137,9 +140,9 @@ def _wire_saliency(p: layout.Page, h: Handlers) -> None:
         on_torch(h.enlarge_saliency), [p.analysis, p.sal_maps, p.cmap, p.alpha, p.view], p.sal_big, **MODEL_EVENTS
     )
     region = torch_thread.handler(h.region)
-    for control in (p.region_of, p.keep):
+    for control in (p.region_of, p.region_share):
         control.change(
-            region, [p.analysis, p.region_of, p.keep], p.sal_region, trigger_mode="always_last", **MODEL_EVENTS
+            region, [p.analysis, p.region_of, p.region_share], p.sal_region, trigger_mode="always_last", **MODEL_EVENTS
         )
 
 
@@ -230,7 +233,7 @@ def build_app(cache: ModelCache, default: ModelChoice, places: dataset_handlers.
             show_progress_on=[page.load_msg],
             concurrency_id="model",
             api_visibility="private",
-        )
+        ).then(None, page.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
         gr.api(torch_thread.handler(handlers.analyze), api_name="analyze", concurrency_id="model")
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo

@@ -4,7 +4,9 @@ a message and the server keeps serving)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import logging
 import socket
 import struct
 import threading
@@ -304,6 +306,29 @@ def test_analyze_runs_the_asked_attribution(server):
         server["client"].predict(handle_file(str(path)), "telepathy", api_name="/analyze")
 
 
+def test_analyze_takes_the_method_options_by_name_and_a_seed(server):
+    from gradio_client import handle_file
+
+    path = handle_file(str(scene_images(server["tmp"], 1)[0]))
+    options = dict(smoothgrad_samples=4, smoothgrad_stdev=0.4, signed=True)
+    call = lambda seed: server["client"].predict(
+        path, method="smoothgrad", target=2, seed=seed, **options, api_name="/analyze"
+    )["attribution"]
+    first, again, other = call(5), call(5), call(6)
+    assert first["patch"] == again["patch"] and first["patch"] != other["patch"]
+    assert first["options"] == {**dataclasses.asdict(explain.MethodOptions(**options)), "seed": 5}
+    assert np.min(first["patch"]) < 0  # signed, as asked (|attribution| is never negative)
+    rollout = server["client"].predict(
+        path, method="rollout_raw", rollout_head_fusion="max", rollout_discard_ratio=0.5, api_name="/analyze"
+    )["attribution"]
+    loaded = server["loaded"]
+    x = cait.preprocess.to_batch([load_image(scene_images(server["tmp"], 1)[0]).image], loaded.cfg)
+    expected = explain.rollout(loaded.model, x, stage="raw", head_fusion="max", discard_ratio=0.5)[0]
+    np.testing.assert_allclose(np.array(rollout["patch"]), expected.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(Exception, match="baseline"):
+        server["client"].predict(path, method="integrated_gradients", ig_baseline="plaid", api_name="/analyze")
+
+
 def test_analyze_gives_the_causal_numbers_when_asked(server):
     from gradio_client import handle_file
 
@@ -413,6 +438,27 @@ def test_bad_uploads_get_messages_and_the_server_keeps_serving(server):
     answer = client.predict(handle_file(str(rgba)), api_name="/analyze")
     assert any("transparent" in n for n in answer["image"]["notes"])
     check_answer(answer, server["loaded"], rgba)
+
+
+def test_a_bad_analyze_call_logs_one_line(server, capfd, caplog):
+    from gradio_client import handle_file
+
+    tmp, client = server["tmp"], server["client"]
+    (tmp / "words.png").write_bytes(b"hello " * 100)
+    image = handle_file(str(scene_images(tmp, 1)[0]))
+    capfd.readouterr()
+    caplog.set_level(logging.INFO, logger="cait.app")
+    bad = {
+        "not an image": dict(image=handle_file(str(tmp / "words.png"))),
+        "unknown method": dict(image=image, method="telepathy"),
+        "target must be": dict(image=image, method="saliency", target=10_000),
+    }
+    for message, call in bad.items():
+        with pytest.raises(Exception, match=message):
+            client.predict(**call, api_name="/analyze")
+    assert "Traceback" not in capfd.readouterr().err
+    lines = [r.getMessage() for r in caplog.records if r.name == "cait.app" and "refused" in r.getMessage()]
+    assert len(lines) == len(bad) and all("\n" not in line for line in lines)
 
 
 def test_uploads_above_the_size_limit_are_refused(server):

@@ -172,6 +172,11 @@ def test_saliency_and_layerscale_render(page):
     page.get_by_role("tab", name="Model").click()
     expect(page.locator("#model_md")).to_contain_text(cait.DEFAULT_MODEL)
     expect(page.locator("#model_md")).to_contain_text(re.compile("FLOPs"))
+    expect(page.locator("#model_md")).not_to_contain_text("in the Model tab")  # it is this tab
+    page.get_by_text("Model card (how it was trained").click()
+    key = page.locator("#card_md table td").first
+    expect(key).to_have_text("architecture")
+    assert key.bounding_box()["width"] > 100  # the key column's words whole, not crushed letter by letter
 
 
 def test_bad_file_shows_a_message(page):
@@ -299,8 +304,11 @@ def test_the_causal_tab_ablates_a_clicked_head(page):
     page.locator("#cz_head").get_by_text("CA2 head 3").click()
     expect(page.locator("#cz_top5")).to_contain_text("without CA2 head 3")
     expect(page.locator("#cz_maps")).to_contain_text("CA2 head 3: attention")
+    expect(page.locator("#cz_heads_plot")).to_contain_text("CA2 direct write")  # beside the effect of removal
+    expect(page.locator("#cz_heads_plot")).to_contain_text("CA2 effect of removal")
     page.locator("#cz_knockout_of").get_by_text("MLP branch").click()  # another part of each block knocked out
     expect(page.locator("#cz_knockout .gtitle")).to_contain_text("gamma_2 is zeroed")
+    expect(page.locator("#cz_knockout .legend")).to_contain_text("mean |gamma_2|")  # the line follows the radio
     # with the tab open, a new image's follow-up computes it
     title = page.locator("#cz_heads_plot .gtitle").text_content()
     pick_example(page, 0)
@@ -329,6 +337,40 @@ def test_the_mechanisms_tab_patches_a_corruption_and_an_example_and_ablates_tick
     page.locator("#mx_ablate").click()
     expect(page.locator("#mx_ablation")).to_contain_text("Without CA1 head 1, CA2 head 2")
     page.screenshot(path=str(SHOTS / "cait_app_mechanisms.png"), full_page=True)
+    page.get_by_role("tab", name="Class attention").click()
+
+
+def test_an_enlarged_signed_map_is_centred_on_zero_and_named_for_its_method(page):
+    pick_example(page, 1)
+    expect(page.locator("#head_stats")).to_contain_text("uniform attention")  # the distance plot's level
+    expect(page.locator("#head_stats")).to_contain_text("softmax after proj_l")
+    page.get_by_role("tab", name="Saliency").click()
+    page.get_by_text("Method options").click()
+    # the integrated-gradients steps beside their baseline in the options box; no option's label wraps
+    options = page.locator(".accordion, [class*=accordion]").filter(has=page.locator("#ig_baseline")).first
+    expect(options.locator("#ig_steps")).to_be_visible()
+    heights = [
+        page.locator(f"#{c} label, #{c} .label-text, #{c} span[data-testid=block-info]").first.bounding_box()
+        for c in ("discard", "sg_noise", "ig_steps")
+    ]
+    assert all(h is not None and h["height"] < 60 for h in heights), heights  # at most two lines, not five
+    page.locator("#signed input").check()
+    page.locator("#sal_score input").uncheck()
+    page.locator("#sal_methods").get_by_label("integrated_gradients").check()
+    before = json_href(page)
+    page.locator("#sal_run").click()
+    page.wait_for_function(NEW_JSON, arg=before)  # the run's last step: the maps to enlarge are there
+    page.locator("#sal_gallery button.thumbnail-item").nth(2).click()  # class_specific, rollout, then this one
+    expect(page.locator("#sal_big")).to_contain_text("integrated_gradients for")
+    page.wait_for_function(
+        "() => { const d = document.querySelector('#sal_big .js-plotly-plot').data[1]; "
+        "return d.zmid === 0 && d.zmin === -d.zmax && d.colorbar.title.text === 'integrated_gradients'; }"
+    )
+    # the colour scale right under the maps, above the enlarged map
+    bar, gallery, big = (page.locator(c).bounding_box() for c in ("#sal_bar", "#sal_gallery", "#sal_big"))
+    assert gallery["y"] + gallery["height"] <= bar["y"] + 1 and bar["y"] + bar["height"] <= big["y"] + 1
+    page.screenshot(path=SHOTS / "cait_app_signed_map.png", full_page=True)
+    page.locator("#sal_score input").check()
     page.get_by_role("tab", name="Class attention").click()
 
 
@@ -589,6 +631,35 @@ def test_no_caption_covers_its_tile(chromium, wide_server):
         assert "AUC" not in page.locator("#sal_gallery").inner_text()
     finally:
         page.context.close()
+
+
+def test_an_unknown_model_in_the_address_is_said_on_the_first_tab_and_leaves_the_address(chromium, server):
+    page = open_page(chromium, server[0] + "?model=cait_bogus")
+    try:
+        expect(page.locator("#status")).to_contain_text("unknown model cait_bogus")
+        page.wait_for_url(lambda url: "cait_bogus" not in url)
+    finally:
+        page.context.close()
+
+
+def test_the_causal_tab_of_a_deep_model_says_its_cost_shows_progress_and_stops(chromium, tmp_path):
+    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], tmp_path / "server.log")
+    page = open_page(chromium, url)
+    try:
+        pick_example(page, 0)
+        page.get_by_role("tab", name="Causal").click()
+        expect(page.locator("#cz_cost")).to_contain_text("about 22 forward passes")  # 3 + (36 + 1) / 2
+        expect(page.locator("#cz_cost")).to_contain_text(re.compile(r"knocking out block by block"))
+        page.screenshot(path=SHOTS / "cait_app_causal_progress.png", full_page=True)
+        page.locator("#cz_stop").click()
+        expect(page.locator("#cz_cost")).to_contain_text("Stopped after")
+        expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_have_count(0)
+        # the model queue is free again: another page event that needs the model runs
+        page.get_by_role("tab", name="Class attention").click()
+        pick_example(page, 1)
+    finally:
+        page.context.close()
+        stop_server(proc)
 
 
 def test_a_reload_keeps_the_pages_model(chromium, server):

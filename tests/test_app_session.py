@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
@@ -181,6 +182,14 @@ def test_analysis_is_the_models_own_numbers(loaded):
     assert distance.shape == (loaded.cfg.depth, loaded.cfg.num_heads)
     with torch.inference_mode():
         np.testing.assert_allclose(distance, explain.mean_attention_distances(loaded.model, x)[0], rtol=1e-4)
+    # on the softmax after proj_l, the ViT paper's definition as it stands: sum_k p(q, k) |q - k| averaged over q
+    g, size = loaded.cfg.grid_size, loaded.cfg.patch_size
+    centres = np.stack(np.meshgrid(np.arange(g), np.arange(g), indexing="ij"), -1).reshape(-1, 2) * size
+    pixels = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+    softmax = explain.talking_heads(loaded.model, x, 3).after_proj_l[0].numpy()  # [heads, N, N], rows sum to 1
+    by_hand = (softmax * pixels).sum(-1).mean(-1)
+    np.testing.assert_allclose(data["self_attention"]["mean_distance_after_proj_l"][3], by_hand, rtol=1e-4)
+    assert data["self_attention"]["uniform_distance"] == pytest.approx(pixels.mean())
 
 
 def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
@@ -202,9 +211,40 @@ def test_saliency_rows_score_each_map_and_time_the_wait(loaded):
     assert rows[1].deletion_auc == pytest.approx(float(scores["deletion_auc"][0]), abs=1e-6)
     assert all(0 <= r.insertion_auc <= 1 and r.seconds > 0 for r in rows)
     with pytest.raises(ValueError, match="target must be in 0..9"):
-        session.attribution_for_api(loaded, a, method="saliency", target=10, steps=8)
+        session.attribution_for_api(loaded, a, method="saliency", target=10, options=explain.MethodOptions())
     with pytest.raises(ValueError, match="unknown method"):
-        session.attribution_for_api(loaded, a, method="telepathy", target=1, steps=8)
+        session.attribution_for_api(loaded, a, method="telepathy", target=1, options=explain.MethodOptions())
+
+
+def test_the_distance_plot_names_both_stages_and_draws_the_uniform_level(loaded):
+    a = session.analyse(loaded, str(SCENE))
+    distances = session.sa_distance(loaded, a)
+    figure = figures.head_stats_figure(
+        session.ca_entropy(a), distances, patches=16, uniform_distance=session.uniform_distance(loaded)
+    )
+    names = {trace.name for trace in figure.data}
+    assert {"head mean, softmax after proj_l", "head mean, |w| after proj_w"} <= names
+    means = {t.name: list(t.y) for t in figure.data if t.name.startswith("head mean")}
+    assert means["head mean, softmax after proj_l"] == pytest.approx(distances["after_proj_l"].mean(1).tolist())
+    (uniform,) = [shape for shape in figure.layout.shapes if shape.xref == "x domain"]  # the distance panel's line
+    level = explain.patch_distances(loaded.cfg.grid_size, loaded.cfg.patch_size).mean().item()
+    assert uniform.y0 == uniform.y1 == pytest.approx(level)
+    assert any("uniform attention" in note.text for note in figure.layout.annotations)
+
+
+def test_each_saliency_method_is_charged_its_own_time(loaded):
+    a = session.analyse(loaded, str(SCENE))
+    methods = ["ca1_mean", "rollout_raw", "rollout_after_proj_l", "integrated_gradients"]
+    options = explain.MethodOptions(ig_steps=64)
+    start = time.perf_counter()
+    rows = session.unscored_rows(loaded, a, target=3, methods=methods, options=options)
+    total = time.perf_counter() - start
+    seconds = {r.method: r.seconds for r in rows}
+    # the CA mean is read from the analysis: next to nothing; the 64-step attribution: most of the wait
+    assert seconds["ca1_mean"] < 0.1 * seconds["integrated_gradients"]
+    assert seconds["integrated_gradients"] > 0.5 * total and sum(seconds.values()) <= total
+    # the two rollouts come from one forward pass, which they share
+    assert seconds["rollout_raw"] == seconds["rollout_after_proj_l"] > 0
 
 
 # ------------------------------------------------------------------------------ what the page says
@@ -347,6 +387,15 @@ def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
     assert not any(props.visible for props in out[p.ca_props])
 
 
+def test_an_unknown_model_in_the_address_is_said_where_the_page_opens_and_leaves_the_address(handlers):
+    p, choice = handlers.page, handlers.default
+    request = SimpleNamespace(query_params={"model": "cait_bogus"})
+    with pytest.warns(UserWarning, match="unknown model"):
+        out = handlers.from_address(choice, tuple(p.ca_props.value), request)
+    assert "unknown model** `cait_bogus`" in out[p.status] and out[p.status] == out[p.load_msg]
+    assert out[p.url_model] == choice.name  # the address names the model shown
+
+
 def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
     from cait.figures import grid_columns
 
@@ -487,7 +536,7 @@ def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
     a = session.analyse(loaded, str(SCENE))
     steps = saliency_steps(handlers, a, ["saliency"], sal_score=False)
     (shown,) = steps[-2][p.sal_gallery].value
-    assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC in it
+    assert shown["caption"] == f"saliency for '{loaded.labels[2]}'"  # no AUC, no settings in it
     assert steps[-2][p.sal_table] == [["saliency", None, None, steps[-2][p.sal_table][0][3]]]
     # the maps go into the JSON download too
     (saved,) = json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"]  # one class
@@ -518,6 +567,37 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
         (shown,) = run(**options)  # the gallery's value, as Gradio encoded it (a file)
         image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
         assert np.abs(image - mine).mean() < 2 < np.abs(image - other).mean()  # the map these options give
+
+
+def test_saliency_runs_record_their_options_and_smoothgrad_its_seed(handlers):
+    p = handlers.page
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    methods = ["rollout_raw", "smoothgrad", "integrated_gradients"]
+    chosen = dict(sg_samples=6, sg_noise=0.3, fusion="max", discard=0.2, ig_steps=8, ig_baseline="black")
+    run = lambda seed: saliency_steps(handlers, a, methods, sal_score=False, signed=True, sg_seed=seed, **chosen)
+    first, again, other = run(7), run(7), run(8)
+    captions = [s["caption"] for s in first[-2][p.sal_gallery].value]
+    name = loaded.labels[2]
+    assert captions == [
+        f"rollout_raw for '{name}' (max fusion, discard 0.2)",
+        f"integrated_gradients for '{name}' (8 steps from the black baseline, signed)",
+        f"smoothgrad for '{name}' (6 samples, noise 0.3, seed 7, signed)",
+    ]  # in the menu's order
+    saved = [json.loads(Path(steps[-1][p.json_file]).read_text())["saliency"][0] for steps in (first, again, other)]
+    assert saved[0]["options"] == {
+        "ig_steps": 8,
+        "ig_baseline": "black",
+        "signed": True,
+        "smoothgrad_samples": 6,
+        "smoothgrad_stdev": 0.3,
+        "rollout_head_fusion": "max",
+        "rollout_discard_ratio": 0.2,
+        "seed": 7,
+    }
+    smooth = [np.array(s["methods"]["smoothgrad"]["map"]) for s in saved]
+    np.testing.assert_array_equal(smooth[0], smooth[1])  # the same seed: the same map
+    assert not np.allclose(smooth[0], smooth[2])  # another seed: other noise
 
 
 def test_saliency_for_the_top_k_classes_side_by_side(handlers):
@@ -553,4 +633,9 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     big = handlers.enlarge_saliency(a, steps[-1][p.sal_maps], "gray", 1.0, "patch grid", SimpleNamespace(index=0))
     figure = big[p.sal_big]
     np.testing.assert_allclose(np.array(figure.data[1].z), heat.numpy(), rtol=1e-5, atol=1e-8)
-    assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}'"
+    assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}' (signed)"
+    # centred on 0 as the tile and the gallery's bar are (white is 0), the bar named for the method
+    grid = figure.data[1]
+    top = float(heat.abs().max())
+    assert grid.zmid == 0 and grid.zmin == pytest.approx(-top) and grid.zmax == pytest.approx(top)
+    assert grid.colorbar.title.text == "saliency"

@@ -3,13 +3,16 @@ its figures show them, and a head's ablation moves the top-5 as the model with t
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
 import pytest
 import torch
 from conftest import randomise_
+from PIL import Image
 
 import cait
 from app import causal_view
@@ -38,20 +41,45 @@ def test_view_adds_up_and_matches_the_model(setup):
     assert view.patches.shape == (cfg.depth_token_only, cfg.num_heads, cfg.grid_size, cfg.grid_size)
     assert view.logit == pytest.approx(logits[target].item(), abs=1e-5)
     assert sum(view.parts.values()) == pytest.approx(view.logit, abs=1e-4)
-    assert len(view.knockout) == len(view.gamma) == cfg.depth + cfg.depth_token_only
+    assert len(view.knockout) == len(view.gamma["both"]) == cfg.depth + cfg.depth_token_only
     bars = causal_view.head_figure(view, "x")
-    for layer in range(cfg.depth_token_only):
-        assert list(bars.data[layer].y) == pytest.approx(view.heads[layer].tolist())
+    for layer in range(cfg.depth_token_only):  # per layer: the direct write, then the effect of removal beside it
+        direct, removed = bars.data[2 * layer : 2 * layer + 2]
+        assert list(direct.y) == pytest.approx(view.heads[layer].tolist())
+        assert direct.name == f"CA{layer + 1} direct write"
+        assert removed.name == f"CA{layer + 1} effect of removal (zero ablation)"
+        after = explain.all_head_ablations(model, x)[0, layer, :, target] - logits[target]
+        assert list(removed.y) == pytest.approx(after.tolist(), abs=1e-5)
     waterfall = bars.data[-1]  # the logit built from its parts: the last bar is their total, the logit
     assert waterfall.x[-1] == "logit" and waterfall.y[-1] == pytest.approx(view.logit, abs=1e-4)
     assert sum(waterfall.y[:-1]) == pytest.approx(view.logit, abs=1e-4)
     assert list(waterfall.x[:-1]) == list(view.parts)
     assert waterfall.x[1] == "CA1 heads" and waterfall.y[1] == pytest.approx(float(view.heads[0].sum()))
     ko = causal_view.knockout_figure(view, cfg)
-    assert list(ko.data[0].y) == pytest.approx(view.knockout.tolist())
-    assert list(ko.data[1].y) == pytest.approx(view.gamma.tolist()) and ko.data[1].yaxis == "y2"
+    assert [*ko.data[0].y, *ko.data[1].y] == pytest.approx(view.knockout.tolist())  # SA bars, then CA bars
+    # the legend's mark of each stage is its bars' colour
+    assert [d.marker.color for d in ko.data[:2]] == ["#1f77b4", "#d62728"] and "CA" in ko.data[1].name
+    # the |gamma| line follows what is knocked out: both gammas, gamma_1 (attention) or gamma_2 (MLP)
+    blocks = [*model.blocks, *model.blocks_token_only]
+    for knockout, names in (("whole block", ("gamma_1", "gamma_2")), ("MLP branch", ("gamma_2",))):
+        want = [torch.cat([getattr(b, n).detach().abs() for n in names]).mean().item() for b in blocks]
+        line = causal_view.knockout_figure(view, cfg, view.knockout, knockout).data[2]
+        assert list(line.y) == pytest.approx(want) and line.yaxis == "y2"
+        assert line.name == f"mean |{', '.join(names)}| (right axis)"
+    attention = causal_view.knockout_figure(view, cfg, view.knockout, "attention branch").data[2]
+    assert list(attention.y) == pytest.approx([b.gamma_1.detach().abs().mean().item() for b in blocks])
     maps = causal_view.maps_figure(view, torch.rand(cfg.grid_size, cfg.grid_size).numpy(), 1, 0)
     assert (maps.data[1].z == view.patches[1, 0]).all()
+    # over the image, hovers numbered from 1 as the rest of the app ("row 14, column 12")
+    image = Image.new("RGB", (cfg.img_size, cfg.img_size), "gray")
+    maps = causal_view.maps_figure(view, torch.rand(cfg.grid_size, cfg.grid_size).numpy(), 1, 0, image)
+    assert len(maps.layout.images) == 2 and all(list(d.x) == list(range(1, cfg.grid_size + 1)) for d in maps.data)
+    assert all(d.hovertemplate.startswith("row %{y}, column %{x}") for d in maps.data)
+    # the waterfall's colours say what the maps' do: red for the class, blue against it
+    assert waterfall.increasing.marker.color == "#d6604d" and waterfall.decreasing.marker.color == "#4393c3"
+    # an untrained model's tiny negative writes read 0.00, not -0.00
+    tiny = dataclasses.replace(view, logit=-1e-4, heads=np.full_like(view.heads, -1e-5))
+    assert "(0.00; the heads directly: 0.00)" in causal_view.head_figure(tiny, "x").layout.title.text
 
 
 def test_numbers_are_json_and_hold_every_heads_ablation(setup):
@@ -133,6 +161,8 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
     out = details(a, CLASS_ATTENTION_TAB)
     assert all(out[c] is None for c in p.causal_results) and a.causal is None
+    # the region of focus holds its own share of the mass (half), not the tiles' "keep all"
+    assert out[p.sal_region].label.endswith(f"{explain.DEFAULT_SHARE:.0%} of its attention mass") and look["keep"] == 1
     data = json.loads(open(out[p.json_file]).read())
     assert "causal" not in data and "Causal tab" in data["not_computed"]["causal"]
     opened = handlers.causal_opened(loaded.choice, a, None)
@@ -154,10 +184,100 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     assert out[p.cz_knockout_of] == "whole block"  # a new view starts with whole blocks knocked out
     mlp = handlers.causal_knockout(loaded.choice, a, view, "MLP branch")[p.cz_knockout]
     expected = explain.knockout_profile(loaded.model, a.x, torch.tensor([view.target]), branch="mlp")[0]
-    assert np.allclose(mlp.data[0].y, expected.numpy(), atol=1e-5) and "gamma_2 is zeroed" in mlp.layout.title.text
+    bars = lambda figure: np.concatenate([figure.data[0].y, figure.data[1].y])  # SA, then CA
+    assert np.allclose(bars(mlp), expected.numpy(), atol=1e-5) and "gamma_2 is zeroed" in mlp.layout.title.text
+    assert mlp.data[2].name.startswith("mean |gamma_2|")
     whole = handlers.causal_knockout(loaded.choice, a, view, "whole block")[p.cz_knockout]
-    assert np.allclose(whole.data[0].y, view.knockout) and not np.allclose(view.knockout, expected.numpy())
+    assert np.allclose(bars(whole), view.knockout) and not np.allclose(view.knockout, expected.numpy())
     with pytest.raises(ValueError, match="knockout must be one of"):
         causal_view.branch_knockout(loaded.model, a.x, view, "the head")
     cleared = handlers.cleared(tuple(handlers.page.ca_props.value))
     assert all(cleared[c] is None for c in p.causal_results)
+
+
+def test_one_predicted_class_everywhere_also_under_ties(handlers):
+    """Tied probabilities (bf16, an untrained model): the status, top-5, class pickers, saliency default and the
+    causal target name the same class, the tied one with the lowest index."""
+    import re
+
+    from app import session
+    from app.layout import region_choices
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    tied = np.array([1, 0, 0, 0, 0, 2, 2, 2, 1, 2], np.float32)  # np.argsort(-tied)[0] is 6, not 5
+    a.probs = tied / tied.sum()
+    first = 5
+    look = ("inferno", 0.5, "per tile", "smooth", 1.0)
+    shown = tuple(handlers.page.ca_props.value)
+    out = handlers._analysed(loaded, a, look, shown, uploaded=False)
+    assert f"**{loaded.labels[first]}**" in out[p.status]
+    assert re.findall(r"top5-label'>([^<]*)<", out[p.top5])[0] == loaded.labels[first]
+    details = handlers.details(
+        choice=loaded.choice,
+        analysis=a,
+        region_of=region_choices(loaded.cfg)[0],
+        open_tab=CAUSAL_TAB,
+        **dict(zip(("cmap", "alpha", "scale", "view", "keep"), look)),
+        th_row=2,
+        th_col=2,
+    )
+    assert details[p.sal_class].value == details[p.cz_class].value == first
+    assert details[p.cz_state].target == first
+    assert json.loads(open(details[p.json_file]).read())["causal"]["target"] == first
+    run = list(
+        handlers.saliency(
+            choice=loaded.choice,
+            analysis=a,
+            sal_class=None,
+            sal_methods=["ca1_mean"],
+            cmap="inferno",
+            alpha=0.5,
+            view="smooth",
+            sal_score=False,
+            sal_topk=2,
+        )
+    )
+    assert [c["target"] for c in a.saliency] == [5, 6]
+    assert json.loads(open(run[-1][p.json_file]).read())["saliency"][0]["target"] == first
+
+
+def test_the_tab_says_its_cost_before_it_is_computed(handlers):
+    from app import session
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    assert a.forward_seconds > 0
+    shown = tuple(p.ca_props.value)
+    out = handlers._analysed(loaded, a, ("inferno", 0.5, "per tile", "smooth", 1.0), shown, uploaded=False)
+    passes = 3 + (loaded.cfg.depth + 1) / 2  # attribution, shared SA stage, SA knockouts, head ablations
+    assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
+    assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
+    assert all(out[c] is None for c in p.causal_results)  # said, not computed
+    assert handlers.cleared(shown)[p.cz_cost] == ""
+
+
+def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
+    from app import session
+
+    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    page = SimpleNamespace(session_hash="page-1")
+    told = []
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    out = handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
+    assert told == [(k, blocks) for k in range(1, blocks + 1)] and out[p.cz_state] is not None
+
+    def stop_after_two(done, **kw):  # the Stop button pressed while the second block is knocked out
+        told.append(done)
+        if done[0] == 2:
+            handlers.causal_stop(page)
+
+    told.clear()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    out = handlers.causal_opened(loaded.choice, a, None, page, stop_after_two)
+    assert told == [(1, blocks), (2, blocks)] and set(out) == {p.cz_cost}
+    assert out[p.cz_cost].startswith("**Stopped** after 2 of") and a.causal is None
+    other = SimpleNamespace(session_hash="page-2")  # another page's Stop does not stop this one
+    handlers.causal_stop(other)
+    assert handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None

@@ -38,6 +38,8 @@ from .causal import (
     predicted_attribution,
 )
 from .head_stats import (
+    DISTANCE_STAGES,
+    attention_distances_by_stage,
     attention_distances_of,
     attention_entropy,
     mean_attention_distance,
@@ -56,6 +58,7 @@ __all__ = [
     "activation_patching",
     "answer_forms_at",
     "all_head_ablations",
+    "attention_distances_by_stage",
     "attention_distances_of",
     "attention_entropy",
     "attribution",
@@ -69,6 +72,7 @@ __all__ = [
     "DEFAULT_SHARE",
     "deletion_insertion",
     "direct_logit_attribution",
+    "DISTANCE_STAGES",
     "endpoint_probabilities",
     "gradient_rollout",
     "GRANULARITIES",

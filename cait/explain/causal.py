@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
 import torch
 from torch import nn
@@ -222,32 +222,48 @@ def block_names(model: nn.Module) -> list[str]:
 
 
 def knockout_profile(
-    model: nn.Module, x: torch.Tensor, target: torch.Tensor, *, branch: Branch = "both", shared_prefix: bool = True
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    branch: Branch = "both",
+    shared_prefix: bool = True,
+    on_block: Callable[[int, int], None] | None = None,
 ) -> torch.Tensor:
     """Change of the target logit [B, SA depth + CA depth] when block k's residual branches are removed
     (gamma_1 = gamma_2 = 0; branch="attn" / "mlp": only one of them), blocks in model order, SA first.
 
     Each prefix runs once: one forward caches every block's input, then knocking out block k re-runs only
     the blocks after it (a CA knockout only the rest of the class stage); shared_prefix=False runs the
-    whole model once per block instead (the reference)."""
+    whole model once per block instead (the reference). on_block(done, total) is called after each block's
+    knockout (progress; an exception it raises stops the work)."""
     _check_input(model, x)
     _check_class_stage(model)
     if branch not in BRANCH_GAMMAS:
         raise ValueError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
+    total = len(model.blocks) + len(model.blocks_token_only)
+
+    def done(out: torch.Tensor, knocked: list[torch.Tensor]) -> None:
+        knocked.append(out)
+        if on_block is not None:
+            on_block(len(knocked), total)
+
     with _evaluating(model):
         target = target.to(x.device).long().view(-1, 1)
+        knocked: list[torch.Tensor] = []
         if shared_prefix:
             inputs = _sa_inputs(model, x)
-            knocked = [_sa_knockout_logits(model, inputs, k, branch) for k in range(len(model.blocks))]
+            for k in range(len(model.blocks)):
+                done(_sa_knockout_logits(model, inputs, k, branch), knocked)
             states = _class_stage(model, inputs[-1])
             base = states.logits
-            knocked += [_ca_knockout_logits(model, states, c, branch) for c in range(len(model.blocks_token_only))]
+            for c in range(len(model.blocks_token_only)):
+                done(_ca_knockout_logits(model, states, c, branch), knocked)
         else:
             base = model(x)
-            knocked = []
             for name in block_names(model):
                 blk = model.get_submodule(name)
-                knocked.append(functional_call(model, _zeroed(blk, branch, f"{name}."), (x,)))
+                done(functional_call(model, _zeroed(blk, branch, f"{name}."), (x,)), knocked)
         return torch.stack([(out - base).gather(1, target)[:, 0] for out in knocked], dim=1)
 
 
@@ -373,10 +389,13 @@ def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Te
     return torch.stack(rows, dim=1)
 
 
-def block_gamma_mean_abs(model: nn.Module) -> torch.Tensor:
-    """Mean |gamma| of every block [SA depth + CA depth] in model order, over the entries of both its
-    gamma_1 and gamma_2 (LayerScale's own say on how much a block's branches write)."""
+def block_gamma_mean_abs(model: nn.Module, *, branch: Branch = "both") -> torch.Tensor:
+    """Mean |gamma| of every block [SA depth + CA depth] in model order, over the entries of the gammas a
+    knockout of `branch` zeroes (`BRANCH_GAMMAS`: both, gamma_1 for attention, gamma_2 for the MLP):
+    LayerScale's own say on how much a block's branches write."""
+    if branch not in BRANCH_GAMMAS:
+        raise ValueError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
     ls = model.layerscale()
     return torch.cat(
-        [torch.cat((ls[f"{s}_gamma_1"], ls[f"{s}_gamma_2"]), dim=1).abs().mean(dim=1) for s in ("sa", "ca")]
+        [torch.cat([ls[f"{s}_{g}"] for g in BRANCH_GAMMAS[branch]], dim=1).abs().mean(dim=1) for s in ("sa", "ca")]
     )

@@ -53,25 +53,42 @@ def sa_map_bytes(cfg, images: int, layers: int) -> int:
     return images * layers * cfg.num_heads * cfg.grid_size**4 * 4 * 2
 
 
-def mean_attention_distances(model, x: torch.Tensor, *, max_bytes: int = DISTANCE_BYTES) -> torch.Tensor:
-    """Each SA layer's heads' mean attention distance (pixels) after proj_w, the weights that multiply the
-    values: [B, SA layers, heads]. Runs `model.forward_insights` once per group of layers whose maps fit in
-    `max_bytes` (one pass for small models). Call under torch.inference_mode (and autocast, if wanted)."""
+DISTANCE_STAGES = ("after_proj_l", "after_proj_w")  # the SA weights a distance can be read from, in model order
+
+
+def mean_attention_distances(
+    model, x: torch.Tensor, *, stage: str = "after_proj_w", max_bytes: int = DISTANCE_BYTES
+) -> torch.Tensor:
+    """Each SA layer's heads' mean attention distance (pixels) at `stage`, [B, SA layers, heads]: after proj_w
+    (the default), the weights that multiply the values; after proj_l, the softmax (a true distribution).
+    Runs `model.forward_insights` once per group of layers whose maps fit in `max_bytes` (one pass for small
+    models). Call under torch.inference_mode (and autocast, if wanted)."""
+    return attention_distances_by_stage(model, x, stages=(stage,), max_bytes=max_bytes)[stage]
+
+
+def attention_distances_by_stage(
+    model, x: torch.Tensor, *, stages: tuple[str, ...] = DISTANCE_STAGES, max_bytes: int = DISTANCE_BYTES
+) -> dict[str, torch.Tensor]:
+    """`mean_attention_distances` at each of `stages` from the same passes: stage -> [B, SA layers, heads]."""
     cfg = model.cfg
     group = max(1, max_bytes // sa_map_bytes(cfg, x.shape[0], 1))
-    out = []
+    out: dict[str, list[torch.Tensor]] = {stage: [] for stage in stages}
     for start in range(0, cfg.depth, group):
         layers = tuple(range(start, min(start + group, cfg.depth)))
-        out += attention_distances_of(model.forward_insights(x, sa_layers=layers), layers, cfg)
-    return torch.stack(out, dim=1)
+        ins = model.forward_insights(x, sa_layers=layers)
+        for stage in stages:
+            out[stage] += attention_distances_of(ins, layers, cfg, stage=stage)
+    return {stage: torch.stack(each, dim=1) for stage, each in out.items()}
 
 
-def attention_distances_of(ins, layers: tuple[int, ...], cfg) -> list[torch.Tensor]:
+def attention_distances_of(ins, layers: tuple[int, ...], cfg, *, stage: str = "after_proj_w") -> list[torch.Tensor]:
     """The mean attention distance [B, heads] of each of `layers` from a `forward_insights` pass that kept
-    their SA attention (`sa_layers`), after proj_w; cfg: the model's config."""
+    their SA attention (`sa_layers`), at `stage` (one of DISTANCE_STAGES); cfg: the model's config."""
+    if stage not in DISTANCE_STAGES:
+        raise ValueError(f"stage must be one of {', '.join(DISTANCE_STAGES)}, got {stage!r}")
     out = []
     for i in layers:
-        weights = ins.self_attention[i][1]
+        weights = ins.self_attention[i][DISTANCE_STAGES.index(stage)]
         if weights.shape[-1] == cfg.grid_size**2 + 1:  # an ablation's class token among the SA tokens: patches only
             weights = weights[..., 1:, 1:]
         out.append(mean_attention_distance(weights, patch_size=cfg.patch_size))
@@ -86,6 +103,8 @@ def uniform_attention_distance(grid: int, patch_size: int) -> float:
 
 __all__ = [
     "DISTANCE_BYTES",
+    "DISTANCE_STAGES",
+    "attention_distances_by_stage",
     "attention_entropy",
     "mean_attention_distance",
     "attention_distances_of",

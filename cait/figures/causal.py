@@ -28,34 +28,37 @@ def knockout_plotly(
     ca_depth: int,
     error: Sequence[float] | None = None,
     title: str = "Knockout profile: change of the logit with a block's gammas set to 0",
+    gamma_name: str = "mean |gamma|",
 ):
-    """Bars: the logit change per block (model order, SA then CA); markers on a second, log y axis: the
-    block's mean |gamma|. `error`: half-widths drawn as error bars (e.g. a 95% interval of the mean)."""
+    """Bars: the logit change per block (model order, SA then CA), one trace per stage so that each legend
+    mark has its bars' colour; markers on a second, log y axis: the block's `gamma_name` (mean |gamma|).
+    `error`: half-widths drawn as error bars (e.g. a 95% interval of the mean)."""
     from plotly.subplots import make_subplots
 
     pos, colours = _positions(depth, ca_depth)
     ticks, labels = block_ticks(depth, ca_depth)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_bar(
-        x=pos,
-        y=list(delta),
-        marker_color=colours,
-        name="logit change when knocked out",
-        error_y=None if error is None else dict(type="data", array=list(error), visible=True),
-        hovertext=labels,
-    )
+    for stage, part in (("SA", slice(0, depth)), ("CA", slice(depth, depth + ca_depth))):
+        fig.add_bar(
+            x=pos[part],
+            y=list(delta)[part],
+            marker_color=colours[part][0] if colours[part] else None,
+            name=f"logit change, {stage} block knocked out",
+            error_y=None if error is None else dict(type="data", array=list(error)[part], visible=True),
+            hovertext=labels[part],
+        )
     fig.add_scatter(
         x=pos,
         y=list(gamma),
         mode="lines+markers",
         line=dict(color=GAMMA_COLOUR, dash="dot"),
-        name="mean |gamma| (right axis)",
+        name=f"{gamma_name} (right axis)",
         hovertext=labels,
         secondary_y=True,
     )
     fig.update_xaxes(tickvals=ticks, ticktext=labels, title_text="block")
     fig.update_yaxes(title_text="logit change", secondary_y=False)
-    fig.update_yaxes(title_text="mean |gamma|", type="log", secondary_y=True)
+    fig.update_yaxes(title_text=gamma_name, type="log", secondary_y=True)
     fig.update_layout(title=title, template="plotly_white", height=380, legend=dict(orientation="h", y=-0.25))
     return fig
 
@@ -74,28 +77,46 @@ def knockout_matplotlib(ax, delta, gamma, *, depth: int, ca_depth: int, error=No
     twin.set_ylabel("mean |gamma|", color=GAMMA_COLOUR)
 
 
-def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title: str):
-    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1); beside
-    them a waterfall that builds the logit from its `parts` ((name, write) in the order the class token
-    receives them), so the heads' share of the whole can be read."""
+LAYER_COLOURS = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")  # CA layer -> its bars
+
+
+def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title: str, removal=None):
+    """Grouped bars: one group per head, one bar per CA layer ([L, heads] values, numbered from 1); with
+    `removal` ([L, heads]: the logit's change when the head is removed), a hatched bar of it beside each
+    layer's direct write, in the same units (logit). Beside them a waterfall that builds the logit from its
+    `parts` ((name, write) in the order the class token receives them), so the heads' share can be read."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
         rows=1,
         cols=2,
         column_widths=[0.55, 0.45],
-        subplot_titles=("each head", "the logit, part by part"),
+        subplot_titles=("each head (logit)", "the logit, part by part"),
         horizontal_spacing=0.1,
     )
     for layer, row in enumerate(heads):
+        colour = LAYER_COLOURS[layer % len(LAYER_COLOURS)]
+        x = [f"head {h + 1}" for h in range(len(row))]
+        named = f"CA{layer + 1}" if removal is None else f"CA{layer + 1} direct write"
         fig.add_bar(
-            x=[f"head {h + 1}" for h in range(len(row))],
+            x=x,
             y=[float(v) for v in row],
-            name=f"CA{layer + 1}",
+            name=named,
+            marker_color=colour,
             customdata=[[layer, h] for h in range(len(row))],
             row=1,
             col=1,
         )
+        if removal is not None:
+            fig.add_bar(
+                x=x,
+                y=[float(v) for v in removal[layer]],
+                name=f"CA{layer + 1} effect of removal (zero ablation)",
+                marker=dict(color="white", line=dict(color=colour, width=2), pattern=dict(shape="/", fgcolor=colour)),
+                customdata=[[layer, h] for h in range(len(row))],
+                row=1,
+                col=1,
+            )
     add_logit_waterfall(fig, parts, row=1, col=2)
     fig.update_layout(
         title=title,
@@ -104,7 +125,7 @@ def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title:
         height=380,
         legend=dict(orientation="h", y=-0.3),
     )
-    fig.update_yaxes(title_text="write to the logit", row=1, col=1)
+    fig.update_yaxes(title_text="logit (direct write; change on removal)", row=1, col=1)
     return fig
 
 
@@ -125,6 +146,10 @@ def add_logit_waterfall(fig, parts: Sequence[tuple[str, float]], *, row: int | N
             texttemplate="%{y:.2f}",
             textposition="outside",
             connector=dict(line=dict(color="#999", width=1)),
+            # red for the class, blue against it, as the per-patch maps (plotly's default red is "against")
+            increasing=dict(marker=dict(color="#d6604d")),
+            decreasing=dict(marker=dict(color="#4393c3")),
+            totals=dict(marker=dict(color="#777777")),
             showlegend=False,
         ),
         row=row,
