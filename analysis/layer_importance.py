@@ -331,3 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the predicted class's logit, mean of its parts: {parts}")
     print(f"wrote layer_importance.json/.png/.html, layer_importance_heads.html, layer_importance_parts.html to {out}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
