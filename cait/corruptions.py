@@ -37,7 +37,6 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -102,6 +101,10 @@ def disk_kernel(radius: int, alias_blur: float) -> torch.Tensor:
     disk = ((grid[:, None] ** 2 + grid[None, :] ** 2) <= radius**2).float()
     disk /= disk.sum()
     size = 3 if radius <= 8 else 5
+    # imported here: torchvision's import pulls in torch._dynamo, seconds of every start of the app, which
+    # imports this module (the Mechanisms tab, the atlas) but blurs only when a defocus is asked for
+    import torchvision.transforms.v2.functional as TF
+
     return TF.gaussian_blur(disk[None, None], [size, size], [alias_blur, alias_blur])[0, 0]
 
 

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from .. import explain
-from ..evaluate import head_row
+from ..explain.metrics import head_row
 from ..figures import distance_plot, to_plotly
 from ..figures.causal import knockout_plotly
 from ..figures.mechanisms import heads_plotly, patching_plotly

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..evaluate import head_row
+from ..explain.metrics import head_row
 from .compute import HEAD_NUMBERS, head_numbers
 from .shards import read_shard, shard_path
 

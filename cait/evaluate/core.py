@@ -38,11 +38,6 @@ CHEAP_METHODS = (
 BOX_SIDE_BINS = (0.0, 0.3, 0.4, 0.5, 0.6, 1.0)
 
 
-def head_row(layer: int, head: int) -> str:
-    """The row name of CA layer `layer`'s head `head` (both 0-based indices): ca<layer+1>_head<head+1>."""
-    return f"ca{layer + 1}_head{head + 1}"
-
-
 def accuracy_by_box_side(
     sides: torch.Tensor, correct: torch.Tensor, labels: torch.Tensor, names: list[str]
 ) -> list[dict]:
@@ -113,7 +108,7 @@ def _localize(tally: _Tally, model: CaiT, x, y, boxes, maps, groups, *, shared: 
     tally.add_scores("chance", box_area, box_area)
     pointing, mass = explain.head_localization(maps, boxes, img_size)
     for layer, h in itertools.product(range(pointing.shape[1]), range(pointing.shape[2])):
-        tally.add_scores(head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])
+        tally.add_scores(explain.head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])
     tally.add("ca_mean_both_layers", maps.mean(dim=(1, 2)), boxes, img_size)
     for group, todo in groups:
         if group and todo > 0:

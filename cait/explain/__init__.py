@@ -52,7 +52,14 @@ from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, mask_to_boxes, overlay, overlays, regions_of_focus, upsample
 from .mechanisms import GRANULARITIES, Patching, activation_patching, answer_forms_at, logit_lens
 from .methods import METHODS, Method, saliency_map, saliency_maps
-from .metrics import deletion_insertion, endpoint_probabilities, head_localization, mass_in_box, pointing_game
+from .metrics import (
+    deletion_insertion,
+    endpoint_probabilities,
+    head_localization,
+    head_row,
+    mass_in_box,
+    pointing_game,
+)
 
 __all__ = [
     "activation_patching",
@@ -78,6 +85,7 @@ __all__ = [
     "GRANULARITIES",
     "head_ablation",
     "head_localization",
+    "head_row",
     "HEAD_FUSIONS",
     "HeadAblation",
     "ig_baseline",

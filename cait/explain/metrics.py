@@ -49,6 +49,12 @@ def mass_in_box(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple[i
     return inside / mass.sum(dim=(1, 2)).clamp_min(1e-12)
 
 
+def head_row(layer: int, head: int) -> str:
+    """The name of CA layer `layer`'s head `head` (both 0-based indices) in tables and files: ca<layer+1>_head<head+1>,
+    numbered from 1 as the app and the figures do."""
+    return f"ca{layer + 1}_head{head + 1}"
+
+
 def head_localization(maps: torch.Tensor, boxes: torch.Tensor, img_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(pointing hit, mass in box) [B, L, H] of every head's map, maps [B, L, H, g, g] against boxes [B, 4];
     NaN for images without a box (a NaN row). The one owner of the per-head localisation that `cait.atlas`
