@@ -94,6 +94,9 @@ def hf_env(tmp_path, monkeypatch):
     importlib.reload(constants)
 
 
+PICO_SCENES = 150  # how many exported scenes `pico_scenes` holds (plus one broken file)
+
+
 @pytest.fixture(scope="session")
 def pico_scenes(tmp_path_factory) -> tuple[Path, Path]:
     """(checkpoint, folder): a random cait_pico_32 saved as safetensors, and 150 test scenes exported as an
@@ -103,6 +106,6 @@ def pico_scenes(tmp_path_factory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("pico_scenes")
     save_weights(randomise_(cait.create_model("cait_pico_32"), seed=3).eval(), root / "pico.safetensors")
-    export_scenes(root / "scenes", n=150, split="val", style="default", seed=0)
+    export_scenes(root / "scenes", n=PICO_SCENES, split="val", style="default", seed=0)
     (root / "scenes" / "Bag" / "broken.png").write_text("not an image")
     return root / "pico.safetensors", root / "scenes"

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import PICO_SCENES
 
 import cait
 from cait import explain
@@ -28,7 +29,7 @@ from cait.data import read_images
 from cait.preprocess import normalise
 
 REPO = Path(__file__).resolve().parent.parent
-SCENES = 150
+SCENES = PICO_SCENES
 PATCHING = "gaussian_noise:3"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PICO_SCENES
 
 from cait.atlas.__main__ import main as atlas_main
 from cait.evaluate.__main__ import main as evaluate_main
 
 REPO = Path(__file__).resolve().parent.parent
-SCENES = 150
+SCENES = PICO_SCENES
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
