@@ -40,6 +40,7 @@ from cait.figures import (
     colour_bar,
     display_base,
     grid_columns,
+    head_name,
     layerscale_plot,
     residual_ratio_plot,
     tile_sheet,
@@ -554,16 +555,13 @@ class Handlers(MechanismsEvents):
 
     def causal_head_outputs(self, loaded: LoadedModel, a: session.Analysis, view, head: int, mode: str) -> dict:
         layer, head = divmod(int(head), loaded.cfg.num_heads)
-        reference = None
-        if mode != causal_view.ABLATIONS[0] and loaded.examples:
-            reference = causal_view.reference_batch([path for path, _ in loaded.examples], loaded.cfg)
-            reference = reference.to(loaded.device)
+        reference = causal_view.ablation_reference(loaded, mode)
         top5 = causal_view.ablation(
             loaded.model, a.x.to(loaded.device), layer=layer, head=head, labels=loaded.labels, reference=reference
         )
         return {
             self.page.cz_maps: causal_view.maps_figure(view, a.ca_maps[layer, head], layer, head, a.view),
-            self.page.cz_top5: causal_view.top5_html(top5, layer, head),
+            self.page.cz_top5: causal_view.top5_html(top5, f"without {head_name(layer, head)}"),
         }
 
     def causal_class(self, choice, a, target, head, mode) -> dict:

@@ -196,10 +196,7 @@ class MechanismsEvents:
         if not ticked:
             return {p.mx_ablation: "<p><b>Tick at least one head.</b></p>"}
         loaded = self.cache.get(choice)
-        reference = None
-        if mode != causal_view.ABLATIONS[0] and loaded.examples:
-            reference = causal_view.reference_batch([path for path, _ in loaded.examples], loaded.cfg)
-            reference = reference.to(loaded.device)
+        reference = causal_view.ablation_reference(loaded, mode)
         result = mechanisms_view.set_ablation(
             loaded.model,
             a.x.to(loaded.device),

@@ -14,9 +14,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from app.causal_view import top5_html, top_classes
 from app.images import load_image
 from cait import explain
 from cait.corruptions import corrupt
+from cait.figures import head_name
 from cait.preprocess import model_view, normalise, view_pixels, view_tensor
 
 SOURCES = ("this image, corrupted", "an example", "an upload")  # where the corrupted run's image comes from
@@ -111,29 +113,21 @@ def set_ablation(
     `reference`), and the change of class `target`'s logit."""
     out = explain.head_ablation(model, x, heads=heads, reference=reference)
     t = torch.tensor([int(target)], device=x.device)
-
-    def top(logits: torch.Tensor) -> list[dict[str, Any]]:
-        values, order = logits[0].float().softmax(-1).topk(min(TOP, logits.shape[-1]))
-        return [{"index": int(i), "label": labels[i], "probability": float(v)} for v, i in zip(values, order)]
-
     return {
         "heads": [list(pair) for pair in out.heads],
         "target": int(target),
         "target_label": labels[int(target)],
         "delta_logit": float(out.delta(t)[0]),
-        "before": top(out.before),
-        "after": top(out.after),
+        "before": top_classes(out.before, labels, TOP),
+        "after": top_classes(out.after, labels, TOP),
     }
 
 
 def ablation_html(result: dict[str, Any], mode: str) -> str:
     """The Δlogit line and the top-5 before and after, side by side."""
-    named = ", ".join(f"CA{layer + 1} head {head + 1}" for layer, head in result["heads"])
+    named = ", ".join(head_name(layer, head) for layer, head in result["heads"])
     label = result["target_label"]
-    cell = lambda p: f"<td>{html.escape(p['label'])}</td><td>{p['probability']:.3f}</td>"  # noqa: E731
-    rows = "".join(f"<tr>{cell(b)}{cell(a)}</tr>" for b, a in zip(result["before"], result["after"]))
     return (
         f"<p>Without {html.escape(named)} ({html.escape(mode)}): Δlogit of '{html.escape(label)}' "
-        f"<b>{result['delta_logit']:+.3f}</b></p><table class='causal-top5'><tr><th colspan=2>top-5</th>"
-        f"<th colspan=2>without the ticked heads</th></tr>{rows}</table>"
+        f"<b>{result['delta_logit']:+.3f}</b></p>{top5_html(result, 'without the ticked heads')}"
     )
