@@ -241,14 +241,6 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
     }
 
 
-def api_numbers(model: torch.nn.Module, x: torch.Tensor, *, target: int, top_class: int) -> dict[str, Any]:
-    """`numbers` for the /analyze API's class `target` (-1: `top_class`); ValueError for a bad class."""
-    target = top_class if target < 0 else target
-    if not 0 <= target < model.cfg.num_classes:
-        raise ValueError(f"target must be in 0..{model.cfg.num_classes - 1} or -1, got {target}")
-    return numbers(model, x, compute(model, x, target))
-
-
 def top5_html(result: dict[str, list[dict[str, Any]]], without: str) -> str:
     """The top-5 before and after an ablation (`result`'s "before" and "after"), side by side as a small table;
     `without` heads the second column ("without CA1 head 2")."""

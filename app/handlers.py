@@ -17,7 +17,7 @@ import torch
 from gradio.data_classes import FileData
 
 import cait
-from app import causal_view, figures, session, texts, torch_thread
+from app import api, causal_view, figures, session, texts, torch_thread
 from app.images import ImageInputError
 from app.layout import (
     CAUSAL_TAB,
@@ -402,12 +402,18 @@ class Handlers(MechanismsEvents):
         return evt.value
 
     def _numbers_file(self, loaded: LoadedModel, a: session.Analysis) -> str:
-        """All numbers as the JSON download: the analysis, LayerScale and, once computed, the causal view and the
-        last saliency run (each kept on the analysis, so that writing the file for one keeps the other)."""
+        """All numbers as the JSON download: the analysis, LayerScale and, once computed, the causal view, the
+        last saliency run, and the Mechanisms tab's last logit lens and patching run (each kept on the analysis,
+        so that writing the file for one keeps the others)."""
         data = session.numbers(loaded, a)
         data["layerscale"] = explain.layerscale_stats(loaded.model)
         # sections computed on demand: a reader of the file learns what is missing and how to get it
-        on_demand = {"causal": (a.causal, "open the Causal tab"), "saliency": (a.saliency, "run the Saliency tab")}
+        on_demand = {
+            "causal": (a.causal, "open the Causal tab"),
+            "saliency": (a.saliency, "run the Saliency tab"),
+            "logit_lens": (a.logit_lens, "open the Mechanisms tab"),
+            "patching": (a.patching, "run patching in the Mechanisms tab"),
+        }
         data["not_computed"] = {}
         for key, (section, how) in on_demand.items():
             if section is None:
@@ -755,35 +761,16 @@ class Handlers(MechanismsEvents):
         {"method", "target", "options", "patch"}][, "causal"][, "logit_lens"][, "patching"]}; each of the last
         two has a "layout" key saying its arrays.
         """
+        asked = {name: value for name, value in locals().items() if name not in ("self", "image")}  # as published
         path = _payload_path(image)
         if path is None:
             raise _refused("no image given")
         loaded = self.cache.get(self.default)
         try:
-            a = session.analyse(loaded, path)
-            out = session.numbers(loaded, a)
-            out["methods"] = list(explain.METHODS)
-            if method:
-                options = explain.MethodOptions(
-                    ig_steps=int(ig_steps),
-                    ig_baseline=ig_baseline,
-                    signed=bool(signed),
-                    smoothgrad_samples=int(smoothgrad_samples),
-                    smoothgrad_stdev=float(smoothgrad_stdev),
-                    rollout_head_fusion=rollout_head_fusion,
-                    rollout_discard_ratio=float(rollout_discard_ratio),
-                )
-                out["attribution"] = session.attribution_for_api(
-                    loaded, a, method=method, target=int(target), options=options, seed=int(seed)
-                )
-            if causal:
-                x = a.x.to(loaded.device)
-                out["causal"] = causal_view.api_numbers(loaded.model, x, target=int(target), top_class=a.top_class)
-            out.update(self._mechanisms_numbers(loaded, a, target=int(target), lens=logit_lens, patching=patching))
+            return api.answer(loaded, path, **asked)
         except (ImageInputError, ValueError) as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
             raise _refused(f"{prefix}{e}") from None
-        return out
 
 
 def _refused(message: str) -> gr.Error:

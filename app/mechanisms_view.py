@@ -95,6 +95,22 @@ def patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tenso
     }
 
 
+def patching_numbers(
+    model: torch.nn.Module,
+    clean: torch.Tensor,
+    corrupted: torch.Tensor,
+    target: int,
+    *,
+    corruption: tuple[str, int] | None = None,
+    second_image: str | None = None,
+) -> dict[str, Any]:
+    """`patching`'s numbers headed by where the corrupted run came from: "corruption" and "severity" when it is
+    this image under that ImageNet-C corruption, else "second_image", the other image's file name. The layout
+    of /analyze's "patching" answer and of the JSON download's."""
+    origin = {"corruption": corruption[0], "severity": corruption[1]} if corruption else {"second_image": second_image}
+    return {**origin, **patching(model, clean, corrupted, target)}
+
+
 def head_pairs(indices: list[int], heads: int) -> list[tuple[int, int]]:
     """The ticked heads (layer * heads + head, as `layout.causal_heads` numbers them) as (layer, head) pairs."""
     return [divmod(int(i), heads) for i in indices]

@@ -50,6 +50,9 @@ class Analysis:
     sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
     saliency: list[dict[str, Any]] | None = None  # the last saliency run's numbers (the download), once computed
+    # the Mechanisms tab's last logit lens and patching run, as /analyze answers them (the download), once computed
+    logit_lens: dict[str, Any] | None = None
+    patching: dict[str, Any] | None = None
 
     @property
     def top_class(self) -> int:
@@ -309,14 +312,20 @@ def regions_of_focus(
     return mask[0], tuple(boxes[0].tolist())
 
 
+def api_target(a: Analysis, target: int, classes: int) -> int:
+    """The class an /analyze call's `target` names: -1 the top prediction, else itself; ValueError in one line
+    for any other number."""
+    if not -1 <= target < classes:
+        raise ValueError(f"target must be in 0..{classes - 1} or -1, got {target}")
+    return a.top_class if target == -1 else target
+
+
 def attribution_for_api(
     loaded: LoadedModel, a: Analysis, *, method: str, target: int, options: MethodOptions, seed: int = DEFAULT_SEED
 ) -> dict[str, Any]:
     """One saliency map for the /analyze API: {"method", "target", "options", "patch" [row][col]}, SmoothGrad's
     noise drawn from `seed`. ValueError for a bad method, class or option, with the choices."""
-    target = a.top_class if target < 0 else target
-    if not 0 <= target < loaded.cfg.num_classes:
-        raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
+    target = api_target(a, target, loaded.cfg.num_classes)
     name = explain.METHODS.canonical(method)
     with seeded(seed, loaded.device):
         heat = explain.saliency_map(
