@@ -180,7 +180,7 @@ def reference_batch(paths: list[str], cfg) -> torch.Tensor:
     views = []
     for path in paths:
         with Image.open(path) as im:
-            views.append(view_tensor(model_view(im.convert("RGB" if cfg.in_chans == 3 else "L"), cfg), cfg))
+            views.append(view_tensor(model_view(im, cfg), cfg))  # model_view converts to the model's channels
     return torch.stack(views)
 
 

@@ -471,7 +471,7 @@ class Handlers(MechanismsEvents):
         p, ask = self.page, SaliencyAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
-            yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
+            yield {p.sal_msg: texts.NO_IMAGE}
             return
         if not ask.sal_methods:
             yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}

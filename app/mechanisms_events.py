@@ -18,9 +18,8 @@ from app import causal_view, mechanisms_view, session
 from app.images import ImageInputError
 from app.layout import MECHANISMS_TAB, causal_heads
 from app.models import LoadedModel, ModelChoice
+from app.texts import NO_IMAGE
 from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
-
-NO_IMAGE = "**Analyse an image first** (pick an example or upload one)."
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,8 @@ class MechanismsEvents:
                 f"choose {'an example' if ask.mx_source == mechanisms_view.SOURCES[1] else 'a file'} "
                 "for the corrupted run"
             )
-        return (*mechanisms_view.second_input(path, loaded.cfg), {"second_image": Path(path).name})
+        _, view, x = session.model_input(path, loaded.cfg)
+        return view, x, {"second_image": Path(path).name}
 
     def mechanisms_patch(self, **asked: Any) -> dict:
         """Activation patching of the chosen class's logit from this image into the second run: bars over depth

@@ -15,11 +15,10 @@ import torch
 from PIL import Image
 
 from app.causal_view import top5_html, top_classes
-from app.images import load_image
 from cait import explain
 from cait.corruptions import corrupt
 from cait.figures import head_name
-from cait.preprocess import model_view, normalise, view_pixels, view_tensor
+from cait.preprocess import normalise, view_pixels
 
 SOURCES = ("this image, corrupted", "an example", "an upload")  # where the corrupted run's image comes from
 CORRUPTION_SEED = 0  # the corruption's random draws: the same image and choice give the same numbers
@@ -54,13 +53,6 @@ def corrupted_input(view: Image.Image, cfg, name: str, severity: int) -> tuple[I
     array = (pixels[0].clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
     shown = Image.fromarray(array[..., 0] if array.shape[2] == 1 else array)
     return shown, normalise(pixels, cfg)
-
-
-def second_input(path: str, cfg) -> tuple[Image.Image, torch.Tensor]:
-    """Another image file as the model sees it (decoded safely: ImageInputError for a bad file)."""
-    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
-    view = model_view(decoded.image, cfg)
-    return view, view_tensor(view, cfg)[None]
 
 
 def patching_forwards(cfg) -> int:

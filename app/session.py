@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from app.images import load_image
+from app.images import DecodedImage, load_image
 from app.models import LoadedModel, ModelChoice
 from cait import explain
 from cait.explain import ClassAttention, MethodOptions
@@ -72,12 +72,18 @@ def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_pro
     return StageMaps(layer, as_numpy(raw), as_numpy(after_proj_l), as_numpy(after_proj_w))
 
 
+def model_input(path: str, cfg) -> tuple[DecodedImage, Image.Image, torch.Tensor]:
+    """An image file decoded safely (ImageInputError for a bad one), what the model sees of it (`model_view`),
+    and that as the model's input [1, C, H, W]."""
+    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
+    view = model_view(decoded.image, cfg)
+    return decoded, view, view_tensor(view, cfg)[None]
+
+
 def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
     """Decode `path` safely and run one insight forward pass. Raises ImageInputError for bad files."""
     cfg = loaded.cfg
-    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
-    view = model_view(decoded.image, cfg)
-    x = view_tensor(view, cfg)[None]
+    decoded, view, x = model_input(path, cfg)
     sa_layer = min(max(int(sa_layer), 0), cfg.depth - 1)
     start = time.perf_counter()
     with loaded.forward_only():
