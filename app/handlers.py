@@ -684,7 +684,8 @@ class Handlers(MechanismsEvents):
             if wanted.download and wanted.name:
                 report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")
                 # into the cache, which the load reads (nothing to do when shipped or cached); off the torch
-                # thread: other pages go on meanwhile
+                # thread: other pages go on meanwhile. The load asks for the status again (a fraction of a ms):
+                # after the download it is another one, "cached" with the file, which the Model tab shows
                 hub.fetch_weights(hub.weights_status(wanted.name), on_progress=report)
             loaded = torch_thread.call(self.cache.get, wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
