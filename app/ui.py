@@ -93,12 +93,15 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
 
 def _wire_mechanisms(p: layout.Page, h: Handlers, *, after_image: tuple) -> None:
     on_torch = torch_thread.handler
-    opened = [p.mx_class, p.mx_heads, p.mx_example, p.mx_msg, p.mx_lens, p.mx_cost]
+    opened = [p.mx_class, p.mx_heads, p.mx_example, p.mx_msg, p.mx_lens, p.mx_cost, p.json_file]
     p.mechanisms_tab.select(on_torch(h.mechanisms_opened), [p.choice, p.analysis, p.mx_class], opened, **MODEL_EVENTS)
     for event in after_image:  # a new image while the tab is open: its lens at once
         event.success(on_torch(h.mechanisms_new_image), [p.choice, p.analysis, p.open_tab], opened, **MODEL_EVENTS)
     p.mx_class.input(
-        on_torch(h.mechanisms_class), [p.choice, p.analysis, p.mx_class], [p.mx_lens, p.mx_cost], **MODEL_EVENTS
+        on_torch(h.mechanisms_class),
+        [p.choice, p.analysis, p.mx_class],
+        [p.mx_lens, p.mx_cost, p.json_file],
+        **MODEL_EVENTS,
     )
     p.mx_source.change(
         h.mechanisms_source,
@@ -110,7 +113,7 @@ def _wire_mechanisms(p: layout.Page, h: Handlers, *, after_image: tuple) -> None
     p.mx_patch_run.click(
         on_torch(h.mechanisms_patch),
         inputs_kwargs=p.named(PatchAsk),  # by name: the handler gets each as the keyword of its name
-        outputs=[p.mx_msg, p.mx_second, p.mx_patch, p.mx_patch_heads],
+        outputs=[p.mx_msg, p.json_file, p.mx_second, p.mx_patch, p.mx_patch_heads],
         show_progress_on=[p.mx_patch],
         **MODEL_EVENTS,
     )
