@@ -287,8 +287,9 @@ class Handlers(MechanismsEvents):
     # ------------------------------------------------------------------------ a new image
 
     def image_changed(self, image: object, shown: tuple) -> dict:
-        """The image box emptied: by its remove button, or by the browser refusing a file over the upload limit,
-        which sends no clear event. The last image's results go with it; a new image changes nothing here."""
+        """The image box emptied: by its remove button, or by the browser refusing a file over what the server
+        takes (`layout.MAX_RECEIVED_MB`), which sends no clear event. The last image's results go with it; a new
+        image changes nothing here."""
         if image is not None:
             return {c: gr.skip() for c in self.page.results}
         return self.cleared(shown)

@@ -10,14 +10,17 @@ import gradio as gr
 
 import cait
 from app import causal_view, dataset_view, figures, mechanisms_view, session, texts
+from app.images import MAX_UPLOAD_MB
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
 from cait.figures.attention import head_name
 
 CLASS_ATTENTION_TAB, CAUSAL_TAB, MECHANISMS_TAB = "Class attention", "Causal", "Mechanisms"  # labels handlers compare
-MAX_UPLOAD_MB = 20  # larger uploads are refused by the server before any handler runs
-MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
+# The server takes files up to this size, well over MAX_UPLOAD_MB, so that a file a little too large reaches the
+# upload handler, which refuses it in the status line like any file that fails. Gradio's browser check refuses
+# only beyond it (a red error toast): each upload's disk stays bounded (Gradio streams it to a file, not memory).
+MAX_RECEIVED_MB = 5 * MAX_UPLOAD_MB
 STATE_TTL = 3600  # seconds a session's analysis is kept
 MAX_CA_LAYERS = 4  # class-attention galleries on the page (CaiT has 2 CA layers; ablations may differ)
 SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
@@ -632,7 +635,8 @@ __all__ = [
     "CSS",
     "GalleryProps",
     "MAX_CA_LAYERS",
-    "MAX_UPLOAD",
+    "MAX_RECEIVED_MB",
+    "MAX_UPLOAD_MB",
     "Page",
     "ModelChoice",
     "SCALES",

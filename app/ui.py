@@ -249,7 +249,7 @@ def launch(
         share=False,
         theme=gr.themes.Default(**THEME),
         css=layout.CSS,
-        max_file_size=layout.MAX_UPLOAD,
+        max_file_size=layout.MAX_RECEIVED_MB * 2**20,  # larger than we analyse: see layout.MAX_RECEIVED_MB
         ssr_mode=False,
         show_error=True,
         prevent_thread_lock=True,
