@@ -444,9 +444,12 @@ class Handlers(MechanismsEvents):
         return self._analysed(loaded, a, look, shown, uploaded=uploaded, selected=selected)
 
     def on_upload(self, choice, shown, payload, cmap, alpha, scale, view, keep, th_layer) -> dict:
-        return self.analyse_path(
+        """An uploaded file analysed (or refused, in the status line); no example is highlighted any more."""
+        out = self.analyse_path(
             choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=True
         )
+        out[self.page.examples] = gr.update(selected_index=None)  # its props only: the examples stay
+        return out
 
     def on_example(self, choice, shown, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:
         path = evt.value["image"]["path"]

@@ -140,7 +140,9 @@ class Page:
     @property
     def results(self) -> list:
         """What analysing an image writes: its results in every tab (all of them, none left to be skipped:
-        Gradio rebuilds a skipped output's component as if its props had changed)."""
+        Gradio rebuilds a skipped output's component as if its props had changed). The class menus are among
+        them, emptied by the first view (their 1000 choices stay as they are; `details` picks the new image's
+        class): an image that failed has no class to keep, and a new one starts from its top class."""
         return [
             self.analysis,
             self.selected,
@@ -152,6 +154,7 @@ class Page:
             self.ca_big,
             self.head_stats,
             self.colour_bar,
+            self.sal_class,
             self.sal_msg,
             self.sal_gallery,
             self.sal_bar,
@@ -164,7 +167,9 @@ class Page:
             self.th_plot,
             self.th_pick,
             self.cz_cost,
+            self.cz_class,
             *self.causal_results,
+            self.mx_class,
             *self.mechanism_results,
             *self.ca_galleries,
         ]

@@ -191,7 +191,7 @@ def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, dem
     uploaded = p.image_in.upload(
         on_torch(h.on_upload),
         [p.choice, p.ca_props, p.image_in, *view],
-        p.results,
+        [*p.results, p.examples],
         preprocess=False,
         **progress,
         **MODEL_EVENTS,
