@@ -448,7 +448,8 @@ class Handlers(MechanismsEvents):
         out = self.analyse_path(
             choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=True
         )
-        out[self.page.examples] = gr.update(selected_index=None)  # its props only: the examples stay
+        # its props only, the examples stay; a component, not gr.update, which drops a None
+        out[self.page.examples] = gr.Gallery(selected_index=None)
         return out
 
     def on_example(self, choice, shown, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:

@@ -456,7 +456,7 @@ def test_an_upload_empties_the_class_menus_and_unhighlights_the_example(handlers
         out = handlers.on_upload(handlers.default, SHOWN_ANALYSED, {"path": str(path)}, *look)
         assert said in out[p.status]
         assert out[p.sal_class] is None and out[p.cz_class] is None and out[p.mx_class] is None
-        assert out[p.examples] == {"__type__": "update", "selected_index": None}  # the examples themselves stay
+        assert out[p.examples].constructor_args == {"selected_index": None}  # the examples themselves stay
 
 
 def test_saliency_shows_the_maps_first_then_scores_each(handlers):
