@@ -631,6 +631,11 @@ CSS = """
 /* the model card's key column keeps its words whole beside a long value (it was crushed letter by letter) */
 #card_md table td:first-child { min-width: 11rem; word-break: normal; overflow-wrap: normal; }
 #card_md table td:last-child { overflow-wrap: anywhere; }
+/* a checked radio under the mouse keeps its fill and border. Gradio's `input:hover:not([disabled])` comes after
+   its `input:checked:hover` and is as specific, so once a clicked radio lost focus (Tab, a key on another control)
+   with the mouse still on it, it was drawn white and borderless, as if unchecked */
+input[type=radio]:checked:hover:not([disabled]) {
+    border-color: var(--checkbox-border-color-selected); background-color: var(--checkbox-background-color-selected); }
 """
 
 __all__ = [
