@@ -141,8 +141,9 @@ class Page:
     def results(self) -> list:
         """What analysing an image writes: its results in every tab (all of them, none left to be skipped:
         Gradio rebuilds a skipped output's component as if its props had changed). The class menus are among
-        them, emptied by the first view (their 1000 choices stay as they are; `details` picks the new image's
-        class): an image that failed has no class to keep, and a new one starts from its top class."""
+        them: the first view empties their value only (the choices, 1000 for ImageNet, are sent by `details` with
+        the new image's class), so an image that failed keeps no class of the last one, and a new one starts from
+        its top class."""
         return [
             self.analysis,
             self.selected,
