@@ -23,6 +23,7 @@ from conftest import PICO_SCENES
 
 import cait
 from cait import explain
+from cait.atlas import compute
 from cait.atlas.__main__ import main
 from cait.corruptions import corrupt
 from cait.data import read_images
@@ -134,6 +135,25 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
         for k, name in enumerate(names):
             label = name[:2] + str(int(name[2:]) + 1)
             assert float(r[f"knockout_{label}"]) == pytest.approx(float(knock[k]), abs=1e-4)
+
+
+def test_batch_knockouts_reuse_the_passes_sa_states_and_equal_knockout_profile(setup, monkeypatch):
+    """The knockouts of a batch whose main pass runs in chunks of 5 images equal `explain.knockout_profile`
+    on the whole batch bit for bit, and the first SA block runs only in those chunks' passes (the knockouts
+    re-use their SA states instead of a forward of their own)."""
+    model = setup["model"]
+    data = read_images(str(setup["scenes"]), model.cfg, boxes=setup["scenes"] / "boxes.json")
+    x, _, boxes, _, _ = next(iter(torch.utils.data.DataLoader(data, batch_size=12)))
+    monkeypatch.setattr(compute, "DISTANCE_BYTES", 5 * explain.sa_map_bytes(model.cfg, 1, model.cfg.depth))
+    calls = []
+    hook = model.blocks[0].register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[0]))
+    try:
+        out = compute.batch_numbers(model, x, boxes, knockouts=True, dtype=None)
+    finally:
+        hook.remove()
+    assert calls == [5, 5, 2]
+    expected = explain.knockout_profile(model, x, torch.from_numpy(out["prediction"])).float().numpy()
+    assert np.array_equal(out["knockout"], expected)
 
 
 def test_patching_equals_explain_on_corrupted_images_made_here(setup):
