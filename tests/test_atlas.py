@@ -257,6 +257,17 @@ def test_two_torchrun_processes_equal_one(setup):
     assert_same_files(out, setup["full"], 1e-4)
 
 
+def test_the_same_command_twice_writes_the_same_bytes(setup):
+    """The page too: its figures' div ids come from the figures, not from plotly's random uuids."""
+    again = setup["root"] / "again"
+    assert main([*setup["args"], "--out", str(again)]) == 0
+    for name in ("atlas.html", "images.csv", "heads.csv", "summary.json"):
+        assert (again / name).read_bytes() == (setup["full"] / name).read_bytes(), name
+    page = (again / "atlas.html").read_text()
+    ids = re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)
+    assert len(ids) >= 4 and len(set(ids)) == len(ids) and "figure-0-per-head-map-entropy-nats" in ids
+
+
 def test_page_is_self_contained_and_names_data_and_model(setup):
     page = (setup["full"] / "atlas.html").read_text()
     summary = json.loads((setup["full"] / "summary.json").read_text())
