@@ -1,7 +1,8 @@
 """What the head atlas (`python -m cait.atlas`) costs, against issue 38's goals:
 
 - per batch, without knockouts, as a multiple of one plain forward of the same images (goal <= 1.5x), with
-  --knockouts as forwards per image (goal <= SA depth / 2 + 3) and with --patching (issue 41), timed together
+  --knockouts as forwards per image (goal <= SA depth / 2 + 3; beside it the knockouts with a forward of their
+  own for the SA states, which the atlas's pass already has) and with --patching (issue 41), timed together
   (cait/timing.py);
 - peak RSS of the whole command on --rss-from and --rss-to scenes (goal: it grows by <= 200 MB);
 - one process against two (torchrun, gloo): the same outputs, and the throughput ratio.
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from cait import explain
 from cait.atlas.compute import batch_numbers, corrupted_views
 from cait.atlas.run import load_model
 from cait.data import read_images
@@ -53,11 +55,17 @@ def per_batch(args: argparse.Namespace) -> dict[str, float]:
         with torch.inference_mode():
             model(x)
 
+    def own_pass_knockouts():  # the knockouts as knockout_profile alone makes them: its own forward for the SA states
+        out = batch_numbers(model, x, boxes, knockouts=False, dtype=None)
+        with torch.no_grad():  # as batch_numbers runs it
+            explain.knockout_profile(model, x, torch.from_numpy(out["prediction"]))
+
     seconds = time_interleaved(
         {
             "forward": forward,
             "atlas": lambda: batch_numbers(model, x, boxes, knockouts=False, dtype=None),
             "atlas --knockouts": lambda: batch_numbers(model, x, boxes, knockouts=True, dtype=None),
+            "atlas, knockouts by their own pass": own_pass_knockouts,
             "atlas --patching": lambda: batch_numbers(
                 model, x, boxes, knockouts=False, dtype=None, corrupted=corrupted
             ),
@@ -70,6 +78,8 @@ def per_batch(args: argparse.Namespace) -> dict[str, float]:
     print(f"  atlas without knockouts: {seconds['atlas'] / seconds['forward']:.2f}x a forward (goal <= 1.5x)")
     ratio = seconds["atlas --knockouts"] / seconds["forward"]
     print(f"  atlas with knockouts: {ratio:.2f} forwards per image (goal <= SA depth / 2 + 3 = {depth / 2 + 3:g})")
+    own = seconds["atlas, knockouts by their own pass"] / seconds["forward"]
+    print(f"    the same with knockout_profile's own pass for the SA states (not the atlas pass's): {own:.2f}")
     ratio = seconds["atlas --patching"] / seconds["forward"]
     print(
         f"  atlas with --patching {PATCHING[0]}:{PATCHING[1]}: {ratio:.2f} forwards per image (patching per block and"

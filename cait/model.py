@@ -272,13 +272,10 @@ class CaiT(nn.Module):
         """Tokens entering SA block `start` -> tokens leaving block `stop` - 1 (default: the last), so that
         explanations can cache a prefix of the stage and re-run only its suffix."""
         stop = len(self.blocks) if stop is None else stop
-        insert_at = self.cfg.class_token_at
         for i in range(start, stop):
-            if i == insert_at:  # ablation only: ViT-style class token, processed by the SA blocks from here on
+            if i == self.cfg.class_token_at:  # ablation only: ViT-style class token, in the SA blocks from here on
                 x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
             x = self.blocks[i](x, probe)
-        if stop == len(self.blocks) and insert_at is not None and insert_at >= stop:  # ablation: joins after SA
-            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         return x
 
     def forward_class_attention(

@@ -157,6 +157,33 @@ def calibration_row(report: dict | None) -> str:
     )
 
 
+def data_row(data: str, run_args: list[dict]) -> str:
+    """The card's line on the data: the test split scores every number, except the training curve's test top-1
+    in the runs (stages, oldest first) that checked each epoch on a subset of it (`--val-subset`)."""
+    subsets = [(stage, a["val_subset"]) for stage, a in enumerate(run_args, 1) if a.get("val_subset")]
+    scope = "every number below"
+    if subsets:
+        where = "; ".join(
+            f"{'in stage ' + str(stage) + ', ' if len(run_args) > 1 else ''}on {n} of its images (`--val-subset {n}`)"
+            for stage, n in subsets
+        )
+        scope = f"the evaluation below and the training curve's test top-1, except {where}"
+    return (
+        f"| data | `{data}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for "
+        f"training, the 10k test split for {scope} |"
+    )
+
+
+def final_top1_row(last: dict, args: dict, at_size: str) -> str:
+    """The card's line on the last epoch's test top-1, saying what it was measured on: the test split, or the
+    `--val-subset` images of it that the last run checked each epoch on (the evaluation below scores all)."""
+    ema = "" if last.get("val_top1_ema") is None else f", {percent(last['val_top1_ema']):.2f}% (EMA)"
+    n = args.get("val_subset")
+    on = f" on {n} images of the test split (`--val-subset {n}`)" if n else ""
+    whole = "; the whole split: the evaluation below" if n else ""
+    return f"| final test top-1 | {percent(last['val_top1']):.2f}% (raw weights){ema}{on}{at_size}{whole} |"
+
+
 def card(
     name: str,
     past: tuple[list[dict], list[str], list[dict]],
@@ -174,7 +201,6 @@ def card(
     last = epochs[-1]
     hours = sum(e["epoch_seconds"] for e in epochs) / 3600
     cfg = model.cfg
-    ema = "" if last.get("val_top1_ema") is None else f", {percent(last['val_top1_ema']):.2f}% (EMA)"
     at_size = f", at the training size {trained_size} px" if trained_size not in (None, cfg.img_size) else ""
     resumed = " (one line per start: the run was resumed or continued)" if len(commands) > 1 else ""
     commands = "\n".join("    " + c for c in commands)
@@ -192,11 +218,11 @@ are the paper's.
 |---|---|
 | architecture | {cfg.depth} SA + {cfg.depth_token_only} CA layers, dim {cfg.embed_dim}, {cfg.num_heads} heads, patch {cfg.patch_size}, {cfg.img_size}x{cfg.img_size}x{cfg.in_chans} input, LayerScale eps {cfg.init_values} |
 | parameters / FLOPs | {model.num_params() / 1e6:.2f} M / {model.flops() / 1e6:.1f} M multiply-accumulates |
-| data | `{args["data"]}` (real Fashion-MNIST from Debian's `dataset-fashion-mnist`, MIT licence); train split for training, the 10k test split for every number below |
+{data_row(args["data"], run_args)}
 | weights shipped | `{weights}` weights after the last epoch (no checkpoint selection on the test split) |
 | seed | {seeds} |
 | training time | {hours:.2f} h on a 2-core CPU shared with other work; autocast {precision} (auto is bf16 only where it measures faster than fp32) |
-| final test top-1 | {percent(last["val_top1"]):.2f}% (raw weights){ema}{at_size} |
+{final_top1_row(last, args, at_size)}
 {resolution_row(trained_size, cfg.img_size)}{teacher_row(run_args, teacher)}{calibration_row(calibration)}
 Exact command{resumed}:
 

@@ -353,6 +353,25 @@ def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
     assert f"{percent(data['rows'][0]['final_top1']):.1f}%" in replotted.stdout.splitlines()[1]
 
 
+def test_committed_class_attention_ablation_counts_the_models_as_built(monkeypatch):
+    """The committed Table 2 miniature's sizes are those of the models its flags build today (average
+    pooling builds no class token), so a structure change cannot leave them stale unnoticed."""
+    monkeypatch.syspath_prepend(str(ANALYSIS))
+    from _common import RECIPE, miniature
+    from class_attention_ablation import settings
+
+    from cait.train.args import model_config, to_argv, train_args
+
+    saved = json.loads((ANALYSIS / "data" / "class_attention_ablation" / "class_attention_ablation.json").read_text())
+    plan = settings(12)
+    assert [r["name"] for r in saved["rows"]] == list(plan)
+    for row in saved["rows"]:
+        flags = plan[row["name"]][1]
+        assert row["flags"] == " ".join(to_argv(flags))
+        model = cait.CaiT(model_config(train_args(**miniature(False), **RECIPE, data="fashion-mnist", **flags)))
+        assert (row["params"], row["macs"]) == (model.num_params(), model.flops()), row["name"]
+
+
 def test_a_diverging_run_is_a_result_not_a_crash(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ANALYSIS))
     import argparse

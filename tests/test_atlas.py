@@ -23,6 +23,7 @@ from conftest import PICO_SCENES
 
 import cait
 from cait import explain
+from cait.atlas import compute
 from cait.atlas.__main__ import main
 from cait.corruptions import corrupt
 from cait.data import read_images
@@ -136,6 +137,25 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
             assert float(r[f"knockout_{label}"]) == pytest.approx(float(knock[k]), abs=1e-4)
 
 
+def test_batch_knockouts_reuse_the_passes_sa_states_and_equal_knockout_profile(setup, monkeypatch):
+    """The knockouts of a batch whose main pass runs in chunks of 5 images equal `explain.knockout_profile`
+    on the whole batch bit for bit, and the first SA block runs only in those chunks' passes (the knockouts
+    re-use their SA states instead of a forward of their own)."""
+    model = setup["model"]
+    data = read_images(str(setup["scenes"]), model.cfg, boxes=setup["scenes"] / "boxes.json")
+    x, _, boxes, _, _ = next(iter(torch.utils.data.DataLoader(data, batch_size=12)))
+    monkeypatch.setattr(compute, "DISTANCE_BYTES", 5 * explain.sa_map_bytes(model.cfg, 1, model.cfg.depth))
+    calls = []
+    hook = model.blocks[0].register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[0]))
+    try:
+        out = compute.batch_numbers(model, x, boxes, knockouts=True, dtype=None)
+    finally:
+        hook.remove()
+    assert calls == [5, 5, 2]
+    expected = explain.knockout_profile(model, x, torch.from_numpy(out["prediction"])).float().numpy()
+    assert np.array_equal(out["knockout"], expected)
+
+
 def test_patching_equals_explain_on_corrupted_images_made_here(setup):
     """Per image, activation patching of its predicted class into its corrupted twin (the corruption's draws
     seeded by the image's index); over the images, each component's share of the gap and its interval."""
@@ -235,6 +255,17 @@ def test_two_torchrun_processes_equal_one(setup):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in (out / "shards").glob("*.npz")) == [f"shard-0000{s}.npz" for s in range(5)]
     assert_same_files(out, setup["full"], 1e-4)
+
+
+def test_the_same_command_twice_writes_the_same_bytes(setup):
+    """The page too: its figures' div ids come from the figures, not from plotly's random uuids."""
+    again = setup["root"] / "again"
+    assert main([*setup["args"], "--out", str(again)]) == 0
+    for name in ("atlas.html", "images.csv", "heads.csv", "summary.json"):
+        assert (again / name).read_bytes() == (setup["full"] / name).read_bytes(), name
+    page = (again / "atlas.html").read_text()
+    ids = re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)
+    assert len(ids) >= 4 and len(set(ids)) == len(ids) and "figure-0-per-head-map-entropy-nats" in ids
 
 
 def test_page_is_self_contained_and_names_data_and_model(setup):

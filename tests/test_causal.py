@@ -128,6 +128,28 @@ def test_shared_prefix_profile_equals_the_naive_loop(small):
         explain.knockout_profile(model, x, target, branch="ffn")
 
 
+def test_knockouts_from_a_recorded_pass_equal_their_own_prefix(small):
+    """SA states kept from a forward_insights pass (`recorded_sa_inputs`) stand in for the profile's own
+    first forward: the same profile bit for bit; states that cannot be that pass's are refused."""
+    model, x, target = small
+    with torch.no_grad(), explain.recorded_sa_inputs(model) as states:
+        model.forward_insights(x, sa_layers=(0, 1))
+    assert len(states) == model.cfg.depth + 1
+    for branch in ("both", "mlp"):
+        assert torch.equal(
+            explain.knockout_profile(model, x, target, branch=branch, sa_inputs=states),
+            explain.knockout_profile(model, x, target, branch=branch),
+        )
+    with pytest.raises(ValueError, match="sa_inputs must be 5 states of 3 images"):
+        explain.knockout_profile(model, x, target, sa_inputs=states[:-1])
+    with pytest.raises(ValueError, match="sa_inputs must be 5 states of 3 images"):
+        explain.knockout_profile(model, x, target, sa_inputs=[s[:2] for s in states])
+    with pytest.raises(ValueError, match="shared_prefix=False"):
+        explain.knockout_profile(model, x, target, sa_inputs=states, shared_prefix=False)
+    with pytest.raises(ValueError, match="no forward pass"), explain.recorded_sa_inputs(model):
+        pass
+
+
 def _head_replaced(model: torch.nn.Module, layer: int, head: int, fill: torch.Tensor | None) -> torch.nn.Module:
     """A copy whose CA head's slice of attn.proj's input is overwritten by a forward pre-hook."""
     twin = copy.deepcopy(model)

@@ -6,7 +6,12 @@ Imports under `if TYPE_CHECKING:` never run (annotations only), so they are no e
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cait"
 
@@ -111,3 +116,25 @@ def test_no_import_cycle_in_the_package():
     assert "cait.evaluate" in graph and graph["cait.evaluate"], "the graph reader found no imports"
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# cait.evaluate is not here: its --help lists the explanation methods and corruptions, whose owners
+# (cait.explain.methods, cait.corruptions) build them from torch functions.
+@pytest.mark.parametrize("command", ["cait.data.export", "cait.atlas"])
+def test_a_commands_help_imports_no_torch(command):
+    """`python -m COMMAND --help` answers without importing torch (seconds on a busy machine): its parser and
+    the names its flags offer load first, the datasets and models only when the command runs."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{command!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_module({command!r}, run_name='__main__', alter_sys=True)\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "print('exit', code, 'torch', 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage: python -m " + command in proc.stdout
+    assert proc.stdout.rstrip().endswith("exit 0 torch False")

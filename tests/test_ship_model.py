@@ -128,6 +128,19 @@ def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
         "cait_pico_32", ship_model.history([run, later]), "last", evaluation, cait.create_model("cait_pico_32")
     )
     assert "| seed | 0 then 1 (one per run, oldest first) |" in text
+    assert "the 10k test split for every number below |" in text
+    # a last stage that checked its epochs on part of the test split says so, where its number stands
+    (later / "args.json").write_text(
+        (run / "args.json").read_text().replace('"seed": 0', '"seed": 1, "val_subset": 2000')
+    )
+    text = ship_model.card(
+        "cait_pico_32", ship_model.history([run, later]), "last", evaluation, cait.create_model("cait_pico_32")
+    )
+    assert (
+        "| final test top-1 | 50.00% (raw weights) on 2000 images of the test split (`--val-subset 2000`); "
+        "the whole split: the evaluation below |" in text
+    )
+    assert "test top-1, except in stage 2, on 2000 of its images (`--val-subset 2000`) |" in text
 
 
 def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():

@@ -57,9 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .run import main_guarded
+    args = parse_args(argv)
+    from .run import main_guarded  # after parsing: --help and a bad flag answer without importing torch
 
-    return main_guarded(parse_args(argv))
+    return main_guarded(args)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 and per class-attention head its map's entropy, its direct logit attribution to the predicted class, its
 pointing hit and mass in the box; the SA heads' mean attention distances; with knockouts the logit change
 per block; with a corruption the activation patching of the predicted class from each image into its corrupted
-twin. Maps, attributions and distances come from one forward pass (`explain.predicted_attribution`)."""
+twin. Maps, attributions and distances come from one forward pass (`explain.predicted_attribution`), whose
+SA states the knockouts re-use."""
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -31,11 +34,15 @@ def images_per_pass(cfg) -> int | None:
     return None if one > DISTANCE_BYTES else DISTANCE_BYTES // one
 
 
-def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: int | None) -> dict:
-    """Everything but the knockouts for a chunk of images small enough for its SA maps."""
+def _one_pass(
+    model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: int | None, *, keep_sa_inputs: bool
+) -> tuple[dict, list[torch.Tensor]]:
+    """Everything but the knockouts for a chunk of images small enough for its SA maps, and with
+    keep_sa_inputs the pass's SA states (`explain.recorded_sa_inputs`), so the knockouts need no pass of their own."""
     cfg = model.cfg
     layers = tuple(range(cfg.depth)) if per_pass else ()
-    ins, dla = explain.predicted_attribution(model, x, sa_layers=layers)
+    with explain.recorded_sa_inputs(model) if keep_sa_inputs else nullcontext([]) as sa_inputs:
+        ins, dla = explain.predicted_attribution(model, x, sa_layers=layers)
     if per_pass:
         distance = torch.stack(explain.attention_distances_of(ins, layers, cfg), dim=1)
     else:
@@ -44,7 +51,7 @@ def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: 
     probs = ins.logits.float().softmax(-1)
     prediction = dla.target
     pointing, mass = explain.head_localization(maps, boxes, cfg.img_size)
-    return {
+    numbers = {
         "prediction": prediction,
         "probability": probs.gather(1, prediction[:, None])[:, 0],
         "entropy": explain.attention_entropy(maps),
@@ -53,6 +60,7 @@ def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: 
         "mass_in_box": mass,
         "distance": distance.float(),
     }
+    return numbers, sa_inputs
 
 
 def corrupted_views(pixels: torch.Tensor, index: torch.Tensor, corruption: tuple[str, int]) -> torch.Tensor:
@@ -99,12 +107,17 @@ def batch_numbers(
     per_pass = images_per_pass(model.cfg)
     boxes = boxes.to(x.device).float()
     with autocast(dtype, x.device):
-        chunks = [
-            _one_pass(model, xc, bc, per_pass) for xc, bc in zip(x.split(per_pass or 1), boxes.split(per_pass or 1))
-        ]
+        chunks, sa_states = zip(
+            *(
+                _one_pass(model, xc, bc, per_pass, keep_sa_inputs=knockouts)
+                for xc, bc in zip(x.split(per_pass or 1), boxes.split(per_pass or 1))
+            )
+        )
         out = {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
-        if knockouts:
-            out["knockout"] = explain.knockout_profile(model, x, out["prediction"]).float()
+        if knockouts:  # from the pass's own SA states: one forward fewer than knockout_profile alone
+            sa_inputs = [torch.cat(states) for states in zip(*sa_states)]
+            del sa_states  # each state is held once, concatenated
+            out["knockout"] = explain.knockout_profile(model, x, out["prediction"], sa_inputs=sa_inputs).float()
     if corrupted is not None:
         out |= patching_numbers(model, x, corrupted, out["prediction"])
     return {k: v.cpu().numpy() for k, v in out.items()}

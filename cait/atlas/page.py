@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,17 @@ THUMB = 112  # pixels of an exemplar's side on the page
 TITLES = {"entropy": "map entropy (nats)", "dla": "direct logit attribution", "mass_in_box": "mass in box"}
 
 
-def _figure_html(fig) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+def _figure_id(index: int, fig) -> str:
+    """The figure's div id from its place on the page and its title: plotly's default is a random uuid,
+    which made two runs of the same command write different pages."""
+    slug = re.sub(r"[^a-z0-9]+", "-", (fig.layout.title.text or "").lower()).strip("-")[:48].rstrip("-")
+    return f"figure-{index}-{slug}" if slug else f"figure-{index}"
+
+
+def _figure_html(index: int, fig) -> str:
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, config={"displaylogo": False}, div_id=_figure_id(index, fig)
+    )
 
 
 def distributions(hist: dict[str, dict[str, Any]], layers: int, heads: int) -> list:
@@ -170,7 +180,7 @@ def _figures(summary: dict, tally: Tally, hist: dict, model, names: list[str]) -
         )
     if summary.get("patching"):
         figs += patching_figures(summary["patching"], cfg, summary["images"])
-    return [_figure_html(f) for f in figs]
+    return [_figure_html(i, f) for i, f in enumerate(figs)]
 
 
 def patching_figures(patching: dict, cfg, images: int) -> list:

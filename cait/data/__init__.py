@@ -5,14 +5,31 @@ directory, and the shipped example images. `build_dataset` picks one by name (PI
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch.utils.data import Dataset
-
-from .base import NATIVE_INPUT, SPLIT_FILES, BoxedDataset, DataError, ImageFolderData, ImagesWithBoxes
+from ..lazy import lazy_attributes
 from .examples import EXAMPLES_DIR, ExampleImage, read_examples
-from .fashion_mnist import FashionMNIST, load_fashion_mnist
-from .reader import DataWarning, ImageSet, read_images
-from .scenes import SCENE_SIDE, SCENE_STYLES, FashionMNISTScenes
+from .names import NATIVE_INPUT, SCENE_STYLES, SPLIT_FILES, DataError
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+# The datasets import torch: each is loaded on first use, so that a data command's --help and a flag's check
+# (which need only the names above) run without importing it.
+_LAZY = {
+    "BoxedDataset": "base",
+    "ImageFolderData": "base",
+    "ImagesWithBoxes": "base",
+    "FashionMNIST": "fashion_mnist",
+    "load_fashion_mnist": "fashion_mnist",
+    "DataWarning": "reader",
+    "ImageSet": "reader",
+    "read_images": "reader",
+    "SCENE_SIDE": "scenes",
+    "FashionMNISTScenes": "scenes",
+}
+__getattr__ = lazy_attributes(__name__, _LAZY)
+
 
 __all__ = [
     "NATIVE_INPUT",
@@ -48,6 +65,10 @@ def build_dataset(
     """data: "fashion-mnist", "fashion-mnist-scenes" or an ImageFolder root; split: "train" or "val".
     cache: read scenes from the disk cache (rendering it first if needed) instead of rendering each.
     style, pixel_noise: the scenes' look (`FashionMNISTScenes`); other data refuses anything but the default."""
+    from .base import ImageFolderData
+    from .fashion_mnist import FashionMNIST
+    from .scenes import FashionMNISTScenes
+
     if split not in SPLIT_FILES:
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
     if subset is not None and subset <= 0:

@@ -1,4 +1,5 @@
-"""What every dataset here shares: the error type, the splits, and the contract of a dataset with boxes.
+"""What the datasets here share: the contract of a dataset with boxes, and the two generic datasets (images
+with their boxes, an image folder).
 
 Every dataset yields (PIL.Image, int label) and has `.classes`; transforms are the caller's business.
 A dataset with boxes (`BoxedDataset`) also says where the object is, for localization scores.
@@ -13,12 +14,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
-NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
-
-
-class DataError(ValueError):
-    """Data that cannot be used; the message is one line saying what to do."""
+from .names import DataError
 
 
 @runtime_checkable

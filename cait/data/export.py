@@ -14,12 +14,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from .base import SPLIT_FILES, DataError
-from .reader import folder_name
-from .scenes import SCENE_STYLES, FashionMNISTScenes
+from .names import SCENE_STYLES, SPLIT_FILES, DataError
+
+if TYPE_CHECKING:
+    from .scenes import FashionMNISTScenes
 
 BOXES_FILE = "boxes.json"
 MARK = "Fashion-MNIST scenes written by cait.data.export"  # COCO info.description: how a previous export is known
@@ -77,6 +79,9 @@ def clear_previous(out: Path) -> None:
 def export_scenes(out: Path, *, n: int, split: str = "val", style: str = "default", seed: int = 0) -> int:
     """Write the first n scenes of a split under `out` (see the module's doc); returns how many (the split may
     hold fewer). The boxes file is written first: it lists the images, so an interrupted export is known as one."""
+    from .reader import folder_name  # here, not at the top: the command's --help needs no torch
+    from .scenes import FashionMNISTScenes
+
     if n <= 0:
         raise DataError(f"--n must be positive, got {n}")
     scenes = FashionMNISTScenes(split, seed=seed, subset=n, style=style)

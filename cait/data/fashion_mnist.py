@@ -11,7 +11,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import FASHION_MNIST_CLASSES
-from .base import SPLIT_FILES, DataError
+from .names import SPLIT_FILES, DataError
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 INSTALL_HINT = "install them with: sudo apt-get install dataset-fashion-mnist"

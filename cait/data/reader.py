@@ -21,7 +21,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import CaiTConfig
-from .base import SPLIT_FILES, DataError
+from .names import SPLIT_FILES, DataError
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")

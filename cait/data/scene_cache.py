@@ -30,6 +30,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from ..runtime import CACHE_ENV, user_cache_dir
+from .names import DataError
 
 if TYPE_CHECKING:
     from .scenes import FashionMNISTScenes
@@ -64,8 +65,6 @@ def cached_pixels(scenes: "FashionMNISTScenes", *, processes: int | None = None)
     pixels = _open(path, shape)
     if pixels is not None:
         return pixels
-    from .base import DataError
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(lock_path(path)):
@@ -97,8 +96,6 @@ def _build(scenes: "FashionMNISTScenes", path: Path, shape: tuple[int, ...], pro
     needed = int(np.prod(shape)) + 4096
     free = shutil.disk_usage(path.parent).free
     if free < needed:
-        from .base import DataError
-
         raise DataError(
             f"the {scenes.split} scene cache needs {needed / 2**20:.0f} MB in {path.parent}, "
             f"{free / 2**20:.0f} MB are free; free space or set {CACHE_ENV}"

@@ -9,13 +9,11 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import FASHION_MNIST_CLASSES
-from .base import DataError
 from .fashion_mnist import load_fashion_mnist
+from .names import SCENE_STYLES, DataError
 
 SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
 
-
-SCENE_STYLES = ("default", "varied")
 # The "varied" style's draws per scene, each uniform in its range (see FashionMNISTScenes).
 VARIED_STYLE = {
     "pixel_noise": (0.0, 0.10),  # std of the pixel noise (the default style's is PIXEL_NOISE)

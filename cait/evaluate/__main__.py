@@ -54,6 +54,8 @@ from .sweep import corruption_section
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every flag of `python -m cait.evaluate`, in the order --help lists them: the model, the data, what is
+    scored, and how the run goes."""
     p = argparse.ArgumentParser(
         prog="python -m cait.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -62,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         checkpoint_help="weights file (default: the model's shipped weights); a timm CNN written by cait.train "
         "(e.g. the distillation teacher) is scored on top-1 and per class",
     )
+    _add_data_flags(p)
+    _add_scoring_flags(p)
+    _add_run_flags(p)
+    return p
+
+
+def _add_data_flags(p: argparse.ArgumentParser) -> None:
+    """Which images, at what size, and how the scenes are drawn."""
     p.add_argument(
         "--data",
         default="fashion-mnist-scenes",
@@ -107,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="fashion-mnist-scenes with this pixel-noise std instead (the default style's is 0.04): how much a "
         "model depends on the renderer's noise level",
     )
+
+
+def _add_scoring_flags(p: argparse.ArgumentParser) -> None:
+    """What is scored: the explanation methods and the corruptions (with mCE's baseline)."""
     p.add_argument(
         "--attribution-subset",
         type=int,
@@ -136,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --corruption: the model (variant name or checkpoint) or an earlier sweep's JSON that mCE is "
         "measured against (Hendrycks & Dietterich 2019; cait.robustness)",
     )
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """How the run goes (batches, workers, device, precision) and where the JSON goes."""
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
     add_device_flag(p)
@@ -145,7 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
         "measures faster than fp32 here; gradient methods always run in fp32",
     )
     p.add_argument("--json", default=None, help="also write the results as JSON to this path")
-    return p
 
 
 def _checked_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, list]:

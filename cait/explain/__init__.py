@@ -36,6 +36,7 @@ from .causal import (
     knockout_profile,
     mean_head_outputs,
     predicted_attribution,
+    recorded_sa_inputs,
 )
 from .head_stats import (
     DISTANCE_STAGES,
@@ -111,6 +112,7 @@ __all__ = [
     "Patching",
     "predicted_attribution",
     "pointing_game",
+    "recorded_sa_inputs",
     "regions_of_focus",
     "rollout",
     "ROLLOUT_STAGES",

@@ -265,10 +265,7 @@ def gradient_rollout(model: nn.Module, x: torch.Tensor, target: torch.Tensor) ->
     _check_input(model, x)
     if model.cfg.global_pool != "token":
         raise ValueError("gradient_rollout reads the class token's row, but this model's head reads the mean patch")
-    gains = _gradient_weighted_attention(model, x, target)
-    if gains is None:  # the logit depends on no input (e.g. the class token joins after the last SA block)
-        return torch.zeros(x.shape[0], model.cfg.grid_size, model.cfg.grid_size, device=x.device)
-    sa, ca = gains
+    sa, ca = _gradient_weighted_attention(model, x, target)
     joins = model.cfg.class_token_at
     if joins is None:  # class row [s | p R_SA]: R's patch rows are [0 | R_SA], s scales with (1 + ā_0)
         row = torch.zeros_like(ca[0][:, 1:]) if ca else x.new_zeros(x.shape[0], model.cfg.num_patches)
@@ -290,15 +287,13 @@ def gradient_rollout(model: nn.Module, x: torch.Tensor, target: torch.Tensor) ->
 
 def _gradient_weighted_attention(
     model: nn.Module, x: torch.Tensor, target: torch.Tensor
-) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per SA layer Ā [B, T, T] and per CA layer ā [B, 1+N] (see `gradient_rollout`), from one forward
-    and one backward pass; None when the target logit does not depend on the input."""
+    and one backward pass."""
     depth, heads = model.cfg.depth, model.cfg.num_heads
     with input_gradients(model), recorded(_attention_points(model)) as seen:
         ins = model.forward_insights(x.clone().requires_grad_(True), sa_layers=tuple(range(depth)))
         score = ins.logits.gather(1, target.view(-1, 1).to(ins.logits.device).clone()).sum()
-        if not score.requires_grad:
-            return None
         keys = [("sa", k) for k in range(depth)] + [("ca", c) for c in range(len(ins.class_attention))]
         grads = torch.autograd.grad(score, [seen[key + ("o",)] for key in keys], allow_unused=True)
     grads = dict(zip(keys, grads))

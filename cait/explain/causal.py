@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import torch
 from torch import nn
@@ -202,6 +202,32 @@ def _sa_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     return states
 
 
+@contextmanager
+def recorded_sa_inputs(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """While open, the forward pass of `model` that runs inside keeps the tokens entering every SA block and,
+    last, the tokens leaving the SA stage; the yielded list holds them once closed. They are what
+    `knockout_profile` takes as `sa_inputs`, so a caller that makes a pass anyway spares the knockouts theirs."""
+    _check_class_stage(model)
+    points = {k: (blk, True) for k, blk in enumerate(model.blocks)}
+    points[len(model.blocks)] = (model.blocks_token_only[0], True)  # its first input: the SA stage's output
+    inputs: list[torch.Tensor] = []
+    with recorded(points) as seen:
+        yield inputs
+    if len(seen) != len(points):
+        raise ValueError("recorded_sa_inputs: no forward pass of the model ran while it was open")
+    inputs[:] = [seen[k] for k in range(len(points))]
+
+
+def _checked_sa_inputs(model: nn.Module, x: torch.Tensor, sa_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """`sa_inputs` as a list, refused unless it has one state per SA block and the stage's output, each for
+    every image of x."""
+    expected = len(model.blocks) + 1
+    if len(sa_inputs) != expected or any(s.shape[0] != x.shape[0] for s in sa_inputs):
+        shapes = [tuple(s.shape) for s in sa_inputs]
+        raise ValueError(f"sa_inputs must be {expected} states of {x.shape[0]} images each, got {shapes}")
+    return list(sa_inputs)
+
+
 def _sa_knockout_logits(model: nn.Module, inputs: list[torch.Tensor], k: int, branch: Branch) -> torch.Tensor:
     """Logits with SA block k knocked out: from its cached input, only the blocks after it run."""
     x = _knock(model.blocks[k], branch, inputs[k])
@@ -229,18 +255,22 @@ def knockout_profile(
     branch: Branch = "both",
     shared_prefix: bool = True,
     on_block: Callable[[int, int], None] | None = None,
+    sa_inputs: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Change of the target logit [B, SA depth + CA depth] when block k's residual branches are removed
     (gamma_1 = gamma_2 = 0; branch="attn" / "mlp": only one of them), blocks in model order, SA first.
 
     Each prefix runs once: one forward caches every block's input, then knocking out block k re-runs only
     the blocks after it (a CA knockout only the rest of the class stage); shared_prefix=False runs the
-    whole model once per block instead (the reference). on_block(done, total) is called after each block's
-    knockout (progress; an exception it raises stops the work)."""
+    whole model once per block instead (the reference). sa_inputs, the SA states of a pass already made on
+    x (`recorded_sa_inputs`), replaces that first forward. on_block(done, total) is called after each
+    block's knockout (progress; an exception it raises stops the work)."""
     _check_input(model, x)
     _check_class_stage(model)
     if branch not in BRANCH_GAMMAS:
         raise ValueError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
+    if sa_inputs is not None and not shared_prefix:
+        raise ValueError("sa_inputs replaces the shared prefix's forward; shared_prefix=False runs none")
     total = len(model.blocks) + len(model.blocks_token_only)
 
     def done(out: torch.Tensor, knocked: list[torch.Tensor]) -> None:
@@ -252,7 +282,7 @@ def knockout_profile(
         target = target.to(x.device).long().view(-1, 1)
         knocked: list[torch.Tensor] = []
         if shared_prefix:
-            inputs = _sa_inputs(model, x)
+            inputs = _sa_inputs(model, x) if sa_inputs is None else _checked_sa_inputs(model, x, sa_inputs)
             for k in range(len(model.blocks)):
                 done(_sa_knockout_logits(model, inputs, k, branch), knocked)
             states = _class_stage(model, inputs[-1])

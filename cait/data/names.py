@@ -1,0 +1,13 @@
+"""What the data commands need before any data is read, without torch: the built-in data's splits and native
+inputs, the scene styles (the flags' choices, so a command's --help imports no torch) and the error a bad data
+request raises."""
+
+from __future__ import annotations
+
+SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
+NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
+SCENE_STYLES = ("default", "varied")
+
+
+class DataError(ValueError):
+    """Data that cannot be used; the message is one line saying what to do."""
