@@ -90,7 +90,6 @@ class DetailsAsk:
     th_row: int  # the talking-heads query patch
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
-    open_tab: str  # the tab on show: the Causal tab is computed only when it is
     region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
 
     @property
@@ -326,15 +325,14 @@ class Handlers(MechanismsEvents):
         return out
 
     def details(self, **asked: Any) -> dict:
-        """After the first view of an image: the downloads, the residual ratios, the talking-heads tab, and the
-        Causal tab if it is the one open (else it waits until it is opened: `causal_opened`).
-        asked: the fields of `DetailsAsk`, by name."""
+        """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
+        talking-heads tab, about two forward passes in all (the SA distances take one); what costs more waits for
+        its tab (`open_tab_follow_up`). asked: the fields of `DetailsAsk`, by name."""
         p, ask = self.page, DetailsAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
             return gr.skip()
         loaded = self.cache.get(ask.choice)
-        causal = self._causal_numbers(loaded, a) if ask.open_tab == CAUSAL_TAB else None
         json_path = self._numbers_file(loaded, a)
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
         tiles = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*ask.look))
@@ -355,8 +353,15 @@ class Handlers(MechanismsEvents):
         out.update(self.region(a, ask.region_of, ask.region_share))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
-        out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))
         return out
+
+    def open_tab_follow_up(self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress()):
+        """After a new image's `details`: what the tab on show computes of it, at once and in an event of its own
+        (the Causal tab's view with its progress and Stop, the Mechanisms tab's lens); a tab not on show computes
+        its part once opened."""
+        if open_tab == CAUSAL_TAB:
+            return self.causal_opened(choice, a, None, request, progress)
+        return self.mechanisms_new_image(choice, a, open_tab)
 
     def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis, on_block=None):
         """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download;

@@ -155,12 +155,13 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
     look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
-    details = lambda a, tab: handlers.details(
-        choice=loaded.choice, analysis=a, region_of=region_of, open_tab=tab, **look
-    )
-    # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
-    out = details(a, CLASS_ATTENTION_TAB)
-    assert all(out[c] is None for c in p.causal_results) and a.causal is None
+    details = lambda a: handlers.details(choice=loaded.choice, analysis=a, region_of=region_of, **look)
+    # the follow-up leaves the Causal tab (and its numbers in the JSON) to the tab, and another tab open leaves it
+    # until it is opened
+    out = details(a)
+    assert not set(out) & set(p.causal_results) and a.causal is None
+    assert not set(handlers.open_tab_follow_up(loaded.choice, a, CLASS_ATTENTION_TAB)) & set(p.causal_results)
+    assert a.causal is None
     # the region of focus holds its own share of the mass (half), not the tiles' "keep all"
     assert out[p.sal_region].label.endswith(f"{explain.DEFAULT_SHARE:.0%} of its attention mass") and look["keep"] == 1
     data = json.loads(open(out[p.json_file]).read())
@@ -168,11 +169,12 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     opened = handlers.causal_opened(loaded.choice, a, None)
     assert opened[p.cz_state].target == a.top_class and "causal" in json.loads(open(opened[p.json_file]).read())
     assert isinstance(handlers.causal_opened(loaded.choice, a, opened[p.cz_state]), type(gr.skip()))  # on show
-    # the Causal tab open: the follow-up computes it
+    # the Causal tab open: the open tab's follow-up computes it, after the details
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = details(a, CAUSAL_TAB)
+    assert details(a)[p.cz_head] == 0
+    out = handlers.open_tab_follow_up(loaded.choice, a, CAUSAL_TAB)
     view = out[p.cz_state]
-    assert view.target == a.top_class and out[p.cz_head] == 0
+    assert view.target == a.top_class
     data = json.loads(open(out[p.json_file]).read())["causal"]
     assert data["target"] == a.top_class and np.allclose(data["heads"], view.heads)
     assert all(out[c] is not None for c in (p.cz_heads_plot, p.cz_maps, p.cz_top5, p.cz_knockout))
@@ -217,14 +219,14 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
         choice=loaded.choice,
         analysis=a,
         region_of=region_choices(loaded.cfg)[0],
-        open_tab=CAUSAL_TAB,
         **dict(zip(("cmap", "alpha", "scale", "view", "keep"), look)),
         th_row=2,
         th_col=2,
     )
     assert details[p.sal_class].value == details[p.cz_class].value == first
-    assert details[p.cz_state].target == first
-    assert json.loads(open(details[p.json_file]).read())["causal"]["target"] == first
+    causal = handlers.open_tab_follow_up(loaded.choice, a, CAUSAL_TAB)
+    assert causal[p.cz_state].target == first
+    assert json.loads(open(causal[p.json_file]).read())["causal"]["target"] == first
     run = list(
         handlers.saliency(
             choice=loaded.choice,
