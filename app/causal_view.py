@@ -15,9 +15,11 @@ import torch
 from PIL import Image
 
 from app.figures import image_under
+from app.models import LoadedModel
 from app.session import top_predictions
 from cait import explain
 from cait.explain.causal import BRANCH_GAMMAS
+from cait.figures import head_name
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
 from cait.preprocess import model_view, view_tensor
 
@@ -144,7 +146,7 @@ def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int, 
     fig = make_subplots(
         rows=1,
         cols=2,
-        subplot_titles=(f"CA{layer + 1} head {head + 1}: attention", "its write to the logit, per patch"),
+        subplot_titles=(f"{head_name(layer, head)}: attention", "its write to the logit, per patch"),
         horizontal_spacing=0.12,
     )
     hover = "row %{y}, column %{x}: %{z:.4f}<extra></extra>"
@@ -178,8 +180,21 @@ def reference_batch(paths: list[str], cfg) -> torch.Tensor:
     views = []
     for path in paths:
         with Image.open(path) as im:
-            views.append(view_tensor(model_view(im.convert("RGB" if cfg.in_chans == 3 else "L"), cfg), cfg))
+            views.append(view_tensor(model_view(im, cfg), cfg))  # model_view converts to the model's channels
     return torch.stack(views)
+
+
+def ablation_reference(loaded: LoadedModel, mode: str) -> torch.Tensor | None:
+    """What a head ablation of `mode` (one of ABLATIONS) replaces a head's output by the mean over: the model's
+    example images on its device; None for a zero ablation, and for a model without examples (zero then too)."""
+    if mode == ABLATIONS[0] or not loaded.examples:
+        return None
+    return reference_batch([path for path, _ in loaded.examples], loaded.cfg).to(loaded.device)
+
+
+def top_classes(logits: torch.Tensor, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
+    """The top-k of one image's logits [1, K] as the page's top-5 lists them (`session.top_predictions`)."""
+    return top_predictions(logits[0].float().softmax(-1).cpu().numpy(), labels, k)
 
 
 def ablation(
@@ -194,11 +209,7 @@ def ablation(
 ) -> dict[str, list[dict[str, Any]]]:
     """Top-k before and after removing CA layer `layer`'s head `head` (zero, or its mean over `reference`)."""
     out = explain.head_ablation(model, x, layer=layer, head=head, reference=reference)
-
-    def top(logits: torch.Tensor) -> list[dict[str, Any]]:
-        return top_predictions(logits[0].float().softmax(-1).cpu().numpy(), labels, k)
-
-    return {"before": top(out.before), "after": top(out.after)}
+    return {"before": top_classes(out.before, labels, k), "after": top_classes(out.after, labels, k)}
 
 
 def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[str, Any]:
@@ -230,19 +241,12 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
     }
 
 
-def api_numbers(model: torch.nn.Module, x: torch.Tensor, *, target: int, top_class: int) -> dict[str, Any]:
-    """`numbers` for the /analyze API's class `target` (-1: `top_class`); ValueError for a bad class."""
-    target = top_class if target < 0 else target
-    if not 0 <= target < model.cfg.num_classes:
-        raise ValueError(f"target must be in 0..{model.cfg.num_classes - 1} or -1, got {target}")
-    return numbers(model, x, compute(model, x, target))
-
-
-def top5_html(result: dict[str, list[dict[str, Any]]], layer: int, head: int) -> str:
-    """Before and after, side by side, as a small table."""
+def top5_html(result: dict[str, list[dict[str, Any]]], without: str) -> str:
+    """The top-5 before and after an ablation (`result`'s "before" and "after"), side by side as a small table;
+    `without` heads the second column ("without CA1 head 2")."""
     cell = lambda p: f"<td>{html.escape(p['label'])}</td><td>{p['probability']:.3f}</td>"  # noqa: E731
     rows = "".join(f"<tr>{cell(b)}{cell(a)}</tr>" for b, a in zip(result["before"], result["after"]))
     return (
-        f"<table class='causal-top5'><tr><th colspan=2>top-5</th><th colspan=2>without CA{layer + 1} head {head + 1}"
-        f"</th></tr>{rows}</table>"
+        f"<table class='causal-top5'><tr><th colspan=2>top-5</th><th colspan=2>{html.escape(without)}</th></tr>"
+        f"{rows}</table>"
     )

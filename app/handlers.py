@@ -17,7 +17,7 @@ import torch
 from gradio.data_classes import FileData
 
 import cait
-from app import causal_view, figures, session, texts, torch_thread
+from app import api, causal_view, figures, session, texts, torch_thread
 from app.images import ImageInputError
 from app.layout import (
     CAUSAL_TAB,
@@ -40,6 +40,7 @@ from cait.figures import (
     colour_bar,
     display_base,
     grid_columns,
+    head_name,
     layerscale_plot,
     residual_ratio_plot,
     tile_sheet,
@@ -406,12 +407,18 @@ class Handlers(MechanismsEvents):
         return evt.value
 
     def _numbers_file(self, loaded: LoadedModel, a: session.Analysis) -> str:
-        """All numbers as the JSON download: the analysis, LayerScale and, once computed, the causal view and the
-        last saliency run (each kept on the analysis, so that writing the file for one keeps the other)."""
+        """All numbers as the JSON download: the analysis, LayerScale and, once computed, the causal view, the
+        last saliency run, and the Mechanisms tab's last logit lens and patching run (each kept on the analysis,
+        so that writing the file for one keeps the others)."""
         data = session.numbers(loaded, a)
         data["layerscale"] = explain.layerscale_stats(loaded.model)
         # sections computed on demand: a reader of the file learns what is missing and how to get it
-        on_demand = {"causal": (a.causal, "open the Causal tab"), "saliency": (a.saliency, "run the Saliency tab")}
+        on_demand = {
+            "causal": (a.causal, "open the Causal tab"),
+            "saliency": (a.saliency, "run the Saliency tab"),
+            "logit_lens": (a.logit_lens, "open the Mechanisms tab"),
+            "patching": (a.patching, "run patching in the Mechanisms tab"),
+        }
         data["not_computed"] = {}
         for key, (section, how) in on_demand.items():
             if section is None:
@@ -469,7 +476,7 @@ class Handlers(MechanismsEvents):
         p, ask = self.page, SaliencyAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
-            yield {p.sal_msg: "**Analyse an image first** (pick an example or upload one)."}
+            yield {p.sal_msg: texts.NO_IMAGE}
             return
         if not ask.sal_methods:
             yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
@@ -559,16 +566,13 @@ class Handlers(MechanismsEvents):
 
     def causal_head_outputs(self, loaded: LoadedModel, a: session.Analysis, view, head: int, mode: str) -> dict:
         layer, head = divmod(int(head), loaded.cfg.num_heads)
-        reference = None
-        if mode != causal_view.ABLATIONS[0] and loaded.examples:
-            reference = causal_view.reference_batch([path for path, _ in loaded.examples], loaded.cfg)
-            reference = reference.to(loaded.device)
+        reference = causal_view.ablation_reference(loaded, mode)
         top5 = causal_view.ablation(
             loaded.model, a.x.to(loaded.device), layer=layer, head=head, labels=loaded.labels, reference=reference
         )
         return {
             self.page.cz_maps: causal_view.maps_figure(view, a.ca_maps[layer, head], layer, head, a.view),
-            self.page.cz_top5: causal_view.top5_html(top5, layer, head),
+            self.page.cz_top5: causal_view.top5_html(top5, f"without {head_name(layer, head)}"),
         }
 
     def causal_class(self, choice, a, target, head, mode) -> dict:
@@ -685,7 +689,8 @@ class Handlers(MechanismsEvents):
             if wanted.download and wanted.name:
                 report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")
                 # into the cache, which the load reads (nothing to do when shipped or cached); off the torch
-                # thread: other pages go on meanwhile
+                # thread: other pages go on meanwhile. The load asks for the status again (a fraction of a ms):
+                # after the download it is another one, "cached" with the file, which the Model tab shows
                 hub.fetch_weights(hub.weights_status(wanted.name), on_progress=report)
             loaded = torch_thread.call(self.cache.get, wanted)
         except (cait.CheckpointError, ValueError, OSError, RuntimeError) as e:
@@ -762,35 +767,16 @@ class Handlers(MechanismsEvents):
         {"method", "target", "options", "patch"}][, "causal"][, "logit_lens"][, "patching"]}; each of the last
         two has a "layout" key saying its arrays.
         """
+        asked = {name: value for name, value in locals().items() if name not in ("self", "image")}  # as published
         path = _payload_path(image)
         if path is None:
             raise _refused("no image given")
         loaded = self.cache.get(self.default)
         try:
-            a = session.analyse(loaded, path)
-            out = session.numbers(loaded, a)
-            out["methods"] = list(explain.METHODS)
-            if method:
-                options = explain.MethodOptions(
-                    ig_steps=int(ig_steps),
-                    ig_baseline=ig_baseline,
-                    signed=bool(signed),
-                    smoothgrad_samples=int(smoothgrad_samples),
-                    smoothgrad_stdev=float(smoothgrad_stdev),
-                    rollout_head_fusion=rollout_head_fusion,
-                    rollout_discard_ratio=float(rollout_discard_ratio),
-                )
-                out["attribution"] = session.attribution_for_api(
-                    loaded, a, method=method, target=int(target), options=options, seed=int(seed)
-                )
-            if causal:
-                x = a.x.to(loaded.device)
-                out["causal"] = causal_view.api_numbers(loaded.model, x, target=int(target), top_class=a.top_class)
-            out.update(self._mechanisms_numbers(loaded, a, target=int(target), lens=logit_lens, patching=patching))
+            return api.answer(loaded, path, **asked)
         except (ImageInputError, ValueError) as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
             raise _refused(f"{prefix}{e}") from None
-        return out
 
 
 def _refused(message: str) -> gr.Error:

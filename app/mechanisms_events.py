@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -17,10 +18,8 @@ from app import causal_view, mechanisms_view, session
 from app.images import ImageInputError
 from app.layout import MECHANISMS_TAB, causal_heads
 from app.models import LoadedModel, ModelChoice
+from app.texts import NO_IMAGE
 from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
-from cait.robustness import parse_corruption
-
-NO_IMAGE = "**Analyse an image first** (pick an example or upload one)."
 
 
 @dataclass(frozen=True)
@@ -55,15 +54,16 @@ def cost_markdown(loaded: LoadedModel, seconds: float) -> str:
 
 
 class MechanismsEvents:
-    """The Mechanisms tab's handlers (mixed into `Handlers`)."""
+    """The Mechanisms tab's handlers (mixed into `Handlers`, whose `_numbers_file` writes the JSON download)."""
 
     def _target(self, a: session.Analysis, asked: int | None, classes: int) -> int:
         return a.top_class if asked is None or not 0 <= int(asked) < classes else int(asked)
 
     def mechanisms_lens(self, loaded: LoadedModel, a: session.Analysis, target: int) -> dict:
-        """The lens figure of class `target` and the cost line of patching."""
+        """The lens figure of class `target`, the cost line of patching, and the JSON download rewritten with
+        the lens."""
         p, x = self.page, a.x.to(loaded.device)
-        numbers = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
+        numbers = a.logit_lens = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
         figure = lens_plotly(
             numbers["probability"],
             numbers["top1_label"],
@@ -71,7 +71,11 @@ class MechanismsEvents:
             target=loaded.labels[target],
             forms_at=numbers["forms_at"],
         )
-        return {p.mx_lens: figure, p.mx_cost: cost_markdown(loaded, _forward_seconds(loaded, x))}
+        return {
+            p.mx_lens: figure,
+            p.mx_cost: cost_markdown(loaded, _forward_seconds(loaded, x)),
+            p.json_file: self._numbers_file(loaded, a),
+        }
 
     def mechanisms_opened(self, choice, a, target) -> dict:
         """The tab opened (or a new image shown while it is open): the class menu, the heads to tick, the
@@ -116,16 +120,19 @@ class MechanismsEvents:
         ]
 
     def _second_run(self, loaded: LoadedModel, a: session.Analysis, ask: PatchAsk):
-        """(shown image, input [1, C, H, W]) of the corrupted run; ValueError/ImageInputError saying what is missing."""
+        """(shown image, input [1, C, H, W], where it came from as `mechanisms_view.patching_numbers` keywords)
+        of the corrupted run; ValueError/ImageInputError saying what is missing."""
         if ask.mx_source == mechanisms_view.SOURCES[0]:
-            return mechanisms_view.corrupted_input(a.view, loaded.cfg, ask.mx_corruption, int(ask.mx_severity))
+            corruption = (ask.mx_corruption, int(ask.mx_severity))
+            return (*mechanisms_view.corrupted_input(a.view, loaded.cfg, *corruption), {"corruption": corruption})
         path = ask.mx_example if ask.mx_source == mechanisms_view.SOURCES[1] else ask.mx_upload
         if not path:
             raise ValueError(
                 f"choose {'an example' if ask.mx_source == mechanisms_view.SOURCES[1] else 'a file'} "
                 "for the corrupted run"
             )
-        return mechanisms_view.second_input(path, loaded.cfg)
+        _, view, x = session.model_input(path, loaded.cfg)
+        return view, x, {"second_image": Path(path).name}
 
     def mechanisms_patch(self, **asked: Any) -> dict:
         """Activation patching of the chosen class's logit from this image into the second run: bars over depth
@@ -138,11 +145,12 @@ class MechanismsEvents:
         loaded = self.cache.get(ask.choice)
         target = self._target(a, ask.mx_class, loaded.cfg.num_classes)
         try:
-            shown, corrupted = self._second_run(loaded, a, ask)
+            shown, corrupted, origin = self._second_run(loaded, a, ask)
         except (ValueError, ImageInputError) as e:
             return {p.mx_msg: f"**Cannot patch:** {e}"}
+        x, corrupted = a.x.to(loaded.device), corrupted.to(loaded.device)
         try:
-            n = mechanisms_view.patching(loaded.model, a.x.to(loaded.device), corrupted.to(loaded.device), target)
+            n = a.patching = mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)
         except ValueError as e:  # a model without CaiT's class-attention stage
             return {p.mx_msg: f"**Cannot patch:** {e}"}
         label, cfg = loaded.labels[target], loaded.cfg
@@ -153,6 +161,7 @@ class MechanismsEvents:
         )
         return {
             p.mx_msg: "",
+            p.json_file: self._numbers_file(loaded, a),
             p.mx_second: shown,
             p.mx_patch: patching_plotly(
                 np.array(n["blocks"]),
@@ -167,27 +176,6 @@ class MechanismsEvents:
             ),
         }
 
-    def _mechanisms_numbers(
-        self, loaded: LoadedModel, a: session.Analysis, *, target: int, lens: bool, patching: str
-    ) -> dict[str, Any]:
-        """The /analyze API's opt-in sections: "logit_lens" and "patching" (under the corruption "NAME:SEVERITY")
-        of class `target` (-1: the top prediction); ValueError in one line for a bad class or corruption."""
-        if target >= loaded.cfg.num_classes or target < -1:
-            raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
-        target = a.top_class if target < 0 else target
-        x, out = a.x.to(loaded.device), {}
-        if lens:
-            out["logit_lens"] = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
-        if patching:
-            name, severity = parse_corruption(patching)
-            _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, name, severity)
-            out["patching"] = {
-                "corruption": name,
-                "severity": severity,
-                **mechanisms_view.patching(loaded.model, x, corrupted.to(loaded.device), target),
-            }
-        return out
-
     def mechanisms_ablate(self, choice, a, target, ticked, mode) -> dict:
         """The ticked heads removed together: Δlogit of the chosen class and the new top-5."""
         p = self.page
@@ -196,10 +184,7 @@ class MechanismsEvents:
         if not ticked:
             return {p.mx_ablation: "<p><b>Tick at least one head.</b></p>"}
         loaded = self.cache.get(choice)
-        reference = None
-        if mode != causal_view.ABLATIONS[0] and loaded.examples:
-            reference = causal_view.reference_batch([path for path, _ in loaded.examples], loaded.cfg)
-            reference = reference.to(loaded.device)
+        reference = causal_view.ablation_reference(loaded, mode)
         result = mechanisms_view.set_ablation(
             loaded.model,
             a.x.to(loaded.device),

@@ -14,10 +14,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from app.images import load_image
+from app.causal_view import top5_html, top_classes
 from cait import explain
 from cait.corruptions import corrupt
-from cait.preprocess import model_view, normalise, view_pixels, view_tensor
+from cait.figures import head_name
+from cait.preprocess import normalise, view_pixels
 
 SOURCES = ("this image, corrupted", "an example", "an upload")  # where the corrupted run's image comes from
 CORRUPTION_SEED = 0  # the corruption's random draws: the same image and choice give the same numbers
@@ -54,13 +55,6 @@ def corrupted_input(view: Image.Image, cfg, name: str, severity: int) -> tuple[I
     return shown, normalise(pixels, cfg)
 
 
-def second_input(path: str, cfg) -> tuple[Image.Image, torch.Tensor]:
-    """Another image file as the model sees it (decoded safely: ImageInputError for a bad file)."""
-    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
-    view = model_view(decoded.image, cfg)
-    return view, view_tensor(view, cfg)[None]
-
-
 def patching_forwards(cfg) -> int:
     """About how many forward passes `patching` costs: per block and per CA head together SA depth + 4 to + 6
     measured (benchmarks/README.md: per block 25.5 for 24 SA blocks, 11.3 for 8; per head 2.1-2.4)."""
@@ -93,6 +87,22 @@ def patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tenso
     }
 
 
+def patching_numbers(
+    model: torch.nn.Module,
+    clean: torch.Tensor,
+    corrupted: torch.Tensor,
+    target: int,
+    *,
+    corruption: tuple[str, int] | None = None,
+    second_image: str | None = None,
+) -> dict[str, Any]:
+    """`patching`'s numbers headed by where the corrupted run came from: "corruption" and "severity" when it is
+    this image under that ImageNet-C corruption, else "second_image", the other image's file name. The layout
+    of /analyze's "patching" answer and of the JSON download's."""
+    origin = {"corruption": corruption[0], "severity": corruption[1]} if corruption else {"second_image": second_image}
+    return {**origin, **patching(model, clean, corrupted, target)}
+
+
 def head_pairs(indices: list[int], heads: int) -> list[tuple[int, int]]:
     """The ticked heads (layer * heads + head, as `layout.causal_heads` numbers them) as (layer, head) pairs."""
     return [divmod(int(i), heads) for i in indices]
@@ -111,29 +121,21 @@ def set_ablation(
     `reference`), and the change of class `target`'s logit."""
     out = explain.head_ablation(model, x, heads=heads, reference=reference)
     t = torch.tensor([int(target)], device=x.device)
-
-    def top(logits: torch.Tensor) -> list[dict[str, Any]]:
-        values, order = logits[0].float().softmax(-1).topk(min(TOP, logits.shape[-1]))
-        return [{"index": int(i), "label": labels[i], "probability": float(v)} for v, i in zip(values, order)]
-
     return {
         "heads": [list(pair) for pair in out.heads],
         "target": int(target),
         "target_label": labels[int(target)],
         "delta_logit": float(out.delta(t)[0]),
-        "before": top(out.before),
-        "after": top(out.after),
+        "before": top_classes(out.before, labels, TOP),
+        "after": top_classes(out.after, labels, TOP),
     }
 
 
 def ablation_html(result: dict[str, Any], mode: str) -> str:
     """The Δlogit line and the top-5 before and after, side by side."""
-    named = ", ".join(f"CA{layer + 1} head {head + 1}" for layer, head in result["heads"])
+    named = ", ".join(head_name(layer, head) for layer, head in result["heads"])
     label = result["target_label"]
-    cell = lambda p: f"<td>{html.escape(p['label'])}</td><td>{p['probability']:.3f}</td>"  # noqa: E731
-    rows = "".join(f"<tr>{cell(b)}{cell(a)}</tr>" for b, a in zip(result["before"], result["after"]))
     return (
         f"<p>Without {html.escape(named)} ({html.escape(mode)}): Δlogit of '{html.escape(label)}' "
-        f"<b>{result['delta_logit']:+.3f}</b></p><table class='causal-top5'><tr><th colspan=2>top-5</th>"
-        f"<th colspan=2>without the ticked heads</th></tr>{rows}</table>"
+        f"<b>{result['delta_logit']:+.3f}</b></p>{top5_html(result, 'without the ticked heads')}"
     )

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from app.images import load_image
+from app.images import DecodedImage, load_image
 from app.models import LoadedModel, ModelChoice
 from cait import explain
 from cait.explain import ClassAttention, MethodOptions
@@ -50,6 +50,9 @@ class Analysis:
     sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
     saliency: list[dict[str, Any]] | None = None  # the last saliency run's numbers (the download), once computed
+    # the Mechanisms tab's last logit lens and patching run, as /analyze answers them (the download), once computed
+    logit_lens: dict[str, Any] | None = None
+    patching: dict[str, Any] | None = None
 
     @property
     def top_class(self) -> int:
@@ -69,12 +72,18 @@ def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_pro
     return StageMaps(layer, as_numpy(raw), as_numpy(after_proj_l), as_numpy(after_proj_w))
 
 
+def model_input(path: str, cfg) -> tuple[DecodedImage, Image.Image, torch.Tensor]:
+    """An image file decoded safely (ImageInputError for a bad one), what the model sees of it (`model_view`),
+    and that as the model's input [1, C, H, W]."""
+    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
+    view = model_view(decoded.image, cfg)
+    return decoded, view, view_tensor(view, cfg)[None]
+
+
 def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
     """Decode `path` safely and run one insight forward pass. Raises ImageInputError for bad files."""
     cfg = loaded.cfg
-    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
-    view = model_view(decoded.image, cfg)
-    x = view_tensor(view, cfg)[None]
+    decoded, view, x = model_input(path, cfg)
     sa_layer = min(max(int(sa_layer), 0), cfg.depth - 1)
     start = time.perf_counter()
     with loaded.forward_only():
@@ -309,14 +318,20 @@ def regions_of_focus(
     return mask[0], tuple(boxes[0].tolist())
 
 
+def api_target(a: Analysis, target: int, classes: int) -> int:
+    """The class an /analyze call's `target` names: -1 the top prediction, else itself; ValueError in one line
+    for any other number."""
+    if not -1 <= target < classes:
+        raise ValueError(f"target must be in 0..{classes - 1} or -1, got {target}")
+    return a.top_class if target == -1 else target
+
+
 def attribution_for_api(
     loaded: LoadedModel, a: Analysis, *, method: str, target: int, options: MethodOptions, seed: int = DEFAULT_SEED
 ) -> dict[str, Any]:
     """One saliency map for the /analyze API: {"method", "target", "options", "patch" [row][col]}, SmoothGrad's
     noise drawn from `seed`. ValueError for a bad method, class or option, with the choices."""
-    target = a.top_class if target < 0 else target
-    if not 0 <= target < loaded.cfg.num_classes:
-        raise ValueError(f"target must be in 0..{loaded.cfg.num_classes - 1} or -1, got {target}")
+    target = api_target(a, target, loaded.cfg.num_classes)
     name = explain.METHODS.canonical(method)
     with seeded(seed, loaded.device):
         heat = explain.saliency_map(

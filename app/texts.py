@@ -11,6 +11,8 @@ from cait.robustness import headline
 if TYPE_CHECKING:
     from cait.hub import WeightsStatus
 
+NO_IMAGE = "**Analyse an image first** (pick an example or upload one)."  # a tab's run asked without an image
+
 DATA_NAMES = {
     "fashion-mnist-scenes": f"Fashion-MNIST scenes ({SCENE_SIDE} px canvases of garments pasted on clutter)",
     "fashion-mnist": "Fashion-MNIST (grey 28x28 garments)",

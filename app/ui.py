@@ -91,7 +91,8 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
         )
 
 
-MECHANISMS_OPENED = ("mx_class", "mx_heads", "mx_example", "mx_msg", "mx_lens", "mx_cost")  # what opening it writes
+# what opening the Mechanisms tab writes (the download too: it gets the lens)
+MECHANISMS_OPENED = ("mx_class", "mx_heads", "mx_example", "mx_msg", "mx_lens", "mx_cost", "json_file")
 
 
 def _wire_mechanisms(p: layout.Page, h: Handlers) -> None:
@@ -99,7 +100,10 @@ def _wire_mechanisms(p: layout.Page, h: Handlers) -> None:
     opened = [getattr(p, name) for name in MECHANISMS_OPENED]
     p.mechanisms_tab.select(on_torch(h.mechanisms_opened), [p.choice, p.analysis, p.mx_class], opened, **MODEL_EVENTS)
     p.mx_class.input(
-        on_torch(h.mechanisms_class), [p.choice, p.analysis, p.mx_class], [p.mx_lens, p.mx_cost], **MODEL_EVENTS
+        on_torch(h.mechanisms_class),
+        [p.choice, p.analysis, p.mx_class],
+        [p.mx_lens, p.mx_cost, p.json_file],
+        **MODEL_EVENTS,
     )
     p.mx_source.change(
         h.mechanisms_source,
@@ -111,7 +115,7 @@ def _wire_mechanisms(p: layout.Page, h: Handlers) -> None:
     p.mx_patch_run.click(
         on_torch(h.mechanisms_patch),
         inputs_kwargs=p.named(PatchAsk),  # by name: the handler gets each as the keyword of its name
-        outputs=[p.mx_msg, p.mx_second, p.mx_patch, p.mx_patch_heads],
+        outputs=[p.mx_msg, p.json_file, p.mx_second, p.mx_patch, p.mx_patch_heads],
         show_progress_on=[p.mx_patch],
         **MODEL_EVENTS,
     )
@@ -184,7 +188,7 @@ def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, dem
         **MODEL_EVENTS,
     )
     # then, in an event of its own so that the page is interactive meanwhile, what the open tab computes
-    in_open_tab = [*p.causal_results, p.json_file, p.cz_cost, *(getattr(p, name) for name in MECHANISMS_OPENED)]
+    in_open_tab = [*p.causal_results, p.cz_cost, *(getattr(p, name) for name in MECHANISMS_OPENED)]
     open_tab = dict(
         fn=on_torch(h.open_tab_follow_up),
         inputs=[p.choice, p.analysis, p.open_tab],

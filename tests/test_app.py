@@ -248,6 +248,30 @@ def test_server_binds_localhost_and_documents_analyze(server):
     assert [p["parameter_name"] for p in api["named_endpoints"]["/analyze"]["parameters"]][:2] == ["image", "method"]
 
 
+def test_analyze_publishes_its_keywords_and_defaults(server):
+    """The API's signature is a promise to its callers: every keyword, in order, with its default."""
+    api = server["client"].view_api(return_format="dict", print_info=False)
+    parameters = api["named_endpoints"]["/analyze"]["parameters"]
+    published = [(p["parameter_name"], p.get("parameter_default")) for p in parameters]
+    options = explain.MethodOptions()
+    assert published == [
+        ("image", None),
+        ("method", ""),
+        ("target", -1),
+        ("ig_steps", options.ig_steps),
+        ("causal", False),
+        ("ig_baseline", options.ig_baseline),
+        ("signed", options.signed),
+        ("smoothgrad_samples", options.smoothgrad_samples),
+        ("smoothgrad_stdev", options.smoothgrad_stdev),
+        ("rollout_head_fusion", options.rollout_head_fusion),
+        ("rollout_discard_ratio", options.rollout_discard_ratio),
+        ("seed", 0),
+        ("logit_lens", False),
+        ("patching", ""),
+    ]
+
+
 def scene_images(tmp: Path, n: int) -> list[Path]:
     """n different test images: the shipped examples if any, padded with random colour scenes."""
     shipped = sorted((Path(cait.__file__).parent / "examples").glob("*.png"))[:n]

@@ -4,6 +4,9 @@ top-5 is that of a twin model with those heads' outputs zeroed by hooks, and bad
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import gradio as gr
 import numpy as np
 import pytest
@@ -145,6 +148,26 @@ def test_analyze_opts_into_the_lens_and_patching_by_keyword(setup):
     for bad in ("gaussian_noise", "fog:3", "gaussian_noise:9"):
         with pytest.raises(gr.Error):
             handlers.analyze({"path": examples[0]}, patching=bad)
+
+
+def test_the_download_holds_the_tabs_lens_and_patching_as_analyze_gives_them(setup):
+    handlers, loaded, _, examples = setup
+    p, a = handlers.page, session.analyse(loaded, examples[0])  # nothing computed on it yet
+    read = lambda out: json.loads(Path(out[p.json_file]).read_text())  # noqa: E731
+    missing = json.loads(Path(handlers._numbers_file(loaded, a)).read_text())["not_computed"]
+    assert "Mechanisms tab" in missing["logit_lens"] and "Mechanisms tab" in missing["patching"]
+    target = int(np.argsort(a.probs)[-2])  # another class than the top one
+    lensed = read(handlers.mechanisms_opened(a.choice, a, target))
+    asked = handlers.analyze({"path": examples[0]}, target=target, logit_lens=True, patching="contrast:4")
+    assert lensed["logit_lens"] == asked["logit_lens"] and "logit_lens" not in lensed["not_computed"]
+    assert "patching" not in lensed and "patching" in lensed["not_computed"]
+    patched = read(patch(handlers, a, mx_class=target, mx_corruption="contrast", mx_severity=4))
+    assert patched["patching"] == asked["patching"] and list(patched["not_computed"]) == ["causal", "saliency"]
+    assert patched["logit_lens"] == asked["logit_lens"]  # the lens stays when patching rewrites the file
+    # another class's lens replaces it; an example as the corrupted run is named by its file
+    assert read(handlers.mechanisms_class(a.choice, a, a.top_class))["logit_lens"]["target"] == a.top_class
+    other = read(patch(handlers, a, mx_source=SOURCES[1], mx_example=examples[1]))["patching"]
+    assert other["second_image"] == Path(examples[1]).name and "corruption" not in other
 
 
 def test_gradient_rollout_is_in_the_saliency_tab_and_scored(setup):
