@@ -34,6 +34,7 @@ from app.mechanisms_events import MechanismsEvents
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
+from cait.explain import hooks
 from cait.figures import (
     attention_tile,
     attention_tiles,
@@ -375,23 +376,29 @@ class Handlers(MechanismsEvents):
         return self.causal_outputs(loaded, a, causal, 0, causal_view.ABLATIONS[0])
 
     def causal_opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
-        """The Causal tab opened: its view of the image's top class, computed now unless it is on show already
-        (an open tab gets it with the downloads), and the JSON download rewritten with its numbers. Progress is
-        told block by block; the Stop button (`causal_stop`) ends the work after the block under way, which
-        frees the model queue."""
+        """The Causal tab opened: its view of the image's top class, computed now unless it is on show already,
+        and the JSON download rewritten with its numbers. Progress is told block by block; the Stop button
+        (`causal_stop`) ends the work before the next block the model runs, which frees the model queue."""
         if a is None or a.choice != choice or shown is not None:
             return gr.skip()
         loaded = self.cache.get(choice)
         stop = self._stops.setdefault(getattr(request, "session_hash", None), threading.Event())
         stop.clear()
+        knocked = [0, loaded.cfg.depth + loaded.cfg.depth_token_only]  # knockouts done, of how many
 
         def on_block(done: int, total: int) -> None:
-            if stop.is_set():
-                raise _Stopped(f"**Stopped** after {done - 1} of {total} knockouts; open the tab again to compute it.")
+            knocked[:] = done, total
             progress((done, total), desc="knocking out block by block", unit="blocks")
 
+        def stopped() -> None:
+            if stop.is_set():
+                done, total = knocked
+                raise _Stopped(f"**Stopped** after {done} of {total} knockouts; open the tab again to compute it.")
+
+        progress((0, knocked[1]), desc="attributing the logit and ablating each head", unit="blocks")
         try:
-            out = self._causal_first(loaded, a, self._causal_numbers(loaded, a, on_block))
+            with hooks.before_each([*loaded.model.blocks, *loaded.model.blocks_token_only], stopped):
+                out = self._causal_first(loaded, a, self._causal_numbers(loaded, a, on_block))
         except _Stopped as e:
             log.info("causal view stopped by its page")
             return {self.page.cz_cost: str(e)}
@@ -399,7 +406,7 @@ class Handlers(MechanismsEvents):
         return out
 
     def causal_stop(self, request: gr.Request | None = None) -> None:
-        """The Stop button: the Causal tab's computation of this page ends after the block under way."""
+        """The Stop button: the Causal tab's computation of this page ends before the next block the model runs."""
         self._stops.setdefault(getattr(request, "session_hash", None), threading.Event()).set()
 
     @staticmethod

@@ -278,18 +278,27 @@ def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
     told = []
     a = session.analyse(loaded, str(read_examples()[0].path))
     out = handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
-    assert told == [(k, blocks) for k in range(1, blocks + 1)] and out[p.cz_state] is not None
+    assert told == [(k, blocks) for k in range(0, blocks + 1)] and out[p.cz_state] is not None
 
-    def stop_after_two(done, **kw):  # the Stop button pressed while the second block is knocked out
+    def stop_after_two(done, **kw):  # the Stop button pressed once the second block is knocked out
         told.append(done)
         if done[0] == 2:
             handlers.causal_stop(page)
 
-    told.clear()
+    # the Stop is heard before the next block the model runs, not after the pass under way
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = handlers.causal_opened(loaded.choice, a, None, page, stop_after_two)
-    assert told == [(1, blocks), (2, blocks)] and set(out) == {p.cz_cost}
+    after_stop = []
+    model_blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
+    told.clear()
+    ran = [b.register_forward_hook(lambda *_: after_stop.append(told[-1] == (2, blocks))) for b in model_blocks]
+    try:
+        out = handlers.causal_opened(loaded.choice, a, None, page, stop_after_two)
+    finally:
+        for handle in ran:
+            handle.remove()
+    assert told == [(0, blocks), (1, blocks), (2, blocks)] and set(out) == {p.cz_cost}
     assert out[p.cz_cost].startswith("**Stopped** after 2 of") and a.causal is None
+    assert after_stop and not any(after_stop)  # blocks ran before the Stop, none after it
     other = SimpleNamespace(session_hash="page-2")  # another page's Stop does not stop this one
     handlers.causal_stop(other)
     assert handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
