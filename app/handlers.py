@@ -288,8 +288,9 @@ class Handlers(MechanismsEvents):
     # ------------------------------------------------------------------------ a new image
 
     def image_changed(self, image: object, shown: tuple) -> dict:
-        """The image box emptied: by its remove button, or by the browser refusing a file over the upload limit,
-        which sends no clear event. The last image's results go with it; a new image changes nothing here."""
+        """The image box emptied: by its remove button, or by the browser refusing a file over what the server
+        takes (`layout.MAX_RECEIVED_MB`), which sends no clear event. The last image's results go with it; a new
+        image changes nothing here."""
         if image is not None:
             return {c: gr.skip() for c in self.page.results}
         return self.cleared(shown)
@@ -462,9 +463,13 @@ class Handlers(MechanismsEvents):
         return self._analysed(loaded, a, look, shown, uploaded=uploaded, selected=selected)
 
     def on_upload(self, choice, shown, payload, cmap, alpha, scale, view, keep, th_layer) -> dict:
-        return self.analyse_path(
+        """An uploaded file analysed (or refused, in the status line); no example is highlighted any more."""
+        out = self.analyse_path(
             choice, _payload_path(payload), (cmap, alpha, scale, view, keep), th_layer, shown, uploaded=True
         )
+        # its props only, the examples stay; a component, not gr.update, which drops a None
+        out[self.page.examples] = gr.Gallery(selected_index=None)
+        return out
 
     def on_example(self, choice, shown, cmap, alpha, scale, view, keep, th_layer, evt: gr.SelectData) -> dict:
         path = evt.value["image"]["path"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+MAX_UPLOAD_MB = 20  # larger files are refused unread, with the same message as any other file that fails
 MAX_PIXELS = 40_000_000  # refuse larger images before decoding (a 40 MP photo decodes to ~120 MB RGB)
 MAX_SIDE = 2048  # larger images are downscaled first: the models see at most 448 px anyway
 MAX_ASPECT = 4.0  # longer images are centre-cropped to this ratio first (see `_crop_aspect`)
@@ -32,8 +33,11 @@ class DecodedImage:
     notes: list[str] = field(default_factory=list)  # what was done to get a correct result
 
 
-def load_image(path: str | os.PathLike, *, max_pixels: int = MAX_PIXELS, mode: str = "RGB") -> DecodedImage:
-    """Open `path` defensively and return it converted to `mode` ("RGB" or "L")."""
+def load_image(
+    path: str | os.PathLike, *, max_pixels: int = MAX_PIXELS, max_mb: float = MAX_UPLOAD_MB, mode: str = "RGB"
+) -> DecodedImage:
+    """Open `path` defensively and return it converted to `mode` ("RGB" or "L"); a file over `max_mb` MB is
+    refused before it is opened."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -41,6 +45,10 @@ def load_image(path: str | os.PathLike, *, max_pixels: int = MAX_PIXELS, mode: s
         raise ImageInputError(f"the uploaded file could not be read ({path.name}).") from None
     if size == 0:
         raise ImageInputError("the uploaded file is empty (0 bytes).")
+    if size > max_mb * 2**20:
+        raise ImageInputError(
+            f"the file is {size / 2**20:.1f} MB, larger than this app's limit of {max_mb:g} MB, so it was not read."
+        )
     with warnings.catch_warnings():
         # Pillow warns above its own bomb limit and raises above twice that; we check our own lower limit.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -10,14 +10,17 @@ import gradio as gr
 
 import cait
 from app import causal_view, dataset_view, figures, mechanisms_view, session, texts
+from app.images import MAX_UPLOAD_MB
 from app.models import LoadedModel, ModelChoice
 from app.workdir import FILE_TTL
 from cait import explain, hub
 from cait.figures.attention import head_name
 
 CLASS_ATTENTION_TAB, CAUSAL_TAB, MECHANISMS_TAB = "Class attention", "Causal", "Mechanisms"  # labels handlers compare
-MAX_UPLOAD_MB = 20  # larger uploads are refused by the server before any handler runs
-MAX_UPLOAD = f"{MAX_UPLOAD_MB}mb"
+# The server takes files up to this size, well over MAX_UPLOAD_MB, so that a file a little too large reaches the
+# upload handler, which refuses it in the status line like any file that fails. Gradio's browser check refuses
+# only beyond it (a red error toast): each upload's disk stays bounded (Gradio streams it to a file, not memory).
+MAX_RECEIVED_MB = 5 * MAX_UPLOAD_MB
 STATE_TTL = 3600  # seconds a session's analysis is kept
 MAX_CA_LAYERS = 4  # class-attention galleries on the page (CaiT has 2 CA layers; ablations may differ)
 SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
@@ -137,7 +140,10 @@ class Page:
     @property
     def results(self) -> list:
         """What analysing an image writes: its results in every tab (all of them, none left to be skipped:
-        Gradio rebuilds a skipped output's component as if its props had changed)."""
+        Gradio rebuilds a skipped output's component as if its props had changed). The class menus are among
+        them: the first view empties their value only (the choices, 1000 for ImageNet, are sent by `details` with
+        the new image's class), so an image that failed keeps no class of the last one, and a new one starts from
+        its top class."""
         return [
             self.analysis,
             self.selected,
@@ -149,6 +155,7 @@ class Page:
             self.ca_big,
             self.head_stats,
             self.colour_bar,
+            self.sal_class,
             self.sal_msg,
             self.sal_gallery,
             self.sal_bar,
@@ -161,7 +168,9 @@ class Page:
             self.th_plot,
             self.th_pick,
             self.cz_cost,
+            self.cz_class,
             *self.causal_results,
+            self.mx_class,
             *self.mechanism_results,
             *self.ca_galleries,
         ]
@@ -623,6 +632,11 @@ CSS = """
 /* the model card's key column keeps its words whole beside a long value (it was crushed letter by letter) */
 #card_md table td:first-child { min-width: 11rem; word-break: normal; overflow-wrap: normal; }
 #card_md table td:last-child { overflow-wrap: anywhere; }
+/* a checked radio under the mouse keeps its fill and border. Gradio's `input:hover:not([disabled])` comes after
+   its `input:checked:hover` and is as specific, so once a clicked radio lost focus (Tab, a key on another control)
+   with the mouse still on it, it was drawn white and borderless, as if unchecked */
+input[type=radio]:checked:hover:not([disabled]) {
+    border-color: var(--checkbox-border-color-selected); background-color: var(--checkbox-background-color-selected); }
 """
 
 __all__ = [
@@ -632,7 +646,8 @@ __all__ = [
     "CSS",
     "GalleryProps",
     "MAX_CA_LAYERS",
-    "MAX_UPLOAD",
+    "MAX_RECEIVED_MB",
+    "MAX_UPLOAD_MB",
     "Page",
     "ModelChoice",
     "SCALES",

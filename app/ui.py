@@ -205,7 +205,7 @@ def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, dem
     p.image_in.upload(
         on_torch(h.on_upload),
         [p.choice, p.ca_props, p.image_in, *view],
-        p.results,
+        [*p.results, p.examples],
         preprocess=False,
         **progress,
         **MODEL_EVENTS,
@@ -263,7 +263,7 @@ def launch(
         share=False,
         theme=gr.themes.Default(**THEME),
         css=layout.CSS,
-        max_file_size=layout.MAX_UPLOAD,
+        max_file_size=layout.MAX_RECEIVED_MB * 2**20,  # larger than we analyse: see layout.MAX_RECEIVED_MB
         ssr_mode=False,
         show_error=True,
         prevent_thread_lock=True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import os
 import socket
 import struct
 import threading
@@ -157,6 +158,19 @@ def test_unreadable_files_get_a_clear_message(tmp_path, name, content, message):
     path.write_bytes(content)
     with pytest.raises(ImageInputError, match=message):
         load_image(path)
+
+
+def test_a_file_over_the_upload_limit_is_refused_unread(tmp_path):
+    from app.images import MAX_UPLOAD_MB
+
+    big = tmp_path / "big.png"
+    big.write_bytes(png_claiming(64, 64))
+    os.truncate(big, int((MAX_UPLOAD_MB + 0.5) * 2**20))  # sparse: a real header, then zeros no decoder reaches
+    with pytest.raises(ImageInputError, match=rf"20\.5 MB, larger than this app's limit of {MAX_UPLOAD_MB} MB"):
+        load_image(big)
+    os.truncate(big, MAX_UPLOAD_MB * 2**20)  # at the limit: read (and found truncated)
+    with pytest.raises(ImageInputError, match="truncated"):
+        load_image(big)
 
 
 def test_truncated_file_gets_a_clear_message(tmp_path):
@@ -486,11 +500,18 @@ def test_a_bad_analyze_call_logs_one_line(server, capfd, caplog):
 
 
 def test_uploads_above_the_size_limit_are_refused(server):
+    """Over the limit, the file is refused by the handler, with the UI's message; over what the server takes at
+    all (`layout.MAX_RECEIVED_MB`), by the server before any handler runs."""
     from gradio_client import handle_file
 
+    from app.layout import MAX_RECEIVED_MB, MAX_UPLOAD_MB
+
     big = server["tmp"] / "big.png"
-    big.write_bytes(b"\0" * (21 * 1024 * 1024))
-    with pytest.raises(Exception, match="(?i)size|large|exceed|413"):
+    big.write_bytes(b"\0" * ((MAX_UPLOAD_MB + 1) * 2**20))
+    with pytest.raises(Exception, match=f"larger than this app's limit of {MAX_UPLOAD_MB} MB"):
+        server["client"].predict(handle_file(str(big)), api_name="/analyze")
+    os.truncate(big, (MAX_RECEIVED_MB + 1) * 2**20)
+    with pytest.raises(Exception, match="(?i)maximum (allowed |file )?size|413"):
         server["client"].predict(handle_file(str(big)), api_name="/analyze")
     path = scene_images(server["tmp"], 1)[0]  # and the next request is served
     check_answer(server["client"].predict(handle_file(str(path)), api_name="/analyze"), server["loaded"], path)

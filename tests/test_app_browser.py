@@ -241,22 +241,96 @@ def test_truncated_and_empty_uploads_leave_no_error_state(page):
     pick_example(page, 1)
 
 
-def test_a_refused_large_upload_takes_the_old_results_with_it(page):
-    """The browser refuses a file over the upload limit and empties the image box without a clear event: the
-    last image's results must not stay beside the empty box."""
+CLASS_MENUS = ("sal_class", "cz_class", "mx_class")  # the Saliency, Causal and Mechanisms tabs' class menus
+CHOSEN_EXAMPLE = "#examples .thumbnail-item.selected"
+
+
+def test_a_failed_upload_empties_the_class_menus_and_the_examples_highlight(page):
+    """The class menus of every tab lose the previous image's class with its other results, and the example
+    clicked before is no longer highlighted beside the file that failed."""
+    page.get_by_role("tab", name="Class attention").click()
+    pick_example(page, 0)
+    expect(page.locator(CHOSEN_EXAMPLE)).to_have_count(1)
+    for tab, menu in zip(("Saliency", "Causal", "Mechanisms"), CLASS_MENUS):
+        page.get_by_role("tab", name=tab).click()  # a tab's menu is drawn once the tab is opened
+        expect(page.locator(f"#{menu} input")).not_to_have_value("")
+    bad = page.tmp / "notes.png"
+    bad.write_text("not really a picture\n" * 20)
+    upload_and_settle(page, bad, events=3)  # the analysis, its follow-up, the open Mechanisms tab's
+    expect(page.locator("#status")).to_contain_text("Could not analyse this file")
+    for menu in CLASS_MENUS:
+        expect(page.locator(f"#{menu} input")).to_have_value("")
+    expect(page.locator(CHOSEN_EXAMPLE)).to_have_count(0)
+    page.get_by_role("tab", name="Class attention").click()
+    page.locator("#image_in button[aria-label='Remove Image']").click()
+    pick_example(page, 1)
+
+
+def test_a_27_mb_upload_is_refused_calmly_in_the_status_line(page):
+    """A file over the limit is one message in the status line, as for any file that fails: no error toast, no
+    failed request, and the last image's results go."""
     from app.layout import MAX_UPLOAD_MB
 
     page.get_by_role("tab", name="Class attention").click()
     pick_example(page, 0)
+    expect(page.locator(CHOSEN_EXAMPLE)).to_have_count(1)
+    errors: list[str] = []
+    on_console = lambda m: errors.append(m.text) if m.type == "error" else None
+    on_response = lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None
+    page.on("console", on_console)
+    page.on("response", on_response)
+    try:
+        big = page.tmp / "photo.png"
+        big.write_bytes(b"\x89PNG" + bytes(27 * 2**20 - 4))
+        upload_and_settle(page, big)
+        expect(page.locator("#status")).to_contain_text(f"27.0 MB, larger than this app's limit of {MAX_UPLOAD_MB} MB")
+        expect(grid_images(page)).to_have_count(0)
+        expect(page.locator(CHOSEN_EXAMPLE)).to_have_count(0)
+        assert_no_error_state(page, page.tmp / "server.log")
+        assert errors == []
+    finally:
+        page.remove_listener("console", on_console)
+        page.remove_listener("response", on_response)
+    page.locator("#image_in button[aria-label='Remove Image']").click()
+    pick_example(page, 1)
+
+
+def test_a_file_over_what_the_server_takes_takes_the_old_results_with_it(page):
+    """Beyond what the server takes, the browser refuses the file and empties the image box without a clear
+    event: the last image's results must not stay beside the empty box."""
+    from app.layout import MAX_RECEIVED_MB
+
+    page.get_by_role("tab", name="Class attention").click()
+    pick_example(page, 0)
     expect(grid_images(page)).not_to_have_count(0)
-    big = page.tmp / "huge.png"
-    big.write_bytes(b"\x89PNG" + bytes((MAX_UPLOAD_MB + 1) * 2**20))
-    page.locator("#image_in input[type=file]").set_input_files(str(big))
+    huge = page.tmp / "huge.png"
+    huge.write_bytes(b"\x89PNG")
+    os.truncate(huge, (MAX_RECEIVED_MB + 1) * 2**20)  # sparse: the browser reads its size only
+    page.locator("#image_in input[type=file]").set_input_files(str(huge))
     expect(page.locator(".toast-body")).to_contain_text("exceed the maximum allowed size")
     expect(grid_images(page)).to_have_count(0)
     expect(page.locator("#status")).not_to_contain_text("Top-1")
     page.locator(".toast-body button, .toast-close").first.click()
     pick_example(page, 1)
+
+
+RADIO_LOOK = """(radio) => {
+    const s = getComputedStyle(radio);
+    return {checked: radio.checked, fill: s.backgroundColor, border: s.borderColor, dot: s.backgroundImage};
+}"""
+
+
+def test_a_checked_radio_keeps_its_fill_after_the_keyboard_is_used(page):
+    """A clicked radio, once the keyboard moves the focus on with the mouse still on it, is drawn as it was."""
+    page.get_by_role("tab", name="Class attention").click()
+    for label in ("shared per layer", "per tile"):  # the second puts the page back as it was
+        radio = page.locator(f"#scale input[value='{label}']")
+        page.locator("#scale label", has_text=label).click()
+        expect(radio).to_be_checked()
+        clicked = radio.evaluate(RADIO_LOOK)
+        page.keyboard.press("Tab")  # the focus moves to the next control; the mouse stays on the radio
+        expect(radio).not_to_be_focused()
+        assert radio.evaluate(RADIO_LOOK) == clicked
 
 
 def test_the_keyboard_redraws_the_talking_heads_view(page):

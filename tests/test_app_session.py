@@ -445,6 +445,20 @@ def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixel
     assert list(cleared) == p.results  # every result of an image, as `Page.results` lists them
 
 
+def test_an_upload_empties_the_class_menus_and_unhighlights_the_example(handlers, tmp_path):
+    """A new image's first view empties the class menus, which `details` fills for an image that was analysed:
+    one that failed keeps no class of the image before. No example is the image shown after an upload."""
+    p = handlers.page
+    bad = tmp_path / "holiday.png"
+    bad.write_text("not really a picture\n" * 20)
+    look = ("inferno", 0.5, "per tile", "smooth", 1.0, 1)  # cmap, alpha, scale, view, keep, talking-heads layer
+    for path, said in ((bad, "Could not analyse this file"), (SCENE, "Top-1")):
+        out = handlers.on_upload(handlers.default, SHOWN_ANALYSED, {"path": str(path)}, *look)
+        assert said in out[p.status]
+        assert out[p.sal_class] is None and out[p.cz_class] is None and out[p.mx_class] is None
+        assert out[p.examples].constructor_args == {"selected_index": None}  # the examples themselves stay
+
+
 def test_saliency_shows_the_maps_first_then_scores_each(handlers):
     p = handlers.page
     loaded = handlers.cache.get(handlers.default)

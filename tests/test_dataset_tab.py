@@ -124,6 +124,20 @@ def test_a_click_on_an_exemplar_opens_it_with_the_head_enlarged(world):
     assert a.top_class == int(row["prediction"]) and a.probs.max() == pytest.approx(float(row["probability"]), abs=1e-4)
 
 
+def test_the_mechanisms_tab_opened_after_an_exemplar_follows_its_top_class(world):
+    """An exemplar opened while the Mechanisms tab is closed empties the tab's class menu with the image's other
+    results, so that the tab, opened next, shows the exemplar's top class, not the class chosen before."""
+    dh, p = world.dh, world.dh.page
+    out = dh.open_exemplar(world.choice, SHOWN, *LOOK, dv.read_atlas(world.atlas), 3, SimpleNamespace(index=0))
+    a = out[p.analysis]
+    chosen = (a.top_class + 1) % len(a.probs)  # the class the menu held for the image before
+    menu = out.get(p.mx_class, chosen)  # the page keeps what an event does not write
+    opened = dh.handlers.mechanisms_opened(world.choice, a, menu)
+    assert opened[p.mx_class].value == a.top_class
+    label = dh.handlers.cache.get(world.choice).labels[a.top_class]
+    assert opened[p.mx_lens].data[1].name == f"probability of '{label}'"  # the lens drawn is of that class
+
+
 def test_an_atlas_of_another_model_says_so_and_selects_no_head(world):
     dh, p, t = world.dh, world.dh.page, world.dh.tab
     other = ModelChoice("cait_pico_32", random_init=True)
