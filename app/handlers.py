@@ -22,6 +22,7 @@ from app.images import ImageInputError
 from app.layout import (
     CAUSAL_TAB,
     MAX_CA_LAYERS,
+    MECHANISMS_TAB,
     SCALES,
     VIEWS,
     GalleryProps,
@@ -364,7 +365,9 @@ class Handlers(MechanismsEvents):
         its part once opened."""
         if open_tab == CAUSAL_TAB:
             return self.causal_opened(choice, a, None, request, progress)
-        return self.mechanisms_new_image(choice, a, open_tab)
+        if open_tab == MECHANISMS_TAB:
+            return self.mechanisms_opened(choice, a, None)
+        return gr.skip()  # the first view emptied both tabs (`cleared`)
 
     def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis, on_block=None):
         """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download;
