@@ -267,6 +267,9 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
     assert all(out[c] is None for c in p.causal_results)  # said, not computed
     assert handlers.cleared(shown)[p.cz_cost] == ""
+    # a bf16 session's forward is faster than the tab's fp32 passes: its time is said as a floor
+    said = causal_view.cost_markdown(loaded.cfg, 0.5, reduced_precision=True)
+    assert f"at least {passes * 0.5:.1f} s" in said and "in bf16" in said
 
 
 def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
