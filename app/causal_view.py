@@ -69,10 +69,11 @@ def compute(
 
 
 def forward_passes(cfg) -> float:
-    """About how many forward passes of the whole model `compute` takes: the attribution's one, the knockout
-    profile's shared SA stage and its SA knockouts (each reruns the blocks after it: (depth + 1) / 2 passes in
-    all), and the head ablations' SA stage; the class-attention stage's reruns are small beside them."""
-    return 3 + (cfg.depth + 1) / 2
+    """About how many forward passes of the whole model `compute` takes, counted in SA block runs: the
+    attribution's pass, the head ablations' SA stage, the knockout profile's shared pass, and its SA knockouts,
+    each re-running only the blocks after the one knocked out ((depth - 1) / 2 passes in all); the class stage's
+    re-runs are small beside them."""
+    return 3 + (cfg.depth - 1) / 2
 
 
 def cost_markdown(cfg, forward_seconds: float, *, reduced_precision: bool = False) -> str:

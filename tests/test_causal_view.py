@@ -262,7 +262,16 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert a.forward_seconds > 0
     shown = tuple(p.ca_props.value)
     out = handlers._analysed(loaded, a, ("inferno", 0.5, "per tile", "smooth", 1.0), shown, uploaded=False)
-    passes = 3 + (loaded.cfg.depth + 1) / 2  # attribution, shared SA stage, SA knockouts, head ablations
+    # the passes said are the SA block runs the computation makes, counted, over the SA depth
+    runs = []
+    counting = [b.register_forward_hook(lambda *_: runs.append(1)) for b in loaded.model.blocks]
+    try:
+        causal_view.compute(loaded.model, a.x, a.top_class)
+    finally:
+        for handle in counting:
+            handle.remove()
+    passes = len(runs) / loaded.cfg.depth
+    assert passes == causal_view.forward_passes(loaded.cfg)
     assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
     assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
     assert all(out[c] is None for c in p.causal_results)  # said, not computed
