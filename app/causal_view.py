@@ -69,17 +69,25 @@ def compute(
 
 
 def forward_passes(cfg) -> float:
-    """About how many forward passes of the whole model `compute` takes: the attribution's one, the knockout
-    profile's shared SA stage and its SA knockouts (each reruns the blocks after it: (depth + 1) / 2 passes in
-    all), and the head ablations' SA stage; the class-attention stage's reruns are small beside them."""
-    return 3 + (cfg.depth + 1) / 2
+    """About how many forward passes of the whole model `compute` takes, counted in SA block runs: the
+    attribution's pass, the head ablations' SA stage, the knockout profile's shared pass, and its SA knockouts,
+    each re-running only the blocks after the one knocked out ((depth - 1) / 2 passes in all); the class stage's
+    re-runs are small beside them."""
+    return 3 + (cfg.depth - 1) / 2
 
 
-def cost_markdown(cfg, forward_seconds: float) -> str:
-    """What opening the tab costs for an image, said before it is computed: passes x the measured forward."""
+def cost_markdown(cfg, forward_seconds: float, *, reduced_precision: bool = False) -> str:
+    """What opening the tab costs for an image, said before it is computed: passes x the measured forward
+    (reduced_precision: that forward ran in bf16, while the tab runs in fp32, so the time said is a floor)."""
     passes = forward_passes(cfg)
     if not np.isfinite(forward_seconds):
         return f"Computing this tab takes about {passes:.0f} forward passes of the model."
+    if reduced_precision:
+        return (
+            f"Computing this tab takes about {passes:.0f} forward passes of the model in fp32, at least "
+            f"{passes * forward_seconds:.1f} s: this image's forward pass took {forward_seconds:.2f} s in bf16, "
+            "and fp32 is slower."
+        )
     return (
         f"Computing this tab takes about {passes:.0f} forward passes of the model, about "
         f"{passes * forward_seconds:.1f} s at this image's measured forward pass ({forward_seconds:.2f} s; "

@@ -194,8 +194,9 @@ class DatasetHandlers:
         return self.open(str(out), choice)
 
 
-def wire(p: Page, h: Handlers, places: AtlasPlaces, demo: gr.Blocks, details: dict) -> None:
-    """The Dataset tab's events; `details`: the follow-up of a new image (`app.ui`), after an exemplar opens."""
+def wire(p: Page, h: Handlers, places: AtlasPlaces, demo: gr.Blocks, details: dict, open_tab: dict) -> None:
+    """The Dataset tab's events; `details` and `open_tab`: the follow-ups of a new image (`app.ui`), after an
+    exemplar opens."""
     t, dh = p.dataset, DatasetHandlers(p, h, places)
     model = dict(concurrency_id="model", api_visibility="private")
     on_torch = torch_thread.handler  # the page's model may have to be loaded (its config reads the atlas's data)
@@ -217,4 +218,4 @@ def wire(p: Page, h: Handlers, places: AtlasPlaces, demo: gr.Blocks, details: di
         [*p.results, p.image_in, p.tabs, p.open_tab, t.msg],
         show_progress_on=[p.top5],
         **model,
-    ).success(**details)
+    ).success(**details).success(**open_tab)

@@ -22,6 +22,7 @@ from app.images import ImageInputError
 from app.layout import (
     CAUSAL_TAB,
     MAX_CA_LAYERS,
+    MECHANISMS_TAB,
     SCALES,
     VIEWS,
     GalleryProps,
@@ -34,6 +35,7 @@ from app.mechanisms_events import MechanismsEvents
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.workdir import WORK
 from cait import explain, hub
+from cait.explain import hooks
 from cait.figures import (
     attention_tile,
     attention_tiles,
@@ -91,7 +93,6 @@ class DetailsAsk:
     th_row: int  # the talking-heads query patch
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
-    open_tab: str  # the tab on show: the Causal tab is computed only when it is
     region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
 
     @property
@@ -324,19 +325,20 @@ class Handlers(MechanismsEvents):
         out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
         out.update(self.ca_outputs(a, look, selected, shown, sheet=False))
         out.update({p.analysis: a, p.top5: texts.top5_html(preds), p.selected: selected})
-        out[p.cz_cost] = causal_view.cost_markdown(loaded.cfg, a.forward_seconds)
+        out[p.cz_cost] = causal_view.cost_markdown(
+            loaded.cfg, a.forward_seconds, reduced_precision=loaded.dtype is not None
+        )
         return out
 
     def details(self, **asked: Any) -> dict:
-        """After the first view of an image: the downloads, the residual ratios, the talking-heads tab, and the
-        Causal tab if it is the one open (else it waits until it is opened: `causal_opened`).
-        asked: the fields of `DetailsAsk`, by name."""
+        """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
+        talking-heads tab, about two forward passes in all (the SA distances take one); what costs more waits for
+        its tab (`open_tab_follow_up`). asked: the fields of `DetailsAsk`, by name."""
         p, ask = self.page, DetailsAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
             return gr.skip()
         loaded = self.cache.get(ask.choice)
-        causal = self._causal_numbers(loaded, a) if ask.open_tab == CAUSAL_TAB else None
         json_path = self._numbers_file(loaded, a)
         classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
         tiles = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*ask.look))
@@ -357,8 +359,17 @@ class Handlers(MechanismsEvents):
         out.update(self.region(a, ask.region_of, ask.region_share))
         out[p.cz_class] = gr.Dropdown(choices=classes, value=a.top_class)
         out[p.cz_head] = 0
-        out.update(dict.fromkeys(p.causal_results) if causal is None else self._causal_first(loaded, a, causal))
         return out
+
+    def open_tab_follow_up(self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress()):
+        """After a new image's `details`: what the tab on show computes of it, at once and in an event of its own
+        (the Causal tab's view with its progress and Stop, the Mechanisms tab's lens); a tab not on show computes
+        its part once opened."""
+        if open_tab == CAUSAL_TAB:
+            return self.causal_opened(choice, a, None, request, progress)
+        if open_tab == MECHANISMS_TAB:
+            return self.mechanisms_opened(choice, a, None)
+        return gr.skip()  # the first view emptied both tabs (`cleared`)
 
     def _causal_numbers(self, loaded: LoadedModel, a: session.Analysis, on_block=None):
         """The Causal tab's view of the top class, its numbers kept on the analysis for the JSON download;
@@ -371,23 +382,29 @@ class Handlers(MechanismsEvents):
         return self.causal_outputs(loaded, a, causal, 0, causal_view.ABLATIONS[0])
 
     def causal_opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
-        """The Causal tab opened: its view of the image's top class, computed now unless it is on show already
-        (an open tab gets it with the downloads), and the JSON download rewritten with its numbers. Progress is
-        told block by block; the Stop button (`causal_stop`) ends the work after the block under way, which
-        frees the model queue."""
+        """The Causal tab opened: its view of the image's top class, computed now unless it is on show already,
+        and the JSON download rewritten with its numbers. Progress is told block by block; the Stop button
+        (`causal_stop`) ends the work before the next block the model runs, which frees the model queue."""
         if a is None or a.choice != choice or shown is not None:
             return gr.skip()
         loaded = self.cache.get(choice)
         stop = self._stops.setdefault(getattr(request, "session_hash", None), threading.Event())
         stop.clear()
+        knocked = [0, loaded.cfg.depth + loaded.cfg.depth_token_only]  # knockouts done, of how many
 
         def on_block(done: int, total: int) -> None:
-            if stop.is_set():
-                raise _Stopped(f"**Stopped** after {done - 1} of {total} knockouts; open the tab again to compute it.")
+            knocked[:] = done, total
             progress((done, total), desc="knocking out block by block", unit="blocks")
 
+        def stopped() -> None:
+            if stop.is_set():
+                done, total = knocked
+                raise _Stopped(f"**Stopped** after {done} of {total} knockouts; open the tab again to compute it.")
+
+        progress((0, knocked[1]), desc="attributing the logit and ablating each head", unit="blocks")
         try:
-            out = self._causal_first(loaded, a, self._causal_numbers(loaded, a, on_block))
+            with hooks.before_each([*loaded.model.blocks, *loaded.model.blocks_token_only], stopped):
+                out = self._causal_first(loaded, a, self._causal_numbers(loaded, a, on_block))
         except _Stopped as e:
             log.info("causal view stopped by its page")
             return {self.page.cz_cost: str(e)}
@@ -395,7 +412,7 @@ class Handlers(MechanismsEvents):
         return out
 
     def causal_stop(self, request: gr.Request | None = None) -> None:
-        """The Stop button: the Causal tab's computation of this page ends after the block under way."""
+        """The Stop button: the Causal tab's computation of this page ends before the next block the model runs."""
         self._stops.setdefault(getattr(request, "session_hash", None), threading.Event()).set()
 
     @staticmethod

@@ -16,7 +16,7 @@ import torch
 
 from app import causal_view, mechanisms_view, session
 from app.images import ImageInputError
-from app.layout import MECHANISMS_TAB, causal_heads
+from app.layout import causal_heads
 from app.models import LoadedModel, ModelChoice
 from app.texts import NO_IMAGE
 from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
@@ -95,12 +95,6 @@ class MechanismsEvents:
             p.mx_msg: "",
         }
         return out | lens
-
-    def mechanisms_new_image(self, choice, a, open_tab) -> dict:
-        """A new image's follow-up: the tab's lens now if the tab is open (else once it is opened)."""
-        if open_tab != MECHANISMS_TAB:
-            return {self.page.mx_class: gr.Dropdown(value=None)}  # opened later: the new image's top class
-        return self.mechanisms_opened(choice, a, None)
 
     def mechanisms_class(self, choice, a, target) -> dict:
         """Another class chosen: its lens."""

@@ -91,12 +91,14 @@ def _wire_causal(p: layout.Page, h: Handlers) -> None:
         )
 
 
-def _wire_mechanisms(p: layout.Page, h: Handlers, *, after_image: tuple) -> None:
+# what opening the Mechanisms tab writes (the download too: it gets the lens)
+MECHANISMS_OPENED = ("mx_class", "mx_heads", "mx_example", "mx_msg", "mx_lens", "mx_cost", "json_file")
+
+
+def _wire_mechanisms(p: layout.Page, h: Handlers) -> None:
     on_torch = torch_thread.handler
-    opened = [p.mx_class, p.mx_heads, p.mx_example, p.mx_msg, p.mx_lens, p.mx_cost, p.json_file]
+    opened = [getattr(p, name) for name in MECHANISMS_OPENED]
     p.mechanisms_tab.select(on_torch(h.mechanisms_opened), [p.choice, p.analysis, p.mx_class], opened, **MODEL_EVENTS)
-    for event in after_image:  # a new image while the tab is open: its lens at once
-        event.success(on_torch(h.mechanisms_new_image), [p.choice, p.analysis, p.open_tab], opened, **MODEL_EVENTS)
     p.mx_class.input(
         on_torch(h.mechanisms_class),
         [p.choice, p.analysis, p.mx_class],
@@ -179,10 +181,19 @@ def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, dem
         inputs_kwargs=p.named(DetailsAsk),  # by name: the handler gets each as the keyword of its name
         outputs=[
             *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
-            *(p.sal_class, p.sal_region, *p.causal_results, p.cz_class, p.cz_head),
+            *(p.sal_class, p.sal_region, p.cz_class, p.cz_head),
         ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
+        **MODEL_EVENTS,
+    )
+    # then, in an event of its own so that the page is interactive meanwhile, what the open tab computes
+    in_open_tab = [*p.causal_results, p.cz_cost, *(getattr(p, name) for name in MECHANISMS_OPENED)]
+    open_tab = dict(
+        fn=on_torch(h.open_tab_follow_up),
+        inputs=[p.choice, p.analysis, p.open_tab],
+        outputs=in_open_tab,
+        show_progress_on=[p.cz_cost],
         **MODEL_EVENTS,
     )
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
@@ -191,26 +202,26 @@ def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, dem
     # one progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the
     # browser busy on the cores the analysis runs on
     progress = dict(show_progress_on=[p.top5])
-    uploaded = p.image_in.upload(
+    p.image_in.upload(
         on_torch(h.on_upload),
         [p.choice, p.ca_props, p.image_in, *view],
         [*p.results, p.examples],
         preprocess=False,
         **progress,
         **MODEL_EVENTS,
-    ).success(**details)
+    ).success(**details).success(**open_tab)
     p.image_in.change(
         h.image_changed, [p.image_in, p.ca_props], p.results, preprocess=False, queue=False, api_visibility="private"
     )
-    picked = p.examples.select(
+    p.examples.select(
         on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **MODEL_EVENTS
-    ).success(**details)
+    ).success(**details).success(**open_tab)
     _wire_class_attention(p, h)
     _wire_saliency(p, h)
     _wire_talking_heads(p, h)
     _wire_causal(p, h)
-    _wire_mechanisms(p, h, after_image=(uploaded, picked))
-    dataset_handlers.wire(p, h, places, demo, details)
+    _wire_mechanisms(p, h)
+    dataset_handlers.wire(p, h, places, demo, details, open_tab)
     p.load_btn.click(
         h.load_model,
         [p.choice, p.ca_props, p.variant, p.checkpoint, p.download],

@@ -13,6 +13,15 @@ and measured against one plain fp32 forward pass of one image, `model(x)`:
         text, or ten new tiles in a gallery: what Gradio and the browser cost here, whatever the app.
   also /analyze through gradio_client, and analyse() in process.
 
+For each of --big-models (default cait_m48_448), the page's handlers are called in process on the torch thread, as
+the app calls them (a big model's seconds dwarf Gradio's), against the same plain forward (issue 40):
+
+  follow-up: `details` after a new image's first view, what runs before the page is interactive again.
+        Goal: <= 3 forwards.
+  causal estimate: the Causal tab's time over the cost it states before computing. Goal: within 1.5x.
+  causal stop: from the Stop to the model free again, over one block's time (a forward / the blocks).
+        Goal: <= 1 block.
+
 The plain forward runs on the app's torch thread (`app.torch_thread`) with all of torch's threads, timed
 once the page has gone idle, so that it is the forward alone, not the forward beside the browser.
 
@@ -35,9 +44,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -47,7 +58,8 @@ from gradio_client import Client, handle_file  # noqa: E402
 from PIL import Image  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from app import torch_thread  # noqa: E402
+from app import causal_view, layout, torch_thread  # noqa: E402
+from app.handlers import Handlers, layerscale_figure  # noqa: E402
 from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
 from app.session import analyse, saliency_rows  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
@@ -59,6 +71,7 @@ from cait.timing import time_interleaved  # noqa: E402
 
 CPU = torch.device("cpu")
 GOALS = {"view_s": 0.35, "saliency_app_s": 15.0, "startup_s": 6.0}  # issue 32 (view, saliency: cait_xxs24_224)
+BIG_GOALS = {"follow_up_over_forward": 3.0, "causal_over_estimate": 1.5, "stop_over_block": 1.0}  # issue 40
 CHROMIUM = "/usr/bin/chromium"
 # Click example `i`, then wait (one animation frame at a time) until the tiles differ from before and are
 # all decoded. Returns epoch ms by the browser's clock (performance.timeOrigin + now(), comparable with the
@@ -291,6 +304,98 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     }
 
 
+def _causal_stopped(h: Handlers, loaded, a, stop_at: int) -> tuple[float, list[float]]:
+    """The Causal tab computed with its Stop pressed (from another thread, as the page's Stop request comes)
+    once `stop_at` blocks are knocked out: seconds from the Stop to the handler's return, and when each
+    progress step came."""
+    page, steps, pressed = SimpleNamespace(session_hash="bench"), [], []
+
+    def progress(done, **_) -> None:
+        steps.append(time.perf_counter())
+        if done[0] == stop_at:
+            threading.Thread(target=lambda: (pressed.append(time.perf_counter()), h.causal_stop(page))).start()
+
+    torch_thread.call(h.causal_opened, loaded.choice, a, None, page, progress)
+    return time.perf_counter() - pressed[0], steps
+
+
+def _clocks(fn, *args, **kwargs) -> tuple[float, float]:
+    """Wall-clock and process CPU seconds of fn(*args, **kwargs) on the torch thread: the CPU seconds' ratios
+    hold on a loaded machine, where the wall clock's swing with the other jobs."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    torch_thread.call(fn, *args, **kwargs)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def big_model_goals(name: str, forward_repeats: int) -> dict:
+    """A big model's follow-up, Causal tab cost and Stop, through the page's handlers in process (see the
+    module doc), each over a plain forward of the same model timed in the same run (before and after)."""
+    choice = ModelChoice(name, random_init=True)
+    cache = ModelCache(lambda c: load_model(c, CPU, None), max_bytes=2**36)
+    loaded = torch_thread.call(cache.get, choice)
+    _, page = layout.build_page(loaded, torch_thread.call(layerscale_figure, loaded))  # components only
+    h = Handlers(page, cache, choice)
+    a = torch_thread.call(analyse, loaded, loaded.examples[0][0])
+    x = a.x.to(loaded.device)
+
+    def plain_forward() -> None:
+        with torch.inference_mode():
+            loaded.model(x)
+
+    forwards = [_clocks(plain_forward) for _ in range(forward_repeats)]
+    look = dict(cmap="inferno", alpha=0.5, scale=layout.SCALES[0], view=layout.VIEWS[0], keep=1.0)
+    asked = dict(choice=choice, analysis=a, th_row=1, th_col=1, region_of=layout.region_choices(loaded.cfg)[0])
+    follow_up = _clocks(h.details, **asked, **look)
+    estimate = causal_view.forward_passes(loaded.cfg) * a.forward_seconds  # what the tab says before it runs
+    causal = _clocks(h.causal_opened, choice, a, None, SimpleNamespace(session_hash="bench"), lambda *_, **__: None)
+    a.causal = None
+    stop_seconds, _ = _causal_stopped(h, loaded, a, stop_at=loaded.cfg.depth // 2)
+    forwards += [_clocks(plain_forward) for _ in range(forward_repeats)]
+    wall, cpu = (statistics.median(f[k] for f in forwards) for k in (0, 1))
+    block = wall / (loaded.cfg.depth + loaded.cfg.depth_token_only)
+    return {
+        "model": name,
+        "forward_s": wall,
+        "analysis_forward_s": a.forward_seconds,
+        "follow_up_s": follow_up[0],
+        "follow_up_over_forward": follow_up[0] / wall,
+        "follow_up_cpu_over_forward": follow_up[1] / cpu,
+        "causal_estimate_s": estimate,
+        "causal_s": causal[0],
+        "causal_over_estimate": causal[0] / estimate,
+        "causal_cpu_passes": causal[1] / cpu,  # the tab's passes, as CPU time counts them
+        "causal_passes_said": causal_view.forward_passes(loaded.cfg),
+        "stop_s": stop_seconds,
+        "block_s": block,
+        "stop_over_block": stop_seconds / block,
+    }
+
+
+def report_big(rows: list[dict]) -> None:
+    for r in rows:
+        print(
+            f"{r['model']}: forward {r['forward_s']:.2f} s (the analysis' own {r['analysis_forward_s']:.2f} s); "
+            f"follow-up {r['follow_up_s']:.1f} s; Causal tab {r['causal_s']:.1f} s against "
+            f"{r['causal_estimate_s']:.1f} s stated; Stop to free {r['stop_s']:.2f} s, one block {r['block_s']:.2f} s"
+        )
+        print(
+            f"  in CPU seconds over a forward's: follow-up {r['follow_up_cpu_over_forward']:.2f}, Causal tab "
+            f"{r['causal_cpu_passes']:.1f} passes (it says {r['causal_passes_said']:.1f})"
+        )
+        ratio = r["causal_over_estimate"]
+        said = {
+            "follow-up before the page is interactive": (r["follow_up_over_forward"], "follow_up_over_forward", "fwd"),
+            f"Causal tab time over its stated cost ({ratio:.2f}x)": (
+                max(ratio, 1 / ratio),
+                "causal_over_estimate",
+                "x",
+            ),
+            "Stop to the model queue free": (r["stop_over_block"], "stop_over_block", "blocks"),
+        }
+        for what, (value, goal, unit) in said.items():
+            print(f"goal, {what}: {_verdict(value, BIG_GOALS[goal], unit)}")
+
+
 def _verdict(value: float, goal: float, unit: str) -> str:
     return f"{value:.2f} {unit} against <= {goal:g} {unit}: {'met' if value <= goal else 'NOT met'}"
 
@@ -324,7 +429,7 @@ def report(rows: list[dict], startup: float | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["cait_xxs24_224", "cait_nano_64"])
+    parser.add_argument("--models", nargs="*", default=["cait_xxs24_224", "cait_nano_64"], help="none: skip")
     add_precision_flag(parser, help="the app's --precision")
     parser.add_argument("--repeats", type=int, default=7, help="rounds of the view, /analyze and forward timings")
     parser.add_argument("--saliency-repeats", type=int, default=2, help="rounds of the saliency timing (0: skip it)")
@@ -335,13 +440,21 @@ def main() -> None:
         help="skip the bare Gradio page (Gradio's own cost on this machine)",
     )
     parser.add_argument("--startup-repeats", type=int, default=3, help="starts of app/main.py timed (0: skip it)")
+    parser.add_argument(
+        "--big-models",
+        nargs="*",
+        default=["cait_m48_448"],
+        help="the follow-up, Causal tab and Stop goals (none: skip)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     startup = startup_seconds(args.startup_repeats) if args.startup_repeats else None  # before this process loads
     rows = [bench_model(name, args) for name in args.models]
+    big = [big_model_goals(name, forward_repeats=3) for name in args.big_models]
     report(rows, startup)
+    report_big(big)
     if args.out:
-        args.out.write_text(json.dumps({"startup_s": startup, "models": rows}, indent=1))
+        args.out.write_text(json.dumps({"startup_s": startup, "models": rows, "big_models": big}, indent=1))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,16 @@ same logits plus what the paper analyses (class attention, residual ratios, Laye
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import CaiTConfig
+
+# What `forward_insights` keeps of an SA layer instead of its maps: f(softmax after proj_l, weights after proj_w)
+SAReduce = Callable[[torch.Tensor, torch.Tensor], Any]
 
 
 @dataclass
@@ -24,9 +28,9 @@ class Insights:
     class_attention: tuple[torch.Tensor, ...]  # per CA layer [B, heads, 1+N]; index 0 = class token itself
     residual_ratios: dict[str, torch.Tensor]  # "sa", "ffn": [B, depth]; "ca", "ca_ffn": [B, depth_token_only]
     layerscale: dict[str, torch.Tensor]  # "sa_gamma_1", "sa_gamma_2": [depth, d]; "ca_gamma_1/2": [2, d]
-    self_attention: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    self_attention: dict[int, Any] = field(default_factory=dict)
     # SA layer -> (softmax(proj_l(q k^T)), then proj_w(that): the weights that multiply the values), each
-    # [B, heads, N, N]; only for the layers asked for.
+    # [B, heads, N, N]; only for the layers asked for; with `sa_reduce`, what it made of the two.
     raw_self_attention: dict[int, torch.Tensor] = field(default_factory=dict)
     # SA layer -> softmax(q k^T) per head [B, heads, N, N], without any head mixing: a counterfactual the
     # model never computes (it mixes the logits first), for comparison; only with raw_attention=True.
@@ -35,14 +39,21 @@ class Insights:
 class _Probe:
     """Collects per-block measurements during `forward_insights` (None on the lean path)."""
 
-    def __init__(self, sa_layers: tuple[int, ...] = (), raw_attention: bool = False):
+    def __init__(self, sa_layers: tuple[int, ...] = (), raw_attention: bool = False, sa_reduce: SAReduce | None = None):
         self.sa_layers = set(sa_layers)
         self.raw_attention = raw_attention
+        self.sa_reduce = sa_reduce
         self.raw_self_attention: dict[int, torch.Tensor] = {}
         self.ratios: dict[str, list[torch.Tensor]] = {"sa": [], "ffn": [], "ca": [], "ca_ffn": []}
         self.class_attention: list[torch.Tensor] = []
-        self.self_attention: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.self_attention: dict[int, Any] = {}
         self.layer = 0
+
+    def self_attended(self, before: torch.Tensor, after: torch.Tensor) -> None:
+        """Keep the SA layer's two stages, or only what `sa_reduce` makes of them: a deep model's maps of every
+        layer do not fit in memory at once (M48 at 448 px: 3.8 GB an image), their statistics do."""
+        before, after = before.detach(), after.detach()
+        self.self_attention[self.layer] = (before, after) if self.sa_reduce is None else self.sa_reduce(before, after)
 
     def ratio(self, kind: str, branch: torch.Tensor, residual: torch.Tensor) -> None:
         # ||LayerScale-scaled branch output|| / ||residual input||, per token, then averaged over tokens.
@@ -101,7 +112,7 @@ class TalkingHeadAttn(nn.Module):
         before = self._mix(self.proj_l, attn).softmax(dim=-1)
         attn = self._mix(self.proj_w, before)
         if probe is not None and probe.layer in probe.sa_layers:
-            probe.self_attention[probe.layer] = (before.detach(), attn.detach())
+            probe.self_attended(before, attn)
             if probe.raw_attention:
                 probe.raw_self_attention[probe.layer] = ((q * self.scale) @ k.transpose(-2, -1)).softmax(-1).detach()
         x = (attn @ v).transpose(1, 2).reshape(B, N, C)
@@ -303,12 +314,18 @@ class CaiT(nn.Module):
         return self.forward_head(self.forward_features(x))
 
     def forward_insights(
-        self, x: torch.Tensor, *, sa_layers: tuple[int, ...] = (), raw_attention: bool = False
+        self,
+        x: torch.Tensor,
+        *,
+        sa_layers: tuple[int, ...] = (),
+        raw_attention: bool = False,
+        sa_reduce: SAReduce | None = None,
     ) -> Insights:
         """Logits plus class-attention maps, residual-branch ratios, LayerScale weights and, for the
         SA layers in `sa_layers`, the self-attention around the talking-heads mixing (with
-        raw_attention=True also the unmixed per-head softmax, see `Insights`)."""
-        probe = _Probe(sa_layers, raw_attention)
+        raw_attention=True also the unmixed per-head softmax, see `Insights`); sa_reduce(before, after), when
+        given, is kept per layer instead of the two maps, each called as its layer runs."""
+        probe = _Probe(sa_layers, raw_attention, sa_reduce)
         logits = self.forward_head(self.forward_features(x, probe))
         ratios = {k: torch.stack(v, dim=1) if v else x.new_zeros(x.shape[0], 0) for k, v in probe.ratios.items()}
         return Insights(

@@ -165,12 +165,13 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
     look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
-    details = lambda a, tab: handlers.details(
-        choice=loaded.choice, analysis=a, region_of=region_of, open_tab=tab, **look
-    )
-    # another tab open: the follow-up leaves the Causal tab (and its numbers in the JSON) until it is opened
-    out = details(a, CLASS_ATTENTION_TAB)
-    assert all(out[c] is None for c in p.causal_results) and a.causal is None
+    details = lambda a: handlers.details(choice=loaded.choice, analysis=a, region_of=region_of, **look)
+    # the follow-up leaves the Causal tab (and its numbers in the JSON) to the tab, and another tab open leaves it
+    # until it is opened
+    out = details(a)
+    assert not set(out) & set(p.causal_results) and a.causal is None
+    assert not set(handlers.open_tab_follow_up(loaded.choice, a, CLASS_ATTENTION_TAB)) & set(p.causal_results)
+    assert a.causal is None
     # the region of focus holds its own share of the mass (half), not the tiles' "keep all"
     assert out[p.sal_region].label.endswith(f"{explain.DEFAULT_SHARE:.0%} of its attention mass") and look["keep"] == 1
     data = json.loads(open(out[p.json_file]).read())
@@ -178,11 +179,12 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     opened = handlers.causal_opened(loaded.choice, a, None)
     assert opened[p.cz_state].target == a.top_class and "causal" in json.loads(open(opened[p.json_file]).read())
     assert isinstance(handlers.causal_opened(loaded.choice, a, opened[p.cz_state]), type(gr.skip()))  # on show
-    # the Causal tab open: the follow-up computes it
+    # the Causal tab open: the open tab's follow-up computes it, after the details
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = details(a, CAUSAL_TAB)
+    assert details(a)[p.cz_head] == 0
+    out = handlers.open_tab_follow_up(loaded.choice, a, CAUSAL_TAB)
     view = out[p.cz_state]
-    assert view.target == a.top_class and out[p.cz_head] == 0
+    assert view.target == a.top_class
     data = json.loads(open(out[p.json_file]).read())["causal"]
     assert data["target"] == a.top_class and np.allclose(data["heads"], view.heads)
     assert all(out[c] is not None for c in (p.cz_heads_plot, p.cz_maps, p.cz_top5, p.cz_knockout))
@@ -227,14 +229,14 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
         choice=loaded.choice,
         analysis=a,
         region_of=region_choices(loaded.cfg)[0],
-        open_tab=CAUSAL_TAB,
         **dict(zip(("cmap", "alpha", "scale", "view", "keep"), look)),
         th_row=2,
         th_col=2,
     )
     assert details[p.sal_class].value == details[p.cz_class].value == first
-    assert details[p.cz_state].target == first
-    assert json.loads(open(details[p.json_file]).read())["causal"]["target"] == first
+    causal = handlers.open_tab_follow_up(loaded.choice, a, CAUSAL_TAB)
+    assert causal[p.cz_state].target == first
+    assert json.loads(open(causal[p.json_file]).read())["causal"]["target"] == first
     run = list(
         handlers.saliency(
             choice=loaded.choice,
@@ -260,11 +262,23 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert a.forward_seconds > 0
     shown = tuple(p.ca_props.value)
     out = handlers._analysed(loaded, a, ("inferno", 0.5, "per tile", "smooth", 1.0), shown, uploaded=False)
-    passes = 3 + (loaded.cfg.depth + 1) / 2  # attribution, shared SA stage, SA knockouts, head ablations
+    # the passes said are the SA block runs the computation makes, counted, over the SA depth
+    runs = []
+    counting = [b.register_forward_hook(lambda *_: runs.append(1)) for b in loaded.model.blocks]
+    try:
+        causal_view.compute(loaded.model, a.x, a.top_class)
+    finally:
+        for handle in counting:
+            handle.remove()
+    passes = len(runs) / loaded.cfg.depth
+    assert passes == causal_view.forward_passes(loaded.cfg)
     assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
     assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
     assert all(out[c] is None for c in p.causal_results)  # said, not computed
     assert handlers.cleared(shown)[p.cz_cost] == ""
+    # a bf16 session's forward is faster than the tab's fp32 passes: its time is said as a floor
+    said = causal_view.cost_markdown(loaded.cfg, 0.5, reduced_precision=True)
+    assert f"at least {passes * 0.5:.1f} s" in said and "in bf16" in said
 
 
 def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
@@ -276,18 +290,27 @@ def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
     told = []
     a = session.analyse(loaded, str(read_examples()[0].path))
     out = handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
-    assert told == [(k, blocks) for k in range(1, blocks + 1)] and out[p.cz_state] is not None
+    assert told == [(k, blocks) for k in range(0, blocks + 1)] and out[p.cz_state] is not None
 
-    def stop_after_two(done, **kw):  # the Stop button pressed while the second block is knocked out
+    def stop_after_two(done, **kw):  # the Stop button pressed once the second block is knocked out
         told.append(done)
         if done[0] == 2:
             handlers.causal_stop(page)
 
-    told.clear()
+    # the Stop is heard before the next block the model runs, not after the pass under way
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = handlers.causal_opened(loaded.choice, a, None, page, stop_after_two)
-    assert told == [(1, blocks), (2, blocks)] and set(out) == {p.cz_cost}
+    after_stop = []
+    model_blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
+    told.clear()
+    ran = [b.register_forward_hook(lambda *_: after_stop.append(told[-1] == (2, blocks))) for b in model_blocks]
+    try:
+        out = handlers.causal_opened(loaded.choice, a, None, page, stop_after_two)
+    finally:
+        for handle in ran:
+            handle.remove()
+    assert told == [(0, blocks), (1, blocks), (2, blocks)] and set(out) == {p.cz_cost}
     assert out[p.cz_cost].startswith("**Stopped** after 2 of") and a.causal is None
+    assert after_stop and not any(after_stop)  # blocks ran before the Stop, none after it
     other = SimpleNamespace(session_hash="page-2")  # another page's Stop does not stop this one
     handlers.causal_stop(other)
     assert handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None

@@ -58,8 +58,9 @@ def test_the_lens_drawn_is_explains(setup):
     forms = next(k for k in range(len(top1)) if all(t == top1[-1] for t in top1[k:]))  # a plain loop
     assert out[p.mx_lens].layout.title.text.endswith("(top-1 from there on)") == (forms is not None)
     assert out[p.mx_class].value == target and "forward passes" in out[p.mx_cost]
-    # a new image while another tab is open: nothing computed, the class chosen for the last one forgotten
-    assert handlers.mechanisms_new_image(a.choice, a, layout.CAUSAL_TAB)[p.mx_class].value is None
+    # a new image's follow-up: the lens at once while the tab is open, nothing while another is
+    assert handlers.open_tab_follow_up(a.choice, a, layout.MECHANISMS_TAB)[p.mx_class].value == a.top_class
+    assert isinstance(handlers.open_tab_follow_up(a.choice, a, layout.CLASS_ATTENTION_TAB), type(gr.skip()))
 
 
 def test_patching_a_corruption_and_an_example_is_explains(setup):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-# SA attention kept at once while measuring distances (a 48-layer, 16-head, 784-token model holds 3.8 GB
-# of maps in one pass): layers are taken in groups under this many bytes, one forward pass per group
+# SA attention a batch may keep of every layer at once (a 48-layer, 16-head, 784-token model holds 3.8 GB of
+# maps an image): above it, the maps are reduced to distances layer by layer as the pass runs (`distance_reduce`)
 DISTANCE_BYTES = 256 * 2**20
 
 
@@ -56,29 +56,40 @@ def sa_map_bytes(cfg, images: int, layers: int) -> int:
 DISTANCE_STAGES = ("after_proj_l", "after_proj_w")  # the SA weights a distance can be read from, in model order
 
 
-def mean_attention_distances(
-    model, x: torch.Tensor, *, stage: str = "after_proj_w", max_bytes: int = DISTANCE_BYTES
-) -> torch.Tensor:
+def mean_attention_distances(model, x: torch.Tensor, *, stage: str = "after_proj_w") -> torch.Tensor:
     """Each SA layer's heads' mean attention distance (pixels) at `stage`, [B, SA layers, heads]: after proj_w
     (the default), the weights that multiply the values; after proj_l, the softmax (a true distribution).
-    Runs `model.forward_insights` once per group of layers whose maps fit in `max_bytes` (one pass for small
-    models). Call under torch.inference_mode (and autocast, if wanted)."""
-    return attention_distances_by_stage(model, x, stages=(stage,), max_bytes=max_bytes)[stage]
+    One `model.forward_insights` pass. Call under torch.inference_mode (and autocast, if wanted)."""
+    return attention_distances_by_stage(model, x, stages=(stage,))[stage]
+
+
+def distance_reduce(cfg, stages: tuple[str, ...] = DISTANCE_STAGES):
+    """A `forward_insights` sa_reduce that keeps, per SA layer, only the mean attention distance [B, heads] at
+    each of `stages` (one of DISTANCE_STAGES each): every layer's distances from one pass, whatever the depth,
+    while the maps themselves would not fit (cfg: the model's config)."""
+    for stage in stages:
+        if stage not in DISTANCE_STAGES:
+            raise ValueError(f"stage must be one of {', '.join(DISTANCE_STAGES)}, got {stage!r}")
+
+    def reduce(*maps: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(_distance(maps[DISTANCE_STAGES.index(stage)], cfg) for stage in stages)
+
+    return reduce
+
+
+def _distance(weights: torch.Tensor, cfg) -> torch.Tensor:
+    if weights.shape[-1] == cfg.grid_size**2 + 1:  # an ablation's class token among the SA tokens: patches only
+        weights = weights[..., 1:, 1:]
+    return mean_attention_distance(weights, patch_size=cfg.patch_size)
 
 
 def attention_distances_by_stage(
-    model, x: torch.Tensor, *, stages: tuple[str, ...] = DISTANCE_STAGES, max_bytes: int = DISTANCE_BYTES
+    model, x: torch.Tensor, *, stages: tuple[str, ...] = DISTANCE_STAGES
 ) -> dict[str, torch.Tensor]:
-    """`mean_attention_distances` at each of `stages` from the same passes: stage -> [B, SA layers, heads]."""
-    cfg = model.cfg
-    group = max(1, max_bytes // sa_map_bytes(cfg, x.shape[0], 1))
-    out: dict[str, list[torch.Tensor]] = {stage: [] for stage in stages}
-    for start in range(0, cfg.depth, group):
-        layers = tuple(range(start, min(start + group, cfg.depth)))
-        ins = model.forward_insights(x, sa_layers=layers)
-        for stage in stages:
-            out[stage] += attention_distances_of(ins, layers, cfg, stage=stage)
-    return {stage: torch.stack(each, dim=1) for stage, each in out.items()}
+    """`mean_attention_distances` at each of `stages` from one pass: stage -> [B, SA layers, heads]."""
+    depth = model.cfg.depth
+    ins = model.forward_insights(x, sa_layers=tuple(range(depth)), sa_reduce=distance_reduce(model.cfg, stages))
+    return {s: torch.stack([ins.self_attention[i][k] for i in range(depth)], dim=1) for k, s in enumerate(stages)}
 
 
 def attention_distances_of(ins, layers: tuple[int, ...], cfg, *, stage: str = "after_proj_w") -> list[torch.Tensor]:
@@ -86,13 +97,7 @@ def attention_distances_of(ins, layers: tuple[int, ...], cfg, *, stage: str = "a
     their SA attention (`sa_layers`), at `stage` (one of DISTANCE_STAGES); cfg: the model's config."""
     if stage not in DISTANCE_STAGES:
         raise ValueError(f"stage must be one of {', '.join(DISTANCE_STAGES)}, got {stage!r}")
-    out = []
-    for i in layers:
-        weights = ins.self_attention[i][DISTANCE_STAGES.index(stage)]
-        if weights.shape[-1] == cfg.grid_size**2 + 1:  # an ablation's class token among the SA tokens: patches only
-            weights = weights[..., 1:, 1:]
-        out.append(mean_attention_distance(weights, patch_size=cfg.patch_size))
-    return out
+    return [_distance(ins.self_attention[i][DISTANCE_STAGES.index(stage)], cfg) for i in layers]
 
 
 def uniform_attention_distance(grid: int, patch_size: int) -> float:
@@ -106,6 +111,7 @@ __all__ = [
     "DISTANCE_STAGES",
     "attention_distances_by_stage",
     "attention_entropy",
+    "distance_reduce",
     "mean_attention_distance",
     "attention_distances_of",
     "mean_attention_distances",

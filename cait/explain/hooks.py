@@ -4,7 +4,7 @@ or substituting a value for it."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -41,3 +41,15 @@ def substituted(module: nn.Module, value: torch.Tensor, *, pre: bool = False) ->
         yield
     finally:
         handle.remove()
+
+
+@contextmanager
+def before_each(modules: Iterable[nn.Module], check: Callable[[], None]) -> Iterator[None]:
+    """While open, `check()` runs before every forward call of each of `modules`; an exception it raises ends
+    the pass there (a Stop button heard within one block's time, whatever the pass)."""
+    handles = [module.register_forward_pre_hook(lambda module, args: check()) for module in modules]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
