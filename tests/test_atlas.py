@@ -137,21 +137,20 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
             assert float(r[f"knockout_{label}"]) == pytest.approx(float(knock[k]), abs=1e-4)
 
 
-def test_batch_knockouts_reuse_the_passes_sa_states_and_equal_knockout_profile(setup, monkeypatch):
-    """The knockouts of a batch whose main pass runs in chunks of 5 images equal `explain.knockout_profile`
-    on the whole batch bit for bit, and the first SA block runs only in those chunks' passes (the knockouts
-    re-use their SA states instead of a forward of their own)."""
+def test_batch_knockouts_reuse_the_passes_sa_states_and_equal_knockout_profile(setup):
+    """The knockouts of a batch equal `explain.knockout_profile` on it bit for bit, and the first SA block runs
+    only in the batch's one pass (the knockouts re-use its SA states instead of a forward of their own; the
+    distances are kept layer by layer in that same pass)."""
     model = setup["model"]
     data = read_images(str(setup["scenes"]), model.cfg, boxes=setup["scenes"] / "boxes.json")
     x, _, boxes, _, _ = next(iter(torch.utils.data.DataLoader(data, batch_size=12)))
-    monkeypatch.setattr(compute, "DISTANCE_BYTES", 5 * explain.sa_map_bytes(model.cfg, 1, model.cfg.depth))
     calls = []
     hook = model.blocks[0].register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[0]))
     try:
         out = compute.batch_numbers(model, x, boxes, knockouts=True, dtype=None)
     finally:
         hook.remove()
-    assert calls == [5, 5, 2]
+    assert calls == [12]
     expected = explain.knockout_profile(model, x, torch.from_numpy(out["prediction"])).float().numpy()
     assert np.array_equal(out["knockout"], expected)
 

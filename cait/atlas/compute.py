@@ -15,7 +15,6 @@ from torch import nn
 
 from .. import explain
 from ..corruptions import corrupt
-from ..explain.head_stats import DISTANCE_BYTES
 from ..runtime import autocast
 
 # columns of a shard and their shape after the image axis (L: CA layers, H: heads, D: SA layers, K: blocks)
@@ -27,26 +26,16 @@ def head_numbers(boxes: bool) -> tuple[str, ...]:
     return HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
 
 
-def images_per_pass(cfg) -> int | None:
-    """Images whose SA maps of every layer fit `DISTANCE_BYTES` in one pass; None when one image's
-    do not (then the distances take `explain.mean_attention_distances`'s passes over groups of layers)."""
-    one = explain.sa_map_bytes(cfg, 1, cfg.depth)
-    return None if one > DISTANCE_BYTES else DISTANCE_BYTES // one
-
-
-def _one_pass(
-    model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, per_pass: int | None, *, keep_sa_inputs: bool
-) -> tuple[dict, list[torch.Tensor]]:
-    """Everything but the knockouts for a chunk of images small enough for its SA maps, and with
-    keep_sa_inputs the pass's SA states (`explain.recorded_sa_inputs`), so the knockouts need no pass of their own."""
+def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa_inputs: bool):
+    """Everything but the knockouts, from one pass that keeps each SA layer's distances, not its maps
+    (`explain.distance_reduce`), and with keep_sa_inputs its SA states (`explain.recorded_sa_inputs`), so the
+    knockouts need no pass of their own."""
     cfg = model.cfg
-    layers = tuple(range(cfg.depth)) if per_pass else ()
+    stages = ("after_proj_w",)
+    reduce = explain.distance_reduce(cfg, stages)
     with explain.recorded_sa_inputs(model) if keep_sa_inputs else nullcontext([]) as sa_inputs:
-        ins, dla = explain.predicted_attribution(model, x, sa_layers=layers)
-    if per_pass:
-        distance = torch.stack(explain.attention_distances_of(ins, layers, cfg), dim=1)
-    else:
-        distance = explain.mean_attention_distances(model, x)
+        ins, dla = explain.predicted_attribution(model, x, sa_layers=tuple(range(cfg.depth)), sa_reduce=reduce)
+    distance = explain.kept_distances(ins, stages)[stages[0]]
     maps = explain.ClassAttention.from_insights(ins).maps  # [B, L, H, g, g]
     probs = ins.logits.float().softmax(-1)
     prediction = dla.target
@@ -104,19 +93,10 @@ def batch_numbers(
     knockouts the logit change per block [B, K], and with `corrupted` (the normalised corrupted batch) the
     activation patching of the predicted class (`patching_numbers`), as numpy arrays. dtype: the autocast
     dtype (None: fp32)."""
-    per_pass = images_per_pass(model.cfg)
     boxes = boxes.to(x.device).float()
     with autocast(dtype, x.device):
-        chunks, sa_states = zip(
-            *(
-                _one_pass(model, xc, bc, per_pass, keep_sa_inputs=knockouts)
-                for xc, bc in zip(x.split(per_pass or 1), boxes.split(per_pass or 1))
-            )
-        )
-        out = {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}
+        out, sa_inputs = _one_pass(model, x, boxes, keep_sa_inputs=knockouts)
         if knockouts:  # from the pass's own SA states: one forward fewer than knockout_profile alone
-            sa_inputs = [torch.cat(states) for states in zip(*sa_states)]
-            del sa_states  # each state is held once, concatenated
             out["knockout"] = explain.knockout_profile(model, x, out["prediction"], sa_inputs=sa_inputs).float()
     if corrupted is not None:
         out |= patching_numbers(model, x, corrupted, out["prediction"])

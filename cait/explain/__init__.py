@@ -41,13 +41,12 @@ from .causal import (
 from .head_stats import (
     DISTANCE_STAGES,
     attention_distances_by_stage,
-    attention_distances_of,
     attention_entropy,
     distance_reduce,
+    kept_distances,
     mean_attention_distance,
     mean_attention_distances,
     patch_distances,
-    sa_map_bytes,
     uniform_attention_distance,
 )
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
@@ -68,9 +67,9 @@ __all__ = [
     "answer_forms_at",
     "all_head_ablations",
     "attention_distances_by_stage",
-    "attention_distances_of",
     "attention_entropy",
     "distance_reduce",
+    "kept_distances",
     "attribution",
     "Attribution",
     "block_gamma_mean_abs",
@@ -121,7 +120,6 @@ __all__ = [
     "rollouts",
     "saliency_map",
     "saliency_maps",
-    "sa_map_bytes",
     "talking_heads",
     "TalkingHeads",
     "uniform_attention_distance",

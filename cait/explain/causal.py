@@ -95,15 +95,17 @@ def _readout(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> tuple[t
     return r, (head.weight[target] * norm.bias).sum(-1) + head.bias[target]
 
 
-def _record_class_stage(model: nn.Module, x: torch.Tensor, sa_layers: tuple[int, ...] = ()) -> tuple[object, dict]:
-    """forward_insights (with the SA attention of `sa_layers`) with hooks reading, per CA block, the values
-    (attn.v), the concatenated head outputs (attn.proj's input) and the MLP output, and the class token
-    entering the final norm."""
+def _record_class_stage(
+    model: nn.Module, x: torch.Tensor, sa_layers: tuple[int, ...] = (), sa_reduce=None
+) -> tuple[object, dict]:
+    """forward_insights (with the SA attention of `sa_layers`, or what `sa_reduce` keeps of it) with hooks
+    reading, per CA block, the values (attn.v), the concatenated head outputs (attn.proj's input) and the MLP
+    output, and the class token entering the final norm."""
     points: dict[object, tuple[nn.Module, bool]] = {"z": (model.norm, True)}
     for i, blk in enumerate(model.blocks_token_only):
         points.update({("v", i): (blk.attn.v, False), ("o", i): (blk.attn.proj, True), ("mlp", i): (blk.mlp, False)})
     with recorded(points) as seen:
-        ins = model.forward_insights(x, sa_layers=sa_layers)
+        ins = model.forward_insights(x, sa_layers=sa_layers, sa_reduce=sa_reduce)
     return ins, seen
 
 
@@ -118,15 +120,15 @@ def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Te
 
 
 def predicted_attribution(
-    model: nn.Module, x: torch.Tensor, *, sa_layers: tuple[int, ...] = ()
+    model: nn.Module, x: torch.Tensor, *, sa_layers: tuple[int, ...] = (), sa_reduce=None
 ) -> tuple[object, LogitAttribution]:
-    """One forward pass: its `Insights` (class-attention maps, the SA attention of `sa_layers`) and the
-    direct logit attribution to each image's predicted class, for summaries over many images that need
-    both and can afford only one pass."""
+    """One forward pass: its `Insights` (class-attention maps, the SA attention of `sa_layers` or what
+    `sa_reduce` keeps of it, see `CaiT.forward_insights`) and the direct logit attribution to each image's
+    predicted class, for summaries over many images that need both and can afford only one pass."""
     _check_input(model, x)
     _check_class_stage(model)
     with _evaluating(model):
-        ins, seen = _record_class_stage(model, x, sa_layers)
+        ins, seen = _record_class_stage(model, x, sa_layers, sa_reduce)
         return ins, _attribute(model, ins, seen, ins.logits.argmax(-1))
 
 

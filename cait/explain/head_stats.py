@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import torch
 
-# SA attention a batch may keep of every layer at once (a 48-layer, 16-head, 784-token model holds 3.8 GB of
-# maps an image): above it, the maps are reduced to distances layer by layer as the pass runs (`distance_reduce`)
-DISTANCE_BYTES = 256 * 2**20
-
 
 def attention_entropy(maps: torch.Tensor, *, dims: int = 2) -> torch.Tensor:
     """Entropy in nats of each map over its last `dims` dimensions (2: a [..., g, g] patch grid) of
@@ -45,12 +41,6 @@ def mean_attention_distance(attn: torch.Tensor, *, patch_size: int) -> torch.Ten
     w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)
     d = patch_distances(grid, patch_size).to(w.device)
     return (w * d).sum(-1).mean(-1)
-
-
-def sa_map_bytes(cfg, images: int, layers: int) -> int:
-    """Bytes the SA attention maps of `layers` layers take for `images` images in one
-    `forward_insights` pass (both stages kept, fp32 at most)."""
-    return images * layers * cfg.num_heads * cfg.grid_size**4 * 4 * 2
 
 
 DISTANCE_STAGES = ("after_proj_l", "after_proj_w")  # the SA weights a distance can be read from, in model order
@@ -89,15 +79,13 @@ def attention_distances_by_stage(
     """`mean_attention_distances` at each of `stages` from one pass: stage -> [B, SA layers, heads]."""
     depth = model.cfg.depth
     ins = model.forward_insights(x, sa_layers=tuple(range(depth)), sa_reduce=distance_reduce(model.cfg, stages))
-    return {s: torch.stack([ins.self_attention[i][k] for i in range(depth)], dim=1) for k, s in enumerate(stages)}
+    return kept_distances(ins, stages)
 
 
-def attention_distances_of(ins, layers: tuple[int, ...], cfg, *, stage: str = "after_proj_w") -> list[torch.Tensor]:
-    """The mean attention distance [B, heads] of each of `layers` from a `forward_insights` pass that kept
-    their SA attention (`sa_layers`), at `stage` (one of DISTANCE_STAGES); cfg: the model's config."""
-    if stage not in DISTANCE_STAGES:
-        raise ValueError(f"stage must be one of {', '.join(DISTANCE_STAGES)}, got {stage!r}")
-    return [_distance(ins.self_attention[i][DISTANCE_STAGES.index(stage)], cfg) for i in layers]
+def kept_distances(ins, stages: tuple[str, ...] = DISTANCE_STAGES) -> dict[str, torch.Tensor]:
+    """What a pass with sa_reduce=`distance_reduce(cfg, stages)` kept: stage -> [B, SA layers, heads]."""
+    layers = sorted(ins.self_attention)
+    return {s: torch.stack([ins.self_attention[i][k] for i in layers], dim=1) for k, s in enumerate(stages)}
 
 
 def uniform_attention_distance(grid: int, patch_size: int) -> float:
@@ -107,15 +95,13 @@ def uniform_attention_distance(grid: int, patch_size: int) -> float:
 
 
 __all__ = [
-    "DISTANCE_BYTES",
     "DISTANCE_STAGES",
     "attention_distances_by_stage",
     "attention_entropy",
     "distance_reduce",
+    "kept_distances",
     "mean_attention_distance",
-    "attention_distances_of",
     "mean_attention_distances",
     "patch_distances",
-    "sa_map_bytes",
     "uniform_attention_distance",
 ]
