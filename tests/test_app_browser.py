@@ -620,6 +620,13 @@ SCROLLING = """(selector) => [...document.querySelectorAll(selector + ' *')].fil
     e.scrollHeight > e.clientHeight + 2 && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)).length"""
 
 
+# The saliency table's (method, seconds) rows as the page shows them (the seconds are its last column)
+TABLE_SECONDS = """() => [...document.querySelectorAll('#sal_table tbody tr')].map(tr => {
+    const cells = [...tr.querySelectorAll('td')].map(td => td.innerText.trim());
+    return [cells[0], parseFloat(cells[cells.length - 1])];
+})"""
+
+
 def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server):
     page = open_page(chromium, wide_server, width=1280)
     try:
@@ -647,6 +654,10 @@ def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server)
         page.locator("#sal_run").click()
         expect(page.locator("#sal_gallery img")).to_have_count(len(cait.explain.METHODS))
         expect(page.locator("#sal_table")).to_contain_text("occlusion")
+        # each method's own seconds: integrated gradients' 20 gradient passes are not charged to the first row
+        seconds = dict(page.evaluate(TABLE_SECONDS))
+        assert set(seconds) == set(cait.explain.METHODS)
+        assert seconds["integrated_gradients"] > seconds["ca1_mean"] and seconds["occlusion"] > 0
         page.wait_for_function(
             "() => [...document.querySelectorAll('#sal_gallery img, #sal_region img')].every("
             "i => i.complete && i.naturalWidth > 0)"
