@@ -96,8 +96,10 @@ def test_deletion_insertion_scores_in_bf16_agree_with_fp32(shipped_examples):
     on every shipped scene (the class-attention head-mean map ranks the patches)."""
     model, x, target = shipped_examples
     heat = explain.class_attention(model, x).mean[:, 0]
-    fp32 = explain.deletion_insertion(model, x, target, heat, steps=16)
-    bf16 = explain.deletion_insertion(model, x, target, heat, steps=16, forward_dtype=torch.bfloat16)
+    # 8 steps (7 perturbed images per curve and scene) cost half of 16 and keep the bound's margin: the largest
+    # difference over the 12 scenes is 0.0020 at 8 steps, 0.0021 at 16
+    fp32 = explain.deletion_insertion(model, x, target, heat, steps=8)
+    bf16 = explain.deletion_insertion(model, x, target, heat, steps=8, forward_dtype=torch.bfloat16)
     for key in ("deletion_auc", "insertion_auc"):
         assert not torch.equal(fp32[key], bf16[key])
         assert (fp32[key] - bf16[key]).abs().max() <= 0.01, key
