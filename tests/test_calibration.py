@@ -81,12 +81,14 @@ def test_the_script_writes_weights_that_score_what_its_report_says(tmp_path, mon
         [
             "calibrate_head.py",
             str(cait.checkpoint.WEIGHTS_DIR / "cait_micro_136.safetensors"),
+            # 40 scenes each: the fit still moves a logit (class 4, +0.55, its top-1 0.20 -> 0.33), so the test
+            # sees head.bias change; 120 and 100 cost three times as much for the same checks
             "--fit-subset",
-            "120",
+            "40",
             "--check-seeds",
             "0",
             "--check-subset",
-            "100",
+            "40",
             "--out",
             str(out),
             "--json",
@@ -97,13 +99,13 @@ def test_the_script_writes_weights_that_score_what_its_report_says(tmp_path, mon
     result = json.loads(report.read_text())
     fit = result["fit"]
     assert result["class"] == cait.create_model("cait_micro_136").cfg.labels[fit["index"]]
-    assert lowest_class(fit["per_class_after"])[1] >= lowest_class(fit["per_class_before"])[1]
+    assert fit["bias"] > 0 and lowest_class(fit["per_class_after"])[1] >= lowest_class(fit["per_class_before"])[1]
     calibrated = cait.create_model(None, checkpoint=out)
     state, _ = read_checkpoint(out)
     original, _ = read_checkpoint(cait.checkpoint.WEIGHTS_DIR / "cait_micro_136.safetensors")
     changed = [k for k in state if not torch.equal(state[k], original[k])]
     assert changed == (["head.bias"] if fit["bias"] else [])
-    logits, labels = collect_logits(calibrated, build_dataset("fashion-mnist-scenes", "val", subset=100, cache=True))
+    logits, labels = collect_logits(calibrated, build_dataset("fashion-mnist-scenes", "val", subset=40, cache=True))
     check = result["checks"][0]
-    assert check["scene_seed"] == 0 and check["images"] == 100
+    assert check["scene_seed"] == 0 and check["images"] == 40
     assert (logits.argmax(1) == labels).float().mean().item() == pytest.approx(check["after"]["top1"])

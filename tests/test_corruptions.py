@@ -1,8 +1,6 @@
 """cait.corruptions (ImageNet-C on batches), cait.robustness (sweep, mCE) and cait.evaluate --corruption."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -129,23 +127,28 @@ def test_mce_is_the_papers_ratio_of_summed_errors():
     assert mean_corruption_error(ours, 0.9, [], 0.8) == {"mce": None, "relative_mce": None, "per_corruption": {}}
 
 
-def test_cli_sweeps_corruptions_before_normalisation_and_measures_mce(tmp_path):
+def test_cli_sweeps_corruptions_before_normalisation_and_measures_mce(tmp_path, capsys):
+    """The command's main in this process (tests/test_evaluate.py runs the `python -m` entry): a fresh interpreter
+    for each of the three runs would only add its imports."""
+    from cait.evaluate.__main__ import main
+
     torch.manual_seed(0)
     model = cait.create_model("cait_pico_32", img_size=64)
     ckpt = tmp_path / "m.safetensors"
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"
-    command = [sys.executable, "-m", "cait.evaluate", "--checkpoint", str(ckpt), "--subset", "12", "--workers", "0"]
+    command = ["--checkpoint", str(ckpt), "--subset", "12", "--workers", "0"]
     command += ["--precision", "fp32", "--corruption", "contrast:5", "gaussian_noise:1", "gaussian_noise:4"]
-    run = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    code = main([*command, "--json", str(out)])
+    run = capsys.readouterr()
+    assert code == 0, run.err
     section = json.loads(out.read_text())["corruption"]
     assert [(r["corruption"], r["severity"]) for r in section["rows"]] == [
         ("contrast", 5),
         ("gaussian_noise", 1),
         ("gaussian_noise", 4),
     ]
-    assert "CA-1 pt" in run.stdout and all(r["images"] == 12 for r in section["rows"])
+    assert "CA-1 pt" in run.out and all(r["images"] == 12 for r in section["rows"])
     assert all(0 <= r["ca1_mean_pointing"] <= 1 for r in section["rows"])
     # contrast:5 is the model on the contrast-reduced views, normalised after
     data = FashionMNISTScenes("val", subset=12)
@@ -155,11 +158,11 @@ def test_cli_sweeps_corruptions_before_normalisation_and_measures_mce(tmp_path):
     expected = (logits.argmax(-1) == torch.as_tensor(data.labels)).float().mean().item()
     assert section["rows"][0]["top1"] == pytest.approx(expected)
     # against itself as the baseline (its JSON): every CE is 1
-    again = subprocess.run([*command, "--baseline", str(out)], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert "mCE 100.0%" in again.stdout
-    bad = subprocess.run([*command[:-3], "fog:2"], capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "unknown corruption" in bad.stderr and "Traceback" not in bad.stderr
+    assert main([*command, "--baseline", str(out)]) == 0
+    assert "mCE 100.0%" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:
+        main([*command[:-3], "fog:2"])
+    assert bad.value.code == 2 and "unknown corruption" in capsys.readouterr().err
 
 
 def test_a_sweep_on_an_image_folder_scores_top1_without_pointing(tmp_path):

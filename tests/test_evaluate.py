@@ -149,17 +149,18 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     assert unknown.returncode == 2 and "unknown method" in unknown.stderr
 
 
-def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path):
+def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path, capsys):
+    """The command's main in this process (test_cli_writes_json_and_refuses_bad_input runs `python -m`): a fresh
+    interpreter would only add its imports."""
+    from cait.evaluate.__main__ import main
+
     torch.manual_seed(0)
     cnn = TimmCNN(CNNConfig(arch="resnet10t", img_size=32)).eval()
     path = tmp_path / "teacher.safetensors"
     cait.save_weights(cnn, path)
     out = tmp_path / "r.json"
-    run = subprocess.run(
+    code = main(
         [
-            sys.executable,
-            "-m",
-            "cait.evaluate",
             "--checkpoint",
             str(path),
             "--img-size",
@@ -172,28 +173,21 @@ def test_cli_scores_a_cnn_teacher_on_top1_and_per_class(tmp_path):
             "fp32",
             "--json",
             str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        ]
     )
-    assert run.returncode == 0, run.stderr
+    run = capsys.readouterr()
+    assert code == 0, run.err
     result = json.loads(out.read_text())
     assert result["img_size"] == 48 and result["weights"] == f"checkpoint {path}"
-    assert result["localization"] == [] and "pointing game" not in run.stdout  # no class attention to score
+    assert result["localization"] == [] and "pointing game" not in run.out  # no class attention to score
     # the CNN run at 48 px, on the eval view of each scene: the same predictions as the file's numbers
     scenes = FashionMNISTScenes("val", subset=12)
     x = torch.stack([cait.preprocess.eval_transform(cnn.cfg.replace(img_size=48))(scenes[i][0]) for i in range(12)])
     with torch.no_grad():
         predicted = cnn(x).argmax(-1)
     assert np.isclose(result["top1"], (predicted == torch.as_tensor(scenes.labels)).float().mean().item())
-    refused = subprocess.run(
-        [sys.executable, "-m", "cait.evaluate", "--checkpoint", str(path), "--methods", "ca1_mean"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert refused.returncode == 2 and "no class attention" in refused.stderr and "Traceback" not in refused.stderr
+    assert main(["--checkpoint", str(path), "--methods", "ca1_mean"]) == 2
+    assert "no class attention" in capsys.readouterr().err
 
 
 def test_without_flags_the_default_model_is_scored_with_its_shipped_weights(monkeypatch):
