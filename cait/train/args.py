@@ -49,7 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m cait.train", description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    g = p.add_argument_group("run")
+    run = p.add_argument_group("run")
+    _what_to_train(run)
+    _how_to_run(run)
+    _optimisation(p.add_argument_group("optimisation"))
+    _augmentation(p.add_argument_group("augmentation and regularisation"))
+    group = p.add_argument_group("model overrides (default: the --model config's) and distillation")
+    _model_overrides(group)
+    _distillation(group)
+    return p
+
+
+def _what_to_train(g) -> None:
+    """The model, the data, where the run is kept."""
     # not DEFAULT_MODEL: the shipped default is this model fine-tuned at a larger input (its card says how);
     # a run from scratch starts at the scenes' own 64 px, where a step costs a fraction
     g.add_argument(
@@ -80,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="continue the run saved in DIR (its args.json supplies every flag not given again)",
     )
+
+
+def _how_to_run(g) -> None:
+    """Length, batch, seed, machine, precision, and where the run starts and stops."""
     g.add_argument("--epochs", type=int, default=30, help="length of the schedule in epochs")
     g.add_argument("--batch-size", type=int, default=128, help="images per step on each process")
     g.add_argument("--seed", type=int, default=0, help="seed of init, data order, augmentation, mixup and drop path")
@@ -120,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="save and stop after this many optimizer steps in total, as if interrupted; "
         "--resume continues (for time-sliced runs)",
     )
-    g = p.add_argument_group("optimisation")
+
+
+def _optimisation(g) -> None:
     g.add_argument(
         "--lr", type=float, default=None, help="peak learning rate (default: DeiT's 5e-4 * global batch / 512)"
     )
@@ -134,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--clip-grad", type=float, default=None, help="clip the global gradient norm to this value")
     g.add_argument("--ema", type=float, default=0.0, help="model EMA decay (e.g. 0.999); 0 = off")
-    g = p.add_argument_group("augmentation and regularisation")
+
+
+def _augmentation(g) -> None:
     g.add_argument("--randaug", default="rand-m9-mstd0.5-inc1", help="timm RandAugment string, or 'none'")
     g.add_argument(
         "--crop-scale",
@@ -164,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cutmix", type=float, default=1.0, help="cutmix alpha (0 = off)")
     g.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
     g.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate (default: the model config's)")
-    g = p.add_argument_group("model overrides (default: the --model config's) and distillation")
+
+
+def _model_overrides(g) -> None:
     g.add_argument("--img-size", type=int, default=None, help="input side in pixels (images are resized to it)")
     g.add_argument("--patch-size", type=int, default=None, help="patch side in pixels")
     g.add_argument("--embed-dim", type=int, default=None, help="token width")
@@ -190,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="residual branch weighting (paper Table 1 ablations)",
     )
     g.add_argument("--init-values", type=float, default=None, help="LayerScale eps")
+
+
+def _distillation(g) -> None:
     g.add_argument(
         "--teacher",
         default=None,
@@ -214,7 +239,6 @@ def build_parser() -> argparse.ArgumentParser:
         "teacher's softened probabilities, times tau^2 (Hinton et al.)",
     )
     g.add_argument("--distill-tau", type=float, default=3.0, help="temperature of --distill-type soft (DeiT used 3)")
-    return p
 
 
 class ArgsError(ValueError):
