@@ -76,25 +76,6 @@ def forward_passes(cfg) -> float:
     return 3 + (cfg.depth - 1) / 2
 
 
-def cost_markdown(cfg, forward_seconds: float, *, reduced_precision: bool = False) -> str:
-    """What opening the tab costs for an image, said before it is computed: passes x the measured forward
-    (reduced_precision: that forward ran in bf16, while the tab runs in fp32, so the time said is a floor)."""
-    passes = forward_passes(cfg)
-    if not np.isfinite(forward_seconds):
-        return f"Computing this tab takes about {passes:.0f} forward passes of the model."
-    if reduced_precision:
-        return (
-            f"Computing this tab takes about {passes:.0f} forward passes of the model in fp32, at least "
-            f"{passes * forward_seconds:.1f} s: this image's forward pass took {forward_seconds:.2f} s in bf16, "
-            "and fp32 is slower."
-        )
-    return (
-        f"Computing this tab takes about {passes:.0f} forward passes of the model, about "
-        f"{passes * forward_seconds:.1f} s at this image's measured forward pass ({forward_seconds:.2f} s; "
-        "the tab runs in fp32)."
-    )
-
-
 def head_figure(view: CausalView, label: str):
     """Per-head bars, one colour per CA layer, of the direct write to the logit beside the effect of removing
     the head (its zero ablation's change of the logit: what flows on through later layers too), beside the

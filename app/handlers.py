@@ -325,8 +325,9 @@ class Handlers(MechanismsEvents):
         out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
         out.update(self.ca_outputs(a, look, selected, shown, sheet=False))
         out.update({p.analysis: a, p.top5: texts.top5_html(preds), p.selected: selected})
-        out[p.cz_cost] = causal_view.cost_markdown(
-            loaded.cfg, a.forward_seconds, reduced_precision=loaded.dtype is not None
+        passes = causal_view.forward_passes(loaded.cfg)
+        out[p.cz_cost] = texts.cost_in_passes(
+            "Computing this tab", passes, a.forward_seconds, reduced_precision=loaded.dtype is not None
         )
         return out
 

@@ -5,20 +5,18 @@ and the ablation of the ticked heads. A mix-in of `app.handlers.Handlers`: it re
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import numpy as np
-import torch
 
 from app import causal_view, mechanisms_view, session
 from app.images import ImageInputError
 from app.layout import causal_heads
 from app.models import LoadedModel, ModelChoice
-from app.texts import NO_IMAGE
+from app.texts import NO_IMAGE, cost_in_passes
 from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
 
 
@@ -34,23 +32,6 @@ class PatchAsk:
     mx_severity: int
     mx_example: str | None  # an example's path
     mx_upload: str | None  # an uploaded file's path
-
-
-def _forward_seconds(loaded: LoadedModel, x: torch.Tensor) -> float:
-    """One fp32 forward of x, timed: what the cost of patching is said in."""
-    start = time.perf_counter()
-    with torch.no_grad():
-        loaded.model(x)
-    return time.perf_counter() - start
-
-
-def cost_markdown(loaded: LoadedModel, seconds: float) -> str:
-    """The cost of a patching run, said before it is asked for."""
-    forwards = mechanisms_view.patching_forwards(loaded.cfg)
-    return (
-        f"Patching runs about {forwards} forward passes: about {forwards * seconds:.1f} s here "
-        f"(one forward of this image took {seconds:.2f} s)."
-    )
 
 
 class MechanismsEvents:
@@ -73,7 +54,12 @@ class MechanismsEvents:
         )
         return {
             p.mx_lens: figure,
-            p.mx_cost: cost_markdown(loaded, _forward_seconds(loaded, x)),
+            p.mx_cost: cost_in_passes(
+                "Patching",
+                mechanisms_view.patching_forwards(loaded.cfg),
+                a.forward_seconds,
+                reduced_precision=loaded.dtype is not None,
+            ),
             p.json_file: self._numbers_file(loaded, a),
         }
 

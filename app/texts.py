@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Sequence
 
 from app.models import LoadedModel
@@ -159,3 +160,20 @@ def status_markdown(loaded: LoadedModel, top: dict, notes: list[str], *, uploade
     if loaded.notice:
         lines.append("⚠ untrained model: the prediction means nothing.")
     return "  \n".join(lines)
+
+
+def cost_in_passes(what: str, passes: float, forward_seconds: float, *, reduced_precision: bool) -> str:
+    """What `what` costs, said before it runs: `passes` fp32 forward passes of the model, in seconds at this
+    image's measured forward pass; a floor when that forward ran in bf16 (reduced_precision), fp32 being slower."""
+    if not math.isfinite(forward_seconds):  # not measured
+        return f"{what} takes about {passes:.0f} forward passes of the model."
+    if reduced_precision:
+        return (
+            f"{what} takes about {passes:.0f} forward passes of the model in fp32, at least "
+            f"{passes * forward_seconds:.1f} s: this image's forward pass took {forward_seconds:.2f} s in bf16, "
+            "and fp32 is slower."
+        )
+    return (
+        f"{what} takes about {passes:.0f} forward passes of the model, about {passes * forward_seconds:.1f} s at "
+        f"this image's measured forward pass ({forward_seconds:.2f} s; it runs in fp32)."
+    )

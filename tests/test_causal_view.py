@@ -255,7 +255,7 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
 
 
 def test_the_tab_says_its_cost_before_it_is_computed(handlers):
-    from app import session
+    from app import session, texts
 
     p, loaded = handlers.page, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
@@ -277,7 +277,7 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert all(out[c] is None for c in p.causal_results)  # said, not computed
     assert handlers.cleared(shown)[p.cz_cost] == ""
     # a bf16 session's forward is faster than the tab's fp32 passes: its time is said as a floor
-    said = causal_view.cost_markdown(loaded.cfg, 0.5, reduced_precision=True)
+    said = texts.cost_in_passes("Computing this tab", passes, 0.5, reduced_precision=True)
     assert f"at least {passes * 0.5:.1f} s" in said and "in bf16" in said
 
 
