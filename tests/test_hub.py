@@ -5,8 +5,8 @@ huggingface_hub 2.4 reads (X-Repo-Commit, ETag / X-Linked-Etag, X-Linked-Size, C
 for resumed downloads; X-Error-Code on errors) and serves a timm-format safetensors of cait_xxs24_224
 with random weights, gammas randomised. The environment is set as a user would set it (HF_ENDPOINT,
 HF_HOME, HF_HUB_OFFLINE): in-process tests through the `hf_env` fixture (conftest.py), which reloads
-huggingface_hub.constants, where the client reads it; the analysis test runs the script in a subprocess
-with that environment. The stand-in is tests/stand_in_hub.py.
+huggingface_hub.constants, where the client reads it; the analysis test calls the scripts' mains in
+that environment. The stand-in is tests/stand_in_hub.py.
 Nothing here reaches beyond 127.0.0.1.
 """
 
@@ -281,22 +281,16 @@ def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_ana
 # ---------------------------------------------------------------------------------------------- an analysis script
 
 
-def run_script(script: str, *args, env: dict[str, str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "analysis" / script), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **env},
-    )
-    assert done.returncode == 0, f"{script} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return done
+def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights(stand_in, hf_env, tmp_path, twins):
+    """The scripts' mains in this process, in the environment a user sets (test_analysis.py runs both scripts as
+    `python script.py`): two fresh interpreters would only add their imports of torch, timm and matplotlib."""
+    import attention_maps
+    import layerscale_stats
+    from _common import batch_of, load_examples
 
-
-def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights(stand_in, timm_file, tmp_path, twins):
-    env = {"HF_ENDPOINT": stand_in.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    hf_env(stand_in.url)
     out = tmp_path / "fig6"
-    run_script("attention_maps.py", "--model", NAME, "--pretrained", "--quick", "--out", out, env=env)
+    assert attention_maps.main(["--model", NAME, "--pretrained", "--quick", "--out", str(out)]) == 0
     assert stand_in.methods() == ["HEAD", "GET"]
     requests = len(stand_in.requests)
     data = json.loads((out / "attention_maps.json").read_text())
@@ -307,26 +301,14 @@ def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights
         with Image.open(out / f"attention_{p.name}.png") as im:
             assert im.width > 500
     # the maps are those of the served weights, on the photo as the script sees it
-    sys.path.insert(0, str(ROOT / "analysis"))
-    try:
-        from _common import batch_of, load_examples
-    finally:
-        sys.path.remove(str(ROOT / "analysis"))
     ours, _ = twins(NAME, seed=7)
     examples = load_examples([photos[0].path], ours.cfg)
     maps = explain.class_attention(ours, batch_of(examples, ours.cfg)).maps[0]
     torch.testing.assert_close(torch.tensor(data["images"][0]["maps"]), maps, atol=1e-5, rtol=0)
 
     # offline, from the cache: LayerScale per depth of those weights, without a request
-    run_script(
-        "layerscale_stats.py",
-        "--model",
-        NAME,
-        "--pretrained",
-        "--out",
-        tmp_path / "ls",
-        env={**env, "HF_HUB_OFFLINE": "1"},
-    )
+    hf_env(stand_in.url, offline=True)
+    assert layerscale_stats.main(["--model", NAME, "--pretrained", "--out", str(tmp_path / "ls")]) == 0
     assert len(stand_in.requests) == requests
     rows = json.loads((tmp_path / "ls" / "layerscale_stats.json").read_text())["rows"]
     expected = explain.layerscale_stats(ours)
