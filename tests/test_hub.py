@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -80,16 +79,23 @@ def test_repo_ids_come_from_timm_and_cover_exactly_the_released_variants():
 SOURCES = "from cait import hub; import sys; print(hub.hub_repo('cait_xxs24_224'), 'timm.models' in sys.modules)"
 
 
-def test_timms_sources_are_kept_so_that_later_starts_skip_importing_timm_models(tmp_path):
-    """Importing timm.models costs about 2 s of the app's start: it happens once per timm version."""
-    env = {**os.environ, CACHE_ENV: str(tmp_path)}
-    run = lambda: subprocess.run([sys.executable, "-c", SOURCES], env=env, capture_output=True, text=True, check=True)
-    assert run().stdout.split() == [REPO, "True"]  # the first start asks timm and keeps its answer
-    (kept,) = tmp_path.glob("timm-*-sources.json")
-    assert json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
-    assert run().stdout.split() == [REPO, "False"]
-    kept.write_text("{not json")  # a torn or foreign file is read again from timm and rewritten
-    assert run().stdout.split() == [REPO, "True"] and json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
+def test_timms_sources_are_kept_so_that_later_starts_skip_importing_timm_models(tmp_path, monkeypatch):
+    """Importing timm.models costs about 2 s of the app's start: it happens once per timm version. The later start
+    is a fresh interpreter, the only place where `timm.models` not being imported can be seen; the first start and
+    the torn file's are this process with the remembered answer forgotten, the file showing that timm was asked."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    hub.timm_sources.cache_clear()
+    try:
+        assert hub.hub_repo(NAME) == REPO  # the first start asks timm and keeps its answer
+        (kept,) = tmp_path.glob("timm-*-sources.json")
+        assert json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
+        later = subprocess.run([sys.executable, "-c", SOURCES], capture_output=True, text=True, check=True)
+        assert later.stdout.split() == [REPO, "False"]
+        kept.write_text("{not json")  # a torn or foreign file is read again from timm and rewritten
+        hub.timm_sources.cache_clear()
+        assert hub.hub_repo(NAME) == REPO and json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
+    finally:
+        hub.timm_sources.cache_clear()  # the next caller reads the sources of its own cache dir
 
 
 def test_status_lists_every_paper_variant_with_its_size():
