@@ -701,7 +701,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     ]
     assert (tmp_path / "robustness.png").is_file() and (tmp_path / "robustness.html").is_file()
     (tmp_path / "robustness.png").unlink()
-    run("robustness.py", "--replot", "--out", tmp_path)  # the figures again from the JSON, no model run
+    run_here("robustness.py", "--replot", "--out", tmp_path)  # the figures again from the JSON, no model run
     assert 0 < (tmp_path / "robustness.png").stat().st_size < 100_000  # small enough to ship beside the JSON
     # the row of gaussian_noise:5 recomputed here: the 8 scenes' views corrupted with seed 0, then normalised
     model = cait.create_model(None, checkpoint)
@@ -719,7 +719,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     assert result["clean"]["agreement"] == 1 and result["clean"]["focus_kept"] >= 0.5  # the region holds >= 50%
     # photos without labels: agreement with the clean prediction and the focus kept, no top-1 or pointing
     photos = sorted(EXAMPLES.glob("*.png"))[:2]
-    run("robustness.py", "--quick", "--checkpoint", checkpoint, "--images", *photos, "--out", tmp_path / "photos")
+    run_here("robustness.py", "--quick", "--checkpoint", checkpoint, "--images", *photos, "--out", tmp_path / "photos")
     unlabelled = json.loads((tmp_path / "photos" / "robustness.json").read_text())
     assert unlabelled["images"] == "2 photos" and all("top1" not in r for r in unlabelled["rows"])
     assert all(0 <= r["focus_kept"] <= 1 and 0 <= r["agreement"] <= 1 for r in unlabelled["rows"])
