@@ -39,10 +39,10 @@ def run(script: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess
 
 
 def run_here(script: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    """`run` through the script's main in this process, for a script that this file also runs with `run` (a fresh
-    interpreter, as a user starts it): another interpreter would only import torch again. A bad-input exit is the
-    return code; any other exception fails the test, as a traceback would. Torch's thread count, which a training
-    run sets, is given back."""
+    """`run` through the script's main in this process, for a script that this file also starts in a fresh
+    interpreter, as a user does (with `run`, or inside make_all's): another would only import torch again. A
+    bad-input exit is the return code; any other exception fails the test, as a traceback would. Torch's thread
+    count, which a training run sets, is given back."""
     module, threads = importlib.import_module(script.removesuffix(".py")), torch.get_num_threads()
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -750,8 +750,8 @@ def test_scripts_over_a_folder_name_it_and_equal_the_atlas(exported, checkpoint,
         "saliency": "localization.json",
     }
     results = {}
-    for script, name in jsons.items():
-        run(f"{script}.py", "--quick", *data, "--out", tmp_path / script)
+    for script, name in jsons.items():  # each script's fresh interpreter: make_all's (`gallery`), robustness's own
+        run_here(f"{script}.py", "--quick", *data, "--out", tmp_path / script)
         results[script] = json.loads((tmp_path / script / name).read_text())
         made = results[script]["made_from"]
         assert "pico.safetensors" in made and f"data: ImageFolder {exported}/ (24 images" in made, script
