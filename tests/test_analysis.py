@@ -374,7 +374,7 @@ def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
     assert len((tmp_path / "class_attention_ablation.csv").read_text().splitlines()) == 1 + 4
     # the summary and figures come back from the JSON alone, our top-1 (fractions) printed in percent
     shutil.rmtree(tmp_path / "runs")
-    replotted = run("class_attention_ablation.py", "--replot", "--out", tmp_path)
+    replotted = run_here("class_attention_ablation.py", "--replot", "--out", tmp_path)
     assert replotted.stdout.splitlines()[:5] == trained.stdout.splitlines()[-6:-1]
     assert f"{percent(data['rows'][0]['final_top1']):.1f}%" in replotted.stdout.splitlines()[1]
 
