@@ -4,6 +4,9 @@ the model's own attention, the training runs' own metrics."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import re
 import shutil
@@ -32,8 +35,30 @@ def run(script: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess
     done = subprocess.run(
         [sys.executable, str(ANALYSIS / script), *map(str, args)], capture_output=True, text=True, timeout=600
     )
+    return _checked(done, ok)
+
+
+def run_here(script: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """`run` through the script's main in this process, for a script that this file also starts in a fresh
+    interpreter, as a user does (with `run`, or inside make_all's): another would only import torch again. A
+    bad-input exit is the return code; any other exception fails the test, as a traceback would. Torch's thread
+    count, which a training run sets, is given back."""
+    module, threads = importlib.import_module(script.removesuffix(".py")), torch.get_num_threads()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = module.main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code
+    finally:
+        torch.set_num_threads(threads)
+    done = subprocess.CompletedProcess([script, *args], code, out.getvalue(), err.getvalue())
+    return _checked(done, ok)
+
+
+def _checked(done: subprocess.CompletedProcess, ok: bool) -> subprocess.CompletedProcess:
     if ok:
-        assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, f"{done.args[:2]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
 
@@ -244,17 +269,17 @@ def _check_replot_from_the_saved_numbers(out: Path) -> None:
         png.unlink()
     summary_md = (out / "depth_stability_summary.md").read_text()
     (out / "depth_stability_summary.md").unlink()
-    replotted = run("depth_stability.py", "--replot", "--out", out)
+    replotted = run_here("depth_stability.py", "--replot", "--out", out)
     assert "depth_stability_lr.png" in replotted.stdout
     assert (out / "depth_stability_summary.md").read_text() == summary_md
     for stem in ("depth_stability", "depth_stability_lr", "depth_stability_eps"):
         assert (out / f"{stem}.png").stat().st_size > 1000
-    missing = run("depth_stability.py", "--replot", "--out", out / "nothing", ok=False)
+    missing = run_here("depth_stability.py", "--replot", "--out", out / "nothing", ok=False)
     assert missing.returncode == 2 and "cannot replot" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(tmp_path):
-    done = run("depth_stability.py", "--quick", "--out", tmp_path)
+    done = run_here("depth_stability.py", "--quick", "--out", tmp_path)
     data = json.loads((tmp_path / "depth_stability.json").read_text())
     assert data["made_from"].startswith("miniature retraining") and data["scale"] == "miniature"
     # --quick: depths 2, 3; lrs 1e-3 and 1e9 (which diverges); eps 0.1 (the rule at depth 3), 1e-6; seeds 0, 1
@@ -276,7 +301,7 @@ def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(t
     pair = data["residual_ratio_pair"]
     assert (pair["depth"], pair["lr"]) == (3, 1e-3) and {pair["layerscale"], pair["none"]} <= {r["run"] for r in rows}
     # Fig. 4's pair is drawn from these runs: the ratios are those of the pair's own metrics
-    run("residual_ratio.py", "--sweep", tmp_path, "--out", tmp_path / "fig4")
+    run_here("residual_ratio.py", "--sweep", tmp_path, "--out", tmp_path / "fig4")
     drawn = json.loads((tmp_path / "fig4" / "residual_ratio.json").read_text())
     assert drawn["runs"] == {kind: str(tmp_path / "runs" / pair[kind]) for kind in ("layerscale", "none")}
     last = json.loads((tmp_path / "runs" / pair["none"] / "metrics.jsonl").read_text().splitlines()[-1])
@@ -290,21 +315,22 @@ def test_depth_stability_runs_every_phase_as_designed_and_reuses_finished_runs(t
     assert len((tmp_path / "depth_stability.csv").read_text().splitlines()) == 1 + 34
     assert "miniature" in done.stdout
     logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
-    run("depth_stability.py", "--quick", "--out", tmp_path)
+    run_here("depth_stability.py", "--quick", "--out", tmp_path)
     assert logs == {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
     _check_replot_from_the_saved_numbers(tmp_path)
 
 
 def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path):
     # the main phase picks best lrs from the lr phase: asked for first, it says so in one line
-    early = run("depth_stability.py", "--quick", "--phase", "main", "--out", tmp_path, ok=False)
+    early = run_here("depth_stability.py", "--quick", "--phase", "main", "--out", tmp_path, ok=False)
     assert early.returncode == 2 and early.stderr.strip().splitlines()[-1].startswith("error: the main phase")
     # a time budget already used up starts nothing, and the outputs say what is finished
-    run("depth_stability.py", "--quick", "--hours", "1e-9", "--out", tmp_path)
+    run_here("depth_stability.py", "--quick", "--hours", "1e-9", "--out", tmp_path)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     assert "lr 0/16" in json.loads((tmp_path / "depth_stability.json").read_text())["made_from"]
     assert not (tmp_path / "depth_stability.png").exists()
-    # one training at a time: a second sweep into the same directory is refused while the first holds it
+    # one training at a time: a second sweep into the same directory is refused while the first holds it (held
+    # here, the second a fresh interpreter as a user starts it: the script's one run in a process of its own)
     import fcntl
 
     with open(tmp_path / "sweep.lock", "a+") as held:
@@ -312,7 +338,7 @@ def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path)
         busy = run("depth_stability.py", "--quick", "--phase", "eps", "--out", tmp_path, ok=False)
     assert busy.returncode == 2 and "another sweep is training into" in busy.stderr and "Traceback" not in busy.stderr
     # the budget is measured, not guessed: a few steps per depth x method, and each phase's hours from them
-    measured = run("depth_stability.py", "--quick", "--measure-speed", "2", "--out", tmp_path)
+    measured = run_here("depth_stability.py", "--quick", "--measure-speed", "2", "--out", tmp_path)
     speed = json.loads((tmp_path / "speed.json").read_text())
     assert sorted(speed["speeds"]) == sorted(
         f"d{d}-{m}" for d in (2, 3) for m in ("baseline", "scalar", "rezero", "layerscale")
@@ -321,7 +347,7 @@ def test_depth_stability_runs_a_part_at_a_time_and_one_sweep_at_a_time(tmp_path)
     hours = speed["estimated_hours"]
     assert set(hours) == {"lr", "eps", "main"} and all(h > 0 for h in hours.values())
     assert "estimated wall time" in measured.stdout and not (tmp_path / "runs").is_dir()
-    bad = run("depth_stability.py", "--main-depths", "48", "--out", tmp_path, ok=False)
+    bad = run_here("depth_stability.py", "--main-depths", "48", "--out", tmp_path, ok=False)
     assert bad.returncode == 2 and "--main-depths must be among --depths" in bad.stderr
 
 
@@ -348,7 +374,7 @@ def test_class_attention_ablation_runs_the_four_summaries(tmp_path):
     assert len((tmp_path / "class_attention_ablation.csv").read_text().splitlines()) == 1 + 4
     # the summary and figures come back from the JSON alone, our top-1 (fractions) printed in percent
     shutil.rmtree(tmp_path / "runs")
-    replotted = run("class_attention_ablation.py", "--replot", "--out", tmp_path)
+    replotted = run_here("class_attention_ablation.py", "--replot", "--out", tmp_path)
     assert replotted.stdout.splitlines()[:5] == trained.stdout.splitlines()[-6:-1]
     assert f"{percent(data['rows'][0]['final_top1']):.1f}%" in replotted.stdout.splitlines()[1]
 
@@ -675,7 +701,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     ]
     assert (tmp_path / "robustness.png").is_file() and (tmp_path / "robustness.html").is_file()
     (tmp_path / "robustness.png").unlink()
-    run("robustness.py", "--replot", "--out", tmp_path)  # the figures again from the JSON, no model run
+    run_here("robustness.py", "--replot", "--out", tmp_path)  # the figures again from the JSON, no model run
     assert 0 < (tmp_path / "robustness.png").stat().st_size < 100_000  # small enough to ship beside the JSON
     # the row of gaussian_noise:5 recomputed here: the 8 scenes' views corrupted with seed 0, then normalised
     model = cait.create_model(None, checkpoint)
@@ -693,7 +719,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     assert result["clean"]["agreement"] == 1 and result["clean"]["focus_kept"] >= 0.5  # the region holds >= 50%
     # photos without labels: agreement with the clean prediction and the focus kept, no top-1 or pointing
     photos = sorted(EXAMPLES.glob("*.png"))[:2]
-    run("robustness.py", "--quick", "--checkpoint", checkpoint, "--images", *photos, "--out", tmp_path / "photos")
+    run_here("robustness.py", "--quick", "--checkpoint", checkpoint, "--images", *photos, "--out", tmp_path / "photos")
     unlabelled = json.loads((tmp_path / "photos" / "robustness.json").read_text())
     assert unlabelled["images"] == "2 photos" and all("top1" not in r for r in unlabelled["rows"])
     assert all(0 <= r["focus_kept"] <= 1 and 0 <= r["agreement"] <= 1 for r in unlabelled["rows"])
@@ -724,8 +750,8 @@ def test_scripts_over_a_folder_name_it_and_equal_the_atlas(exported, checkpoint,
         "saliency": "localization.json",
     }
     results = {}
-    for script, name in jsons.items():
-        run(f"{script}.py", "--quick", *data, "--out", tmp_path / script)
+    for script, name in jsons.items():  # each script's fresh interpreter: make_all's (`gallery`), robustness's own
+        run_here(f"{script}.py", "--quick", *data, "--out", tmp_path / script)
         results[script] = json.loads((tmp_path / script / name).read_text())
         made = results[script]["made_from"]
         assert "pico.safetensors" in made and f"data: ImageFolder {exported}/ (24 images" in made, script

@@ -5,8 +5,8 @@ huggingface_hub 2.4 reads (X-Repo-Commit, ETag / X-Linked-Etag, X-Linked-Size, C
 for resumed downloads; X-Error-Code on errors) and serves a timm-format safetensors of cait_xxs24_224
 with random weights, gammas randomised. The environment is set as a user would set it (HF_ENDPOINT,
 HF_HOME, HF_HUB_OFFLINE): in-process tests through the `hf_env` fixture (conftest.py), which reloads
-huggingface_hub.constants, where the client reads it; the analysis test runs the script in a subprocess
-with that environment. The stand-in is tests/stand_in_hub.py.
+huggingface_hub.constants, where the client reads it; the analysis test calls the scripts' mains in
+that environment. The stand-in is tests/stand_in_hub.py.
 Nothing here reaches beyond 127.0.0.1.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -80,16 +79,23 @@ def test_repo_ids_come_from_timm_and_cover_exactly_the_released_variants():
 SOURCES = "from cait import hub; import sys; print(hub.hub_repo('cait_xxs24_224'), 'timm.models' in sys.modules)"
 
 
-def test_timms_sources_are_kept_so_that_later_starts_skip_importing_timm_models(tmp_path):
-    """Importing timm.models costs about 2 s of the app's start: it happens once per timm version."""
-    env = {**os.environ, CACHE_ENV: str(tmp_path)}
-    run = lambda: subprocess.run([sys.executable, "-c", SOURCES], env=env, capture_output=True, text=True, check=True)
-    assert run().stdout.split() == [REPO, "True"]  # the first start asks timm and keeps its answer
-    (kept,) = tmp_path.glob("timm-*-sources.json")
-    assert json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
-    assert run().stdout.split() == [REPO, "False"]
-    kept.write_text("{not json")  # a torn or foreign file is read again from timm and rewritten
-    assert run().stdout.split() == [REPO, "True"] and json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
+def test_timms_sources_are_kept_so_that_later_starts_skip_importing_timm_models(tmp_path, monkeypatch):
+    """Importing timm.models costs about 2 s of the app's start: it happens once per timm version. The later start
+    is a fresh interpreter, the only place where `timm.models` not being imported can be seen; the first start and
+    the torn file's are this process with the remembered answer forgotten, the file showing that timm was asked."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    hub.timm_sources.cache_clear()
+    try:
+        assert hub.hub_repo(NAME) == REPO  # the first start asks timm and keeps its answer
+        (kept,) = tmp_path.glob("timm-*-sources.json")
+        assert json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
+        later = subprocess.run([sys.executable, "-c", SOURCES], capture_output=True, text=True, check=True)
+        assert later.stdout.split() == [REPO, "False"]
+        kept.write_text("{not json")  # a torn or foreign file is read again from timm and rewritten
+        hub.timm_sources.cache_clear()
+        assert hub.hub_repo(NAME) == REPO and json.loads(kept.read_text())[NAME]["hf_hub_id"] == REPO
+    finally:
+        hub.timm_sources.cache_clear()  # the next caller reads the sources of its own cache dir
 
 
 def test_status_lists_every_paper_variant_with_its_size():
@@ -281,22 +287,16 @@ def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_ana
 # ---------------------------------------------------------------------------------------------- an analysis script
 
 
-def run_script(script: str, *args, env: dict[str, str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "analysis" / script), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **env},
-    )
-    assert done.returncode == 0, f"{script} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return done
+def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights(stand_in, hf_env, tmp_path, twins):
+    """The scripts' mains in this process, in the environment a user sets (test_analysis.py runs both scripts as
+    `python script.py`): two fresh interpreters would only add their imports of torch, timm and matplotlib."""
+    import attention_maps
+    import layerscale_stats
+    from _common import batch_of, load_examples
 
-
-def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights(stand_in, timm_file, tmp_path, twins):
-    env = {"HF_ENDPOINT": stand_in.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    hf_env(stand_in.url)
     out = tmp_path / "fig6"
-    run_script("attention_maps.py", "--model", NAME, "--pretrained", "--quick", "--out", out, env=env)
+    assert attention_maps.main(["--model", NAME, "--pretrained", "--quick", "--out", str(out)]) == 0
     assert stand_in.methods() == ["HEAD", "GET"]
     requests = len(stand_in.requests)
     data = json.loads((out / "attention_maps.json").read_text())
@@ -307,26 +307,14 @@ def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights
         with Image.open(out / f"attention_{p.name}.png") as im:
             assert im.width > 500
     # the maps are those of the served weights, on the photo as the script sees it
-    sys.path.insert(0, str(ROOT / "analysis"))
-    try:
-        from _common import batch_of, load_examples
-    finally:
-        sys.path.remove(str(ROOT / "analysis"))
     ours, _ = twins(NAME, seed=7)
     examples = load_examples([photos[0].path], ours.cfg)
     maps = explain.class_attention(ours, batch_of(examples, ours.cfg)).maps[0]
     torch.testing.assert_close(torch.tensor(data["images"][0]["maps"]), maps, atol=1e-5, rtol=0)
 
     # offline, from the cache: LayerScale per depth of those weights, without a request
-    run_script(
-        "layerscale_stats.py",
-        "--model",
-        NAME,
-        "--pretrained",
-        "--out",
-        tmp_path / "ls",
-        env={**env, "HF_HUB_OFFLINE": "1"},
-    )
+    hf_env(stand_in.url, offline=True)
+    assert layerscale_stats.main(["--model", NAME, "--pretrained", "--out", str(tmp_path / "ls")]) == 0
     assert len(stand_in.requests) == requests
     rows = json.loads((tmp_path / "ls" / "layerscale_stats.json").read_text())["rows"]
     expected = explain.layerscale_stats(ours)

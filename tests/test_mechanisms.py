@@ -314,12 +314,12 @@ def test_gradient_rollout_on_cait_is_the_rule_over_class_and_patch_tokens(small)
 
 
 def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
-    """--quick on a tiny checkpoint (a subprocess, as a user runs it): the lens's agreement, the gap and
-    each branch's and head's restored share recomputed here from the 8 scenes and their corrupted views."""
+    """--quick on a tiny checkpoint: the lens's agreement, the gap and each branch's and head's restored share
+    recomputed here from the 8 scenes and their corrupted views. The script's main in this process: make_all's
+    run in tests/test_analysis.py starts it in a fresh interpreter, as a user does."""
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
+
+    import mechanisms
 
     from cait.corruptions import corrupt
     from cait.data import read_images
@@ -329,10 +329,8 @@ def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
     model = randomise_(cait.create_model("cait_pico_32")).eval()
     path = tmp_path / "pico.safetensors"
     cait.save_weights(model, path, {"data": "fashion-mnist-scenes", "epochs_completed": "3"})
-    script = Path(__file__).resolve().parent.parent / "analysis" / "mechanisms.py"
     args = ["--quick", "--checkpoint", path, "--corruption", "contrast", "--severity", "4", "--out", tmp_path / "out"]
-    done = subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert mechanisms.main([str(a) for a in args]) == 0
     data = json.loads((tmp_path / "out" / "mechanisms.json").read_text())
     views = read_images("fashion-mnist-scenes", model.cfg, limit=8, normalise=False)
     x = torch.stack([views[i][0] for i in range(8)])

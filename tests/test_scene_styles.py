@@ -3,8 +3,6 @@ boxes exact; the pixel-noise override; each style its own cache file."""
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -78,18 +76,20 @@ def test_styles_are_cached_apart_and_bad_styles_refused(monkeypatch, tmp_path):
         build_dataset("fashion-mnist", "val", subset=2, style="varied")
 
 
-def test_evaluate_runs_on_varied_scenes_and_with_more_noise(tmp_path):
+def test_evaluate_runs_on_varied_scenes_and_with_more_noise(tmp_path, capsys):
+    """The command's main in this process (tests/test_evaluate.py runs the `python -m` entry): a fresh interpreter
+    for each run would only add its imports."""
     import cait
+    from cait.evaluate.__main__ import main
 
     model = cait.create_model("cait_pico_32", img_size=64)
     ckpt = tmp_path / "m.safetensors"
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"
-    command = [sys.executable, "-m", "cait.evaluate", "--checkpoint", str(ckpt), "--subset", "8", "--workers", "0"]
+    command = ["--checkpoint", str(ckpt), "--subset", "8", "--workers", "0"]
     command += ["--methods", "ca1_mean", "--scene-style", "varied", "--pixel-noise", "0.08", "--json", str(out)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    assert main(command) == 0, capsys.readouterr().err
     result = json.loads(out.read_text())
     assert result["scene_style"] == "varied" and result["pixel_noise"] == 0.08 and result["images"] == 8
-    bad = subprocess.run([*command[:-2], "--data", "fashion-mnist"], capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "fashion-mnist-scenes only" in bad.stderr
+    assert main([*command[:-2], "--data", "fashion-mnist"]) == 2
+    assert "fashion-mnist-scenes only" in capsys.readouterr().err
