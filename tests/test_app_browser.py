@@ -620,11 +620,14 @@ SCROLLING = """(selector) => [...document.querySelectorAll(selector + ' *')].fil
     e.scrollHeight > e.clientHeight + 2 && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)).length"""
 
 
-# The saliency table's (method, seconds) rows as the page shows them (the seconds are its last column)
-TABLE_SECONDS = """() => [...document.querySelectorAll('#sal_table tbody tr')].map(tr => {
-    const cells = [...tr.querySelectorAll('td')].map(td => td.innerText.trim());
-    return [cells[0], parseFloat(cells[cells.length - 1])];
-})"""
+# The saliency table's (method, seconds) rows as the page shows them (Gradio's grid cells: the method is the
+# first column, the seconds the last)
+TABLE_SECONDS = """() => {
+    const rows = {};
+    for (const cell of document.querySelectorAll('#sal_table [role=gridcell][data-row]'))
+        (rows[cell.dataset.row] ??= [])[+cell.dataset.col] = cell.innerText.trim();
+    return Object.values(rows).map(cells => [cells[0], parseFloat(cells[cells.length - 1])]);
+}"""
 
 
 def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server):
