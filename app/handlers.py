@@ -28,6 +28,7 @@ from app.layout import (
     GalleryProps,
     Page,
     causal_heads,
+    class_choices,
     region_choices,
     talking_columns,
 )
@@ -341,7 +342,7 @@ class Handlers(MechanismsEvents):
             return gr.skip()
         loaded = self.cache.get(ask.choice)
         json_path = self._numbers_file(loaded, a)
-        classes = [(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)]  # 1000 for ImageNet: not in the first view
+        classes = class_choices(loaded.labels)  # 1000 for ImageNet: not in the first view
         tiles = attention_tiles(a.view, a.ca_maps, a.self_share, **_look(*ask.look))
         sheet = self._sheet(tiles, ask.cmap, ask.scale)
         out = {

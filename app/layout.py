@@ -439,6 +439,11 @@ def _talking_heads_tab(first: LoadedModel, parts: dict) -> None:
     parts["th_plot"] = gr.Plot(label="Mixing matrices", elem_id="th_plot")
 
 
+def class_choices(labels: tuple[str, ...]) -> list[tuple[str, int]]:
+    """A class menu's choices: (index: name, index), the Saliency, Causal and Mechanisms tabs' alike."""
+    return [(f"{i}: {name}", i) for i, name in enumerate(labels)]
+
+
 def causal_heads(cfg: cait.CaiTConfig) -> list[tuple[str, int]]:
     """The Causal tab's head choices: (label numbered from 1, index layer * heads + head)."""
     return [
@@ -654,6 +659,7 @@ __all__ = [
     "VIEWS",
     "build_page",
     "causal_heads",
+    "class_choices",
     "region_choices",
     "talking_columns",
 ]

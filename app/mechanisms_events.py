@@ -14,7 +14,7 @@ import numpy as np
 
 from app import causal_view, mechanisms_view, session
 from app.images import ImageInputError
-from app.layout import causal_heads
+from app.layout import causal_heads, class_choices
 from app.models import LoadedModel, ModelChoice
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
@@ -75,7 +75,7 @@ class MechanismsEvents:
         except ValueError as e:  # a model without CaiT's class-attention stage: explain says so in one line
             return {p.mx_msg: f"**No lens for this model:** {e}"}
         out = {
-            p.mx_class: gr.Dropdown(choices=[(f"{i}: {n}", i) for i, n in enumerate(loaded.labels)], value=target),
+            p.mx_class: gr.Dropdown(choices=class_choices(loaded.labels), value=target),
             p.mx_heads: gr.CheckboxGroup(choices=causal_heads(loaded.cfg)),
             p.mx_example: gr.Dropdown(choices=[(c, path) for path, c in loaded.examples]),
             p.mx_msg: "",
