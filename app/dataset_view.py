@@ -20,6 +20,7 @@ from app.models import ModelChoice
 from cait.atlas.page import class_dla_figure
 from cait.atlas.shards import ARGS_FILE
 from cait.data import ImageSet, read_images
+from cait.errors import InputError
 from cait.factory import requested_variant
 from cait.figures.attention import head_name
 
@@ -40,7 +41,7 @@ DIGITS = 4  # decimals shown in the tables (the files keep every digit)
 KINDS = (("concentrated", "most concentrated", "entropy"), ("writes", "writes most", "dla"))
 
 
-class NotAnAtlas(ValueError):
+class NotAnAtlas(InputError):
     """A folder the tab cannot open as an atlas; the message is one line saying why."""
 
 

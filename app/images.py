@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from cait.errors import InputError
+
 MAX_UPLOAD_MB = 20  # larger files are refused unread, with the same message as any other file that fails
 MAX_PIXELS = 40_000_000  # refuse larger images before decoding (a 40 MP photo decodes to ~120 MB RGB)
 MAX_SIDE = 2048  # larger images are downscaled first: the models see at most 448 px anyway
@@ -22,7 +24,7 @@ MAX_ASPECT = 4.0  # longer images are centre-cropped to this ratio first (see `_
 TINY_SIDE = 8  # below this the image has almost no information: say so, still classify
 
 
-class ImageInputError(ValueError):
+class ImageInputError(InputError):
     """An upload that cannot be turned into an image; the message says why, in one sentence."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .config import DEFAULT_MODEL, CaiTConfig, ConfigError, get_config, list_models
+from .errors import InputError
 from .lazy import lazy_attributes
 
 # Everything else needs torch, so it is imported on first use: a command line can list the variants
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigError",
     "DEFAULT_MODEL",
     "Insights",
+    "InputError",
     "SourcedModel",
     "create_model",
     "get_config",

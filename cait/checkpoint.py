@@ -20,13 +20,14 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save
 
 from .config import VARIANTS, CaiTConfig, CNNConfig
+from .errors import InputError
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 CONFIG_KEY = CaiTConfig.METADATA_KEY
 STORED_CONFIGS = (CaiTConfig, CNNConfig)  # the configs our files carry, each under its own metadata key
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """A checkpoint that cannot be read or does not fit the model; the message says why."""
 
 

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, TypeVar
 
+from .errors import InputError
+
 if TYPE_CHECKING:
     import torch
 
@@ -36,7 +38,7 @@ GLOBAL_POOLS = ("token", "avg")  # CaiTConfig.global_pool's choices
 TRAINING_ONLY = frozenset({"drop_path_rate", "drop_rate", "pretrained", "init_values"})
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """Fields that do not make a model; the one-line message names them (and says what would)."""
 
 

@@ -23,13 +23,14 @@ from torch import nn
 
 from .checkpoint import CONFIG_KEY, atomic_write, file_metadata, save_weights
 from .config import CaiTConfig
+from .errors import InputError
 
 ARGS_FILE = "args.json"
 METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "state.pt"
 
 
-class RunError(ValueError):
+class RunError(InputError):
     """A run file that cannot be read as cait.train writes it; the message names the file and line."""
 
 

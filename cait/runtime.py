@@ -25,6 +25,7 @@ import torch
 
 from .checkpoint import atomic_write
 from .config import get_config
+from .errors import InputError
 from .flags import DEVICES, INFERENCE_PRECISIONS, PRECISIONS
 from .model import CaiT
 
@@ -42,7 +43,7 @@ BF16_PLAUSIBLE = (0.2, 8.0)
 PROBE_MODEL, PROBE_BATCH, PROBE_ROUNDS = "cait_micro_64", 2, 7
 
 
-class DeviceError(ValueError):
+class DeviceError(InputError):
     """A device was asked for that this machine does not have; the message is one line."""
 
 

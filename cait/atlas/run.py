@@ -16,6 +16,7 @@ import torch.distributed as dist
 from .. import explain, factory
 from ..data import DataError, read_images
 from ..distributed import rank_shards, setup_distributed, shard_ranges
+from ..errors import InputError
 from ..preprocess import class_names
 from ..provenance import SourcedModel
 from ..robustness import parse_corruption
@@ -28,7 +29,7 @@ from .shards import args_problem, missing_shards, record_args, run_shards, write
 FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision")
 
 
-class AtlasError(ValueError):
+class AtlasError(InputError):
     """An atlas that cannot be made as asked; the message is one line."""
 
 

@@ -4,10 +4,12 @@ request raises."""
 
 from __future__ import annotations
 
+from ..errors import InputError
+
 SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
 NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
 SCENE_STYLES = ("default", "varied")
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """Data that cannot be used; the message is one line saying what to do."""

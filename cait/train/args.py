@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import GLOBAL_POOLS, RESIDUAL_SCALES, CaiTConfig, CNNConfig, ConfigError, get_config, list_models
 from ..data import NATIVE_INPUT, SCENE_STYLES
+from ..errors import InputError
 from ..flags import PRECISIONS, add_device_flag, add_precision_flag, add_threads_flag
 from ..runs import RunDir
 from ..runtime import resolve_device
@@ -241,7 +242,7 @@ def _distillation(g) -> None:
     g.add_argument("--distill-tau", type=float, default=3.0, help="temperature of --distill-type soft (DeiT used 3)")
 
 
-class ArgsError(ValueError):
+class ArgsError(InputError):
     """Flags cait.train refuses; the message is one line that names the flag."""
 
 
