@@ -11,27 +11,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import json
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NoReturn
+from typing import Any, Callable, Iterable, Iterator, NoReturn, ParamSpec, TypeVar
 
 import torch
 from PIL import Image
 
 import cait
-from cait.checkpoint import CheckpointError
 from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError, read_examples
+from cait.errors import InputError
 from cait.flags import add_model_flags, add_precision_flag, add_threads_flag
 from cait.preprocess import model_view
-from cait.provenance import SourcedModel
 from cait.runs import RunDir, write_text
 from cait.runtime import autocast, inference_dtype
 
+P = ParamSpec("P")
+R = TypeVar("R")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -81,16 +83,18 @@ def parser(
 # model and provenance
 
 
-def load_model(args: argparse.Namespace) -> SourcedModel:
-    """The model the flags ask for (`cait.load_model`, whose policy for missing weights every tool shares);
-    a model that cannot be loaded is one line and exit code 2."""
-    try:
-        loaded = cait.load_model(args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init)
-    except (CheckpointError, ValueError, TypeError) as e:
-        fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-    if not loaded.trained:
-        print(f"WARNING: {loaded.notice}; using RANDOM INIT (figures say so)", file=sys.stderr)
-    return loaded
+def calm(main: Callable[P, R]) -> Callable[P, R]:
+    """A script's main whose input errors (`cait.InputError`: a model name, a file, a flag, an image) end it in
+    one line and exit code 2 (`fail`); any other exception is a bug and keeps its traceback."""
+
+    @functools.wraps(main)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return main(*args, **kwargs)
+        except InputError as e:
+            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+    return run
 
 
 def inference_dtype_of(args: argparse.Namespace) -> torch.dtype | None:
@@ -440,7 +444,7 @@ def _train(name: str, flags: dict[str, Any], args: argparse.Namespace, run: Path
         except train.Diverged as e:
             print(f"diverged: {e}", file=log)
             divergence, result = {"epoch": e.epoch, "step": e.step, "loss": str(e.loss)}, None
-        except (DataError, CheckpointError) as e:
+        except InputError as e:  # a flag, the data or a file that cannot work
             result = e
     if isinstance(result, Exception):
         fail(f"training run {name}: {str(result).splitlines()[0]} (log: {run / 'train.log'})")

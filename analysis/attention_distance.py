@@ -20,11 +20,11 @@ import torch
 from _common import (
     add_data_flags,
     batch_of,
+    calm,
     default_images,
     fail,
     forward_only,
     load_examples,
-    load_model,
     made_from_data,
     out_dir,
     parser,
@@ -37,6 +37,7 @@ from _common import (
 
 from cait.explain import mean_attention_distances, uniform_attention_distance
 from cait.figures import distance_plot, to_matplotlib, to_plotly
+from cait.flags import load_from_flags
 
 BATCH = 8  # images per forward pass: the per-layer maps of a batch are what takes memory
 
@@ -63,13 +64,14 @@ def image_batches(model, args, skipped: list[str]) -> tuple[Iterator[torch.Tenso
     return batches, [e.name for e in examples]
 
 
+@calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("attention_distance", __doc__, images=True)
     add_data_flags(p, default="--images, or the shipped example scenes (real photos for an ImageNet model)")
     args = p.parse_args(argv)
     if args.data is not None and args.images:
         fail("give --data or --images, not both")
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     model, cfg = loaded.model, loaded.model.cfg
     out = out_dir(args.out)
     skipped: list[str] = []

@@ -18,10 +18,10 @@ import torch
 from _common import (
     Example,
     batch_of,
+    calm,
     default_images,
     forward_only,
     load_examples,
-    load_model,
     out_dir,
     parser,
     save_html,
@@ -31,6 +31,7 @@ from _common import (
 
 from cait.explain import class_attention
 from cait.figures import attention_tiles, colour_bar, grid_columns, head_name, tile_sheet
+from cait.flags import load_from_flags
 from cait.preprocess import class_names
 
 
@@ -117,10 +118,11 @@ def figure_html(examples: list[Example], maps: torch.Tensor, captions: list[str]
     save_html(fig, path, made_from)
 
 
+@calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("attention_maps", __doc__, images=True)
     args = p.parse_args(argv)
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     model, cfg = loaded.model, loaded.model.cfg
     examples = load_examples(args.images or default_images(cfg), cfg, limit=2 if args.quick else None)
     out = out_dir(args.out)

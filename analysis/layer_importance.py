@@ -25,10 +25,10 @@ import torch
 from _common import (
     add_data_flags,
     batch_of,
+    calm,
     default_images,
     fail,
     load_examples,
-    load_model,
     made_from_data,
     matplotlib_pyplot,
     out_dir,
@@ -43,6 +43,7 @@ from scipy.stats import spearmanr
 
 from cait import explain
 from cait.figures.causal import knockout_matplotlib, knockout_plotly, logit_parts_matplotlib, logit_parts_plotly
+from cait.flags import load_from_flags
 
 BATCH = 50
 QUICK_IMAGES = 8
@@ -295,6 +296,7 @@ def results(model, m: dict[str, torch.Tensor], made_from: str, data_name: str, s
     return data
 
 
+@calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("layer_importance", __doc__, precision=False)
     add_data_flags(
@@ -306,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.bootstrap = 100
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     model = loaded.model.eval()
     out = out_dir(args.out)
     skipped: list[str] = []

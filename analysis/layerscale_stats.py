@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _common import fail, load_model, out_dir, parser, save_html, save_png, write_csv, write_json
+from _common import calm, fail, out_dir, parser, save_html, save_png, write_csv, write_json
 
 from cait.explain import layerscale_stats, layerscale_stats_from_metrics
 from cait.figures import LinePlot, layerscale_epochs_plot, layerscale_plot, to_matplotlib, to_plotly
+from cait.flags import load_from_flags
 from cait.runs import RunDir
 
 
@@ -25,6 +26,7 @@ def plot(figure: LinePlot, made_from: str, out: Path, stem: str) -> None:
     save_html(to_plotly(figure), out / f"{stem}.html", made_from)
 
 
+@calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("layerscale_stats", __doc__, precision=False)  # reads weights, runs no forward
     p.add_argument(
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a training run's metrics.jsonl (or its directory) for the evolution across epochs",
     )
     args = p.parse_args(argv)
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     cfg = loaded.model.cfg
     out = out_dir(args.out)
     rows = layerscale_stats(loaded.model)

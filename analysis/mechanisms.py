@@ -20,13 +20,14 @@ import textwrap
 
 import numpy as np
 import torch
-from _common import default_images, fail, load_examples, load_model, out_dir, parser, save_html, save_png, write_json
+from _common import calm, default_images, fail, load_examples, out_dir, parser, save_html, save_png, write_json
 from torch.utils.data import default_collate
 from tqdm import tqdm
 
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
+from cait.flags import load_from_flags
 from cait.preprocess import normalise, view_pixels
 
 BATCH = 25
@@ -240,6 +241,7 @@ def figure(data: dict, *, newline: str = "\n") -> LinePlot:
     )
 
 
+@calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("mechanisms", __doc__, images=True)
     p.add_argument("--scenes", type=int, default=200, help="test scenes (models trained on scenes); default 200")
@@ -252,13 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         fail("--scenes and --bootstrap must be positive")
     if args.quick:
         args.bootstrap = 100
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     model = loaded.model.eval()
     x, what = views(model, args)
-    try:
-        measured = measure(model, x, args)
-    except ValueError as e:  # a model without CaiT's class-attention stage: explain says so in one line
-        fail(str(e))
+    measured = measure(model, x, args)  # a model without a class-attention stage: an InputError (calm)
     data = summarise(model, measured, args, loaded.made_from, what)
     out = out_dir(args.out)
     write_json(out / "mechanisms.json", data)

@@ -28,11 +28,11 @@ from pathlib import Path
 import torch
 from _common import (
     add_data_flags,
+    calm,
     default_images,
     fail,
     forward_only,
     load_examples,
-    load_model,
     made_from_data,
     out_dir,
     parser,
@@ -47,6 +47,7 @@ from torchvision.transforms.v2.functional import normalize
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
+from cait.flags import load_from_flags
 from cait.preprocess import view_pixels
 
 DEFAULT_IMAGES = 300  # without --limit: the first 300 images of the data
@@ -159,6 +160,7 @@ def figure(result: dict) -> LinePlot:
     )
 
 
+@calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("robustness", __doc__, images=True)
     add_data_flags(
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"nothing to redraw in {args.out}: {e}")
         draw(result, args.out)
         return 0
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     model = loaded.model.eval()
     names, severities = args.corruptions, args.severities
     if args.quick:

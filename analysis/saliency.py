@@ -26,12 +26,12 @@ from _common import (
     Example,
     add_data_flags,
     batch_of,
+    calm,
     default_images,
     fail,
     forward_only,
     inference_dtype_of,
     load_examples,
-    load_model,
     made_from_data,
     matplotlib_pyplot,
     out_dir,
@@ -47,6 +47,7 @@ from PIL import Image
 from cait import explain
 from cait.data import ImagesWithBoxes
 from cait.evaluate import CHEAP_METHODS, evaluate
+from cait.flags import load_from_flags
 from cait.preprocess import class_names
 
 BATCH = 64  # images per batch of the localization run
@@ -233,6 +234,7 @@ def data_examples(data, n: int) -> list[Example]:
     return examples
 
 
+@calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("saliency", __doc__, images=True)
     p.add_argument(
@@ -248,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown method(s) {sorted(unknown)}; choose from {', '.join(explain.METHODS)}")
     if args.data is not None and args.images:
         p.error("give --data or --images, not both")
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     cfg = loaded.model.cfg
     out = out_dir(args.out)
     if args.data is not None:

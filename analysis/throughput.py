@@ -40,7 +40,7 @@ def compare(names: list[str], batch_sizes: list[int], *, repeats: int, warmup: i
     rows = []
     for name in names:
         torch.manual_seed(0)
-        ours = cait.create_model(name)
+        ours = cait.load_model(name, weights=False).model
         theirs = timm_cait(ours.cfg, ours.state_dict())
         for batch in batch_sizes:
             cfg = ours.cfg
@@ -84,8 +84,8 @@ def heads_table(heads: list[int], batch: int, *, repeats: int, warmup: int, min_
         shape = dict(
             img_size=224, embed_dim=HEADS_DIM, depth=HEADS_DEPTH, num_heads=h, depth_token_only=0, class_token_at=0
         )
-        plain = cait.create_model("cait_s24_224", talking_heads=False, **shape)
-        talking = cait.create_model("cait_s24_224", talking_heads=True, **shape)
+        plain = cait.load_model("cait_s24_224", weights=False, talking_heads=False, **shape).model
+        talking = cait.load_model("cait_s24_224", weights=False, talking_heads=True, **shape).model
         x = torch.randn(batch, 3, 224, 224)
         with torch.inference_mode():
             sec = time_interleaved(

@@ -30,9 +30,8 @@ import torch
 
 from cait import explain
 from cait.atlas.compute import batch_numbers, corrupted_views
-from cait.atlas.run import load_model
 from cait.data import read_images
-from cait.flags import add_model_flags, add_threads_flag
+from cait.flags import add_model_flags, add_threads_flag, load_from_flags
 from cait.preprocess import normalise
 from cait.timing import time_interleaved
 
@@ -44,7 +43,7 @@ THREADS: list[str] = []  # --threads N for the atlas processes, when given
 
 def per_batch(args: argparse.Namespace) -> dict[str, float]:
     """Seconds per call of a plain forward, the atlas's numbers, and those with knockouts, on one batch."""
-    loaded = load_model(args)
+    loaded = load_from_flags(args)
     model = loaded.model.eval()
     data = read_images(SCENES, model.cfg, limit=args.batch_size, normalise=False)
     pixels, _, boxes, index, _ = next(iter(torch.utils.data.DataLoader(data, batch_size=args.batch_size)))

@@ -14,10 +14,9 @@ import argparse
 import torch
 import torchvision.transforms.v2.functional as TF
 
-import cait
 from cait.corruptions import CORRUPTIONS, corrupt
 from cait.data import build_dataset
-from cait.flags import add_precision_flag
+from cait.flags import add_model_flags, add_precision_flag, load_from_flags
 from cait.preprocess import model_view
 from cait.runtime import autocast, choose_precision
 from cait.timing import time_interleaved
@@ -27,14 +26,14 @@ GOAL = 0.10  # corrupting a batch costs at most 10% of one forward of that batch
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="cait_micro_136")
+    add_model_flags(p)
     p.add_argument("--data", default="fashion-mnist-scenes")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--severities", type=int, nargs="+", default=[1, 3, 5])
     p.add_argument("--repeats", type=int, default=5)
     add_precision_flag(p, default="fp32", help="of the forward the corruptions are weighed against")
     args = p.parse_args(argv)
-    model = cait.create_model(args.model, pretrained=True).eval()
+    model = load_from_flags(args).model.eval()
     data = build_dataset(args.data, "val", subset=args.batch, cache=True)
     x = torch.stack(
         [TF.to_dtype(TF.pil_to_tensor(model_view(data[i][0], model.cfg)), scale=True) for i in range(len(data))]

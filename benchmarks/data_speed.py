@@ -70,7 +70,7 @@ def main() -> None:
     build_dataset("fashion-mnist-scenes", "train", cache=True)  # first use renders the cache: not timed
     device = torch.device("cpu")
     amp = autocast_dtype("auto", device)
-    model = cait.create_model(args.model, num_classes=10).train()
+    model = cait.load_model(args.model, weights=False, num_classes=10).model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:

@@ -61,7 +61,7 @@ SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: tim
 
 def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> list[tuple[str, float, float]]:
     torch.manual_seed(0)
-    model = cait.create_model(name)
+    model = cait.load_model(name, weights=False).model
     cfg = model.cfg
     x = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size)
     corrupted = x + torch.randn(x.shape)

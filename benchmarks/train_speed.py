@@ -49,7 +49,7 @@ def models(name: str, img_size: int | None) -> tuple[nn.Module, nn.Module]:
     """(ours, timm's) with the same weights: our CaiT and timm's Cait, or a TimmCNN and the bare timm CNN."""
     arch = cnn_arch(name)
     if arch is None:
-        ours = cait.create_model(name, **({"img_size": img_size} if img_size else {}))
+        ours = cait.load_model(name, weights=False, **({"img_size": img_size} if img_size else {})).model
         return ours, timm_cait(ours.cfg, ours.state_dict())
     ours = TimmCNN(CNNConfig(arch=arch, img_size=img_size or 64))
     theirs = timm.create_model(arch, pretrained=False, num_classes=ours.cfg.num_classes)

@@ -11,7 +11,6 @@ from .lazy import lazy_attributes
 _LAZY = {
     "CaiT": "model",
     "Insights": "model",
-    "create_model": "factory",
     "load_model": "factory",
     "SourcedModel": "provenance",
     "CheckpointError": "checkpoint",
@@ -31,7 +30,6 @@ __all__ = [
     "Insights",
     "InputError",
     "SourcedModel",
-    "create_model",
     "get_config",
     "list_models",
     "load_model",

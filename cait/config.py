@@ -1,6 +1,6 @@
 """Model configuration and the table of named variants.
 
-Every variant is one line in VARIANTS; `cait.create_model(name)` builds it.
+Every variant is one line in VARIANTS; `cait.load_model(name)` loads it (weights=False: a random init).
 The paper variants use the hyper-parameters of the official deit `cait_models.py`
 (LayerScale eps, uniform stochastic depth) as listed in the paper's Table 4 / appendix.
 """
@@ -311,7 +311,7 @@ def is_paper_variant(name: str) -> bool:
 
 
 def list_models() -> list[str]:
-    """Names accepted by `cait.create_model`."""
+    """Names accepted by `cait.load_model`."""
     return list(VARIANTS)
 
 

@@ -110,11 +110,13 @@ def sourced(
 ) -> SourcedModel:
     """`model` with its record: loaded from `path`, a checkpoint the user gave (`status` None) or the variant's
     shipped or official weights (`weights`: what they are, `cait.hub.LocalWeights.source`; `meta`: the file's
-    metadata); or, without a file, the seeded random init that random_init asked for, flagged everywhere."""
+    metadata); or, without a file, the seeded random init that random_init (`status`: why) or weights=False
+    (`status` None) asked for, flagged everywhere."""
     cfg = model.cfg
     if path is None:
-        made = f"RANDOM INIT {name} ({describe_architecture(cfg)}): no shipped or cached weights, NOT a trained model"
-        notice = f"Untrained: no weights for {name} here ({status.describe()})"
+        why = "no shipped or cached weights" if status else "a random init as asked"
+        made = f"RANDOM INIT {name} ({describe_architecture(cfg)}): {why}, NOT a trained model"
+        notice = f"Untrained: no weights for {name} here ({status.describe()})" if status else "Untrained: asked for"
         return SourcedModel(model, name, f"random init (seed {RANDOM_SEED})", made, status=status, notice=notice)
     if isinstance(cfg, CNNConfig):
         return SourcedModel(

@@ -20,11 +20,16 @@ from pathlib import Path
 from typing import Sequence
 
 from .data.scenes import PIXEL_NOISE
+from .errors import InputError
 
 # The records' helpers (shipped_summary, headline) serve the app, whose start would pay a second for
 # torchvision's import: cait.corruptions is imported only where its names are needed.
 
 POINTING_ROWS = ("ca1_mean", "ca2_mean")  # the class-attention maps scored under corruption (head means)
+
+
+class CorruptionError(InputError):
+    """A corruption spec or an earlier sweep that cannot be used; the message is one line."""
 
 
 def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
@@ -36,9 +41,9 @@ def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
     for spec in specs:
         name, _, severity = spec.partition(":")
         if name != "all" and name not in CORRUPTIONS:
-            raise ValueError(f"unknown corruption {name!r}; choose from all, {', '.join(CORRUPTIONS)}")
+            raise CorruptionError(f"unknown corruption {name!r}; choose from all, {', '.join(CORRUPTIONS)}")
         if severity and (not severity.isdigit() or int(severity) not in SEVERITIES):
-            raise ValueError(f"severity must be 1-5, got {severity!r} in {spec!r}")
+            raise CorruptionError(f"severity must be 1-5, got {severity!r} in {spec!r}")
         names = list(CORRUPTIONS) if name == "all" else [name]
         severities = [int(severity)] if severity else list(SEVERITIES)
         pairs += [(n, s) for n in names for s in severities if (n, s) not in pairs]
@@ -47,10 +52,10 @@ def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
 
 def parse_corruption(spec: str) -> tuple[str, int]:
     """One (name, severity) from "NAME:SEVERITY" (activation patching compares one clean and one corrupted
-    run); ValueError in one line otherwise."""
+    run); CorruptionError in one line otherwise."""
     pairs = parse_corruptions([spec])
     if len(pairs) != 1 or ":" not in spec:
-        raise ValueError(f"give one corruption as NAME:SEVERITY (e.g. gaussian_noise:3), got {spec!r}")
+        raise CorruptionError(f"give one corruption as NAME:SEVERITY (e.g. gaussian_noise:3), got {spec!r}")
     return pairs[0]
 
 
@@ -103,9 +108,12 @@ def mean_corruption_error(
 
 def read_sweep(path: str | Path) -> dict:
     """An earlier `--corruption` result JSON's clean summary and sweep rows (as a baseline)."""
-    result = json.loads(Path(path).read_text())
-    if "corruption" not in result:
-        raise ValueError(f"{path} holds no corruption sweep (run cait.evaluate with --corruption and --json)")
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CorruptionError(f"{path} is not a readable result JSON ({type(e).__name__})") from None
+    if not isinstance(result, dict) or "corruption" not in result:
+        raise CorruptionError(f"{path} holds no corruption sweep (run cait.evaluate with --corruption and --json)")
     return result["corruption"]
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
+import cait
 from cait.checkpoint import save_weights
 from cait.data import build_dataset
-from cait.factory import load_model
 from cait.metrics import as_dict, lowest_class, per_class_top1, top1
 from cait.train.calibration import apply_class_bias, collect_logits, fit_weakest_class_bias, shifted
 
@@ -46,7 +46,11 @@ def main() -> None:
     p.add_argument("--json", type=Path, required=True, help="where the report goes")
     args = p.parse_args()
     torch.manual_seed(0)
-    model = load_model(None, args.checkpoint, **({"img_size": args.img_size} if args.img_size else {})).model
+    try:
+        loaded = cait.load_model(checkpoint=args.checkpoint, **({"img_size": args.img_size} if args.img_size else {}))
+    except cait.InputError as e:  # a file that cannot work: one line, exit 2
+        p.error(str(e))
+    model = loaded.model
     names = model.cfg.labels
     held_out = build_dataset(args.data, "val", seed=args.fit_seed, subset=args.fit_subset, cache=True)
     choice = fit_weakest_class_bias(*collect_logits(model, held_out))

@@ -105,7 +105,9 @@ def pico_scenes(tmp_path_factory) -> tuple[Path, Path]:
     from cait.data.export import export_scenes
 
     root = tmp_path_factory.mktemp("pico_scenes")
-    save_weights(randomise_(cait.create_model("cait_pico_32"), seed=3).eval(), root / "pico.safetensors")
+    save_weights(
+        randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=3).eval(), root / "pico.safetensors"
+    )
     export_scenes(root / "scenes", n=PICO_SCENES, split="val", style="default", seed=0)
     (root / "scenes" / "Bag" / "broken.png").write_text("not an image")
     return root / "pico.safetensors", root / "scenes"

@@ -4,7 +4,7 @@ client at it:
 
     with StandInHub({"timm/cait_xxs24_224.fb_dist_in1k/model.safetensors": data}) as hub:
         hf_env(hub.url)                 # HF_ENDPOINT, HF_HOME in tmp_path, HF_HUB_OFFLINE=0
-        cait.create_model("cait_xxs24_224", pretrained=True)
+        cait.load_model("cait_xxs24_224", pretrained=True)
         hub.methods()                   # ["HEAD", "GET"]
 """
 

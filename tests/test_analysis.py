@@ -66,7 +66,7 @@ def _checked(done: subprocess.CompletedProcess, ok: bool) -> subprocess.Complete
 def checkpoint(tmp_path_factory) -> Path:
     """A tiny model whose gammas differ per channel and block, so statistics can tell blocks apart."""
     torch.manual_seed(0)
-    model = randomise_(cait.create_model("cait_pico_32"))
+    model = randomise_(cait.load_model("cait_pico_32", weights=False).model)
     path = tmp_path_factory.mktemp("ckpt") / "pico.safetensors"
     cait.save_weights(model, path, {"data": "fashion-mnist-scenes", "epochs_completed": "3", "val_top1": "0.42"})
     return path
@@ -140,7 +140,7 @@ def test_model_table_matches_the_paper(gallery):
 def test_layerscale_stats_equal_the_checkpoint(gallery, checkpoint):
     data = json.loads((gallery / "layerscale_stats" / "layerscale_stats.json").read_text())
     state = load_file(str(checkpoint))
-    cfg = cait.create_model(None, checkpoint).cfg
+    cfg = cait.load_model(None, checkpoint).model.cfg
     assert data["init_eps"] == cfg.init_values
     rows = {(r["stage"], r["layer"], r["gamma"]): r for r in data["rows"]}
     assert len(rows) == 2 * (cfg.depth + cfg.depth_token_only)
@@ -154,7 +154,7 @@ def test_layerscale_stats_equal_the_checkpoint(gallery, checkpoint):
 
 def test_attention_grid_is_the_models_class_attention(gallery, checkpoint):
     data = json.loads((gallery / "attention_maps" / "attention_maps.json").read_text())
-    model = cait.create_model(None, checkpoint)
+    model = cait.load_model(None, checkpoint).model
     layers, heads, g = model.cfg.depth_token_only, model.cfg.num_heads, model.cfg.grid_size
     assert (data["layers"], data["heads"]) == (layers, heads)
     assert [len(row) for row in data["panels"]] == [heads + 1] * layers  # one column per head + the mean
@@ -175,7 +175,7 @@ def test_attention_grid_is_the_models_class_attention(gallery, checkpoint):
 
 
 def test_saliency_regions_and_localization(gallery, checkpoint):
-    model = cait.create_model(None, checkpoint)
+    model = cait.load_model(None, checkpoint).model
     regions = json.loads((gallery / "saliency" / "regions_of_focus.json").read_text())
     files = sorted(EXAMPLES.glob("*.png"))[:4]
     ca = explain.class_attention(model, to_batch([Image.open(f) for f in files], model.cfg))
@@ -230,7 +230,7 @@ def _runs_of(out: Path) -> dict[str, tuple[cait.CaiTConfig, list[float]]]:
     """Each run's saved config and the val top-1 of every epoch in its own metrics.jsonl."""
     found = {}
     for run in sorted((out / "runs").iterdir()):
-        cfg = cait.create_model(None, checkpoint=run / "last.safetensors").cfg
+        cfg = cait.load_model(None, checkpoint=run / "last.safetensors").model.cfg
         found[run.name] = cfg, [json.loads(l)["val_top1"] for l in (run / "metrics.jsonl").read_text().splitlines()]
     return found
 
@@ -254,7 +254,7 @@ def _check_rows_against_their_runs(rows: list[dict], out: Path) -> None:
         if row["diverged"]:
             assert row["final_top1"] is None and row["diverged_at_step"] >= 1
             continue
-        cfg = cait.create_model(None, checkpoint=folder / "last.safetensors").cfg
+        cfg = cait.load_model(None, checkpoint=folder / "last.safetensors").model.cfg
         assert (cfg.depth, cfg.residual_scale) == (row["depth"], kinds[row["method"]])
         assert row["eps"] is None or cfg.init_values == row["eps"]
         curve = [json.loads(l)["val_top1"] for l in (folder / "metrics.jsonl").read_text().splitlines()]
@@ -626,7 +626,7 @@ def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
     from cait.data import read_images
 
     data = json.loads((gallery / "layer_importance" / "layer_importance.json").read_text())
-    model = cait.create_model(None, checkpoint).eval()
+    model = cait.load_model(None, checkpoint).model.eval()
     cfg = model.cfg
     images = read_images("fashion-mnist-scenes", cfg, limit=8)
     x = torch.stack([images[i][0] for i in range(8)])
@@ -646,7 +646,7 @@ def test_layer_importance_numbers_are_the_models(gallery, checkpoint):
     assert [(b["stage"], b["index"]) for b in blocks] == [("sa", i + 1) for i in range(cfg.depth)] + [
         ("ca", i + 1) for i in range(cfg.depth_token_only)
     ]
-    for k, (b, name) in enumerate(zip(blocks, explain.block_names(model))):
+    for k, (b, name) in enumerate(zip(blocks, explain.causal.block_names(model))):
         block = model.get_submodule(name)
         gamma = torch.cat((block.gamma_1, block.gamma_2)).abs().mean().item()
         assert b["gamma_mean_abs"] == pytest.approx(gamma, rel=1e-5)
@@ -704,7 +704,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     run_here("robustness.py", "--replot", "--out", tmp_path)  # the figures again from the JSON, no model run
     assert 0 < (tmp_path / "robustness.png").stat().st_size < 100_000  # small enough to ship beside the JSON
     # the row of gaussian_noise:5 recomputed here: the 8 scenes' views corrupted with seed 0, then normalised
-    model = cait.create_model(None, checkpoint)
+    model = cait.load_model(None, checkpoint).model
     views = read_images("fashion-mnist-scenes", model.cfg, limit=8, normalise=False)
     x = torch.stack([views[i][0] for i in range(8)])
     labels, boxes = torch.as_tensor([views[i][1] for i in range(8)]), torch.stack([views[i][2] for i in range(8)])

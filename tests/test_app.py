@@ -193,7 +193,7 @@ def test_model_without_weights_is_flagged_untrained_and_reproducible():
 
 
 def test_checkpoint_loading_and_bad_checkpoint(tmp_path):
-    model = randomise_(cait.create_model("cait_pico_32"))
+    model = randomise_(cait.load_model("cait_pico_32", weights=False).model)
     path = tmp_path / "pico.safetensors"
     cait.save_weights(model, path)
     loaded = load_model(None, str(path))
@@ -241,7 +241,7 @@ def server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("app")
     ckpt = tmp / "nano.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_nano_64")), ckpt)
+    cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), ckpt)
     choice = ModelChoice(name=None, checkpoint=str(ckpt))
     cache = ModelCache(lambda c: load_choice(c, CPU), max_bytes=2**30)
     loaded = cache.get(choice)

@@ -604,7 +604,7 @@ def wide_server(tmp_path_factory):
     """The app on a cheap random model with 16 heads (the head count of M24/M36/M48)."""
     tmp = tmp_path_factory.mktemp("wide")
     path = tmp / "sixteen_heads.safetensors"
-    cait.save_weights(cait.create_model("cait_pico_32", num_heads=16), path)
+    cait.save_weights(cait.load_model("cait_pico_32", weights=False, num_heads=16).model, path)
     proc, url = start_server(["--checkpoint", str(path)], tmp / "server.log")
     try:
         yield url

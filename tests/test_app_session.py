@@ -155,7 +155,7 @@ def test_an_evicted_model_is_freed():
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory) -> LoadedModel:
     path = tmp_path_factory.mktemp("ckpt") / "nano.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_nano_64")), path)
+    cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
     return load_model(ModelChoice(name=None, checkpoint=str(path)), CPU)
 
 
@@ -227,7 +227,7 @@ def test_the_distance_plot_names_both_stages_and_draws_the_uniform_level(loaded)
     means = {t.name: list(t.y) for t in figure.data if t.name.startswith("head mean")}
     assert means["head mean, softmax after proj_l"] == pytest.approx(distances["after_proj_l"].mean(1).tolist())
     (uniform,) = [shape for shape in figure.layout.shapes if shape.xref == "x domain"]  # the distance panel's line
-    level = explain.patch_distances(loaded.cfg.grid_size, loaded.cfg.patch_size).mean().item()
+    level = explain.head_stats.patch_distances(loaded.cfg.grid_size, loaded.cfg.patch_size).mean().item()
     assert uniform.y0 == uniform.y1 == pytest.approx(level)
     assert any("uniform attention" in note.text for note in figure.layout.annotations)
 
@@ -401,7 +401,7 @@ def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
 
     assert [grid_columns(h + 1) for h in (3, 4, 8, 12, 16)] == [4, 5, 9, 7, 9]
     path = tmp_path / "wide.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_pico_32", num_heads=16)), path)
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False, num_heads=16).model), path)
     choice = ModelChoice(None, str(path))
     loaded = handlers.cache.get(choice)
     a = session.analyse(loaded, str(SCENE))

@@ -40,7 +40,7 @@ def setup(tmp_path_factory, pico_scenes):
     """The shared random cait_pico_32 checkpoint and exported scenes (one broken file), and a full atlas."""
     root = tmp_path_factory.mktemp("atlas")
     checkpoint, scenes = pico_scenes
-    model = cait.create_model(checkpoint=checkpoint).eval()
+    model = cait.load_model(checkpoint=checkpoint).model.eval()
     (root / "pico.safetensors").symlink_to(checkpoint)
     args = [
         "--checkpoint",
@@ -131,7 +131,7 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
                 )
                 assert float(r[f"{head}_entropy"]) == pytest.approx(float(explain.attention_entropy(heat)[0]), abs=1e-5)
                 assert float(r[f"{head}_dla"]) == pytest.approx(float(dla[l, h]), abs=1e-5)
-        names = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in explain.block_names(model)]
+        names = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in explain.causal.block_names(model)]
         for k, name in enumerate(names):
             label = name[:2] + str(int(name[2:]) + 1)
             assert float(r[f"knockout_{label}"]) == pytest.approx(float(knock[k]), abs=1e-4)
@@ -161,7 +161,7 @@ def test_patching_equals_explain_on_corrupted_images_made_here(setup):
     model, images = setup["model"], rows(setup["full"] / "images.csv")
     data = read_images(str(setup["scenes"]), model.cfg, normalise=False)
     by_path = {p: i for i, p in enumerate(data.paths)}
-    labels = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in explain.block_names(model)]
+    labels = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in explain.causal.block_names(model)]
     labels = [name[:2] + str(int(name[2:]) + 1) for name in labels]
     for r in images[:: len(images) // 8]:
         i = by_path[r["path"]]
@@ -219,10 +219,10 @@ def test_summary_means_and_distances(setup):
         each = explain.mean_attention_distances(model, x)  # [images, D, H], from its own passes
     per_head = torch.tensor(summary["sa_attention_distance"]["per_head_px"])
     torch.testing.assert_close(per_head, each.mean(0), atol=1e-4, rtol=0)
-    uniform = explain.patch_distances(model.cfg.grid_size, model.cfg.patch_size).mean().item()
+    uniform = explain.head_stats.patch_distances(model.cfg.grid_size, model.cfg.patch_size).mean().item()
     assert summary["sa_attention_distance"]["uniform_px"] == pytest.approx(uniform)
     blocks = summary["blocks"]
-    assert [b["name"] for b in blocks] == explain.block_names(model)
+    assert [b["name"] for b in blocks] == explain.causal.block_names(model)
     gamma = explain.block_gamma_mean_abs(model)
     assert [b["gamma_mean_abs"] for b in blocks] == pytest.approx(gamma.tolist())
 

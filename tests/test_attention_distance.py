@@ -24,7 +24,7 @@ EXAMPLES = sorted((ROOT / "cait" / "examples").glob("*.png"))[:2]
 
 def test_attention_distance_script_writes_the_models_own_distances(tmp_path):
     torch.manual_seed(0)
-    model = randomise_(cait.create_model("cait_pico_32"))
+    model = randomise_(cait.load_model("cait_pico_32", weights=False).model)
     path = tmp_path / "pico.safetensors"
     cait.save_weights(model, path)
     out = tmp_path / "out"
@@ -46,5 +46,5 @@ def test_attention_distance_script_writes_the_models_own_distances(tmp_path):
         want = explain.mean_attention_distances(model.eval(), x).mean(0)
     np.testing.assert_allclose(data["mean_distance"], want.numpy(), rtol=1e-4)
     assert np.array(data["mean_distance"]).shape == (model.cfg.depth, model.cfg.num_heads)
-    uniform = explain.patch_distances(model.cfg.grid_size, model.cfg.patch_size).mean().item()
+    uniform = explain.head_stats.patch_distances(model.cfg.grid_size, model.cfg.patch_size).mean().item()
     assert abs(data["uniform_attention_px"] - uniform) < 1e-4

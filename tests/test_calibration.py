@@ -61,7 +61,7 @@ def test_a_balanced_classifier_is_left_as_it_is():
 
 def test_the_bias_moves_one_logit_and_no_attention():
     torch.manual_seed(0)
-    model = cait.create_model("cait_nano_28").eval()
+    model = cait.load_model("cait_nano_28", weights=False).model.eval()
     x = torch.randn(3, 1, 28, 28)
     before = explain.class_attention(model, x)
     apply_class_bias(
@@ -98,9 +98,9 @@ def test_the_script_writes_weights_that_score_what_its_report_says(tmp_path, mon
     calibrate_head.main()
     result = json.loads(report.read_text())
     fit = result["fit"]
-    assert result["class"] == cait.create_model("cait_micro_136").cfg.labels[fit["index"]]
+    assert result["class"] == cait.load_model("cait_micro_136", weights=False).model.cfg.labels[fit["index"]]
     assert fit["bias"] > 0 and lowest_class(fit["per_class_after"])[1] >= lowest_class(fit["per_class_before"])[1]
-    calibrated = cait.create_model(None, checkpoint=out)
+    calibrated = cait.load_model(None, checkpoint=out).model
     state, _ = read_checkpoint(out)
     original, _ = read_checkpoint(cait.checkpoint.WEIGHTS_DIR / "cait_micro_136.safetensors")
     changed = [k for k in state if not torch.equal(state[k], original[k])]

@@ -23,7 +23,7 @@ def small():
     """A random pico model whose gammas are far from their tiny init (so every block matters), deeper
     than its default to give the shared prefix something to share, and a batch with targets."""
     torch.manual_seed(0)
-    model = randomise_(cait.create_model("cait_pico_32", depth=4)).eval()
+    model = randomise_(cait.load_model("cait_pico_32", weights=False, depth=4).model).eval()
     cfg = model.cfg
     x = torch.randn(3, cfg.in_chans, cfg.img_size, cfg.img_size)
     return model, x, torch.tensor([0, 4, 9])
@@ -106,7 +106,7 @@ def _gammas_zeroed(model: torch.nn.Module, name: str, branch: str) -> torch.nn.M
 def test_each_knockout_equals_a_copy_with_that_blocks_gammas_zeroed(small, branch):
     model, x, target = small
     profile = explain.knockout_profile(model, x, target, branch=branch)
-    names = explain.block_names(model)
+    names = explain.causal.block_names(model)
     assert profile.shape == (3, model.cfg.depth + model.cfg.depth_token_only) and len(names) == profile.shape[1]
     base = _target_logit(model(x), target)
     for k, name in enumerate(names):
@@ -132,7 +132,7 @@ def test_knockouts_from_a_recorded_pass_equal_their_own_prefix(small):
     """SA states kept from a forward_insights pass (`recorded_sa_inputs`) stand in for the profile's own
     first forward: the same profile bit for bit; states that cannot be that pass's are refused."""
     model, x, target = small
-    with torch.no_grad(), explain.recorded_sa_inputs(model) as states:
+    with torch.no_grad(), explain.causal.recorded_sa_inputs(model) as states:
         model.forward_insights(x, sa_layers=(0, 1))
     assert len(states) == model.cfg.depth + 1
     for branch in ("both", "mlp"):
@@ -146,7 +146,7 @@ def test_knockouts_from_a_recorded_pass_equal_their_own_prefix(small):
         explain.knockout_profile(model, x, target, sa_inputs=[s[:2] for s in states])
     with pytest.raises(ValueError, match="shared_prefix=False"):
         explain.knockout_profile(model, x, target, sa_inputs=states, shared_prefix=False)
-    with pytest.raises(ValueError, match="no forward pass"), explain.recorded_sa_inputs(model):
+    with pytest.raises(ValueError, match="no forward pass"), explain.causal.recorded_sa_inputs(model):
         pass
 
 
@@ -192,7 +192,7 @@ def test_mean_ablation_uses_the_heads_mean_output_over_the_reference(small):
 
 
 def test_shipped_model_on_example_scenes():
-    model = cait.create_model(cait.DEFAULT_MODEL, pretrained=True)
+    model = cait.load_model(cait.DEFAULT_MODEL, pretrained=True).model
     files = read_examples()[:3]
     x = to_batch([Image.open(f.path) for f in files], model.cfg)
     target = torch.tensor([f.label for f in files])

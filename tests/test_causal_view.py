@@ -25,7 +25,7 @@ from cait.preprocess import class_names
 @pytest.fixture(scope="module")
 def setup():
     torch.manual_seed(0)
-    model = randomise_(cait.create_model("cait_pico_32", depth=3)).eval()
+    model = randomise_(cait.load_model("cait_pico_32", weights=False, depth=3).model).eval()
     paths = [str(e.path) for e in read_examples()[:4]]
     batch = causal_view.reference_batch(paths, model.cfg)
     return model, batch[:1], batch
@@ -88,7 +88,7 @@ def test_numbers_are_json_and_hold_every_heads_ablation(setup):
     data = json.loads(json.dumps(causal_view.numbers(model, x, view)))
     assert [(b["stage"], b["index"]) for b in data["blocks"]][-1] == ("ca", model.cfg.depth_token_only)
     width = model.cfg.embed_dim // model.cfg.num_heads
-    twin = cait.create_model("cait_pico_32", depth=3)
+    twin = cait.load_model("cait_pico_32", weights=False, depth=3).model
     twin.load_state_dict(model.state_dict())
     twin.eval()
 

@@ -60,7 +60,7 @@ def test_our_weights_round_trip_with_their_config(tmp_path, twins):
     model = cait.CaiT(ours.cfg.replace(num_classes=3, labels=("a", "b", "c"))).eval()
     path = tmp_path / "mine.safetensors"
     cait.save_weights(model, path, {"note": "test"})
-    back = cait.create_model(None, checkpoint=path)
+    back = cait.load_model(None, checkpoint=path).model
     assert back.cfg == model.cfg and stored_config(path) == model.cfg  # the header alone says it too
     umask = os.umask(0)
     os.umask(umask)
@@ -82,7 +82,7 @@ def test_our_weights_round_trip_with_their_config(tmp_path, twins):
         model.head.bias.add_(1.0)
     cait.save_weights(model, path, {"note": "other"})  # other weights: written
     assert path.stat().st_ino != before.st_ino
-    assert torch.equal(cait.create_model(None, checkpoint=path).head.bias, model.head.bias)
+    assert torch.equal(cait.load_model(None, checkpoint=path).model.head.bias, model.head.bias)
 
 
 def _empty_state(name: str) -> dict[str, torch.Tensor]:
@@ -115,11 +115,11 @@ def test_wrong_variant_names_the_likely_one(source, target, sections):
         assert "blocks.24." in msg
 
 
-def test_wrong_file_through_create_model(tmp_path):
+def test_wrong_file_through_load_model(tmp_path):
     path = tmp_path / "nano.pth"
-    torch.save({"model": cait.create_model("cait_nano_64").state_dict()}, path)
+    torch.save({"model": cait.load_model("cait_nano_64", weights=False).model.state_dict()}, path)
     with pytest.raises(CheckpointError, match="'cait_nano_64'"):
-        cait.create_model(SMALL, checkpoint=path)
+        cait.load_model(SMALL, checkpoint=path)
 
 
 class _Payload:
@@ -143,13 +143,13 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path, writer):
         with open(path, "wb") as f:
             pickle.dump(payload, f, protocol=2)  # torch.load warns about newer protocols
     with pytest.raises(CheckpointError, match="refused"):
-        cait.create_model(SMALL, checkpoint=path)
+        cait.load_model(SMALL, checkpoint=path)
     assert not marker.exists()
 
 
 @pytest.fixture
 def real_files(tmp_path):
-    model = cait.create_model(SMALL)
+    model = cait.load_model(SMALL, weights=False).model
     pth, st = tmp_path / "w.pth", tmp_path / "w.safetensors"
     torch.save(model.state_dict(), pth)
     cait.save_weights(model, st)
@@ -164,7 +164,7 @@ def test_truncated_files_are_a_checkpoint_error(tmp_path, real_files, which, kee
     data = good.read_bytes()
     bad.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(CheckpointError, match=bad.name):
-        cait.create_model(SMALL if which == 0 else None, checkpoint=bad)
+        cait.load_model(SMALL if which == 0 else None, checkpoint=bad)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,7 @@ def test_garbage_files_are_a_checkpoint_error(tmp_path, content, suffix):
     path = tmp_path / f"garbage{suffix}"
     path.write_bytes(content)
     with pytest.raises(CheckpointError, match=path.name):
-        cait.create_model(SMALL, checkpoint=path)
+        cait.load_model(SMALL, checkpoint=path)
     if suffix == ".safetensors":  # a header that is not one: the same clear error from the header reader
         with pytest.raises(CheckpointError, match=path.name):
             stored_config(path)
@@ -191,12 +191,12 @@ def test_pickles_that_are_not_state_dicts(tmp_path, obj):
     path = tmp_path / "odd.pth"
     torch.save(obj, path)
     with pytest.raises(CheckpointError, match="odd.pth"):
-        cait.create_model(SMALL, checkpoint=path)
+        cait.load_model(SMALL, checkpoint=path)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
-        cait.create_model(SMALL, checkpoint=tmp_path / "nope.pth")
+        cait.load_model(SMALL, checkpoint=tmp_path / "nope.pth")
     with pytest.raises(CheckpointError, match="not found"):
         stored_config(tmp_path / "nope.safetensors")
 
@@ -205,10 +205,10 @@ def test_missing_file(tmp_path):
 def test_grow_depth_keeps_the_function_with_muted_copies(depth):
     """Growing 6 SA blocks into `depth`: every old block appears in order, each copy after the first has its
     gammas set, and with gamma 0 the deeper model computes exactly the shallow one's logits."""
-    shallow = cait.create_model("cait_nano_64").eval()
+    shallow = cait.load_model("cait_nano_64", weights=False).model.eval()
     state = shallow.state_dict()
     grown = grow_depth(state, depth, gamma=0.0)
-    deep = cait.create_model("cait_nano_64", depth=depth).eval()
+    deep = cait.load_model("cait_nano_64", weights=False, depth=depth).model.eval()
     load_into(deep, grown, "grown")
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():

@@ -133,7 +133,7 @@ def test_cli_sweeps_corruptions_before_normalisation_and_measures_mce(tmp_path, 
     from cait.evaluate.__main__ import main
 
     torch.manual_seed(0)
-    model = cait.create_model("cait_pico_32", img_size=64)
+    model = cait.load_model("cait_pico_32", weights=False, img_size=64).model
     ckpt = tmp_path / "m.safetensors"
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"
@@ -177,7 +177,7 @@ def test_a_sweep_on_an_image_folder_scores_top1_without_pointing(tmp_path):
             pixels = rng.integers(0, 256, (40 + 7 * i, 50, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(tmp_path / "val" / name / f"{i}.png")
     torch.manual_seed(0)
-    model = cait.create_model("cait_pico_32")
+    model = cait.load_model("cait_pico_32", weights=False).model
     data = ImageFolderData(tmp_path, "val")
     kwargs = dict(batch_size=4, workers=0, methods=("ca1_mean",))
     clean = evaluate(model, data, **kwargs)
@@ -191,7 +191,7 @@ def test_a_baseline_checkpoint_is_swept_on_the_same_corrupted_images(tmp_path):
     from cait.evaluate import corruption_section, evaluate
 
     torch.manual_seed(0)
-    model = cait.create_model("cait_pico_32", img_size=64)
+    model = cait.load_model("cait_pico_32", weights=False, img_size=64).model
     ckpt = tmp_path / "same.safetensors"
     cait.save_weights(model, ckpt)
     data = FashionMNISTScenes("val", subset=8)

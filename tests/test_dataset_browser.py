@@ -24,7 +24,7 @@ def atlas_server(tmp_path_factory):
     """The app on a random cait_pico_32 checkpoint, started with --atlas: the atlas of 24 exported scenes."""
     root = tmp_path_factory.mktemp("dataset_browser")
     weights = root / "pico.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_pico_32"), seed=7), weights)
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=7), weights)
     export_scenes(root / "scenes", n=24, split="val")
     flags = ["--checkpoint", str(weights), "--data", str(root / "scenes"), "--exemplars", "2", "--workers", "0"]
     assert atlas_main([*flags, "--device", "cpu", "--out", str(root / "atlases" / "pico")]) == 0

@@ -45,7 +45,7 @@ def world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("dataset_tab")
     weights = root / "pico.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_pico_32"), seed=5), weights)
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=5), weights)
     scenes = root / "scenes"
     export_scenes(scenes, n=40, split="val")
     flags = ["--checkpoint", str(weights), "--data", str(scenes), "--boxes", str(scenes / "boxes.json")]

@@ -36,7 +36,9 @@ def _check_top1_by_box_side(result: dict, scenes, predicted: torch.Tensor, label
 
 def test_evaluate_scores_every_head_and_method(tmp_path):
     torch.manual_seed(0)
-    model = cait.create_model("cait_nano_64", depth=1)  # untrained: the table, not its values, is under test
+    model = cait.load_model(
+        "cait_nano_64", weights=False, depth=1
+    ).model  # untrained: the table, not its values, is under test
     scenes = FashionMNISTScenes("val", subset=24)
     result = evaluate(
         model,
@@ -94,7 +96,7 @@ def test_shipped_results_use_current_row_names():
 
 
 def test_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
-    model = cait.create_model("cait_pico_32", img_size=64)
+    model = cait.load_model("cait_pico_32", weights=False, img_size=64).model
     ckpt = tmp_path / "m.safetensors"
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"

@@ -19,7 +19,7 @@ GRID, PATCH = 4, 8  # cait_pico_32: 32 px, patch 8
 
 def pico(**overrides) -> cait.CaiT:
     torch.manual_seed(0)
-    return cait.create_model("cait_pico_32", **overrides)
+    return cait.load_model("cait_pico_32", weights=False, **overrides).model
 
 
 def sharpen(model: cait.CaiT, std: float = 0.5) -> cait.CaiT:
@@ -271,7 +271,7 @@ def test_integrated_gradients_completeness():
     total = att.raw.sum(dim=(1, 2, 3))
     assert ((total - gap).abs() <= 0.05 * gap.abs()).all(), (total, gap)
     torch.testing.assert_close(att.pixel, att.raw.abs().sum(dim=1))
-    torch.testing.assert_close(att.patch, explain.patch_sum(att.pixel, PATCH))
+    torch.testing.assert_close(att.patch, explain.attribution.patch_sum(att.pixel, PATCH))
 
 
 def test_occlusion_is_the_logit_drop_of_each_patch():
@@ -509,7 +509,7 @@ def test_perturbation_methods_in_small_batches_give_the_one_batch_numbers():
     x = torch.randn(2, 3, 32, 32, generator=gen)
     target = torch.tensor([1, 4])
     heat = torch.rand(2, GRID, GRID, generator=gen)
-    assert explain.metrics.images_per_pass(cait.create_model("cait_xxs24_224", pretrained=False)) == 8
+    assert explain.metrics.images_per_pass(cait.load_model("cait_xxs24_224", weights=False).model) == 8
     small = explain.deletion_insertion(model, x, target, heat, batch_size=3)  # the default is 94 for pico
     whole = explain.deletion_insertion(model, x, target, heat, batch_size=10_000)
     for key in ("deletion", "insertion", "deletion_auc", "insertion_auc"):

@@ -59,7 +59,7 @@ def test_mean_attention_distance_equals_loops_also_for_negative_weights():
 
 def test_mean_attention_distances_of_a_model_match_each_layers_own_maps():
     torch.manual_seed(0)
-    model = cait.create_model("cait_pico_32").eval()
+    model = cait.load_model("cait_pico_32", weights=False).model.eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.inference_mode():
         got = explain.mean_attention_distances(model, x)

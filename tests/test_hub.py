@@ -111,9 +111,9 @@ def test_status_lists_every_paper_variant_with_its_size():
     with pytest.raises(
         hub.WeightsUnavailable, match=r"'cait_s36_224' \(a paper size without a public.*checkpoint=PATH"
     ):
-        cait.create_model("cait_s36_224", pretrained=True)
+        cait.load_model("cait_s36_224", pretrained=True)
     with pytest.raises(hub.WeightsUnavailable, match=r"'cait_micro_64' \(a small config we have not shipped\)"):
-        cait.create_model("cait_micro_64", pretrained=True)
+        cait.load_model("cait_micro_64", pretrained=True)
 
 
 # ------------------------------------------------------------------------------------------ download, cache, offline
@@ -171,7 +171,7 @@ def test_offline_with_an_empty_cache_is_one_clear_error_and_no_request(stand_in,
     cache = hf_env(stand_in.url, offline=True)
     assert hub.weights_status(NAME).where == "needs file"
     with pytest.raises(cait.CheckpointError) as err:
-        cait.create_model(NAME, pretrained=True)
+        cait.load_model(NAME, pretrained=True)
     msg = str(err.value)
     assert isinstance(err.value, hub.WeightsUnavailable) and len(msg.splitlines()) == 1
     for part in (
@@ -213,7 +213,7 @@ def test_a_download_cut_off_halfway_leaves_nothing_taken_for_good(hf_env, timm_f
     hf_env(dying.url, offline=True)
     assert hub.weights_status(NAME).where == "needs file"
     with pytest.raises(hub.WeightsUnavailable, match="HF_HUB_OFFLINE"):
-        cait.create_model(NAME, pretrained=True)
+        cait.load_model(NAME, pretrained=True)
 
 
 # ---------------------------------------------------------------------------------------------- one way in
@@ -241,16 +241,15 @@ def _counting(monkeypatch, function) -> list[str]:
 def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monkeypatch, name, random_init):
     import argparse
 
-    from _common import load_model as analysis_load
-
     from app.models import ModelChoice
     from app.models import load_model as app_load
+    from cait.flags import load_from_flags
 
     configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.variant_status)
     loads = {
         "cait": lambda: cait.load_model(name, random_init=random_init),
         "app": lambda: app_load(ModelChoice(name, random_init=random_init), torch.device("cpu")),
-        "analysis": lambda: analysis_load(
+        "command lines": lambda: load_from_flags(
             argparse.Namespace(model=name, checkpoint=None, pretrained=False, random_init=random_init)
         ),
     }
@@ -261,10 +260,8 @@ def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monke
         assert loaded.notice.startswith("Untrained") == random_init
 
 
-def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_analysis_scripts(capsys):
-    import argparse
-
-    from _common import load_model as analysis_load
+def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_analysis_scripts(capsys, tmp_path):
+    from layerscale_stats import main as analysis_main
 
     from app.models import ModelChoice
     from app.models import load_model as app_load
@@ -277,7 +274,7 @@ def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_ana
     assert evaluate_main(["--model", NAME]) == 2
     assert capsys.readouterr().err == f"error: {said}\n"
     with pytest.raises(SystemExit) as exit_:
-        analysis_load(argparse.Namespace(model=NAME, checkpoint=None, pretrained=False, random_init=False))
+        analysis_main(["--model", NAME, "--out", str(tmp_path)])
     assert exit_.value.code == 2 and capsys.readouterr().err == f"error: {said}\n"
     assert len(said.splitlines()) == 1 and said.startswith(f"no weights for '{NAME}' here")
     for way in ("--pretrained", "--checkpoint FILE", "HF_HOME", "--random-init", "HF_HUB_OFFLINE", REPO):

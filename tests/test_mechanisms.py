@@ -19,7 +19,7 @@ def small():
     """A random pico model with gammas far from their tiny init (every block matters), deeper than its
     default so that cached prefixes have something to share, with 4 heads, and a batch with targets."""
     torch.manual_seed(0)
-    model = randomise_(cait.create_model("cait_pico_32", depth=4, num_heads=4)).eval()
+    model = randomise_(cait.load_model("cait_pico_32", weights=False, depth=4, num_heads=4).model).eval()
     cfg = model.cfg
     x = torch.randn(3, cfg.in_chans, cfg.img_size, cfg.img_size, generator=torch.Generator().manual_seed(1))
     return model, x, torch.tensor([0, 4, 9])
@@ -77,7 +77,7 @@ def test_ablating_several_heads_equals_zeroing_them_all_by_hand(small, heads):
 def test_mean_ablation_of_a_set_and_bad_sets(small):
     model, x, _ = small
     reference = torch.randn(5, *x.shape[1:], generator=torch.Generator().manual_seed(2))
-    means = explain.mean_head_outputs(model, reference)  # [L, d]
+    means = explain.causal.mean_head_outputs(model, reference)  # [L, d]
     width = model.cfg.embed_dim // model.cfg.num_heads
     twin = copy.deepcopy(model)
     for layer, head in ((0, 1), (1, 0)):
@@ -117,7 +117,7 @@ def test_logit_lens_equals_the_model_cut_after_each_sa_block(small):
 
 
 def test_logit_lens_refuses_a_vit_style_class_token():
-    model = cait.create_model("cait_pico_32", class_token_at=1, depth_token_only=0)
+    model = cait.load_model("cait_pico_32", weights=False, class_token_at=1, depth_token_only=0).model
     with pytest.raises(ValueError, match="joins the SA stage at block 1"):
         explain.logit_lens(model, torch.randn(1, 3, 32, 32))
 
@@ -260,9 +260,15 @@ def _rule(attentions: list[torch.Tensor], n: int) -> torch.Tensor:
 def test_gradient_rollout_is_the_published_rule_on_a_vit_shaped_model(class_token_at):
     """At class_token_at=0 the paper's setting itself: every layer over [cls, patches]."""
     torch.manual_seed(0)
-    model = cait.create_model(
-        "cait_pico_32", depth=3, num_heads=4, talking_heads=False, class_token_at=class_token_at, depth_token_only=0
-    )
+    model = cait.load_model(
+        "cait_pico_32",
+        weights=False,
+        depth=3,
+        num_heads=4,
+        talking_heads=False,
+        class_token_at=class_token_at,
+        depth_token_only=0,
+    ).model
     model = randomise_(model).eval()
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(5))
     target = torch.tensor([1, 7, 7])
@@ -326,7 +332,7 @@ def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
     from cait.preprocess import normalise
 
     torch.manual_seed(0)
-    model = randomise_(cait.create_model("cait_pico_32")).eval()
+    model = randomise_(cait.load_model("cait_pico_32", weights=False).model).eval()
     path = tmp_path / "pico.safetensors"
     cait.save_weights(model, path, {"data": "fashion-mnist-scenes", "epochs_completed": "3"})
     args = ["--quick", "--checkpoint", path, "--corruption", "contrast", "--severity", "4", "--out", tmp_path / "out"]

@@ -29,7 +29,7 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "pico.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_pico_32"), seed=1), path)
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=1), path)
     cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
     first = cache.get(ModelChoice(name=None, checkpoint=str(path)))
     _, page = layout.build_page(first, layerscale_figure(first))
@@ -104,7 +104,7 @@ def test_ablating_ticked_heads_equals_a_model_with_them_zeroed(setup):
     ticked = [0, cfg.num_heads + 1]  # CA1 head 1 and CA2 head 2
     html = handlers.mechanisms_ablate(a.choice, a, None, ticked, causal_view.ABLATIONS[0])[handlers.page.mx_ablation]
     assert "CA1 head 1, CA2 head 2" in html
-    twin = cait.create_model("cait_pico_32")
+    twin = cait.load_model("cait_pico_32", weights=False).model
     twin.load_state_dict(model.state_dict())
     twin.eval()
     width = cfg.embed_dim // cfg.num_heads

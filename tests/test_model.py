@@ -174,7 +174,7 @@ def test_pos_embed_resize_equals_timm(tmp_path, twins):
     ours224, theirs224 = twins("cait_xxs24_224")
     path = tmp_path / "xxs24_224.pth"
     torch.save(theirs224.state_dict(), path)
-    ours384 = cait.create_model("cait_xxs24_224", checkpoint=path, img_size=384)
+    ours384 = cait.load_model("cait_xxs24_224", checkpoint=path, img_size=384).model
     assert ours384.cfg.img_size == 384 and ours384.pos_embed.shape == (1, 24 * 24, 192)
 
     state = theirs224.state_dict()
@@ -196,7 +196,7 @@ def test_pos_embed_resize_equals_timm(tmp_path, twins):
 
 @pytest.mark.parametrize("name", SMALL_VARIANTS)
 def test_small_variant_forward_and_insights(name):
-    model = cait.create_model(name)
+    model = cait.load_model(name, weights=False).model
     randomise_(model)
     cfg, B = model.cfg, 2
     n, h, L = cfg.num_patches, cfg.num_heads, cfg.depth_token_only
@@ -235,7 +235,7 @@ def test_small_variant_forward_and_insights(name):
 
 def test_residual_ratio_is_branch_over_residual_norm():
     """The first SA block's ratio recomputed by hand from its input (patch embedding + position)."""
-    model = randomise_(cait.create_model("cait_pico_32"))
+    model = randomise_(cait.load_model("cait_pico_32", weights=False).model)
     x = images(model.cfg)
     with torch.no_grad():
         ins = model.forward_insights(x)
@@ -259,7 +259,7 @@ class _CallLog(TorchFunctionMode):
 def test_lean_forward_uses_fused_class_attention():
     """Plain forward: the CA layers go through scaled_dot_product_attention and never build the
     attention matrix (the only softmaxes are the SA layers'); forward_insights materialises it."""
-    model = cait.create_model("cait_pico_32")
+    model = cait.load_model("cait_pico_32", weights=False).model
     x = images(model.cfg)
     with torch.no_grad(), _CallLog() as lean:
         model(x)

@@ -29,7 +29,7 @@ def test_precision_flag_means_the_same_everywhere():
 
 @pytest.fixture(scope="module")
 def shipped_scenes():
-    model = cait.create_model(cait.DEFAULT_MODEL, pretrained=True)
+    model = cait.load_model(cait.DEFAULT_MODEL, pretrained=True).model
     try:
         scenes = FashionMNISTScenes("val", subset=SCENES)
     except DataError as e:
@@ -65,7 +65,7 @@ def test_gradients_and_attributions_stay_fp32(tmp_path):
     from conftest import randomise_
 
     path = tmp_path / "nano.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_nano_64")), path)
+    cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
     choice = ModelChoice(None, str(path))
     fast, exact = load_model(choice, CPU, torch.bfloat16), load_model(choice, CPU, None)
     scene = sorted((cait.data.EXAMPLES_DIR).glob("*.png"))[0]
@@ -86,7 +86,7 @@ def shipped_examples():
     from cait.data import read_examples
     from cait.preprocess import to_batch
 
-    model = cait.create_model(cait.DEFAULT_MODEL, pretrained=True).eval()
+    model = cait.load_model(cait.DEFAULT_MODEL, pretrained=True).model.eval()
     mode = "RGB" if model.cfg.in_chans == 3 else "L"
     images = [Image.open(e.path).convert(mode) for e in read_examples()]
     x = to_batch(images, model.cfg)
@@ -114,7 +114,7 @@ def test_the_saliency_tab_reads_what_it_can_from_the_analysis(tmp_path):
     from conftest import randomise_
 
     path = tmp_path / "nano.safetensors"
-    cait.save_weights(randomise_(cait.create_model("cait_nano_64")), path)
+    cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
     fast = load_model(ModelChoice(None, str(path)), CPU, torch.bfloat16)
     a = session.analyse(fast, str(sorted(cait.data.EXAMPLES_DIR.glob("*.png"))[0]))
     rows = {
@@ -137,7 +137,7 @@ def test_split_precision_logits_keeps_the_class_stage_in_fp32_even_inside_bf16_a
     on (a thread's autocast is its own, so sessions sharing the model cannot switch each other's)."""
     from cait.explain.metrics import split_precision_logits
 
-    model = cait.create_model("cait_nano_64").eval()
+    model = cait.load_model("cait_nano_64", weights=False).model.eval()
     x = torch.randn(3, 3, 64, 64)
     dtypes: dict[str, torch.dtype] = {}
     record = lambda name: lambda module, args, out: dtypes.__setitem__(name, out.dtype)  # noqa: E731

@@ -73,7 +73,7 @@ def test_continued_runs_count_epochs_and_steps_on():
 def test_checkpoints_carry_their_config_and_what_they_are(tmp_path):
     run = RunDir(tmp_path)
     assert run.config() is None and run.checkpoint_metadata("last") == {}
-    model = cait.create_model("cait_pico_32", depth=1)
+    model = cait.load_model("cait_pico_32", weights=False, depth=1).model
     run.save_checkpoint("best", model, epochs_completed=3, step=30, data="fashion-mnist", val_top1=None)
     meta = file_metadata(tmp_path / "best.safetensors")
     assert {k: meta[k] for k in ("epochs_completed", "step", "data", "val_top1")} == {
@@ -83,7 +83,7 @@ def test_checkpoints_carry_their_config_and_what_they_are(tmp_path):
         "val_top1": "None",
     }
     assert run.config() == model.cfg  # last is missing: best's config
-    assert cait.create_model(None, checkpoint=run.checkpoint("best")).cfg.depth == 1
+    assert cait.load_model(None, checkpoint=run.checkpoint("best")).model.cfg.depth == 1
     (tmp_path / "timm.pth").write_bytes(b"not safetensors")
     assert file_metadata(tmp_path / "timm.pth") == {}
 

@@ -82,7 +82,7 @@ def test_evaluate_runs_on_varied_scenes_and_with_more_noise(tmp_path, capsys):
     import cait
     from cait.evaluate.__main__ import main
 
-    model = cait.create_model("cait_pico_32", img_size=64)
+    model = cait.load_model("cait_pico_32", weights=False, img_size=64).model
     ckpt = tmp_path / "m.safetensors"
     cait.save_weights(model, ckpt)
     out = tmp_path / "r.json"

@@ -115,7 +115,11 @@ def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
     rows = [{"method": m, "pointing_game": 0.5, "mass_in_box": 0.4, "images": 8} for m in methods]
     evaluation = {"images": 8, "top1": 0.5, "per_class_top1": {}, "localization": rows}
     text = ship_model.card(
-        "cait_pico_32", ship_model.history([run]), "last", evaluation, cait.create_model("cait_pico_32")
+        "cait_pico_32",
+        ship_model.history([run]),
+        "last",
+        evaluation,
+        cait.load_model("cait_pico_32", weights=False).model,
     )
     assert all(f"{m} " in text for m in methods) and "Localization uses the garment's box" in text
     assert "| final test top-1 | 50.00% (raw weights) |" in text and "| 1 | 1.000 | 50.00 |  |" in text
@@ -125,7 +129,11 @@ def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
     (later / "args.json").write_text((run / "args.json").read_text().replace('"seed": 0', '"seed": 1'))
     (later / "metrics.jsonl").write_text(json.dumps(line) + "\n")
     text = ship_model.card(
-        "cait_pico_32", ship_model.history([run, later]), "last", evaluation, cait.create_model("cait_pico_32")
+        "cait_pico_32",
+        ship_model.history([run, later]),
+        "last",
+        evaluation,
+        cait.load_model("cait_pico_32", weights=False).model,
     )
     assert "| seed | 0 then 1 (one per run, oldest first) |" in text
     assert "the 10k test split for every number below |" in text
@@ -134,7 +142,11 @@ def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
         (run / "args.json").read_text().replace('"seed": 0', '"seed": 1, "val_subset": 2000')
     )
     text = ship_model.card(
-        "cait_pico_32", ship_model.history([run, later]), "last", evaluation, cait.create_model("cait_pico_32")
+        "cait_pico_32",
+        ship_model.history([run, later]),
+        "last",
+        evaluation,
+        cait.load_model("cait_pico_32", weights=False).model,
     )
     assert (
         "| final test top-1 | 50.00% (raw weights) on 2000 images of the test split (`--val-subset 2000`); "
@@ -146,10 +158,12 @@ def test_the_card_lists_every_method_and_each_run_seed(tmp_path):
 def test_as_variant_takes_the_run_model_where_only_the_input_size_may_differ():
     import pytest
 
-    wide = cait.create_model("cait_nano_64", embed_dim=192, num_heads=4, drop_path_rate=0.0)
+    wide = cait.load_model("cait_nano_64", weights=False, embed_dim=192, num_heads=4, drop_path_rate=0.0).model
     with pytest.raises(SystemExit, match=r"cait_nano_64 \(run vs variant\): embed_dim: 192 vs 128"):
         ship_model.as_variant(wide, "cait_nano_64")
-    trained = cait.create_model("cait_nano_64", img_size=56, drop_path_rate=0.0)  # a run with --img-size 56
+    trained = cait.load_model(
+        "cait_nano_64", weights=False, img_size=56, drop_path_rate=0.0
+    ).model  # a run with --img-size 56
     shipped = ship_model.as_variant(trained, "cait_nano_64")
     assert shipped.cfg == cait.get_config("cait_nano_64")  # the variant's config, training-only fields included
     assert shipped.pos_embed.shape[1] == 64 and torch.equal(shipped.head.weight, trained.head.weight)

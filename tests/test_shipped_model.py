@@ -26,7 +26,7 @@ def _test_batch(model: cait.CaiT, data: str) -> tuple[torch.Tensor, torch.Tensor
 
 @pytest.fixture(scope="module")
 def shipped():
-    model = cait.create_model(cait.DEFAULT_MODEL, pretrained=True)  # the scenes model
+    model = cait.load_model(cait.DEFAULT_MODEL, pretrained=True).model  # the scenes model
     x, y = _test_batch(model, "fashion-mnist-scenes")
     scenes = FashionMNISTScenes("val", subset=N)
     return model, x, y, model.cfg.box_to_input(torch.as_tensor(scenes.boxes), scenes.canvas)
@@ -45,7 +45,7 @@ def test_shipped_files_are_complete(name):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_model_is_trained_well_above_chance(name):
     data, floor = SHIPPED[name]
-    model = cait.create_model(name, pretrained=True)
+    model = cait.load_model(name, pretrained=True).model
     x, y = _test_batch(model, data)
     with torch.no_grad():
         top1 = (model(x).argmax(-1) == y).float().mean().item()
@@ -85,7 +85,7 @@ def test_paper_variant_without_weights_says_where_to_get_them(monkeypatch, tmp_p
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(CheckpointError, match="checkpoint=PATH"):
-        cait.create_model("cait_s24_224", pretrained=True)
+        cait.load_model("cait_s24_224", pretrained=True)
 
 
 def test_a_variant_declared_before_its_weights_ship(monkeypatch):
@@ -93,22 +93,22 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
     or with random_init (--random-init) a random model that the app and the analysis scripts say is one."""
     import argparse
 
-    from analysis._common import load_model as analysis_model  # (the repo root is on pytest's pythonpath)
     from app.models import ModelChoice
     from app.models import load_model as app_model
     from cait.config import VARIANTS
+    from cait.flags import load_from_flags
 
     name = "cait_test_wide_64"
     monkeypatch.setitem(
         VARIANTS, name, VARIANTS["cait_nano_64"].replace(embed_dim=192, num_heads=4, pretrained=f"{name}.safetensors")
     )
     assert name in cait.list_models() and not (WEIGHTS_DIR / f"{name}.safetensors").exists()
-    assert cait.create_model(name).cfg.embed_dim == 192
+    assert cait.load_model(name, weights=False).model.cfg.embed_dim == 192
     with pytest.raises(CheckpointError, match=f"no shipped weights for '{name}'.*python -m cait.train --model {name}"):
-        cait.create_model(name, pretrained=True)
+        cait.load_model(name, pretrained=True)
     with pytest.raises(CheckpointError, match=f"no weights for '{name}' here.*python -m cait.train --model {name}"):
         cait.load_model(name)
     app = app_model(ModelChoice(name, random_init=True), torch.device("cpu"))
     assert app.cfg.embed_dim == 192 and app.source == "random init (seed 0)" and app.notice.startswith("Untrained")
-    loaded = analysis_model(argparse.Namespace(model=name, checkpoint=None, pretrained=False, random_init=True))
+    loaded = load_from_flags(argparse.Namespace(model=name, checkpoint=None, pretrained=False, random_init=True))
     assert not loaded.trained and "RANDOM INIT" in loaded.made_from

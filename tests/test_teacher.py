@@ -38,7 +38,7 @@ def test_cnn_round_trips_through_safetensors(tmp_path):
 
 
 def test_a_cait_checkpoint_is_a_teacher_too(tmp_path):
-    model = cait.create_model("cait_pico_32", num_classes=10)
+    model = cait.load_model("cait_pico_32", weights=False, num_classes=10).model
     save_weights(model, tmp_path / "c.safetensors")
     teacher = load_teacher(tmp_path / "c.safetensors")
     assert isinstance(teacher, cait.CaiT) and teacher.cfg == model.cfg
@@ -50,7 +50,7 @@ def test_wrong_files_and_names_are_clear(tmp_path):
     cnn = TimmCNN(CNNConfig(arch="resnet10t", img_size=32))
     save_weights(cnn, tmp_path / "t.safetensors")
     with pytest.raises(CheckpointError, match=r"timm CNN \(resnet10t\), not a CaiT"):
-        cait.create_model(None, checkpoint=tmp_path / "t.safetensors")
+        cait.load_model(None, checkpoint=tmp_path / "t.safetensors")
     # weights of another architecture under a resnet10t config
     other = TimmCNN(CNNConfig(arch="resnet18", img_size=32))
     other.cfg = cnn.cfg

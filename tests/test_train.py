@@ -130,7 +130,7 @@ def test_smoke_run_writes_top1_as_fractions(smoke_run):
         for key in ("train_top1", "val_top1", "val_top1_ema"):
             assert 0 <= line[key] <= 1, key
         assert line["train_top1"] * 128 == pytest.approx(round(line["train_top1"] * 128))  # a share of 128 images
-    model = cait.create_model(None, checkpoint=smoke_run / "last.safetensors").eval()
+    model = cait.load_model(None, checkpoint=smoke_run / "last.safetensors").model.eval()
     val = train_data.Transformed(build_dataset("fashion-mnist", "val", subset=64), eval_transform(model.cfg))
     images = torch.stack([val[i][0] for i in range(len(val))])
     labels = torch.tensor([val[i][1] for i in range(len(val))])
@@ -141,9 +141,9 @@ def test_smoke_run_writes_top1_as_fractions(smoke_run):
     assert read_metrics(smoke_run) == lines
 
 
-def test_checkpoints_load_with_create_model(smoke_run):
+def test_checkpoints_load_with_load_model(smoke_run):
     for name in ("last", "best", "ema"):
-        model = cait.create_model(None, checkpoint=smoke_run / f"{name}.safetensors")
+        model = cait.load_model(None, checkpoint=smoke_run / f"{name}.safetensors").model
         assert model.cfg.labels == FASHION_MNIST_CLASSES and model.cfg.num_classes == 10
     state = torch.load(smoke_run / "state.pt", map_location="cpu", weights_only=True)
     assert state["epoch"] == 2 and state["batch"] == 0 and state["step"] == 8  # 128 images / 32 per step x 2
@@ -225,7 +225,7 @@ def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, mo
     assert "Traceback" not in err
     state = torch.load(out / "state.pt", weights_only=True)
     assert (state["epoch"], state["step"]) == (1, 4)
-    last = cait.create_model(None, checkpoint=out / "last.safetensors")
+    last = cait.load_model(None, checkpoint=out / "last.safetensors").model
     assert all(torch.isfinite(p).all() for p in last.parameters())
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
 
@@ -329,7 +329,7 @@ def _image_folder(root: Path) -> Path:
 def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
     data = _image_folder(tmp_path / "shapes")
     # the teacher sees another resolution and channel count: teacher_view adapts the batch
-    teacher = cait.create_model("cait_nano_28", num_classes=2, labels=("circle", "square"))
+    teacher = cait.load_model("cait_nano_28", weights=False, num_classes=2, labels=("circle", "square")).model
     cait.save_weights(teacher, tmp_path / "teacher.safetensors")
     out = tmp_path / "run"
     argv = [
@@ -353,7 +353,7 @@ def test_image_folder_and_distillation_from_a_smaller_teacher(tmp_path):
         str(out),
     ]
     assert main(argv) == 0
-    model = cait.create_model(None, checkpoint=out / "last.safetensors")
+    model = cait.load_model(None, checkpoint=out / "last.safetensors").model
     assert model.cfg.num_classes == 2 and model.cfg.labels == ("circle", "square")
     assert json.loads((out / "metrics.jsonl").read_text())["val_top1"] is not None
 
@@ -539,7 +539,7 @@ def test_torchrun_two_processes_trains_and_checkpoint_loads(tmp_path):
     assert "2 process(es)" in proc.stderr and proc.stderr.count("done: best val top-1") == 1  # rank 0 only logs
     state = torch.load(out / "state.pt", weights_only=True)
     assert state["step"] == 4  # 256 images / (2 ranks x 32)
-    model = cait.create_model(None, checkpoint=out / "last.safetensors")
+    model = cait.load_model(None, checkpoint=out / "last.safetensors").model
     assert model.cfg.num_classes == 10
 
 
@@ -624,8 +624,8 @@ def test_init_grow_gamma_starts_a_deeper_model_from_muted_copies(smoke_run, tmp_
 @pytest.mark.parametrize(
     "make,message",
     [
-        (lambda: cait.create_model("cait_nano_28"), "does not fit this model"),
-        (lambda: cait.create_model("cait_pico_32", num_classes=3), "has 3 classes, the data 10"),
+        (lambda: cait.load_model("cait_nano_28", weights=False).model, "does not fit this model"),
+        (lambda: cait.load_model("cait_pico_32", weights=False, num_classes=3).model, "has 3 classes, the data 10"),
     ],
 )
 def test_init_from_weights_that_do_not_fit_is_one_line(tmp_path, capsys, make, message):
@@ -754,7 +754,7 @@ def test_a_non_finite_loss_is_a_typed_error(tmp_path):
 def _tiny_state(seed: int) -> train_mod.TrainState:
     args = train_mod.train_args(**TINY_ARGS, ema=0.9)
     torch.manual_seed(seed)
-    model = cait.create_model("cait_pico_32")
+    model = cait.load_model("cait_pico_32", weights=False).model
     return train_mod.new_state(model, args, lr=1e-3, steps_per_epoch=4, amp=None, device=torch.device("cpu"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import InputError
 from ..flags import add_device_flag, add_model_flags, add_precision_flag, add_threads_flag
 
 
@@ -49,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
         try:
             parse_corruption(args.patching)
-        except ValueError as e:
+        except InputError as e:
             p.error(f"--patching: {e}")
     if args.exemplars < 0 or args.workers < 0:
         p.error("--exemplars and --workers must not be negative")

@@ -2,7 +2,7 @@
 and per class-attention head its map's entropy, its direct logit attribution to the predicted class, its
 pointing hit and mass in the box; the SA heads' mean attention distances; with knockouts the logit change
 per block; with a corruption the activation patching of the predicted class from each image into its corrupted
-twin. Maps, attributions and distances come from one forward pass (`explain.predicted_attribution`), whose
+twin. Maps, attributions and distances come from one forward pass (`explain.causal.predicted_attribution`), whose
 SA states the knockouts re-use."""
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ def head_numbers(boxes: bool) -> tuple[str, ...]:
 
 def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa_inputs: bool):
     """Everything but the knockouts, from one pass that keeps each SA layer's distances, not its maps
-    (`explain.distance_reduce`), and with keep_sa_inputs its SA states (`explain.recorded_sa_inputs`), so the
+    (`explain.head_stats.distance_reduce`), and with keep_sa_inputs its SA states (`explain.causal.recorded_sa_inputs`), so the
     knockouts need no pass of their own."""
     cfg = model.cfg
     stages = ("after_proj_w",)
-    reduce = explain.distance_reduce(cfg, stages)
-    with explain.recorded_sa_inputs(model) if keep_sa_inputs else nullcontext([]) as sa_inputs:
-        ins, dla = explain.predicted_attribution(model, x, sa_layers=tuple(range(cfg.depth)), sa_reduce=reduce)
-    distance = explain.kept_distances(ins, stages)[stages[0]]
+    reduce = explain.head_stats.distance_reduce(cfg, stages)
+    with explain.causal.recorded_sa_inputs(model) if keep_sa_inputs else nullcontext([]) as sa_inputs:
+        ins, dla = explain.causal.predicted_attribution(model, x, sa_layers=tuple(range(cfg.depth)), sa_reduce=reduce)
+    distance = explain.head_stats.kept_distances(ins, stages)[stages[0]]
     maps = explain.ClassAttention.from_insights(ins).maps  # [B, L, H, g, g]
     probs = ins.logits.float().softmax(-1)
     prediction = dla.target

@@ -13,14 +13,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import explain, factory
-from ..data import DataError, read_images
+from .. import explain
+from ..data import read_images
 from ..distributed import rank_shards, setup_distributed, shard_ranges
 from ..errors import InputError
+from ..flags import load_from_flags
 from ..preprocess import class_names
 from ..provenance import SourcedModel
 from ..robustness import parse_corruption
-from ..runtime import DeviceError, choose_precision
+from ..runtime import choose_precision
 from . import report
 from .page import write_page
 from .shards import args_problem, missing_shards, record_args, run_shards, write_atomic
@@ -31,20 +32,6 @@ FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_pre
 
 class AtlasError(InputError):
     """An atlas that cannot be made as asked; the message is one line."""
-
-
-def load_model(args: argparse.Namespace) -> SourcedModel:
-    """The model --model/--checkpoint/--pretrained/--random-init ask for, through `cait.load_model` (its
-    default model and its policy for missing weights)."""
-    try:
-        loaded = factory.load_model(
-            args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init
-        )
-    except (ValueError, TypeError) as e:  # a name or file that cannot work (CheckpointError is a ValueError)
-        raise AtlasError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    if not loaded.trained:
-        print(f"WARNING: {loaded.notice}; using RANDOM INIT (the atlas says so)", file=sys.stderr)
-    return loaded
 
 
 def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,12 +45,12 @@ def _barrier() -> None:
 
 def run(args: argparse.Namespace) -> Path:
     """Make the atlas `args` ask for in args.out; under torchrun this process is one rank of it. Raises
-    `AtlasError` (and the reader's / loader's one-line errors) for input that cannot work."""
+    `InputError` (AtlasError, the reader's and the loader's) in one line for input that cannot work."""
     if args.threads:
         torch.set_num_threads(args.threads)
     rank, world, device = setup_distributed(args.device)
     try:
-        loaded = load_model(args)
+        loaded = load_from_flags(args)
         model = loaded.model.to(device).eval()
         data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
@@ -101,10 +88,10 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     """images.csv, heads.csv, summary.json (and parquet copies), then atlas.html, from the shards on disk."""
     model, cfg = loaded.model, loaded.model.cfg
     boxes = data.boxes is not None
-    blocks = explain.block_names(model) if args.knockouts else None
+    blocks = explain.causal.block_names(model) if args.knockouts else None
     names = list(class_names(cfg))
     tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, args.exemplars)
-    patched = explain.block_names(model) if args.patching else None
+    patched = explain.causal.block_names(model) if args.patching else None
     report.write_images_csv(
         out / "images.csv", out, shards, data.paths, tally, boxes=boxes, blocks=blocks, patched=patched
     )
@@ -156,7 +143,7 @@ def _summary(
         gamma = explain.block_gamma_mean_abs(loaded.model).tolist()
         summary["blocks"] = report.block_entries(tally, blocks, gamma)
     if patching is not None and images:
-        summary["patching"] = report.patching_entry(tally, explain.block_names(loaded.model), patching)
+        summary["patching"] = report.patching_entry(tally, explain.causal.block_names(loaded.model), patching)
     return summary
 
 
@@ -169,7 +156,7 @@ def main_guarded(args: argparse.Namespace) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)
         return 130
-    except (AtlasError, DataError, DeviceError) as e:
+    except InputError as e:  # a flag, file, model or image set that cannot work; anything else is a bug
         if int(os.environ.get("RANK", "0")) == 0:
             print(
                 f"python -m cait.atlas: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",

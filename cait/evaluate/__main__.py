@@ -39,12 +39,11 @@ from pathlib import Path
 import torch.distributed as dist
 
 from .. import explain
-from ..checkpoint import CheckpointError
 from ..corruptions import CORRUPTIONS
-from ..data import SCENE_STYLES, DataError, ImageSet, read_images
+from ..data import SCENE_STYLES, ImageSet, read_images
 from ..distributed import gather_all, setup_distributed
-from ..factory import load_model
-from ..flags import add_device_flag, add_model_flags, add_precision_flag
+from ..errors import InputError
+from ..flags import add_device_flag, add_model_flags, add_precision_flag, load_from_flags
 from ..model import CaiT
 from ..provenance import SourcedModel
 from ..robustness import POINTING_ROWS, format_sweep, parse_corruptions
@@ -177,7 +176,7 @@ def _checked_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[a
         p.error("--img-size must be positive")
     try:
         pairs = parse_corruptions(args.corruption or [])
-    except ValueError as e:
+    except InputError as e:
         p.error(str(e))
     if args.baseline and not pairs:
         p.error("--baseline needs --corruption")
@@ -187,12 +186,9 @@ def _checked_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[a
 
 
 def _model_and_data(args: argparse.Namespace) -> tuple[SourcedModel, ImageSet]:
-    size = {} if args.img_size is None else {"img_size": args.img_size}
-    loaded = load_model(
-        args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init, cnn=True, **size
-    )
+    loaded = load_from_flags(args, cnn=True, **({} if args.img_size is None else {"img_size": args.img_size}))
     if args.methods and not isinstance(loaded.model, CaiT):
-        raise ValueError(
+        raise MethodsError(
             f"{args.checkpoint} holds a CNN ({loaded.model.cfg.arch}): it has no class attention, so "
             f"--methods does not apply (it is scored on top-1 and per class)"
         )
@@ -206,6 +202,10 @@ def _model_and_data(args: argparse.Namespace) -> tuple[SourcedModel, ImageSet]:
         pixel_noise=args.pixel_noise,
     )
     return loaded, data
+
+
+class MethodsError(InputError):
+    """--methods asked of a model that cannot answer them."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,10 +228,8 @@ def _run(args: argparse.Namespace, pairs: list, *, rank: int, world: int, device
         return _error("--corruption runs in one process (its random draws follow the batches in order)", rank)
     try:
         loaded, data = _model_and_data(args)
-    except (CheckpointError, DataError, ValueError) as e:
+    except InputError as e:
         return _error(str(e), rank)
-    if not loaded.trained and rank == 0:
-        print(f"WARNING: {loaded.notice}; scoring a RANDOM INIT", file=sys.stderr)
     model = loaded.model
     # rank 0's choice for every rank: "auto" measures, and the ranks must run one precision
     dtype = gather_all(inference_dtype(args.precision, device, remeasure=args.remeasure_precision))[0]
@@ -249,7 +247,7 @@ def _run(args: argparse.Namespace, pairs: list, *, rank: int, world: int, device
             result["corruption"] = corruption_section(
                 model, data, result, pairs, baseline=args.baseline, seed=args.corruption_seed, **kwargs
             )
-        except (CheckpointError, ValueError) as e:
+        except InputError as e:  # a baseline that cannot be used
             return _error(str(e), rank)
     result.update(
         model=loaded.name or "from checkpoint",

@@ -108,7 +108,7 @@ def _localize(tally: _Tally, model: CaiT, x, y, boxes, maps, groups, *, shared: 
     tally.add_scores("chance", box_area, box_area)
     pointing, mass = explain.head_localization(maps, boxes, img_size)
     for layer, h in itertools.product(range(pointing.shape[1]), range(pointing.shape[2])):
-        tally.add_scores(explain.head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])
+        tally.add_scores(explain.metrics.head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])
     tally.add("ca_mean_both_layers", maps.mean(dim=(1, 2)), boxes, img_size)
     for group, todo in groups:
         if group and todo > 0:

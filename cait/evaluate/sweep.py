@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from ..corruptions import corrupt
 from ..factory import load_model
-from ..robustness import mean_corruption_error, read_sweep, summary
+from ..robustness import CorruptionError, mean_corruption_error, read_sweep, summary
 from .core import evaluate
 
 
@@ -60,7 +60,7 @@ def corruption_section(
         base_clean = summary(evaluate(other, data, **evaluate_kwargs))
         base_rows = sweep(other, data, pairs, seed=seed, **evaluate_kwargs)
     if base_clean["images"] != section["clean"]["images"]:
-        raise ValueError(
+        raise CorruptionError(
             f"baseline {baseline} was scored on {base_clean['images']} images, this model on "
             f"{section['clean']['images']}: mCE compares the same images"
         )

@@ -221,7 +221,7 @@ def _distillation(g) -> None:
         default=None,
         metavar="CHECKPOINT",
         help="distillation from this checkpoint, through the class token: a CNN trained with "
-        f"--model {CNN_PREFIX}NAME, or any file cait.create_model reads",
+        f"--model {CNN_PREFIX}NAME, or any file cait.load_model reads",
     )
     g.add_argument(
         "--teacher-img-size",
@@ -365,7 +365,7 @@ def check_args(args: argparse.Namespace) -> None:
     try:
         model_config(args)
         resolve_device(args.device)
-    except ValueError as e:  # an unknown model, a config that does not fit, no CUDA here
+    except InputError as e:  # an unknown model, a config that does not fit, no CUDA here
         raise ArgsError(str(e)) from None
     if not 0 <= args.ema < 1:
         raise ArgsError(f"--ema is a decay in [0, 1), got {args.ema}")
@@ -379,7 +379,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def model_config(args: argparse.Namespace, **fields: Any) -> ModelConfig:
-    """The --model config with the override flags applied; ValueError says, in the flags' names, what
+    """The --model config with the override flags applied; ConfigError says, in the flags' names, what
     does not fit."""
     if cnn_arch(args.model) is not None:
         return cnn_config(args, **fields)
@@ -401,18 +401,18 @@ def cnn_config(args: argparse.Namespace, **fields: Any) -> CNNConfig:
 
     arch = cnn_arch(args.model)
     if not timm.is_model(arch):
-        raise ValueError(f"timm has no model '{arch}' (see timm.list_models(), e.g. resnet10t, resnet18)")
+        raise ConfigError(f"timm has no model '{arch}' (see timm.list_models(), e.g. resnet10t, resnet18)")
     cait_only = [
         _flag(dest)
         for dest in MODEL_OVERRIDES
         if dest not in ("img_size", "drop_path") and getattr(args, dest, None) is not None
     ]
     if cait_only:
-        raise ValueError(f"{', '.join(cait_only)}: for CaiT models only, not {args.model}")
+        raise ConfigError(f"{', '.join(cait_only)}: for CaiT models only, not {args.model}")
     side, chans = NATIVE_INPUT.get(args.data, (None, 3))  # image folders are read as RGB
     side = args.img_size or side
     if side is None or side <= 0:
-        raise ValueError(f"--model {args.model} on an image folder needs a positive --img-size")
+        raise ConfigError(f"--model {args.model} on an image folder needs a positive --img-size")
     return CNNConfig(
         arch=arch,
         img_size=side,

@@ -30,7 +30,7 @@ re-seeded from (seed, e, rank) at the start of every epoch and saved in the resu
 is stopped (signal, --stop-after) and resumed gives the same weights as one that never stopped.
 
 Writes to --output: last.safetensors, best.safetensors, ema.safetensors (weights + config, loadable by
-`cait.create_model(None, checkpoint=...)`), state.pt (everything --resume needs), metrics.jsonl (one
+`cait.load_model(None, checkpoint=...).model`), state.pt (everything --resume needs), metrics.jsonl (one
 line per epoch, including the paper's LayerScale / residual-ratio / class-attention statistics) and
 args.json (the layout, and its one reader and writer, is cait/runs.py). Every file is written to a
 temporary name and renamed, so a kill at any moment leaves the previous version readable.
@@ -58,8 +58,8 @@ from tqdm import tqdm
 from ..checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
 from ..cnn import TimmCNN, load_cnn_weights
 from ..config import CaiTConfig, CNNConfig
-from ..data import DataError
 from ..distributed import setup_distributed
+from ..errors import InputError
 from ..explain import layerscale_stats
 from ..metrics import top1_from_counts
 from ..model import CaiT
@@ -690,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args).exit_code
-    except (DataError, CheckpointError) as e:
+    except InputError as e:  # flags, data or a checkpoint that cannot work; anything else is a bug
         _error(str(e))
         return 2
     except Diverged as e:
