@@ -108,7 +108,7 @@ def test_class_attention_equals_timm():
 
 
 def test_wrong_input_size_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"expected a normalised batch \[B, 3, 32, 32\]"):
+    with pytest.raises(cait.InputError, match=r"x must be a normalised batch \[B, 3, 32, 32\]"):
         explain.class_attention(pico(), torch.zeros(1, 3, 64, 64))
 
 

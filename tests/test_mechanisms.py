@@ -118,7 +118,7 @@ def test_logit_lens_equals_the_model_cut_after_each_sa_block(small):
 
 def test_logit_lens_refuses_a_vit_style_class_token():
     model = cait.load_model("cait_pico_32", weights=False, class_token_at=1, depth_token_only=0).model
-    with pytest.raises(ValueError, match="joins the SA stage at block 1"):
+    with pytest.raises(cait.InputError, match="model has no class-attention stage.*class_token_at=1"):
         explain.logit_lens(model, torch.randn(1, 3, 32, 32))
 
 

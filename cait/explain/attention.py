@@ -14,6 +14,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ._checks import ExplainInputError, check_class_stage, check_input, check_target
+from ._stage import grid
 from .hooks import recorded
 
 
@@ -35,30 +37,13 @@ class ClassAttention:
         """Split the class-attention rows of `CaiT.forward_insights` ([B, heads, 1+N] per CA layer) into
         the patch maps on the grid and the class token's share for itself."""
         rows = torch.stack(ins.class_attention, dim=1).float()  # [B, L, heads, 1+N]; fp32 also after autocast
-        return cls(logits=ins.logits.detach().float(), maps=_grid(rows[..., 1:]), self_share=rows[..., 0])
-
-
-def _grid(rows: torch.Tensor) -> torch.Tensor:
-    """[..., N] patch scores in row-major order -> [..., g, g]."""
-    g = int(round(rows.shape[-1] ** 0.5))
-    if g * g != rows.shape[-1]:
-        raise ValueError(f"{rows.shape[-1]} patches do not form a square grid")
-    return rows.reshape(*rows.shape[:-1], g, g)
-
-
-def _check_input(model: nn.Module, x: torch.Tensor) -> None:
-    cfg = model.cfg
-    expected = (cfg.in_chans, cfg.img_size, cfg.img_size)
-    if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-        raise ValueError(
-            f"expected a normalised batch [B, {', '.join(map(str, expected))}] for this model, got {list(x.shape)}"
-        )
+        return cls(logits=ins.logits.detach().float(), maps=grid(rows[..., 1:]), self_share=rows[..., 0])
 
 
 @torch.no_grad()
 def class_attention(model: nn.Module, x: torch.Tensor) -> ClassAttention:
     """Class-attention maps of each CA layer, straight from the model's softmax (no gradients)."""
-    _check_input(model, x)
+    check_input(model, x)
     return ClassAttention.from_insights(model.forward_insights(x))
 
 
@@ -87,7 +72,9 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
     head h is o_h = sum_j A_hj v_hj, hence dy/dA_hj = <dy/do_h, v_hj>; o (the input of attn.proj) and v
     (the output of attn.v) are read with hooks.
     """
-    _check_input(model, x)
+    check_input(model, x)
+    check_class_stage(model)
+    target = check_target(model, target, x.shape[0], x.device)
     ca_blocks = model.blocks_token_only
     heads = ca_blocks[0].attn.num_heads
 
@@ -106,7 +93,7 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
     for i, (attn, grad_o) in enumerate(zip(ins.class_attention, grads)):
         grad_attn = _attention_gradient(grad_o, seen["ca", i, "v"].detach(), heads)[:, :, 0]  # [B, h, 1+N]
         maps.append((attn * grad_attn.clamp_min(0)).mean(dim=1)[:, 1:])  # [B, N]
-    return _grid(torch.stack(maps).sum(dim=0))
+    return grid(torch.stack(maps).sum(dim=0))
 
 
 def _attention_points(model: nn.Module, *, sa: bool = True) -> dict:
@@ -136,9 +123,9 @@ ROLLOUT_STAGES = ("raw", "after_proj_l", "after_proj_w")
 
 
 def rollout_stage(stage: str) -> str:
-    """`stage` if it is one of ROLLOUT_STAGES; ValueError naming them otherwise."""
+    """`stage` if it is one of ROLLOUT_STAGES; ExplainInputError naming them otherwise."""
     if stage not in ROLLOUT_STAGES:
-        raise ValueError(f"stage must be one of {', '.join(ROLLOUT_STAGES)}, got {stage!r}")
+        raise ExplainInputError(f"stage must be one of {', '.join(ROLLOUT_STAGES)}, got {stage!r}")
     return stage
 
 
@@ -217,10 +204,10 @@ def rollouts(
     """`rollout` at each of `stages` (current or earlier names) from one forward pass: {stage: [B, g, g]}."""
     stages = tuple(dict.fromkeys(rollout_stage(s) for s in stages))
     if head_fusion not in HEAD_FUSIONS:
-        raise ValueError(f"head_fusion must be one of {', '.join(HEAD_FUSIONS)}, got {head_fusion!r}")
+        raise ExplainInputError(f"head_fusion must be one of {', '.join(HEAD_FUSIONS)}, got {head_fusion!r}")
     if not 0.0 <= discard_ratio < 1.0:
-        raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
-    _check_input(model, x)
+        raise ExplainInputError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
+    check_input(model, x)
     depth = model.cfg.depth
     with torch.no_grad():
         ins = model.forward_insights(x, sa_layers=tuple(range(depth)), raw_attention="raw" in stages)
@@ -245,7 +232,7 @@ def _rollout_from(ins, ca: torch.Tensor, stage: str, fusion: str = "mean", disca
         mixed = ca[:, l, :1] * cls_row
         mixed[:, 1:] += through_sa[:, l]
         cls_row = (cls_row + mixed) / 2
-    return _grid(cls_row[:, 1:])
+    return grid(cls_row[:, 1:])
 
 
 def gradient_rollout(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -262,9 +249,12 @@ def gradient_rollout(model: nn.Module, x: torch.Tensor, target: torch.Tensor) ->
     ViT-style models (`class_token_at` = t) take the rule as published over [cls, patches] from block t
     on, with R = I over the patches before the class token joins. Cost: one forward and one backward.
     """
-    _check_input(model, x)
+    check_input(model, x)
+    target = check_target(model, target, x.shape[0], x.device)
     if model.cfg.global_pool != "token":
-        raise ValueError("gradient_rollout reads the class token's row, but this model's head reads the mean patch")
+        raise ExplainInputError(
+            "gradient_rollout reads the class token's row, but this model's head reads the mean patch"
+        )
     sa, ca = _gradient_weighted_attention(model, x, target)
     joins = model.cfg.class_token_at
     if joins is None:  # class row [s | p R_SA]: R's patch rows are [0 | R_SA], s scales with (1 + ā_0)
@@ -282,7 +272,7 @@ def gradient_rollout(model: nn.Module, x: torch.Tensor, target: torch.Tensor) ->
         row = row + (row[:, None] @ sa[k])[:, 0]
     if row.shape[-1] > model.cfg.num_patches:
         row = row[:, 1:]
-    return _grid(row)
+    return grid(row)
 
 
 def _gradient_weighted_attention(
@@ -336,14 +326,14 @@ def mixing_matrices(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.T
     identity matrices for a model built with talking_heads=False."""
     depth = model.cfg.depth
     if not 0 <= layer < depth:
-        raise ValueError(f"SA layer must be in 0..{depth - 1}, got {layer}")
+        raise ExplainInputError(f"SA layer must be in 0..{depth - 1}, got {layer}")
     return model.blocks[layer].attn.mixing_matrices()
 
 
 @torch.no_grad()
 def talking_heads(model: nn.Module, x: torch.Tensor, layer: int) -> TalkingHeads:
     """Attention of SA layer `layer` (0-based) at every stage of the head mixing, with the mixing weights."""
-    _check_input(model, x)
+    check_input(model, x)
     proj_l, proj_w = mixing_matrices(model, layer)
     ins = model.forward_insights(x, sa_layers=(layer,), raw_attention=True)
     after_proj_l, after_proj_w = ins.self_attention[layer]

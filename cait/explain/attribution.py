@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .attention import _check_input, input_gradients
+from ._checks import ExplainInputError, check_input, check_target
+from .attention import input_gradients
 from .metrics import images_per_pass
 
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
@@ -60,7 +61,7 @@ def ig_baseline(x: torch.Tensor, name: str, cfg) -> torch.Tensor:
         return gaussian_blur(x, [side, side], [side / 4.0, side / 4.0])
     if name == "noise":
         return torch.randn(x.shape, generator=torch.Generator().manual_seed(0), dtype=x.dtype).to(x.device)
-    raise ValueError(f"unknown integrated-gradients baseline {name!r}; choose from {', '.join(IG_BASELINES)}")
+    raise ExplainInputError(f"unknown integrated-gradients baseline {name!r}; choose from {', '.join(IG_BASELINES)}")
 
 
 @dataclass
@@ -105,14 +106,14 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
     """
     from captum.attr import IntegratedGradients, NoiseTunnel, Occlusion, Saliency
 
-    _check_input(model, x)
+    check_input(model, x)
     if method not in CAPTUM_METHODS:
-        raise ValueError(f"unknown attribution method {method!r}; choose from {', '.join(CAPTUM_METHODS)}")
+        raise ExplainInputError(f"unknown attribution method {method!r}; choose from {', '.join(CAPTUM_METHODS)}")
     B, C = x.shape[:2]
     p = model.cfg.patch_size
     with input_gradients(model):
         x = x.detach().clone().requires_grad_(method != "occlusion")  # captum would set it, with a warning
-        target = target.to(x.device).long().clone()  # clones: the caller may be in inference_mode
+        target = check_target(model, target, B, x.device).clone()  # clones: the caller may be in inference_mode
         kw = {**DEFAULT_OPTIONS.captum_kwargs(method), **kw}
         signed = bool(kw.pop("signed", False))
         if method == "integrated_gradients":

@@ -18,29 +18,12 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .attention import _check_input, _grid
+from ._checks import ExplainInputError, check_class_stage, check_input, check_target
+from ._stage import ClassStage, class_stage, evaluating, grid, sa_states
 from .hooks import recorded
 
 Branch = Literal["both", "attn", "mlp"]
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
-
-
-@contextmanager
-def _evaluating(model: nn.Module) -> Iterator[None]:
-    """Eval mode (no dropout, no stochastic depth) and no autograd, the model's mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
-
-
-def _check_class_stage(model: nn.Module) -> None:
-    cfg = model.cfg
-    if cfg.class_token_at is not None or cfg.global_pool != "token" or cfg.depth_token_only == 0:
-        raise ValueError("causal explanations need CaiT's class-attention stage and a class-token head")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -77,7 +60,7 @@ class LogitAttribution:
     @property
     def patch_maps(self) -> torch.Tensor:
         """`patches` on the patch grid [B, L, heads, g, g] (what a head contributed, where it read it)."""
-        return _grid(self.patches)
+        return grid(self.patches)
 
     @property
     def total(self) -> torch.Tensor:
@@ -112,11 +95,12 @@ def _record_class_stage(
 def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> LogitAttribution:
     """Split each image's target logit into the writes of every CA head (and per patch), the MLPs and the
     rest, the final norm linearised at the actual input so that `heads.sum((1, 2)) + rest` is the logit."""
-    _check_input(model, x)
-    _check_class_stage(model)
-    with _evaluating(model):
+    check_input(model, x)
+    check_class_stage(model)
+    target = check_target(model, target, x.shape[0], x.device)
+    with evaluating(model):
         ins, seen = _record_class_stage(model, x)
-        return _attribute(model, ins, seen, target.to(x.device).long())
+        return _attribute(model, ins, seen, target)
 
 
 def predicted_attribution(
@@ -125,9 +109,9 @@ def predicted_attribution(
     """One forward pass: its `Insights` (class-attention maps, the SA attention of `sa_layers` or what
     `sa_reduce` keeps of it, see `CaiT.forward_insights`) and the direct logit attribution to each image's
     predicted class, for summaries over many images that need both and can afford only one pass."""
-    _check_input(model, x)
-    _check_class_stage(model)
-    with _evaluating(model):
+    check_input(model, x)
+    check_class_stage(model)
+    with evaluating(model):
         ins, seen = _record_class_stage(model, x, sa_layers, sa_reduce)
         return ins, _attribute(model, ins, seen, ins.logits.argmax(-1))
 
@@ -165,24 +149,6 @@ def _attribute(model: nn.Module, ins, seen: dict, target: torch.Tensor) -> Logit
 # cached states, knockouts of whole blocks
 
 
-@dataclass
-class _ClassStage:
-    """The class stage's residual states of one forward pass, for re-running only a suffix of it."""
-
-    tokens: torch.Tensor  # [B, N, d] the patch tokens after the SA stage, which every CA block reads
-    cls_inputs: list[torch.Tensor]  # depth_token_only + 1: class token entering CA block c; the last: final
-    logits: torch.Tensor  # [B, K]
-
-
-def _class_stage(model: nn.Module, tokens: torch.Tensor) -> _ClassStage:
-    """The CA stage on `tokens`, keeping the class token entering every block (same kernels as `model`)."""
-    cls = [model.cls_token.expand(tokens.shape[0], -1, -1)]
-    for blk in model.blocks_token_only:
-        cls.append(blk(tokens, cls[-1]))
-    logits = model.forward_head(model.forward_class_attention(tokens, start=len(cls) - 1, cls=cls[-1]))
-    return _ClassStage(tokens, cls, logits)
-
-
 def _zeroed(block: nn.Module, branch: Branch, prefix: str = "") -> dict[str, torch.Tensor]:
     """Parameter overrides that remove `branch` of `block` (its gammas set to 0)."""
     return {f"{prefix}{g}": torch.zeros_like(getattr(block, g)) for g in BRANCH_GAMMAS[branch]}
@@ -196,28 +162,27 @@ def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tenso
     return functional_call(block, _zeroed(block, branch), args)
 
 
-def _sa_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
-    """The tokens entering every SA block, and last the tokens leaving the stage (one forward's work)."""
-    states = [model.patch_embed(x) + model.pos_embed]
-    for k in range(len(model.blocks)):
-        states.append(model.forward_sa_blocks(states[-1], start=k, stop=k + 1))
-    return states
-
-
 @contextmanager
 def recorded_sa_inputs(model: nn.Module) -> Iterator[list[torch.Tensor]]:
     """While open, the forward pass of `model` that runs inside keeps the tokens entering every SA block and,
     last, the tokens leaving the SA stage; the yielded list holds them once closed. They are what
     `knockout_profile` takes as `sa_inputs`, so a caller that makes a pass anyway spares the knockouts theirs."""
-    _check_class_stage(model)
+    check_class_stage(model)
     points = {k: (blk, True) for k, blk in enumerate(model.blocks)}
     points[len(model.blocks)] = (model.blocks_token_only[0], True)  # its first input: the SA stage's output
     inputs: list[torch.Tensor] = []
     with recorded(points) as seen:
         yield inputs
     if len(seen) != len(points):
-        raise ValueError("recorded_sa_inputs: no forward pass of the model ran while it was open")
+        raise ExplainInputError("recorded_sa_inputs: no forward pass of the model ran while it was open")
     inputs[:] = [seen[k] for k in range(len(points))]
+
+
+def block_names(model: nn.Module) -> list[str]:
+    """Parameter prefixes of every block in model order, SA first ("blocks.0", ..., "blocks_token_only.1")."""
+    return [f"blocks.{k}" for k in range(len(model.blocks))] + [
+        f"blocks_token_only.{c}" for c in range(len(model.blocks_token_only))
+    ]
 
 
 def _checked_sa_inputs(model: nn.Module, x: torch.Tensor, sa_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -226,7 +191,7 @@ def _checked_sa_inputs(model: nn.Module, x: torch.Tensor, sa_inputs: Sequence[to
     expected = len(model.blocks) + 1
     if len(sa_inputs) != expected or any(s.shape[0] != x.shape[0] for s in sa_inputs):
         shapes = [tuple(s.shape) for s in sa_inputs]
-        raise ValueError(f"sa_inputs must be {expected} states of {x.shape[0]} images each, got {shapes}")
+        raise ExplainInputError(f"sa_inputs must be {expected} states of {x.shape[0]} images each, got {shapes}")
     return list(sa_inputs)
 
 
@@ -236,17 +201,10 @@ def _sa_knockout_logits(model: nn.Module, inputs: list[torch.Tensor], k: int, br
     return model.forward_head(model.forward_class_attention(model.forward_sa_blocks(x, start=k + 1)))
 
 
-def _ca_knockout_logits(model: nn.Module, states: _ClassStage, c: int, branch: Branch) -> torch.Tensor:
+def _ca_knockout_logits(model: nn.Module, states: ClassStage, c: int, branch: Branch) -> torch.Tensor:
     blk, cls = model.blocks_token_only[c], states.cls_inputs[c]
     cls = _knock(blk, branch, states.tokens, cls)
     return model.forward_head(model.forward_class_attention(states.tokens, start=c + 1, cls=cls))
-
-
-def block_names(model: nn.Module) -> list[str]:
-    """Parameter prefixes of every block in model order, SA first ("blocks.0", ..., "blocks_token_only.1")."""
-    return [f"blocks.{k}" for k in range(len(model.blocks))] + [
-        f"blocks_token_only.{c}" for c in range(len(model.blocks_token_only))
-    ]
 
 
 def knockout_profile(
@@ -267,12 +225,13 @@ def knockout_profile(
     whole model once per block instead (the reference). sa_inputs, the SA states of a pass already made on
     x (`recorded_sa_inputs`), replaces that first forward. on_block(done, total) is called after each
     block's knockout (progress; an exception it raises stops the work)."""
-    _check_input(model, x)
-    _check_class_stage(model)
+    check_input(model, x)
+    check_class_stage(model)
+    target = check_target(model, target, x.shape[0], x.device).view(-1, 1)
     if branch not in BRANCH_GAMMAS:
-        raise ValueError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
+        raise ExplainInputError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
     if sa_inputs is not None and not shared_prefix:
-        raise ValueError("sa_inputs replaces the shared prefix's forward; shared_prefix=False runs none")
+        raise ExplainInputError("sa_inputs replaces the shared prefix's forward; shared_prefix=False runs none")
     total = len(model.blocks) + len(model.blocks_token_only)
 
     def done(out: torch.Tensor, knocked: list[torch.Tensor]) -> None:
@@ -280,14 +239,13 @@ def knockout_profile(
         if on_block is not None:
             on_block(len(knocked), total)
 
-    with _evaluating(model):
-        target = target.to(x.device).long().view(-1, 1)
+    with evaluating(model):
         knocked: list[torch.Tensor] = []
         if shared_prefix:
-            inputs = _sa_inputs(model, x) if sa_inputs is None else _checked_sa_inputs(model, x, sa_inputs)
+            inputs = sa_states(model, x) if sa_inputs is None else _checked_sa_inputs(model, x, sa_inputs)
             for k in range(len(model.blocks)):
                 done(_sa_knockout_logits(model, inputs, k, branch), knocked)
-            states = _class_stage(model, inputs[-1])
+            states = class_stage(model, inputs[-1])
             base = states.logits
             for c in range(len(model.blocks_token_only)):
                 done(_ca_knockout_logits(model, states, c, branch), knocked)
@@ -327,9 +285,9 @@ class HeadAblation:
 def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor:
     """Mean over the reference images of every CA head's output, the input of attn.proj [L, d] (heads
     concatenated): what a mean ablation puts in place of a head."""
-    _check_input(model, reference)
-    _check_class_stage(model)
-    with _evaluating(model):
+    check_input(model, reference)
+    check_class_stage(model)
+    with evaluating(model):
         _, seen = _record_class_stage(model, reference)
         return torch.stack([seen["o", i][:, 0].mean(0) for i in range(len(model.blocks_token_only))])
 
@@ -355,7 +313,7 @@ def _fills(model: nn.Module, reference: torch.Tensor | None) -> torch.Tensor | N
     return mean_head_outputs(model, reference).view(len(model.blocks_token_only), model.cfg.num_heads, -1)
 
 
-def _ablated_logits(model: nn.Module, states: _ClassStage, heads: HeadSet, fills: torch.Tensor | None):
+def _ablated_logits(model: nn.Module, states: ClassStage, heads: HeadSet, fills: torch.Tensor | None):
     """Logits with every (layer, head) of `heads` removed, the CA stage re-run from the first such layer."""
     layers = sorted({layer for layer, _ in heads})
     cls = states.cls_inputs[layers[0]]
@@ -376,12 +334,14 @@ def _head_set(model: nn.Module, heads, layer: int | None, head: int | None) -> H
     if heads is None and layer is not None and head is not None:
         heads = [(layer, head)]
     elif heads is None or layer is not None or head is not None:
-        raise ValueError("give the CA heads to ablate as heads=[(layer, head), ...] (or one as layer=, head=)")
+        raise ExplainInputError("give the CA heads to ablate as heads=[(layer, head), ...] (or one as layer=, head=)")
     depth, width = len(model.blocks_token_only), model.cfg.num_heads
     pairs = tuple(sorted({(int(c), int(h)) for c, h in heads}))
     bad = [p for p in pairs if not (0 <= p[0] < depth and 0 <= p[1] < width)]
     if bad or not pairs:
-        raise ValueError(f"no CA head {bad[0] if bad else '(none given)'}: {depth} layers of {width} heads")
+        raise ExplainInputError(
+            f"heads: no CA head {bad[0] if bad else '(none given)'}: {depth} layers of {width} heads"
+        )
     return pairs
 
 
@@ -397,23 +357,23 @@ def head_ablation(
     """Logits with the CA heads `heads` ([(layer, head), ...], 0-based) removed together: their outputs
     set to zero, or with a reference batch of images to each head's mean output over them (mean
     ablation). `layer=, head=` names a single head. The SA stage runs once."""
-    _check_input(model, x)
-    _check_class_stage(model)
+    check_input(model, x)
+    check_class_stage(model)
     pairs = _head_set(model, heads, layer, head)
     fills = _fills(model, reference)
-    with _evaluating(model):
-        states = _class_stage(model, model.forward_self_attention(x))
+    with evaluating(model):
+        states = class_stage(model, model.forward_self_attention(x))
         after = _ablated_logits(model, states, pairs, fills)
     return HeadAblation(heads=pairs, before=states.logits, after=after)
 
 
 def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Tensor | None = None) -> torch.Tensor:
     """Logits [B, L, heads, K] with each CA head removed in turn (as `head_ablation`), the SA stage run once."""
-    _check_input(model, x)
-    _check_class_stage(model)
+    check_input(model, x)
+    check_class_stage(model)
     fills = _fills(model, reference)
-    with _evaluating(model):
-        states = _class_stage(model, model.forward_self_attention(x))
+    with evaluating(model):
+        states = class_stage(model, model.forward_self_attention(x))
         rows = [
             torch.stack([_ablated_logits(model, states, ((i, h),), fills) for h in range(model.cfg.num_heads)], dim=1)
             for i in range(len(model.blocks_token_only))
@@ -426,7 +386,7 @@ def block_gamma_mean_abs(model: nn.Module, *, branch: Branch = "both") -> torch.
     knockout of `branch` zeroes (`BRANCH_GAMMAS`: both, gamma_1 for attention, gamma_2 for the MLP):
     LayerScale's own say on how much a block's branches write."""
     if branch not in BRANCH_GAMMAS:
-        raise ValueError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
+        raise ExplainInputError(f"branch must be one of {', '.join(BRANCH_GAMMAS)}, got {branch!r}")
     ls = model.layerscale()
     return torch.cat(
         [torch.cat([ls[f"{s}_{g}"] for g in BRANCH_GAMMAS[branch]], dim=1).abs().mean(dim=1) for s in ("sa", "ca")]

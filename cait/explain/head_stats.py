@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import ExplainInputError, check_input
+
 
 def attention_entropy(maps: torch.Tensor, *, dims: int = 2) -> torch.Tensor:
     """Entropy in nats of each map over its last `dims` dimensions (2: a [..., g, g] patch grid) of
@@ -36,7 +38,7 @@ def mean_attention_distance(attn: torch.Tensor, *, patch_size: int) -> torch.Ten
     n = attn.shape[-1]
     grid = int(round(n**0.5))
     if grid * grid != n or attn.shape[-2] != n:
-        raise ValueError(f"attn must be [..., N, N] over a square patch grid, got shape {list(attn.shape)}")
+        raise ExplainInputError(f"attn must be [..., N, N] over a square patch grid, got shape {list(attn.shape)}")
     w = attn.float().abs()
     w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)
     d = patch_distances(grid, patch_size).to(w.device)
@@ -59,7 +61,7 @@ def distance_reduce(cfg, stages: tuple[str, ...] = DISTANCE_STAGES):
     while the maps themselves would not fit (cfg: the model's config)."""
     for stage in stages:
         if stage not in DISTANCE_STAGES:
-            raise ValueError(f"stage must be one of {', '.join(DISTANCE_STAGES)}, got {stage!r}")
+            raise ExplainInputError(f"stage must be one of {', '.join(DISTANCE_STAGES)}, got {stage!r}")
 
     def reduce(*maps: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(_distance(maps[DISTANCE_STAGES.index(stage)], cfg) for stage in stages)
@@ -77,6 +79,7 @@ def attention_distances_by_stage(
     model, x: torch.Tensor, *, stages: tuple[str, ...] = DISTANCE_STAGES
 ) -> dict[str, torch.Tensor]:
     """`mean_attention_distances` at each of `stages` from one pass: stage -> [B, SA layers, heads]."""
+    check_input(model, x)
     depth = model.cfg.depth
     ins = model.forward_insights(x, sa_layers=tuple(range(depth)), sa_reduce=distance_reduce(model.cfg, stages))
     return kept_distances(ins, stages)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..runs import RunError, read_metrics
+from ._checks import check_input, check_model
 
 _RATIO_KIND = {("sa", "gamma_1"): "sa", ("sa", "gamma_2"): "ffn", ("ca", "gamma_1"): "ca", ("ca", "gamma_2"): "ca_ffn"}
 
@@ -34,7 +35,9 @@ def layerscale_stats(model: nn.Module, x: torch.Tensor | None = None) -> list[di
     """Rows (see module doc) for every SA and CA block of `model`, in depth order; with a batch x,
     also the measured residual-branch ratio of each branch."""
     ratios = None
+    check_model(model)
     if x is not None:
+        check_input(model, x)
         with torch.no_grad():
             ratios = {k: v.mean(dim=0).tolist() for k, v in model.forward_insights(x).residual_ratios.items()}
     rows = []

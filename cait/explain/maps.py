@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from ._checks import ExplainInputError
+
 # Regions of focus keep the smallest set of patches holding half of the CA-layer-1 mass: enough to
 # outline the object on a trained model, small enough that a diffuse (untrained) map gives a big box.
 DEFAULT_SHARE = 0.5
@@ -44,7 +46,7 @@ def overlay(
     smooth: bilinear upsampling (`upsample`); False shows the patch grid as it is, one flat block per patch.
     """
     if heat_2d.dim() != 2:
-        raise ValueError(f"overlay takes one 2-D heat map, got shape {list(heat_2d.shape)}")
+        raise ExplainInputError(f"overlay takes one 2-D heat map, got shape {list(heat_2d.shape)}")
     return overlays(
         image,
         heat_2d[None],
@@ -69,9 +71,9 @@ def overlays(
     the colour index (as matplotlib's colormap quantises it) and the base pixel select the blended byte
     from a table made once with the blend's own arithmetic (`_blend_table`)."""
     if heats.dim() != 3:
-        raise ValueError(f"overlays takes heat maps [T, g, g], got shape {list(heats.shape)}")
+        raise ExplainInputError(f"overlays takes heat maps [T, g, g], got shape {list(heats.shape)}")
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        raise ExplainInputError(f"alpha must be in [0, 1], got {alpha}")
     base = np.asarray(image.convert("RGB"))
     size = base.shape[:2]
     heats = heats.detach().cpu().float()
@@ -146,9 +148,9 @@ def regions_of_focus(
         its pixel size, so the boxes need it.
     """
     if not 0.0 < share <= 1.0:
-        raise ValueError(f"share must be in (0, 1], got {share}")
+        raise ExplainInputError(f"share must be in (0, 1], got {share}")
     if heat.dim() != 3:
-        raise ValueError(f"heat must be [B, g, g], got shape {list(heat.shape)}")
+        raise ExplainInputError(f"heat must be [B, g, g], got shape {list(heat.shape)}")
     B, g, _ = heat.shape
     mass = heat.detach().flatten(1).clamp_min(0).float()
     order = mass.argsort(dim=1, descending=True)

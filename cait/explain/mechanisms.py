@@ -16,20 +16,12 @@ from typing import Literal, Sequence
 import torch
 from torch import nn
 
-from .attention import _check_input
-from .causal import _check_class_stage, _class_stage, _ClassStage, _evaluating, _sa_inputs
+from ._checks import ExplainInputError, check_class_stage, check_input, check_target
+from ._stage import ClassStage, class_stage, evaluating, sa_states
 from .hooks import recorded, substituted
 
 Granularity = Literal["block", "head"]
 GRANULARITIES = ("block", "head")
-
-
-def _check_lens(model: nn.Module) -> None:
-    if model.cfg.class_token_at is not None:
-        raise ValueError(
-            "the logit lens reads the patch tokens through the class-attention stage; this model's class token "
-            f"joins the SA stage at block {model.cfg.class_token_at} (ViT-style), so there is no such stage"
-        )
 
 
 def logit_lens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -40,10 +32,10 @@ def logit_lens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     The SA stage runs once (its stream kept after every block); the CA stage then runs on all depths at
     once, as one batch of (SA depth + 1) x B token sets. ViT-style models (`class_token_at` set) have no
     CA stage to read through and are refused."""
-    _check_input(model, x)
-    _check_lens(model)
-    with _evaluating(model):
-        states = _sa_inputs(model, x)
+    check_input(model, x)
+    check_class_stage(model)
+    with evaluating(model):
+        states = sa_states(model, x)
         logits = model.forward_head(model.forward_class_attention(torch.cat(states)))
     return logits.view(len(states), x.shape[0], -1).transpose(0, 1)
 
@@ -87,7 +79,7 @@ class _Run:
     stage's class tokens, and every block's branch outputs and CA head outputs under (stage, i, name)."""
 
     sa: list[torch.Tensor]
-    ca: _ClassStage
+    ca: ClassStage
     seen: dict
 
 
@@ -99,8 +91,8 @@ def _run(model: nn.Module, x: torch.Tensor) -> _Run:
     for c, blk in enumerate(model.blocks_token_only):
         points["ca", c, "heads"] = (blk.attn.proj, True)
     with recorded(points) as seen:
-        sa = _sa_inputs(model, x)
-        ca = _class_stage(model, sa[-1])
+        sa = sa_states(model, x)
+        ca = class_stage(model, sa[-1])
     return _Run(sa, ca, dict(seen))
 
 
@@ -167,14 +159,16 @@ def activation_patching(
     Both runs' states are cached once; a patch re-runs only what follows the patched component (an SA
     branch: the rest of its block and the blocks after it; a CA component: the rest of the class stage)."""
     if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
-    _check_input(model, clean)
-    _check_input(model, corrupted)
-    _check_class_stage(model)
+        raise ExplainInputError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+    check_input(model, clean, name="clean")
+    check_input(model, corrupted, name="corrupted")
+    check_class_stage(model)
     if clean.shape[0] != corrupted.shape[0]:
-        raise ValueError(f"need one corrupted image per clean one, got {corrupted.shape[0]} for {clean.shape[0]}")
-    with _evaluating(model):
-        target = target.to(clean.device).long().view(-1)
+        raise ExplainInputError(
+            f"corrupted must hold one image per clean one, got {corrupted.shape[0]} for {clean.shape[0]}"
+        )
+    target = check_target(model, target, clean.shape[0], clean.device)
+    with evaluating(model):
         runs = _run(model, clean), _run(model, corrupted)
         base = runs[1].ca.logits.gather(1, target.view(-1, 1))
 

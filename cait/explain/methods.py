@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 from torch import nn
 
+from ._checks import ExplainInputError, check_input, check_target
 from .attention import ROLLOUT_STAGES, class_attention, class_specific_attention, gradient_rollout, rollout, rollouts
 from .attribution import CAPTUM_METHODS, DEFAULT_OPTIONS, MethodOptions, attribution
 
@@ -44,9 +45,9 @@ class MethodTable(Mapping):
         self._methods = methods
 
     def canonical(self, name: str) -> str:
-        """`name` if it is a method; ValueError naming the choices otherwise."""
+        """`name` if it is a method; ExplainInputError naming the choices otherwise."""
         if name not in self._methods:
-            raise ValueError(f"unknown method {name!r}; choose from {', '.join(self._methods)}")
+            raise ExplainInputError(f"unknown method {name!r}; choose from {', '.join(self._methods)}")
         return name
 
     def __getitem__(self, name: str) -> Method:
@@ -76,8 +77,21 @@ METHODS = MethodTable(
 def saliency_map(
     model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, options: MethodOptions = DEFAULT_OPTIONS
 ) -> torch.Tensor:
-    """Heat map [B, g, g] of `method` for the classes `target` [B], detached."""
-    return METHODS[METHODS.canonical(method)](model, x, target, options).detach()
+    """Heat map of one saliency method, detached.
+
+    Args:
+        model: a CaiT (`cait.load_model`).
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+        method: a name of `METHODS` (class attention, rollouts, gradient rollout, captum's methods).
+        options: the methods' settings (`MethodOptions`).
+
+    Returns:
+        The heat map on the patch grid [B, g, g], higher = more important.
+    """
+    name = METHODS.canonical(method)
+    check_input(model, x)
+    return METHODS[name](model, x, check_target(model, target, x.shape[0], x.device), options).detach()
 
 
 def saliency_maps(
@@ -94,6 +108,8 @@ def saliency_maps(
     and with class_attention_maps [B, L, heads, g, g] (e.g. from the analysis already shown) the CA head
     means are read from it instead of another forward pass."""
     names = [METHODS.canonical(m) for m in methods]
+    check_input(model, x)
+    target = check_target(model, target, x.shape[0], x.device)
     done: dict[str, torch.Tensor] = {}
     for name in names:
         if name in done:

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..runtime import autocast
+from ._checks import ExplainInputError, check_input, check_target
 from .maps import _pair
 
 
@@ -120,8 +121,10 @@ def endpoint_probabilities(
     """[B, 2]: the target's probability on the intact image and on the image wholly replaced by `baseline`,
     the two ends every deletion/insertion curve shares whatever the map (give them to several
     `deletion_insertion` calls on the same images to score them once)."""
+    check_input(model, x)
+    target = check_target(model, target, x.shape[0], x.device)
     images = torch.stack((x, torch.full_like(x, baseline)), dim=1)
-    return _target_probabilities(model, images, target.to(x.device).long(), None, forward_dtype)
+    return _target_probabilities(model, images, target, None, forward_dtype)
 
 
 @torch.no_grad()
@@ -150,16 +153,19 @@ def deletion_insertion(
     (intact image, all baseline) do not depend on the map: `endpoints` (`endpoint_probabilities`) gives
     them, computed here when None.
     """
+    check_input(model, x)
+    target = check_target(model, target, x.shape[0], x.device)
     B, C, H, W = x.shape
     g = model.cfg.grid_size
     if tuple(heat.shape) != (B, g, g):
-        raise ValueError(f"heat must be [B, g, g] = [{B}, {g}, {g}] (the model's patch grid), got {list(heat.shape)}")
+        raise ExplainInputError(
+            f"heat must be [B, g, g] = [{B}, {g}, {g}] (the model's patch grid), got {list(heat.shape)}"
+        )
     n = g * g
     p = model.cfg.patch_size
     steps = steps or min(n, 32)
     if not 1 <= steps <= n:
-        raise ValueError(f"steps must be in 1..{n} (number of patches), got {steps}")
-    target = target.to(x.device).long()
+        raise ExplainInputError(f"steps must be in 1..{n} (number of patches), got {steps}")
     if endpoints is None:
         endpoints = endpoint_probabilities(model, x, target, baseline=baseline, forward_dtype=forward_dtype)
     intact, replaced = endpoints[:, :1].float(), endpoints[:, 1:].float()
