@@ -56,7 +56,9 @@ def patching_goal(cfg: cait.CaiTConfig) -> float:
     return cfg.depth + 3
 
 
-SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
+SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")
+# Issue 46: what observing a forward costs (CaiT.forward_insights, alone and with every SA layer's distances)
+NO_GRAD = ("ca_stage", "insights", "insights_sa")  # one class_attention call each: timed once as ca_maps
 
 
 def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> list[tuple[str, float, float]]:
@@ -68,6 +70,7 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
     target = torch.zeros(batch, dtype=torch.long)
     with torch.no_grad():
         tokens = model.forward_self_attention(x)
+    distances = explain.head_stats.distance_reduce(cfg)  # what the atlas keeps of every SA layer
 
     def forward():
         with torch.no_grad():
@@ -87,6 +90,8 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
         "logit_lens": lambda: explain.logit_lens(model, x),
         "patching_block": lambda: explain.activation_patching(model, x, corrupted, target),
         "patching_head": lambda: explain.activation_patching(model, x, corrupted, target, granularity="head"),
+        "insights": lambda: model.forward_insights(x),
+        "insights_sa": lambda: model.forward_insights(x, sa_layers=tuple(range(cfg.depth)), sa_reduce=distances),
     }
     if only:
         methods = {m: fn for m, fn in methods.items() if m in only}
@@ -94,7 +99,7 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
     rows = []
     ratios: dict[str, float] = {}
     for method, fn in tqdm(methods.items(), desc=f"{name} B={batch}", unit="method"):
-        with torch.no_grad() if method == "ca_stage" else contextlib.nullcontext():
+        with torch.no_grad() if method in NO_GRAD else contextlib.nullcontext():
             sec = time_interleaved({"method": fn, "forward": forward}, repeats=repeats, warmup=1)
         ratios[method] = sec["method"] / sec["forward"]
         rows.append((method, sec["method"], sec["forward"], goal_of(method, cfg, ratios)))
@@ -131,6 +136,7 @@ def main() -> None:
     add_threads_flag(p)
     args = p.parse_args()
     extra = ("knockout_profile", "knockout_naive", "dla", "ca_stage", "logit_lens", "patching_block", "patching_head")
+    extra += ("insights", "insights_sa")
     known = {"ca_maps", "regions", *extra, *explain.METHODS} - set(SAME_AS_CA_MAPS)
     if args.methods and set(args.methods) - known:
         p.error(f"unknown method(s) {sorted(set(args.methods) - known)}; choose from {', '.join(sorted(known))}")

@@ -10,7 +10,7 @@ from .lazy import lazy_attributes
 # (`cait.config`) and answer --help in milliseconds instead of the seconds a torch import takes.
 _LAZY = {
     "CaiT": "model",
-    "Insights": "model",
+    "Insights": "insights",
     "load_model": "factory",
     "SourcedModel": "provenance",
     "CheckpointError": "checkpoint",

@@ -1,64 +1,19 @@
 """CaiT: LayerScale + talking-heads self-attention + a class-attention stage (Touvron et al. 2021).
 
 Parameter names follow the official deit `cait_models.py` and timm's `cait.py`, so published
-checkpoints load with strict=True. `forward` is the lean path; `forward_insights` returns the
-same logits plus what the paper analyses (class attention, residual ratios, LayerScale).
+checkpoints load with strict=True. `forward` is as plain as timm's; `forward_insights` returns the
+same logits plus what the paper analyses (class attention, residual ratios, LayerScale), observed with
+forward hooks (`cait.insights`).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import CaiTConfig
-
-# What `forward_insights` keeps of an SA layer instead of its maps: f(softmax after proj_l, weights after proj_w)
-SAReduce = Callable[[torch.Tensor, torch.Tensor], Any]
-
-
-@dataclass
-class Insights:
-    """What `CaiT.forward_insights` returns; every tensor is detached except `logits`."""
-
-    logits: torch.Tensor  # [B, classes]
-    class_attention: tuple[torch.Tensor, ...]  # per CA layer [B, heads, 1+N]; index 0 = class token itself
-    residual_ratios: dict[str, torch.Tensor]  # "sa", "ffn": [B, depth]; "ca", "ca_ffn": [B, depth_token_only]
-    layerscale: dict[str, torch.Tensor]  # "sa_gamma_1", "sa_gamma_2": [depth, d]; "ca_gamma_1/2": [2, d]
-    self_attention: dict[int, Any] = field(default_factory=dict)
-    # SA layer -> (softmax(proj_l(q k^T)), then proj_w(that): the weights that multiply the values), each
-    # [B, heads, N, N]; only for the layers asked for; with `sa_reduce`, what it made of the two.
-    raw_self_attention: dict[int, torch.Tensor] = field(default_factory=dict)
-    # SA layer -> softmax(q k^T) per head [B, heads, N, N], without any head mixing: a counterfactual the
-    # model never computes (it mixes the logits first), for comparison; only with raw_attention=True.
-
-
-class _Probe:
-    """Collects per-block measurements during `forward_insights` (None on the lean path)."""
-
-    def __init__(self, sa_layers: tuple[int, ...] = (), raw_attention: bool = False, sa_reduce: SAReduce | None = None):
-        self.sa_layers = set(sa_layers)
-        self.raw_attention = raw_attention
-        self.sa_reduce = sa_reduce
-        self.raw_self_attention: dict[int, torch.Tensor] = {}
-        self.ratios: dict[str, list[torch.Tensor]] = {"sa": [], "ffn": [], "ca": [], "ca_ffn": []}
-        self.class_attention: list[torch.Tensor] = []
-        self.self_attention: dict[int, Any] = {}
-        self.layer = 0
-
-    def self_attended(self, before: torch.Tensor, after: torch.Tensor) -> None:
-        """Keep the SA layer's two stages, or only what `sa_reduce` makes of them: a deep model's maps of every
-        layer do not fit in memory at once (M48 at 448 px: 3.8 GB an image), their statistics do."""
-        before, after = before.detach(), after.detach()
-        self.self_attention[self.layer] = (before, after) if self.sa_reduce is None else self.sa_reduce(before, after)
-
-    def ratio(self, kind: str, branch: torch.Tensor, residual: torch.Tensor) -> None:
-        # ||LayerScale-scaled branch output|| / ||residual input||, per token, then averaged over tokens.
-        r = branch.detach().norm(dim=-1) / residual.detach().norm(dim=-1).clamp_min(1e-12)
-        self.ratios[kind].append(r.mean(dim=1))
+from .insights import Insights, SAReduce, observe
 
 
 class Mlp(nn.Module):
@@ -84,6 +39,10 @@ class TalkingHeadAttn(nn.Module):
         # Without talking heads the mixing is the identity (kept as modules so ablations share code).
         self.proj_l = nn.Linear(num_heads, num_heads) if talking_heads else nn.Identity()
         self.proj_w = nn.Linear(num_heads, num_heads) if talking_heads else nn.Identity()
+        # Points to observe with hooks (`forward_insights`), as timm's attn_drop is: softmax(proj_l(q k^T)) and
+        # proj_w of that, the weights that multiply the values, each [B, heads, N, N].
+        self.attn_softmax = nn.Identity()
+        self.attn_mixed = nn.Identity()
 
     @torch.no_grad()
     def mixing_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,17 +63,13 @@ class TalkingHeadAttn(nn.Module):
             proj.bias.view(1, h, 1).expand(B, h, 1), proj.weight.expand(B, h, h), attn.reshape(B, h, N * M)
         ).view(B, h, N, M)
 
-    def forward(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
         attn = (q * self.scale) @ k.transpose(-2, -1)
-        before = self._mix(self.proj_l, attn).softmax(dim=-1)
-        attn = self._mix(self.proj_w, before)
-        if probe is not None and probe.layer in probe.sa_layers:
-            probe.self_attended(before, attn)
-            if probe.raw_attention:
-                probe.raw_self_attention[probe.layer] = ((q * self.scale) @ k.transpose(-2, -1)).softmax(-1).detach()
+        attn = self.attn_softmax(self._mix(self.proj_l, attn).softmax(dim=-1))
+        attn = self.attn_mixed(self._mix(self.proj_w, attn))
         x = (attn @ v).transpose(1, 2).reshape(B, N, C)
         return self.proj(x)
 
@@ -131,16 +86,11 @@ class ClassAttn(nn.Module):
         self.v = nn.Linear(dim, dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, u: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
-        B, N, C = u.shape
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, C = x.shape  # x: the class token first, then the patch tokens
         heads = lambda t: t.reshape(B, -1, self.num_heads, C // self.num_heads).transpose(1, 2)
-        q, k, v = heads(self.q(u[:, :1])), heads(self.k(u)), heads(self.v(u))
-        if probe is None:  # lean path: fused kernel, the attention matrix is never materialised
-            x_cls = F.scaled_dot_product_attention(q, k, v)
-        else:
-            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # [B, heads, 1, N]
-            probe.class_attention.append(attn[:, :, 0].detach())
-            x_cls = attn @ v
+        q, k, v = heads(self.q(x[:, :1])), heads(self.k(x)), heads(self.v(x))
+        x_cls = F.scaled_dot_product_attention(q, k, v)  # fused: the attention row is never formed
         return self.proj(x_cls.transpose(1, 2).reshape(B, 1, C))
 
 
@@ -197,16 +147,9 @@ class LayerScaleBlock(_ScaledResidualBlock):
         )
         super().__init__(cfg, attn, cfg.mlp_ratio, cfg.drop_path_rate)
 
-    def forward(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
-        branch = self.gamma_1 * self.attn(self.norm1(x), probe)
-        if probe is not None:
-            probe.ratio("sa", branch, x)
-        x = x + self.drop_path(branch)
-        branch = self.gamma_2 * self.mlp(self.norm2(x))
-        if probe is not None:
-            probe.ratio("ffn", branch, x)
-            probe.layer += 1
-        return x + self.drop_path(branch)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x)))
+        return x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
 
 
 class LayerScaleBlockClassAttn(_ScaledResidualBlock):
@@ -216,16 +159,10 @@ class LayerScaleBlockClassAttn(_ScaledResidualBlock):
         attn = ClassAttn(cfg.embed_dim, num_heads=cfg.num_heads, qkv_bias=cfg.qkv_bias)
         super().__init__(cfg, attn, cfg.mlp_ratio_token_only, 0.0)  # no stochastic depth in CA (official)
 
-    def forward(self, x: torch.Tensor, x_cls: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_cls: torch.Tensor) -> torch.Tensor:
         u = torch.cat((x_cls, x), dim=1)
-        branch = self.gamma_1 * self.attn(self.norm1(u), probe)
-        if probe is not None:
-            probe.ratio("ca", branch, x_cls)
-        x_cls = x_cls + self.drop_path(branch)
-        branch = self.gamma_2 * self.mlp(self.norm2(x_cls))
-        if probe is not None:
-            probe.ratio("ca_ffn", branch, x_cls)
-        return x_cls + self.drop_path(branch)
+        x_cls = x_cls + self.drop_path(self.gamma_1 * self.attn(self.norm1(u)))
+        return x_cls + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x_cls)))
 
 
 class PatchEmbed(nn.Module):
@@ -272,25 +209,23 @@ class CaiT(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def forward_self_attention(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+    def forward_self_attention(self, x: torch.Tensor) -> torch.Tensor:
         """Image [B, C, H, W] -> tokens after the SA stage: the N patch tokens [B, N, d] (in the ViT-style
         ablation, where the class token joins the SA stage, [B, 1+N, d] with it first)."""
-        return self.forward_sa_blocks(self.patch_embed(x) + self.pos_embed, probe)
+        return self.forward_sa_blocks(self.patch_embed(x) + self.pos_embed)
 
-    def forward_sa_blocks(
-        self, x: torch.Tensor, probe: _Probe | None = None, *, start: int = 0, stop: int | None = None
-    ) -> torch.Tensor:
+    def forward_sa_blocks(self, x: torch.Tensor, *, start: int = 0, stop: int | None = None) -> torch.Tensor:
         """Tokens entering SA block `start` -> tokens leaving block `stop` - 1 (default: the last), so that
         explanations can cache a prefix of the stage and re-run only its suffix."""
         stop = len(self.blocks) if stop is None else stop
         for i in range(start, stop):
             if i == self.cfg.class_token_at:  # ablation only: ViT-style class token, in the SA blocks from here on
                 x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
-            x = self.blocks[i](x, probe)
+            x = self.blocks[i](x)
         return x
 
     def forward_class_attention(
-        self, x: torch.Tensor, probe: _Probe | None = None, *, start: int = 0, cls: torch.Tensor | None = None
+        self, x: torch.Tensor, *, start: int = 0, cls: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Tokens after the SA stage -> normalised tokens [B, 1+N, d] (class token first): the class
         token, inserted here, reads the frozen patch tokens through the CA blocks. `cls` [B, 1, d] entering
@@ -299,12 +234,12 @@ class CaiT(nn.Module):
             return self.norm(x)
         cls = self.cls_token.expand(x.shape[0], -1, -1) if cls is None else cls
         for blk in self.blocks_token_only[start:]:
-            cls = blk(x, cls, probe)
+            cls = blk(x, cls)
         return self.norm(torch.cat((cls, x), dim=1))
 
-    def forward_features(self, x: torch.Tensor, probe: _Probe | None = None) -> torch.Tensor:
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Image [B, C, H, W] -> normalised tokens [B, 1+N, d] (class token first)."""
-        return self.forward_class_attention(self.forward_self_attention(x, probe), probe)
+        return self.forward_class_attention(self.forward_self_attention(x))
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = self.head_drop(x[:, 1:].mean(dim=1) if self.cfg.global_pool == "avg" else x[:, 0])
@@ -324,18 +259,9 @@ class CaiT(nn.Module):
         """Logits plus class-attention maps, residual-branch ratios, LayerScale weights and, for the
         SA layers in `sa_layers`, the self-attention around the talking-heads mixing (with
         raw_attention=True also the unmixed per-head softmax, see `Insights`); sa_reduce(before, after), when
-        given, is kept per layer instead of the two maps, each called as its layer runs."""
-        probe = _Probe(sa_layers, raw_attention, sa_reduce)
-        logits = self.forward_head(self.forward_features(x, probe))
-        ratios = {k: torch.stack(v, dim=1) if v else x.new_zeros(x.shape[0], 0) for k, v in probe.ratios.items()}
-        return Insights(
-            logits=logits,
-            class_attention=tuple(probe.class_attention),
-            residual_ratios=ratios,
-            layerscale=self.layerscale(),
-            self_attention=probe.self_attention,
-            raw_self_attention=probe.raw_self_attention,
-        )
+        given, is kept per layer instead of the two maps, each called as its layer runs. The pass is `forward`
+        itself, observed with hooks (`cait.insights`): the same logits."""
+        return observe(self, x, sa_layers=sa_layers, raw_attention=raw_attention, sa_reduce=sa_reduce)
 
     @torch.no_grad()
     def layerscale(self) -> dict[str, torch.Tensor]:
