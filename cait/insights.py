@@ -65,17 +65,18 @@ class _Observer:
 
     def residual(self, block: nn.Module, kinds: tuple[str, str], *, input_index: int) -> None:
         """The ratios ||gamma-scaled branch output|| / ||residual input||, per token then averaged, of the
-        block's attention and MLP branches (input_index: which of the block's inputs is its residual)."""
-        stream: dict[str, torch.Tensor] = {}
+        block's attention and MLP branches, read where the block adds them: its drop_path receives each
+        gamma-scaled branch in turn (input_index: which of the block's inputs is its residual)."""
+        stream: list[torch.Tensor] = []
 
-        def ratio(kind: str, gamma: torch.Tensor, branch: torch.Tensor, residual: torch.Tensor) -> None:
-            r = (gamma * branch.detach()).norm(dim=-1) / residual.detach().norm(dim=-1).clamp_min(1e-12)
-            self.ratios[kind].append(r.mean(dim=1))
+        def branch(args: tuple) -> None:
+            residual = stream[-1].detach()
+            r = args[0].detach().norm(dim=-1) / residual.norm(dim=-1).clamp_min(1e-12)
+            self.ratios[kinds[len(stream) - 1]].append(r.mean(dim=1))
 
-        self.on(block, lambda args: stream.__setitem__("attn", args[input_index]), pre=True)
-        self.on(block.attn, lambda args, out: ratio(kinds[0], block.gamma_1, out, stream["attn"]))
-        self.on(block.norm2, lambda args: stream.__setitem__("mlp", args[0]), pre=True)
-        self.on(block.mlp, lambda args, out: ratio(kinds[1], block.gamma_2, out, stream["mlp"]))
+        self.on(block, lambda args: stream.__setitem__(slice(None), [args[input_index]]), pre=True)
+        self.on(block.norm2, lambda args: stream.append(args[0]), pre=True)
+        self.on(block.drop_path, branch, pre=True)
 
     def self_attention_of(self, layer: int, attn: nn.Module) -> None:
         """Keep SA layer `layer`'s two maps (or what sa_reduce makes of them: a deep model's maps of every layer
