@@ -70,22 +70,19 @@ def load_model(
         InputError (CheckpointError, WeightsUnavailable, ConfigError), one line, for a name, file or
         combination that cannot work.
     """
-    if not weights:
-        if checkpoint is not None or pretrained:
-            raise ConfigError("weights=False builds a random init: it takes no checkpoint and no pretrained")
-        return _random_model(requested_variant(name, None), overrides, status=None)
+    if not weights and (checkpoint is not None or pretrained):
+        raise ConfigError("weights=False builds a random init: it takes no checkpoint and no pretrained")
     path = None if checkpoint is None else check_checkpoint_file(Path(checkpoint))
     name = requested_variant(name, checkpoint)
     named = None if name is None else get_config(name)
-    status = None if path is not None else variant_status(name, named)  # of the variant's own weights
+    status = None if path is not None or not weights else variant_status(name, named)  # the variant's own weights
     found = None if status is None or (status.path is None and not pretrained) else fetch_weights(status)
-    if status is not None and found is None:
-        if not random_init:
-            raise WeightsUnavailable(missing_weights(status))
-        return _random_model(name, overrides, status=status)
-    path = found.path if found else path
-    what = found.source if found else path.name  # what the file is, for messages and the record
-    state, stored = read_checkpoint(path)
+    if status is not None and found is None and not random_init:
+        raise WeightsUnavailable(missing_weights(status))
+    path = found.path if found else path  # None: the random init weights=False or random_init asked for
+    what = found.source if found else path and path.name  # what the file is, for messages and the record
+    state, stored = read_checkpoint(path) if path else (None, None)
+    meta = file_metadata(path) if path else {}
     if isinstance(stored, CNNConfig):
         if not cnn:
             raise CheckpointError(
@@ -99,18 +96,12 @@ def load_model(
             raise ConfigError(GIVE_NAME)
         if named is not None and stored is not None and named.network_differences(stored):
             name = None  # a file of ours with another architecture: never called by that variant's name
-        model = CaiT((named if stored is None else stored).replace(**overrides), init_weights=False)
-        load_into(model, state, what)  # the loaded weights replace every parameter (strictly)
-    return sourced(model.eval(), name, path, what, status, file_metadata(path))
-
-
-def _random_model(name: str, overrides: dict[str, Any], *, status: Any) -> SourcedModel:
-    """`name`'s architecture (with `overrides`) from the seeded random init: the same numbers on every run;
-    `status` says why (None: asked for with weights=False)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(RANDOM_SEED)
-        model = CaiT(get_config(name, **overrides))
-    return sourced(model.eval(), name, None, None, status, {})
+        with torch.random.fork_rng():  # a random init: the same numbers on every run
+            torch.manual_seed(RANDOM_SEED)
+            model = CaiT((named if stored is None else stored).replace(**overrides), init_weights=state is None)
+        if state is not None:
+            load_into(model, state, what)  # the loaded weights replace every parameter (strictly)
+    return sourced(model.eval(), name, path, what, status, meta)
 
 
 def check_checkpoint_file(path: Path) -> Path:
