@@ -131,7 +131,8 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
                 )
                 assert float(r[f"{head}_entropy"]) == pytest.approx(float(explain.attention_entropy(heat)[0]), abs=1e-5)
                 assert float(r[f"{head}_dla"]) == pytest.approx(float(dla[l, h]), abs=1e-5)
-        names = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in explain.causal.block_names(model)]
+        blocks = explain.causal.block_names(model)
+        names = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in blocks]
         for k, name in enumerate(names):
             label = name[:2] + str(int(name[2:]) + 1)
             assert float(r[f"knockout_{label}"]) == pytest.approx(float(knock[k]), abs=1e-4)

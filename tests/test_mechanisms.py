@@ -289,7 +289,7 @@ def _explicit_class_attention(model: torch.nn.Module) -> list[torch.Tensor]:
     for blk in model.blocks_token_only:
         attn = blk.attn
 
-        def forward(u, probe=None, attn=attn):
+        def forward(u, attn=attn):
             B, N, C = u.shape
             heads = lambda t: t.reshape(B, -1, attn.num_heads, C // attn.num_heads).transpose(1, 2)
             q, k, v = heads(attn.q(u[:, :1])), heads(attn.k(u)), heads(attn.v(u))

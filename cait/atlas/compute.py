@@ -28,8 +28,8 @@ def head_numbers(boxes: bool) -> tuple[str, ...]:
 
 def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa_inputs: bool):
     """Everything but the knockouts, from one pass that keeps each SA layer's distances, not its maps
-    (`explain.head_stats.distance_reduce`), and with keep_sa_inputs its SA states (`explain.causal.recorded_sa_inputs`), so the
-    knockouts need no pass of their own."""
+    (`explain.head_stats.distance_reduce`), and with keep_sa_inputs its SA states
+    (`explain.causal.recorded_sa_inputs`), so the knockouts need no pass of their own."""
     cfg = model.cfg
     stages = ("after_proj_w",)
     reduce = explain.head_stats.distance_reduce(cfg, stages)
