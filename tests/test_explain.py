@@ -13,6 +13,7 @@ from PIL import Image
 
 import cait
 from cait import explain
+from cait.explain.attribution import patch_sum
 
 GRID, PATCH = 4, 8  # cait_pico_32: 32 px, patch 8
 
@@ -271,7 +272,7 @@ def test_integrated_gradients_completeness():
     total = att.raw.sum(dim=(1, 2, 3))
     assert ((total - gap).abs() <= 0.05 * gap.abs()).all(), (total, gap)
     torch.testing.assert_close(att.pixel, att.raw.abs().sum(dim=1))
-    torch.testing.assert_close(att.patch, explain.attribution.patch_sum(att.pixel, PATCH))
+    torch.testing.assert_close(att.patch, patch_sum(att.pixel, PATCH))
 
 
 def test_occlusion_is_the_logit_drop_of_each_patch():
