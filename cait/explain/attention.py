@@ -42,7 +42,15 @@ class ClassAttention:
 
 @torch.no_grad()
 def class_attention(model: nn.Module, x: torch.Tensor) -> ClassAttention:
-    """Class-attention maps of each CA layer, straight from the model's softmax (no gradients)."""
+    """Class-attention maps of each CA layer, straight from the model's softmax (no gradients).
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+
+    Returns:
+        `ClassAttention`: .maps [B, CA layers, heads, g, g], .mean, .self_share, .logits.
+    """
     check_input(model, x)
     return ClassAttention.from_insights(model.forward_insights(x))
 
@@ -71,6 +79,14 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
     pass never enters the SA stage. dy/dA is exact without touching the model code: the CA output of
     head h is o_h = sum_j A_hj v_hj, hence dy/dA_hj = <dy/do_h, v_hj>; o (the input of attn.proj) and v
     (the output of attn.v) are read with hooks.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+
+    Returns:
+        The heat map [B, g, g].
     """
     check_input(model, x)
     check_class_stage(model)
@@ -188,6 +204,14 @@ def rollout(
     Options of the attention-rollout demos: `head_fusion` merges a layer's heads by their mean (the paper),
     max or min, rows renormalised; `discard_ratio` zeroes the lowest share of each SA layer's merged weights
     before the residual is added.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        stage, head_fusion, discard_ratio: as above.
+
+    Returns:
+        The heat map [B, g, g].
     """
     stage = rollout_stage(stage)
     return rollouts(model, x, stages=(stage,), head_fusion=head_fusion, discard_ratio=discard_ratio)[stage]
@@ -201,7 +225,17 @@ def rollouts(
     head_fusion: str = "mean",
     discard_ratio: float = 0.0,
 ) -> dict[str, torch.Tensor]:
-    """`rollout` at each of `stages` (current or earlier names) from one forward pass: {stage: [B, g, g]}."""
+    """`rollout` at each of `stages` (current or earlier names) from one forward pass: {stage: [B, g, g]}.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        stages: the SA stages wanted (ROLLOUT_STAGES).
+        head_fusion, discard_ratio: as `rollout`'s.
+
+    Returns:
+        stage -> heat map [B, g, g].
+    """
     stages = tuple(dict.fromkeys(rollout_stage(s) for s in stages))
     if head_fusion not in HEAD_FUSIONS:
         raise ExplainInputError(f"head_fusion must be one of {', '.join(HEAD_FUSIONS)}, got {head_fusion!r}")
@@ -248,6 +282,14 @@ def gradient_rollout(model: nn.Module, x: torch.Tensor, target: torch.Tensor) ->
     Ā R to the class token's row only, and its patch columns reach the input patches through R_SA.
     ViT-style models (`class_token_at` = t) take the rule as published over [cls, patches] from block t
     on, with R = I over the patches before the class token joins. Cost: one forward and one backward.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+
+    Returns:
+        The heat map [B, g, g].
     """
     check_input(model, x)
     target = check_target(model, target, x.shape[0], x.device)
@@ -332,7 +374,16 @@ def mixing_matrices(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.T
 
 @torch.no_grad()
 def talking_heads(model: nn.Module, x: torch.Tensor, layer: int) -> TalkingHeads:
-    """Attention of SA layer `layer` (0-based) at every stage of the head mixing, with the mixing weights."""
+    """Attention of SA layer `layer` (0-based) at every stage of the head mixing, with the mixing weights.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        layer: the SA layer, from 0.
+
+    Returns:
+        `TalkingHeads`: the layer's attention at each stage and its mixing matrices.
+    """
     check_input(model, x)
     proj_l, proj_w = mixing_matrices(model, layer)
     ins = model.forward_insights(x, sa_layers=(layer,), raw_attention=True)

@@ -103,6 +103,16 @@ def attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method:
     summed over channels with its sign (saliency and SmoothGrad then average signed gradients: captum
     Insights' "all" sign; negative = against the class).
     Extra keyword arguments go to captum's `attribute` (e.g. n_steps, internal_batch_size, stdevs).
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+        method: a name of CAPTUM_METHODS.
+        kw: captum's options, as above.
+
+    Returns:
+        `Attribution`: .pixel [B, H, W], .patch [B, g, g] (summed over each patch), .raw.
     """
     from captum.attr import IntegratedGradients, NoiseTunnel, Occlusion, Saliency
 

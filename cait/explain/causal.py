@@ -94,7 +94,16 @@ def _record_class_stage(
 
 def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> LogitAttribution:
     """Split each image's target logit into the writes of every CA head (and per patch), the MLPs and the
-    rest, the final norm linearised at the actual input so that `heads.sum((1, 2)) + rest` is the logit."""
+    rest, the final norm linearised at the actual input so that `heads.sum((1, 2)) + rest` is the logit.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+
+    Returns:
+        `LogitAttribution`: .heads [B, L, heads], .patches, .mlp, .rest, .parts(), .total.
+    """
     check_input(model, x)
     check_class_stage(model)
     target = check_target(model, target, x.shape[0], x.device)
@@ -224,7 +233,18 @@ def knockout_profile(
     the blocks after it (a CA knockout only the rest of the class stage); shared_prefix=False runs the
     whole model once per block instead (the reference). sa_inputs, the SA states of a pass already made on
     x (`recorded_sa_inputs`), replaces that first forward. on_block(done, total) is called after each
-    block's knockout (progress; an exception it raises stops the work)."""
+    block's knockout (progress; an exception it raises stops the work).
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+        branch: which branches a knockout removes: both, attn or mlp.
+        shared_prefix, on_block, sa_inputs: as above.
+
+    Returns:
+        The target logit's change [B, SA depth + CA depth], blocks in model order.
+    """
     check_input(model, x)
     check_class_stage(model)
     target = check_target(model, target, x.shape[0], x.device).view(-1, 1)
@@ -356,7 +376,17 @@ def head_ablation(
 ) -> HeadAblation:
     """Logits with the CA heads `heads` ([(layer, head), ...], 0-based) removed together: their outputs
     set to zero, or with a reference batch of images to each head's mean output over them (mean
-    ablation). `layer=, head=` names a single head. The SA stage runs once."""
+    ablation). `layer=, head=` names a single head. The SA stage runs once.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        heads: the CA heads [(layer, head), ...], from 0; or layer= and head= for one.
+        reference: images whose mean head outputs replace the heads (None: zero).
+
+    Returns:
+        `HeadAblation`: .before, .after logits [B, K], .delta(target), .top(k).
+    """
     check_input(model, x)
     check_class_stage(model)
     pairs = _head_set(model, heads, layer, head)
@@ -368,7 +398,16 @@ def head_ablation(
 
 
 def all_head_ablations(model: nn.Module, x: torch.Tensor, *, reference: torch.Tensor | None = None) -> torch.Tensor:
-    """Logits [B, L, heads, K] with each CA head removed in turn (as `head_ablation`), the SA stage run once."""
+    """Logits [B, L, heads, K] with each CA head removed in turn (as `head_ablation`), the SA stage run once.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        reference: as `head_ablation`'s.
+
+    Returns:
+        Logits [B, CA layers, heads, K], one head removed at a time.
+    """
     check_input(model, x)
     check_class_stage(model)
     fills = _fills(model, reference)

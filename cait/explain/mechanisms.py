@@ -31,7 +31,15 @@ def logit_lens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
     The SA stage runs once (its stream kept after every block); the CA stage then runs on all depths at
     once, as one batch of (SA depth + 1) x B token sets. ViT-style models (`class_token_at` set) have no
-    CA stage to read through and are refused."""
+    CA stage to read through and are refused.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+
+    Returns:
+        Logits [B, SA depth + 1, classes].
+    """
     check_input(model, x)
     check_class_stage(model)
     with evaluating(model):

@@ -20,7 +20,16 @@ def pointing_game(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple
     """Hit [B] when the centre of the highest patch lies inside the box (edges included).
 
     Ties are broken uniformly at random (fixed seed), so a constant map scores the chance level (the
-    share of patch centres inside the box) rather than always pointing at the top-left patch."""
+    share of patch centres inside the box) rather than always pointing at the top-left patch.
+
+    Args:
+        heat: maps [B, g, g].
+        boxes: [B, 4] (x0, y0, x1, y1) in input pixels.
+        img_size: the input's side (or (H, W)).
+
+    Returns:
+        Hits [B] (1.0 or 0.0).
+    """
     B, g, _ = heat.shape
     flat = heat.detach().flatten(1).float()
     top = flat == flat.max(dim=1, keepdim=True).values
@@ -34,7 +43,16 @@ def pointing_game(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple
 
 def mass_in_box(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple[int, int]) -> torch.Tensor:
     """Share [B] of the map's positive mass inside the box, each patch's mass spread evenly over its
-    pixels (exact partial-patch overlap, no resampling). A uniform map scores box area / image area."""
+    pixels (exact partial-patch overlap, no resampling). A uniform map scores box area / image area.
+
+    Args:
+        heat: maps [B, g, g].
+        boxes: [B, 4] (x0, y0, x1, y1) in input pixels.
+        img_size: the input's side (or (H, W)).
+
+    Returns:
+        The share of each map's positive mass inside its box [B].
+    """
     B, g, _ = heat.shape
     mass = heat.detach().clamp_min(0).float()
     xs, ys = _patch_edges(g, img_size, heat.device)
@@ -120,7 +138,17 @@ def endpoint_probabilities(
 ) -> torch.Tensor:
     """[B, 2]: the target's probability on the intact image and on the image wholly replaced by `baseline`,
     the two ends every deletion/insertion curve shares whatever the map (give them to several
-    `deletion_insertion` calls on the same images to score them once)."""
+    `deletion_insertion` calls on the same images to score them once).
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+        baseline, forward_dtype: as `deletion_insertion`'s.
+
+    Returns:
+        [B, 2]: the target's probability on x and on the all-baseline image.
+    """
     check_input(model, x)
     target = check_target(model, target, x.shape[0], x.device)
     images = torch.stack((x, torch.full_like(x, baseline)), dim=1)
@@ -152,6 +180,16 @@ def deletion_insertion(
     `forward_dtype` autocast with the class stage and head in fp32 (None: fp32). The curves' two ends
     (intact image, all baseline) do not depend on the map: `endpoints` (`endpoint_probabilities`) gives
     them, computed here when None.
+
+    Args:
+        model: a CaiT from `cait.load_model`.
+        x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
+        target: the class explained per image, LongTensor [B] (or one int for all).
+        heat: the maps ranking the patches [B, g, g].
+        steps, baseline, batch_size, forward_dtype, endpoints: as above.
+
+    Returns:
+        deletion and insertion curves [B, steps + 1] and their AUCs [B].
     """
     check_input(model, x)
     target = check_target(model, target, x.shape[0], x.device)
