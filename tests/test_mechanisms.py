@@ -213,7 +213,7 @@ def test_patching_refuses_bad_input(small):
     model, x, target = small
     with pytest.raises(ValueError, match="granularity must be one of block, head"):
         explain.activation_patching(model, x, x, target, granularity="neuron")
-    with pytest.raises(ValueError, match="one corrupted image per clean one"):
+    with pytest.raises(cait.InputError, match="corrupted: need one corrupted image per clean one"):
         explain.activation_patching(model, x, x[:2], target)
 
 

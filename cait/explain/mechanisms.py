@@ -173,7 +173,7 @@ def activation_patching(
     check_class_stage(model)
     if clean.shape[0] != corrupted.shape[0]:
         raise ExplainInputError(
-            f"corrupted must hold one image per clean one, got {corrupted.shape[0]} for {clean.shape[0]}"
+            f"corrupted: need one corrupted image per clean one, got {corrupted.shape[0]} for {clean.shape[0]}"
         )
     target = check_target(model, target, clean.shape[0], clean.device)
     with evaluating(model):
