@@ -44,6 +44,25 @@ def rank_indices(images: int, size: int, rank: int, world: int) -> list[int]:
     return [i for s in rank_shards(len(shards), rank, world) for i in shards[s]]
 
 
+def balanced_runs(todo: list[int], world: int, size: int) -> list[list[range]]:
+    """Image indices `todo` (ascending) split over `world` ranks in contiguous shares that differ by at most one
+    image, each share in order and cut into runs of consecutive indices of at
+    most `size`: rank r's runs are element r. How `cait.atlas` shares its work, whatever the run size."""
+    shares = [todo[len(todo) * r // world : len(todo) * (r + 1) // world] for r in range(world)]
+    return [_consecutive_runs(share, size) for share in shares]
+
+
+def _consecutive_runs(indices: list[int], size: int) -> list[range]:
+    runs: list[range] = []
+    for i in indices:
+        last = runs[-1] if runs else None
+        if last is not None and i == last.stop and len(last) < size:
+            runs[-1] = range(last.start, i + 1)
+        else:
+            runs.append(range(i, i + 1))
+    return runs
+
+
 def gather_all(obj: object) -> list:
     """Every rank's `obj` (picklable), in rank order, on every rank; [obj] without a process group."""
     if not dist.is_initialized():

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..explain.metrics import head_row
 from .compute import HEAD_NUMBERS, head_numbers
-from .shards import read_shard, shard_path
+from .shards import read_shard
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval of the mean
 BINS = 30  # histogram bins of each head's distributions on the page
@@ -166,9 +166,9 @@ class Tally:
             self.writing[h].add(dla, index)
 
 
-def shards_in_order(out: Path, shards: int) -> Iterator[dict[str, np.ndarray]]:
-    for s in range(shards):
-        yield read_shard(shard_path(out, s))
+def shards_in_order(shards: list[Path]) -> Iterator[dict[str, np.ndarray]]:
+    for path in shards:
+        yield read_shard(path)
 
 
 def image_columns(
@@ -214,12 +214,12 @@ def _cell(v: float) -> Any:
     return "" if math.isnan(v) else v
 
 
-def write_images_csv(path: Path, out: Path, shards: int, paths: list[str], tally: Tally, **kw: Any) -> None:
+def write_images_csv(path: Path, shards: list[Path], paths: list[str], tally: Tally, **kw: Any) -> None:
     """images.csv in image order, tallying every shard into `tally` on the way (one read of each shard)."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(image_columns(tally.layers, tally.heads, **kw))
-        for shard in shards_in_order(out, shards):
+        for shard in shards_in_order(shards):
             tally.add(shard)
             knockouts, patched = kw["blocks"] is not None, kw.get("patched") is not None
             writer.writerows(_image_rows(shard, paths, boxes=kw["boxes"], knockouts=knockouts, patched=patched))
@@ -268,7 +268,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows({k: _cell(v) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
 
 
-def histograms(out: Path, shards: int, tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
+def histograms(shards: list[Path], tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
     """Per number, shared bin edges over all heads and the counts of each head [L, H, BINS] (a second read of
     the shards: the edges need the first pass's extremes)."""
     numbers = [m for m in head_numbers(boxes) if m != "pointing"]  # a hit is 0 or 1: its rate is in the table
@@ -277,7 +277,7 @@ def histograms(out: Path, shards: int, tally: Tally, *, boxes: bool) -> dict[str
         lo, hi = float(np.min(tally.moments[m].lo)), float(np.max(tally.moments[m].hi))
         edges[m] = np.linspace(lo, hi if hi > lo else lo + 1.0, BINS + 1)
     counts = {m: np.zeros((tally.layers, tally.heads, BINS), dtype=np.int64) for m in numbers}
-    for shard in shards_in_order(out, shards):
+    for shard in shards_in_order(shards):
         for m in numbers if "prediction" in shard else ():
             which = np.clip(np.searchsorted(edges[m], shard[m], side="right") - 1, 0, BINS - 1)
             valid = ~np.isnan(shard[m])
