@@ -254,11 +254,11 @@ def test_two_torchrun_processes_equal_one(setup):
     command += ["-m", "cait.atlas", *setup["args"], "--out", str(out)]
     proc = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # the 151 images split 75/76 over the ranks, each in shards of at most 32
-    names = ["0000000-0000032", "0000032-0000064", "0000064-0000075", "0000075-0000107", "0000107-0000139"]
-    names.append("0000139-0000151")
+    # the 151 images' 10 batches of 16 split 5/5 over the ranks, each in shards of at most 32
+    names = ["0000000-0000032", "0000032-0000064", "0000064-0000080", "0000080-0000112", "0000112-0000144"]
+    names.append("0000144-0000151")
     assert sorted(p.name for p in (out / "shards").glob("*.npz")) == [f"shard-{n}.npz" for n in names]
-    assert "151 images to do over 2 processes (rank 0: 75 images in 3 shards, rank 1: 76 images in 3 shards)" in (
+    assert "151 images to do over 2 processes (rank 0: 80 images in 3 shard(s), rank 1: 71 images in 3 shard(s))" in (
         proc.stderr
     )
     assert_same_files(out, setup["full"], 1e-4)

@@ -91,16 +91,20 @@ def _ready_out(out: Path, rank: int) -> FileLock | None:
     return lock
 
 
-def _plan(out: Path, cover: Cover, recorded: dict, *, rank: int, world: int, size: int) -> list[list[range]]:
+def _plan(
+    out: Path, cover: Cover, recorded: dict, *, rank: int, world: int, size: int, batch: int
+) -> list[list[range]]:
     """Rank 0 checks the arguments and the shards on disk (a damaged or foreign shard is redone, skips are
     retried) and splits what is left over the ranks, saying the split; every rank gets rank 0's plan."""
     problem, plan = args_problem(out, recorded) if rank == 0 else None, []
     if rank == 0 and not problem:
         record_args(out, recorded)
         todo = todo_images(verified(out, cover, say=lambda line: print(line, file=sys.stderr)), len(cover.paths))
-        plan = balanced_runs(todo, world, size)
+        plan = balanced_runs(todo, world, size, batch=batch)
         if world > 1 and todo:
-            split = ", ".join(f"rank {r}: {sum(map(len, rs))} images in {len(rs)} shards" for r, rs in enumerate(plan))
+            split = ", ".join(
+                f"rank {r}: {sum(map(len, rs))} images in {len(rs)} shard(s)" for r, rs in enumerate(plan)
+            )
             print(f"{len(todo)} images to do over {world} processes ({split})", file=sys.stderr)
     _shared(problem)
     return gather_all(plan)[0]
@@ -123,7 +127,7 @@ def run(args: argparse.Namespace) -> Path:
         # what auto chose is recorded too: shards of one atlas all come from one precision
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
         cover = Cover.of(recorded, data.paths)
-        plan = _plan(out, cover, recorded, rank=rank, world=world, size=args.shard_size)
+        plan = _plan(out, cover, recorded, rank=rank, world=world, size=args.shard_size, batch=args.batch_size)
         dtype = precision.dtype
         patching = None if args.patching is None else parse_corruption(args.patching)
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)

@@ -89,7 +89,10 @@ def checksum(arrays: dict[str, np.ndarray]) -> str:
 def write_shard(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """The arrays and what they cover (`meta` plus their checksum) to `path`, atomically."""
     meta = {**meta, "checksum": checksum(arrays)}
-    atomic_write(path, lambda f: np.savez(f, **arrays, **{META: np.array(json.dumps(meta, sort_keys=True))}))
+    try:
+        atomic_write(path, lambda f: np.savez(f, **arrays, **{META: np.array(json.dumps(meta, sort_keys=True))}))
+    except OSError as e:  # named by the shard, not by its temporary file (which is gone)
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 def read_shard(path: Path, cover: Cover | None = None) -> dict[str, np.ndarray]:
