@@ -19,12 +19,13 @@ from .. import explain, factory
 from ..data import DataError, read_images
 from ..distributed import balanced_runs, gather_all, setup_distributed
 from ..errors import InputError
+from ..outputs import OutputError, writable_folder, write_failure
 from ..preprocess import class_names
 from ..provenance import SourcedModel
 from ..robustness import parse_corruption
 from ..runtime import DeviceError, choose_precision
 from . import report
-from .outdir import OutputError, lock_out, writable_folder
+from .outdir import lock_out
 from .page import write_page
 from .shards import (
     SHARD_DIR,
@@ -240,9 +241,9 @@ def main_guarded(args: argparse.Namespace) -> int:
             print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder made read-only mid-run: this rank's own problem, said by it
-        print(f"python -m cait.atlas: error: {_os_message(e)}; the shards written are kept", file=sys.stderr)
+        print(f"python -m cait.atlas: error: {write_failure(e)}; the shards written are kept", file=sys.stderr)
         return 2
-    except (AtlasError, DataError, DeviceError, ShardError) as e:
+    except (AtlasError, DataError, DeviceError, ShardError, OutputError) as e:
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"python -m cait.atlas: error: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -251,9 +252,3 @@ def main_guarded(args: argparse.Namespace) -> int:
 
 def _one_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
-def _os_message(e: OSError) -> str:
-    if isinstance(e, OutputError) or e.strerror is None:
-        return _one_line(e)
-    return f"cannot write {e.filename}: {e.strerror}" if e.filename else e.strerror

@@ -39,13 +39,14 @@ from pathlib import Path
 import torch.distributed as dist
 
 from .. import explain
-from ..checkpoint import CheckpointError
+from ..checkpoint import CheckpointError, atomic_write
 from ..corruptions import CORRUPTIONS
 from ..data import SCENE_STYLES, DataError, ImageSet, read_images
 from ..distributed import gather_all, setup_distributed
 from ..factory import load_model
 from ..flags import add_device_flag, add_model_flags, add_precision_flag
 from ..model import CaiT
+from ..outputs import writable_file, write_failure
 from ..provenance import SourcedModel
 from ..robustness import POINTING_ROWS, format_sweep, parse_corruptions
 from ..runtime import DeviceError, inference_dtype
@@ -227,6 +228,8 @@ def _run(args: argparse.Namespace, pairs: list, *, rank: int, world: int, device
     if pairs and world > 1:
         return _error("--corruption runs in one process (its random draws follow the batches in order)", rank)
     try:
+        if args.json:  # before any work: not a full run and then a failure at the end
+            writable_file(Path(args.json))
         loaded, data = _model_and_data(args)
     except (CheckpointError, DataError, ValueError) as e:
         return _error(str(e), rank)
@@ -264,7 +267,10 @@ def _run(args: argparse.Namespace, pairs: list, *, rank: int, world: int, device
         processes=world,
     )
     if rank == 0:
-        _report(result, loaded.made_from, args.json, sweep=bool(pairs))
+        try:
+            _report(result, loaded.made_from, args.json, sweep=bool(pairs))
+        except OSError as e:  # the path was writable when the run began: a full disk, a folder removed
+            return _error(write_failure(e), rank)
     return 0
 
 
@@ -279,8 +285,8 @@ def _report(result: dict, made_from: str, json_path: str | None, *, sweep: bool)
     print(f"{made_from}\n{format_table(result)}")
     if sweep:
         print(format_sweep(result["corruption"]))
-    if json_path:
-        Path(json_path).write_text(json.dumps(result, indent=1))
+    if json_path:  # atomically: a reader never sees half of it
+        atomic_write(Path(json_path), lambda f: f.write(json.dumps(result, indent=1).encode()))
 
 
 if __name__ == "__main__":
