@@ -82,3 +82,33 @@ def test_the_checkpoint_diagnosis_reaches_every_commands_one_line_error(pico, ca
         line = one_line(capsys.readouterr().err)
         assert "does not fit this model" in line and "It looks like 'cait_pico_32'" in line, line
         assert "shape mismatches (" in line and "pos_embed: checkpoint (1, 16, 32) vs model (1, 64, 128)" in line
+
+
+def test_the_explanation_methods_see_a_bounded_chunk_whatever_the_batch(pico, monkeypatch):
+    """Evaluate's memory: its gradient and rollout methods never see more than METHOD_CHUNK images at once (a batch
+    of 128 at once peaked near 8 GB), and the chunks change no number: a batch of 48 scores as batches of 16."""
+    from cait import explain
+    from cait.data import read_images
+    from cait.evaluate.core import METHOD_CHUNK, evaluate
+
+    model = cait.create_model(checkpoint=pico["checkpoint"]).eval()
+    data = read_images(str(pico["scenes"]), model.cfg, boxes=pico["scenes"] / "boxes.json", limit=48)
+    seen, real = [], explain.saliency_maps
+
+    def recording(model, x, *args, **kwargs):
+        seen.append(len(x))
+        yield from real(model, x, *args, **kwargs)
+
+    monkeypatch.setattr(explain, "saliency_maps", recording)
+    methods = ("ca1_mean", "rollout_raw", "saliency")
+    chunked = evaluate(model, data, batch_size=48, workers=0, methods=methods, attribution_subset=40)
+    broken = data.paths.index("Bag/broken.png")  # not scored
+    assert max(seen) == METHOD_CHUNK == 16 and sum(seen) == 47 + 40 - (broken < 40)
+    monkeypatch.undo()
+    plain = evaluate(model, data, batch_size=METHOD_CHUNK, workers=0, methods=methods, attribution_subset=40)
+    rows = {r["method"]: r for r in plain["localization"]}
+    assert len(rows) == len(chunked["localization"])
+    for row in chunked["localization"]:
+        assert row["images"] == rows[row["method"]]["images"]
+        for key in ("pointing_game", "mass_in_box"):
+            assert row[key] == pytest.approx(rows[row["method"]][key], abs=1e-6), (row["method"], key)
