@@ -14,8 +14,9 @@ from PIL import Image
 
 from cait.config import get_config
 from cait.data import DataWarning, read_images
-from cait.data.export import BOXES_FILE, UNFINISHED
+from cait.data.export import BOXES_FILE
 from cait.data.export import main as export_main
+from cait.data.names import UNFINISHED_EXPORT
 
 PICO = get_config("cait_pico_32")
 
@@ -40,7 +41,7 @@ def test_an_interrupted_export_has_no_boxes_and_is_said_to_be_unfinished(tmp_pat
     with pytest.warns(DataWarning, match="unfinished export"):
         assert len(read_images(str(out), PICO)) == 4
     assert export_main([str(out), "--n", "12"]) == 0  # the interrupted export is replaced
-    assert not (out / UNFINISHED).exists() and len(list(out.rglob("*.png"))) == 12
+    assert not (out / UNFINISHED_EXPORT).exists() and len(list(out.rglob("*.png"))) == 12
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
         data = read_images(str(out), PICO, boxes=out / BOXES_FILE)

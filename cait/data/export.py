@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from ..errors import InputError
-from .names import SCENE_STYLES, SPLIT_FILES, DataError
+from .names import SCENE_STYLES, SPLIT_FILES, UNFINISHED_EXPORT, DataError
 
 if TYPE_CHECKING:
     from .scenes import FashionMNISTScenes
 
 BOXES_FILE = "boxes.json"
-UNFINISHED = ".export-unfinished.json"  # the boxes of an export under way: removed once boxes.json is written
 MARK = "Fashion-MNIST scenes written by cait.data.export"  # COCO info.description: how a previous export is known
 
 
@@ -67,7 +66,7 @@ def clear_previous(out: Path) -> None:
     for file in previous:
         file.unlink(missing_ok=True)
     (out / BOXES_FILE).unlink(missing_ok=True)
-    (out / UNFINISHED).unlink(missing_ok=True)
+    (out / UNFINISHED_EXPORT).unlink(missing_ok=True)
     for folder in out.iterdir():
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
@@ -75,7 +74,7 @@ def clear_previous(out: Path) -> None:
 
 def _previous_export(out: Path) -> list[Path] | None:
     """The image files a previous export (finished or interrupted) in `out` wrote, None when it is not one."""
-    for name in (BOXES_FILE, UNFINISHED):
+    for name in (BOXES_FILE, UNFINISHED_EXPORT):
         try:
             previous = json.loads((out / name).read_text())
             if previous["info"]["description"] == MARK:
@@ -87,7 +86,7 @@ def _previous_export(out: Path) -> list[Path] | None:
 
 def export_scenes(out: Path, *, n: int, split: str = "val", style: str = "default", seed: int = 0) -> int:
     """Write the first n scenes of a split under `out` (see the module's doc); returns how many (the split may
-    hold fewer). The boxes go to UNFINISHED first (an interrupted export is known as one, and replaced by the
+    hold fewer). The boxes go to UNFINISHED_EXPORT first (an interrupted export is known as one, and replaced by the
     next), and to boxes.json, atomically, once every image is written."""
     from ..checkpoint import atomic_write  # here, not at the top: the command's --help needs no torch
     from ..outputs import writable_folder
@@ -101,12 +100,12 @@ def export_scenes(out: Path, *, n: int, split: str = "val", style: str = "defaul
     scenes = FashionMNISTScenes(split, seed=seed, subset=n, style=style)
     files = [f"{folder_name(scenes.classes[int(label)])}/{i:05d}.png" for i, label in enumerate(scenes.labels)]
     boxes = json.dumps(coco_boxes(scenes, files), indent=1).encode()
-    atomic_write(out / UNFINISHED, lambda f: f.write(boxes))
+    atomic_write(out / UNFINISHED_EXPORT, lambda f: f.write(boxes))
     for i, file in enumerate(tqdm(files, desc="export", unit="scene")):
         (out / file).parent.mkdir(exist_ok=True)
         scenes[i][0].save(out / file, format="PNG")
     atomic_write(out / BOXES_FILE, lambda f: f.write(boxes))
-    (out / UNFINISHED).unlink()
+    (out / UNFINISHED_EXPORT).unlink()
     return len(files)
 
 

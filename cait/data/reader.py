@@ -21,8 +21,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import CaiTConfig
-from .export import UNFINISHED
-from .names import SPLIT_FILES, DataError
+from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")
@@ -245,7 +244,7 @@ def _folder(
     root: Path, cfg: CaiTConfig, split: str, boxes: str | Path | None, limit: int | None, normalise: bool
 ) -> ImageSet:
     root, paths = _image_files(root, split)
-    if (root / UNFINISHED).exists():
+    if (root / UNFINISHED_EXPORT).exists():
         warnings.warn(f"{root} holds an unfinished export (cait.data.export was stopped): rerun it", DataWarning)
     if not paths:
         raise DataError(f"{root} holds no images (looked for {', '.join(sorted(image_extensions())[:6])}, ...)")
