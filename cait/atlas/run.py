@@ -137,9 +137,11 @@ def run(args: argparse.Namespace) -> Path:
         run_shards(model, data, plan[rank], out, cover, device=device, show=show, stop_after=args.stop_after, **options)
         _barrier()  # every rank's shards are on disk before rank 0 looks
         if rank == 0:
-            files = tiling(shard_files(out), len(data))
+            done = shard_files(out)
+            files = tiling(done, len(data))
             if files is None:
-                print("stopped with shards to do: the same command continues", file=sys.stderr)
+                left = len(todo_images(list(done), len(data)))
+                print(f"stopped with {left} of {len(data)} images to do: the same command continues", file=sys.stderr)
             else:
                 merge(out, loaded, data, files, args=args, dtype=dtype)
         return out
