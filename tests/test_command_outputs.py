@@ -112,3 +112,5 @@ def test_the_explanation_methods_see_a_bounded_chunk_whatever_the_batch(pico, mo
         assert row["images"] == rows[row["method"]]["images"]
         for key in ("pointing_game", "mass_in_box"):
             assert row[key] == pytest.approx(rows[row["method"]][key], abs=1e-6), (row["method"], key)
+    said = " ".join(evaluate_command.build_parser().format_help().split())
+    assert f"take at most {METHOD_CHUNK} of them at a time" in said and "under 3 GB" in said
