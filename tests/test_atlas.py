@@ -308,6 +308,7 @@ def test_bad_input_is_one_line_and_exit_code_2(setup, capsys):
     assert main(["--checkpoint", str(setup["root"] / "pico.safetensors"), "--data", "/no/such/dir", "--out", "x"]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not Path("x").exists()  # bad input makes no output folder
     # other arguments into an existing atlas: refused, nothing overwritten
     before = (setup["full"] / "images.csv").read_bytes()
     assert main([*setup["args"], "--limit", "50", "--out", str(setup["full"])]) == 2

@@ -156,9 +156,9 @@ def test_a_failure_midway_through_a_write_leaves_no_half_file(small, capsys, mon
 
 def test_an_output_that_cannot_be_written_is_one_line_before_any_work(small, capsys, monkeypatch):
     def no_work(*args, **kwargs):
-        raise AssertionError("the model was loaded before the output was checked")
+        raise AssertionError("images were computed before the output was checked")
 
-    monkeypatch.setattr(atlas_run, "load_model", no_work)
+    monkeypatch.setattr(atlas_run, "run_shards", no_work)
     a_file = small["root"] / "a_file"
     a_file.write_text("")
     for out in (a_file, a_file / "below", Path("/proc/cait-atlas-out")):

@@ -120,10 +120,10 @@ def run(args: argparse.Namespace) -> Path:
     rank, world, device = setup_distributed(args.device)
     out, lock = Path(args.out), None
     try:
-        lock = _ready_out(out, rank)
         loaded = load_model(args)
         model = loaded.model.to(device).eval()
         data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
+        lock = _ready_out(out, rank)  # after the input is known good (no folder made for a typo), before any work
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
