@@ -5,8 +5,9 @@ so a kill or a full disk leaves no half shard.
 A shard carries what it covers: its image range, a hash of those images' paths, a hash of the arguments that
 change the numbers, and a checksum of its arrays. A rerun verifies every shard on disk and redoes one that is
 damaged, made for other images or arguments, or that skipped images (an unreadable file may be readable now),
-saying so in a line. What is left to do is split evenly over torchrun's ranks, in contiguous runs of at most
---shard-size images, whatever the shard size (`cait.distributed.balanced_runs`)."""
+saying so in a line. What is left to do is split evenly over torchrun's ranks in whole batches (the batches of a
+one-process run, so the numbers are the same), in shards of at most --shard-size images, whatever the shard size
+(`cait.distributed.balanced_runs`)."""
 
 from __future__ import annotations
 
