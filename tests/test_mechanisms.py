@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from conftest import randomise_
@@ -358,5 +359,24 @@ def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
     assert [h["restored"] for h in data["heads"]] == pytest.approx((heads.mean(0).flatten() / gap).tolist(), abs=1e-4)
     best = max((s, n) for n, s in data["carriers"])
     assert f"{best[1]} ({best[0]:.0%})" in data["verdict"] and "contrast at severity 4" in data["verdict"]
-    for name in ("mechanisms.png", "mechanisms.html"):
+    assert all("stream" not in b for b in data["blocks"]) and "orientation" in data["whole_stream"]
+    assert data["blocks"][-2]["class_token"]["restored"] == pytest.approx(
+        (patched.class_token[:, 0].mean() / gap).item()
+    )
+    # token patching: per image the rank correlation of the clean run's CA attention (mean over CA layers and
+    # heads, per patch) with what each patch's clean tokens restore, recomputed here with numpy's ranks
+    from scipy.stats import rankdata
+
+    tokens = explain.token_patching(model, clean, corrupted, target)
+    attention = explain.class_attention(model, clean).maps.mean((1, 2)).flatten(1).numpy()
+    rho = []
+    for a, r in zip(attention, tokens.restored.flatten(1).numpy()):
+        rho.append(np.corrcoef(rankdata(a), rankdata(r))[0, 1])
+    assert data["tokens"]["per_image_rank_correlation"] == pytest.approx(rho, abs=1e-6)
+    got = data["tokens"]["rank_correlation"]
+    assert got["mean"] == pytest.approx(np.mean(rho)) and got["ci95"][0] <= got["mean"] <= got["ci95"][1]
+    assert f"mean rank correlation {np.mean(rho):.2f}" in data["verdict"]
+    best_region = tokens.restored.flatten(1).max(1).values.mean() / gap
+    assert data["tokens"]["best_region"]["restored"] == pytest.approx(best_region.item(), abs=1e-4)
+    for name in ("mechanisms.png", "mechanisms.html", "token_patching.png"):
         assert (tmp_path / "out" / name).stat().st_size > 1000
