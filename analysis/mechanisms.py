@@ -42,6 +42,7 @@ QUICK_IMAGES = 8
 MOST = 0.5  # "most images": the lens's top-1 agrees with the final prediction for more than this share
 SCENES = "fashion-mnist-scenes"
 SHOWN = 4  # images in token_patching.png
+STRENGTH = ((0.3, "weakly"), (0.5, "moderately"), (float("inf"), "strongly"))  # |rank correlation| below: word
 
 
 def views(model, args: argparse.Namespace) -> tuple[torch.Tensor, str]:
@@ -195,12 +196,14 @@ def token_verdict(tokens: dict) -> str:
         return "Token patching: no image had both maps vary, so there is no rank correlation to report."
     low, high = rho["ci95"]
     said = f"mean rank correlation {rho['mean']:.2f} [{low:.2f}, {high:.2f}] over {rho['images']} images"
+    where = "where patching the clean tokens back restores the answer"
+    strength = next(word for bound, word in STRENGTH if abs(rho["mean"]) < bound)
     if low > 0:
-        answer = "predicts where patching the clean tokens back restores the answer"
+        answer = f"{strength} predicts {where}"
     elif high < 0:
-        answer = "points away from where patching the clean tokens back restores the answer"
+        answer = f"{strength} points away from {where}"
     else:
-        answer = "does not predict where patching the clean tokens back restores the answer"
+        answer = f"does not predict {where}"
     best = tokens["best_region"]["restored"]
     return f"The CA attention map {answer} ({said}); the best region alone restores {best:.0%} of the gap."
 
