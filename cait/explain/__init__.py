@@ -8,7 +8,8 @@ patch grid [B, g, g] (higher = more important); layers, heads and blocks are ind
 - where it looks: `class_attention`, `class_specific_attention`, `rollout`/`rollouts`, `gradient_rollout`,
   `talking_heads`, captum's methods through `attribution`; any of them by name: `saliency_map(s)`, `METHODS`
 - what matters: `direct_logit_attribution`, `knockout_profile`, `head_ablation`/`all_head_ablations`
-- how the answer forms: `logit_lens`, `activation_patching`
+- how the answer forms: `logit_lens`, `activation_patching`, `token_patching` (per patch region into the
+  class stage)
 - how good a map is: `pointing_game`, `mass_in_box`, `deletion_insertion`, `head_localization`
 - the paper's statistics: attention distances, entropy, LayerScale
 """
@@ -51,6 +52,15 @@ from .maps import DEFAULT_SHARE, overlay, overlays, regions_of_focus, upsample
 from .mechanisms import GRANULARITIES, Patching, activation_patching, answer_forms_at, logit_lens
 from .methods import METHODS, Method, saliency_map, saliency_maps
 from .metrics import deletion_insertion, endpoint_probabilities, head_localization, mass_in_box, pointing_game
+from .token_patching import (
+    DIRECTIONS,
+    TokenPatching,
+    TokenPatchingError,
+    class_stage_patched,
+    region_boxes,
+    region_masks,
+    token_patching,
+)
 
 __all__ = [
     "activation_patching",
@@ -64,10 +74,12 @@ __all__ = [
     "CAPTUM_METHODS",
     "class_attention",
     "class_specific_attention",
+    "class_stage_patched",
     "ClassAttention",
     "DEFAULT_SHARE",
     "deletion_insertion",
     "direct_logit_attribution",
+    "DIRECTIONS",
     "DISTANCE_STAGES",
     "endpoint_probabilities",
     "gradient_rollout",
@@ -94,6 +106,8 @@ __all__ = [
     "overlays",
     "Patching",
     "pointing_game",
+    "region_boxes",
+    "region_masks",
     "regions_of_focus",
     "rollout",
     "ROLLOUT_STAGES",
@@ -102,6 +116,9 @@ __all__ = [
     "saliency_maps",
     "talking_heads",
     "TalkingHeads",
+    "token_patching",
+    "TokenPatching",
+    "TokenPatchingError",
     "uniform_attention_distance",
     "upsample",
 ]
