@@ -130,7 +130,7 @@ def test_bad_input_is_one_input_error(twins, pair):
         explain.token_patching(ours, clean, corrupted, torch.tensor([0, 1, 10]))
     with pytest.raises(explain.TokenPatchingError, match="one corrupted image per clean one"):
         explain.token_patching(ours, clean, corrupted[:2], target)
-    with pytest.raises(explain.TokenPatchingError, match="expected a normalised batch"):
+    with pytest.raises(explain.TokenPatchingError, match=r"clean must be a normalised batch \[B, 3, 48, 48\]"):
         explain.token_patching(ours, clean[:, :, :32], corrupted, target)
     vit = cait.load_model("cait_pico_32", weights=False, class_token_at=1, depth_token_only=0).model
     x = torch.randn(1, 3, 32, 32)

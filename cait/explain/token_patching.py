@@ -121,8 +121,8 @@ class TokenPatching:
 def _checked(model: nn.Module, clean, corrupted, target, region, direction, top) -> torch.Tensor:
     """The target as LongTensor [B] on the images' device, after every check of `token_patching`'s inputs."""
     try:
-        check_input(model, clean)
-        check_input(model, corrupted)
+        check_input(model, clean, name="clean")
+        check_input(model, corrupted, name="corrupted")
         check_class_stage(model)
     except ValueError as e:
         raise TokenPatchingError(str(e)) from None
