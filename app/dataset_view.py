@@ -1,6 +1,6 @@
 """The Dataset tab's parts: a head atlas folder (`python -m cait.atlas`: summary.json, heads.csv, atlas.html)
-read into what the tab shows (per CA head its numbers and exemplars, the heads x classes DLA heatmap), and the
-tab's components. Plain functions, no events (`app.dataset_handlers` answers those)."""
+read into what the tab shows (per CA head its numbers and exemplars, the heads x classes DLA heatmap). Plain
+functions, no Gradio (`app.tabs.dataset` is the tab)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import gradio as gr
 import numpy as np
 
 import cait
@@ -212,78 +211,13 @@ def atlas_images(atlas: Atlas, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str
     return _data(atlas.args["data"], atlas.args.get("limit"), cfg)
 
 
-@dataclass
-class DatasetTab:
-    """The Dataset tab's components, named for its handlers."""
-
-    atlas: gr.State  # the open Atlas (or None)
-    pick: gr.Dropdown
-    msg: gr.Markdown  # what went wrong, or that the atlas's model is not the page's
-    overview: gr.Markdown
-    heatmap: gr.Plot
-    head: gr.Dropdown
-    numbers: gr.Dataframe
-    per_class: gr.Dataframe
-    exemplars: gr.Gallery
-    scenes: gr.Slider
-    build: gr.Button
-
-    @property
-    def opened(self) -> list:
-        """What opening an atlas writes."""
-        return [self.atlas, self.pick, self.msg, self.overview, self.heatmap, *self.head_shown]
-
-    @property
-    def head_shown(self) -> list:
-        """What picking a head writes."""
-        return [self.head, self.numbers, self.per_class, self.exemplars]
-
-
-def build_tab() -> DatasetTab:
-    """The tab's components (inside a gr.Tab); empty until an atlas is opened."""
-    gr.Markdown(
-        "A head atlas over a dataset (`python -m cait.atlas ... --out OUT`, or built here from the shipped test "
-        "scenes): per class-attention head its numbers over the images and its exemplars. Click an exemplar "
-        "to open it in the single-image tabs with that head enlarged."
-    )
-    parts: dict[str, Any] = {"atlas": gr.State(None)}
-    with gr.Row():
-        parts["pick"] = gr.Dropdown(choices=[], label="Atlas", allow_custom_value=True, scale=3, elem_id="ds_pick")
-        parts["scenes"] = gr.Slider(
-            1, MAX_SCENES, value=DEFAULT_SCENES, step=1, label="Test scenes", scale=2, elem_id="ds_scenes"
-        )
-        parts["build"] = gr.Button("Build an atlas of the scenes for this page's model", scale=1, elem_id="ds_build")
-    parts["msg"] = gr.Markdown(elem_id="ds_msg")
-    parts["overview"] = gr.Markdown(min_height=80, elem_id="ds_overview")  # room for the build's progress bar
-    parts["head"] = gr.Dropdown(choices=[], label="Head", elem_id="ds_head")
-    with gr.Row():
-        parts["numbers"] = gr.Dataframe(
-            headers=NUMBER_HEADERS, label="The head over the data", interactive=False, elem_id="ds_numbers"
-        )
-        parts["per_class"] = gr.Dataframe(
-            headers=CLASS_HEADERS, label="Its mean DLA by predicted class", interactive=False, elem_id="ds_per_class"
-        )
-    parts["exemplars"] = gr.Gallery(
-        label="Exemplars (click one to open it)",
-        columns=6,
-        allow_preview=False,
-        height="auto",
-        elem_id="ds_exemplars",
-        elem_classes=["no-scroll"],
-    )
-    parts["heatmap"] = gr.Plot(label="Mean DLA, heads x predicted classes", elem_id="ds_heatmap")
-    return DatasetTab(**parts)
-
-
 __all__ = [
     "Atlas",
     "DEFAULT_SCENES",
-    "DatasetTab",
     "Exemplar",
     "MAX_SCENES",
     "NotAnAtlas",
     "atlas_images",
-    "build_tab",
     "class_numbers",
     "find_atlases",
     "head_numbers",

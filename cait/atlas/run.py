@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from .. import explain, factory
-from ..data import DataError, read_images
+from ..data import DataError, ImageSet, read_images
 from ..distributed import rank_shards, setup_distributed, shard_ranges
 from ..errors import InputError
 from ..preprocess import class_names
@@ -57,44 +57,72 @@ def _barrier() -> None:
 
 
 def run(args: argparse.Namespace) -> Path:
-    """Make the atlas `args` ask for in args.out; under torchrun this process is one rank of it. Raises
-    `AtlasError` (and the reader's / loader's one-line errors) for input that cannot work."""
+    """Make the atlas `args` ask for in args.out, loading its model and images (`make` does the rest); under
+    torchrun this process is one rank of it. Raises `AtlasError` (and the reader's / loader's one-line errors)
+    for input that cannot work."""
     if args.threads:
         torch.set_num_threads(args.threads)
     rank, world, device = setup_distributed(args.device)
     try:
         loaded = load_model(args)
-        model = loaded.model.to(device).eval()
-        data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
-        precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
-        # what auto chose is recorded too: shards of one atlas all come from one precision
-        out, recorded = Path(args.out), recorded_args(args) | {"images": len(data), "precision_used": precision.name}
-        problem = args_problem(out, recorded)  # every rank reads before rank 0 writes: they all agree
-        _barrier()
-        if problem:
-            raise AtlasError(problem)
-        if rank == 0:
-            record_args(out, recorded)
-        dtype = precision.dtype
-        shards = shard_ranges(len(data), args.shard_size)
-        mine = rank_shards(len(shards), rank, world)
-        patching = None if args.patching is None else parse_corruption(args.patching)
-        options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
-        options["patching"] = patching
-        run_shards(model, data, shards, mine, out, device=device, show=rank == 0, stop_after=args.stop_after, **options)
-        _barrier()
-        missing = missing_shards(out, len(shards))
-        if rank == 0 and missing:
-            print(
-                f"stopped with {len(missing)} of {len(shards)} shards to do: the same command continues",
-                file=sys.stderr,
-            )
-        elif rank == 0:
-            merge(out, loaded, data, len(shards), args=args, dtype=dtype)
-        return out
+        loaded.model.to(device).eval()
+        data = read_images(args.data, loaded.model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
+        return make(args, loaded, data, device=device, rank=rank, world=world)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def make(
+    args: argparse.Namespace,
+    loaded: SourcedModel,
+    data: ImageSet,
+    *,
+    device: torch.device,
+    rank: int = 0,
+    world: int = 1,
+) -> Path:
+    """The atlas `args` ask for in args.out, of `loaded`'s model (on `device`, in eval mode) over `data` (read
+    with normalise=False), both given by the caller: the command line loads them (`run`), the app takes the model
+    from its cache. Rank `rank` of `world` computes its shards; rank 0 merges them once all are done.
+
+    Args:
+        args: the command line's arguments (`python -m cait.atlas`), which the atlas records.
+        loaded: the model with the record of where its weights came from.
+        data: the images, as `cait.data.read_images` reads args.data.
+        device: where the model is.
+        rank: this process's rank under torchrun (0 alone).
+        world: the number of ranks (1 alone).
+
+    Returns:
+        The atlas's folder, args.out."""
+    precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
+    # what auto chose is recorded too: shards of one atlas all come from one precision
+    out, recorded = Path(args.out), recorded_args(args) | {"images": len(data), "precision_used": precision.name}
+    problem = args_problem(out, recorded)  # every rank reads before rank 0 writes: they all agree
+    _barrier()
+    if problem:
+        raise AtlasError(problem)
+    if rank == 0:
+        record_args(out, recorded)
+    dtype = precision.dtype
+    shards = shard_ranges(len(data), args.shard_size)
+    mine = rank_shards(len(shards), rank, world)
+    patching = None if args.patching is None else parse_corruption(args.patching)
+    options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
+    options["patching"] = patching
+    model = loaded.model
+    run_shards(model, data, shards, mine, out, device=device, show=rank == 0, stop_after=args.stop_after, **options)
+    _barrier()
+    missing = missing_shards(out, len(shards))
+    if rank == 0 and missing:
+        print(
+            f"stopped with {len(missing)} of {len(shards)} shards to do: the same command continues",
+            file=sys.stderr,
+        )
+    elif rank == 0:
+        merge(out, loaded, data, len(shards), args=args, dtype=dtype)
+    return out
 
 
 def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.Namespace, dtype) -> None:
