@@ -394,10 +394,8 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
     s.tabs.select(ev.tab_opened, None, s.open_tab, queue=False, api_visibility="private")
 
 
-def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:
-    """The whole app; a new session starts with `default`; `places`: where the Dataset tab finds atlases."""
-    first = torch_thread.call(cache.get, default)
-    demo, page, tabs = compose(first, cache, places or dataset.AtlasPlaces.of(None, None))
+def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default: ModelChoice) -> None:
+    """Every event of the page, and /analyze."""
     with demo:
         _wire_image(demo, page, tabs)
         tabs.ca.wire()
@@ -408,6 +406,13 @@ def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlac
         tabs.model.wire(demo, ca_props=page.ca.ca_props, everything=page.everything())
         demo.unload(tabs.causal.stops.drop)  # a closed page's Stop goes with it
         gr.api(torch_thread.handler(Analyze(cache, default).analyze), api_name="analyze", concurrency_id="model")
+
+
+def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:
+    """The whole app; a new session starts with `default`; `places`: where the Dataset tab finds atlases."""
+    first = torch_thread.call(cache.get, default)
+    demo, page, tabs = compose(first, cache, places or dataset.AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=cache, default=default)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
 
