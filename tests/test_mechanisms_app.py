@@ -181,3 +181,43 @@ def test_gradient_rollout_is_in_the_saliency_tab_and_scored(setup):
     steps = list(handlers.tabs.saliency.run(view="smooth", **named))
     table = steps[-2][handlers.p.sal_table]
     assert table[0][0] == "gradient_rollout" and table[0][1] is not None and table[0][2] is not None
+
+
+def test_errors_come_in_two_kinds_a_users_calm_line_and_an_internal_one_with_the_traceback_logged(
+    setup, monkeypatch, caplog
+):
+    """As the wired page calls its handlers: a user's mistake (a `cait.InputError`) is its own calm line; a bug (a
+    RuntimeError injected into the numbers) is one line saying an internal error happened, with the traceback in
+    the server's log, never a calm wrong message."""
+    import logging
+
+    from app import mechanisms_view
+    from app.shared import INTERNAL_ERROR
+    from app.tabs.dataset import AtlasPlaces
+    from app.ui import compose, wire
+
+    handlers, loaded, a, _ = setup
+    demo, page, tabs = compose(loaded, handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=loaded.choice)
+    patch_fn = next(fn.fn for fn in demo.fns.values() if fn.name == "patch")
+    asked = dict(choice=a.choice, analysis=a, mx_class=None, mx_source=SOURCES[0], mx_corruption="gaussian_noise")
+    asked |= dict(mx_severity=3, mx_example=None, mx_upload=None)
+    msg = page.mechanisms.mx_msg
+    calm = patch_fn(**(asked | dict(mx_source=SOURCES[2])))  # no second image chosen: the user's to mend
+    assert calm == {msg: "**Cannot patch:** choose a file for the corrupted run"}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch in a bug")
+
+    monkeypatch.setattr(mechanisms_view, "patching_numbers", broken)
+    caplog.set_level(logging.INFO, logger="cait.app")
+    said = patch_fn(**asked)
+    assert said == {msg: INTERNAL_ERROR} and "\n" not in said[msg] and "shape mismatch" not in said[msg]
+    (logged,) = [r for r in caplog.records if r.exc_info]
+    assert logged.levelno == logging.ERROR and isinstance(logged.exc_info[1], RuntimeError)
+    # a handler without a message line of its own answers with Gradio's error toast, in the same two kinds
+    region = next(fn.fn for fn in demo.fns.values() if fn.name == "region")
+    monkeypatch.setattr(session, "regions_of_focus", broken)
+    with pytest.raises(gr.Error, match="Internal error") as raised:
+        region(a, "CA1 mean", 0.5)
+    assert "shape mismatch" not in str(raised.value)
