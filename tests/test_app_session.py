@@ -685,3 +685,24 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     top = float(heat.abs().max())
     assert grid.zmid == 0 and grid.zmin == pytest.approx(-top) and grid.zmax == pytest.approx(top)
     assert grid.colorbar.title.text == "saliency"
+
+
+def test_the_page_shows_every_class_attention_layer_of_its_model_or_refuses_it_with_a_reason(handlers, tmp_path):
+    """No silent limit on CA layers: a page whose model has six shows six galleries and draws six layers in the PNG
+    grid; a page that shows four refuses a six-layer model at load, saying why."""
+    from app_tabs import page_under_test
+
+    path = tmp_path / "six.safetensors"
+    cait.save_weights(randomise_(cait.create_model("cait_pico_32", depth_token_only=6)), path)
+    six = ModelChoice(None, str(path))
+    app = page_under_test(handlers.cache, six)
+    assert len(app.p.ca_galleries) == 6
+    a = session.analyse(handlers.cache.get(six), str(SCENE))
+    shown = tuple(app.p.ca_props.value)
+    out = app.tabs.ca.outputs(a, Look("inferno", 0.5, "per tile", "smooth", 1.0), None, shown)
+    assert [out[g]["visible"] for g in app.p.ca_galleries] == [True] * 6
+    with Image.open(out[app.p.grid_file]) as sheet:
+        assert sheet.height > 6 * 224  # six rows of tiles, under the title
+    refused = load(handlers, handlers.default, SHOWN, None, str(path))
+    assert list(refused) == [handlers.p.load_msg, handlers.p.variant]
+    assert "has 6 class-attention layers and this page shows 4" in refused[handlers.p.load_msg]
