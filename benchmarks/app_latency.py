@@ -62,9 +62,9 @@ from app import causal_view, torch_thread  # noqa: E402
 from app.choices import region_choices  # noqa: E402
 from app.loading import load_model  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
+from app.session import analyse, saliency_rows  # noqa: E402
 from app.shared import SCALES, VIEWS  # noqa: E402
 from app.tabs.dataset import AtlasPlaces  # noqa: E402
-from app.session import analyse, saliency_rows  # noqa: E402
 from app.ui import Tabs, build_app, compose, launch  # noqa: E402
 from cait import explain  # noqa: E402
 from cait.figures import display_base  # noqa: E402

@@ -243,8 +243,8 @@ def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monke
 
     from _common import load_model as analysis_load
 
-    from app.models import ModelChoice
     from app.loading import load_model as app_load
+    from app.models import ModelChoice
 
     configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.variant_status)
     loads = {
@@ -266,8 +266,8 @@ def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_ana
 
     from _common import load_model as analysis_load
 
-    from app.models import ModelChoice
     from app.loading import load_model as app_load
+    from app.models import ModelChoice
     from cait.evaluate.__main__ import main as evaluate_main
 
     # the suite runs offline with an empty cache (conftest.py): timm's weights of NAME are not here

@@ -94,8 +94,8 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
     import argparse
 
     from analysis._common import load_model as analysis_model  # (the repo root is on pytest's pythonpath)
-    from app.models import ModelChoice
     from app.loading import load_model as app_model
+    from app.models import ModelChoice
     from cait.config import VARIANTS
 
     name = "cait_test_wide_64"
