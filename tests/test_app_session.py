@@ -539,7 +539,7 @@ def test_the_region_of_focus_follows_the_chosen_map_and_share(handlers):
     assert handlers.tabs.saliency.region(None, "CA1 mean", 0.5) == {p.sal_region: None}
 
 
-def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins):
+def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins, monkeypatch):
     from safetensors.torch import save
     from stand_in_hub import StandInHub
 
@@ -556,7 +556,9 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
         # no download: random weights, as the fixture's server was started with --random-init
         failed = load(handlers, ModelChoice("cait_pico_32", random_init=True), SHOWN, name, "", False)
         assert "Untrained" in failed[handlers.p.load_msg] and stand_in.methods() == []
-        seen = []
+        seen, asked = [], []
+        counted, real_status = lambda n: asked.append(n) or real_status(n), hub.weights_status  # noqa: E731
+        monkeypatch.setattr(hub, "weights_status", counted)
         out = load(
             handlers,
             ModelChoice("cait_pico_32", random_init=True),
@@ -567,6 +569,9 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
             progress=lambda fraction, **kw: seen.append((fraction, kw.get("desc"))),
         )
         assert stand_in.methods() == ["HEAD", "GET"] and seen and seen[-1][1] == f"downloading {name}"
+        assert asked == [name]  # the download path asks where the weights stand once, not again for every variant
+        row = next(line for line in out[handlers.p.weights_table].splitlines() if line.startswith(f"| {name} |"))
+        assert "in the local cache" in row  # the download changed its row of the table
         done, total = seen[-1][0]
         assert done == total == len(next(iter(served.values())))
         assert "official weights" in out[handlers.p.load_msg]
