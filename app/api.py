@@ -10,7 +10,7 @@ import gradio as gr
 from gradio.data_classes import FileData
 
 from app import causal_view, mechanisms_view, session
-from app.images import ImageInputError
+from app.images import ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
 from cait import explain
@@ -88,14 +88,6 @@ def answer(
     return out
 
 
-def _payload_path(payload: Any) -> str | None:
-    if payload is None:
-        return None
-    if isinstance(payload, dict):
-        return payload.get("path")
-    return getattr(payload, "path", None) or (payload if isinstance(payload, str) else None)
-
-
 class Analyze:
     """The endpoint, answered by the server's default model."""
 
@@ -148,7 +140,7 @@ class Analyze:
             rollout_head_fusion=rollout_head_fusion,
             rollout_discard_ratio=float(rollout_discard_ratio),
         )
-        path = _payload_path(image)
+        path = payload_path(image)
         if path is None:
             raise _refused("no image given")
         loaded = self.cache.get(self.default)

@@ -32,6 +32,15 @@ class ImageInputError(InputError):
     """An upload that cannot be turned into an image; the message says why, in one sentence."""
 
 
+def payload_path(payload: object) -> str | None:
+    """The file of an image Gradio hands over: a FileData, its dict, or a path (None: no image)."""
+    if payload is None:
+        return None
+    if isinstance(payload, dict):
+        return payload.get("path")
+    return getattr(payload, "path", None) or (payload if isinstance(payload, str) else None)
+
+
 @dataclass
 class DecodedImage:
     image: Image.Image  # RGB or L, at most MAX_SIDE on its long side

@@ -39,6 +39,25 @@ class Shared:
     tabs: gr.Tabs
 
 
+@dataclass(frozen=True)
+class ImageAsk:
+    """What a new image (an example clicked, an atlas's exemplar) is analysed with, by name: the page's model, the
+    class-attention galleries' props and look, the talking-heads layer."""
+
+    choice: Any  # the session's ModelChoice
+    ca_props: tuple
+    cmap: str
+    alpha: float
+    scale: str
+    view: str
+    keep: float
+    th_layer: int
+
+    @property
+    def look(self) -> Look:
+        return Look(self.cmap, self.alpha, self.scale, self.view, self.keep)
+
+
 def named(parts: Any, ask: type, **more: Any) -> dict[str, Any]:
     """The components the fields of the dataclass `ask` are named after, found in `parts` (one components
     dataclass, or several in a tuple) and `more`: an event's `inputs_kwargs`, so that its handler gets each value

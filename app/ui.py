@@ -21,9 +21,19 @@ from app import session, style, texts, torch_thread
 from app.api import Analyze
 from app.choices import top_predictions
 from app.examples import served_paths
-from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB, ImageInputError
+from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB, ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import CAUSAL_TAB, CLASS_ATTENTION_TAB, MECHANISMS_TAB, MODEL_EVENTS, Look, Shared, answering, named
+from app.shared import (
+    CAUSAL_TAB,
+    CLASS_ATTENTION_TAB,
+    MECHANISMS_TAB,
+    MODEL_EVENTS,
+    ImageAsk,
+    Look,
+    Shared,
+    answering,
+    named,
+)
 from app.tabs import causal, class_attention, dataset, layerscale, mechanisms, model, saliency, talking_heads
 from app.workdir import FILE_TTL, WORK
 from cait import explain, hub
@@ -97,24 +107,6 @@ class DetailsAsk:
 
 
 @dataclass(frozen=True)
-class ImageAsk:
-    """What a new image (an example clicked) is analysed with (by name)."""
-
-    choice: ModelChoice
-    ca_props: tuple
-    cmap: str
-    alpha: float
-    scale: str
-    view: str
-    keep: float
-    th_layer: int
-
-    @property
-    def look(self) -> Look:
-        return Look(self.cmap, self.alpha, self.scale, self.view, self.keep)
-
-
-@dataclass(frozen=True)
 class UploadAsk(ImageAsk):
     """What an upload sends (by name): `ImageAsk`'s fields and the upload's payload."""
 
@@ -138,14 +130,6 @@ class Tabs:
         self.model = model.ModelTab(
             page.model, s, cache, default=default, statuses=statuses, ca_layers=ca, page_for=self.image.page_for
         )
-
-
-def _payload_path(payload: Any) -> str | None:
-    if payload is None:
-        return None
-    if isinstance(payload, dict):
-        return payload.get("path")
-    return getattr(payload, "path", None) or (payload if isinstance(payload, str) else None)
 
 
 class ImageEvents:
@@ -230,7 +214,7 @@ class ImageEvents:
         """An uploaded file analysed (or refused, in the status line); no example is highlighted any more.
         asked: `UploadAsk`'s fields, by name."""
         ask = UploadAsk(**asked)
-        path = _payload_path(ask.image_in)
+        path = payload_path(ask.image_in)
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=True)
         # its props only, the examples stay; a component, not gr.update, which drops a None
         return out | {self.page.shared.examples: gr.Gallery(selected_index=None)}

@@ -58,8 +58,8 @@ class ClassAttentionParts:
 
 
 @dataclass(frozen=True)
-class RedrawAsk:
-    """What a look control's change sends (by name, as the components are named)."""
+class EnlargeAsk:
+    """What a click on a tile sends (by name, as the components are named)."""
 
     analysis: session.Analysis | None
     cmap: str
@@ -67,20 +67,14 @@ class RedrawAsk:
     scale: str
     view: str
     keep: float
-    selected: tuple[int, int] | None
-    ca_props: tuple
 
 
 @dataclass(frozen=True)
-class EnlargeAsk:
-    """What a click on a tile sends (by name)."""
+class RedrawAsk(EnlargeAsk):
+    """What a look control's change sends (by name): `EnlargeAsk`'s and the tile enlarged, the galleries' props."""
 
-    analysis: session.Analysis | None
-    cmap: str
-    alpha: float
-    scale: str
-    view: str
-    keep: float
+    selected: tuple[int, int] | None = None
+    ca_props: tuple = ()
 
 
 def look_of(ask: Any) -> Look:

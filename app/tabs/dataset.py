@@ -16,7 +16,7 @@ import gradio as gr
 from app import dataset_view as dv
 from app import torch_thread
 from app.models import ModelCache, ModelChoice
-from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, Look, Shared, log, named
+from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, ImageAsk, Shared, log, named
 from app.workdir import WORK
 from cait.data import DataError, read_images
 from cait.data.reader import IMAGE_ERRORS
@@ -71,19 +71,11 @@ class DatasetParts:
 
 
 @dataclass(frozen=True)
-class ExemplarAsk:
-    """What a click on an exemplar sends (by name): the page's model and look, and the atlas's head."""
+class ExemplarAsk(ImageAsk):
+    """What a click on an exemplar sends (by name): `ImageAsk`'s fields and the atlas's head."""
 
-    choice: ModelChoice
-    ca_props: tuple
-    cmap: str
-    alpha: float
-    scale: str
-    view: str
-    keep: float
-    th_layer: int
-    atlas: dv.Atlas | None
-    head: int | None
+    atlas: dv.Atlas | None = None
+    head: int | None = None
 
 
 def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> argparse.Namespace:
@@ -237,8 +229,7 @@ class DatasetTab:
         fits = head[0] < cfg.depth_token_only and head[1] < cfg.num_heads
         same = dv.same_model(atlas.model_choice(), choice)
         selected = (head[0], head[1] + 1) if fits and same else None  # the enlarged tile: 0 is the head mean
-        look = Look(ask.cmap, ask.alpha, ask.scale, ask.view, ask.keep)
-        out = self.analyse(choice, path, look, ask.th_layer, ask.ca_props, uploaded=False, selected=selected)
+        out = self.analyse(choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False, selected=selected)
         out[s.image_in] = path
         out[s.tabs] = gr.Tabs(selected="ca")
         out[s.open_tab] = CLASS_ATTENTION_TAB
