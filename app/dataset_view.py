@@ -15,12 +15,10 @@ from typing import Any
 import numpy as np
 
 import cait
-from app.models import ModelChoice
 from cait.atlas.page import class_dla_figure
 from cait.atlas.shards import ARGS_FILE
 from cait.data import ImageSet, read_images
 from cait.errors import InputError
-from cait.factory import requested_variant
 from cait.figures.attention import head_name
 
 DEFAULT_SCENES, MAX_SCENES = 200, 2000  # an atlas built in the app: the first N shipped test scenes
@@ -87,26 +85,11 @@ class Atlas:
         found = self.heads[k]["exemplars"]
         return [Exemplar(label, e["path"], e[number], number) for kind, label, number in KINDS for e in found[kind]]
 
-    def model_choice(self) -> ModelChoice | None:
-        """The app's ModelChoice of the model the atlas was made with (None when its arguments are missing)."""
-        if "checkpoint" not in self.args:
-            return None
-        return ModelChoice(
-            name=requested_variant(self.args.get("model"), self.args["checkpoint"]),
-            checkpoint=self.args["checkpoint"],
-            download=bool(self.args.get("pretrained")),
-            random_init=bool(self.args.get("random_init")),
-        )
-
-
-def same_model(a: ModelChoice | None, b: ModelChoice) -> bool:
-    """Whether two choices load the same weights: the same variant and the same checkpoint file (whether a
-    download was allowed does not change the weights)."""
-    if a is None:
-        return False
-    file = lambda c: None if c.checkpoint is None else Path(c.checkpoint).resolve()
-    name = lambda c: requested_variant(c.name, c.checkpoint)
-    return (name(a), file(a), a.random_init) == (name(b), file(b), b.random_init)
+    def made_by(self, made_from: str) -> bool:
+        """Whether the atlas's model is the one `made_from` describes (`cait.SourcedModel.made_from`, the one record
+        of the weights: their file with its architecture and training, or the seeded random init): the same
+        weights, however the server was started."""
+        return self.summary.get("model") == made_from
 
 
 def _json(path: Path, what: str) -> Any:
@@ -224,5 +207,4 @@ __all__ = [
     "heatmap",
     "overview_markdown",
     "read_atlas",
-    "same_model",
 ]

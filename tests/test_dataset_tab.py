@@ -153,6 +153,19 @@ def test_an_atlas_of_another_model_says_so_and_selects_no_head(world):
     assert clicked[p.selected] is None and "another model" in clicked[t.msg]
 
 
+def test_an_atlas_matches_the_page_by_its_weights_not_by_how_the_server_was_started(world):
+    """Issue 49 N37: a page whose choice differs from the atlas's arguments only in --random-init (which does not
+    change weights read from a file) has the atlas's model: no "another model" note, and an exemplar's head is
+    enlarged."""
+    from dataclasses import replace
+
+    started_random = replace(world.choice, random_init=True)
+    out = world.dh.open(str(world.atlas), started_random)
+    assert out[world.dh.parts.msg] == ""
+    clicked = click_exemplar(world, out[world.dh.parts.atlas], 3, 0, started_random)
+    assert clicked[world.app.p.selected] == (1, 2)  # CA2 head 2 enlarged
+
+
 def test_bad_folders_and_missing_images_are_one_calm_message(world, tmp_path):
     dh, t = world.dh, world.dh.parts
     (tmp_path / "empty").mkdir()

@@ -15,7 +15,7 @@ import gradio as gr
 
 from app import dataset_view as dv
 from app import torch_thread
-from app.models import ModelCache, ModelChoice
+from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, ImageAsk, Shared, log, named
 from app.workdir import WORK
 from cait.data import DataError, read_images
@@ -161,18 +161,18 @@ class DatasetTab:
             log.info("could not open an atlas: %s", e)
             return out | {t.msg: f"**Cannot open this atlas:** {e}", t.head: gr.Dropdown(choices=[], value=None)}
         out.update({t.atlas: atlas, t.overview: dv.overview_markdown(atlas), t.heatmap: dv.heatmap(atlas)})
-        out[t.msg] = self._model_note(atlas, choice)
+        out[t.msg] = self._model_note(atlas, self.cache.get(choice))
         if not atlas.heads:
             return out | {t.msg: "**This atlas holds no readable image.**", t.head: gr.Dropdown(choices=[])}
         out[t.head] = gr.Dropdown(choices=atlas.head_choices(), value=0)
         return out | self.show_head(atlas, 0, choice)
 
     @staticmethod
-    def _model_note(atlas: dv.Atlas, choice: ModelChoice) -> str:
-        if dv.same_model(atlas.model_choice(), choice):
+    def _model_note(atlas: dv.Atlas, loaded: LoadedModel) -> str:
+        if atlas.made_by(loaded.sourced.made_from):
             return ""
         return (
-            f"This atlas was made with another model than this page's ({choice}): an exemplar opens with the "
+            f"This atlas was made with another model than this page's ({loaded.choice}): an exemplar opens with the "
             f"page's model. Load the atlas's model in the Model tab to see its heads."
         )
 
@@ -224,16 +224,16 @@ class DatasetTab:
             log.info("could not open an exemplar: %s", problem)
             return {t.msg: f"**Cannot open this exemplar:** {problem}"}
         entry = atlas.heads[int(k)]
-        cfg = self.cache.get(choice).cfg
+        loaded = self.cache.get(choice)
         head = (entry["layer"] - 1, entry["head"] - 1)
-        fits = head[0] < cfg.depth_token_only and head[1] < cfg.num_heads
-        same = dv.same_model(atlas.model_choice(), choice)
+        fits = head[0] < loaded.cfg.depth_token_only and head[1] < loaded.cfg.num_heads
+        same = atlas.made_by(loaded.sourced.made_from)
         selected = (head[0], head[1] + 1) if fits and same else None  # the enlarged tile: 0 is the head mean
         out = self.analyse(choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False, selected=selected)
         out[s.image_in] = path
         out[s.tabs] = gr.Tabs(selected="ca")
         out[s.open_tab] = CLASS_ATTENTION_TAB
-        out[t.msg] = self._model_note(atlas, choice)
+        out[t.msg] = self._model_note(atlas, loaded)
         if out.get(s.analysis) is not None:
             name = head_name(head[0], head[1])
             out[s.status] += (
