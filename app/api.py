@@ -15,6 +15,7 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
 from cait import explain
 from cait.errors import InputError
+from cait.explain.attribution import checked_options
 from cait.robustness import parse_corruption
 
 _OPTIONS = explain.MethodOptions()  # the method settings' defaults
@@ -31,12 +32,11 @@ def _choice(value: str, choices, what: str) -> str:
 
 
 def _options(**given: Any) -> explain.MethodOptions:
-    """The method settings of a call, its names checked against explain's own lists."""
+    """The method settings of a call: the names checked against explain's own lists, the numbers against its
+    bounds (`checked_options`, which the page's sliders span)."""
     _choice(given["ig_baseline"], explain.IG_BASELINES, "integrated-gradients baseline")
     _choice(given["rollout_head_fusion"], explain.HEAD_FUSIONS, "rollout head fusion")
-    if not 0 <= float(given["rollout_discard_ratio"]) < 1:
-        raise AnalyzeError(f"rollout_discard_ratio must be in [0, 1), got {given['rollout_discard_ratio']}")
-    return explain.MethodOptions(**given)
+    return checked_options(**given)
 
 
 def _corruption(spec: str) -> tuple[str, int]:
@@ -61,11 +61,11 @@ def answer(
     **options: Any,
 ) -> dict[str, Any]:
     """The answer of /analyze (`Analyze.analyze` says each keyword) for the image at `path`; options: the method
-    settings, as `explain.MethodOptions` names them. Raises ImageInputError for a bad file, AnalyzeError in one
+    settings, as `explain.MethodOptions` names them. Raises ImageInputError for a bad file, an InputError in one
     line for a bad class, method, option or corruption."""
+    options = _options(**options)  # the page's bounds: a bad value is one line naming the option
     if method:
         _choice(method, list(explain.METHODS), "method")
-        options = _options(**options)
     corruption = _corruption(patching) if patching else None
     a = session.analyse(loaded, path)
     out = session.numbers(loaded, a)

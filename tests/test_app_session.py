@@ -711,3 +711,14 @@ def test_the_page_shows_every_class_attention_layer_of_its_model_or_refuses_it_w
     refused = load(handlers, handlers.default, SHOWN, None, str(path))
     assert list(refused) == [handlers.p.load_msg, handlers.p.variant]
     assert "has 6 class-attention layers and this page shows 4" in refused[handlers.p.load_msg]
+
+
+def test_the_saliency_tabs_sliders_span_the_bounds_analyze_accepts(handlers):
+    """One definition of the method options' bounds (`cait.explain.attribution.OPTION_BOUNDS`) for the page's
+    sliders and /analyze."""
+    from cait.explain.attribution import OPTION_BOUNDS
+
+    p = handlers.p
+    sliders = dict(ig_steps=p.ig_steps, smoothgrad_samples=p.sg_samples, smoothgrad_stdev=p.sg_noise)
+    sliders["rollout_discard_ratio"] = p.discard
+    assert {name: (s.minimum, s.maximum) for name, s in sliders.items()} == OPTION_BOUNDS

@@ -242,14 +242,19 @@ class MechanismsTab:
             f"Patching '{label}': clean logit {n['clean_logit']:.2f}, corrupted {n['corrupted_logit']:.2f} "
             f"(top-1 '{broken}'), gap {n['gap']:.2f}"
         )
-        blocks, branches = np.array(n["blocks"]), np.array(n["branches"])
+        branches, class_token = np.array(n["branches"]), np.array(n["class_token"])
         heads_title = "Each CA head's clean output patched in alone"
         return {
             p.mx_msg: "",
             self.shared.json_file: session.numbers_file(loaded, a),
             p.mx_second: shown,
             p.mx_patch: patching_plotly(
-                blocks, branches, n["gap"], depth=cfg.depth, ca_depth=cfg.depth_token_only, title=title
+                branches,
+                n["gap"],
+                class_token=class_token,
+                depth=cfg.depth,
+                ca_depth=cfg.depth_token_only,
+                title=title,
             ),
             p.mx_patch_heads: heads_plotly(np.array(n["heads"]), n["gap"], title=heads_title),
         }

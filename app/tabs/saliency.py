@@ -16,6 +16,7 @@ from app.choices import class_choices, ranked_classes, region_choices
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
 from cait import explain
+from cait.explain.attribution import OPTION_BOUNDS
 from cait.figures.attention import head_name
 
 SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
@@ -213,11 +214,15 @@ def build(first: LoadedModel) -> SaliencyParts:
 
 
 def _method_options(parts: dict) -> None:
-    defaults = explain.MethodOptions()
+    defaults, bounds = explain.MethodOptions(), OPTION_BOUNDS  # the sliders span what /analyze accepts
     with gr.Accordion("Method options (integrated gradients, SmoothGrad, rollout)", open=False):
         with gr.Row():  # one method's settings a row, so that no label wraps
             parts["ig_steps"] = gr.Slider(
-                4, 128, value=defaults.ig_steps, step=4, label="Integrated-gradients steps", elem_id="ig_steps"
+                *bounds["ig_steps"],
+                value=defaults.ig_steps,
+                step=4,
+                label="Integrated-gradients steps",
+                elem_id="ig_steps",
             )
             parts["ig_baseline"] = gr.Dropdown(
                 list(explain.IG_BASELINES),
@@ -228,11 +233,14 @@ def _method_options(parts: dict) -> None:
             )
         with gr.Row():
             parts["sg_samples"] = gr.Slider(
-                2, 64, value=defaults.smoothgrad_samples, step=2, label="SmoothGrad samples", elem_id="sg_samples"
+                *bounds["smoothgrad_samples"],
+                value=defaults.smoothgrad_samples,
+                step=2,
+                label="SmoothGrad samples",
+                elem_id="sg_samples",
             )
             parts["sg_noise"] = gr.Slider(
-                0.0,
-                1.0,
+                *bounds["smoothgrad_stdev"],
                 value=defaults.smoothgrad_stdev,
                 step=0.05,
                 label="SmoothGrad noise (std, normalised units)",
@@ -249,8 +257,7 @@ def _method_options(parts: dict) -> None:
                 elem_id="fusion",
             )
             parts["discard"] = gr.Slider(
-                0.0,
-                0.95,
+                *bounds["rollout_discard_ratio"],
                 value=defaults.rollout_discard_ratio,
                 step=0.05,
                 label="Rollout discard ratio (lowest weights of each layer set to 0)",
