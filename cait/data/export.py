@@ -30,16 +30,21 @@ MARK = "Fashion-MNIST scenes written by cait.data.export"  # COCO info.descripti
 def coco_boxes(scenes: FashionMNISTScenes, files: list[str]) -> dict:
     """The COCO document of scenes 0..len(files)-1 written as `files` (relative paths): one box per scene."""
     info = {"description": MARK, "split": scenes.split, "seed": scenes.seed, "style": scenes.style}
-    categories = [{"id": k + 1, "name": name} for k, name in enumerate(scenes.classes)]
+    return coco_document(files, scenes.boxes, scenes.labels, scenes.classes, canvas=scenes.canvas, info=info)
+
+
+def coco_document(files: list[str], boxes, labels, classes, *, canvas: int, info: dict) -> dict:
+    """COCO for square canvas images `files` with one (x0, y0, x1, y1) box and class index each; categories 1..K."""
+    categories = [{"id": k + 1, "name": name} for k, name in enumerate(classes)]
     images, annotations = [], []
     for i, file in enumerate(files):
-        x0, y0, x1, y1 = (float(v) for v in scenes.boxes[i])
-        images.append({"id": i, "file_name": file, "width": scenes.canvas, "height": scenes.canvas})
+        x0, y0, x1, y1 = (float(v) for v in boxes[i])
+        images.append({"id": i, "file_name": file, "width": canvas, "height": canvas})
         annotations.append(
             {
                 "id": i,
                 "image_id": i,
-                "category_id": int(scenes.labels[i]) + 1,
+                "category_id": int(labels[i]) + 1,
                 "bbox": [x0, y0, x1 - x0, y1 - y0],
                 "area": (x1 - x0) * (y1 - y0),
                 "iscrowd": 0,
@@ -48,9 +53,10 @@ def coco_boxes(scenes: FashionMNISTScenes, files: list[str]) -> dict:
     return {"info": info, "images": images, "annotations": annotations, "categories": categories}
 
 
-def clear_previous(out: Path) -> None:
-    """Make `out` ready to write: absent or empty, or a previous export, whose files are removed (so that a
-    smaller export leaves none of them behind). Anything else: DataError, and nothing is touched."""
+def clear_previous(out: Path, *, mark: str = MARK) -> None:
+    """Make `out` ready to write: absent or empty, or a previous export (its COCO info.description is `mark`),
+    whose files are removed (so that a smaller export leaves none of them behind). Anything else: DataError, and
+    nothing is touched."""
     if not out.exists():
         return
     if not out.is_dir():
@@ -61,7 +67,7 @@ def clear_previous(out: Path) -> None:
         previous = json.loads((out / BOXES_FILE).read_text())
         files = (
             [out / image["file_name"] for image in previous["images"]]
-            if previous["info"]["description"] == MARK
+            if previous["info"]["description"] == mark
             else None
         )
     except (OSError, ValueError, KeyError, TypeError):
