@@ -84,21 +84,34 @@ def clear_previous(out: Path, *, mark: str = MARK) -> None:
 
 def export_scenes(out: Path, *, n: int, split: str = "val", style: str = "default", seed: int = 0) -> int:
     """Write the first n scenes of a split under `out` (see the module's doc); returns how many (the split may
-    hold fewer). The boxes file is written first: it lists the images, so an interrupted export is known as one."""
-    from .reader import folder_name  # here, not at the top: the command's --help needs no torch
+    hold fewer)."""
     from .scenes import FashionMNISTScenes
 
     if n <= 0:
         raise DataError(f"--n must be positive, got {n}")
     scenes = FashionMNISTScenes(split, seed=seed, subset=n, style=style)
-    clear_previous(out)
-    files = [f"{folder_name(scenes.classes[int(label)])}/{i:05d}.png" for i, label in enumerate(scenes.labels)]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / BOXES_FILE).write_text(json.dumps(coco_boxes(scenes, files), indent=1))
-    for i, file in enumerate(tqdm(files, desc="export", unit="scene")):
-        (out / file).parent.mkdir(exist_ok=True)
-        scenes[i][0].save(out / file, format="PNG")
+    files = class_files(scenes.labels, scenes.classes)
+    write_image_folder(out, files, coco_boxes(scenes, files), lambda i: scenes[i][0], mark=MARK, unit="scene")
     return len(files)
+
+
+def class_files(labels, classes) -> list[str]:
+    """The ImageFolder file of image i: <its class's folder>/<i, 5 digits>.png."""
+    from .reader import folder_name  # here, not at the top: the commands' --help needs no torch
+
+    return [f"{folder_name(classes[int(label)])}/{i:05d}.png" for i, label in enumerate(labels)]
+
+
+def write_image_folder(out: Path, files: list[str], coco: dict, image, *, mark: str, unit: str) -> None:
+    """Write image(i) (a PIL image) as out/files[i] (PNG) and `coco` as out/boxes.json, after clearing a previous
+    export marked `mark`. The boxes file is written first: it lists the images, so an interrupted export is known
+    as one."""
+    clear_previous(out, mark=mark)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / BOXES_FILE).write_text(json.dumps(coco, indent=1))
+    for i, file in enumerate(tqdm(files, desc="export", unit=unit)):
+        (out / file).parent.mkdir(exist_ok=True)
+        image(i).save(out / file, format="PNG")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,13 +13,11 @@ garment i: the first n images of any export are the same.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from ..config import FASHION_MNIST_CLASSES
 from .names import DataError
@@ -118,21 +116,14 @@ class ProductPhotos:
 
 
 def export_products(out: Path, *, n: int, seed: int = 0) -> int:
-    """Write photos 0..n-1 under `out` as DIR/<class>/<index>.png with DIR/boxes.json (COCO); returns n. As
-    `cait.data.export` does, the boxes file is written first, so an interrupted export is known as one and replaced."""
-    from .export import BOXES_FILE, clear_previous, coco_document
-    from .reader import folder_name
+    """Write photos 0..n-1 under `out` as DIR/<class>/<index>.png with DIR/boxes.json (COCO); returns n."""
+    from .export import class_files, coco_document, write_image_folder
 
     photos = ProductPhotos(n, seed=seed)
-    clear_previous(out, mark=MARK)
-    files = [f"{folder_name(photos.classes[int(label)])}/{i:05d}.png" for i, label in enumerate(photos.labels)]
-    out.mkdir(parents=True, exist_ok=True)
+    files = class_files(photos.labels, photos.classes)
     info = {"description": MARK, "split": "val", "seed": seed}
     coco = coco_document(files, photos.boxes, photos.labels, photos.classes, canvas=photos.canvas, info=info)
-    (out / BOXES_FILE).write_text(json.dumps(coco, indent=1))
-    for i, file in enumerate(tqdm(files, desc="products", unit="photo")):
-        (out / file).parent.mkdir(exist_ok=True)
-        Image.fromarray(photos.render(i)).save(out / file, format="PNG")
+    write_image_folder(out, files, coco, lambda i: Image.fromarray(photos.render(i)), mark=MARK, unit="photo")
     return n
 
 
