@@ -107,7 +107,7 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         default="default",
         choices=SCENE_STYLES,
         help="fashion-mnist-scenes drawn in this style: default (as every number here), or varied (noise level, "
-        "background brightness and contrast, garment shading and blur drawn per scene; cait.data)",
+        "background brightness and contrast, garment shading and blur drawn per scene), light or mixed (cait.data)",
     )
     p.add_argument(
         "--pixel-noise",
