@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..lazy import lazy_attributes
 from .examples import EXAMPLES_DIR, ExampleImage, read_examples
-from .names import NATIVE_INPUT, SCENE_STYLES, SPLIT_FILES, DataError
+from .names import NATIVE_INPUT, SCENE_SIDE, SCENE_STYLES, SPLIT_FILES, DataError
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
@@ -25,7 +25,6 @@ _LAZY = {
     "DataWarning": "reader",
     "ImageSet": "reader",
     "read_images": "reader",
-    "SCENE_SIDE": "scenes",
     "FashionMNISTScenes": "scenes",
 }
 __getattr__ = lazy_attributes(__name__, _LAZY)

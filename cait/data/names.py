@@ -9,6 +9,7 @@ from ..errors import InputError
 SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
 NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
 SCENE_STYLES = ("default", "varied", "light", "mixed")
+SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
 
 
 class DataError(InputError):

@@ -20,8 +20,7 @@ import numpy as np
 from PIL import Image
 
 from ..config import FASHION_MNIST_CLASSES
-from .names import DataError
-from .scenes import SCENE_SIDE, _blur, garment_boxes
+from .names import SCENE_SIDE, DataError
 
 # Frame sides as shares of the canvas (a product photo fills more of its frame than a scene does), and the share of
 # photos with the garment centred; the others are placed anywhere the frame fits.
@@ -63,7 +62,8 @@ class ProductPhotos:
     classes = FASHION_MNIST_CLASSES
 
     def __init__(self, n: int, *, seed: int = 0, canvas: int = SCENE_SIDE):
-        from .fashion_mnist import load_fashion_mnist
+        from .fashion_mnist import load_fashion_mnist  # (here: the command's --help needs no torch)
+        from .scenes import garment_boxes
 
         garments, labels = load_fashion_mnist("val")  # the test split: never a training image
         if not 0 < n <= len(labels):
@@ -100,6 +100,8 @@ class ProductPhotos:
 
     def render(self, i: int) -> np.ndarray:
         """The uint8 [canvas, canvas, 3] photo of garment i."""
+        from .scenes import _blur
+
         d, c = self.draws[i], self.canvas
         ramp = np.linspace(0, 1, c)[:, None, None] ** 2  # darker towards the bottom, as a studio sweep falls off
         img = np.broadcast_to(d["background"] - d["falloff"] * ramp, (c, c, 3)).copy()

@@ -10,9 +10,7 @@ from torch.utils.data import Dataset
 
 from ..config import FASHION_MNIST_CLASSES
 from .fashion_mnist import load_fashion_mnist
-from .names import SCENE_STYLES, DataError
-
-SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
+from .names import SCENE_SIDE, SCENE_STYLES, DataError
 
 # The "varied" style's draws per scene, each uniform in its range (see FashionMNISTScenes).
 VARIED_STYLE = {
