@@ -5,7 +5,9 @@ files and for using the scenes in other tools:
 
 DIR/<class>/<index>.png (lossless, the scene's canvas size; index = the scene's index in the split, 5 digits)
 and DIR/boxes.json (COCO: the 10 Fashion-MNIST classes as categories 1-10, bbox [x, y, w, h] in canvas
-pixels). `cait.data.read_images(DIR, cfg, boxes=DIR/boxes.json)` reads them back as the scenes themselves.
+pixels), written last: while the images are written the boxes are in DIR/.export-unfinished.json, so an
+interrupted export has no boxes.json and `cait.data.read_images` warns that it is unfinished.
+`cait.data.read_images(DIR, cfg, boxes=DIR/boxes.json)` reads them back as the scenes themselves.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from .names import SCENE_STYLES, SPLIT_FILES, DataError
+from ..errors import InputError
+from .names import SCENE_STYLES, SPLIT_FILES, UNFINISHED_EXPORT, DataError
 
 if TYPE_CHECKING:
     from .scenes import FashionMNISTScenes
@@ -63,55 +66,73 @@ def clear_previous(out: Path, *, mark: str = MARK) -> None:
         raise DataError(f"{out} is a file, not a directory")
     if not any(out.iterdir()):
         return
-    try:
-        previous = json.loads((out / BOXES_FILE).read_text())
-        files = (
-            [out / image["file_name"] for image in previous["images"]]
-            if previous["info"]["description"] == mark
-            else None
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        files = None
-    if files is None:
+    previous = _previous_export(out, mark)
+    if previous is None:
         raise DataError(f"{out} is not empty and not a previous export: choose a new or empty directory")
-    for file in files:
+    for file in previous:
         file.unlink(missing_ok=True)
-    (out / BOXES_FILE).unlink()
+    (out / BOXES_FILE).unlink(missing_ok=True)
+    (out / UNFINISHED_EXPORT).unlink(missing_ok=True)
     for folder in out.iterdir():
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 
 
+def _previous_export(out: Path, mark: str) -> list[Path] | None:
+    """The image files a previous export marked `mark` (finished or interrupted) in `out` wrote, None when it is
+    not one."""
+    for name in (BOXES_FILE, UNFINISHED_EXPORT):
+        try:
+            previous = json.loads((out / name).read_text())
+            if previous["info"]["description"] == mark:
+                return [out / image["file_name"] for image in previous["images"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
 def export_scenes(out: Path, *, n: int, split: str = "val", style: str = "default", seed: int = 0) -> int:
     """Write the first n scenes of a split under `out` (see the module's doc); returns how many (the split may
     hold fewer)."""
-    from .scenes import FashionMNISTScenes
+    from .scenes import FashionMNISTScenes  # here, not at the top: the command's --help needs no torch
 
     if n <= 0:
         raise DataError(f"--n must be positive, got {n}")
+    prepare_folder(out, mark=MARK)
     scenes = FashionMNISTScenes(split, seed=seed, subset=n, style=style)
     files = class_files(scenes.labels, scenes.classes)
-    write_image_folder(out, files, coco_boxes(scenes, files), lambda i: scenes[i][0], mark=MARK, unit="scene")
+    write_image_folder(out, files, coco_boxes(scenes, files), lambda i: scenes[i][0], unit="scene")
     return len(files)
+
+
+def prepare_folder(out: Path, *, mark: str) -> None:
+    """Clear a previous export marked `mark` from `out` and check that it can be written, before any image is drawn."""
+    from ..outputs import writable_folder
+
+    clear_previous(out, mark=mark)
+    writable_folder(out)
 
 
 def class_files(labels, classes) -> list[str]:
     """The ImageFolder file of image i: <its class's folder>/<i, 5 digits>.png."""
-    from .reader import folder_name  # here, not at the top: the commands' --help needs no torch
+    from .reader import folder_name
 
     return [f"{folder_name(classes[int(label)])}/{i:05d}.png" for i, label in enumerate(labels)]
 
 
-def write_image_folder(out: Path, files: list[str], coco: dict, image, *, mark: str, unit: str) -> None:
-    """Write image(i) (a PIL image) as out/files[i] (PNG) and `coco` as out/boxes.json, after clearing a previous
-    export marked `mark`. The boxes file is written first: it lists the images, so an interrupted export is known
-    as one."""
-    clear_previous(out, mark=mark)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / BOXES_FILE).write_text(json.dumps(coco, indent=1))
+def write_image_folder(out: Path, files: list[str], coco: dict, image, *, unit: str) -> None:
+    """Write image(i) (a PIL image) as out/files[i] (PNG) and `coco` as out/boxes.json. The boxes go to
+    UNFINISHED_EXPORT first (an interrupted export is known as one, and replaced by the next), and to boxes.json,
+    atomically, once every image is written."""
+    from ..checkpoint import atomic_write
+
+    boxes = json.dumps(coco, indent=1).encode()
+    atomic_write(out / UNFINISHED_EXPORT, lambda f: f.write(boxes))
     for i, file in enumerate(tqdm(files, desc="export", unit=unit)):
         (out / file).parent.mkdir(exist_ok=True)
         image(i).save(out / file, format="PNG")
+    atomic_write(out / BOXES_FILE, lambda f: f.write(boxes))
+    (out / UNFINISHED_EXPORT).unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,8 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         count = export_scenes(args.dir, n=args.n, split=args.split, style=args.style, seed=args.seed)
-    except (DataError, OSError) as e:
+    except InputError as e:  # bad arguments, a folder that is not an export, an output that cannot be written
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, a folder removed mid-export: the next export into DIR replaces it
+        from ..outputs import write_failure
+
+        print(f"error: {write_failure(e)}", file=sys.stderr)
         return 2
     print(f"wrote {count} scenes under {args.dir} and their boxes to {args.dir / BOXES_FILE}")
     return 0

@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 
 from ..config import FASHION_MNIST_CLASSES
+from ..errors import InputError
 from .names import SCENE_SIDE, DataError
 
 # Frame sides as shares of the canvas (a product photo fills more of its frame than a scene does), and the share of
@@ -118,14 +119,16 @@ class ProductPhotos:
 
 
 def export_products(out: Path, *, n: int, seed: int = 0) -> int:
-    """Write photos 0..n-1 under `out` as DIR/<class>/<index>.png with DIR/boxes.json (COCO); returns n."""
-    from .export import class_files, coco_document, write_image_folder
+    """Write photos 0..n-1 under `out` as DIR/<class>/<index>.png with DIR/boxes.json (COCO), as
+    `cait.data.export` writes the scenes; returns n."""
+    from .export import class_files, coco_document, prepare_folder, write_image_folder
 
     photos = ProductPhotos(n, seed=seed)
+    prepare_folder(out, mark=MARK)
     files = class_files(photos.labels, photos.classes)
     info = {"description": MARK, "split": "val", "seed": seed}
     coco = coco_document(files, photos.boxes, photos.labels, photos.classes, canvas=photos.canvas, info=info)
-    write_image_folder(out, files, coco, lambda i: Image.fromarray(photos.render(i)), mark=MARK, unit="photo")
+    write_image_folder(out, files, coco, lambda i: Image.fromarray(photos.render(i)), unit="photo")
     return n
 
 
@@ -142,8 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         count = export_products(args.dir, n=args.n, seed=args.seed)
-    except (DataError, OSError) as e:
+    except InputError as e:  # bad arguments, a folder that is not an export, an output that cannot be written
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, a folder removed mid-export: the next export into DIR replaces it
+        from ..outputs import write_failure
+
+        print(f"error: {write_failure(e)}", file=sys.stderr)
         return 2
     print(f"wrote {count} product photos under {args.dir} and their boxes to {args.dir / 'boxes.json'}")
     return 0

@@ -21,7 +21,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import CaiTConfig
-from .names import SPLIT_FILES, DataError
+from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")
@@ -244,6 +244,8 @@ def _folder(
     root: Path, cfg: CaiTConfig, split: str, boxes: str | Path | None, limit: int | None, normalise: bool
 ) -> ImageSet:
     root, paths = _image_files(root, split)
+    if (root / UNFINISHED_EXPORT).exists():
+        warnings.warn(f"{root} holds an unfinished export (cait.data.export was stopped): rerun it", DataWarning)
     if not paths:
         raise DataError(f"{root} holds no images (looked for {', '.join(sorted(image_extensions())[:6])}, ...)")
     loose = [p for p in paths if "/" not in p]
@@ -311,18 +313,37 @@ def read_coco_boxes(file: str | Path, root: Path, paths: list[str], cfg: CaiTCon
     base_counts = Counter(p.rsplit("/", 1)[-1] for p in paths)
     by_base = {p.rsplit("/", 1)[-1]: i for i, p in enumerate(paths) if base_counts[p.rsplit("/", 1)[-1]] == 1}
     out = torch.full((len(paths), 4), float("nan"))
+    unmatched = []
     for image_id, file_name, size in images:
         i = _match(file_name, index, by_base)
+        unmatched += [file_name] if i is None else []
         if i is None or image_id not in largest:
             continue
         if size is None:
             with Image.open(root / paths[i]) as image:  # reads the header only
                 size = image.size
         out[i] = cfg.box_to_input(largest[image_id], size)
+    _warn_missing(Path(file), root, unmatched)
     if out.isnan().all():
         names = [name for _, name, _ in images[:3]]
         raise DataError(f"{file} boxes none of the {len(paths):,} images read from {root} (it names {_few(names, 3)})")
     return out
+
+
+def _warn_missing(file: Path, root: Path, unmatched: list[str]) -> None:
+    """Warn when the boxes name files that are not on disk (an interrupted copy or export reads as complete
+    otherwise); files left out by a limit exist, and are not named."""
+    missing = [
+        n
+        for n in unmatched
+        if not any((root / "/".join(Path(n).parts[k:])).exists() for k in range(len(Path(n).parts)))
+    ]
+    if missing:
+        warnings.warn(
+            f"{file} boxes {len(missing):,} image(s) missing from {root} ({_few(missing, 3)}): an unfinished copy "
+            "or export? Only the images on disk are used",
+            DataWarning,
+        )
 
 
 def _match(file_name: str, index: dict[str, int], by_base: dict[str, int]) -> int | None:
