@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from tqdm import tqdm
 
@@ -148,8 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--style", choices=SCENE_STYLES, default="default", help="the scenes' look (default: default)")
     parser.add_argument("--seed", type=int, default=0, help="the scenes' layout seed (default: 0)")
     args = parser.parse_args(argv)
+    export = lambda: export_scenes(args.dir, n=args.n, split=args.split, style=args.style, seed=args.seed)
+    return run_export(export, args.dir, what="scenes")
+
+
+def run_export(export: Callable[[], int], out: Path, *, what: str) -> int:
+    """A command's exit code for export() into `out`: 0 and a line saying what was written, or 2 and an error line."""
     try:
-        count = export_scenes(args.dir, n=args.n, split=args.split, style=args.style, seed=args.seed)
+        count = export()
     except InputError as e:  # bad arguments, a folder that is not an export, an output that cannot be written
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -158,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"error: {write_failure(e)}", file=sys.stderr)
         return 2
-    print(f"wrote {count} scenes under {args.dir} and their boxes to {args.dir / BOXES_FILE}")
+    print(f"wrote {count} {what} under {out} and their boxes to {out / BOXES_FILE}")
     return 0
 
 

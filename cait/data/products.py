@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from ..config import FASHION_MNIST_CLASSES
-from ..errors import InputError
+from .export import run_export
 from .names import SCENE_SIDE, DataError
 
 # Frame sides as shares of the canvas (a product photo fills more of its frame than a scene does), and the share of
@@ -143,18 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, required=True, help="how many photos: of the first N test garments")
     parser.add_argument("--seed", type=int, default=0, help="the photos' random draws (default: 0)")
     args = parser.parse_args(argv)
-    try:
-        count = export_products(args.dir, n=args.n, seed=args.seed)
-    except InputError as e:  # bad arguments, a folder that is not an export, an output that cannot be written
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full disk, a folder removed mid-export: the next export into DIR replaces it
-        from ..outputs import write_failure
-
-        print(f"error: {write_failure(e)}", file=sys.stderr)
-        return 2
-    print(f"wrote {count} product photos under {args.dir} and their boxes to {args.dir / 'boxes.json'}")
-    return 0
+    return run_export(lambda: export_products(args.dir, n=args.n, seed=args.seed), args.dir, what="product photos")
 
 
 if __name__ == "__main__":
