@@ -13,3 +13,7 @@ SCENE_STYLES = ("default", "varied")
 
 class DataError(InputError):
     """Data that cannot be used; the message is one line saying what to do."""
+
+
+class DataWarning(UserWarning):
+    """Data that can be used, but not all of it as asked (e.g. class folders that map to no class, boxes left out)."""
