@@ -31,8 +31,8 @@ CLASS_PREFIX = "dla_mean_"  # heads.csv: the mean DLA of a head over the images 
 NUMBERS = (
     ("entropy_mean", "entropy_ci95", "map entropy (nats)"),
     ("dla_mean", "dla_ci95", "direct logit attribution"),
-    ("pointing", "pointing_ci95", "pointing game (hit rate)"),
-    ("mass_in_box", "mass_in_box_ci95", "attention mass in the box"),
+    ("pointing_mean", "pointing_ci95", "pointing game (hit rate)"),
+    ("mass_in_box_mean", "mass_in_box_ci95", "attention mass in the box"),
 )
 NUMBER_HEADERS = ["number", "mean", "95% low", "95% high"]
 CLASS_HEADERS = ["predicted class", "mean DLA"]

@@ -99,9 +99,9 @@ def test_top1_and_predictions_equal_a_plain_loop(setup):
                 logits = model(x[None])[0]
                 expected[data.paths[i]] = (label, int(logits.argmax()), float(logits.softmax(-1).max()))
     assert [r["path"] for r in images] == [p for p in data.paths if p in expected]
-    for r in images:
+    for r in images:  # classes by name
         label, prediction, probability = expected[r["path"]]
-        assert (int(r["label"]), int(r["prediction"])) == (label, prediction)
+        assert (r["label"], r["prediction"]) == (data.classes[label], data.classes[prediction])
         assert float(r["probability"]) == pytest.approx(probability, abs=1e-5)
     summary = json.loads((setup["full"] / "summary.json").read_text())
     top1 = sum(label == pred for label, pred, _ in expected.values()) / len(expected)
@@ -118,7 +118,7 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
     for r in images[:: len(images) // 12]:
         x, _, box, _, ok = data[by_path[r["path"]]]
         maps = explain.class_attention(model, x[None]).maps[0]  # [L, H, g, g]
-        target = torch.tensor([int(r["prediction"])])
+        target = torch.tensor([data.classes.index(r["prediction"])])
         dla = explain.direct_logit_attribution(model, x[None], target).heads[0]
         knock = explain.knockout_profile(model, x[None], target, shared_prefix=False)[0]
         for l in range(maps.shape[0]):
@@ -168,7 +168,7 @@ def test_patching_equals_explain_on_corrupted_images_made_here(setup):
         pixels = data[i][0][None]
         broken = corrupt(pixels, "gaussian_noise", 3, generator=torch.Generator().manual_seed(i))
         clean, corrupted = normalise(pixels, model.cfg), normalise(broken, model.cfg)
-        target = torch.tensor([int(r["prediction"])])
+        target = torch.tensor([data.classes.index(r["prediction"])])
         block = explain.activation_patching(model, clean, corrupted, target)
         head = explain.activation_patching(model, clean, corrupted, target, granularity="head")
         assert float(r["patching_gap"]) == pytest.approx(float(block.gap[0]), abs=1e-4)
@@ -209,7 +209,7 @@ def test_summary_means_and_distances(setup):
     assert (head["layer"], head["head"]) == (1, 2)
     mean = sum(float(r["ca1_head2_dla"]) for r in images) / len(images)
     assert head["dla_mean"] == pytest.approx(mean, abs=1e-6)
-    assert head["pointing"] == pytest.approx(sum(float(r["ca1_head2_pointing"]) for r in images) / len(images))
+    assert head["pointing_mean"] == pytest.approx(sum(float(r["ca1_head2_pointing"]) for r in images) / len(images))
     assert len(head["exemplars"]["writes"]) == 2
     top = max(images, key=lambda r: float(r["ca1_head2_dla"]))
     assert head["exemplars"]["writes"][0]["path"] == top["path"]

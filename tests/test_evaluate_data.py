@@ -51,8 +51,8 @@ def test_top1_and_per_head_pointing_equal_the_atlas(setup):
     for head in summary["heads"]:
         row = rows[f"ca{head['layer']}_head{head['head']}"]
         assert row["images"] == SCENES
-        assert row["pointing_game"] == pytest.approx(head["pointing"], abs=1e-9)
-        assert row["mass_in_box"] == pytest.approx(head["mass_in_box"], abs=1e-6)
+        assert row["pointing_game"] == pytest.approx(head["pointing_mean"], abs=1e-9)
+        assert row["mass_in_box"] == pytest.approx(head["mass_in_box_mean"], abs=1e-6)
 
 
 def test_the_table_names_the_data_and_the_skipped_file(setup, capsys):

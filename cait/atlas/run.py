@@ -19,14 +19,13 @@ from ..distributed import rank_shards, setup_distributed, shard_ranges
 from ..errors import InputError
 from ..preprocess import class_names
 from ..provenance import SourcedModel
-from ..robustness import parse_corruption
 from ..runtime import DeviceError, choose_precision
 from . import report
 from .page import write_page
 from .shards import args_problem, missing_shards, record_args, run_shards, write_atomic
 
-# arguments that do not change the numbers, so a resumed run may differ in them
-FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision")
+# arguments that do not change the numbers, so a resumed run may differ in them (exemplars: only the page)
+FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision", "exemplars")
 
 
 class AtlasError(InputError):
@@ -48,7 +47,8 @@ def load_model(args: argparse.Namespace) -> SourcedModel:
 
 
 def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}
+    """The arguments that change the numbers, as atlas_args.json holds them (JSON's types: a tuple is a list)."""
+    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}))
 
 
 def _barrier() -> None:
@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> Path:
     try:
         loaded = load_model(args)
         model = loaded.model.to(device).eval()
-        data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
+        data = read_images(
+            args.data, model.cfg, boxes=args.boxes, limit=args.limit, sample=args.sample, normalise=False
+        )
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
         out, recorded = Path(args.out), recorded_args(args) | {"images": len(data), "precision_used": precision.name}
@@ -78,9 +80,8 @@ def run(args: argparse.Namespace) -> Path:
         dtype = precision.dtype
         shards = shard_ranges(len(data), args.shard_size)
         mine = rank_shards(len(shards), rank, world)
-        patching = None if args.patching is None else parse_corruption(args.patching)
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
-        options["patching"] = patching
+        options["patching"] = args.patching
         run_shards(model, data, shards, mine, out, device=device, show=rank == 0, stop_after=args.stop_after, **options)
         _barrier()
         missing = missing_shards(out, len(shards))
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.Namespace, dtype) -> None:
-    """images.csv, heads.csv, summary.json (and parquet copies), then atlas.html, from the shards on disk."""
+    """images.csv (and skipped.csv beside it), heads.csv, summary.json (and parquet copies), then atlas.html,
+    from the shards on disk. Raises AtlasError, naming the files and why, when no image could be read."""
     model, cfg = loaded.model, loaded.model.cfg
     boxes = data.boxes is not None
     blocks = explain.block_names(model) if args.knockouts else None
@@ -106,19 +108,40 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, args.exemplars)
     patched = explain.block_names(model) if args.patching else None
     report.write_images_csv(
-        out / "images.csv", out, shards, data.paths, tally, boxes=boxes, blocks=blocks, patched=patched
+        out / "images.csv",
+        out,
+        shards=shards,
+        paths=data.paths,
+        names=names,
+        tally=tally,
+        boxes=boxes,
+        blocks=blocks,
+        patched=patched,
     )
-    any_image = "probability" in tally.moments
-    report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes) if any_image else [])
+    skipped = [(data.paths[i], data.skip_reason(i) or "unreadable") for i in sorted(tally.skipped)]
+    report.write_skipped_csv(out / "skipped.csv", skipped)
+    _refuse_unreadable(out, skipped, images=len(data))
+    report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes))
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
-    patching = None if args.patching is None else parse_corruption(args.patching)
     precision = "fp32" if dtype is None else "bf16"
-    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=patching)
+    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=args.patching)
+    summary["skip_reasons"] = dict(skipped)
     write_atomic(out / "summary.json", json.dumps(summary, indent=1).encode())
-    hist = report.histograms(out, shards, tally, boxes=boxes) if any_image else {}
+    hist = report.histograms(out, shards, tally, boxes=boxes)
     write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
+    if boxes:
+        print(data.box_count.line(), file=sys.stderr)
     print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
+
+
+def _refuse_unreadable(out: Path, skipped: list[tuple[str, str]], *, images: int) -> None:
+    """AtlasError (one line, every file and why up to a few, the rest in skipped.csv) when every image was
+    skipped: an atlas of nothing is an error, not a page."""
+    if images and len(skipped) == images:
+        shown = "; ".join(f"{p}: {why}" for p, why in skipped[:4])
+        more = f"; and {len(skipped) - 4} more" if len(skipped) > 4 else ""
+        raise AtlasError(f"none of the {images} images could be read ({shown}{more}); the list is in {out}/skipped.csv")
 
 
 def _summary(
@@ -145,6 +168,8 @@ def _summary(
         "dla": "each CA head's direct write to the logit of the class the model predicted (cait.explain)",
         "heads": report.head_entries(tally, data.paths, boxes=boxes) if images else [],
         "sa_attention_distance": None,
+        "boxes": report.box_entry(tally, data.box_count) if boxes else None,
+        **report.class_entries(tally, list(class_names(cfg))),
     }
     if distance is not None:
         summary["sa_attention_distance"] = {
