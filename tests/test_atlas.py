@@ -200,6 +200,12 @@ def test_patching_equals_explain_on_corrupted_images_made_here(setup):
     assert heads[1, 2]["restored_ci95"] == pytest.approx([share - half, share + half], rel=1e-4, abs=1e-6)
     table = {r["head"]: r for r in rows(setup["full"] / "heads.csv")}
     assert float(table["ca1_head2"]["patching_restored"]) == pytest.approx(heads[1, 2]["restored"], rel=1e-6)
+    # one name per number: heads.csv's patching columns are summary.json's names after "patching_"
+    for name in ("delta_logit_mean", "restored"):
+        assert float(table["ca1_head2"][f"patching_{name}"]) == pytest.approx(heads[1, 2][name], rel=1e-6)
+    for name in ("delta_logit_ci95", "restored_ci95"):
+        low, high = (float(table["ca1_head2"][f"patching_{name}_{end}"]) for end in ("low", "high"))
+        assert [low, high] == pytest.approx(heads[1, 2][name], rel=1e-6)
 
 
 def test_summary_means_and_distances(setup):
@@ -210,6 +216,10 @@ def test_summary_means_and_distances(setup):
     mean = sum(float(r["ca1_head2_dla"]) for r in images) / len(images)
     assert head["dla_mean"] == pytest.approx(mean, abs=1e-6)
     assert head["pointing_mean"] == pytest.approx(sum(float(r["ca1_head2_pointing"]) for r in images) / len(images))
+    table = {r["head"]: r for r in rows(setup["full"] / "heads.csv")}["ca1_head2"]
+    for key, value in head.items():  # one name per number: heads.csv names every mean as summary.json does
+        if key.endswith("_mean"):
+            assert float(table[key]) == pytest.approx(value, rel=1e-9), key
     assert len(head["exemplars"]["writes"]) == 2
     top = max(images, key=lambda r: float(r["ca1_head2_dla"]))
     assert head["exemplars"]["writes"][0]["path"] == top["path"]
@@ -276,6 +286,7 @@ def test_page_is_self_contained_and_names_data_and_model(setup):
     assert page.count("data:image/jpeg;base64,") == 2 * 2 * len(summary["heads"])  # k=2, two kinds per head
     assert "Knockout profile" in page and "uniform attention" in page
     assert "Activation patching under gaussian_noise at severity 3" in page
+    assert "mean Δlogit (share of the mean gap, 95% interval)" in page  # the heads' grid gives each its interval
 
 
 def test_parquet_round_trip(setup):

@@ -329,12 +329,13 @@ def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict
 
 
 def _patching_columns(tally: Tally, key: str, where) -> dict[str, float]:
-    """heads.csv's patching columns of one head: its mean Δlogit and share of the gap, each with its interval."""
+    """heads.csv's patching columns of one head: its mean Δlogit and share of the gap, each with its interval
+    (named as summary.json's `patching` names them, after "patching_")."""
     delta, share = _interval(tally.moments[key], where), _ratio(tally.ratios[key], where)
     return {
-        "patching_delta_mean": delta["mean"],
-        "patching_delta_ci95_low": delta["ci95"][0],
-        "patching_delta_ci95_high": delta["ci95"][1],
+        "patching_delta_logit_mean": delta["mean"],
+        "patching_delta_logit_ci95_low": delta["ci95"][0],
+        "patching_delta_logit_ci95_high": delta["ci95"][1],
         "patching_restored": share["restored"],
         "patching_restored_ci95_low": share["restored_ci95"][0],
         "patching_restored_ci95_high": share["restored_ci95"][1],
