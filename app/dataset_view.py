@@ -199,8 +199,8 @@ def class_numbers(atlas: Atlas, k: int) -> list[list]:
 
 
 @lru_cache(maxsize=4)
-def _data(data: str, limit: int | None, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str, int]]:
-    images = read_images(data, cfg, limit=limit, normalise=False)
+def _data(data: str, limit: int | None, sample: str, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str, int]]:
+    images = read_images(data, cfg, limit=limit, sample=sample, normalise=False)
     return images, {p: i for i, p in enumerate(images.paths)}
 
 
@@ -209,7 +209,7 @@ def atlas_images(atlas: Atlas, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str
     DataError (one line) when the data cannot be read here, NotAnAtlas when the atlas does not say its data."""
     if "data" not in atlas.args:
         raise NotAnAtlas(f"{atlas.folder} holds no {ARGS_FILE}: the atlas does not say where its images are")
-    return _data(atlas.args["data"], atlas.args.get("limit"), cfg)
+    return _data(atlas.args["data"], atlas.args.get("limit"), atlas.args.get("sample", "stratified"), cfg)
 
 
 @dataclass

@@ -121,7 +121,9 @@ def test_a_click_on_an_exemplar_opens_it_with_the_head_enlarged(world):
     # the single-image analysis predicts what the atlas recorded for this image, with its probability
     row = next(r for r in rows(world.atlas / "images.csv") if r["path"] == exemplar.path)
     a = out[p.analysis]
-    assert a.top_class == int(row["prediction"]) and a.probs.max() == pytest.approx(float(row["probability"]), abs=1e-4)
+    names = world.dh.handlers.cache.get(world.choice).cfg.labels  # images.csv names the classes
+    assert names[a.top_class] == row["prediction"]
+    assert a.probs.max() == pytest.approx(float(row["probability"]), abs=1e-4)
 
 
 def test_the_mechanisms_tab_opened_after_an_exemplar_follows_its_top_class(world):
