@@ -187,8 +187,8 @@ def exemplar_tiles(tally: Tally, model, data, dtype) -> dict[tuple[int, int], di
 
 
 def _caption(path: str, context: tuple[int, int, float] | None, names: list[str]) -> str:
-    """An exemplar's file name, its true class (when labelled) and the predicted one with its probability."""
-    text = html.escape(Path(path).name)
+    """An exemplar's path, its true class (when labelled) and the predicted one with its probability."""
+    text = html.escape(path)
     if context is None:
         return text
     label, prediction, probability = context
@@ -231,13 +231,16 @@ def _mean_pm(mean: float | None, ci: list | None) -> str:
 
 def _heads_table(summary: dict) -> str:
     """Per head each number's mean ± the half width of its 95% interval, over all images and, on labelled
-    data, over the right and the wrong predictions apart."""
+    data, over the right and the wrong predictions apart (image counts in the header; the localisation numbers
+    are over the images with a box of these)."""
     first = summary["heads"][0]
     numbers = [m for m in NUMBER_NAMES if first[f"{m}_mean"] is not None]
     outcomes = [o for o in ("correct", "wrong") if f"{numbers[0]}_{o}_mean" in first]
+    right = round(summary["top1"] * summary["labelled"]) if outcomes else 0
+    count = {"": summary["images"], "_correct": right, "_wrong": summary["labelled"] - right}
     groups = [("all", "")] + [(o if o == "wrong" else "right", f"_{o}") for o in outcomes]
     top = "".join(f"<th colspan='{len(groups)}'>{NUMBER_NAMES[m]}</th>" for m in numbers)
-    sub = "".join(f"<th>{g}</th>" for _ in numbers for g, _ in groups)
+    sub = "".join(f"<th>{g} ({count[s]})</th>" for _ in numbers for g, s in groups)
     body = "".join(
         f"<tr><td>{head_row(e['layer'] - 1, e['head'] - 1)}</td>"
         + "".join(f"<td>{_mean_pm(e[f'{m}{s}_mean'], e[f'{m}{s}_ci95'])}</td>" for m in numbers for _, s in groups)
@@ -277,8 +280,9 @@ def _boxes_html(summary: dict) -> str:
 
 
 STYLE = """body{font-family:sans-serif;margin:1.5em;max-width:1300px} table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:2px 8px;text-align:right} figure{display:inline-block;margin:2px;font-size:11px;
-text-align:center;max-width:240px;overflow-wrap:anywhere;vertical-align:top} .row{margin:4px 0}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;font-size:13px}
+figure{display:inline-block;margin:2px;font-size:11px;
+text-align:center;max-width:460px;overflow-wrap:anywhere;vertical-align:top} .row{margin:4px 0}
 .kind{display:inline-block;width:150px;vertical-align:top;font-size:13px} .made{color:#555} .wrong{color:#b00}"""
 
 
