@@ -176,6 +176,8 @@ def test_a_coco_file_without_sizes_and_a_broken_boxed_image(world, tmp_path, cap
     given = [*model, "--data", str(data), "--boxes", str(coco), "--workers", "0"]
     with pytest.warns(UserWarning, match="1 of an image that cannot be read"):
         assert atlas([*given, "--exemplars", "1", "--out", str(tmp_path / "atlas")]) == 0
+    line = "3 image(s) with a box in the model's view are scored; 1 box(es) left out: 1 of an image that cannot be read"
+    assert line in capsys.readouterr().err  # the log says it too
     summary = json.loads((tmp_path / "atlas" / "summary.json").read_text())
     assert summary["skipped"] == ["Bag/broken.png"] and summary["boxes"]["images_with_box"] == 3
     skipped = _rows(tmp_path / "atlas" / "skipped.csv")

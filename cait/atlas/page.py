@@ -19,14 +19,13 @@ import torch
 from PIL import Image, ImageDraw
 
 from .. import explain
-from ..data.coco import BoxCount
 from ..explain.metrics import head_row
 from ..figures import distance_plot, to_plotly
 from ..figures.causal import knockout_plotly
 from ..figures.mechanisms import heads_plotly, patching_plotly
 from ..preprocess import normalise
 from ..runtime import autocast
-from .report import Tally
+from .report import Tally, box_line
 
 THUMB = 112  # pixels of an exemplar's height on the page
 TITLES = {"entropy": "map entropy (nats)", "dla": "direct logit attribution", "mass_in_box": "mass in box"}
@@ -267,7 +266,7 @@ def _boxes_html(summary: dict) -> str:
     """What the localisation scores are over: the images with a box in view, what was left out and why, and the
     chance level both scores are to be read against."""
     b = summary["boxes"]
-    line = BoxCount(b["images_with_box"], b["left_out"]).line()
+    line = box_line(b)
     chance = (
         ""
         if b["box_share_mean"] is None

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..data.coco import LEFT_OUT
+from ..data.coco import LEFT_OUT, BoxCount
 from ..explain.metrics import head_row
 from .compute import HEAD_NUMBERS, head_numbers
 from .shards import read_shard, shard_path
@@ -481,7 +481,12 @@ def class_entries(tally: Tally, names: list[str]) -> dict[str, Any]:
     return {"per_class": per_class, "confusion": confusion}
 
 
-def box_entry(tally: Tally, count) -> dict[str, Any]:
+def box_line(entry: dict[str, Any]) -> str:
+    """summary.json's `boxes` in one line (the log's and the page's): what is scored, what was left out and why."""
+    return BoxCount(entry["images_with_box"], entry["left_out"]).line()
+
+
+def box_entry(tally: Tally, count: BoxCount | None) -> dict[str, Any]:
     """summary.json's `boxes`: how many readable images had a box the model sees (the images every
     localisation score is over), what the reader left out and why, and the chance level of the pointing game
     and the mass in the box (the mean box share of the image, with its interval)."""

@@ -131,7 +131,7 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     hist = report.histograms(out, shards, tally, boxes=boxes)
     write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
     if boxes:
-        print(data.box_count.line(), file=sys.stderr)
+        print(report.box_line(summary["boxes"]), file=sys.stderr)
     print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
 
 
