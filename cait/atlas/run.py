@@ -126,7 +126,7 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
         report.write_parquet(out / name)
     precision = "fp32" if dtype is None else "bf16"
     summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=args.patching)
-    summary["skip_reasons"] = dict(skipped)
+    summary |= {"skip_reasons": dict(skipped)}  # beside `skipped`, the paths evaluate's result names too
     write_atomic(out / "summary.json", json.dumps(summary, indent=1).encode())
     hist = report.histograms(out, shards, tally, boxes=boxes)
     write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
