@@ -287,6 +287,9 @@ def test_page_is_self_contained_and_names_data_and_model(setup):
     assert "Knockout profile" in page and "uniform attention" in page
     assert "Activation patching under gaussian_noise at severity 3" in page
     assert "mean Δlogit (share of the mean gap, 95% interval)" in page  # the heads' grid gives each its interval
+    for head in summary["patching"]["heads"]:
+        low, high = head["restored_ci95"]
+        assert f"\\u003cbr\\u003e[{low:.0%}, {high:.0%}]" in page  # written under the head's share of the gap
 
 
 def test_parquet_round_trip(setup):
