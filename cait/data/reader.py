@@ -124,8 +124,7 @@ def read_images(
     root = Path(data)
     if not root.is_dir():
         raise DataError(f"unknown data '{data}': use {', '.join(BUILT_IN)} or an existing directory of images")
-    first = sample == "first"
-    return _folder(root, cfg, split, boxes, limit if first else None, normalise, stratified=None if first else limit)
+    return _folder(root, cfg, split, boxes, limit, normalise, sample=sample)
 
 
 def _built_in(
@@ -296,9 +295,9 @@ def _folder(
     limit: int | None,
     normalise: bool,
     *,
-    stratified: int | None = None,
+    sample: str,
 ) -> ImageSet:
-    """The folder's images: the first `limit`, or a stratified subset of `stratified` images (`limit_subset`)."""
+    """The folder's images: all, or `limit` of them, the first or (`sample` "stratified") `limit_subset`'s."""
     root, paths = _image_files(root, split)
     if not paths:
         raise DataError(f"{root} holds no images (looked for {', '.join(sorted(image_extensions())[:6])}, ...)")
@@ -311,8 +310,8 @@ def _folder(
     # classes are mapped over every folder, so that a limit cannot make a good folder look unmapped
     labels = _labels(root, paths, cfg) if labelled else None
     keep = list(range(min(len(paths), limit or len(paths))))
-    if stratified is not None:
-        keep = limit_subset([p.split("/")[0] if labelled else "" for p in paths], stratified)
+    if limit is not None and sample == "stratified":
+        keep = limit_subset([p.split("/")[0] if labelled else "" for p in paths], limit)
     paths = [paths[i] for i in keep]
     labels = None if labels is None else labels[keep]
     box_tensor, box_count = (None, None) if boxes is None else read_coco_boxes(boxes, root, paths, cfg, folder=folder)
