@@ -197,9 +197,10 @@ class _FileImage:
 
 
 def eight_bit(image: Image.Image) -> Image.Image:
-    """A 16-bit grey image (PIL mode I;16, or I holding 16-bit values) scaled to 8 bits (mode L), since PIL's
-    convert to RGB or L clips it at 255 (a white image); other images as they are. A floating-point image has
-    no scale to read: ValueError (the reader skips it with that reason)."""
+    """A 16-bit grey image (PIL mode I;16, or I holding values above 255) scaled to 8 bits (mode L), since
+    PIL's convert to RGB or L clips it at 255 (a white image); mode I holding 8-bit values as they are, in
+    mode L; other images as they are. A floating-point image, or integers outside 16 bits, have no scale to
+    read: ValueError (the reader skips the image with that reason)."""
     if image.mode == "F":
         raise ValueError("a 32-bit floating-point image has no 8-bit scale")
     if not image.mode.startswith("I"):
@@ -207,7 +208,8 @@ def eight_bit(image: Image.Image) -> Image.Image:
     values = np.asarray(image).astype(np.int64)
     if values.min(initial=0) < 0 or values.max(initial=0) > 65535:
         raise ValueError(f"a 32-bit integer image with values {values.min()}..{values.max()} has no 8-bit scale")
-    return Image.fromarray((values >> 8).astype(np.uint8), mode="L")
+    sixteen = image.mode.startswith("I;16") or values.max(initial=0) > 255
+    return Image.fromarray((values >> 8 if sixteen else values).astype(np.uint8), mode="L")
 
 
 def unreadable_reason(error: BaseException) -> str:
