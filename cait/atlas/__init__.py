@@ -4,10 +4,9 @@
     torchrun --nproc-per-node 2 -m cait.atlas ... --out OUT        # the images shared over processes
 
 Writes OUT/images.csv (one row per image), OUT/skipped.csv (each unreadable image and why), OUT/heads.csv
-(per CA head over the data), OUT/summary.json,
-parquet copies when pyarrow is installed, and OUT/atlas.html (one self-contained page). Work goes to
-OUT/shards/ as it is done: the same command after a kill continues, with the same files as a run that never
-stopped. Heads and layers are numbered from 1 in every file.
+(per CA head over the data), OUT/summary.json, parquet copies when pyarrow is installed, and OUT/atlas.html
+(one self-contained page). Work goes to OUT/shards/ as it is done: the same command after a kill continues,
+with the same files as a run that never stopped. Heads and layers are numbered from 1 in every file.
 """
 
 from __future__ import annotations
