@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 from cait.config import get_config
 from cait.data import DataError, DataWarning, FashionMNISTScenes, read_images
 from cait.data.export import main as export_main
-from cait.data.reader import eight_bit, limit_subset
+from cait.data.image_file import eight_bit
+from cait.data.reader import limit_subset
 from cait.preprocess import model_view
 
 N = 40

@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 from ..config import CaiTConfig
+from .image_file import IMAGE_ERRORS
 from .names import DataError, DataWarning
 
 # why a box is left out, and how a line says it (after "N box(es) ...")
@@ -99,8 +100,6 @@ def _box_in_view(
     """(the box in input pixels, None) or (None, the `LEFT_OUT` reason it is not scored). size: the image's
     (width, height) from the COCO file, else read from the file's header."""
     if size is None:
-        from .reader import IMAGE_ERRORS
-
         try:
             with Image.open(image) as opened:  # reads the header only
                 size = opened.size
