@@ -1,16 +1,23 @@
-"""Where along depth the answer forms, and what carries it: CaiT's logit lens (its own class-attention
-stage reading the patch tokens after each SA block) and activation patching between each test scene and the
-same scene under an ImageNet-C corruption (`cait.corruptions`), for the clean run's predicted class.
+"""Where along depth the answer forms, what carries it, and where over the image it enters the class token:
+CaiT's logit lens (its own class-attention stage reading the patch tokens after each SA block), activation
+patching between each test scene and the same scene under an ImageNet-C corruption (`cait.corruptions`), and
+token patching into the class stage (the clean patch tokens of one region at a time put into the corrupted
+run where the CA stage reads them), for the clean run's predicted class.
 
     python analysis/mechanisms.py [--scenes 200] [--corruption gaussian_noise] [--severity 3] [--out DIR]
+    python analysis/mechanisms.py --data DIR --scenes 300 --region 1      # scenes of python -m cait.data.export
     python analysis/mechanisms.py --model cait_s24_224 --pretrained --images photo.jpg   # photos
 
 The verdict is computed from the numbers: the SA depth from which the lens's top-1 agrees with the final
-prediction for most images, and the components whose clean output, patched alone into the corrupted run,
-restores most of the clean-corrupted gap (the mean restored logit over the mean gap). Intervals are 95%
-percentile bootstraps over images.
+prediction for most images; the components whose clean output, patched alone into the corrupted run,
+restores most of the clean-corrupted gap (the mean restored logit over the mean gap); and whether the CA
+attention map predicts where token patching restores the answer (the rank correlation, per image, between
+the clean run's class attention per region and the logit each region restores, averaged over the images).
+The whole stream (after any SA block, or the last CA block's class token) restores the gap by construction:
+it is the orientation line, not a result. Intervals are 95% percentile bootstraps over images.
 
-Writes mechanisms.json/.png/.html. Always fp32 (patching subtracts logits): --precision is not used.
+Writes mechanisms.json/.png/.html and token_patching.png. Always fp32 (patching subtracts logits): --precision
+is not used.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import textwrap
 import numpy as np
 import torch
 from _common import default_images, fail, load_examples, load_model, out_dir, parser, save_html, save_png, write_json
+from scipy.stats import spearmanr
 from torch.utils.data import default_collate
 from tqdm import tqdm
 
@@ -32,28 +40,49 @@ from cait.preprocess import normalise, view_pixels
 BATCH = 25
 QUICK_IMAGES = 8
 MOST = 0.5  # "most images": the lens's top-1 agrees with the final prediction for more than this share
+SCENES = "fashion-mnist-scenes"
+SHOWN = 4  # images in token_patching.png
+STRENGTH = ((0.3, "weakly"), (0.5, "moderately"), (float("inf"), "strongly"))  # |rank correlation| below: word
 
 
 def views(model, args: argparse.Namespace) -> tuple[torch.Tensor, str]:
-    """The clean model views [N, C, H, W] in [0, 1] and what they are: test scenes, or photos."""
+    """The clean model views [N, C, H, W] in [0, 1] and what they are: test scenes (built in, or a folder of
+    them), or photos."""
     if model.cfg.is_imagenet or args.images:
         examples = load_examples(args.images or default_images(model.cfg), model.cfg, limit=2 if args.quick else None)
         if not examples:
             fail("no images: give --images")
         return torch.stack([view_pixels(e.image) for e in examples]), f"{len(examples)} photos"
-    from cait.data import read_images
+    from cait.data import DataError, read_images
 
     n = QUICK_IMAGES if args.quick else args.scenes
-    data = read_images("fashion-mnist-scenes", model.cfg, limit=n, normalise=False)
-    return default_collate([data[i] for i in range(len(data))])[0], f"the first {n} test scenes"
+    try:
+        data = read_images(args.data, model.cfg, limit=n, normalise=False)
+    except DataError as e:
+        fail(str(e).splitlines()[0])
+    readable = [data[i] for i in range(len(data))]
+    readable = [item for item in readable if item[4]]  # a folder's unreadable files are left out
+    where = "test scenes" if args.data == SCENES else f"images of {args.data}"
+    return default_collate(readable)[0], f"the first {len(readable)} {where}"
+
+
+def region_sums(maps: torch.Tensor, region: int) -> torch.Tensor:
+    """Patch maps [n, g, g] summed over each token-patching region: [n, R, R] (`explain.region_masks`)."""
+    g = maps.shape[-1]
+    masks = explain.region_masks(g, region).float()
+    side = int(len(masks) ** 0.5)
+    return (maps.flatten(1) @ masks.T).view(-1, side, side)
 
 
 @torch.no_grad()
 def measure(model, x: torch.Tensor, args: argparse.Namespace) -> dict[str, torch.Tensor]:
-    """Per image: the lens's logits [n, D + 1, K], the final prediction, and the patching (of the predicted
-    class's logit): streams [n, blocks], branches [n, blocks, 2], CA heads [n, L, H], the gap [n]."""
+    """Per image: the lens's logits [n, D + 1, K], the final prediction, the patching (of the predicted class's
+    logit): CA class tokens [n, L - 1], branches [n, blocks, 2], CA heads [n, L, H], the gap [n]; the token
+    patching maps [n, R, R] (restored into the corrupted run, lost from the clean run) with the clean run's
+    class attention per region (mean over CA layers and heads) [n, R, R]; and the corrupted views."""
     generator = torch.Generator().manual_seed(args.seed)
-    out: dict[str, list[torch.Tensor]] = {k: [] for k in ("lens", "target", "blocks", "branches", "heads", "gap")}
+    keys = ("lens", "target", "class_token", "branches", "heads", "gap", "restored", "broken", "attention", "views")
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     for batch in tqdm(x.split(BATCH), desc="lens and patching", unit="batch"):
         broken = corrupt(batch, args.corruption, args.severity, generator=generator)
         clean, corrupted = normalise(batch, model.cfg), normalise(broken, model.cfg)
@@ -61,13 +90,19 @@ def measure(model, x: torch.Tensor, args: argparse.Namespace) -> dict[str, torch
         target = lens[:, -1].argmax(-1)
         by_block = explain.activation_patching(model, clean, corrupted, target)
         by_head = explain.activation_patching(model, clean, corrupted, target, granularity="head")
+        tokens = explain.token_patching(model, clean, corrupted, target, region=args.region)
+        attention = region_sums(explain.class_attention(model, clean).maps.mean((1, 2)), args.region)
         for key, value in (
             ("lens", lens),
             ("target", target),
-            ("blocks", by_block.blocks),
+            ("class_token", by_block.class_token),
             ("branches", by_block.branches),
             ("heads", by_head.heads),
             ("gap", by_block.gap),
+            ("restored", tokens.restored),
+            ("broken", tokens.broken),
+            ("attention", attention),
+            ("views", broken),
         ):
             out[key].append(value)
     return {k: torch.cat(v) for k, v in out.items()}
@@ -121,8 +156,61 @@ def carriers(blocks: list[dict], heads: list[dict], *, top: int = 3) -> list[tup
     return sorted(((n, s) for n, s in parts if np.isfinite(s)), key=lambda p: -p[1])[:top]
 
 
+def rank_correlations(first: torch.Tensor, second: torch.Tensor) -> np.ndarray:
+    """Spearman's rank correlation per image between two maps [n, R, R] over their regions (NaN where either is
+    flat)."""
+    a, b = first.flatten(1).double().numpy(), second.flatten(1).double().numpy()
+    flat = (a.std(1) == 0) | (b.std(1) == 0)
+    return np.array([np.nan if f else spearmanr(u, v).statistic for u, v, f in zip(a, b, flat)])
+
+
+def token_summary(m: dict[str, torch.Tensor], args: argparse.Namespace) -> dict:
+    """The token patching over the images: the mean rank correlation of the CA attention map with the restored
+    map (and with the lost one), with intervals, and the share of the gap the best region restores alone."""
+    rho, rho_broken = rank_correlations(m["attention"], m["restored"]), rank_correlations(m["attention"], m["broken"])
+    valid = rho[np.isfinite(rho)]
+    best = m["restored"].flatten(1).max(1).values
+    side = m["restored"].shape[-1]
+    return {
+        "region_patches": args.region,
+        "regions": side * side,
+        "attention": "the clean run's class attention per region: mean over CA layers and heads, summed per region",
+        "rank_correlation": {
+            "mean": float(valid.mean()) if len(valid) else None,
+            "ci95": bootstrap(valid, np.mean, resamples=args.bootstrap) if len(valid) else None,
+            "images": int(len(valid)),
+        },
+        "rank_correlation_lost": {
+            "mean": float(np.nanmean(rho_broken)) if np.isfinite(rho_broken).any() else None,
+            "images": int(np.isfinite(rho_broken).sum()),
+        },
+        "best_region": restored(best, m["gap"], args.bootstrap),
+        "per_image_rank_correlation": [None if not np.isfinite(r) else float(r) for r in rho],
+    }
+
+
+def token_verdict(tokens: dict) -> str:
+    """One sentence: does the CA attention map predict where token patching restores the answer?"""
+    rho = tokens["rank_correlation"]
+    if rho["mean"] is None:
+        return "Token patching: no image had both maps vary, so there is no rank correlation to report."
+    low, high = rho["ci95"]
+    said = f"mean rank correlation {rho['mean']:.2f} [{low:.2f}, {high:.2f}] over {rho['images']} images"
+    where = "where patching the clean tokens back restores the answer"
+    strength = next(word for bound, word in STRENGTH if abs(rho["mean"]) < bound)
+    if low > 0:
+        answer = f"{strength} predicts {where}"
+    elif high < 0:
+        answer = f"{strength} points away from {where}"
+    else:
+        answer = f"does not predict {where}"
+    best = tokens["best_region"]["restored"]
+    return f"The CA attention map {answer} ({said}); the best region alone restores {best:.0%} of the gap."
+
+
 def verdict(data: dict) -> str:
-    """Two sentences from the numbers: where the answer forms, and what restores it under the corruption."""
+    """Three sentences from the numbers: where the answer forms, what restores it under the corruption, and
+    whether the CA attention map predicts where it enters the class token."""
     depth, k = len(data["lens"]) - 1, data["forms_at"]
     lens = data["lens"]
     if k is None:
@@ -141,7 +229,7 @@ def verdict(data: dict) -> str:
     named = ", ".join(f"{n} ({s:.0%})" for n, s in data["carriers"])
     return (
         f"{first[0].upper()}{first[1:]}. Under {corruption} (mean gap {gap['mean']:.2f} logits), the clean "
-        f"outputs that alone restore most of it: {named}."
+        f"outputs that alone restore most of it: {named}. {token_verdict(data['tokens'])}"
     )
 
 
@@ -151,12 +239,13 @@ def summarise(model, m: dict[str, torch.Tensor], args: argparse.Namespace, made_
     blocks = [
         {
             "name": name,
-            "stream": restored(m["blocks"][:, i], m["gap"], n),
             "attention": restored(m["branches"][:, i, 0], m["gap"], n),
             "MLP": restored(m["branches"][:, i, 1], m["gap"], n),
         }
         for i, name in enumerate(names)
     ]
+    for c in range(m["class_token"].shape[1]):  # each CA block but the last: its class token patched alone
+        blocks[cfg.depth + c]["class_token"] = restored(m["class_token"][:, c], m["gap"], n)
     L, H = m["heads"].shape[1:]
     heads = [
         {"layer": c + 1, "head": h + 1, **restored(m["heads"][:, c, h], m["gap"], n)}
@@ -175,10 +264,12 @@ def summarise(model, m: dict[str, torch.Tensor], args: argparse.Namespace, made_
         "lens": lens,
         "forms_at": forms_at(lens),
         "gap": {"mean": float(gap.mean()), "ci95": bootstrap(gap, np.mean, resamples=n)},
+        "whole_stream": "orientation, not a result: the whole stream after any SA block, or the class token after "
+        "the last CA block, patched into the corrupted run is the clean run, so it restores the whole gap",
         "blocks": blocks,
         "heads": heads,
         "carriers": carriers(blocks, heads),
-        "note": "an SA block's stream is every patch token, so patching it restores the whole gap by definition",
+        "tokens": token_summary(m, args),
     }
     data["verdict"] = verdict(data)
     return data
@@ -209,23 +300,23 @@ def figure(data: dict, *, newline: str = "\n") -> LinePlot:
             band=band(data["lens"], "probability_ci95"),
         ),
     ]
-    x_blocks = list(range(1, len(data["blocks"]) + 1))
     for kind, colour, dash in (
         ("attention", "#2ca02c", "solid"),
         ("MLP", "#d62728", "solid"),
-        ("stream", "#7f7f7f", "dot"),
+        ("class_token", "#7f7f7f", "dot"),
     ):
-        rows = [b[kind] for b in data["blocks"]]
+        at = [(i + 1, b) for i, b in enumerate(data["blocks"]) if kind in b]
+        rows = [b[kind] for _, b in at]
         series.append(
             Series(
-                f"{kind} patched",
-                x_blocks,
+                f"{kind.replace('_', ' ')} patched",
+                [i for i, _ in at],
                 [r["restored"] for r in rows],
                 1,
                 colour,
                 dash,
                 band=band(rows, "restored_ci95"),
-                hover=[b["name"] for b in data["blocks"]],
+                hover=[b["name"] for _, b in at],
             )
         )
     return LinePlot(
@@ -235,17 +326,59 @@ def figure(data: dict, *, newline: str = "\n") -> LinePlot:
         y_label="share",
         series=series,
         vlines=[(depth + 0.5, "CA stage")],
-        hlines=[(MOST, "most images"), (1.0, "whole gap")],
+        hlines=[(MOST, "most images"), (1.0, "whole stream patched: the clean run (orientation)")],
         height=480,
     )
 
 
+def token_figure(x: torch.Tensor, m: dict[str, torch.Tensor], data: dict, *, shown: int = SHOWN):
+    """Per image (the first `shown`): the clean and corrupted views, the share of the gap each region's clean
+    tokens restore in the corrupted run, and the clean run's class attention per region, with their rank
+    correlation; a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    n, gap = min(shown, len(x)), m["gap"]
+    fig, axes = plt.subplots(n, 4, figsize=(9.6, 2.5 * n + 0.6), squeeze=False)
+    rho = data["tokens"]["per_image_rank_correlation"]
+    for i in range(n):
+        share = (m["restored"][i] / gap[i]).numpy() if gap[i] != 0 else np.full(m["restored"][i].shape, np.nan)
+        panels = [
+            (x[i], "clean", None),
+            (m["views"][i].clamp(0, 1), "corrupted", None),
+            (share, "share of the gap restored", "RdBu_r"),
+            (m["attention"][i].numpy(), "CA attention", "inferno"),
+        ]
+        for ax, (image, title, cmap) in zip(axes[i], panels):
+            if cmap is None:
+                ax.imshow(image.permute(1, 2, 0).squeeze().numpy(), cmap="gray" if image.shape[0] == 1 else None)
+            else:
+                bound = float(np.nanmax(np.abs(image))) if cmap == "RdBu_r" and np.isfinite(image).any() else None
+                shown_map = ax.imshow(image, cmap=cmap, vmin=-bound if bound else None, vmax=bound)
+                fig.colorbar(shown_map, ax=ax, fraction=0.046, pad=0.04)
+            with_rho = title == "CA attention" and rho[i] is not None
+            ax.set_title(f"{title} (ρ {rho[i]:.2f})" if with_rho else title, fontsize=9)
+            ax.set_xticks([]), ax.set_yticks([])
+    tokens = data["tokens"]
+    fig.suptitle(
+        "\n".join(textwrap.wrap(token_verdict(tokens), 110))
+        + f"\nregions of {tokens['region_patches']} x {tokens['region_patches']} patches, "
+        f"{data['corruption']} at severity {data['severity']}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    return fig
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("mechanisms", __doc__, images=True)
-    p.add_argument("--scenes", type=int, default=200, help="test scenes (models trained on scenes); default 200")
+    p.add_argument(
+        "--data", default=SCENES, help=f"{SCENES} (default) or a folder of images (python -m cait.data.export)"
+    )
+    p.add_argument("--scenes", type=int, default=200, help="images of --data (default 200)")
     p.add_argument("--corruption", default="gaussian_noise", choices=list(CORRUPTIONS), help="the corrupted run's")
     p.add_argument("--severity", type=int, default=3, choices=list(SEVERITIES), help="the corruption's, 1-5")
     p.add_argument("--seed", type=int, default=0, help="seed of the corruption's random draws")
+    p.add_argument("--region", type=int, default=1, help="token patching: a region's side in patches (default 1)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the images (default 1000)")
     args = p.parse_args(argv)
     if args.scenes <= 0 or args.bootstrap <= 0:
@@ -257,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     x, what = views(model, args)
     try:
         measured = measure(model, x, args)
-    except ValueError as e:  # a model without CaiT's class-attention stage: explain says so in one line
+    except ValueError as e:  # a model without CaiT's class-attention stage, a region too large: one line
         fail(str(e))
     data = summarise(model, measured, args, loaded.made_from, what)
     out = out_dir(args.out)
@@ -265,13 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     plot = figure(data)
     save_png(to_matplotlib(plot, width=13, height=4.8), out / "mechanisms.png", loaded.made_from, dpi=80)
     save_html(to_plotly(figure(data, newline="<br>")), out / "mechanisms.html", loaded.made_from)
+    save_png(token_figure(x, measured, data), out / "token_patching.png", loaded.made_from, dpi=80)
     print(f"{loaded.made_from}\n{data['verdict']}")
     for r in data["lens"]:
         print(f"SA depth {r['sa_depth']:>2}: lens top-1 = final {r['top1_agreement']:.0%}, p {r['probability']:.3f}")
     for b in data["blocks"]:
-        parts = "  ".join(f"{k} {b[k]['restored']:+.2f}" for k in ("stream", "attention", "MLP"))
+        parts = "  ".join(f"{k} {b[k]['restored']:+.2f}" for k in ("attention", "MLP", "class_token") if k in b)
         print(f"{b['name']:<5} restored share of the gap: {parts}")
-    print(f"wrote mechanisms.json/.png/.html to {out}")
+    print(f"wrote mechanisms.json/.png/.html and token_patching.png to {out}")
     return 0
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from app import causal_view, mechanisms_view, session
 from app.models import LoadedModel
 from cait import explain
+from cait.explain.attribution import checked_options
 from cait.robustness import parse_corruption
 
 
@@ -32,20 +33,20 @@ def answer(
 ) -> dict[str, Any]:
     """The answer of /analyze (`app.handlers.Handlers.analyze` says each keyword) for the image at `path`.
     Raises ImageInputError for a bad file, ValueError in one line for a bad class, method, option or corruption."""
+    options = checked_options(  # the page's bounds: a bad value is one line naming the option
+        ig_steps=ig_steps,
+        ig_baseline=ig_baseline,
+        signed=signed,
+        smoothgrad_samples=smoothgrad_samples,
+        smoothgrad_stdev=smoothgrad_stdev,
+        rollout_head_fusion=rollout_head_fusion,
+        rollout_discard_ratio=rollout_discard_ratio,
+    )
     a = session.analyse(loaded, path)
     out = session.numbers(loaded, a)
     out["methods"] = list(explain.METHODS)
     target = session.api_target(a, int(target), loaded.cfg.num_classes)
     if method:
-        options = explain.MethodOptions(
-            ig_steps=int(ig_steps),
-            ig_baseline=ig_baseline,
-            signed=bool(signed),
-            smoothgrad_samples=int(smoothgrad_samples),
-            smoothgrad_stdev=float(smoothgrad_stdev),
-            rollout_head_fusion=rollout_head_fusion,
-            rollout_discard_ratio=float(rollout_discard_ratio),
-        )
         out["attribution"] = session.attribution_for_api(
             loaded, a, method=method, target=target, options=options, seed=int(seed)
         )

@@ -144,9 +144,9 @@ class MechanismsEvents:
             p.json_file: self._numbers_file(loaded, a),
             p.mx_second: shown,
             p.mx_patch: patching_plotly(
-                np.array(n["blocks"]),
                 np.array(n["branches"]),
                 n["gap"],
+                class_token=np.array(n["class_token"]),
                 depth=cfg.depth,
                 ca_depth=cfg.depth_token_only,
                 title=title,

@@ -63,27 +63,29 @@ def patching_forwards(cfg) -> int:
 
 def patching(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, target: int) -> dict[str, Any]:
     """Activation patching of class `target`'s logit from the clean run into the corrupted one, per block
-    (stream and branches) and per CA head, with each component's share of the gap, JSON-able."""
+    (branches, and the class token after each CA block but the last) and per CA head, with each component's
+    share of the gap, JSON-able."""
     t = torch.tensor([int(target)], device=clean.device)
     by_block = explain.activation_patching(model, clean, corrupted, t)
     by_head = explain.activation_patching(model, clean, corrupted, t, granularity="head")
     gap = float(by_block.gap[0])
     as_list = lambda v: v[0].float().cpu().numpy()  # noqa: E731
-    blocks, branches, heads = as_list(by_block.blocks), as_list(by_block.branches), as_list(by_head.heads)
+    class_token, branches, heads = as_list(by_block.class_token), as_list(by_block.branches), as_list(by_head.heads)
     share = lambda v: (np.asarray(v) / gap).tolist() if gap else None  # noqa: E731
     return {
-        "layout": "blocks in model order (SA then CA), 0-based; branches [block][attention, MLP]; heads [CA layer]"
-        "[head]; each value: the corrupted run's target logit with that component's clean output patched in, "
-        "minus the corrupted run's; restored: that over the gap (clean minus corrupted target logit)",
+        "layout": "blocks in model order (SA then CA), 0-based; branches [block][attention, MLP]; class_token [CA "
+        "block but the last]; heads [CA layer][head]; each value: the corrupted run's target logit with that "
+        "component's clean output patched in, minus the corrupted run's; restored: that over the gap (clean minus "
+        "corrupted target logit, what the whole stream restores by construction)",
         "target": int(target),
         "clean_logit": float(by_block.clean[0, int(target)]),
         "corrupted_logit": float(by_block.corrupted[0, int(target)]),
         "corrupted_top1": int(by_block.corrupted[0].argmax()),
         "gap": gap,
-        "blocks": blocks.tolist(),
+        "class_token": class_token.tolist(),
         "branches": branches.tolist(),
         "heads": heads.tolist(),
-        "restored": {"blocks": share(blocks), "branches": share(branches), "heads": share(heads)},
+        "restored": {"class_token": share(class_token), "branches": share(branches), "heads": share(heads)},
     }
 
 

@@ -5,6 +5,8 @@
     .venv/bin/python benchmarks/explain_speed.py --methods knockout_profile knockout_naive   # issue 33's goal
     .venv/bin/python benchmarks/explain_speed.py --methods ca_stage logit_lens patching_block patching_head \
         gradient_rollout --threads 1                                                   # issue 41's goals
+    .venv/bin/python benchmarks/explain_speed.py --models cait_micro_136:1 cait_xxs24_224:1 \
+        --methods ca_stage token_patching --threads 1                                  # issue 47: forwards per map
 
 Random weights (speed does not depend on them). Each timed run of a method alternates with a timed
 forward pass, so that load from other processes drifts both alike, and the reported times are the
@@ -56,6 +58,12 @@ def patching_goal(cfg: cait.CaiTConfig) -> float:
     return cfg.depth + 3
 
 
+# Issue 47: token patching per patch, both directions, costs one SA pass of each image and one class-stage
+# run per patch and direction (batched): 2 + 2 N class stages, in forwards, from the class stage's own ratio.
+def token_goal(cfg: cait.CaiTConfig, ca_stage: float) -> float:
+    return 2 + 2 * cfg.num_patches * ca_stage
+
+
 SAME_AS_CA_MAPS = ("ca1_mean", "ca2_mean")  # one class_attention call each: timed once as ca_maps
 
 
@@ -87,6 +95,7 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
         "logit_lens": lambda: explain.logit_lens(model, x),
         "patching_block": lambda: explain.activation_patching(model, x, corrupted, target),
         "patching_head": lambda: explain.activation_patching(model, x, corrupted, target, granularity="head"),
+        "token_patching": lambda: explain.token_patching(model, x, corrupted, target),
     }
     if only:
         methods = {m: fn for m, fn in methods.items() if m in only}
@@ -104,8 +113,9 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
 
 def goal_of(method: str, cfg: cait.CaiTConfig, ratios: dict[str, float]) -> float | None:
     """The goal of `method` in forwards; the lens's needs the class stage's ratio measured before it."""
-    if method == "logit_lens":
-        return lens_goal(cfg, ratios["ca_stage"]) if "ca_stage" in ratios else None
+    if method in ("logit_lens", "token_patching"):
+        goal = lens_goal if method == "logit_lens" else token_goal
+        return goal(cfg, ratios["ca_stage"]) if "ca_stage" in ratios else None
     if method in ("knockout_profile", "patching_block"):
         return knockout_goal(cfg) if method == "knockout_profile" else patching_goal(cfg)
     return GOALS.get(method)
@@ -131,6 +141,7 @@ def main() -> None:
     add_threads_flag(p)
     args = p.parse_args()
     extra = ("knockout_profile", "knockout_naive", "dla", "ca_stage", "logit_lens", "patching_block", "patching_head")
+    extra += ("token_patching",)
     known = {"ca_maps", "regions", *extra, *explain.METHODS} - set(SAME_AS_CA_MAPS)
     if args.methods and set(args.methods) - known:
         p.error(f"unknown method(s) {sorted(set(args.methods) - known)}; choose from {', '.join(sorted(known))}")
@@ -153,6 +164,12 @@ def main() -> None:
         if {"knockout_profile", "knockout_naive"} <= set(per_forward):
             speedup = per_forward["knockout_naive"] / per_forward["knockout_profile"]
             print(f"{name:<16} {batch:>3} knockout: naive loop / cached prefix = {speedup:.2f}x")
+        if "token_patching" in per_forward:
+            cfg = cait.get_config(name)
+            print(
+                f"{name:<16} {batch:>3} token patching, {cfg.num_patches} patches x 2 directions: "
+                f"{per_forward['token_patching']:.2f} forwards per map"
+            )
 
 
 if __name__ == "__main__":

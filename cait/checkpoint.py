@@ -218,8 +218,8 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
         for label, items in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", shapes)):
             if items:
                 more = f" ... (+{len(items) - 8} more)" if len(items) > 8 else ""
-                lines.append(f"{label} ({len(items)}): {', '.join(items[:8])}{more}")
-        raise CheckpointError("\n".join(lines))
+                lines.append(f"{label} ({len(items)}): {', '.join(items[:8])}{more}.")
+        raise CheckpointError(" ".join(lines))  # one line: every command's one-line error carries the diagnosis
     model.load_state_dict(state, strict=True)
 
 

@@ -44,6 +44,33 @@ def rank_indices(images: int, size: int, rank: int, world: int) -> list[int]:
     return [i for s in rank_shards(len(shards), rank, world) for i in shards[s]]
 
 
+def balanced_runs(todo: list[int], world: int, size: int, *, batch: int = 1) -> list[list[range]]:
+    """Image indices `todo` (ascending) split over `world` ranks in contiguous shares of whole batches (the
+    batches of a one-process run: indices b * batch .. (b + 1) * batch - 1) whose counts differ by at most one,
+    each share cut into runs of consecutive indices of at most max(batch, size // batch * batch): rank r's runs
+    are element r. Every batch a rank forms is one a one-process run forms, so the numbers are the same; how
+    `cait.atlas` shares its work over ranks whatever the shard size."""
+    batches: list[list[int]] = []
+    for i in todo:
+        if batches and batches[-1][-1] == i - 1 and i % batch:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    shares = [batches[len(batches) * r // world : len(batches) * (r + 1) // world] for r in range(world)]
+    return [_consecutive_runs(share, max(batch, size // batch * batch)) for share in shares]
+
+
+def _consecutive_runs(batches: list[list[int]], size: int) -> list[range]:
+    runs: list[range] = []
+    for b in batches:
+        last = runs[-1] if runs else None
+        if last is not None and b[0] == last.stop and len(last) + len(b) <= size:
+            runs[-1] = range(last.start, b[-1] + 1)
+        else:
+            runs.append(range(b[0], b[-1] + 1))
+    return runs
+
+
 def gather_all(obj: object) -> list:
     """Every rank's `obj` (picklable), in rank order, on every rank; [obj] without a process group."""
     if not dist.is_initialized():

@@ -490,6 +490,8 @@ def test_a_bad_analyze_call_logs_one_line(server, capfd, caplog):
         "not an image": dict(image=handle_file(str(tmp / "words.png"))),
         "unknown method": dict(image=image, method="telepathy"),
         "target must be": dict(image=image, method="saliency", target=10_000),
+        "ig_steps must be between 4 and 128": dict(image=image, method="integrated_gradients", ig_steps=1000),
+        "smoothgrad_stdev must be between 0 and 1": dict(image=image, method="smoothgrad", smoothgrad_stdev=-1),
     }
     for message, call in bad.items():
         with pytest.raises(Exception, match=message):

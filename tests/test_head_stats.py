@@ -71,3 +71,21 @@ def test_mean_attention_distances_of_a_model_match_each_layers_own_maps():
             for h in range(model.cfg.num_heads):
                 want = distance_by_loops(after_proj_w[b, h], model.cfg.patch_size)
                 assert got[b, layer, h].item() == pytest.approx(want, rel=1e-4)
+
+
+@pytest.mark.parametrize("grid, patch", [(17, 8), (28, 16)])  # cait_micro_136's grid; cait_m48_448's
+def test_uniform_distance_is_exact_whatever_the_thread_count(grid, patch):
+    """The uniform-attention level against a plain float64 sum over every pair of patch centres, equal bit for
+    bit at 1 to 4 torch threads (torchrun's ranks run one thread each, one process more): one process and
+    torchrun write the same summary.json."""
+    centres = [(r * patch, c * patch) for r in range(grid) for c in range(grid)]
+    want = math.fsum(math.dist(a, b) for a in centres for b in centres) / len(centres) ** 2
+    threads = torch.get_num_threads()
+    try:
+        got = []
+        for n in (1, 2, 3, 4):
+            torch.set_num_threads(n)
+            got.append(explain.uniform_attention_distance(grid, patch))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(set(got)) == 1 and got[0] == pytest.approx(want, rel=1e-12)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from conftest import randomise_
@@ -162,14 +163,16 @@ def _patched_by_hook(model, clean, corrupted, target, module, *, pre=False, cols
 
 
 def test_every_patch_equals_the_hooked_full_runs(pair):
-    """Every entry against two whole forward passes with a hook: the stream after a block (after a CA
-    block: the class token it outputs), each branch (the attn / mlp module's output), each CA head."""
+    """Every entry against two whole forward passes with a hook: the class token a CA block outputs (but the
+    last's), each branch (the attn / mlp module's output), each CA head."""
     model, clean, corrupted, target, got, by_head = pair
     blocks = list(model.blocks) + list(model.blocks_token_only)
-    assert got.blocks.shape == (3, len(blocks)) and got.branches.shape == (3, len(blocks), 2)
-    for i, blk in enumerate(blocks):
+    ca = model.cfg.depth_token_only
+    assert got.class_token.shape == (3, ca - 1) and got.branches.shape == (3, len(blocks), 2)
+    for c, blk in enumerate(model.blocks_token_only[:-1]):
         expected = _patched_by_hook(model, clean, corrupted, target, blk)
-        torch.testing.assert_close(got.blocks[:, i], expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.class_token[:, c], expected, atol=1e-5, rtol=1e-5)
+    for i, blk in enumerate(blocks):
         for j, part in enumerate((blk.attn, blk.mlp)):
             expected = _patched_by_hook(model, clean, corrupted, target, part)
             torch.testing.assert_close(got.branches[:, i, j], expected, atol=1e-5, rtol=1e-5)
@@ -188,11 +191,15 @@ def test_patching_invariants(pair):
     gap = _target_logit(model(clean) - model(corrupted), target)
     assert gap.abs().min() > 1e-2
     torch.testing.assert_close(got.gap, gap, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got.blocks[:, model.cfg.depth - 1], gap, atol=1e-5, rtol=1e-5)  # after the SA stage
-    torch.testing.assert_close(got.blocks[:, -1], gap, atol=1e-5, rtol=1e-5)  # the final class token
-    assert got.heads is None and by_head.blocks is None and by_head.branches is None
+    # the whole stream after the SA stage, and the final class token, restore the gap by construction (here
+    # by hooked runs): no entry reports them, and no entry equals the gap on every image
+    for whole in (model.blocks[-1], model.blocks_token_only[-1]):
+        torch.testing.assert_close(_patched_by_hook(model, clean, corrupted, target, whole), gap, atol=1e-5, rtol=1e-5)
+    for entries in (got.class_token, got.branches.flatten(1), by_head.heads.flatten(1)):
+        assert ((entries - gap[:, None]).abs() > 1e-4).any(0).all()
+    assert got.heads is None and by_head.class_token is None and by_head.branches is None
     same = explain.activation_patching(model, clean, clean, target)  # nothing differs: nothing to restore
-    assert same.blocks.abs().max() == 0 and same.branches.abs().max() == 0
+    assert same.class_token.abs().max() == 0 and same.branches.abs().max() == 0
     assert explain.activation_patching(model, clean, clean, target, granularity="head").heads.abs().max() == 0
 
 
@@ -352,5 +359,24 @@ def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
     assert [h["restored"] for h in data["heads"]] == pytest.approx((heads.mean(0).flatten() / gap).tolist(), abs=1e-4)
     best = max((s, n) for n, s in data["carriers"])
     assert f"{best[1]} ({best[0]:.0%})" in data["verdict"] and "contrast at severity 4" in data["verdict"]
-    for name in ("mechanisms.png", "mechanisms.html"):
+    assert all("stream" not in b for b in data["blocks"]) and "orientation" in data["whole_stream"]
+    assert data["blocks"][-2]["class_token"]["restored"] == pytest.approx(
+        (patched.class_token[:, 0].mean() / gap).item()
+    )
+    # token patching: per image the rank correlation of the clean run's CA attention (mean over CA layers and
+    # heads, per patch) with what each patch's clean tokens restore, recomputed here with numpy's ranks
+    from scipy.stats import rankdata
+
+    tokens = explain.token_patching(model, clean, corrupted, target)
+    attention = explain.class_attention(model, clean).maps.mean((1, 2)).flatten(1).numpy()
+    rho = []
+    for a, r in zip(attention, tokens.restored.flatten(1).numpy()):
+        rho.append(np.corrcoef(rankdata(a), rankdata(r))[0, 1])
+    assert data["tokens"]["per_image_rank_correlation"] == pytest.approx(rho, abs=1e-6)
+    got = data["tokens"]["rank_correlation"]
+    assert got["mean"] == pytest.approx(np.mean(rho)) and got["ci95"][0] <= got["mean"] <= got["ci95"][1]
+    assert f"mean rank correlation {np.mean(rho):.2f}" in data["verdict"]
+    best_region = tokens.restored.flatten(1).max(1).values.mean() / gap
+    assert data["tokens"]["best_region"]["restored"] == pytest.approx(best_region.item(), abs=1e-4)
+    for name in ("mechanisms.png", "mechanisms.html", "token_patching.png"):
         assert (tmp_path / "out" / name).stat().st_size > 1000

@@ -72,18 +72,18 @@ def test_patching_a_corruption_and_an_example_is_explains(setup):
     want = explain.activation_patching(model, a.x, normalise(broken, model.cfg), target)
     heads = explain.activation_patching(model, a.x, normalise(broken, model.cfg), target, granularity="head")
     bars = out[p.mx_patch].data
-    assert list(bars[0].y) == pytest.approx(want.blocks[0].tolist(), abs=1e-5)
-    assert list(bars[1].y) == pytest.approx(want.branches[0, :, 0].tolist(), abs=1e-5)
-    assert list(bars[2].y) == pytest.approx(want.branches[0, :, 1].tolist(), abs=1e-5)
+    assert list(bars[0].y) == pytest.approx(want.branches[0, :, 0].tolist(), abs=1e-5)
+    assert list(bars[1].y) == pytest.approx(want.branches[0, :, 1].tolist(), abs=1e-5)
+    assert list(bars[2].y) == pytest.approx(want.class_token[0].tolist(), abs=1e-5)
     np.testing.assert_allclose(out[p.mx_patch_heads].data[0].z, heads.heads[0].numpy(), atol=1e-5)
     gap = float(want.gap[0])
-    assert f"{float(want.branches[0, 0, 0]) / gap:.0%} of the gap" in bars[1].hovertext[0]
+    assert f"{float(want.branches[0, 0, 0]) / gap:.0%} of the gap" in bars[0].hovertext[0]
     assert out[p.mx_second].size == a.view.size
     # another image as the corrupted run: an example
     out = patch(handlers, a, mx_source=SOURCES[1], mx_example=examples[1])
     other = causal_view.reference_batch([examples[1]], model.cfg)
     want = explain.activation_patching(model, a.x, other, target)
-    assert list(out[p.mx_patch].data[0].y) == pytest.approx(want.blocks[0].tolist(), abs=1e-5)
+    assert list(out[p.mx_patch].data[0].y) == pytest.approx(want.branches[0, :, 0].tolist(), abs=1e-5)
 
 
 def test_patching_without_a_second_image_or_with_a_bad_file_is_one_message(setup, tmp_path):
@@ -143,7 +143,7 @@ def test_analyze_opts_into_the_lens_and_patching_by_keyword(setup):
     assert "layout" in out["logit_lens"] and "layout" in out["patching"]
     broken = corrupt(view_pixels(a.view)[None], "gaussian_noise", 2, generator=torch.Generator().manual_seed(0))
     want = explain.activation_patching(model, a.x, normalise(broken, model.cfg), torch.tensor([a.top_class]))
-    assert out["patching"]["blocks"] == pytest.approx(want.blocks[0].tolist(), abs=1e-5)
+    assert out["patching"]["class_token"] == pytest.approx(want.class_token[0].tolist(), abs=1e-5)
     assert out["patching"]["gap"] == pytest.approx(float(want.gap[0]), abs=1e-5)
     assert (out["patching"]["corruption"], out["patching"]["severity"]) == ("gaussian_noise", 2)
     for bad in ("gaussian_noise", "fog:3", "gaussian_noise:9"):

@@ -13,7 +13,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m cait.atlas",
         description="Per class-attention head over a dataset: entropy, direct logit attribution, localisation, "
         "exemplars; SA attention distances; with --knockouts the logit change per block; with --patching the "
-        "share of a corruption's logit gap each component restores. Resumable, and "
+        "share of a corruption's logit gap each component and each patch's tokens restore. Resumable, and "
         "sharded over processes under torchrun.",
     )
     add_model_flags(p)
@@ -35,8 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_corruption,
         metavar="CORRUPTION:SEVERITY",
         help="also activation patching of the predicted class from each image into itself under this ImageNet-C "
-        "corruption (cait.corruptions, e.g. gaussian_noise:3): per block, branch and CA head, the share of the "
-        "gap restored; always fp32",
+        "corruption (cait.corruptions, e.g. gaussian_noise:3): per branch, CA class token and CA head, the share "
+        "of the gap restored, and token patching into the class stage per patch (what the best patch and the 3 "
+        "best restore, the best patch's share in the box); always fp32",
     )
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     p.add_argument("--exemplars", type=int, default=6, help="exemplar images per head and kind on the page")

@@ -2,8 +2,9 @@
 and per class-attention head its map's entropy, its direct logit attribution to the predicted class, its
 pointing hit and mass in the box (and the box's share of the image, their chance level); the SA heads' mean
 attention distances; with knockouts the logit change per block; with a corruption the activation patching of
-the predicted class from each image into its corrupted twin. Maps, attributions and distances come from one
-forward pass (`explain.predicted_attribution`), whose SA states the knockouts re-use."""
+the predicted class from each image into its corrupted twin, per component and per patch of the tokens the
+class stage reads. Maps, attributions and distances come from one forward pass
+(`explain.predicted_attribution`), whose SA states the knockouts re-use."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..runtime import autocast
 
 # columns of a shard and their shape after the image axis (L: CA layers, H: heads, D: SA layers, K: blocks)
 HEAD_NUMBERS = ("entropy", "dla", "pointing", "mass_in_box")  # each [L, H] per image
+TOKEN_REGION, TOKEN_TOP = 1, 3  # token patching: regions of one patch; the three best patched together
 
 
 def head_numbers(boxes: bool) -> tuple[str, ...]:
@@ -66,18 +68,39 @@ def corrupted_views(pixels: torch.Tensor, index: torch.Tensor, corruption: tuple
     )
 
 
-def patching_numbers(model: nn.Module, x: torch.Tensor, corrupted: torch.Tensor, target: torch.Tensor) -> dict:
+def patching_numbers(
+    model: nn.Module, x: torch.Tensor, corrupted: torch.Tensor, target: torch.Tensor, boxes: torch.Tensor
+) -> dict:
     """Activation patching of the `target` logits from x into `corrupted` (fp32: it subtracts logits): per
-    image the stream after each block [B, K], each block's attention and MLP branch [B, K, 2], each CA head
-    [B, L, H] and the clean-corrupted gap [B]."""
+    image each block's attention and MLP branch [B, K, 2], the class token after each CA block but the last
+    [B, L - 1], each CA head [B, L, H] and the clean-corrupted gap [B]; and token patching into the class
+    stage per patch (`explain.token_patching`): what the best patch restores alone and the `TOKEN_TOP` best
+    together [B], and the share of the best patch's area inside the object's box [B] (NaN without a box)."""
     by_block = explain.activation_patching(model, x, corrupted, target)
     by_head = explain.activation_patching(model, x, corrupted, target, granularity="head")
+    tokens = explain.token_patching(
+        model, x, corrupted, target, region=TOKEN_REGION, direction="restore", top=TOKEN_TOP
+    )
+    best_restored, best = tokens.restored.flatten(1).max(1)
+    region = explain.region_boxes(tokens.grid, tokens.region, model.cfg.patch_size).to(x.device)[best]
     return {
-        "patch_blocks": by_block.blocks.float(),
         "patch_branches": by_block.branches.float(),
+        "patch_class_token": by_block.class_token.float(),
         "patch_heads": by_head.heads.float(),
         "patch_gap": by_block.gap.float(),
+        "patch_tokens_best": best_restored.float(),
+        "patch_tokens_top": tokens.top_restored.float(),
+        "patch_tokens_best_in_box": share_in_box(region, boxes),
     }
+
+
+def share_in_box(regions: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """The share of each region's area [B, 4] inside its image's box [B, 4] (x0, y0, x1, y1 in input pixels;
+    NaN for a NaN box)."""
+    wide = (torch.minimum(regions[:, 2], boxes[:, 2]) - torch.maximum(regions[:, 0], boxes[:, 0])).clamp(min=0)
+    high = (torch.minimum(regions[:, 3], boxes[:, 3]) - torch.maximum(regions[:, 1], boxes[:, 1])).clamp(min=0)
+    area = (regions[:, 2] - regions[:, 0]) * (regions[:, 3] - regions[:, 1])
+    return torch.where(boxes.isnan().any(1), torch.nan, wide * high / area)
 
 
 @torch.no_grad()
@@ -101,5 +124,5 @@ def batch_numbers(
         if knockouts:  # from the pass's own SA states: one forward fewer than knockout_profile alone
             out["knockout"] = explain.knockout_profile(model, x, out["prediction"], sa_inputs=sa_inputs).float()
     if corrupted is not None:
-        out |= patching_numbers(model, x, corrupted, out["prediction"])
+        out |= patching_numbers(model, x, corrupted, out["prediction"], boxes)
     return {k: v.cpu().numpy() for k, v in out.items()}

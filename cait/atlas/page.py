@@ -309,32 +309,76 @@ def _figures(summary: dict, tally: Tally, hist: dict, model, names: list[str]) -
 
 
 def patching_figures(patching: dict, cfg, images: int) -> list:
-    """The patching profile over blocks (mean Δlogit with 95% intervals; hover: the share of the mean gap) and
-    the CA heads' grid, over the images."""
+    """The patching profile over blocks (mean Δlogit with 95% intervals; hover: the share of the mean gap), the
+    CA heads' grid, and the token patching into the class stage, over the images."""
     blocks = patching["blocks"]
-    mean = np.array([[b[k]["delta_logit_mean"] for k in ("stream", "attention", "MLP")] for b in blocks], dtype=float)
-    low = np.array([[b[k]["delta_logit_ci95"][0] for k in ("stream", "attention", "MLP")] for b in blocks], dtype=float)
+    parts = ("attention", "MLP")
+    mean = np.array([[b[k]["delta_logit_mean"] for k in parts] for b in blocks], dtype=float)
+    low = np.array([[b[k]["delta_logit_ci95"][0] for k in parts] for b in blocks], dtype=float)
+    tokens = [b["class_token"] for b in blocks if "class_token" in b]
+    token_mean = np.array([t["delta_logit_mean"] for t in tokens], dtype=float)
+    token_low = np.array([t["delta_logit_ci95"][0] for t in tokens], dtype=float)
     gap, what = patching["gap"]["mean"], f"{patching['corruption']} at severity {patching['severity']}"
     title = f"Activation patching under {what} over {images} images (mean Δlogit, 95% interval; gap {gap:.2f})"
     by_layer = [[h for h in patching["heads"] if h["layer"] == l + 1] for l in range(cfg.depth_token_only)]
     heads = np.array([[h["delta_logit_mean"] for h in layer] for layer in by_layer], dtype=float)
     ci95 = np.array([[h["restored_ci95"] for h in layer] for layer in by_layer], dtype=float)
+    profile = patching_plotly(
+        mean,
+        gap,
+        class_token=token_mean,
+        depth=cfg.depth,
+        ca_depth=cfg.depth_token_only,
+        title=title,
+        errors=mean - low,
+        class_token_errors=token_mean - token_low,
+    )
     return [
-        patching_plotly(
-            mean[:, 0], mean[:, 1:], gap, depth=cfg.depth, ca_depth=cfg.depth_token_only, title=title, errors=mean - low
-        ),
+        profile,
         heads_plotly(
             heads,
             gap,
             title=f"Each CA head patched alone under {what}: mean Δlogit (share of the mean gap, 95% interval)",
             ci95=ci95,
         ),
+        token_patching_plotly(patching["tokens"], what),
     ]
 
 
-def write_page(path: Path, summary: dict, tally: Tally, hist: dict, *, model, data, names: list[str], dtype) -> Path:
+def token_patching_plotly(tokens: dict, what: str):
+    """Bars: the share of the mean gap that the best patch of each image restores alone, and its `top` best
+    together, each with its 95% interval; the title gives how much of the best patch lies in the object's box."""
+    import plotly.graph_objects as go
+
+    rows = [("the best patch alone", tokens["best"]), (f"the {tokens['top']} best together", tokens["top_together"])]
+    share = [r["restored"] for _, r in rows]
+    half = [None if r["restored"] is None else (r["restored_ci95"][1] - r["restored_ci95"][0]) / 2 for _, r in rows]
+    box = tokens["best_in_box"]
+    inside = "" if box["mean"] is None else f"; the best patch lies {box['mean']:.0%} inside the object's box"
+    fig = go.Figure(go.Bar(x=[n for n, _ in rows], y=share, error_y=dict(type="data", array=half)))
+    fig.update_yaxes(title_text="share of the mean gap restored")
+    fig.update_layout(
+        title=f"Token patching into the class stage under {what}: clean patch tokens into the corrupted run{inside}",
+        template="plotly_white",
+        height=340,
+    )
+    return fig
+
+
+def write_page(
+    path: Path,
+    summary: dict,
+    tally: Tally,
+    hist: dict,
+    *,
+    model,
+    data,
+    names: list[str],
+    dtype,
+    skipped: list[tuple[str, str]] = (),
+) -> Path:
     """atlas.html from the summary, the tally's per-class sums and exemplars, and the histograms (of an atlas
-    with at least one readable image: `merge` refuses one without)."""
+    with at least one readable image: `merge` refuses one without); skipped: each unreadable image and why."""
     from plotly.offline import get_plotlyjs
 
     tiles = exemplar_tiles(tally, model, data, dtype)
@@ -343,7 +387,7 @@ def write_page(path: Path, summary: dict, tally: Tally, hist: dict, *, model, da
     body += "".join(_figures(summary, tally, hist, model, names))
     body += f"<h2>Exemplars</h2>{_exemplar_html(summary, tiles, data.paths, tally, names)}"
     top1 = "" if summary["top1"] is None else f", top-1 {summary['top1']:.1%} over {summary['labelled']} labelled"
-    skipped = [f"{p} ({summary['skip_reasons'][p]})" for p in summary["skipped"]]
+    skipped = [f"{p} ({why})" for p, why in skipped]
     shown = ", ".join(skipped[:20]) + (f" and {len(skipped) - 20} more (skipped.csv)" if len(skipped) > 20 else "")
     skip = f"<p>Skipped {len(skipped)} unreadable: {html.escape(shown)}</p>" if skipped else ""
     page = (

@@ -15,11 +15,12 @@ import numpy as np
 
 from ..data.coco import LEFT_OUT, BoxCount
 from ..explain.metrics import head_row
-from .compute import HEAD_NUMBERS, head_numbers
-from .shards import read_shard, shard_path
+from .compute import HEAD_NUMBERS, TOKEN_REGION, TOKEN_TOP, head_numbers
+from .shards import read_shard
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval of the mean
 BINS = 30  # histogram bins of each head's distributions on the page
+BEST_IN_BOX = "patch_tokens_best_in_box"  # the shards' share of the best token-patching region inside the box
 
 
 def block_label(name: str) -> str:
@@ -100,7 +101,8 @@ class Ratio:
             return Z95 * np.sqrt(np.maximum(s_aa - 2 * r * s_ag + r**2 * s_gg, 0) / (n * mean_g**2))
 
 
-PATCHED = ("patch_blocks", "patch_branches", "patch_heads")  # the shards' patching arrays (`compute`)
+# the shards' patching arrays (`compute`) that are restored logits, each tallied as a share of the gap too
+PATCHED = ("patch_branches", "patch_class_token", "patch_heads", "patch_tokens_best", "patch_tokens_top")
 
 
 class TopK:
@@ -159,7 +161,16 @@ class Tally:
         self.skipped += shard["skipped"].tolist()
         if "prediction" not in shard:
             return
-        for key in (*HEAD_NUMBERS, "box_share", "distance", "knockout", "probability", *PATCHED, "patch_gap"):
+        for key in (
+            *HEAD_NUMBERS,
+            "box_share",
+            "distance",
+            "knockout",
+            "probability",
+            *PATCHED,
+            "patch_gap",
+            BEST_IN_BOX,
+        ):
             if key in shard:
                 self.moments.setdefault(key, Moments(shard[key].shape[1:])).add(shard[key])
         for key in PATCHED if "patch_gap" in shard else ():
@@ -204,9 +215,9 @@ class Tally:
             return mean, np.where(n > 1, Z95 * np.sqrt(var / n), np.nan)
 
 
-def shards_in_order(out: Path, shards: int) -> Iterator[dict[str, np.ndarray]]:
-    for s in range(shards):
-        yield read_shard(shard_path(out, s))
+def shards_in_order(shards: list[Path]) -> Iterator[dict[str, np.ndarray]]:
+    for path in shards:
+        yield read_shard(path)
 
 
 def image_columns(
@@ -221,16 +232,26 @@ def image_columns(
     cols += [f"knockout_{block_label(b)}" for b in blocks or []]
     if patched:
         cols.append("patching_gap")
-        cols += [f"patching_{block_label(b)}_{part}" for b in patched for part in ("stream", "attention", "mlp")]
+        cols += [f"patching_{block_label(b)}_{part}" for b in patched for part in ("attention", "mlp")]
+        cols += [f"patching_{block_label(b)}_class_token" for b in _class_token_blocks(patched)]
         cols += [f"patching_{head_row(l, h)}" for l in range(layers) for h in range(heads)]
+        cols += ["patching_tokens_best", f"patching_tokens_top{TOKEN_TOP}", "patching_tokens_best_in_box"]
     return cols
 
 
+def _class_token_blocks(names: list[str]) -> list[str]:
+    """The CA blocks whose class token `explain.activation_patching` patches: all but the last (whose patch is
+    the clean run by construction)."""
+    return [n for n in names if n.startswith("blocks_token_only.")][:-1]
+
+
 def _patching_cells(shard: dict[str, np.ndarray], j: int) -> list:
-    """One image's patching in `image_columns` order: the gap, per block its stream, attention and MLP, per
-    CA head."""
-    per_block = np.concatenate([shard["patch_blocks"][j][:, None], shard["patch_branches"][j]], axis=1)
-    values = [shard["patch_gap"][j], *per_block.reshape(-1), *shard["patch_heads"][j].reshape(-1)]
+    """One image's patching in `image_columns` order: the gap, per block its attention and MLP, per CA block
+    but the last its class token, per CA head, then the token patching's best patch, top patches together
+    and the best patch's share in the box."""
+    values = [shard["patch_gap"][j], *shard["patch_branches"][j].reshape(-1), *shard["patch_class_token"][j]]
+    values += [*shard["patch_heads"][j].reshape(-1), shard["patch_tokens_best"][j], shard["patch_tokens_top"][j]]
+    values.append(shard[BEST_IN_BOX][j])
     return [_cell(float(v)) for v in values]
 
 
@@ -265,9 +286,8 @@ def _cell(v: float) -> Any:
 
 def write_images_csv(
     path: Path,
-    out: Path,
+    shards: list[Path],
     *,
-    shards: int,
     paths: list[str],
     names: list[str],
     tally: Tally,
@@ -278,13 +298,13 @@ def write_images_csv(
     """images.csv in image order, tallying every shard into `tally` on the way (one read of each shard).
 
     Args:
-        out: the atlas folder (its shards/). shards: how many. paths: every image's path; names: the model's
-            class names. boxes: whether the data has boxes (the localisation columns). blocks: the knocked-out
-            blocks (None: no knockouts). patched: the patched blocks (None: no patching)."""
+        shards: the shard files in image order. paths: every image's path; names: the model's class names.
+            boxes: whether the data has boxes (the localisation columns). blocks: the knocked-out blocks (None:
+            no knockouts). patched: the patched blocks (None: no patching)."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(image_columns(tally.layers, tally.heads, boxes=boxes, blocks=blocks, patched=patched))
-        for shard in shards_in_order(out, shards):
+        for shard in shards_in_order(shards):
             tally.add(shard)
             flags = dict(boxes=boxes, knockouts=blocks is not None, patched=patched is not None)
             writer.writerows(_image_rows(shard, paths, names, **flags))
@@ -349,7 +369,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows({k: _cell(v) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
 
 
-def histograms(out: Path, shards: int, tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
+def histograms(shards: list[Path], tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
     """Per number, shared bin edges over all heads and the counts of each head [L, H, BINS] (a second read of
     the shards: the edges need the first pass's extremes)."""
     numbers = [m for m in head_numbers(boxes) if m != "pointing"]  # a hit is 0 or 1: its rate is in the table
@@ -358,7 +378,7 @@ def histograms(out: Path, shards: int, tally: Tally, *, boxes: bool) -> dict[str
         lo, hi = float(np.min(tally.moments[m].lo)), float(np.max(tally.moments[m].hi))
         edges[m] = np.linspace(lo, hi if hi > lo else lo + 1.0, BINS + 1)
     counts = {m: np.zeros((tally.layers, tally.heads, BINS), dtype=np.int64) for m in numbers}
-    for shard in shards_in_order(out, shards):
+    for shard in shards_in_order(shards):
         for m in numbers if "prediction" in shard else ():
             which = np.clip(np.searchsorted(edges[m], shard[m], side="right") - 1, 0, BINS - 1)
             valid = ~np.isnan(shard[m])
@@ -413,10 +433,12 @@ def _patched(tally: Tally, key: str, where) -> dict[str, Any]:
 
 
 def patching_entry(tally: Tally, names: list[str], corruption: tuple[str, int]) -> dict[str, Any]:
-    """summary.json's `patching`: per block (stream, attention, MLP branch) and per CA head, what its clean
-    output patched alone into the corrupted run restores of the predicted class's logit, averaged over the
-    images: the mean Δlogit and the share of the mean gap, with 95% intervals."""
-    parts = {"stream": ("patch_blocks", ()), "attention": ("patch_branches", (0,)), "MLP": ("patch_branches", (1,))}
+    """summary.json's `patching`: per block (attention and MLP branch, and for each CA block but the last its
+    class token) and per CA head, what its clean output patched alone into the corrupted run restores of the
+    predicted class's logit, averaged over the images: the mean Δlogit and the share of the mean gap, with 95%
+    intervals; and the token patching into the class stage (`token_patching_entry`)."""
+    parts = {"attention": ("patch_branches", (0,)), "MLP": ("patch_branches", (1,))}
+    class_token = _class_token_blocks(names)
     return {
         "corruption": corruption[0],
         "severity": corruption[1],
@@ -425,11 +447,18 @@ def patching_entry(tally: Tally, names: list[str], corruption: tuple[str, int]) 
         "intervals": "delta_logit: normal 95% interval of the mean; restored (mean Δlogit over the mean gap): "
         "95% interval by the delta method",
         "gap": _interval(tally.moments["patch_gap"], ()),
+        "whole_stream": "orientation, not a measurement: the whole stream after any SA block, or the class token "
+        "after the last CA block, patched into the corrupted run is the clean run, so it restores the gap",
         "blocks": [
             {
                 "name": n,
                 "label": block_label(n),
                 **{k: _patched(tally, key, (b, *at)) for k, (key, at) in parts.items()},
+                **(
+                    {"class_token": _patched(tally, "patch_class_token", (class_token.index(n),))}
+                    if n in class_token
+                    else {}
+                ),
             }
             for b, n in enumerate(names)
         ],
@@ -438,6 +467,22 @@ def patching_entry(tally: Tally, names: list[str], corruption: tuple[str, int]) 
             for l in range(tally.layers)
             for h in range(tally.heads)
         ],
+        "tokens": token_patching_entry(tally),
+    }
+
+
+def token_patching_entry(tally: Tally) -> dict[str, Any]:
+    """summary.json's `patching.tokens`: the clean patch tokens at the class stage's input patched into the
+    corrupted run one patch at a time; over the images, what the best patch restores alone and the `TOKEN_TOP`
+    best together (mean Δlogit and share of the mean gap, with intervals), and the mean share of the best
+    patch's area inside the object's box."""
+    box = tally.moments[BEST_IN_BOX]
+    return {
+        "region_patches": TOKEN_REGION,
+        "top": TOKEN_TOP,
+        "best": _patched(tally, "patch_tokens_best", ()),
+        "top_together": _patched(tally, "patch_tokens_top", ()),
+        "best_in_box": {**_interval(box, ()), "images": int(box.n)},
     }
 
 

@@ -6,23 +6,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from filelock import FileLock
 
 from .. import explain, factory
 from ..data import DataError, read_images
-from ..distributed import rank_shards, setup_distributed, shard_ranges
+from ..distributed import balanced_runs, gather_all, setup_distributed
 from ..errors import InputError
+from ..outputs import OutputError, writable_folder, write_failure
 from ..preprocess import class_names
 from ..provenance import SourcedModel
 from ..runtime import DeviceError, choose_precision
 from . import report
+from .outdir import lock_out
 from .page import write_page
-from .shards import args_problem, missing_shards, record_args, run_shards, write_atomic
+from .shards import (
+    SHARD_DIR,
+    Cover,
+    ShardError,
+    args_problem,
+    record_args,
+    run_shards,
+    shard_files,
+    tiling,
+    todo_images,
+    verified,
+)
 
 # arguments that do not change the numbers, so a resumed run may differ in them (exemplars: only the page)
 FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision", "exemplars")
@@ -40,7 +55,7 @@ def load_model(args: argparse.Namespace) -> SourcedModel:
             args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init
         )
     except (ValueError, TypeError) as e:  # a name or file that cannot work (CheckpointError is a ValueError)
-        raise AtlasError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        raise AtlasError(_one_line(e)) from None
     if not loaded.trained:
         print(f"WARNING: {loaded.notice}; using RANDOM INIT (the atlas says so)", file=sys.stderr)
     return loaded
@@ -56,51 +71,117 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def _shared(problem: str | None) -> None:
+    """Rank 0's problem for every rank (a collective: every rank calls it): raises AtlasError on all of them."""
+    problem = gather_all(problem)[0]
+    if problem:
+        raise AtlasError(problem)
+
+
+def _ready_out(out: Path, rank: int) -> FileLock | None:
+    """Rank 0 makes OUT and its shards folder, proves them writable and locks OUT before any work (the others
+    wait for the answer); returns the held lock (None on the other ranks)."""
+    lock, problem = None, None
+    if rank == 0:
+        try:
+            writable_folder(out / SHARD_DIR)
+            lock = lock_out(out)
+        except OutputError as e:
+            problem = str(e)
+    _shared(problem)
+    return lock
+
+
+def _plan(
+    out: Path, cover: Cover, recorded: dict, *, rank: int, world: int, size: int, batch: int
+) -> list[list[range]]:
+    """Rank 0 checks the arguments and the shards on disk (a damaged or foreign shard is redone, skips are
+    retried) and splits what is left over the ranks, saying the split; every rank gets rank 0's plan."""
+    problem, plan = args_problem(out, recorded) if rank == 0 else None, []
+    if rank == 0 and not problem:
+        record_args(out, recorded)
+        todo = todo_images(verified(out, cover, say=lambda line: print(line, file=sys.stderr)), len(cover.paths))
+        plan = balanced_runs(todo, world, size, batch=batch)
+        if world > 1 and todo:
+            split = ", ".join(
+                f"rank {r}: {sum(map(len, rs))} images in {len(rs)} shard(s)" for r, rs in enumerate(plan)
+            )
+            print(f"{len(todo)} images to do over {world} processes ({split})", file=sys.stderr)
+    _shared(problem)
+    return gather_all(plan)[0]
+
+
 def run(args: argparse.Namespace) -> Path:
     """Make the atlas `args` ask for in args.out; under torchrun this process is one rank of it. Raises
-    `AtlasError` (and the reader's / loader's one-line errors) for input that cannot work."""
+    `AtlasError` (and the reader's / loader's one-line errors, `OutputError` for an output that cannot be
+    written) for input that cannot work."""
     if args.threads:
         torch.set_num_threads(args.threads)
     rank, world, device = setup_distributed(args.device)
+    out, lock = Path(args.out), None
     try:
         loaded = load_model(args)
         model = loaded.model.to(device).eval()
         data = read_images(
             args.data, model.cfg, boxes=args.boxes, limit=args.limit, sample=args.sample, normalise=False
         )
+        lock = _ready_out(out, rank)  # after the input is known good (no folder made for a typo), before any work
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
-        out, recorded = Path(args.out), recorded_args(args) | {"images": len(data), "precision_used": precision.name}
-        problem = args_problem(out, recorded)  # every rank reads before rank 0 writes: they all agree
-        _barrier()
-        if problem:
-            raise AtlasError(problem)
-        if rank == 0:
-            record_args(out, recorded)
+        recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
+        cover = Cover.of(recorded, data.paths)
+        plan = _plan(out, cover, recorded, rank=rank, world=world, size=args.shard_size, batch=args.batch_size)
         dtype = precision.dtype
-        shards = shard_ranges(len(data), args.shard_size)
-        mine = rank_shards(len(shards), rank, world)
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
         options["patching"] = args.patching
-        run_shards(model, data, shards, mine, out, device=device, show=rank == 0, stop_after=args.stop_after, **options)
-        _barrier()
-        missing = missing_shards(out, len(shards))
-        if rank == 0 and missing:
-            print(
-                f"stopped with {len(missing)} of {len(shards)} shards to do: the same command continues",
-                file=sys.stderr,
-            )
-        elif rank == 0:
-            merge(out, loaded, data, len(shards), args=args, dtype=dtype)
+        show = rank == 0
+        run_shards(model, data, plan[rank], out, cover, device=device, show=show, stop_after=args.stop_after, **options)
+        _barrier()  # every rank's shards are on disk before rank 0 looks
+        if rank == 0:
+            done = shard_files(out)
+            files = tiling(done, len(data))
+            if files is None:
+                left = len(todo_images(list(done), len(data)))
+                print(f"stopped with {left} of {len(data)} images to do: the same command continues", file=sys.stderr)
+            else:
+                merge(out, loaded, data, files, args=args, dtype=dtype)
         return out
     finally:
+        if lock is not None:
+            lock.release()
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.Namespace, dtype) -> None:
+MERGED = ("images.csv", "skipped.csv", "heads.csv", "images.parquet", "heads.parquet", "summary.json", "atlas.html")
+
+
+def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: argparse.Namespace, dtype) -> None:
     """images.csv (and skipped.csv beside it), heads.csv, summary.json (and parquet copies), then atlas.html,
-    from the shards on disk. Raises AtlasError, naming the files and why, when no image could be read."""
+    from the shard files in image order. Every file is written in a staging folder and renamed into OUT when all
+    are done: a failure midway leaves OUT's files as they were, never half written. Raises AtlasError, naming
+    the files and why (skipped.csv), when no image could be read."""
+    stage = out / ".merging"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        skipped = _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
+        readable = len(skipped) < len(data)
+        for name in MERGED if readable else ("skipped.csv",):
+            if (stage / name).exists():
+                os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    if not readable:
+        _refuse_unreadable(out, skipped)
+    print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
+
+
+def _write_merged(
+    out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: argparse.Namespace, dtype
+) -> list[tuple[str, str]]:
+    """The merged files into `out`; the skipped images and why. Of data with no readable image, only
+    images.csv and skipped.csv."""
     model, cfg = loaded.model, loaded.model.cfg
     boxes = data.boxes is not None
     blocks = explain.block_names(model) if args.knockouts else None
@@ -109,8 +190,7 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     patched = explain.block_names(model) if args.patching else None
     report.write_images_csv(
         out / "images.csv",
-        out,
-        shards=shards,
+        shards,
         paths=data.paths,
         names=names,
         tally=tally,
@@ -120,28 +200,30 @@ def merge(out: Path, loaded: SourcedModel, data, shards: int, *, args: argparse.
     )
     skipped = [(data.paths[i], data.skip_reason(i) or "unreadable") for i in sorted(tally.skipped)]
     report.write_skipped_csv(out / "skipped.csv", skipped)
-    _refuse_unreadable(out, skipped, images=len(data))
+    if len(skipped) == len(data):
+        return skipped
     report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes))
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
     precision = "fp32" if dtype is None else "bf16"
     summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=args.patching)
-    summary |= {"skip_reasons": dict(skipped)}  # beside `skipped`, the paths evaluate's result names too
-    write_atomic(out / "summary.json", json.dumps(summary, indent=1).encode())
-    hist = report.histograms(out, shards, tally, boxes=boxes)
-    write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    hist = report.histograms(shards, tally, boxes=boxes)
+    page = dict(model=model, data=data, names=names, dtype=dtype, skipped=skipped)
+    write_page(out / "atlas.html", summary, tally, hist, **page)
     if boxes:
         print(report.box_line(summary["boxes"]), file=sys.stderr)
-    print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
+    return skipped
 
 
-def _refuse_unreadable(out: Path, skipped: list[tuple[str, str]], *, images: int) -> None:
-    """AtlasError (one line, every file and why up to a few, the rest in skipped.csv) when every image was
-    skipped: an atlas of nothing is an error, not a page."""
-    if images and len(skipped) == images:
-        shown = "; ".join(f"{p}: {why}" for p, why in skipped[:4])
-        more = f"; and {len(skipped) - 4} more" if len(skipped) > 4 else ""
-        raise AtlasError(f"none of the {images} images could be read ({shown}{more}); the list is in {out}/skipped.csv")
+def _refuse_unreadable(out: Path, skipped: list[tuple[str, str]]) -> None:
+    """AtlasError (one line, every file and why up to a few, the rest in skipped.csv): every image was skipped,
+    and an atlas of nothing is an error, not a page."""
+    shown = "; ".join(f"{p}: {why}" for p, why in skipped[:4])
+    more = f"; and {len(skipped) - 4} more" if len(skipped) > 4 else ""
+    raise AtlasError(
+        f"none of the {len(skipped)} images could be read ({shown}{more}); the list is in {out}/skipped.csv"
+    )
 
 
 def _summary(
@@ -186,19 +268,23 @@ def _summary(
 
 
 def main_guarded(args: argparse.Namespace) -> int:
-    """`run`, with bad input as one line on stderr (rank 0 only under torchrun) and exit code 2; Ctrl-C as a
-    line saying how to continue and exit code 130."""
+    """`run`, with bad input and file-system errors as one line on stderr (input errors from rank 0 only under
+    torchrun) and exit code 2; Ctrl-C as a line saying how to continue and exit code 130."""
     try:
         run(args)
     except KeyboardInterrupt:
         if int(os.environ.get("RANK", "0")) == 0:
             print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)
         return 130
-    except (AtlasError, DataError, DeviceError) as e:
+    except OSError as e:  # a full disk, a folder made read-only mid-run: this rank's own problem, said by it
+        print(f"python -m cait.atlas: error: {write_failure(e)}; the shards written are kept", file=sys.stderr)
+        return 2
+    except (AtlasError, DataError, DeviceError, ShardError, OutputError) as e:
         if int(os.environ.get("RANK", "0")) == 0:
-            print(
-                f"python -m cait.atlas: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                file=sys.stderr,
-            )
+            print(f"python -m cait.atlas: error: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _one_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -1,12 +1,21 @@
 """The atlas's work in shards: consecutive runs of images whose numbers are written to OUT/shards/ as soon as
-they are done (one .npz each, written to a temporary name and renamed, so a kill leaves no half shard). A
-rerun with the same arguments skips the shards on disk; torchrun's ranks take every world-th shard, so each
-image is done once, and the shards (hence the numbers) are the same whatever the number of processes."""
+they are done, one `shard-START-STOP.npz` each (images START..STOP-1), written to a temporary name and renamed,
+so a kill or a full disk leaves no half shard.
+
+A shard carries what it covers: its image range, a hash of those images' paths, a hash of the arguments that
+change the numbers, and a checksum of its arrays. A rerun verifies every shard on disk and redoes one that is
+damaged, made for other images or arguments, or that skipped images (an unreadable file may be readable now),
+saying so in a line. What is left to do is split evenly over torchrun's ranks in whole batches (the batches of a
+one-process run, so the numbers are the same), in shards of at most --shard-size images, whatever the shard size
+(`cait.distributed.balanced_runs`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
+import sys
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,19 +25,149 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
+from ..checkpoint import atomic_write
 from ..preprocess import normalise
 from .compute import batch_numbers, corrupted_views
 
 ARGS_FILE = "atlas_args.json"  # the arguments the shards were made with
 SHARD_DIR = "shards"
+META = "meta"  # the shard's array holding what it covers, as JSON
 
 
-def shard_path(out: Path, shard: int) -> Path:
-    return out / SHARD_DIR / f"shard-{shard:05d}.npz"
+class ShardError(ValueError):
+    """A shard file that is not what its name says (damaged, or made for other images or arguments)."""
 
 
-def missing_shards(out: Path, shards: int) -> list[int]:
-    return [s for s in range(shards) if not shard_path(out, s).exists()]
+@dataclass(frozen=True)
+class Cover:
+    """What one atlas's shards must carry: the hash of the arguments that change the numbers, and the paths of
+    every image (a shard hashes its own range of them)."""
+
+    args_sha256: str
+    paths: list[str]
+
+    @classmethod
+    def of(cls, recorded: dict[str, Any], paths: list[str]) -> "Cover":
+        return cls(_sha256(json.dumps(recorded, sort_keys=True, default=str).encode()), list(paths))
+
+    def meta(self, images: range) -> dict[str, Any]:
+        paths = "\n".join(self.paths[images.start : images.stop]).encode()
+        return {
+            "start": images.start,
+            "stop": images.stop,
+            "paths_sha256": _sha256(paths),
+            "args_sha256": self.args_sha256,
+        }
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def shard_path(out: Path, images: range) -> Path:
+    return out / SHARD_DIR / f"shard-{images.start:07d}-{images.stop:07d}.npz"
+
+
+def shard_range(path: Path) -> range | None:
+    """The image range a shard file's name says, None for a name that is not a shard's."""
+    parts = path.stem.split("-")
+    if len(parts) != 3 or parts[0] != "shard" or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    start, stop = int(parts[1]), int(parts[2])
+    return range(start, stop) if stop > start else None
+
+
+def checksum(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over every array's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        a = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}:{a.dtype.str}:{a.shape};".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def write_shard(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """The arrays and what they cover (`meta` plus their checksum) to `path`, atomically."""
+    meta = {**meta, "checksum": checksum(arrays)}
+    try:
+        atomic_write(path, lambda f: np.savez(f, **arrays, **{META: np.array(json.dumps(meta, sort_keys=True))}))
+    except OSError as e:  # named by the shard, not by its temporary file (which is gone)
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+def read_shard(path: Path, cover: Cover | None = None) -> dict[str, np.ndarray]:
+    """A shard's arrays, checked against its checksum and, with `cover`, against the images and arguments its
+    name and this atlas say. Raises ShardError in one line for a file that is not what it should be."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+        meta = json.loads(str(arrays.pop(META)))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise ShardError(f"{path.name} is damaged ({type(e).__name__})") from None
+    if meta.get("checksum") != checksum(arrays):
+        raise ShardError(f"{path.name} is damaged (its checksum does not match)")
+    images = shard_range(path)
+    if images is None or (meta.get("start"), meta.get("stop")) != (images.start, images.stop):
+        raise ShardError(f"{path.name} holds images {meta.get('start')}-{meta.get('stop')}, not the ones its name says")
+    if cover is not None:
+        want = cover.meta(images)
+        if meta.get("args_sha256") != want["args_sha256"]:
+            raise ShardError(f"{path.name} was made with other arguments")
+        if meta.get("paths_sha256") != want["paths_sha256"]:
+            raise ShardError(f"{path.name} was made for other images")
+    return arrays
+
+
+def shard_files(out: Path) -> dict[range, Path]:
+    """The shard files in OUT/shards/ by the image range their names say."""
+    found = ((shard_range(p), p) for p in sorted((out / SHARD_DIR).glob("shard-*.npz")))
+    return {images: p for images, p in found if images is not None}
+
+
+def tiling(files: dict[range, Path], images: int) -> list[Path] | None:
+    """Shard files covering images 0..images-1 once each, in order (None while some are not covered)."""
+    by_start = {r.start: (r, p) for r, p in sorted(files.items(), key=lambda rp: len(rp[0]))}  # longest wins
+    order, at = [], 0
+    while at < images:
+        if at not in by_start or by_start[at][0].stop > images:
+            return None
+        r, p = by_start[at]
+        order.append(p)
+        at = r.stop
+    return order
+
+
+def verified(out: Path, cover: Cover, *, say=print) -> list[range]:
+    """The image ranges the shards on disk hold, after checking each: a damaged or foreign shard, and one that
+    skipped images (to retry them), is removed with a line saying so, and so are leftover temporary files (the
+    caller holds OUT's lock: no other run writes there)."""
+    for leftover in (out / SHARD_DIR).glob("*.tmp"):
+        leftover.unlink(missing_ok=True)
+    kept = []
+    for images, path in shard_files(out).items():
+        try:
+            if images.stop > len(cover.paths):
+                raise ShardError(f"{path.name} covers images past the {len(cover.paths)} of this data")
+            skipped = len(read_shard(path, cover)["skipped"])
+        except ShardError as e:
+            say(f"{e}: redoing it")
+            path.unlink(missing_ok=True)
+            continue
+        if skipped:
+            say(f"{path.name} skipped {skipped} unreadable image(s): retrying them")
+            path.unlink(missing_ok=True)
+            continue
+        kept.append(images)
+    return kept
+
+
+def todo_images(done: list[range], images: int) -> list[int]:
+    """The image indices no shard in `done` covers, in order."""
+    covered = np.zeros(images, dtype=bool)
+    for r in done:
+        covered[r.start : r.stop] = True
+    return np.flatnonzero(~covered).tolist()
 
 
 def args_problem(out: Path, recorded: dict[str, Any]) -> str | None:
@@ -56,24 +195,8 @@ def record_args(out: Path, recorded: dict[str, Any]) -> None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """`data` to `path` by a rename: a reader (or a kill) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def write_shard(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    import io
-
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    write_atomic(path, buffer.getvalue())
-
-
-def read_shard(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as f:
-        return {k: f[k] for k in f.files}
+    """`data` to `path` by a rename (`cait.checkpoint.atomic_write`): a reader (or a kill) never sees half a file."""
+    atomic_write(path, lambda f: f.write(data))
 
 
 def _shard_numbers(
@@ -101,9 +224,9 @@ def _shard_numbers(
 def run_shards(
     model: nn.Module,
     data: Dataset,
-    shards: list[range],
-    todo: list[int],
+    todo: list[range],
     out: Path,
+    cover: Cover,
     *,
     batch_size: int,
     workers: int,
@@ -114,15 +237,15 @@ def run_shards(
     patching: tuple[str, int] | None = None,
     stop_after: int | None = None,
 ) -> None:
-    """Compute and write shards `todo` (indices into `shards`) not yet on disk, at most `stop_after` of them;
-    data yields unnormalised (pixels, label, box, index, ok) items (`cait.data.read_images(..., normalise=False)`).
+    """Compute and write the shards of image ranges `todo`, at most `stop_after` of them; data yields
+    unnormalised (pixels, label, box, index, ok) items (`cait.data.read_images(..., normalise=False)`).
     patching: (corruption, severity) to patch each image's predicted class into its corrupted twin."""
-    todo = [s for s in todo if not shard_path(out, s).exists()][:stop_after]
-    with tqdm(total=sum(len(shards[s]) for s in todo), unit="img", desc="atlas", disable=not show) as bar:
-        for s in todo:
-            loader = DataLoader(Subset(data, shards[s]), batch_size=batch_size, num_workers=workers)
+    todo = todo[:stop_after]
+    with tqdm(total=sum(len(r) for r in todo), unit="img", desc="atlas", disable=not show, file=sys.stderr) as bar:
+        for images in todo:
+            loader = DataLoader(Subset(data, images), batch_size=batch_size, num_workers=workers)
             numbers = dict(knockouts=knockouts, patching=patching, dtype=dtype, device=device, bar=bar)
             parts = list(_shard_numbers(model, loader, **numbers))
             keys = {k for p in parts for k in p}
             arrays = {k: np.concatenate([p[k] for p in parts if k in p]) for k in keys}
-            write_shard(shard_path(out, s), arrays)
+            write_shard(shard_path(out, images), arrays, cover.meta(images))

@@ -67,13 +67,14 @@ def read_coco_boxes(
     base_counts = Counter(p.rsplit("/", 1)[-1] for p in folder)
     by_base = {p.rsplit("/", 1)[-1]: i for i, p in enumerate(folder) if base_counts[p.rsplit("/", 1)[-1]] == 1}
     read = {p: j for j, p in enumerate(paths)}
-    out, left, matched = torch.full((len(paths), 4), float("nan")), Counter(), False
+    out, left, matched, unmatched = torch.full((len(paths), 4), float("nan")), Counter(), False, []
     for image_id, file_name, size in images:
         if image_id not in largest and not bad[image_id]:
             continue
         i = _match(file_name, index, by_base)
         if i is None:
             left["not_in_folder"] += 1
+            unmatched.append(file_name)
             continue
         matched, j = True, read.get(folder[i])
         if j is None:
@@ -90,7 +91,8 @@ def read_coco_boxes(
         raise DataError(f"{file} boxes none of the {len(folder):,} images read from {root} (it names {_few(names)})")
     count = BoxCount(int((~out.isnan().any(-1)).sum()), {k: left[k] for k in LEFT_OUT if left[k]})
     if count.left_out:
-        warnings.warn(f"{Path(file).name}: {count.line()}", DataWarning, stacklevel=2)
+        missing = _missing(Path(file), root, unmatched)
+        warnings.warn(f"{Path(file).name}: {count.line()}{missing}", DataWarning, stacklevel=2)
     return out, count
 
 
@@ -112,6 +114,22 @@ def _box_in_view(
     if seen[2] <= seen[0] or seen[3] <= seen[1]:
         return None, "out_of_view"
     return seen, None
+
+
+def _missing(file: Path, root: Path, unmatched: list[str]) -> str:
+    """What the warning adds when the boxes name files that are not on disk (an interrupted copy or export reads
+    as complete otherwise), naming a few; files left out by a limit exist, and are not named."""
+    missing = [
+        n
+        for n in unmatched
+        if not any((root / "/".join(Path(n).parts[k:])).exists() for k in range(len(Path(n).parts)))
+    ]
+    if not missing:
+        return ""
+    return (
+        f"; {file} boxes {len(missing):,} image(s) missing from {root} ({_few(missing, 3)}): an unfinished copy "
+        "or export? Only the images on disk are used"
+    )
 
 
 def _few(names: list[str], n: int = 3) -> str:

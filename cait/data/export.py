@@ -5,7 +5,9 @@ files and for using the scenes in other tools:
 
 DIR/<class>/<index>.png (lossless, the scene's canvas size; index = the scene's index in the split, 5 digits)
 and DIR/boxes.json (COCO: the 10 Fashion-MNIST classes as categories 1-10, bbox [x, y, w, h] in canvas
-pixels). `cait.data.read_images(DIR, cfg, boxes=DIR/boxes.json)` reads them back as the scenes themselves.
+pixels), written last: while the images are written the boxes are in DIR/.export-unfinished.json, so an
+interrupted export has no boxes.json and `cait.data.read_images` warns that it is unfinished.
+`cait.data.read_images(DIR, cfg, boxes=DIR/boxes.json)` reads them back as the scenes themselves.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from .names import SCENE_STYLES, SPLIT_FILES, DataError
+from ..errors import InputError
+from .names import SCENE_STYLES, SPLIT_FILES, UNFINISHED_EXPORT, DataError
 
 if TYPE_CHECKING:
     from .scenes import FashionMNISTScenes
@@ -57,41 +60,52 @@ def clear_previous(out: Path) -> None:
         raise DataError(f"{out} is a file, not a directory")
     if not any(out.iterdir()):
         return
-    try:
-        previous = json.loads((out / BOXES_FILE).read_text())
-        files = (
-            [out / image["file_name"] for image in previous["images"]]
-            if previous["info"]["description"] == MARK
-            else None
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        files = None
-    if files is None:
+    previous = _previous_export(out)
+    if previous is None:
         raise DataError(f"{out} is not empty and not a previous export: choose a new or empty directory")
-    for file in files:
+    for file in previous:
         file.unlink(missing_ok=True)
-    (out / BOXES_FILE).unlink()
+    (out / BOXES_FILE).unlink(missing_ok=True)
+    (out / UNFINISHED_EXPORT).unlink(missing_ok=True)
     for folder in out.iterdir():
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 
 
+def _previous_export(out: Path) -> list[Path] | None:
+    """The image files a previous export (finished or interrupted) in `out` wrote, None when it is not one."""
+    for name in (BOXES_FILE, UNFINISHED_EXPORT):
+        try:
+            previous = json.loads((out / name).read_text())
+            if previous["info"]["description"] == MARK:
+                return [out / image["file_name"] for image in previous["images"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
 def export_scenes(out: Path, *, n: int, split: str = "val", style: str = "default", seed: int = 0) -> int:
     """Write the first n scenes of a split under `out` (see the module's doc); returns how many (the split may
-    hold fewer). The boxes file is written first: it lists the images, so an interrupted export is known as one."""
-    from .reader import folder_name  # here, not at the top: the command's --help needs no torch
+    hold fewer). The boxes go to UNFINISHED_EXPORT first (an interrupted export is known as one, and replaced by the
+    next), and to boxes.json, atomically, once every image is written."""
+    from ..checkpoint import atomic_write  # here, not at the top: the command's --help needs no torch
+    from ..outputs import writable_folder
+    from .reader import folder_name
     from .scenes import FashionMNISTScenes
 
     if n <= 0:
         raise DataError(f"--n must be positive, got {n}")
-    scenes = FashionMNISTScenes(split, seed=seed, subset=n, style=style)
     clear_previous(out)
+    writable_folder(out)  # before any scene is drawn
+    scenes = FashionMNISTScenes(split, seed=seed, subset=n, style=style)
     files = [f"{folder_name(scenes.classes[int(label)])}/{i:05d}.png" for i, label in enumerate(scenes.labels)]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / BOXES_FILE).write_text(json.dumps(coco_boxes(scenes, files), indent=1))
+    boxes = json.dumps(coco_boxes(scenes, files), indent=1).encode()
+    atomic_write(out / UNFINISHED_EXPORT, lambda f: f.write(boxes))
     for i, file in enumerate(tqdm(files, desc="export", unit="scene")):
         (out / file).parent.mkdir(exist_ok=True)
         scenes[i][0].save(out / file, format="PNG")
+    atomic_write(out / BOXES_FILE, lambda f: f.write(boxes))
+    (out / UNFINISHED_EXPORT).unlink()
     return len(files)
 
 
@@ -110,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         count = export_scenes(args.dir, n=args.n, split=args.split, style=args.style, seed=args.seed)
-    except (DataError, OSError) as e:
+    except InputError as e:  # bad arguments, a folder that is not an export, an output that cannot be written
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, a folder removed mid-export: the next export into DIR replaces it
+        from ..outputs import write_failure
+
+        print(f"error: {write_failure(e)}", file=sys.stderr)
         return 2
     print(f"wrote {count} scenes under {args.dir} and their boxes to {args.dir / BOXES_FILE}")
     return 0

@@ -1,6 +1,6 @@
 """What the data commands need before any data is read, without torch: the built-in data's splits and native
-inputs, the scene styles (the flags' choices, so a command's --help imports no torch) and the error a bad data
-request raises."""
+inputs, the scene styles (the flags' choices, so a command's --help imports no torch), the mark of an unfinished
+export and the error a bad data request raises."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from ..errors import InputError
 SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
 NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
 SCENE_STYLES = ("default", "varied")
+# the boxes of an export under way (`cait.data.export`), removed once boxes.json is written: the reader warns
+UNFINISHED_EXPORT = ".export-unfinished.json"
 
 
 class DataError(InputError):

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from ..config import CaiTConfig
 from .coco import BoxCount, read_coco_boxes
 from .image_file import IMAGE_ERRORS, eight_bit, unreadable_reason
-from .names import SPLIT_FILES, DataError, DataWarning
+from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")
@@ -268,6 +268,8 @@ def _folder(
 ) -> ImageSet:
     """The folder's images: all, or `limit` of them, the first or (`sample` "stratified") `limit_subset`'s."""
     root, paths = _image_files(root, split)
+    if (root / UNFINISHED_EXPORT).exists():
+        warnings.warn(f"{root} holds an unfinished export (cait.data.export was stopped): rerun it", DataWarning)
     if not paths:
         raise DataError(f"{root} holds no images (looked for {', '.join(sorted(image_extensions())[:6])}, ...)")
     loose = [p for p in paths if "/" not in p]

@@ -21,6 +21,8 @@ import multiprocessing
 import os
 import shutil
 import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +64,7 @@ def cached_pixels(scenes: "FashionMNISTScenes", *, processes: int | None = None)
     (with a progress bar) on first use. processes: rendering processes (default: up to 2 CPUs)."""
     path = cache_path(scenes)
     shape = (len(scenes), scenes.canvas, scenes.canvas, 3)
+    _remove_orphans(path.parent)
     pixels = _open(path, shape)
     if pixels is not None:
         return pixels
@@ -90,6 +93,25 @@ def _open(path: Path, shape: tuple[int, ...]) -> np.ndarray | None:
     except (OSError, ValueError):
         return None
     return pixels if pixels.shape == shape and pixels.dtype == np.uint8 else None
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Temporary files of builds whose process is gone (killed mid-render: its file can be hundreds of MB).
+    A live build's file is left alone: its process id, in the name, still runs."""
+    for tmp in folder.glob("scenes-*.npy.tmp*"):
+        pid = tmp.name.rsplit(".tmp", 1)[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _build(scenes: "FashionMNISTScenes", path: Path, shape: tuple[int, ...], processes: int | None) -> None:
@@ -138,7 +160,10 @@ def _render_chunks(scenes: "FashionMNISTScenes", processes: int | None):
         return
     # spawn, not fork: the parent may hold torch's thread pools, which a forked child can deadlock on
     with ProcessPoolExecutor(
-        processes, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(scenes,)
+        processes,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(scenes, os.getpid()),
     ) as pool:
         yield from zip(starts, pool.map(_render_in_worker, starts, [min(s + CHUNK, n) for s in starts]))
 
@@ -150,9 +175,18 @@ def _render_range(scenes: "FashionMNISTScenes", start: int, stop: int) -> np.nda
 _worker_scenes: "FashionMNISTScenes | None" = None
 
 
-def _init_worker(scenes: "FashionMNISTScenes") -> None:
+def _init_worker(scenes: "FashionMNISTScenes", parent: int) -> None:
     global _worker_scenes
     _worker_scenes = scenes
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """End this render worker when its parent is gone (killed: nothing told the pool to stop), instead of
+    rendering on, orphaned, for nobody."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _render_in_worker(start: int, stop: int) -> np.ndarray:

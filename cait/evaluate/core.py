@@ -33,6 +33,10 @@ CHEAP_METHODS = (
     "rollout_after_proj_w",
     "gradient_rollout",  # one forward and one backward: about 3 forwards (benchmarks/README.md)
 )
+# images the explanation methods see at once, whatever --batch-size: their gradients and rollouts keep every
+# layer's activations or attention per image (about 50 MB each on cait_micro_136), so a batch of 128 at once
+# peaked near 8 GB; in chunks of 16 the evaluation's peak memory stays under 3 GB (benchmarks/README.md)
+METHOD_CHUNK = 16
 # Rows name each CA head from 1, as the app and the figures do: "ca1_head1" is CA layer 1's first head.
 # edges of the garment-size bins (the box's longer side as a share of the image) that top-1 is broken down by:
 # whether errors come from garments drawn small
@@ -112,10 +116,11 @@ def _localize(tally: _Tally, model: CaiT, x, y, boxes, maps, groups, *, shared: 
         tally.add_scores(explain.head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])
     tally.add("ca_mean_both_layers", maps.mean(dim=(1, 2)), boxes, img_size)
     for group, todo in groups:
-        if group and todo > 0:
-            maps = None if shared is None else shared[:todo]
-            for name, heat in explain.saliency_maps(model, x[:todo], y[:todo], group, class_attention_maps=maps):
-                tally.add(name, heat.cpu(), boxes[:todo], img_size)
+        for start in range(0, todo if group else 0, METHOD_CHUNK):  # the methods' memory grows with the images
+            part = slice(start, min(start + METHOD_CHUNK, todo))
+            maps = None if shared is None else shared[part]
+            for name, heat in explain.saliency_maps(model, x[part], y[part], group, class_attention_maps=maps):
+                tally.add(name, heat.cpu(), boxes[part], img_size)
 
 
 @dataclass

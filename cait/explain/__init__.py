@@ -6,7 +6,8 @@ pixels. `METHODS[name](model, x, target, options)` runs any method by name (targ
 options: `MethodOptions`, optional), `saliency_map` does the same with the name checked.
 What matters rather than where the model looks (`causal`): direct logit attribution of every CA head
 and patch, knockout profiles of whole blocks, head ablations; how the answer forms (`mechanisms`): the
-logit lens through the class-attention stage, activation patching between a clean and a corrupted image.
+logit lens through the class-attention stage, activation patching between a clean and a corrupted image, and
+per patch region into the class stage (`token_patching`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ from .metrics import (
     mass_in_box,
     pointing_game,
 )
+from .token_patching import (
+    DIRECTIONS,
+    TokenPatching,
+    TokenPatchingError,
+    class_stage_patched,
+    region_boxes,
+    region_masks,
+    token_patching,
+)
 
 __all__ = [
     "activation_patching",
@@ -77,10 +87,12 @@ __all__ = [
     "CAPTUM_METHODS",
     "class_attention",
     "class_specific_attention",
+    "class_stage_patched",
     "ClassAttention",
     "DEFAULT_SHARE",
     "deletion_insertion",
     "direct_logit_attribution",
+    "DIRECTIONS",
     "DISTANCE_STAGES",
     "endpoint_probabilities",
     "gradient_rollout",
@@ -114,6 +126,8 @@ __all__ = [
     "predicted_attribution",
     "pointing_game",
     "recorded_sa_inputs",
+    "region_boxes",
+    "region_masks",
     "regions_of_focus",
     "rollout",
     "ROLLOUT_STAGES",
@@ -122,6 +136,9 @@ __all__ = [
     "saliency_maps",
     "talking_heads",
     "TalkingHeads",
+    "token_patching",
+    "TokenPatching",
+    "TokenPatchingError",
     "uniform_attention_distance",
     "upsample",
 ]

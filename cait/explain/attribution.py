@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import InputError
 from .attention import _check_input, input_gradients
 from .metrics import images_per_pass
 
@@ -41,6 +42,48 @@ class MethodOptions:
 
 
 DEFAULT_OPTIONS = MethodOptions()
+# what a caller may ask of each numeric option (inclusive): the app's sliders span these, and /analyze refuses
+# anything outside, so that no call holds the model for minutes (IG and SmoothGrad cost grows with the count)
+OPTION_BOUNDS: dict[str, tuple[float, float]] = {
+    "ig_steps": (4, 128),
+    "smoothgrad_samples": (2, 64),
+    "smoothgrad_stdev": (0.0, 1.0),
+    "rollout_discard_ratio": (0.0, 0.95),
+}
+
+
+class OptionError(InputError):
+    """A method option outside `OPTION_BOUNDS` or of the wrong type; the message names it."""
+
+
+def checked_options(**values: Any) -> MethodOptions:
+    """`MethodOptions` from loosely typed values (a web client's numbers and strings), each converted to its
+    field's type and checked against `OPTION_BOUNDS`.
+
+    Args:
+        values: fields of `MethodOptions` by name; the ones not given keep their defaults.
+
+    Returns:
+        The options. Raises OptionError in one line naming the first option that does not fit."""
+    kinds = {"ig_steps": int, "smoothgrad_samples": int, "signed": bool, "smoothgrad_stdev": float}
+    kinds |= {"rollout_discard_ratio": float, "ig_baseline": str, "rollout_head_fusion": str}
+    typed = {}
+    for name, value in values.items():
+        kind = kinds[name]
+        try:
+            number = float(value) if kind is int else None
+            if number is not None and not number.is_integer():
+                raise ValueError
+            typed[name] = kind(value) if number is None else int(number)
+        except (TypeError, ValueError, OverflowError):
+            what = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
+            raise OptionError(f"{name} must be {what}, got {value!r}") from None
+        low, high = OPTION_BOUNDS.get(name, (None, None))
+        if low is not None and not low <= typed[name] <= high:  # NaN fails too
+            raise OptionError(f"{name} must be between {low:g} and {high:g}, got {typed[name]:g}")
+    return MethodOptions(**typed)
+
+
 # integrated gradients' baselines, as captum Insights offers them: the normalisation's mean colour (0 in
 # normalised units, the usual default), a black image, the image blurred, Gaussian noise
 IG_BASELINES = ("mean", "black", "blurred", "noise")

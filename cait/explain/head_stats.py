@@ -8,6 +8,8 @@ mean attention distance by depth).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -90,8 +92,12 @@ def kept_distances(ins, stages: tuple[str, ...] = DISTANCE_STAGES) -> dict[str, 
 
 def uniform_attention_distance(grid: int, patch_size: int) -> float:
     """The mean attention distance (pixels) of uniform attention over a grid x grid image: the level a head
-    that looks nowhere in particular sits at."""
-    return float(patch_distances(grid, patch_size).mean())
+    that looks nowhere in particular sits at. Summed exactly (math.fsum) in float64, so the value does not
+    depend on how many threads torch splits a reduction over: one process and torchrun's ranks agree."""
+    rows, cols = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+    centres = torch.stack([rows.flatten(), cols.flatten()], -1).double() * patch_size
+    distances = (centres[:, None] - centres[None]).pow(2).sum(-1).sqrt()  # elementwise: no thread-split sums
+    return math.fsum(distances.flatten().tolist()) / distances.numel()
 
 
 __all__ = [

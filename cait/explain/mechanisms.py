@@ -1,5 +1,5 @@
 """How a CaiT prediction forms along depth: a logit lens through the model's own class-attention stage,
-and activation patching between a clean and a corrupted image.
+and activation patching between a clean and a corrupted image (per patch region: `token_patching`).
 
 CaiT's split gives both an exact form. The class-attention (CA) stage reads the patch tokens the
 self-attention (SA) stage leaves, so it can read them after any SA block instead: the lens needs no
@@ -65,18 +65,20 @@ def answer_forms_at(agreement: Sequence[float], *, most: float = 0.5) -> int | N
 @dataclass
 class Patching:
     """Activation patching: each entry is the corrupted run's target logit with one component's output
-    replaced by the clean run's, minus the corrupted run's target logit (what the component restores)."""
+    replaced by the clean run's, minus the corrupted run's target logit (what the component restores).
+    No entry is true by construction: the whole stream after an SA block, or the class token after the last
+    CA block, restores the whole gap by definition, so it is not an entry (`gap` is that orientation)."""
 
     target: torch.Tensor  # [B] the class whose logit is measured
     clean: torch.Tensor  # [B, K] the clean run's logits
     corrupted: torch.Tensor  # [B, K] the corrupted run's logits
-    blocks: torch.Tensor | None  # [B, SA + CA depth] the stream after each block (granularity "block")
+    class_token: torch.Tensor | None  # [B, CA depth - 1] the class token after each CA block but the last ("block")
     branches: torch.Tensor | None  # [B, SA + CA depth, 2] each block's attention, MLP branch ("block")
     heads: torch.Tensor | None  # [B, CA depth, heads] each CA head's output before attn.proj ("head")
 
     @property
     def gap(self) -> torch.Tensor:
-        """Clean minus corrupted target logit [B]: what patching everything restores."""
+        """Clean minus corrupted target logit [B]: what patching the whole stream restores, by construction."""
         index = self.target.view(-1, 1)
         return (self.clean.gather(1, index) - self.corrupted.gather(1, index))[:, 0]
 
@@ -135,11 +137,10 @@ def _patched_head(model: nn.Module, clean: _Run, corrupted: _Run, c: int, head: 
 
 
 def _block_profiles(model: nn.Module, clean: _Run, corrupted: _Run) -> tuple[list, list]:
-    """(stream, branches) logits per block in model order: see `activation_patching`."""
+    """(class token, branches) logits: after each CA block but the last, and per block in model order (see
+    `activation_patching`)."""
     sa, ca = len(model.blocks), len(model.blocks_token_only)
-    # An SA block's stream is every patch token, so all that follows it is the clean run itself.
-    streams = [clean.ca.logits] * sa
-    streams += [_from_ca(model, corrupted.ca.tokens, clean.ca.cls_inputs[c + 1], c + 1) for c in range(ca)]
+    streams = [_from_ca(model, corrupted.ca.tokens, clean.ca.cls_inputs[c + 1], c + 1) for c in range(ca - 1)]
     parts = [("sa", k) for k in range(sa)] + [("ca", c) for c in range(ca)]
     branches = [[_patched_branch(model, clean, corrupted, s, i, p) for p in ("attn", "mlp")] for s, i in parts]
     return streams, branches
@@ -156,12 +157,12 @@ def activation_patching(
     """What each component of the clean run restores in the corrupted one: the corrupted run's target
     logit with that component's output replaced by the clean run's, minus the corrupted run's (`Patching`).
 
-    granularity="block" gives `.blocks`, the residual stream after each block, and `.branches`, each
-    block's attention and MLP branch output alone (LayerScale's gamma applies to the patched output as
-    in both runs). Which stream: after an SA block, every patch token, so what follows is the clean run
-    and each SA entry is the whole gap (the SA stage's profile along depth is in `.branches`); after a
-    CA block, the class token only, while the patch tokens the later CA blocks read stay the corrupted
-    run's (the CA stage never changes them), so the last CA entry is again the whole gap.
+    granularity="block" gives `.branches`, each block's attention and MLP branch output alone (LayerScale's
+    gamma applies to the patched output as in both runs), and `.class_token`, the stream after each CA block
+    but the last: the class token only, while the patch tokens the later CA blocks read stay the corrupted
+    run's (the CA stage never changes them). The whole stream after an SA block (every patch token) or after
+    the last CA block restores the whole gap by construction, so it is no entry; where along the image the
+    patch tokens carry the answer is `token_patching`'s question.
     granularity="head" gives `.heads`, each CA head's output (its slice of attn.proj's input).
 
     Both runs' states are cached once; a patch re-runs only what follows the patched component (an SA
@@ -181,10 +182,10 @@ def activation_patching(
         def restored(logits: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack([out.gather(1, target.view(-1, 1))[:, 0] for out in logits], dim=1) - base
 
-        blocks = branches = heads = None
+        class_token = branches = heads = None
         if granularity == "block":
             streams, parts = _block_profiles(model, *runs)
-            blocks = restored(streams)
+            class_token = restored(streams) if streams else base.new_zeros(len(target), 0)
             branches = torch.stack([restored(p) for p in parts], dim=1)
         else:
             heads = torch.stack(
@@ -194,4 +195,4 @@ def activation_patching(
                 ],
                 dim=1,
             )
-    return Patching(target, runs[0].ca.logits, runs[1].ca.logits, blocks, branches, heads)
+    return Patching(target, runs[0].ca.logits, runs[1].ca.logits, class_token, branches, heads)

@@ -1,7 +1,7 @@
 """Figures of how a prediction forms along depth (`cait.explain.mechanisms`), as plotly for the app and the
-atlas page: the logit lens of one image over SA depth, the activation-patching profile over blocks (stream,
-attention and MLP branch) and the class-attention heads' patching as a grid, each in Δlogit with the share
-of the clean-corrupted gap it restores in the hover text."""
+atlas page: the logit lens of one image over SA depth, the activation-patching profile over blocks (attention
+and MLP branch, a CA block's class token) and the class-attention heads' patching as a grid, each in Δlogit
+with the share of the clean-corrupted gap it restores in the hover text."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from .layerscale import block_ticks
 
-BRANCH_COLOURS = {"stream": "#7f7f7f", "attention": "#2ca02c", "MLP": "#d62728"}
+BRANCH_COLOURS = {"class token": "#7f7f7f", "attention": "#2ca02c", "MLP": "#d62728"}
 
 
 def depth_words(k: int) -> str:
@@ -70,35 +70,47 @@ def _share(value: float, gap: float) -> str:
     return f"{value / gap:.0%} of the gap" if gap else "no gap to restore"
 
 
+WHOLE_STREAM = "whole stream patched: the clean run, by construction (orientation)"
+
+
 def patching_plotly(
-    blocks: np.ndarray,
     branches: np.ndarray,
     gap: float,
     *,
+    class_token: np.ndarray,
     depth: int,
     ca_depth: int,
     title: str,
     errors: np.ndarray | None = None,
+    class_token_errors: np.ndarray | None = None,
 ):
-    """Bars per block (model order, SA then CA): Δlogit when the clean stream after it, or its attention or
-    MLP branch alone, is patched into the corrupted run; hover: the share of the gap `gap` it restores (for
-    means over images: the mean Δlogit over the mean gap). errors [K, 3] (stream, attention, MLP): half
-    widths drawn as error bars. A dotted line at the gap: what patching everything restores."""
+    """Bars per block (model order, SA then CA): Δlogit when its clean attention or MLP branch alone (branches
+    [K, 2]) is patched into the corrupted run, and for each CA block but the last when its clean class token is
+    (class_token [CA depth - 1]); hover: the share of the gap `gap` it restores (for means over images: the
+    mean Δlogit over the mean gap). errors [K, 2] and class_token_errors [CA depth - 1]: half widths drawn as
+    error bars. The whole stream is no bar (patched after an SA block or the last CA block it is the clean run
+    by construction): a dotted line at the gap, labelled as that orientation, without an interval."""
     import plotly.graph_objects as go
 
     ticks, labels = block_ticks(depth, ca_depth)
+    bars = [("attention", ticks, labels, branches[:, 0]), ("MLP", ticks, labels, branches[:, 1])]
+    ca = slice(depth, depth + len(class_token))
+    bars.append(("class token", ticks[ca], labels[ca], class_token))
+    spread = [None if errors is None else errors[:, 0], None if errors is None else errors[:, 1], class_token_errors]
     fig = go.Figure()
-    for i, (name, values) in enumerate((("stream", blocks), ("attention", branches[:, 0]), ("MLP", branches[:, 1]))):
+    for (name, x, names, values), error in zip(bars, spread):
         fig.add_bar(
-            x=ticks,
+            x=x,
             y=[float(v) for v in values],
             name=f"{name} patched",
             marker_color=BRANCH_COLOURS[name],
-            error_y=None if errors is None else dict(type="data", array=[float(e) for e in errors[:, i]]),
-            hovertext=[f"{b} {name}: Δlogit {v:+.3f}, {_share(float(v), gap)}" for b, v in zip(labels, values)],
+            error_y=None if error is None else dict(type="data", array=[float(e) for e in error]),
+            hovertext=[f"{b} {name}: Δlogit {v:+.3f}, {_share(float(v), gap)}" for b, v in zip(names, values)],
             hoverinfo="text",
         )
-    fig.add_hline(y=gap, line_dash="dot", annotation_text=f"gap {gap:.2f}", annotation_position="top left")
+    fig.add_hline(
+        y=gap, line_dash="dot", annotation_text=f"gap {gap:.2f}: {WHOLE_STREAM}", annotation_position="top left"
+    )
     fig.update_xaxes(tickvals=ticks, ticktext=labels, title_text="block")
     fig.update_yaxes(title_text="Δlogit restored")
     fig.update_layout(

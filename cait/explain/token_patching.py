@@ -1,0 +1,198 @@
+"""Token patching into the class stage: where, over the image, the answer travels into CaiT's class token.
+
+The class token reads the image only in the class-attention (CA) stage, from the patch tokens the SA stage
+leaves; the CA stage never changes them. So one region of those tokens taken from a clean run into a corrupted
+one (every other token stays corrupted), with only the CA stage, final norm and head re-run, measures how much
+of the clean-corrupted logit gap that region carries into the class token; the reverse (one region of the
+clean run corrupted) measures how much the answer loses without it. Each image costs one SA pass of each run
+and one CA-stage run per region and direction, the regions batched. Regions are squares of `region` x `region`
+patches in row-major order (the last row and column of regions are smaller when `region` does not divide the
+grid); maps are [B, R, R] with R = ceil(grid / region).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from .attention import _check_input
+from .causal import _check_class_stage, _evaluating
+
+Direction = Literal["both", "restore", "break"]
+DIRECTIONS = ("both", "restore", "break")
+CHUNK_VALUES = 1 << 24  # token values per batched CA-stage run (64 MB in fp32): bounds the memory of many regions
+
+
+class TokenPatchingError(InputError):
+    """Token patching asked of inputs that cannot work (shapes, region size, direction, a model without a
+    CA stage); the message is one line."""
+
+
+def region_masks(grid: int, region: int) -> torch.Tensor:
+    """Which patches each region holds: bool [R * R, grid * grid], regions and patches in row-major order.
+
+    Args:
+        grid: the patch grid's side g.
+        region: a region's side in patches, 1 (each patch its own region) to g (one region, the whole grid).
+
+    Returns:
+        One row per region, True at its patches; the rows partition the grid.
+    """
+    if isinstance(region, bool) or not isinstance(region, int) or not 1 <= region <= grid:
+        raise TokenPatchingError(f"region must be a whole number of patches from 1 to {grid}, got {region!r}")
+    per_side = math.ceil(grid / region)
+    cell = torch.arange(grid) // region
+    which = (cell[:, None] * per_side + cell[None, :]).flatten()  # each patch's region
+    return which[None, :] == torch.arange(per_side * per_side)[:, None]
+
+
+def region_boxes(grid: int, region: int, patch_size: int) -> torch.Tensor:
+    """Each region's extent in input pixels [R * R, 4] (x0, y0, x1, y1), row-major as `region_masks`."""
+    per_side = math.ceil(grid / region)
+    edges = (torch.arange(per_side + 1) * region).clamp(max=grid).float() * patch_size
+    y, x = torch.meshgrid(torch.arange(per_side), torch.arange(per_side), indexing="ij")
+    y, x = y.flatten(), x.flatten()
+    return torch.stack((edges[x], edges[y], edges[x + 1], edges[y + 1]), dim=1)
+
+
+def class_stage_patched(
+    model: nn.Module, tokens: torch.Tensor, source: torch.Tensor, masks: torch.Tensor
+) -> torch.Tensor:
+    """Logits of the CA stage, final norm and head reading `tokens` with the patches of each mask taken from
+    `source` instead, every mask in one batched run (chunked to bound memory).
+
+    Args:
+        model: a CaiT with a class-attention stage (run in eval mode without autograd).
+        tokens: the patch tokens after the SA stage [B, N, d] that the class stage reads.
+        source: patch tokens of another run [B, N, d], put in where a mask is True.
+        masks: bool [M, N], one set of patch positions per row (all False: `tokens` unchanged).
+
+    Returns:
+        Logits [B, M, classes].
+    """
+    B, N, d = tokens.shape
+    chunk = max(1, CHUNK_VALUES // (B * N * d))
+    out = []
+    with _evaluating(model):
+        for part in masks.to(tokens.device).split(chunk):
+            mixed = torch.where(part[None, :, :, None], source[:, None], tokens[:, None])  # [B, m, N, d]
+            logits = model.forward_head(model.forward_class_attention(mixed.flatten(0, 1)))
+            out.append(logits.view(B, len(part), -1))
+    return torch.cat(out, dim=1)
+
+
+@dataclass
+class TokenPatching:
+    """Token patching of one target logit per image between a clean and a corrupted run, per region (maps
+    [B, R, R], row-major as `region_masks`; None for a direction not asked)."""
+
+    target: torch.Tensor  # [B] the class whose logit is measured
+    clean: torch.Tensor  # [B, K] the clean run's logits
+    corrupted: torch.Tensor  # [B, K] the corrupted run's logits
+    region: int  # a region's side in patches
+    grid: int  # the patch grid's side
+    restored: torch.Tensor | None  # [B, R, R] corrupted run with the region's clean tokens, minus the corrupted
+    broken: torch.Tensor | None  # [B, R, R] the clean run's target logit minus that with the region corrupted
+    top: int = 0  # regions patched together in `top_restored`
+    top_restored: torch.Tensor | None = None  # [B] the `top` best regions' clean tokens together, minus corrupted
+
+    @property
+    def gap(self) -> torch.Tensor:
+        """Clean minus corrupted target logit [B]: what patching every region at once restores."""
+        index = self.target.view(-1, 1)
+        return (self.clean.gather(1, index) - self.corrupted.gather(1, index))[:, 0]
+
+    def fraction(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` ([B, ...] logits, e.g. `restored`) as fractions of each image's gap (NaN where it is 0)."""
+        gap = self.gap.view(-1, *([1] * (values.dim() - 1)))
+        return values / torch.where(gap == 0, torch.nan, gap)
+
+    def on_patches(self, maps: torch.Tensor) -> torch.Tensor:
+        """Region maps [B, R, R] on the patch grid [B, g, g], each patch holding its region's value."""
+        cell = torch.arange(self.grid, device=maps.device) // self.region
+        return maps[:, cell][:, :, cell]
+
+
+def _checked(model: nn.Module, clean, corrupted, target, region, direction, top) -> torch.Tensor:
+    """The target as LongTensor [B] on the images' device, after every check of `token_patching`'s inputs."""
+    try:
+        _check_input(model, clean)
+        _check_input(model, corrupted)
+        _check_class_stage(model)
+    except ValueError as e:
+        raise TokenPatchingError(str(e)) from None
+    if clean.shape[0] != corrupted.shape[0]:
+        got = f"got {corrupted.shape[0]} for {clean.shape[0]}"
+        raise TokenPatchingError(f"need one corrupted image per clean one, {got}")
+    if direction not in DIRECTIONS:
+        raise TokenPatchingError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    regions = len(region_masks(model.cfg.grid_size, region))
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= regions:
+        raise TokenPatchingError(f"top must be a whole number of regions from 0 to {regions}, got {top!r}")
+    if top and direction == "break":
+        raise TokenPatchingError("top patches the best regions into the corrupted run: ask direction restore or both")
+    target = torch.as_tensor(target, device=clean.device).long().view(-1)
+    classes = model.cfg.num_classes
+    if len(target) != clean.shape[0] or target.min() < 0 or target.max() >= classes:
+        raise TokenPatchingError(f"target must be one class in 0..{classes - 1} per image, got {target.tolist()}")
+    return target
+
+
+def token_patching(
+    model: nn.Module,
+    clean: torch.Tensor,
+    corrupted: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    region: int = 1,
+    direction: Direction = "both",
+    top: int = 0,
+) -> TokenPatching:
+    """Where the answer enters the class token: for each region of the patch grid, the corrupted run's target
+    logit with that region's patch tokens at the CA stage's input taken from the clean run ("restore"), and the
+    clean run's with that region's tokens taken from the corrupted run ("break").
+
+    Args:
+        model: a CaiT with a class-attention stage and a class-token head.
+        clean: the normalised clean images [B, C, H, W].
+        corrupted: the normalised corrupted images (or second images) [B, C, H, W], one per clean image.
+        target: the class whose logit is measured, per image [B].
+        region: a region's side in patches (1: each patch; the grid's side: the whole stage, the clean run).
+        direction: "restore", "break" or "both".
+        top: with "restore" or "both", also patch the `top` regions that restore most alone together into the
+            corrupted run (`top_restored`); 0: not.
+
+    Returns:
+        `TokenPatching`: `restored` and `broken` maps [B, R, R] in target logits (over the gap:
+        `.fraction(...)`), the gap, both runs' logits and `top_restored`.
+    """
+    target = _checked(model, clean, corrupted, target, region, direction, top)
+    masks = region_masks(model.cfg.grid_size, region)
+    per_side = math.isqrt(len(masks))
+    with _evaluating(model):
+        runs = [model.forward_self_attention(x) for x in (clean, corrupted)]
+        logits = [model.forward_head(model.forward_class_attention(t)) for t in runs]
+
+        def target_logit(base: torch.Tensor, source: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+            out = class_stage_patched(model, base, source, which)  # [B, M, K]
+            return out.gather(2, target.view(-1, 1, 1).expand(-1, out.shape[1], 1))[..., 0]
+
+        base = [out.gather(1, target.view(-1, 1)) for out in logits]  # [B, 1] each
+        restored = broken = top_restored = None
+        if direction in ("both", "restore"):
+            restored = (target_logit(runs[1], runs[0], masks) - base[1]).view(-1, per_side, per_side)
+            if top:
+                best = restored.flatten(1).topk(top, dim=1).indices  # [B, top]
+                together = masks.to(best.device)[best].any(1)  # [B, N]: each image's own set
+                mixed = torch.where(together[..., None], runs[0], runs[1])
+                top_logits = model.forward_head(model.forward_class_attention(mixed))
+                top_restored = top_logits.gather(1, target.view(-1, 1))[:, 0] - base[1][:, 0]
+        if direction in ("both", "break"):
+            broken = (base[0] - target_logit(runs[0], runs[1], masks)).view(-1, per_side, per_side)
+    grid = model.cfg.grid_size
+    return TokenPatching(target, logits[0], logits[1], region, grid, restored, broken, top, top_restored)

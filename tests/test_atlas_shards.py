@@ -1,0 +1,212 @@
+"""The atlas's files on disk never trusted blindly: a damaged, emptied or swapped shard is redone, a skipped image
+is retried, a failure midway through a write leaves no half file, an output that cannot be written is one line
+before any work, a second run into a locked --out is refused, and torchrun's merge waits for a slow rank. Each
+against an uninterrupted one-process run of the same small atlas (12 images, 3 shards)."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from filelock import FileLock
+
+from cait.atlas import run as atlas_run
+from cait.atlas.__main__ import main
+from cait.atlas.outdir import LOCK_FILE
+from cait.distributed import balanced_runs
+
+REPO = Path(__file__).resolve().parent.parent
+FILES = ("images.csv", "heads.csv", "summary.json", "atlas.html")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, pico_scenes):
+    """12 exported scenes of two classes in a folder of their own, the atlas arguments, and a reference run."""
+    root = tmp_path_factory.mktemp("atlas_shards")
+    checkpoint, scenes = pico_scenes
+    for folder in ("Bag", "Coat"):
+        (root / "data" / folder).mkdir(parents=True)
+        for png in sorted((scenes / folder).glob("*.png"))[:6]:
+            shutil.copy(png, root / "data" / folder / png.name)
+    args = ["--checkpoint", str(checkpoint), "--data", str(root / "data"), "--shard-size", "4", "--batch-size", "4"]
+    args += ["--exemplars", "1", "--workers", "0"]
+    assert main([*args, "--out", str(root / "reference")]) == 0
+    return dict(root=root, args=args, reference=root / "reference")
+
+
+def shard_names(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "shards").iterdir())
+
+
+def assert_as_reference(out: Path, reference: Path) -> None:
+    for name in FILES:
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def one_error_line(err: str) -> str:
+    """The one line besides the progress bar's."""
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and not line.startswith("atlas:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_damaged_emptied_and_swapped_shards_are_redone_with_a_line(small, capsys):
+    out = small["root"] / "damaged"
+    shutil.copytree(small["reference"], out)
+    first, second, third = sorted((out / "shards").glob("*.npz"))
+    first.write_bytes(first.read_bytes()[:300])  # truncated
+    second.write_bytes(b"")  # emptied
+    shutil.copy(small["reference"] / "shards" / first.name, third)  # another shard's valid file in its place
+    capsys.readouterr()
+    assert main([*small["args"], "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{first.name} is damaged (" in err and f"{second.name} is damaged (" in err, err
+    assert f"{third.name} holds images 0-4, not the ones its name says: redoing it" in err, err
+    assert shard_names(out) == shard_names(small["reference"])
+    assert_as_reference(out, small["reference"])
+
+
+def test_a_shard_of_other_images_is_redone(small, capsys):
+    """The same name and range, but the folder changed under --out since: the shard's paths' hash tells."""
+    data = small["root"] / "data_changing"
+    shutil.copytree(small["root"] / "data", data)
+    args = [str(data) if a == str(small["root"] / "data") else a for a in small["args"]]
+    out = small["root"] / "foreign"
+    assert main([*args, "--out", str(out)]) == 0
+    coat = sorted((data / "Coat").glob("*.png"))[-1]
+    coat.rename(coat.with_name("z" + coat.name))  # the last shard's images are other files now
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    redone = shard_names(small["reference"])[-1]
+    assert f"{redone} was made for other images: redoing it" in err and err.count("redoing it") == 1, err
+    assert f"Coat/z{coat.name}" in (out / "images.csv").read_text()
+
+
+def test_a_skipped_image_is_retried_when_it_is_readable_again(small, capsys):
+    data = small["root"] / "data_flaky"
+    shutil.copytree(small["root"] / "data", data)
+    flaky = sorted((data / "Coat").glob("*.png"))[0]
+    good = flaky.read_bytes()
+    flaky.write_bytes(good[:40])  # unreadable mid-run (a copy still in progress, a network share)
+    args = [str(data) if a == str(small["root"] / "data") else a for a in small["args"]]
+    out = small["root"] / "flaky"
+    assert main([*args, "--out", str(out)]) == 0
+    assert (out / "summary.json").read_text().count(f"Coat/{flaky.name}") == 1  # in the skipped list
+    flaky.write_bytes(good)
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 0
+    assert "skipped 1 unreadable image(s): retrying them" in capsys.readouterr().err
+    for name in FILES[:3]:  # the same images as the reference now (only the data's folder name differs)
+        assert (out / name).read_text().replace(str(data.name), "data") == (small["reference"] / name).read_text()
+
+
+def _half_then_fail(real, calls: list, fail_at: int):
+    """A writer that, on its `fail_at`-th call, writes half of what `real` would and raises a full disk."""
+
+    def write(f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) != fail_at:
+            return real(f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real(buffer, *args, **kwargs)
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f.name)
+
+    return write
+
+
+def test_a_failure_midway_through_a_write_leaves_no_half_file(small, capsys, monkeypatch):
+    out = small["root"] / "full_disk"
+    calls: list = []
+    monkeypatch.setattr(np, "savez", _half_then_fail(np.savez, calls, fail_at=2))
+    capsys.readouterr()
+    assert main([*small["args"], "--out", str(out)]) == 2
+    assert "No space left on device" in one_error_line(capsys.readouterr().err)
+    assert shard_names(out) == shard_names(small["reference"])[:1]  # the half-written second shard is not there
+    monkeypatch.undo()
+
+    def page_half_then_fail(path, *args, **kwargs):  # atlas.html written half, then the disk is full
+        real_write_page(path, *args, **kwargs)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    real_write_page = atlas_run.write_page
+    monkeypatch.setattr(atlas_run, "write_page", page_half_then_fail)
+    assert main([*small["args"], "--out", str(out)]) == 2
+    one_error_line(capsys.readouterr().err)
+    assert shard_names(out) == shard_names(small["reference"])  # the second shard redone, the third done
+    assert not any((out / name).exists() for name in FILES)  # no merged file, rather than half of one
+    monkeypatch.undo()
+    assert main([*small["args"], "--out", str(out)]) == 0
+    assert_as_reference(out, small["reference"])
+    # a merge that fails over a finished atlas leaves its files as they were
+    monkeypatch.setattr(atlas_run, "write_page", page_half_then_fail)
+    assert main([*small["args"], "--out", str(out)]) == 2
+    assert_as_reference(out, small["reference"])
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".merg")) == []
+
+
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(small, capsys, monkeypatch):
+    def no_work(*args, **kwargs):
+        raise AssertionError("images were computed before the output was checked")
+
+    monkeypatch.setattr(atlas_run, "run_shards", no_work)
+    a_file = small["root"] / "a_file"
+    a_file.write_text("")
+    for out in (a_file, a_file / "below", Path("/proc/cait-atlas-out")):
+        capsys.readouterr()
+        assert main([*small["args"], "--out", str(out)]) == 2
+        assert f"cannot write to {out}" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_second_run_into_a_locked_out_is_refused(small, capsys):
+    out = small["root"] / "locked"
+    out.mkdir()
+    with FileLock(out / LOCK_FILE):  # a first run at work
+        capsys.readouterr()
+        assert main([*small["args"], "--out", str(out)]) == 2
+        assert f"another atlas run is writing to {out}" in one_error_line(capsys.readouterr().err)
+    assert not (out / "shards").exists() or shard_names(out) == []
+    assert main([*small["args"], "--out", str(out)]) == 0  # once it is done, the same command runs
+
+
+def test_balanced_runs_whatever_the_shard_size():
+    """Shares of whole batches (the batches of one process) differing by at most one, cut at the shard size."""
+    assert balanced_runs(list(range(400)), 2, 256, batch=8) == [[range(0, 200)], [range(200, 400)]]
+    assert balanced_runs(list(range(400)), 2, 256, batch=64) == [[range(0, 192)], [range(192, 400)]]
+    assert balanced_runs(list(range(10)), 3, 2) == [
+        [range(0, 2), range(2, 3)],
+        [range(3, 5), range(5, 6)],
+        [range(6, 8), range(8, 10)],
+    ]
+    assert balanced_runs(list(range(151)), 2, 32, batch=16) == [
+        [range(0, 32), range(32, 64), range(64, 80)],
+        [range(80, 112), range(112, 144), range(144, 151)],
+    ]
+    # what is left around finished shards: runs never cross a gap, batches stay whole
+    assert balanced_runs([0, 1, 5, 6, 7, 9], 2, 4) == [[range(0, 2), range(5, 6)], [range(6, 8), range(9, 10)]]
+    assert balanced_runs([4, 5, 6, 7, 12, 13], 2, 8, batch=4) == [[range(4, 8)], [range(12, 14)]]
+    assert balanced_runs([], 2, 4) == [[], []]
+
+
+def test_torchrun_merge_waits_for_a_slow_rank(small):
+    """Rank 1 writes each shard 3 s late: rank 0 must wait for it before merging, and the files equal one
+    process's byte for byte (summary.json and atlas.html too: nothing depends on the thread count)."""
+    out = small["root"] / "slow_rank"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLOW_RANK_SECONDS": "3"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command += [str(REPO / "tests" / "slow_rank.py"), *small["args"], "--out", str(out)]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "12 images to do over 2 processes (rank 0: 4 images in 1 shard(s), rank 1: 8 images in 2 shard(s))" in (
+        proc.stderr
+    )
+    assert_as_reference(out, small["reference"])
