@@ -236,7 +236,7 @@ def test_token_patching_columns_equal_explain_and_the_box(setup):
         pixels, _, box, _, _ = data[i]
         broken = corrupt(pixels[None], "gaussian_noise", 3, generator=torch.Generator().manual_seed(i))
         clean, corrupted = normalise(pixels[None], model.cfg), normalise(broken, model.cfg)
-        target = torch.tensor([int(r["prediction"])])
+        target = torch.tensor([data.classes.index(r["prediction"])])  # images.csv names classes
         tokens = explain.token_patching(model, clean, corrupted, target, direction="restore", top=3)
         best = int(tokens.restored.flatten().argmax())
         assert float(r["patching_tokens_best"]) == pytest.approx(float(tokens.restored.max()), abs=1e-4)
