@@ -20,7 +20,7 @@ from app.layout import CLASS_ATTENTION_TAB, Page
 from app.models import ModelChoice
 from app.workdir import WORK
 from cait.data import DataError
-from cait.data.reader import IMAGE_ERRORS
+from cait.data.image_file import IMAGE_ERRORS
 from cait.figures.attention import head_name
 
 log = logging.getLogger("cait.app")

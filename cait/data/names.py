@@ -16,3 +16,7 @@ UNFINISHED_EXPORT = ".export-unfinished.json"
 
 class DataError(InputError):
     """Data that cannot be used; the message is one line saying what to do."""
+
+
+class DataWarning(UserWarning):
+    """Data that can be used, but not all of it as asked (e.g. class folders that map to no class, boxes left out)."""
