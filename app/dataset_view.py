@@ -28,8 +28,8 @@ CLASS_PREFIX = "dla_mean_"  # heads.csv: the mean DLA of a head over the images 
 NUMBERS = (
     ("entropy_mean", "entropy_ci95", "map entropy (nats)"),
     ("dla_mean", "dla_ci95", "direct logit attribution"),
-    ("pointing", "pointing_ci95", "pointing game (hit rate)"),
-    ("mass_in_box", "mass_in_box_ci95", "attention mass in the box"),
+    ("pointing_mean", "pointing_ci95", "pointing game (hit rate)"),
+    ("mass_in_box_mean", "mass_in_box_ci95", "attention mass in the box"),
 )
 NUMBER_HEADERS = ["number", "mean", "95% low", "95% high"]
 CLASS_HEADERS = ["predicted class", "mean DLA"]
@@ -181,8 +181,8 @@ def class_numbers(atlas: Atlas, k: int) -> list[list]:
 
 
 @lru_cache(maxsize=4)
-def _data(data: str, limit: int | None, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str, int]]:
-    images = read_images(data, cfg, limit=limit, normalise=False)
+def _data(data: str, limit: int | None, sample: str, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str, int]]:
+    images = read_images(data, cfg, limit=limit, sample=sample, normalise=False)
     return images, {p: i for i, p in enumerate(images.paths)}
 
 
@@ -191,7 +191,7 @@ def atlas_images(atlas: Atlas, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str
     DataError (one line) when the data cannot be read here, NotAnAtlas when the atlas does not say its data."""
     if "data" not in atlas.args:
         raise NotAnAtlas(f"{atlas.folder} holds no {ARGS_FILE}: the atlas does not say where its images are")
-    return _data(atlas.args["data"], atlas.args.get("limit"), cfg)
+    return _data(atlas.args["data"], atlas.args.get("limit"), atlas.args.get("sample", "stratified"), cfg)
 
 
 __all__ = [

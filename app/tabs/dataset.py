@@ -18,8 +18,8 @@ from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, ImageAsk, Shared, log, named
 from app.workdir import WORK
-from cait.data import DataError, read_images
-from cait.data.reader import IMAGE_ERRORS
+from cait.data import DataError
+from cait.data.image_file import IMAGE_ERRORS
 from cait.errors import InputError
 from cait.figures.attention import head_name
 
@@ -253,7 +253,7 @@ class DatasetTab:
         """An atlas of the first `scenes` test scenes for the page's model (`cait.atlas.run.make`, in this process:
         its progress bar is the page's; the model is the cache's, never a second copy), into the work folder, then
         opened."""
-        from cait.atlas.run import make  # torch-heavy: only once an atlas is built
+        from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
 
         n = int(scenes or 0)
         if not 1 <= n <= dv.MAX_SCENES:
@@ -263,7 +263,7 @@ class DatasetTab:
         progress(0, desc=f"atlas of {n} scenes: reading the scenes")
         args = scenes_args(choice, n, out, loaded.device.type)
         try:
-            data = read_images(args.data, loaded.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
+            data = read_data(args, loaded.cfg)
             make(args, loaded.sourced, data, device=loaded.device)
         except (InputError, OSError) as e:  # the atlas's and the reader's one-line errors, a full disk
             shutil.rmtree(out, ignore_errors=True)
