@@ -1,16 +1,51 @@
-"""The /analyze API's answer as a plain function of a `LoadedModel` (no Gradio): the analysis' numbers and the
-sections a call opts into (a saliency map, the causal view, the logit lens, activation patching), each in the
-layout the page's JSON download uses for it."""
+"""The /analyze API: its one endpoint with every keyword declared (`Analyze.analyze`), and its answer as a plain
+function of a `LoadedModel` (`answer`): the analysis' numbers and the sections a call opts into (a saliency map,
+the causal view, the logit lens, activation patching), each in the layout the page's JSON download uses for it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import gradio as gr
+from gradio.data_classes import FileData
+
 from app import causal_view, mechanisms_view, session
-from app.models import LoadedModel
+from app.images import ImageInputError, payload_path
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.shared import INTERNAL_ERROR, log
 from cait import explain
+from cait.errors import InputError
 from cait.explain.attribution import checked_options
 from cait.robustness import parse_corruption
+
+_OPTIONS = explain.MethodOptions()  # the method settings' defaults
+
+
+class AnalyzeError(InputError):
+    """A keyword of an /analyze call that cannot work; the message names the choices."""
+
+
+def _choice(value: str, choices, what: str) -> str:
+    if value not in choices:
+        raise AnalyzeError(f"unknown {what} {value!r}; choose from {', '.join(choices)}")
+    return value
+
+
+def _options(**given: Any) -> explain.MethodOptions:
+    """The method settings of a call: the names checked against explain's own lists, the numbers against its
+    bounds (`checked_options`, which the page's sliders span)."""
+    _choice(given["ig_baseline"], explain.IG_BASELINES, "integrated-gradients baseline")
+    _choice(given["rollout_head_fusion"], explain.HEAD_FUSIONS, "rollout head fusion")
+    return checked_options(**given)
+
+
+def _corruption(spec: str) -> tuple[str, int]:
+    try:
+        return parse_corruption(spec)
+    except InputError:
+        raise
+    except ValueError as e:  # parse_corruption's one line on the spec it was given
+        raise AnalyzeError(str(e)) from None
 
 
 def answer(
@@ -19,29 +54,19 @@ def answer(
     *,
     method: str,
     target: int,
-    ig_steps: int,
     causal: bool,
-    ig_baseline: str,
-    signed: bool,
-    smoothgrad_samples: int,
-    smoothgrad_stdev: float,
-    rollout_head_fusion: str,
-    rollout_discard_ratio: float,
-    seed: int,
     logit_lens: bool,
     patching: str,
+    seed: int,
+    **options: Any,
 ) -> dict[str, Any]:
-    """The answer of /analyze (`app.handlers.Handlers.analyze` says each keyword) for the image at `path`.
-    Raises ImageInputError for a bad file, ValueError in one line for a bad class, method, option or corruption."""
-    options = checked_options(  # the page's bounds: a bad value is one line naming the option
-        ig_steps=ig_steps,
-        ig_baseline=ig_baseline,
-        signed=signed,
-        smoothgrad_samples=smoothgrad_samples,
-        smoothgrad_stdev=smoothgrad_stdev,
-        rollout_head_fusion=rollout_head_fusion,
-        rollout_discard_ratio=rollout_discard_ratio,
-    )
+    """The answer of /analyze (`Analyze.analyze` says each keyword) for the image at `path`; options: the method
+    settings, as `explain.MethodOptions` names them. Raises ImageInputError for a bad file, an InputError in one
+    line for a bad class, method, option or corruption."""
+    options = _options(**options)  # the page's bounds: a bad value is one line naming the option
+    if method:
+        _choice(method, list(explain.METHODS), "method")
+    corruption = _corruption(patching) if patching else None
     a = session.analyse(loaded, path)
     out = session.numbers(loaded, a)
     out["methods"] = list(explain.METHODS)
@@ -55,10 +80,83 @@ def answer(
         out["causal"] = causal_view.numbers(loaded.model, x, causal_view.compute(loaded.model, x, target))
     if logit_lens:
         out["logit_lens"] = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
-    if patching:
-        name, severity = parse_corruption(patching)
-        _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, name, severity)
+    if corruption:
+        _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, *corruption)
         out["patching"] = mechanisms_view.patching_numbers(
-            loaded.model, x, corrupted.to(loaded.device), target, corruption=(name, severity)
+            loaded.model, x, corrupted.to(loaded.device), target, corruption=corruption
         )
     return out
+
+
+class Analyze:
+    """The endpoint, answered by the server's default model."""
+
+    def __init__(self, cache: ModelCache, default: ModelChoice):
+        self.cache, self.default = cache, default
+
+    def analyze(
+        self,
+        image: FileData,
+        method: str = "",
+        target: int = -1,
+        ig_steps: int = _OPTIONS.ig_steps,
+        causal: bool = False,
+        ig_baseline: str = _OPTIONS.ig_baseline,
+        signed: bool = _OPTIONS.signed,
+        smoothgrad_samples: int = _OPTIONS.smoothgrad_samples,
+        smoothgrad_stdev: float = _OPTIONS.smoothgrad_stdev,
+        rollout_head_fusion: str = _OPTIONS.rollout_head_fusion,
+        rollout_discard_ratio: float = _OPTIONS.rollout_discard_ratio,
+        seed: int = session.DEFAULT_SEED,
+        logit_lens: bool = False,
+        patching: str = "",
+    ) -> dict:
+        """Predictions and class-attention maps for one image, by the server's default model.
+
+        image: the image file (gradio_client: handle_file(path)).
+        method: "" for none, or a saliency method (see the "methods" field of the answer) to also compute
+            its patch-grid map for class `target` (-1: the top prediction), with the method settings named as
+            the fields of `cait.explain.MethodOptions` (ig_steps, ig_baseline, signed, smoothgrad_samples,
+            smoothgrad_stdev, rollout_head_fusion, rollout_discard_ratio) and SmoothGrad's noise from `seed`
+            (the same map for the same call).
+        causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
+            patch, knockout profile, every head's zero ablation; about SA depth / 2 + 2 forward passes).
+        logit_lens: also the logit lens for class `target` (per SA depth: its probability and the top-1, where
+            the answer forms; about 1.3 forward passes). Opt-in by keyword: logit_lens=True.
+        patching: "CORRUPTION:SEVERITY" (e.g. "gaussian_noise:3"): also activation patching of class `target`'s
+            logit from the image into itself under that ImageNet-C corruption, per block, branch and CA head
+            (about SA depth + 5 forward passes). Opt-in by keyword: patching="gaussian_noise:3".
+        Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
+        [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"
+        {"method", "target", "options", "patch"}][, "causal"][, "logit_lens"][, "patching"]}; each of the last
+        two has a "layout" key saying its arrays.
+        """
+        options = dict(
+            ig_steps=int(ig_steps),
+            ig_baseline=ig_baseline,
+            signed=bool(signed),
+            smoothgrad_samples=int(smoothgrad_samples),
+            smoothgrad_stdev=float(smoothgrad_stdev),
+            rollout_head_fusion=rollout_head_fusion,
+            rollout_discard_ratio=float(rollout_discard_ratio),
+        )
+        path = payload_path(image)
+        if path is None:
+            raise _refused("no image given")
+        loaded = self.cache.get(self.default)
+        asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
+        try:
+            return answer(loaded, path, seed=seed, **asked, **options)
+        except InputError as e:
+            prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
+            raise _refused(f"{prefix}{e}") from None
+        except Exception:
+            log.exception("/analyze: internal error")
+            raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
+
+
+def _refused(message: str) -> gr.Error:
+    """A bad /analyze call's answer, logged as one line (Gradio would print the traceback: a caller's mistake
+    is not the server's)."""
+    log.info("/analyze refused: %s", message)
+    return gr.Error(message, print_exception=False)

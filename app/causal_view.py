@@ -6,7 +6,6 @@ All of it runs in fp32 whatever the session's precision: it subtracts logits, wh
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -14,9 +13,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from app.choices import top_classes
 from app.figures import image_under
 from app.models import LoadedModel
-from app.session import top_predictions
 from cait import explain
 from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures import head_name
@@ -181,11 +180,6 @@ def ablation_reference(loaded: LoadedModel, mode: str) -> torch.Tensor | None:
     return reference_batch([path for path, _ in loaded.examples], loaded.cfg).to(loaded.device)
 
 
-def top_classes(logits: torch.Tensor, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
-    """The top-k of one image's logits [1, K] as the page's top-5 lists them (`session.top_predictions`)."""
-    return top_predictions(logits[0].float().softmax(-1).cpu().numpy(), labels, k)
-
-
 def ablation(
     model: torch.nn.Module,
     x: torch.Tensor,
@@ -228,14 +222,3 @@ def numbers(model: torch.nn.Module, x: torch.Tensor, view: CausalView) -> dict[s
             "top1": view.removal_top1.tolist(),
         },
     }
-
-
-def top5_html(result: dict[str, list[dict[str, Any]]], without: str) -> str:
-    """The top-5 before and after an ablation (`result`'s "before" and "after"), side by side as a small table;
-    `without` heads the second column ("without CA1 head 2")."""
-    cell = lambda p: f"<td>{html.escape(p['label'])}</td><td>{p['probability']:.3f}</td>"  # noqa: E731
-    rows = "".join(f"<tr>{cell(b)}{cell(a)}</tr>" for b, a in zip(result["before"], result["after"]))
-    return (
-        f"<table class='causal-top5'><tr><th colspan=2>top-5</th><th colspan=2>{html.escape(without)}</th></tr>"
-        f"{rows}</table>"
-    )

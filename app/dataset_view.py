@@ -1,6 +1,6 @@
 """The Dataset tab's parts: a head atlas folder (`python -m cait.atlas`: summary.json, heads.csv, atlas.html)
-read into what the tab shows (per CA head its numbers and exemplars, the heads x classes DLA heatmap), and the
-tab's components. Plain functions, no events (`app.dataset_handlers` answers those)."""
+read into what the tab shows (per CA head its numbers and exemplars, the heads x classes DLA heatmap). Plain
+functions, no Gradio (`app.tabs.dataset` is the tab)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import gradio as gr
 import numpy as np
 
 import cait
-from app.models import ModelChoice
 from cait.atlas.page import class_dla_figure
 from cait.atlas.shards import ARGS_FILE
 from cait.data import ImageSet, read_images
 from cait.errors import InputError
-from cait.factory import requested_variant
 from cait.figures.attention import head_name
 
 DEFAULT_SCENES, MAX_SCENES = 200, 2000  # an atlas built in the app: the first N shipped test scenes
@@ -31,8 +28,8 @@ CLASS_PREFIX = "dla_mean_"  # heads.csv: the mean DLA of a head over the images 
 NUMBERS = (
     ("entropy_mean", "entropy_ci95", "map entropy (nats)"),
     ("dla_mean", "dla_ci95", "direct logit attribution"),
-    ("pointing", "pointing_ci95", "pointing game (hit rate)"),
-    ("mass_in_box", "mass_in_box_ci95", "attention mass in the box"),
+    ("pointing_mean", "pointing_ci95", "pointing game (hit rate)"),
+    ("mass_in_box_mean", "mass_in_box_ci95", "attention mass in the box"),
 )
 NUMBER_HEADERS = ["number", "mean", "95% low", "95% high"]
 CLASS_HEADERS = ["predicted class", "mean DLA"]
@@ -88,26 +85,11 @@ class Atlas:
         found = self.heads[k]["exemplars"]
         return [Exemplar(label, e["path"], e[number], number) for kind, label, number in KINDS for e in found[kind]]
 
-    def model_choice(self) -> ModelChoice | None:
-        """The app's ModelChoice of the model the atlas was made with (None when its arguments are missing)."""
-        if "checkpoint" not in self.args:
-            return None
-        return ModelChoice(
-            name=requested_variant(self.args.get("model"), self.args["checkpoint"]),
-            checkpoint=self.args["checkpoint"],
-            download=bool(self.args.get("pretrained")),
-            random_init=bool(self.args.get("random_init")),
-        )
-
-
-def same_model(a: ModelChoice | None, b: ModelChoice) -> bool:
-    """Whether two choices load the same weights: the same variant and the same checkpoint file (whether a
-    download was allowed does not change the weights)."""
-    if a is None:
-        return False
-    file = lambda c: None if c.checkpoint is None else Path(c.checkpoint).resolve()
-    name = lambda c: requested_variant(c.name, c.checkpoint)
-    return (name(a), file(a), a.random_init) == (name(b), file(b), b.random_init)
+    def made_by(self, made_from: str) -> bool:
+        """Whether the atlas's model is the one `made_from` describes (`cait.SourcedModel.made_from`, the one record
+        of the weights: their file with its architecture and training, or the seeded random init): the same
+        weights, however the server was started."""
+        return self.summary.get("model") == made_from
 
 
 def _json(path: Path, what: str) -> Any:
@@ -199,8 +181,8 @@ def class_numbers(atlas: Atlas, k: int) -> list[list]:
 
 
 @lru_cache(maxsize=4)
-def _data(data: str, limit: int | None, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str, int]]:
-    images = read_images(data, cfg, limit=limit, normalise=False)
+def _data(data: str, limit: int | None, sample: str, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str, int]]:
+    images = read_images(data, cfg, limit=limit, sample=sample, normalise=False)
     return images, {p: i for i, p in enumerate(images.paths)}
 
 
@@ -209,86 +191,20 @@ def atlas_images(atlas: Atlas, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str
     DataError (one line) when the data cannot be read here, NotAnAtlas when the atlas does not say its data."""
     if "data" not in atlas.args:
         raise NotAnAtlas(f"{atlas.folder} holds no {ARGS_FILE}: the atlas does not say where its images are")
-    return _data(atlas.args["data"], atlas.args.get("limit"), cfg)
-
-
-@dataclass
-class DatasetTab:
-    """The Dataset tab's components, named for its handlers."""
-
-    atlas: gr.State  # the open Atlas (or None)
-    pick: gr.Dropdown
-    msg: gr.Markdown  # what went wrong, or that the atlas's model is not the page's
-    overview: gr.Markdown
-    heatmap: gr.Plot
-    head: gr.Dropdown
-    numbers: gr.Dataframe
-    per_class: gr.Dataframe
-    exemplars: gr.Gallery
-    scenes: gr.Slider
-    build: gr.Button
-
-    @property
-    def opened(self) -> list:
-        """What opening an atlas writes."""
-        return [self.atlas, self.pick, self.msg, self.overview, self.heatmap, *self.head_shown]
-
-    @property
-    def head_shown(self) -> list:
-        """What picking a head writes."""
-        return [self.head, self.numbers, self.per_class, self.exemplars]
-
-
-def build_tab() -> DatasetTab:
-    """The tab's components (inside a gr.Tab); empty until an atlas is opened."""
-    gr.Markdown(
-        "A head atlas over a dataset (`python -m cait.atlas ... --out OUT`, or built here from the shipped test "
-        "scenes): per class-attention head its numbers over the images and its exemplars. Click an exemplar "
-        "to open it in the single-image tabs with that head enlarged."
-    )
-    parts: dict[str, Any] = {"atlas": gr.State(None)}
-    with gr.Row():
-        parts["pick"] = gr.Dropdown(choices=[], label="Atlas", allow_custom_value=True, scale=3, elem_id="ds_pick")
-        parts["scenes"] = gr.Slider(
-            1, MAX_SCENES, value=DEFAULT_SCENES, step=1, label="Test scenes", scale=2, elem_id="ds_scenes"
-        )
-        parts["build"] = gr.Button("Build an atlas of the scenes for this page's model", scale=1, elem_id="ds_build")
-    parts["msg"] = gr.Markdown(elem_id="ds_msg")
-    parts["overview"] = gr.Markdown(min_height=80, elem_id="ds_overview")  # room for the build's progress bar
-    parts["head"] = gr.Dropdown(choices=[], label="Head", elem_id="ds_head")
-    with gr.Row():
-        parts["numbers"] = gr.Dataframe(
-            headers=NUMBER_HEADERS, label="The head over the data", interactive=False, elem_id="ds_numbers"
-        )
-        parts["per_class"] = gr.Dataframe(
-            headers=CLASS_HEADERS, label="Its mean DLA by predicted class", interactive=False, elem_id="ds_per_class"
-        )
-    parts["exemplars"] = gr.Gallery(
-        label="Exemplars (click one to open it)",
-        columns=6,
-        allow_preview=False,
-        height="auto",
-        elem_id="ds_exemplars",
-        elem_classes=["no-scroll"],
-    )
-    parts["heatmap"] = gr.Plot(label="Mean DLA, heads x predicted classes", elem_id="ds_heatmap")
-    return DatasetTab(**parts)
+    return _data(atlas.args["data"], atlas.args.get("limit"), atlas.args.get("sample", "stratified"), cfg)
 
 
 __all__ = [
     "Atlas",
     "DEFAULT_SCENES",
-    "DatasetTab",
     "Exemplar",
     "MAX_SCENES",
     "NotAnAtlas",
     "atlas_images",
-    "build_tab",
     "class_numbers",
     "find_atlases",
     "head_numbers",
     "heatmap",
     "overview_markdown",
     "read_atlas",
-    "same_model",
 ]

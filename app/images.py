@@ -18,6 +18,10 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from cait.errors import InputError
 
 MAX_UPLOAD_MB = 20  # larger files are refused unread, with the same message as any other file that fails
+# The server takes files up to this size, well over MAX_UPLOAD_MB, so that a file a little too large reaches the
+# upload handler, which refuses it in the status line like any file that fails. Gradio's browser check refuses
+# only beyond it (a red error toast): each upload's disk stays bounded (Gradio streams it to a file, not memory).
+MAX_RECEIVED_MB = 5 * MAX_UPLOAD_MB
 MAX_PIXELS = 40_000_000  # refuse larger images before decoding (a 40 MP photo decodes to ~120 MB RGB)
 MAX_SIDE = 2048  # larger images are downscaled first: the models see at most 448 px anyway
 MAX_ASPECT = 4.0  # longer images are centre-cropped to this ratio first (see `_crop_aspect`)
@@ -26,6 +30,15 @@ TINY_SIDE = 8  # below this the image has almost no information: say so, still c
 
 class ImageInputError(InputError):
     """An upload that cannot be turned into an image; the message says why, in one sentence."""
+
+
+def payload_path(payload: object) -> str | None:
+    """The file of an image Gradio hands over: a FileData, its dict, or a path (None: no image)."""
+    if payload is None:
+        return None
+    if isinstance(payload, dict):
+        return payload.get("path")
+    return getattr(payload, "path", None) or (payload if isinstance(payload, str) else None)
 
 
 @dataclass

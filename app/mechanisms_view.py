@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from app.causal_view import top5_html, top_classes
+from app.choices import top5_html, top_classes
 from cait import explain
 from cait.corruptions import corrupt
 from cait.figures import head_name
@@ -106,7 +106,7 @@ def patching_numbers(
 
 
 def head_pairs(indices: list[int], heads: int) -> list[tuple[int, int]]:
-    """The ticked heads (layer * heads + head, as `layout.causal_heads` numbers them) as (layer, head) pairs."""
+    """The ticked heads (layer * heads + head, as `choices.causal_heads` numbers them) as (layer, head) pairs."""
     return [divmod(int(i), heads) for i in indices]
 
 

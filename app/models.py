@@ -1,6 +1,7 @@
 """The models the app serves: what a browser session chose (`ModelChoice`), a loaded model with everything
 the page shows about it (`LoadedModel`), and one bounded cache of loaded models shared by all sessions
-(`ModelCache`: a memory ceiling in bytes, least recently used evicted first). No Gradio here."""
+(`ModelCache`: a memory ceiling in bytes, least recently used evicted first). No Gradio here; `app.loading`
+builds a `LoadedModel`."""
 
 from __future__ import annotations
 
@@ -11,16 +12,13 @@ import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 import cait
-from app.examples import find_examples
 from cait import hub
-from cait.preprocess import class_names
-from cait.provenance import ShippedCard, shipped_card
+from cait.provenance import ShippedCard, SourcedModel
 from cait.runtime import PrecisionChoice, autocast
 
 
@@ -51,6 +49,7 @@ class LoadedModel:
     labels: tuple[str, ...]
     examples: list[tuple[str, str]]  # (image path, caption)
     card: ShippedCard | None  # shipped model card and test accuracy, when there is one
+    sourced: SourcedModel  # the library's record of the model (`cait.load_model`): what a head atlas is made of
     precision: PrecisionChoice | None = None  # how and why `dtype` was chosen, in words (None: not said)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
@@ -72,38 +71,6 @@ class LoadedModel:
             yield
 
 
-def load_model(
-    choice: ModelChoice,
-    device: torch.device,
-    dtype: torch.dtype | None = None,
-    precision: PrecisionChoice | None = None,
-) -> LoadedModel:
-    """Build `choice` on `device` (`cait.load_model`). Raises cait.CheckpointError / ValueError with a one-line
-    reason."""
-    sourced = cait.load_model(
-        choice.name, choice.checkpoint, pretrained=choice.download, random_init=choice.random_init
-    )
-    # Frozen for good: the gradient methods need d/d(input) only, and two sessions may run them at once on
-    # this shared model (explain's temporary freezing is not meant for concurrent callers).
-    model = sourced.model.requires_grad_(False).to(device)
-    # the variant's name, else the file's: the page never calls a 16-head model by a 4-head variant's name
-    name = sourced.name or Path(choice.checkpoint).name
-    return LoadedModel(
-        model=model,
-        choice=choice,
-        name=name,
-        source=sourced.source,
-        notice=sourced.notice,
-        status=sourced.status,
-        device=device,
-        dtype=dtype,
-        labels=class_names(model.cfg),
-        examples=find_examples(model.cfg),
-        card=shipped_card(model.cfg) if choice.checkpoint is None else None,
-        precision=precision,
-    )
-
-
 def _return_memory_to_the_system() -> None:
     # Freed tensors stay in glibc's heap unless trimmed: without this a server that evicted a 1.4 GB
     # model keeps its resident size (measured: 6.7 GB after M48 and back).
@@ -119,8 +86,10 @@ class ModelCache:
     model is always kept, even alone above the ceiling). Thread-safe; two sessions asking for the same
     model at once load it once. A request keeps its model alive while it runs, even if evicted."""
 
-    def __init__(self, loader: Callable[[ModelChoice], LoadedModel], *, max_bytes: int):
-        self._loader, self.max_bytes = loader, max_bytes
+    def __init__(self, loader: Callable[..., LoadedModel], *, max_bytes: int, **load_options: Any):
+        """loader(choice, **load_options) loads one model (the app's: `app.loading.load_model`, with its device,
+        dtype and precision as load_options)."""
+        self._loader, self._options, self.max_bytes = loader, load_options, max_bytes
         self._models: OrderedDict[ModelChoice, LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
         self._loading: dict[ModelChoice, threading.Lock] = {}
@@ -137,7 +106,7 @@ class ModelCache:
                 if choice in self._models:
                     self._models.move_to_end(choice)
                     return self._models[choice]
-            loaded = self._loader(choice)  # the slow part, outside the cache lock
+            loaded = self._loader(choice, **self._options)  # the slow part, outside the cache lock
             with self._lock:
                 self._models[choice] = loaded
                 evicted = self._evict()

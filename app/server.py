@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from functools import partial
 
 import cait
 from app import torch_thread
-from app.dataset_handlers import AtlasPlaces
-from app.models import ModelCache, ModelChoice, load_model
+from app.loading import load_model
+from app.models import ModelCache, ModelChoice
+from app.tabs.dataset import AtlasPlaces
 from app.ui import build_app, launch
 from cait.factory import requested_variant
 from cait.runtime import DeviceError, choose_precision, resolve_device
@@ -29,8 +29,13 @@ def serve(args: argparse.Namespace) -> int:
     logging.getLogger("cait.app").info(
         "forward-only passes in %s, %s: %s", precision.name, precision.decided, precision.reason
     )
-    loader = partial(load_model, device=device, dtype=precision.dtype, precision=precision)
-    cache = ModelCache(loader, max_bytes=int(args.model_memory_gb * 2**30))
+    cache = ModelCache(
+        load_model,  # every model of every page and of the Dataset tab's atlases: `cait.load_model`, on `device`
+        max_bytes=int(args.model_memory_gb * 2**30),
+        device=device,
+        dtype=precision.dtype,
+        precision=precision,
+    )
     default = ModelChoice(  # --random-init holds for every model a page loads
         name=requested_variant(args.model, args.checkpoint),
         checkpoint=args.checkpoint,
@@ -39,7 +44,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     try:
         first = torch_thread.call(cache.get, default)
-    except (cait.CheckpointError, ValueError) as e:
+    except cait.InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if first.notice:

@@ -4,6 +4,7 @@ the page's handlers call these, and so do the tests, without a server."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,9 +14,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from app.choices import ranked_classes, top_predictions
 from app.images import DecodedImage, load_image
 from app.models import LoadedModel, ModelChoice
+from app.workdir import WORK
 from cait import explain
+from cait.errors import InputError
 from cait.explain import ClassAttention, MethodOptions
 from cait.explain.methods import ROLLOUT_METHODS
 from cait.preprocess import model_view, view_tensor
@@ -58,13 +62,6 @@ class Analysis:
     def top_class(self) -> int:
         """The predicted class: `ranked_classes`' first, as everywhere on the page."""
         return ranked_classes(self.probs, 1)[0]
-
-
-def ranked_classes(probs: np.ndarray, k: int) -> list[int]:
-    """The k most probable classes, most probable first, ties to the lower index: the one ranking the status,
-    top-5, class pickers, saliency and causal targets all use, so that they name the same class even when
-    probabilities tie (bf16, an untrained model)."""
-    return [int(i) for i in np.argsort(-np.asarray(probs), kind="stable")[:k]]
 
 
 def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_proj_w: torch.Tensor) -> StageMaps:
@@ -135,11 +132,6 @@ def uniform_distance(loaded: LoadedModel) -> float:
     return explain.uniform_attention_distance(loaded.cfg.grid_size, loaded.cfg.patch_size)
 
 
-def top_predictions(probs: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[dict[str, Any]]:
-    order = ranked_classes(probs, k)
-    return [{"index": int(i), "label": labels[i], "probability": float(probs[i])} for i in order]
-
-
 def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
     """Everything the analysis computed, JSON-able (the /analyze answer and the JSON download)."""
     cfg = loaded.cfg
@@ -177,6 +169,30 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
         },
         "residual_ratios": a.ratios,
     }
+
+
+def numbers_file(loaded: LoadedModel, a: Analysis) -> str:
+    """All numbers as the JSON download, in a fresh request folder: the analysis, LayerScale and, once computed,
+    the causal view, the last saliency run, and the Mechanisms tab's last logit lens and patching run (each kept
+    on the analysis, so that writing the file for one keeps the others)."""
+    data = numbers(loaded, a)
+    data["layerscale"] = explain.layerscale_stats(loaded.model)
+    # sections computed on demand: a reader of the file learns what is missing and how to get it
+    on_demand = {
+        "causal": (a.causal, "open the Causal tab"),
+        "saliency": (a.saliency, "run the Saliency tab"),
+        "logit_lens": (a.logit_lens, "open the Mechanisms tab"),
+        "patching": (a.patching, "run patching in the Mechanisms tab"),
+    }
+    data["not_computed"] = {}
+    for key, (section, how) in on_demand.items():
+        if section is None:
+            data["not_computed"][key] = f"not computed for this image: {how}, then download again"
+        else:
+            data[key] = section
+    path = WORK.request_dir() / "cait_analysis.json"
+    path.write_text(json.dumps(data))
+    return str(path)
 
 
 DEFAULT_SEED = 0  # SmoothGrad's noise: the same map for the same options, run after run
@@ -318,11 +334,15 @@ def regions_of_focus(
     return mask[0], tuple(boxes[0].tolist())
 
 
+class TargetError(InputError):
+    """A class number that the model does not have."""
+
+
 def api_target(a: Analysis, target: int, classes: int) -> int:
-    """The class an /analyze call's `target` names: -1 the top prediction, else itself; ValueError in one line
+    """The class an /analyze call's `target` names: -1 the top prediction, else itself; TargetError in one line
     for any other number."""
     if not -1 <= target < classes:
-        raise ValueError(f"target must be in 0..{classes - 1} or -1, got {target}")
+        raise TargetError(f"target must be in 0..{classes - 1} or -1, got {target}")
     return a.top_class if target == -1 else target
 
 

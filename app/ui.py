@@ -1,22 +1,48 @@
-"""The app assembled: the page (`app.layout`), its events wired to `app.handlers`, the queue, and launch.
+"""The app assembled: the page (the shared components and one module per tab, `app.tabs`), what a new image does
+across the tabs (`ImageEvents`: its first view, the follow-up, what the open tab computes), the events wired,
+the /analyze endpoint, the queue, and launch.
 
-Each browser session has its own model (a `ModelChoice` in gr.State), served from one `ModelCache`
-shared by all sessions. One public API endpoint, `/analyze`, answers with the server's default model.
+Each browser session has its own model (a `ModelChoice` in gr.State), served from one `ModelCache` shared by all
+sessions and all work (the Dataset tab's atlas too). One public API endpoint, `/analyze`, answers with the
+server's default model.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
 import gradio as gr
 
-from app import dataset_handlers, layout, torch_thread
+from app import session, style, texts, torch_thread
+from app.api import Analyze
+from app.choices import top_predictions
 from app.examples import served_paths
-from app.handlers import DetailsAsk, Handlers, SaliencyAsk, layerscale_figure
-from app.mechanisms_events import PatchAsk
-from app.models import ModelCache, ModelChoice
+from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB, ImageInputError, payload_path
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.shared import (
+    CAUSAL_TAB,
+    CLASS_ATTENTION_TAB,
+    MECHANISMS_TAB,
+    MODEL_EVENTS,
+    ImageAsk,
+    Look,
+    Shared,
+    answering,
+    named,
+)
+from app.tabs import causal, class_attention, dataset, layerscale, mechanisms, model, saliency, talking_heads
+from app.workdir import FILE_TTL, WORK
+from cait import explain, hub
 
+log = logging.getLogger("cait.app")
 CONCURRENCY = 2  # model runs at once (all model events share one concurrency group)
 QUEUE_SIZE = 64  # waiting requests beyond this are refused: memory stays bounded
-# Run in the browser before `details` is sent: wait (at most 3 s) until the class-attention tiles on screen
+STATE_TTL = 3600  # seconds a session's analysis is kept
+# Run in the browser before the follow-up is sent: wait (at most 3 s) until the class-attention tiles on screen
 # are decoded, so that the follow-up's work does not compete with the browser fetching them; the inputs go on
 # unchanged. Timers, not animation frames, which a background tab never gets.
 AFTER_TILES_SHOWN = """async (...inputs) => {
@@ -27,228 +53,350 @@ AFTER_TILES_SHOWN = """async (...inputs) => {
     while (!shown().every(t => t.complete) && performance.now() < until) await pause();
     return inputs;
 }"""
-# After a load: the page's variant goes into the address (?model=...) without a reload, so that a reload or a
-# shared link opens the same model (`Handlers.from_address`); "" (a checkpoint file) takes it out.
-KEEP_MODEL_IN_ADDRESS = """(name) => {
-    if (name === null || name === undefined) return;
-    const url = new URL(window.location.href);
-    if (name) url.searchParams.set('model', name); else url.searchParams.delete('model');
-    window.history.replaceState(null, '', url);
-}"""
 THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", "monospace"])  # local fonts only
 
 
-# the events that run the model: one queue, so a page waits its turn; not listed in the API
-MODEL_EVENTS = dict(concurrency_id="model", api_visibility="private")
+@dataclass
+class Page:
+    """The page's components: the shared ones and each tab's."""
+
+    shared: Shared
+    ca: class_attention.ClassAttentionParts
+    saliency: saliency.SaliencyParts
+    layerscale: layerscale.LayerScaleParts
+    talking: talking_heads.TalkingHeadsParts
+    causal: causal.CausalParts
+    mechanisms: mechanisms.MechanismsParts
+    dataset: dataset.DatasetParts
+    model: model.ModelParts
+
+    def look(self) -> dict[str, Any]:
+        """The Class attention tab's look controls by name, which other events read too."""
+        return dict(zip(("cmap", "alpha", "scale", "view", "keep"), self.ca.look))
+
+    def everything(self) -> list:
+        """Every component of the page but the Dataset tab's (a new model leaves an open atlas as it is)."""
+        groups = (self.shared, self.ca, self.saliency, self.layerscale, self.talking, self.causal)
+        found = []
+        for group in (*groups, self.mechanisms, self.model):
+            for f in fields(group):
+                value = getattr(group, f.name)
+                found += value if isinstance(value, list) else [value]
+        return [c for c in found if isinstance(c, gr.blocks.Block)]
 
 
-def _wire_class_attention(p: layout.Page, h: Handlers) -> None:
-    look = [p.analysis, *p.look, p.selected, p.ca_props]
-    redraw_outputs = [*p.ca_galleries, p.ca_props, p.colour_bar, p.grid_file, p.ca_big]
-    rerender = torch_thread.handler(h.rerender_ca)  # every handler that computes: see app.torch_thread
-    for control in (p.cmap, p.scale, p.view):
-        control.change(rerender, look, redraw_outputs, api_visibility="private")
-    # sliders: change, not release, so that arrow keys and typed values redraw too; only the latest is drawn
-    for slider in (p.alpha, p.keep):
-        slider.change(rerender, look, redraw_outputs, trigger_mode="always_last", api_visibility="private")
-    for layer, gallery in enumerate(p.ca_galleries):
-        gallery.select(
-            torch_thread.handler(h.enlarge(layer)), look[:-2], [p.ca_big, p.selected], api_visibility="private"
+@dataclass(frozen=True)
+class DetailsAsk:
+    """What the follow-up of a new image (`ImageEvents.details`) is sent, each field named as its component."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    cmap: str  # how class attention is drawn (the Class attention tab's look)
+    alpha: float
+    scale: str
+    view: str
+    keep: float
+    th_row: int  # the talking-heads query patch
+    th_col: int
+    region_of: str | None  # the map whose region of focus is drawn
+    region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
+
+    @property
+    def look(self) -> Look:
+        return Look(self.cmap, self.alpha, self.scale, self.view, self.keep)
+
+
+@dataclass(frozen=True)
+class UploadAsk(ImageAsk):
+    """What an upload sends (by name): `ImageAsk`'s fields and the upload's payload."""
+
+    image_in: Any = None
+
+
+class Tabs:
+    """Every tab's events, on one page's components."""
+
+    def __init__(self, page: Page, cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces, ca: int):
+        s = page.shared
+        self.image = ImageEvents(page, self, cache)
+        self.ca = class_attention.ClassAttentionTab(page.ca, s, cache)
+        self.saliency = saliency.SaliencyTab(page.saliency, s, cache)
+        self.layerscale = layerscale.LayerScaleTab(page.layerscale)
+        self.talking = talking_heads.TalkingHeadsTab(page.talking, s, cache)
+        self.causal = causal.CausalTab(page.causal, s, cache)
+        self.mechanisms = mechanisms.MechanismsTab(page.mechanisms, s, cache)
+        self.dataset = dataset.DatasetTab(page.dataset, s, cache, places, analyse=self.image.analyse_path)
+        statuses = hub.list_weights()
+        self.model = model.ModelTab(
+            page.model, s, cache, default=default, statuses=statuses, ca_layers=ca, page_for=self.image.page_for
         )
 
 
-def _wire_causal(p: layout.Page, h: Handlers) -> None:
-    # which tab is open (for `details`), at once and off the model queue; the Causal tab is computed once opened
-    p.tabs.select(h.tab_opened, None, p.open_tab, queue=False, api_visibility="private")
-    p.causal_tab.select(
-        torch_thread.handler(h.causal_opened),
-        [p.choice, p.analysis, p.cz_state],
-        [*p.causal_results, p.json_file, p.cz_cost],
-        show_progress_on=[p.cz_cost],
-        **MODEL_EVENTS,
-    )
-    # off the model queue: it must get through while the computation it stops holds the queue
-    p.cz_stop.click(h.causal_stop, None, None, queue=False, api_visibility="private")
-    # input, not change: the details event sets the class and the head itself
-    p.cz_class.input(
-        torch_thread.handler(h.causal_class),
-        [p.choice, p.analysis, p.cz_class, p.cz_head, p.cz_mode],
-        p.causal_results,
-        **MODEL_EVENTS,
-    )
-    p.cz_knockout_of.input(
-        torch_thread.handler(h.causal_knockout),
-        [p.choice, p.analysis, p.cz_state, p.cz_knockout_of],
-        p.cz_knockout,
-        **MODEL_EVENTS,
-    )
-    for control in (p.cz_head, p.cz_mode):
-        control.input(
-            torch_thread.handler(h.causal_head),
-            [p.choice, p.analysis, p.cz_state, p.cz_head, p.cz_mode],
-            [p.cz_maps, p.cz_top5],
-            **MODEL_EVENTS,
+class ImageEvents:
+    """What a new image (or a new model) does across the tabs: each tab's part, composed."""
+
+    def __init__(self, page: Page, tabs: Tabs, cache: ModelCache):
+        self.page, self.tabs, self.cache = page, tabs, cache
+
+    def results(self) -> list:
+        """What analysing an image writes: its results in every tab (all of them, none left to be skipped: Gradio
+        rebuilds a skipped output's component as if its props had changed). The class menus are among them: the
+        first view empties their value only (the choices, 1000 for ImageNet, are sent by `details` with the new
+        image's class), so an image that failed keeps no class of the last one, and a new one starts from its top
+        class."""
+        p, s = self.page, self.page.shared
+        tabs = (p.ca, p.saliency, p.layerscale, p.talking, p.causal, p.mechanisms)
+        return [s.analysis, s.top5, s.status, s.grid_file, s.json_file, *(c for t in tabs for c in t.results)]
+
+    def cleared(self, shown: tuple, status: str = "") -> dict:
+        """Every result of the last image emptied (a removed image, a new model, a file that failed); shown: the CA
+        galleries' props as the page has them."""
+        t, s = self.tabs, self.page.shared
+        out = dict.fromkeys(self.results()) | {s.top5: "", s.status: status}
+        for tab in (t.saliency, t.layerscale, t.talking, t.causal, t.mechanisms):
+            out |= tab.cleared()
+        return out | t.ca.cleared(shown)
+
+    def page_for(self, loaded: LoadedModel, shown: tuple) -> dict:
+        """Everything on the page that a new model changes: the last image's results emptied, every control
+        that depends on the model set for `loaded`."""
+        t, s = self.tabs, self.page.shared
+        out = self.cleared(shown)
+        out |= {
+            s.choice: loaded.choice,
+            s.header: texts.header_markdown(loaded, hub.cached_variants()),
+            s.examples: gr.Gallery(value=loaded.examples),
+            s.image_in: None,
+        }
+        for tab in (t.layerscale, t.talking, t.saliency, t.causal, t.model):
+            out |= tab.for_model(loaded)
+        return out
+
+    def image_changed(self, image: object, shown: tuple) -> dict:
+        """The image box emptied: by its remove button, or by the browser refusing a file over what the server
+        takes (`MAX_RECEIVED_MB`), which sends no clear event. The last image's results go with it; a new image
+        changes nothing here."""
+        if image is not None:
+            return {c: gr.skip() for c in self.results()}
+        return self.cleared(shown)
+
+    def first_view(self, loaded: LoadedModel, a: session.Analysis, look: Look, shown: tuple, *, uploaded: bool,
+                   selected: tuple | None = None) -> dict:  # fmt: skip
+        """The first answer to a new image: predictions and the class-attention view, as soon as they are
+        computed (with the tile `selected` enlarged); what the other tabs and the downloads need follows in
+        `details`."""
+        s = self.page.shared
+        for note in a.notes:
+            gr.Info(note)
+        preds = top_predictions(a.probs, loaded.labels)
+        out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
+        out |= self.tabs.ca.outputs(a, look, selected, shown, sheet=False)
+        out |= {s.analysis: a, s.top5: texts.top5_html(preds), self.page.ca.selected: selected}
+        return out | self.tabs.causal.cost(loaded, a)
+
+    def analyse_path(self, choice: ModelChoice, path: str | None, look: Look, sa_layer: int, shown: tuple, *,
+                     uploaded: bool, selected: tuple[int, int] | None = None) -> dict:  # fmt: skip
+        """The image at `path` analysed by the session's model: the first view (with the class-attention tile
+        `selected` (layer, 0 for the mean or head + 1) enlarged), or a message."""
+        if path is None:
+            return self.cleared(shown)
+        loaded = self.cache.get(choice)
+        start = time.perf_counter()
+        try:
+            a = session.analyse(loaded, path, sa_layer=int(sa_layer) - 1)
+        except ImageInputError as e:
+            log.info("could not analyse an upload: %s", e)
+            return self.cleared(shown, f"**Could not analyse this file:** {e}")
+        log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
+        return self.first_view(loaded, a, look, shown, uploaded=uploaded, selected=selected)
+
+    def upload(self, **asked: Any) -> dict:
+        """An uploaded file analysed (or refused, in the status line); no example is highlighted any more.
+        asked: `UploadAsk`'s fields, by name."""
+        ask = UploadAsk(**asked)
+        path = payload_path(ask.image_in)
+        out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=True)
+        # its props only, the examples stay; a component, not gr.update, which drops a None
+        return out | {self.page.shared.examples: gr.Gallery(selected_index=None)}
+
+    def example(self, evt: gr.SelectData, **asked: Any) -> dict:
+        """An example clicked: analysed, and shown in the image box. asked: `ImageAsk`'s fields, by name."""
+        ask = ImageAsk(**asked)
+        path = evt.value["image"]["path"]
+        out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False)
+        return out | {self.page.shared.image_in: path}
+
+    def details(self, **asked: Any) -> dict:
+        """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
+        talking-heads tab, about two forward passes in all (the SA distances take one); what costs more waits for
+        its tab (`follow_up`). asked: the fields of `DetailsAsk`, by name."""
+        t, ask = self.tabs, DetailsAsk(**asked)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
+            return gr.skip()
+        loaded = self.cache.get(ask.choice)
+        out = {self.page.shared.json_file: session.numbers_file(loaded, a)}
+        out |= (
+            t.ca.details(loaded, a, ask.look)
+            | t.layerscale.details(a)
+            | t.saliency.details(loaded, a, ask.region_of, ask.region_share)
         )
+        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col)
+        return out | t.causal.details(loaded, a)
+
+    def follow_up(self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress()):
+        """After a new image's `details`: what the tab on show computes of it, at once and in an event of its own
+        (the Causal tab's view with its progress and Stop, the Mechanisms tab's lens); a tab not on show computes
+        its part once opened."""
+        if open_tab == CAUSAL_TAB:
+            return self.tabs.causal.opened(choice, a, None, request, progress)
+        if open_tab == MECHANISMS_TAB:
+            return self.tabs.mechanisms.opened(choice, a, None)
+        return gr.skip()  # the first view emptied both tabs (`cleared`)
+
+    @staticmethod
+    def tab_opened(evt: gr.SelectData) -> str:
+        return evt.value
 
 
-# what opening the Mechanisms tab writes (the download too: it gets the lens)
-MECHANISMS_OPENED = ("mx_class", "mx_heads", "mx_example", "mx_msg", "mx_lens", "mx_cost", "json_file")
+def compose(first: LoadedModel, cache: ModelCache, places: dataset.AtlasPlaces) -> tuple[gr.Blocks, Page, Tabs]:
+    """The page for a session that starts with `first` (each session may then load its own model), and its tabs'
+    events (not wired yet). The page shows as many class-attention layers as `first` has, at least
+    `class_attention.MIN_CA_LAYERS`."""
+    ca_layers = max(class_attention.MIN_CA_LAYERS, first.cfg.depth_token_only)
+    with gr.Blocks(title="CaiT lens", delete_cache=(FILE_TTL, FILE_TTL)) as demo:
+        shared = _inputs(first)
+        with gr.Tabs() as shared["tabs"]:
+            with gr.Tab(CLASS_ATTENTION_TAB, id="ca"):
+                ca = class_attention.build(ca_layers)
+            with gr.Tab("Saliency", id="saliency"):
+                sal = saliency.build(first)
+            with gr.Tab("LayerScale", id="layerscale"):
+                ls = layerscale.build(layerscale.layerscale_figure(first))
+            with gr.Tab("Talking heads", id="talking"):
+                th = talking_heads.build(first)
+            with gr.Tab(CAUSAL_TAB, id="causal") as tab:
+                cz = causal.build(first, tab)
+            with gr.Tab(MECHANISMS_TAB, id="mechanisms") as tab:
+                mx = mechanisms.build(first, tab)
+            with gr.Tab("Dataset", id="dataset"):
+                ds = dataset.build()
+            with gr.Tab("Model", id="model"):
+                md = model.build(first, hub.list_weights())
+    page = Page(Shared(**shared), ca, sal, ls, th, cz, mx, ds, md)
+    return demo, page, Tabs(page, cache, first.choice, places, ca_layers)
 
 
-def _wire_mechanisms(p: layout.Page, h: Handlers) -> None:
-    on_torch = torch_thread.handler
-    opened = [getattr(p, name) for name in MECHANISMS_OPENED]
-    p.mechanisms_tab.select(on_torch(h.mechanisms_opened), [p.choice, p.analysis, p.mx_class], opened, **MODEL_EVENTS)
-    p.mx_class.input(
-        on_torch(h.mechanisms_class),
-        [p.choice, p.analysis, p.mx_class],
-        [p.mx_lens, p.mx_cost, p.json_file],
-        **MODEL_EVENTS,
-    )
-    p.mx_source.change(
-        h.mechanisms_source,
-        p.mx_source,
-        [p.mx_corruption, p.mx_severity, p.mx_example, p.mx_upload],
-        queue=False,
-        api_visibility="private",
-    )
-    p.mx_patch_run.click(
-        on_torch(h.mechanisms_patch),
-        inputs_kwargs=p.named(PatchAsk),  # by name: the handler gets each as the keyword of its name
-        outputs=[p.mx_msg, p.json_file, p.mx_second, p.mx_patch, p.mx_patch_heads],
-        show_progress_on=[p.mx_patch],
-        **MODEL_EVENTS,
-    )
-    p.mx_ablate.click(
-        on_torch(h.mechanisms_ablate),
-        [p.choice, p.analysis, p.mx_class, p.mx_heads, p.mx_mode],
-        p.mx_ablation,
-        **MODEL_EVENTS,
-    )
+def _inputs(first: LoadedModel) -> dict[str, Any]:
+    """The components above the tabs: the image, its examples, the predictions, status and downloads."""
+    parts: dict[str, Any] = dict(choice=gr.State(first.choice), analysis=gr.State(None, time_to_live=STATE_TTL))
+    parts["open_tab"] = gr.State(CLASS_ATTENTION_TAB)
+    parts["header"] = gr.Markdown(texts.header_markdown(first, hub.cached_variants()), elem_id="header")
+    with gr.Row():
+        with gr.Column(scale=2):
+            parts["image_in"] = gr.Image(
+                type="filepath", label="Image", sources=["upload", "clipboard"], height=300, elem_id="image_in"
+            )
+            gr.Markdown(
+                f"Any common image format, up to {MAX_UPLOAD_MB} MB (larger files are refused). The model "
+                f"sees the central square, resized to its input size.",
+                elem_id="upload_note",
+            )
+            parts["examples"] = gr.Gallery(
+                value=first.examples,
+                label="Examples (click one)",
+                columns=4,
+                height="auto",
+                allow_preview=False,
+                buttons=[],  # no "Download All" of the examples
+                elem_id="examples",
+            )
+        with gr.Column(scale=3):
+            parts["top5"] = gr.HTML(elem_id="top5")
+            parts["status"] = gr.Markdown(elem_id="status")
+            with gr.Row():
+                parts["grid_file"] = gr.File(label="Class-attention grid (PNG)", elem_id="grid_png")
+                parts["json_file"] = gr.File(label="All numbers (JSON)", elem_id="numbers_json")
+    return parts
 
 
-def _everything(p: layout.Page) -> list:
-    """Every component of the page but the Dataset tab's (a new model leaves an open atlas as it is)."""
-    return [c for c in p.components().values() if isinstance(c, gr.blocks.Block)] + p.ca_galleries
-
-
-def _wire_saliency(p: layout.Page, h: Handlers) -> None:
-    on_torch = torch_thread.handler
-    p.sal_run.click(
-        on_torch(h.saliency, batched=True),
-        inputs_kwargs=p.named(SaliencyAsk),  # by name: the handler gets each as the keyword of its name
-        outputs=[p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, p.json_file, p.sal_maps],
-        show_progress_on=[p.sal_gallery],
-        **MODEL_EVENTS,
-    )
-    p.sal_gallery.select(
-        on_torch(h.enlarge_saliency), [p.analysis, p.sal_maps, p.cmap, p.alpha, p.view], p.sal_big, **MODEL_EVENTS
-    )
-    region = torch_thread.handler(h.region)
-    for control in (p.region_of, p.region_share):
-        control.change(
-            region, [p.analysis, p.region_of, p.region_share], p.sal_region, trigger_mode="always_last", **MODEL_EVENTS
-        )
-
-
-def _wire_talking_heads(p: layout.Page, h: Handlers) -> None:
-    on_torch = torch_thread.handler
-    talking_outputs = [p.analysis, p.th_gallery, p.th_plot, p.th_pick]
-    # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);
-    # not change, which a programmatic value (a click on the patch grid, a new model) would also fire
-    for slider in (p.th_layer, p.th_row, p.th_col):
-        slider.input(
-            on_torch(h.talking),
-            [p.choice, p.analysis, p.th_layer, p.th_row, p.th_col],
-            talking_outputs,
-            trigger_mode="always_last",
-            **MODEL_EVENTS,
-        )
-    p.th_pick.select(
-        on_torch(h.pick_query),
-        [p.choice, p.analysis, p.th_layer],
-        [p.th_row, p.th_col, *talking_outputs],
-        **MODEL_EVENTS,
-    )
-
-
-def _wire(p: layout.Page, h: Handlers, places: dataset_handlers.AtlasPlaces, demo: gr.Blocks) -> None:
-    everything = _everything(p)
-    view = [*p.look, p.th_layer]
-    on_torch = torch_thread.handler  # every handler that computes: see app.torch_thread
+def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
+    """A new image (an upload, an example, an atlas's exemplar): the first view, then the follow-up, then what
+    the open tab computes, each an event of its own so that the page is interactive meanwhile."""
+    s, ev, on_torch = page.shared, tabs.image, torch_thread.handler  # every handler that computes: app.torch_thread
     details = dict(
-        fn=on_torch(h.details),
-        inputs_kwargs=p.named(DetailsAsk),  # by name: the handler gets each as the keyword of its name
+        fn=on_torch(ev.details),
+        inputs_kwargs=named(
+            (page.saliency, page.talking), DetailsAsk, **page.look(), choice=s.choice, analysis=s.analysis
+        ),
         outputs=[
-            *(p.grid_file, p.json_file, p.ratio_plot, p.head_stats, p.th_gallery, p.th_plot, p.th_pick),
-            *(p.sal_class, p.sal_region, p.cz_class, p.cz_head),
+            *(s.grid_file, s.json_file, page.layerscale.ratio_plot, page.ca.head_stats),
+            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick),
+            *(page.saliency.sal_class, page.saliency.sal_region, page.causal.cz_class, page.causal.cz_head),
         ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **MODEL_EVENTS,
     )
-    # then, in an event of its own so that the page is interactive meanwhile, what the open tab computes
-    in_open_tab = [*p.causal_results, p.cz_cost, *(getattr(p, name) for name in MECHANISMS_OPENED)]
+    in_open_tab = [*page.causal.computed, page.causal.cz_cost, *page.mechanisms.opened, s.json_file]
     open_tab = dict(
-        fn=on_torch(h.open_tab_follow_up),
-        inputs=[p.choice, p.analysis, p.open_tab],
-        outputs=in_open_tab,
-        show_progress_on=[p.cz_cost],
+        fn=on_torch(answering(ev.follow_up, said=lambda line: {s.status: line})),
+        inputs=[s.choice, s.analysis, s.open_tab],
+        outputs=[*in_open_tab, s.status],
+        show_progress_on=[page.causal.cz_cost],
         **MODEL_EVENTS,
     )
-    # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must
-    # not run the analysis a second time. The class-attention view comes first, the rest right after.
-    # Each event lists as outputs only what it writes, and writes all of them.
-    # one progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the
-    # browser busy on the cores the analysis runs on
-    progress = dict(show_progress_on=[p.top5])
-    p.image_in.upload(
-        on_torch(h.on_upload),
-        [p.choice, p.ca_props, p.image_in, *view],
-        [*p.results, p.examples],
+    arm = dict(fn=tabs.causal.stops.arm, queue=False, api_visibility="private")  # a Stop from now on counts
+    # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must not run the
+    # analysis a second time. Each event lists as outputs only what it writes, and writes all of them. One
+    # progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the browser
+    # busy on the cores the analysis runs on.
+    asked = named(page.talking, ImageAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props)
+    progress = dict(show_progress_on=[s.top5], **MODEL_EVENTS)
+    upload = s.image_in.upload(
+        on_torch(ev.upload),
+        inputs_kwargs=named(
+            page.talking, UploadAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props, image_in=s.image_in
+        ),
+        outputs=[*ev.results(), s.examples],
         preprocess=False,
         **progress,
-        **MODEL_EVENTS,
-    ).success(**details).success(**open_tab)
-    p.image_in.change(
-        h.image_changed, [p.image_in, p.ca_props], p.results, preprocess=False, queue=False, api_visibility="private"
     )
-    p.examples.select(
-        on_torch(h.on_example), [p.choice, p.ca_props, *view], [*p.results, p.image_in], **progress, **MODEL_EVENTS
-    ).success(**details).success(**open_tab)
-    _wire_class_attention(p, h)
-    _wire_saliency(p, h)
-    _wire_talking_heads(p, h)
-    _wire_causal(p, h)
-    _wire_mechanisms(p, h)
-    dataset_handlers.wire(p, h, places, demo, details, open_tab)
-    p.load_btn.click(
-        h.load_model,
-        [p.choice, p.ca_props, p.variant, p.checkpoint, p.download],
-        everything,
-        show_progress_on=[p.load_msg],
-        **MODEL_EVENTS,
-    ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
-    for control in (p.variant, p.checkpoint):
-        control.change(h.weights_status, [p.variant, p.checkpoint], p.weights_md, api_visibility="private")
+    example = s.examples.select(
+        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in], **progress
+    )
+    exemplar = tabs.dataset.wire(
+        demo, look=page.look(), th_layer=page.talking.th_layer, ca_props=page.ca.ca_props, outputs=ev.results()
+    )
+    for event in (upload, example, exemplar):
+        event.success(**details).success(**arm).success(**open_tab)
+    s.image_in.change(
+        ev.image_changed, [s.image_in, page.ca.ca_props], ev.results(), preprocess=False, queue=False,
+        api_visibility="private",
+    )  # fmt: skip
+    # which tab is open (for the follow-up), at once and off the model queue
+    s.tabs.select(ev.tab_opened, None, s.open_tab, queue=False, api_visibility="private")
 
 
-def build_app(cache: ModelCache, default: ModelChoice, places: dataset_handlers.AtlasPlaces | None = None) -> gr.Blocks:
+def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default: ModelChoice) -> None:
+    """Every event of the page, and /analyze."""
+    with demo:
+        _wire_image(demo, page, tabs)
+        tabs.ca.wire()
+        tabs.saliency.wire(page.look())
+        tabs.talking.wire()
+        tabs.causal.wire()
+        tabs.mechanisms.wire()
+        tabs.model.wire(demo, ca_props=page.ca.ca_props, everything=page.everything())
+        demo.unload(tabs.causal.stops.drop)  # a closed page's Stop goes with it
+        gr.api(torch_thread.handler(Analyze(cache, default).analyze), api_name="analyze", concurrency_id="model")
+
+
+def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:
     """The whole app; a new session starts with `default`; `places`: where the Dataset tab finds atlases."""
     first = torch_thread.call(cache.get, default)
-    demo, page = layout.build_page(first, torch_thread.call(layerscale_figure, first))
-    handlers = Handlers(page, cache, default)
-    with demo:
-        _wire(page, handlers, places or dataset_handlers.AtlasPlaces.of(None, None), demo)
-        demo.load(
-            handlers.from_address,
-            [page.choice, page.ca_props],
-            _everything(page),
-            show_progress_on=[page.load_msg],
-            concurrency_id="model",
-            api_visibility="private",
-        ).then(None, page.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
-        gr.api(torch_thread.handler(handlers.analyze), api_name="analyze", concurrency_id="model")
+    demo, page, tabs = compose(first, cache, places or dataset.AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=cache, default=default)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
 
@@ -262,12 +410,12 @@ def launch(
         server_port=port,
         share=False,
         theme=gr.themes.Default(**THEME),
-        css=layout.CSS,
-        max_file_size=layout.MAX_RECEIVED_MB * 2**20,  # larger than we analyse: see layout.MAX_RECEIVED_MB
+        css=style.CSS,
+        max_file_size=MAX_RECEIVED_MB * 2**20,  # larger than we analyse: see images.MAX_RECEIVED_MB
         ssr_mode=False,
         show_error=True,
         prevent_thread_lock=True,
-        allowed_paths=[*served_paths(), *served],
+        allowed_paths=[*served_paths(WORK.path), *served],
         quiet=True,  # Gradio's own banner names a share link we never make; ours is one line
     )
     print(f"cait-lens app on {demo.local_url} (Ctrl+C to stop)", flush=True)

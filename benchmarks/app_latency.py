@@ -58,11 +58,14 @@ from gradio_client import Client, handle_file  # noqa: E402
 from PIL import Image  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from app import causal_view, layout, torch_thread  # noqa: E402
-from app.handlers import Handlers, layerscale_figure  # noqa: E402
-from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
+from app import causal_view, torch_thread  # noqa: E402
+from app.choices import region_choices  # noqa: E402
+from app.loading import load_model  # noqa: E402
+from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.session import analyse, saliency_rows  # noqa: E402
-from app.ui import build_app, launch  # noqa: E402
+from app.shared import SCALES, VIEWS  # noqa: E402
+from app.tabs.dataset import AtlasPlaces  # noqa: E402
+from app.ui import Tabs, build_app, compose, launch  # noqa: E402
 from cait import explain  # noqa: E402
 from cait.figures import display_base  # noqa: E402
 from cait.flags import add_precision_flag  # noqa: E402
@@ -251,8 +254,8 @@ def startup_seconds(repeats: int) -> float:
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     dtype = inference_dtype(args.precision, CPU, remeasure=args.remeasure_precision)
     choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
-    app = ModelCache(lambda c: load_model(c, CPU, dtype), max_bytes=2**34)
-    fp32 = ModelCache(lambda c: load_model(c, CPU, None), max_bytes=2**34)
+    app = ModelCache(load_model, max_bytes=2**34, device=CPU, dtype=dtype)
+    fp32 = ModelCache(load_model, max_bytes=2**34, device=CPU)
     loaded = torch_thread.call(app.get, choice)
     image = loaded.examples[0][0]
     first = torch_thread.call(analyse, loaded, image)
@@ -304,7 +307,7 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     }
 
 
-def _causal_stopped(h: Handlers, loaded, a, *, stop_at: int, delay: float) -> float:
+def _causal_stopped(tabs: Tabs, loaded, a, *, stop_at: int, delay: float) -> float:
     """The Causal tab computed with its Stop pressed (from another thread, as the page's Stop request comes)
     `delay` seconds after `stop_at` blocks are knocked out, in the middle of a knockout's re-run: seconds from
     the Stop to the handler's return."""
@@ -313,13 +316,14 @@ def _causal_stopped(h: Handlers, loaded, a, *, stop_at: int, delay: float) -> fl
     def press() -> None:
         time.sleep(delay)
         pressed.append(time.perf_counter())
-        h.causal_stop(page)
+        tabs.causal.stops.press(page)
 
     def progress(done, **_) -> None:
         if done[0] == stop_at:
             threading.Thread(target=press).start()
 
-    torch_thread.call(h.causal_opened, loaded.choice, a, None, page, progress)
+    tabs.causal.stops.arm(page)  # the tab opened
+    torch_thread.call(tabs.causal.opened, loaded.choice, a, None, page, progress)
     return time.perf_counter() - pressed[0]
 
 
@@ -335,10 +339,9 @@ def big_model_goals(name: str, forward_repeats: int) -> dict:
     """A big model's follow-up, Causal tab cost and Stop, through the page's handlers in process (see the
     module doc), each over a plain forward of the same model timed in the same run (before and after)."""
     choice = ModelChoice(name, random_init=True)
-    cache = ModelCache(lambda c: load_model(c, CPU, None), max_bytes=2**36)
+    cache = ModelCache(load_model, max_bytes=2**36, device=CPU)
     loaded = torch_thread.call(cache.get, choice)
-    _, page = layout.build_page(loaded, torch_thread.call(layerscale_figure, loaded))  # components only
-    h = Handlers(page, cache, choice)
+    _, _, tabs = torch_thread.call(compose, loaded, cache, AtlasPlaces.of(None, None))  # components only
     torch_thread.call(analyse, loaded, loaded.examples[0][0])  # the first of a process warms up, not timed
     a = torch_thread.call(analyse, loaded, loaded.examples[0][0])
     x = a.x.to(loaded.device)
@@ -348,14 +351,14 @@ def big_model_goals(name: str, forward_repeats: int) -> dict:
             loaded.model(x)
 
     forwards = [_clocks(plain_forward) for _ in range(forward_repeats)]
-    look = dict(cmap="inferno", alpha=0.5, scale=layout.SCALES[0], view=layout.VIEWS[0], keep=1.0)
-    asked = dict(choice=choice, analysis=a, th_row=1, th_col=1, region_of=layout.region_choices(loaded.cfg)[0])
-    follow_up = _clocks(h.details, **asked, **look)
+    look = dict(cmap="inferno", alpha=0.5, scale=SCALES[0], view=VIEWS[0], keep=1.0)
+    asked = dict(choice=choice, analysis=a, th_row=1, th_col=1, region_of=region_choices(loaded.cfg)[0])
+    follow_up = _clocks(tabs.image.details, **asked, **look)
     estimate = causal_view.forward_passes(loaded.cfg) * a.forward_seconds  # what the tab says before it runs
-    causal = _clocks(h.causal_opened, choice, a, None, SimpleNamespace(session_hash="bench"), lambda *_, **__: None)
+    causal = _clocks(tabs.causal.opened, choice, a, None, SimpleNamespace(session_hash="bench"), lambda *_, **__: None)
     a.causal = None
     # pressed halfway through the re-run of the blocks after the one knocked out (about half of them run)
-    stop_seconds = _causal_stopped(h, loaded, a, stop_at=loaded.cfg.depth // 2, delay=forwards[0][0] / 4)
+    stop_seconds = _causal_stopped(tabs, loaded, a, stop_at=loaded.cfg.depth // 2, delay=forwards[0][0] / 4)
     forwards += [_clocks(plain_forward) for _ in range(forward_repeats)]
     wall, cpu = (statistics.median(f[k] for f in forwards) for k in (0, 1))
     block = wall / (loaded.cfg.depth + loaded.cfg.depth_token_only)

@@ -53,7 +53,8 @@ print(json.dumps({{"seconds": time.perf_counter() - start, "methods": len(explai
 
 NOW = """
 import json, time, torch
-from app.models import ModelChoice, load_model
+from app.loading import load_model
+from app.models import ModelChoice
 from app.session import analyse, saliency_rows
 from cait import explain
 from cait.runtime import inference_dtype

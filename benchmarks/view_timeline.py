@@ -31,8 +31,9 @@ import torch  # noqa: E402
 # run as a script: benchmarks/ is on the path
 from app_latency import CPU, EXAMPLES_READY, browser_rounds, click_example, free_port  # noqa: E402
 
-from app import handlers, session, torch_thread  # noqa: E402
-from app.models import ModelCache, ModelChoice, load_model  # noqa: E402
+from app import session, torch_thread, ui  # noqa: E402
+from app.loading import load_model  # noqa: E402
+from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 from cait.flags import add_precision_flag  # noqa: E402
 from cait.runtime import choose_precision  # noqa: E402
@@ -70,12 +71,12 @@ def phases(browser: dict, stamps: dict[str, float]) -> dict[str, float]:
 
 
 def measure(name: str, dtype: torch.dtype | None, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
-    cache = ModelCache(lambda c: load_model(c, CPU, dtype), max_bytes=2**34)
+    cache = ModelCache(load_model, max_bytes=2**34, device=CPU, dtype=dtype)
     choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
     loaded = torch_thread.call(cache.get, choice)
     x = torch_thread.call(session.analyse, loaded, loaded.examples[0][0]).x
     stamps: dict[str, float] = {}
-    handlers.Handlers._analyse_path = stamped(handlers.Handlers._analyse_path, stamps, "handler")
+    ui.ImageEvents.analyse_path = stamped(ui.ImageEvents.analyse_path, stamps, "handler")
     session.analyse = stamped(session.analyse, stamps, "analyse")  # handlers call it through the module
 
     def plain_forward() -> None:

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 from app import images, torch_thread  # noqa: E402
 from app.examples import find_examples  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
+from app.loading import load_model as load_choice  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
-from app.models import load_model as load_choice  # noqa: E402
 from app.session import analyse  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 
@@ -503,10 +503,10 @@ def test_a_bad_analyze_call_logs_one_line(server, capfd, caplog):
 
 def test_uploads_above_the_size_limit_are_refused(server):
     """Over the limit, the file is refused by the handler, with the UI's message; over what the server takes at
-    all (`layout.MAX_RECEIVED_MB`), by the server before any handler runs."""
+    all (`images.MAX_RECEIVED_MB`), by the server before any handler runs."""
     from gradio_client import handle_file
 
-    from app.layout import MAX_RECEIVED_MB, MAX_UPLOAD_MB
+    from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB
 
     big = server["tmp"] / "big.png"
     big.write_bytes(b"\0" * ((MAX_UPLOAD_MB + 1) * 2**20))
@@ -520,8 +520,10 @@ def test_uploads_above_the_size_limit_are_refused(server):
 
 
 def test_examples_match_the_model_kind():
-    scenes = find_examples(cait.get_config("cait_nano_64"))
-    grey = find_examples(cait.get_config("cait_nano_28"))
+    from app.workdir import WORK
+
+    scenes = find_examples(cait.get_config("cait_nano_64"), WORK.path)
+    grey = find_examples(cait.get_config("cait_nano_28"), WORK.path)
     assert len(scenes) == 12 and all("scene_" in Path(p).name for p, _ in scenes)
     assert grey and all(Path(p).name.startswith("fashion-mnist-") for p, _ in grey)
     with Image.open(grey[0][0]) as im:

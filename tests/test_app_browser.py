@@ -269,7 +269,7 @@ def test_a_failed_upload_empties_the_class_menus_and_the_examples_highlight(page
 def test_a_27_mb_upload_is_refused_calmly_in_the_status_line(page):
     """A file over the limit is one message in the status line, as for any file that fails: no error toast, no
     failed request, and the last image's results go."""
-    from app.layout import MAX_UPLOAD_MB
+    from app.images import MAX_UPLOAD_MB
 
     page.get_by_role("tab", name="Class attention").click()
     pick_example(page, 0)
@@ -298,7 +298,7 @@ def test_a_27_mb_upload_is_refused_calmly_in_the_status_line(page):
 def test_a_file_over_what_the_server_takes_takes_the_old_results_with_it(page):
     """Beyond what the server takes, the browser refuses the file and empties the image box without a clear
     event: the last image's results must not stay beside the empty box."""
-    from app.layout import MAX_RECEIVED_MB
+    from app.images import MAX_RECEIVED_MB
 
     page.get_by_role("tab", name="Class attention").click()
     pick_example(page, 0)

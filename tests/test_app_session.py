@@ -21,8 +21,11 @@ from PIL import Image
 import cait
 from app import figures, session, texts
 from app import main as cli
-from app.layout import GalleryProps
-from app.models import LoadedModel, ModelCache, ModelChoice, load_model
+from app.loading import load_model
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.shared import Look
+from app.tabs.class_attention import GalleryProps
+from app.tabs.dataset import AtlasPlaces
 from app.workdir import WorkDir
 from cait import explain, hub
 from cait.checkpoint import WEIGHTS_DIR
@@ -68,7 +71,7 @@ def test_help_answers_before_torch_and_gradio_are_imported():
 def test_importing_the_app_has_no_side_effects():
     done = python(
         "import sys, tempfile, os\npath = list(sys.path)\nbefore = set(os.listdir(tempfile.gettempdir()))\n"
-        "import app.main, app.ui, app.handlers\nfrom app.workdir import WORK\n"
+        "import app.main, app.ui, app.tabs.dataset, app.tabs.causal\nfrom app.workdir import WORK\n"
         "new = [d for d in set(os.listdir(tempfile.gettempdir())) - before if d.startswith('cait-app-')]\n"
         "print(sys.path == path, WORK._path, new)"
     )
@@ -320,62 +323,87 @@ SHOWN_ANALYSED = tuple(GalleryProps(i < 2, 5, f"CA layer {i + 1}") for i in rang
 
 @pytest.fixture(scope="module")
 def handlers():
-    from app import layout
-    from app.handlers import Handlers, layerscale_figure
+    from app_tabs import page_under_test
 
-    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
-    first = cache.get(ModelChoice("cait_pico_32", random_init=True))
-    _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
-    return Handlers(page, cache, first.choice)
+    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
+    return page_under_test(cache, ModelChoice("cait_pico_32", random_init=True))  # components only: no server
 
 
 def saliency_steps(handlers, a: session.Analysis, methods: list[str], **named) -> list[dict]:
     """Every step of a saliency run of `methods` on `a`, the other inputs by name, as the page passes them;
     unless named: class 2 and the look these tests draw with."""
     named = dict(choice=a.choice, analysis=a, sal_methods=methods, sal_class=2, cmap="inferno", alpha=0.5) | named
-    return list(handlers.saliency(**{"view": "smooth", **named}))
+    return list(handlers.tabs.saliency.run(**{"view": "smooth", **named}))
 
 
-def test_events_pass_their_inputs_by_name(handlers):
-    """The saliency run and the follow-up of a new image get each input as the keyword of its component's name."""
-    from gradio.utils import check_function_inputs_match
+def load(handlers, choice, shown, variant, checkpoint, download=False, **more) -> dict:
+    """The Model tab's Load button, its inputs by name as the page passes them."""
+    asked = dict(choice=choice, ca_props=shown, variant=variant, checkpoint=checkpoint, download=download)
+    return handlers.tabs.model.load(**asked, **more)
 
-    from app.handlers import DetailsAsk, SaliencyAsk
 
-    p = handlers.page
-    for ask, handler in ((SaliencyAsk, handlers.saliency), (DetailsAsk, handlers.details)):
-        named = p.named(ask)
-        assert named == {name: p.components()[name] for name in ask.__dataclass_fields__}
-        assert check_function_inputs_match(handler, [], False, inputs_kwargs=named) is None  # what Gradio checks
+def test_every_event_of_the_wired_page_with_more_than_three_inputs_passes_them_by_name(handlers):
+    """The page as Gradio serves it (`demo.fns`, after `app.ui.wire`): no event takes more than three inputs by
+    position, and every input passed by name is the page's component of that name. /analyze, the public API, is
+    the one exception: its parameters are its published signature (test_app.py checks it)."""
+    from app.ui import compose, wire
+
+    demo, page, tabs = compose(handlers.cache.get(handlers.default), handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=handlers.default)
+    from app_tabs import PageUnderTest
+
+    components = vars(PageUnderTest(page, tabs, handlers.cache, handlers.default).p)
+    by_name = 0
+    for fn in demo.fns.values():
+        if fn.api_name == "analyze":
+            continue
+        positional = len(fn.inputs) - len(fn.input_keyword_names)
+        assert positional <= 3, f"{fn.name} takes {positional} inputs by position"
+        keyword_inputs = fn.inputs[positional:]
+        for name, component in zip(fn.input_keyword_names, keyword_inputs):
+            assert components[name] is component, f"{fn.name}: {name} is not the page's {name}"
+        by_name += bool(fn.input_keyword_names)
+    assert by_name >= 20  # the page's events with four or more inputs, all of them
     with pytest.raises(TypeError, match="sal_clas"):
-        list(handlers.saliency(choice=None, analysis=None, sal_clas=2))  # a misspelt input is no silent default
+        list(handlers.tabs.saliency.run(choice=None, analysis=None, sal_clas=2))  # a misspelt input: no default
 
 
 def test_a_failed_load_changes_one_message_only(handlers, tmp_path):
     bad = tmp_path / "weights.pth"
     bad.write_text("not weights\n")
-    out = handlers.load_model(ModelChoice("cait_pico_32", random_init=True), SHOWN, "cait_nano_28", str(bad))
+    out = load(handlers, ModelChoice("cait_pico_32", random_init=True), SHOWN, "cait_nano_28", str(bad))
     # the message, and the Variant box back at the page's model, which stays
-    assert list(out) == [handlers.page.load_msg, handlers.page.variant] and "text file" in out[handlers.page.load_msg]
-    assert out[handlers.page.variant] == "cait_pico_32"
-    assert handlers.weights_status("cait_xxs24_224", str(bad)).startswith("Weights from the checkpoint file given")
+    assert list(out) == [handlers.p.load_msg, handlers.p.variant] and "text file" in out[handlers.p.load_msg]
+    assert out[handlers.p.variant] == "cait_pico_32"
+    assert handlers.tabs.model.weights_status("cait_xxs24_224", str(bad)).startswith(
+        "Weights from the checkpoint file given"
+    )
 
 
 def test_without_random_init_a_variant_without_weights_is_the_loaders_one_line(handlers):
     from dataclasses import replace
 
-    from app.handlers import Handlers
+    from app.tabs.model import ModelTab
 
-    strict = Handlers(handlers.page, handlers.cache, replace(handlers.default, random_init=False))
-    out = strict.load_model(handlers.default, SHOWN, "cait_nano_64", "", False)
+    t = handlers.tabs.model
+    strict = ModelTab(
+        t.parts,
+        t.shared,
+        t.cache,
+        default=replace(handlers.default, random_init=False),
+        statuses=t.statuses,
+        ca_layers=t.ca_layers,
+        page_for=t.page_for,
+    )
+    out = strict.load(choice=handlers.default, ca_props=SHOWN, variant="cait_nano_64", checkpoint="", download=False)
     said = hub.missing_weights(hub.weights_status("cait_nano_64"))
-    assert out[handlers.page.load_msg] == f"**Could not load the model:** {said}"
-    assert out[handlers.page.variant] == handlers.default.name  # the page's model stays
+    assert out[handlers.p.load_msg] == f"**Could not load the model:** {said}"
+    assert out[handlers.p.variant] == handlers.default.name  # the page's model stays
 
 
 def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
-    p = handlers.page
-    out = handlers.load_model(ModelChoice("cait_pico_32", random_init=True), SHOWN_ANALYSED, "cait_nano_28", "")
+    p = handlers.p
+    out = load(handlers, ModelChoice("cait_pico_32", random_init=True), SHOWN_ANALYSED, "cait_nano_28", "")
     cfg = cait.get_config("cait_nano_28")
     assert out[p.choice] == ModelChoice("cait_nano_28", random_init=True)  # the server's --random-init holds
     assert out[p.th_layer].maximum == cfg.depth and out[p.th_row].maximum == out[p.th_col].maximum == cfg.grid_size
@@ -388,10 +416,10 @@ def test_a_loaded_model_updates_every_control_that_depends_on_it(handlers):
 
 
 def test_an_unknown_model_in_the_address_is_said_where_the_page_opens_and_leaves_the_address(handlers):
-    p, choice = handlers.page, handlers.default
+    p, choice = handlers.p, handlers.default
     request = SimpleNamespace(query_params={"model": "cait_bogus"})
     with pytest.warns(UserWarning, match="unknown model"):
-        out = handlers.from_address(choice, tuple(p.ca_props.value), request)
+        out = handlers.tabs.model.from_address(choice, tuple(p.ca_props.value), request)
     assert "unknown model** `cait_bogus`" in out[p.status] and out[p.status] == out[p.load_msg]
     assert out[p.url_model] == choice.name  # the address names the model shown
 
@@ -405,27 +433,27 @@ def test_sixteen_heads_wrap_into_equal_rows(handlers, tmp_path):
     choice = ModelChoice(None, str(path))
     loaded = handlers.cache.get(choice)
     a = session.analyse(loaded, str(SCENE))
-    out = handlers.ca_outputs(a, ("inferno", 0.5, "shared per layer", "patch grid", 0.5), (1, 16), SHOWN)
-    galleries = [out[g] for g in handlers.page.ca_galleries]
+    out = handlers.tabs.ca.outputs(a, Look("inferno", 0.5, "shared per layer", "patch grid", 0.5), (1, 16), SHOWN)
+    galleries = [out[g] for g in handlers.p.ca_galleries]
     assert [g["visible"] for g in galleries] == [True, True, False, False] and galleries[0]["columns"] == 9
     assert [len(g["value"]) for g in galleries[:2]] == [17, 17]
-    assert out[handlers.page.ca_big].label.startswith("CA2 head 16")
+    assert out[handlers.p.ca_big].label.startswith("CA2 head 16")
     captions = [caption for _, caption in galleries[0]["value"]]  # half the mass: a patch count per tile
     assert all(caption.endswith(" patches") for caption in captions), captions
-    with Image.open(out[handlers.page.grid_file]) as sheet:
+    with Image.open(out[handlers.p.grid_file]) as sheet:
         assert sheet.width == 9 * 224  # the PNG wraps like the page
 
 
 def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixels(handlers):
     from cait.figures import attention_tiles
 
-    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    p, loaded = handlers.p, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     look = ("viridis", 0.4, "per tile", "smooth", 1.0)
-    first = handlers.ca_outputs(a, look, None, SHOWN)
+    first = handlers.tabs.ca.outputs(a, Look(*look), None, SHOWN)
     assert first[p.ca_props][:2] == (GalleryProps(True, 3, "CA layer 1"), GalleryProps(True, 3, "CA layer 2"))
     assert first[p.ca_galleries[0]]["visible"] and first[p.ca_galleries[0]]["__type__"] == "update"
-    again = handlers.ca_outputs(a, look, None, first[p.ca_props])
+    again = handlers.tabs.ca.outputs(a, Look(*look), None, first[p.ca_props])
     assert [type(again[g]) for g in p.ca_galleries] == [list, list, type(None), type(None)]  # values only
     assert again[p.ca_props] == first[p.ca_props]
     drawn = attention_tiles(a.view, a.ca_maps, a.self_share, cmap="viridis", alpha=0.4)
@@ -433,34 +461,36 @@ def test_gallery_props_are_sent_only_when_they_change_and_tiles_keep_their_pixel
         with Image.open(path) as served:  # smooth maps: JPEG, a few levels off on average
             error = np.abs(np.asarray(served.convert("RGB"), dtype=float) - np.asarray(tile.image, dtype=float))
             assert served.format == "JPEG" and error.mean() < 4 and caption == tile.short_caption
-    grid = handlers.ca_outputs(a, look[:3] + ("patch grid",) + look[4:], None, again[p.ca_props])
+    grid = handlers.tabs.ca.outputs(a, Look(*look[:3], "patch grid", *look[4:]), None, again[p.ca_props])
     blocks = attention_tiles(a.view, a.ca_maps, a.self_share, cmap="viridis", alpha=0.4, smooth=False)
     for (path, _), tile in zip(grid[p.ca_galleries[0]], blocks[0]):
         with Image.open(path) as served:  # the patch grid is lossless: the browser gets exactly the drawn pixels
             assert served.convert("RGB").tobytes() == tile.image.tobytes()
-    shared = handlers.ca_outputs(a, look[:2] + ("shared per layer",) + look[3:], None, again[p.ca_props])
+    shared = handlers.tabs.ca.outputs(a, Look(*look[:2], "shared per layer", *look[3:]), None, again[p.ca_props])
     assert shared[p.ca_galleries[0]]["label"].startswith("CA layer 1, colour 0 .. ")
-    cleared = handlers.cleared(shared[p.ca_props])
+    cleared = handlers.tabs.image.cleared(shared[p.ca_props])
     assert cleared[p.ca_galleries[0]]["visible"] is False and cleared[p.ca_props][0].visible is False
-    assert list(cleared) == p.results  # every result of an image, as `Page.results` lists them
+    assert list(cleared) == handlers.tabs.image.results()  # every result of an image, as `results` lists them
 
 
 def test_an_upload_empties_the_class_menus_and_unhighlights_the_example(handlers, tmp_path):
     """A new image's first view empties the class menus, which `details` fills for an image that was analysed:
     one that failed keeps no class of the image before. No example is the image shown after an upload."""
-    p = handlers.page
+    p = handlers.p
     bad = tmp_path / "holiday.png"
     bad.write_text("not really a picture\n" * 20)
-    look = ("inferno", 0.5, "per tile", "smooth", 1.0, 1)  # cmap, alpha, scale, view, keep, talking-heads layer
+    look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_layer=1)
     for path, said in ((bad, "Could not analyse this file"), (SCENE, "Top-1")):
-        out = handlers.on_upload(handlers.default, SHOWN_ANALYSED, {"path": str(path)}, *look)
+        out = handlers.tabs.image.upload(
+            choice=handlers.default, ca_props=SHOWN_ANALYSED, image_in={"path": str(path)}, **look
+        )
         assert said in out[p.status]
         assert out[p.sal_class] is None and out[p.cz_class] is None and out[p.mx_class] is None
         assert out[p.examples].constructor_args == {"selected_index": None}  # the examples themselves stay
 
 
 def test_saliency_shows_the_maps_first_then_scores_each(handlers):
-    p = handlers.page
+    p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     steps = saliency_steps(handlers, a, ["saliency", "ca1_mean"])
@@ -489,12 +519,12 @@ def test_saliency_shows_the_maps_first_then_scores_each(handlers):
 
 
 def test_the_region_of_focus_follows_the_chosen_map_and_share(handlers):
-    p = handlers.page
+    p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     sizes = {}
     for source, share in (("CA1 mean", 0.5), ("CA1 mean", 0.9), ("CA2 head 1", 0.5)):
-        shown = handlers.region(a, source, share)[p.sal_region]
+        shown = handlers.tabs.saliency.region(a, source, share)[p.sal_region]
         assert shown.label == f"Regions of focus: {source}, {share:.0%} of its attention mass"
         layer, head = (0, None) if source == "CA1 mean" else (1, 0)
         mask, _ = session.regions_of_focus(a, layer=layer, head=head, share=share, img_size=loaded.cfg.img_size)
@@ -506,10 +536,10 @@ def test_the_region_of_focus_follows_the_chosen_map_and_share(handlers):
         assert torch.equal(mask, want[0])
         sizes[(source, share)] = int(mask.sum())
     assert sizes[("CA1 mean", 0.5)] <= sizes[("CA1 mean", 0.9)]
-    assert handlers.region(None, "CA1 mean", 0.5) == {p.sal_region: None}
+    assert handlers.tabs.saliency.region(None, "CA1 mean", 0.5) == {p.sal_region: None}
 
 
-def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins):
+def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env, twins, monkeypatch):
     from safetensors.torch import save
     from stand_in_hub import StandInHub
 
@@ -522,12 +552,15 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
     }
     with StandInHub(served) as stand_in:
         hf_env(stand_in.url)
-        assert handlers.weights_status(name).startswith(f"Weights of {name}: download")
+        assert handlers.tabs.model.weights_status(name).startswith(f"Weights of {name}: download")
         # no download: random weights, as the fixture's server was started with --random-init
-        failed = handlers.load_model(ModelChoice("cait_pico_32", random_init=True), SHOWN, name, "", False)
-        assert "Untrained" in failed[handlers.page.load_msg] and stand_in.methods() == []
-        seen = []
-        out = handlers.load_model(
+        failed = load(handlers, ModelChoice("cait_pico_32", random_init=True), SHOWN, name, "", False)
+        assert "Untrained" in failed[handlers.p.load_msg] and stand_in.methods() == []
+        seen, asked = [], []
+        counted, real_status = lambda n: asked.append(n) or real_status(n), hub.weights_status  # noqa: E731
+        monkeypatch.setattr(hub, "weights_status", counted)
+        out = load(
+            handlers,
             ModelChoice("cait_pico_32", random_init=True),
             SHOWN,
             name,
@@ -536,16 +569,19 @@ def test_the_model_tab_downloads_official_weights_with_progress(handlers, hf_env
             progress=lambda fraction, **kw: seen.append((fraction, kw.get("desc"))),
         )
         assert stand_in.methods() == ["HEAD", "GET"] and seen and seen[-1][1] == f"downloading {name}"
+        assert asked == [name]  # the download path asks where the weights stand once, not again for every variant
+        row = next(line for line in out[handlers.p.weights_table].splitlines() if line.startswith(f"| {name} |"))
+        assert "in the local cache" in row  # the download changed its row of the table
         done, total = seen[-1][0]
         assert done == total == len(next(iter(served.values())))
-        assert "official weights" in out[handlers.page.load_msg]
-        assert "local Hugging Face cache" in out[handlers.page.weights_md]
-        loaded = handlers.cache.get(out[handlers.page.choice])
+        assert "official weights" in out[handlers.p.load_msg]
+        assert "local Hugging Face cache" in out[handlers.p.weights_md]
+        loaded = handlers.cache.get(out[handlers.p.choice])
         torch.testing.assert_close(loaded.model.head.weight, theirs.head.weight)
 
 
 def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
-    p = handlers.page
+    p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     steps = saliency_steps(handlers, a, ["saliency"], sal_score=False)
@@ -561,7 +597,7 @@ def test_saliency_without_scoring_leaves_the_aucs_out(handlers):
 
 
 def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
-    p = handlers.page
+    p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     look = dict(cmap="gray", alpha=1.0, view="patch grid", sal_score=False)
@@ -584,7 +620,7 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
 
 
 def test_saliency_runs_record_their_options_and_smoothgrad_its_seed(handlers):
-    p = handlers.page
+    p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     methods = ["rollout_raw", "smoothgrad", "integrated_gradients"]
@@ -615,7 +651,7 @@ def test_saliency_runs_record_their_options_and_smoothgrad_its_seed(handlers):
 
 
 def test_saliency_for_the_top_k_classes_side_by_side(handlers):
-    p = handlers.page
+    p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     steps = saliency_steps(handlers, a, ["saliency", "ca1_mean"], sal_class=None, sal_score=False, sal_topk=3)
@@ -631,7 +667,7 @@ def test_saliency_for_the_top_k_classes_side_by_side(handlers):
 
 
 def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
-    p = handlers.page
+    p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     look = dict(cmap="gray", alpha=1.0, view="patch grid", sal_score=False)
@@ -644,7 +680,8 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     assert np.abs(image - drawn).mean() < 2  # the signed map, in the diverging colours
     assert steps[0][p.sal_bar].height > figures.saliency_bars("gray", signed=False).height  # both scales
     # a click on the map: enlarged beside its patch grid, whose hover reads the map's values
-    big = handlers.enlarge_saliency(a, steps[-1][p.sal_maps], "gray", 1.0, "patch grid", SimpleNamespace(index=0))
+    asked = dict(analysis=a, sal_maps=steps[-1][p.sal_maps], cmap="gray", alpha=1.0, view="patch grid")
+    big = handlers.tabs.saliency.enlarge(SimpleNamespace(index=0), **asked)
     figure = big[p.sal_big]
     np.testing.assert_allclose(np.array(figure.data[1].z), heat.numpy(), rtol=1e-5, atol=1e-8)
     assert figure.layout.title.text == f"saliency for '{loaded.labels[2]}' (signed)"
@@ -653,3 +690,35 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     top = float(heat.abs().max())
     assert grid.zmid == 0 and grid.zmin == pytest.approx(-top) and grid.zmax == pytest.approx(top)
     assert grid.colorbar.title.text == "saliency"
+
+
+def test_the_page_shows_every_class_attention_layer_of_its_model_or_refuses_it_with_a_reason(handlers, tmp_path):
+    """No silent limit on CA layers: a page whose model has six shows six galleries and draws six layers in the PNG
+    grid; a page that shows four refuses a six-layer model at load, saying why."""
+    from app_tabs import page_under_test
+
+    path = tmp_path / "six.safetensors"
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False, depth_token_only=6).model), path)
+    six = ModelChoice(None, str(path))
+    app = page_under_test(handlers.cache, six)
+    assert len(app.p.ca_galleries) == 6
+    a = session.analyse(handlers.cache.get(six), str(SCENE))
+    shown = tuple(app.p.ca_props.value)
+    out = app.tabs.ca.outputs(a, Look("inferno", 0.5, "per tile", "smooth", 1.0), None, shown)
+    assert [out[g]["visible"] for g in app.p.ca_galleries] == [True] * 6
+    with Image.open(out[app.p.grid_file]) as sheet:
+        assert sheet.height > 6 * 224  # six rows of tiles, under the title
+    refused = load(handlers, handlers.default, SHOWN, None, str(path))
+    assert list(refused) == [handlers.p.load_msg, handlers.p.variant]
+    assert "has 6 class-attention layers and this page shows 4" in refused[handlers.p.load_msg]
+
+
+def test_the_saliency_tabs_sliders_span_the_bounds_analyze_accepts(handlers):
+    """One definition of the method options' bounds (`cait.explain.attribution.OPTION_BOUNDS`) for the page's
+    sliders and /analyze."""
+    from cait.explain.attribution import OPTION_BOUNDS
+
+    p = handlers.p
+    sliders = dict(ig_steps=p.ig_steps, smoothgrad_samples=p.sg_samples, smoothgrad_stdev=p.sg_noise)
+    sliders["rollout_discard_ratio"] = p.discard
+    assert {name: (s.minimum, s.maximum) for name, s in sliders.items()} == OPTION_BOUNDS

@@ -99,9 +99,9 @@ def test_top1_and_predictions_equal_a_plain_loop(setup):
                 logits = model(x[None])[0]
                 expected[data.paths[i]] = (label, int(logits.argmax()), float(logits.softmax(-1).max()))
     assert [r["path"] for r in images] == [p for p in data.paths if p in expected]
-    for r in images:
+    for r in images:  # classes by name
         label, prediction, probability = expected[r["path"]]
-        assert (int(r["label"]), int(r["prediction"])) == (label, prediction)
+        assert (r["label"], r["prediction"]) == (data.classes[label], data.classes[prediction])
         assert float(r["probability"]) == pytest.approx(probability, abs=1e-5)
     summary = json.loads((setup["full"] / "summary.json").read_text())
     top1 = sum(label == pred for label, pred, _ in expected.values()) / len(expected)
@@ -118,7 +118,7 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
     for r in images[:: len(images) // 12]:
         x, _, box, _, ok = data[by_path[r["path"]]]
         maps = explain.class_attention(model, x[None]).maps[0]  # [L, H, g, g]
-        target = torch.tensor([int(r["prediction"])])
+        target = torch.tensor([data.classes.index(r["prediction"])])
         dla = explain.direct_logit_attribution(model, x[None], target).heads[0]
         knock = explain.knockout_profile(model, x[None], target, shared_prefix=False)[0]
         for l in range(maps.shape[0]):
@@ -169,7 +169,7 @@ def test_patching_equals_explain_on_corrupted_images_made_here(setup):
         pixels = data[i][0][None]
         broken = corrupt(pixels, "gaussian_noise", 3, generator=torch.Generator().manual_seed(i))
         clean, corrupted = normalise(pixels, model.cfg), normalise(broken, model.cfg)
-        target = torch.tensor([int(r["prediction"])])
+        target = torch.tensor([data.classes.index(r["prediction"])])
         block = explain.activation_patching(model, clean, corrupted, target)
         head = explain.activation_patching(model, clean, corrupted, target, granularity="head")
         assert float(r["patching_gap"]) == pytest.approx(float(block.gap[0]), abs=1e-4)
@@ -202,6 +202,12 @@ def test_patching_equals_explain_on_corrupted_images_made_here(setup):
     assert heads[1, 2]["restored_ci95"] == pytest.approx([share - half, share + half], rel=1e-4, abs=1e-6)
     table = {r["head"]: r for r in rows(setup["full"] / "heads.csv")}
     assert float(table["ca1_head2"]["patching_restored"]) == pytest.approx(heads[1, 2]["restored"], rel=1e-6)
+    # one name per number: heads.csv's patching columns are summary.json's names after "patching_"
+    for name in ("delta_logit_mean", "restored"):
+        assert float(table["ca1_head2"][f"patching_{name}"]) == pytest.approx(heads[1, 2][name], rel=1e-6)
+    for name in ("delta_logit_ci95", "restored_ci95"):
+        low, high = (float(table["ca1_head2"][f"patching_{name}_{end}"]) for end in ("low", "high"))
+        assert [low, high] == pytest.approx(heads[1, 2][name], rel=1e-6)
 
 
 def test_no_patching_number_is_true_by_construction(setup):
@@ -231,7 +237,7 @@ def test_token_patching_columns_equal_explain_and_the_box(setup):
         pixels, _, box, _, _ = data[i]
         broken = corrupt(pixels[None], "gaussian_noise", 3, generator=torch.Generator().manual_seed(i))
         clean, corrupted = normalise(pixels[None], model.cfg), normalise(broken, model.cfg)
-        target = torch.tensor([int(r["prediction"])])
+        target = torch.tensor([data.classes.index(r["prediction"])])  # images.csv names classes
         tokens = explain.token_patching(model, clean, corrupted, target, direction="restore", top=3)
         best = int(tokens.restored.flatten().argmax())
         assert float(r["patching_tokens_best"]) == pytest.approx(float(tokens.restored.max()), abs=1e-4)
@@ -260,7 +266,11 @@ def test_summary_means_and_distances(setup):
     assert (head["layer"], head["head"]) == (1, 2)
     mean = sum(float(r["ca1_head2_dla"]) for r in images) / len(images)
     assert head["dla_mean"] == pytest.approx(mean, abs=1e-6)
-    assert head["pointing"] == pytest.approx(sum(float(r["ca1_head2_pointing"]) for r in images) / len(images))
+    assert head["pointing_mean"] == pytest.approx(sum(float(r["ca1_head2_pointing"]) for r in images) / len(images))
+    table = {r["head"]: r for r in rows(setup["full"] / "heads.csv")}["ca1_head2"]
+    for key, value in head.items():  # one name per number: heads.csv names every mean as summary.json does
+        if key.endswith("_mean"):
+            assert float(table[key]) == pytest.approx(value, rel=1e-9), key
     assert len(head["exemplars"]["writes"]) == 2
     top = max(images, key=lambda r: float(r["ca1_head2_dla"]))
     assert head["exemplars"]["writes"][0]["path"] == top["path"]
@@ -335,6 +345,10 @@ def test_page_is_self_contained_and_names_data_and_model(setup):
     assert page.count("data:image/jpeg;base64,") == 2 * 2 * len(summary["heads"])  # k=2, two kinds per head
     assert "Knockout profile" in page and "uniform attention" in page
     assert "Activation patching under gaussian_noise at severity 3" in page
+    assert "mean Δlogit (share of the mean gap, 95% interval)" in page  # the heads' grid gives each its interval
+    for head in summary["patching"]["heads"]:
+        low, high = head["restored_ci95"]
+        assert f"\\u003cbr\\u003e[{low:.0%}, {high:.0%}]" in page  # written under the head's share of the gap
 
 
 def test_parquet_round_trip(setup):

@@ -15,8 +15,9 @@ from conftest import randomise_
 from PIL import Image
 
 import cait
-from app import causal_view
-from app.layout import CAUSAL_TAB, CLASS_ATTENTION_TAB
+from app import causal_view, choices
+from app.shared import CAUSAL_TAB, CLASS_ATTENTION_TAB, Look
+from app.tabs.dataset import AtlasPlaces
 from cait import explain
 from cait.data import read_examples
 from cait.preprocess import class_names
@@ -114,7 +115,7 @@ def test_ablation_top5_before_and_after(setup):
     assert len(zero["after"]) == 5 and zero["after"] != zero["before"]
     mean = causal_view.ablation(model, x, layer=0, head=1, labels=labels, reference=reference)
     assert mean["before"] == zero["before"] and mean["after"] != zero["after"]
-    page = causal_view.top5_html(zero, "without CA1 head 2 <&>")
+    page = choices.top5_html(zero, "without CA1 head 2 <&>")
     assert "without CA1 head 2 &lt;&amp;&gt;" in page and page.count("<tr>") == 6
 
 
@@ -133,25 +134,26 @@ def test_a_mean_ablation_averages_over_the_models_examples_and_a_zero_one_over_n
 
 @pytest.fixture(scope="module")
 def handlers():
-    from app import layout
-    from app.handlers import Handlers, layerscale_figure
-    from app.models import ModelCache, ModelChoice, load_model
+    from app_tabs import page_under_test
 
-    cache = ModelCache(lambda c: load_model(c, torch.device("cpu")), max_bytes=2**30)
-    first = cache.get(ModelChoice("cait_pico_32", random_init=True))
-    _, page = layout.build_page(first, layerscale_figure(first))  # components only: no server
-    return Handlers(page, cache, first.choice)
+    from app.loading import load_model
+    from app.models import ModelCache, ModelChoice
+
+    cache = ModelCache(load_model, max_bytes=2**30, device=torch.device("cpu"))
+    return page_under_test(cache, ModelChoice("cait_pico_32", random_init=True))  # components only: no server
 
 
 def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbers(handlers):
     from app import session
 
-    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    p, loaded = handlers.p, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     look = dict(cmap="inferno", alpha=0.5, view="smooth", sal_score=False)
-    steps = list(handlers.saliency(choice=loaded.choice, analysis=a, sal_class=2, sal_methods=["saliency"], **look))
+    steps = list(
+        handlers.tabs.saliency.run(choice=loaded.choice, analysis=a, sal_class=2, sal_methods=["saliency"], **look)
+    )
     assert list(json.loads(open(steps[-1][p.json_file]).read())["saliency"][0]["methods"]) == ["saliency"]
-    opened = handlers.causal_opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
+    opened = handlers.tabs.causal.opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
     data = json.loads(open(opened[p.json_file]).read())
     assert data["causal"]["target"] == a.top_class and list(data["saliency"][0]["methods"]) == ["saliency"]
     assert list(data["not_computed"]) == ["logit_lens", "patching"]  # the Mechanisms tab's, not computed here
@@ -159,52 +161,62 @@ def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbe
 
 def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     from app import session
-    from app.layout import region_choices
+    from app.choices import region_choices
 
-    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    p, loaded = handlers.p, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
     look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
-    details = lambda a: handlers.details(choice=loaded.choice, analysis=a, region_of=region_of, **look)
+    details = lambda a: handlers.tabs.image.details(choice=loaded.choice, analysis=a, region_of=region_of, **look)
     # the follow-up leaves the Causal tab (and its numbers in the JSON) to the tab, and another tab open leaves it
     # until it is opened
     out = details(a)
-    assert not set(out) & set(p.causal_results) and a.causal is None
-    assert not set(handlers.open_tab_follow_up(loaded.choice, a, CLASS_ATTENTION_TAB)) & set(p.causal_results)
+    assert not set(out) & set(handlers.page.causal.computed) and a.causal is None
+    assert not set(handlers.tabs.image.follow_up(loaded.choice, a, CLASS_ATTENTION_TAB)) & set(
+        handlers.page.causal.computed
+    )
     assert a.causal is None
     # the region of focus holds its own share of the mass (half), not the tiles' "keep all"
     assert out[p.sal_region].label.endswith(f"{explain.DEFAULT_SHARE:.0%} of its attention mass") and look["keep"] == 1
     data = json.loads(open(out[p.json_file]).read())
     assert "causal" not in data and "Causal tab" in data["not_computed"]["causal"]
-    opened = handlers.causal_opened(loaded.choice, a, None)
+    opened = handlers.tabs.causal.opened(loaded.choice, a, None)
     assert opened[p.cz_state].target == a.top_class and "causal" in json.loads(open(opened[p.json_file]).read())
-    assert isinstance(handlers.causal_opened(loaded.choice, a, opened[p.cz_state]), type(gr.skip()))  # on show
+    assert isinstance(handlers.tabs.causal.opened(loaded.choice, a, opened[p.cz_state]), type(gr.skip()))  # on show
     # the Causal tab open: the open tab's follow-up computes it, after the details
     a = session.analyse(loaded, str(read_examples()[0].path))
     assert details(a)[p.cz_head] == 0
-    out = handlers.open_tab_follow_up(loaded.choice, a, CAUSAL_TAB)
+    out = handlers.tabs.image.follow_up(loaded.choice, a, CAUSAL_TAB)
     view = out[p.cz_state]
     assert view.target == a.top_class
     data = json.loads(open(out[p.json_file]).read())["causal"]
     assert data["target"] == a.top_class and np.allclose(data["heads"], view.heads)
     assert all(out[c] is not None for c in (p.cz_heads_plot, p.cz_maps, p.cz_top5, p.cz_knockout))
-    other = handlers.causal_class(loaded.choice, a, (a.top_class + 1) % 10, 3, causal_view.ABLATIONS[0])
+    other = handlers.tabs.causal.choose_class(
+        choice=loaded.choice, analysis=a, cz_class=(a.top_class + 1) % 10, cz_head=3, cz_mode=causal_view.ABLATIONS[0]
+    )
     assert other[p.cz_state].target == (a.top_class + 1) % 10
     heads = loaded.cfg.num_heads
-    picked = handlers.causal_head(loaded.choice, a, view, heads + 1, causal_view.ABLATIONS[1])  # CA2 head 2
+    picked = handlers.tabs.causal.head(  # CA2 head 2
+        choice=loaded.choice, analysis=a, cz_state=view, cz_head=heads + 1, cz_mode=causal_view.ABLATIONS[1]
+    )
     assert "without CA2 head 2" in picked[p.cz_top5] and set(picked) == {p.cz_maps, p.cz_top5}
     assert out[p.cz_knockout_of] == "whole block"  # a new view starts with whole blocks knocked out
-    mlp = handlers.causal_knockout(loaded.choice, a, view, "MLP branch")[p.cz_knockout]
+    mlp = handlers.tabs.causal.knockout(choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="MLP branch")[
+        p.cz_knockout
+    ]
     expected = explain.knockout_profile(loaded.model, a.x, torch.tensor([view.target]), branch="mlp")[0]
     bars = lambda figure: np.concatenate([figure.data[0].y, figure.data[1].y])  # SA, then CA
     assert np.allclose(bars(mlp), expected.numpy(), atol=1e-5) and "gamma_2 is zeroed" in mlp.layout.title.text
     assert mlp.data[2].name.startswith("mean |gamma_2|")
-    whole = handlers.causal_knockout(loaded.choice, a, view, "whole block")[p.cz_knockout]
+    whole = handlers.tabs.causal.knockout(
+        choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="whole block"
+    )[p.cz_knockout]
     assert np.allclose(bars(whole), view.knockout) and not np.allclose(view.knockout, expected.numpy())
     with pytest.raises(ValueError, match="knockout must be one of"):
         causal_view.branch_knockout(loaded.model, a.x, view, "the head")
-    cleared = handlers.cleared(tuple(handlers.page.ca_props.value))
-    assert all(cleared[c] is None for c in p.causal_results)
+    cleared = handlers.tabs.image.cleared(tuple(handlers.p.ca_props.value))
+    assert all(cleared[c] is None for c in handlers.page.causal.computed)
 
 
 def test_one_predicted_class_everywhere_also_under_ties(handlers):
@@ -213,19 +225,19 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
     import re
 
     from app import session
-    from app.layout import region_choices
+    from app.choices import region_choices
 
-    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    p, loaded = handlers.p, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     tied = np.array([1, 0, 0, 0, 0, 2, 2, 2, 1, 2], np.float32)  # np.argsort(-tied)[0] is 6, not 5
     a.probs = tied / tied.sum()
     first = 5
     look = ("inferno", 0.5, "per tile", "smooth", 1.0)
-    shown = tuple(handlers.page.ca_props.value)
-    out = handlers._analysed(loaded, a, look, shown, uploaded=False)
+    shown = tuple(handlers.p.ca_props.value)
+    out = handlers.tabs.image.first_view(loaded, a, Look(*look), shown, uploaded=False)
     assert f"**{loaded.labels[first]}**" in out[p.status]
     assert re.findall(r"top5-label'>([^<]*)<", out[p.top5])[0] == loaded.labels[first]
-    details = handlers.details(
+    details = handlers.tabs.image.details(
         choice=loaded.choice,
         analysis=a,
         region_of=region_choices(loaded.cfg)[0],
@@ -234,11 +246,11 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
         th_col=2,
     )
     assert details[p.sal_class].value == details[p.cz_class].value == first
-    causal = handlers.open_tab_follow_up(loaded.choice, a, CAUSAL_TAB)
+    causal = handlers.tabs.image.follow_up(loaded.choice, a, CAUSAL_TAB)
     assert causal[p.cz_state].target == first
     assert json.loads(open(causal[p.json_file]).read())["causal"]["target"] == first
     run = list(
-        handlers.saliency(
+        handlers.tabs.saliency.run(
             choice=loaded.choice,
             analysis=a,
             sal_class=None,
@@ -257,11 +269,13 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
 def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     from app import session, texts
 
-    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    p, loaded = handlers.p, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     assert a.forward_seconds > 0
     shown = tuple(p.ca_props.value)
-    out = handlers._analysed(loaded, a, ("inferno", 0.5, "per tile", "smooth", 1.0), shown, uploaded=False)
+    out = handlers.tabs.image.first_view(
+        loaded, a, Look("inferno", 0.5, "per tile", "smooth", 1.0), shown, uploaded=False
+    )
     # the passes said are the SA block runs the computation makes, counted, over the SA depth
     runs = []
     counting = [b.register_forward_hook(lambda *_: runs.append(1)) for b in loaded.model.blocks]
@@ -274,8 +288,8 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert passes == causal_view.forward_passes(loaded.cfg)
     assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
     assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
-    assert all(out[c] is None for c in p.causal_results)  # said, not computed
-    assert handlers.cleared(shown)[p.cz_cost] == ""
+    assert all(out[c] is None for c in handlers.page.causal.computed)  # said, not computed
+    assert handlers.tabs.image.cleared(shown)[p.cz_cost] == ""
     # a bf16 session's forward is faster than the tab's fp32 passes: its time is said as a floor
     said = texts.cost_in_passes("Computing this tab", passes, 0.5, reduced_precision=True)
     assert f"at least {passes * 0.5:.1f} s" in said and "in bf16" in said
@@ -284,18 +298,18 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
 def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
     from app import session
 
-    p, loaded = handlers.page, handlers.cache.get(handlers.default)
+    p, loaded = handlers.p, handlers.cache.get(handlers.default)
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     page = SimpleNamespace(session_hash="page-1")
     told = []
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
+    out = handlers.tabs.causal.opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
     assert told == [(k, blocks) for k in range(0, blocks + 1)] and out[p.cz_state] is not None
 
     def stop_after_two(done, **kw):  # the Stop button pressed once the second block is knocked out
         told.append(done)
         if done[0] == 2:
-            handlers.causal_stop(page)
+            handlers.tabs.causal.stops.press(page)
 
     # the Stop is heard before the next block the model runs, not after the pass under way
     a = session.analyse(loaded, str(read_examples()[0].path))
@@ -304,7 +318,7 @@ def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
     told.clear()
     ran = [b.register_forward_hook(lambda *_: after_stop.append(told[-1] == (2, blocks))) for b in model_blocks]
     try:
-        out = handlers.causal_opened(loaded.choice, a, None, page, stop_after_two)
+        out = handlers.tabs.causal.opened(loaded.choice, a, None, page, stop_after_two)
     finally:
         for handle in ran:
             handle.remove()
@@ -312,5 +326,66 @@ def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
     assert out[p.cz_cost].startswith("**Stopped** after 2 of") and a.causal is None
     assert after_stop and not any(after_stop)  # blocks ran before the Stop, none after it
     other = SimpleNamespace(session_hash="page-2")  # another page's Stop does not stop this one
-    handlers.causal_stop(other)
-    assert handlers.causal_opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
+    handlers.tabs.causal.stops.press(other)
+    assert handlers.tabs.causal.opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
+
+
+def test_a_stop_pressed_while_the_tab_waits_in_the_model_queue_stops_it_when_it_starts(handlers):
+    """The model queue held by another event (its one torch thread busy), the tab asked for (armed at once, off
+    the queue, as opening it does), Stop pressed while the computation waits, the queue released: it stops before
+    its first block. The page's next request computes."""
+    import threading
+    import time
+
+    from app import session, torch_thread
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    page = SimpleNamespace(session_hash="waiting")
+    held, release = threading.Event(), threading.Event()
+
+    def other_event() -> None:  # another page's work on the model
+        held.set()
+        assert release.wait(60)
+
+    holder = threading.Thread(target=torch_thread.call, args=(other_event,))
+    holder.start()
+    assert held.wait(60)
+    causal.stops.arm(page)  # the tab opened
+    answer = {}
+    opened = torch_thread.handler(causal.opened)
+    waiting = threading.Thread(
+        target=lambda: answer.update(out=opened(loaded.choice, a, None, page, lambda *_, **__: None))
+    )
+    waiting.start()
+    time.sleep(0.2)  # the computation waits for the model
+    assert "out" not in answer
+    causal.stops.press(page)
+    release.set()
+    waiting.join(120)
+    holder.join(60)
+    blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to compute it."
+    assert answer["out"] == {p.cz_cost: said} and a.causal is None
+    causal.stops.arm(page)  # opened again
+    assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state] is not None
+
+
+def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bounded(handlers):
+    from app.tabs.causal import MAX_PAGES, PageStops
+    from app.ui import compose, wire
+
+    stops = PageStops()
+    page = SimpleNamespace(session_hash="closing")
+    stops.press(page)
+    assert len(stops) == 1 and stops.pressed(page).is_set()
+    stops.drop(page)
+    assert len(stops) == 0
+    for k in range(MAX_PAGES + 5):
+        stops.arm(SimpleNamespace(session_hash=f"page-{k}"))
+    assert len(stops) == MAX_PAGES
+    # the wired page drops a page's Stop when the page closes (Gradio's unload)
+    demo, page_parts, tabs = compose(handlers.cache.get(handlers.default), handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page_parts, tabs, cache=handlers.cache, default=handlers.default)
+    unloads = [fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets)]
+    assert [fn.fn for fn in unloads] == [tabs.causal.stops.drop]

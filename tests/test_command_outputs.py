@@ -92,7 +92,7 @@ def test_the_explanation_methods_see_a_bounded_chunk_whatever_the_batch(pico, mo
     from cait.evaluate.core import METHOD_CHUNK, evaluate
 
     model = cait.load_model(checkpoint=pico["checkpoint"]).model.eval()
-    data = read_images(str(pico["scenes"]), model.cfg, boxes=pico["scenes"] / "boxes.json", limit=48)
+    data = read_images(str(pico["scenes"]), model.cfg, boxes=pico["scenes"] / "boxes.json", limit=48, sample="first")
     seen, real = [], explain.saliency_maps
 
     def recording(model, x, *args, **kwargs):

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from cait.data import DataError, FashionMNISTScenes, build_dataset, load_fashion_mnist
+from cait.data.products import ProductPhotos
 
 
 def test_fashion_mnist_is_the_real_dataset():
@@ -68,13 +69,15 @@ def test_scene_boxes_hold_the_garment_and_vary():
 def test_shipped_examples_match_the_dataset():
     root = Path(__import__("cait").__file__).parent / "examples"
     meta = json.loads((root / "examples.json").read_text())
-    scenes = FashionMNISTScenes("val")
-    assert len(meta["examples"]) >= 12
-    for entry in meta["examples"]:
+    sources = {"scenes": FashionMNISTScenes("val"), "products": ProductPhotos(100)}
+    by_source = [entry.get("source", "scenes") for entry in meta["examples"]]
+    assert by_source.count("scenes") >= 12 and by_source.count("products") == 2
+    for entry, source in zip(meta["examples"], by_source):
+        images, i = sources[source], entry["test_index"]
         shipped = np.asarray(Image.open(root / entry["file"]).convert("RGB"))
-        assert np.array_equal(shipped, scenes.render(entry["test_index"]))
-        assert entry["label"] == int(scenes.labels[entry["test_index"]])
-        assert np.allclose(entry["box_xyxy"], scenes.boxes[entry["test_index"]], atol=0.01)
+        assert np.array_equal(shipped, images.render(i)), entry["file"]
+        assert entry["label"] == int(images.labels[i])
+        assert np.allclose(entry["box_xyxy"], images.boxes[i], atol=0.01)
 
 
 def test_image_folder_and_clear_errors(tmp_path):

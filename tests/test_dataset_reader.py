@@ -5,6 +5,7 @@ unreadable files, and the one-line errors."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from torch.utils.data import DataLoader
 from cait.config import get_config
 from cait.data import DataError, DataWarning, FashionMNISTScenes, read_images
 from cait.data.export import main as export_main
+from cait.data.image_file import eight_bit
+from cait.data.reader import limit_subset
 from cait.preprocess import model_view
 
 N = 40
@@ -196,3 +199,70 @@ def test_bad_input_gets_one_clear_line(tmp_path):
         read_images(str(tmp_path / "nowhere"), PICO)
     with pytest.raises(DataError, match="directory of images"):
         read_images("fashion-mnist-scenes", PICO, boxes=tmp_path / "bad.json")
+
+
+def _coco(path, images, annotations):
+    path.write_text(json.dumps({"images": images, "annotations": annotations}))
+    return path
+
+
+def test_boxes_out_of_view_or_bad_are_left_out_and_counted(tmp_path):
+    """A 64x16 image seen as its central 32x32 of a 128x32 resize: a box in the cut-off left quarter is not
+    scored (NaN, counted), a box half in view keeps its visible part; bad boxes and boxes of files the folder
+    does not hold are counted by reason and warned in one line."""
+    for name in ("a", "b", "c", "d", "e"):
+        _save(tmp_path / f"{name}.png", Image.new("RGB", (64, 16)))
+    entries = [{"id": k, "file_name": f"{n}.png"} for k, n in enumerate(["a", "b", "c", "d", "e", "gone"])]
+    boxes = [[0, 0, 8, 16], [20, 0, 8, 8], [20, 2, -4, 8], [70, 0, 5, 5], [40, 0, 10, 10], [0, 0, 5, 5]]
+    anns = [{"image_id": k, "bbox": b} for k, b in enumerate(boxes)]
+    with pytest.warns(DataWarning, match="1 image.* in the model.s view.*5 box.*left out") as caught:
+        images = read_images(str(tmp_path), PICO, boxes=_coco(tmp_path / "boxes.json", entries, anns))
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    # x: * 2 - 48 (resize 64 -> 128, crop from 48); y: * 2
+    assert images.boxes[0].isnan().all()  # [0, 16] -> [-48, -16]: cut off
+    torch.testing.assert_close(images.boxes[1], torch.tensor([0.0, 0.0, 8.0, 16.0]))  # x [-8, 8] -> [0, 8]
+    assert images.boxes[2:].isnan().all()  # c: negative width; d: right of the image; e: right of the view
+    assert images.box_count.boxed == 1
+    assert images.box_count.left_out == {"out_of_view": 2, "bad_size": 1, "outside_image": 1, "not_in_folder": 1}
+
+
+def test_a_sixteen_bit_png_is_scaled_to_eight_bits(tmp_path):
+    values = np.linspace(1028, 49858, 32 * 32).reshape(32, 32).astype(np.uint16)
+    Image.fromarray(values).save(tmp_path / "deep.png")
+    assert Image.open(tmp_path / "deep.png").mode == "I;16"
+    x, _, _, _, ok = read_images(str(tmp_path), PICO, normalise=False)[0]
+    assert ok
+    expected = torch.from_numpy((values >> 8).astype(np.float32) / 255)
+    torch.testing.assert_close(x[0], expected)  # not 255 everywhere, as PIL's convert("RGB") makes it
+    assert (x[0] == x[1]).all() and (x[1] == x[2]).all()
+    eight = Image.fromarray(np.arange(256, dtype=np.int32).reshape(16, 16))  # mode I holding 8-bit values: kept
+    assert eight.mode == "I" and np.array_equal(np.asarray(eight_bit(eight)), np.arange(256).reshape(16, 16))
+
+
+def test_an_unreadable_boxed_image_without_a_size_is_skipped_with_its_reason(tmp_path):
+    _save(tmp_path / "good.png", Image.new("RGB", (32, 32)))
+    (tmp_path / "broken.png").write_text("not an image")
+    entries = [{"id": 1, "file_name": "good.png"}, {"id": 2, "file_name": "broken.png"}]  # no width, height
+    anns = [{"image_id": 1, "bbox": [4, 4, 10, 10]}, {"image_id": 2, "bbox": [4, 4, 10, 10]}]
+    with pytest.warns(DataWarning, match="1 of an image that cannot be read"):
+        images = read_images(str(tmp_path), PICO, boxes=_coco(tmp_path / "boxes.json", entries, anns))
+    assert images.paths == ["broken.png", "good.png"] and images.boxes[0].isnan().all()
+    assert not images[0][4] and images.skip_reason(0) == "not an image PIL can read"
+    assert images.skip_reason(1) is None
+
+
+def test_limit_takes_a_seeded_stratified_subset(tmp_path):
+    """40 Bag and 24 Coat images, --limit 16: 10 and 6, spread over each folder, the same every time; "first"
+    keeps the folder order (the first 16 are all Bag)."""
+    for cls, n in (("Bag", 40), ("Coat", 24)):
+        for k in range(n):
+            _save(tmp_path / cls / f"{k:02d}.png")
+    subset = read_images(str(tmp_path), PICO, limit=16)
+    assert Counter(p.split("/")[0] for p in subset.paths) == {"Bag": 10, "Coat": 6}
+    assert subset.paths == sorted(subset.paths) and subset.paths != [f"Bag/{k:02d}.png" for k in range(10)]
+    assert read_images(str(tmp_path), PICO, limit=16).paths == subset.paths
+    assert subset.labels.tolist() == [8] * 10 + [4] * 6  # labels follow their images
+    first = read_images(str(tmp_path), PICO, limit=16, sample="first")
+    assert first.paths == [f"Bag/{k:02d}.png" for k in range(16)]
+    groups = ["a"] * 5 + ["b"] * 3 + ["c"] * 2  # shares 2.5, 1.5, 1: the one left over goes to a (tie: first)
+    assert Counter(groups[i] for i in limit_subset(groups, 5)) == {"a": 3, "b": 1, "c": 1}

@@ -19,16 +19,18 @@ from PIL import Image
 
 import cait
 from app import dataset_view as dv
-from app.dataset_handlers import AtlasPlaces, DatasetHandlers
-from app.layout import CLASS_ATTENTION_TAB, GalleryProps
-from app.models import ModelCache, ModelChoice, load_model
+from app.loading import load_model
+from app.models import ModelCache, ModelChoice
+from app.shared import CLASS_ATTENTION_TAB
+from app.tabs.class_attention import GalleryProps
+from app.tabs.dataset import AtlasPlaces, DatasetTab
 from cait.atlas.__main__ import main as atlas_main
 from cait.data import build_dataset, read_images
 from cait.data.export import export_scenes
 
 CPU = torch.device("cpu")
 SHOWN = tuple(GalleryProps(False, None, f"CA layer {i + 1}") for i in range(4))  # the galleries before an image
-LOOK = ("inferno", 0.5, "per tile", "smooth", 1.0, 1)  # cmap, alpha, scale, view, keep, talking-heads layer
+LOOK = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_layer=1)
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -40,8 +42,7 @@ def rows(path: Path) -> list[dict[str, str]]:
 def world(tmp_path_factory):
     """A random cait_pico_32 checkpoint, 40 exported scenes with their boxes, its atlas (by the command line),
     and the tab's handlers on a page whose model is that checkpoint."""
-    from app import layout
-    from app.handlers import Handlers, layerscale_figure
+    from app_tabs import page_under_test
 
     root = tmp_path_factory.mktemp("dataset_tab")
     weights = root / "pico.safetensors"
@@ -52,17 +53,22 @@ def world(tmp_path_factory):
     flags += ["--exemplars", "3", "--workers", "0", "--device", "cpu"]
     atlases = root / "atlases"
     assert atlas_main([*flags, "--out", str(atlases / "pico")]) == 0
-    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
+    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
     choice = ModelChoice(None, str(weights))
-    first = cache.get(choice)
-    _, page = layout.build_page(first, layerscale_figure(first))
-    places = AtlasPlaces.of(str(atlases / "pico"), None)
-    dh = DatasetHandlers(page, Handlers(page, cache, choice), places)
-    return SimpleNamespace(root=root, weights=weights, scenes=scenes, atlas=atlases / "pico", dh=dh, choice=choice)
+    app = page_under_test(cache, choice, AtlasPlaces.of(str(atlases / "pico"), None))
+    return SimpleNamespace(
+        root=root, weights=weights, scenes=scenes, atlas=atlases / "pico", dh=app.tabs.dataset, choice=choice, app=app
+    )
+
+
+def click_exemplar(world, atlas, k, index, choice=None) -> dict:
+    """A click on exemplar `index` of head k, the page's other inputs by name as the page passes them."""
+    asked = dict(choice=choice or world.choice, ca_props=SHOWN, atlas=atlas, head=k, **LOOK)
+    return world.dh.open_exemplar(SimpleNamespace(index=index), **asked)
 
 
 def test_the_tab_shows_the_atlas_files_numbers(world):
-    dh, t = world.dh, world.dh.tab
+    dh, t = world.dh, world.dh.parts
     summary = json.loads((world.atlas / "summary.json").read_text())
     heads = rows(world.atlas / "heads.csv")
     out = dh.start(world.choice)  # a new page opens --atlas
@@ -79,8 +85,8 @@ def test_the_tab_shows_the_atlas_files_numbers(world):
         near = lambda *v: pytest.approx(list(v), abs=5e-5)
         assert table["map entropy (nats)"] == near(entry["entropy_mean"], *entry["entropy_ci95"])
         assert table["direct logit attribution"] == near(entry["dla_mean"], *entry["dla_ci95"])
-        assert table["pointing game (hit rate)"] == near(entry["pointing"], *entry["pointing_ci95"])
-        assert table["attention mass in the box"] == near(entry["mass_in_box"], *entry["mass_in_box_ci95"])
+        assert table["pointing game (hit rate)"] == near(entry["pointing_mean"], *entry["pointing_ci95"])
+        assert table["attention mass in the box"] == near(entry["mass_in_box_mean"], *entry["mass_in_box_ci95"])
         per_class = dict(shown[t.per_class])
         expected = {c[len("dla_mean_") :]: float(v) for c, v in heads[k].items() if c.startswith("dla_mean_") and v}
         assert per_class == pytest.approx(expected, abs=5e-5) and len(expected) >= 2
@@ -97,7 +103,7 @@ def test_the_tab_shows_the_atlas_files_numbers(world):
 
 def test_exemplar_tiles_are_the_atlas_images(world):
     """Each tile's pixels are the image the reader reads for the exemplar's path."""
-    dh, t = world.dh, world.dh.tab
+    dh, t = world.dh, world.dh.parts
     atlas = dv.read_atlas(world.atlas)
     data = read_images(str(world.scenes), cait.get_config("cait_pico_32"), normalise=False)
     tiles = dh.show_head(atlas, 3, world.choice)[t.exemplars]["value"]
@@ -108,11 +114,11 @@ def test_exemplar_tiles_are_the_atlas_images(world):
 
 
 def test_a_click_on_an_exemplar_opens_it_with_the_head_enlarged(world):
-    dh, p = world.dh, world.dh.page
+    p = world.app.p
     atlas = dv.read_atlas(world.atlas)
     k, index = 3, 4  # CA2 head 2, its second "writes most" exemplar
     exemplar = atlas.exemplars(k)[index]
-    out = dh.open_exemplar(world.choice, SHOWN, *LOOK, atlas, k, SimpleNamespace(index=index))
+    out = click_exemplar(world, atlas, k, index)
     with Image.open(out[p.image_in]) as opened, Image.open(world.scenes / exemplar.path) as original:
         assert opened.tobytes() == original.convert("RGB").tobytes()
     assert out[p.selected] == (1, 2) and out[p.ca_big].label.startswith("CA2 head 2")
@@ -121,34 +127,49 @@ def test_a_click_on_an_exemplar_opens_it_with_the_head_enlarged(world):
     # the single-image analysis predicts what the atlas recorded for this image, with its probability
     row = next(r for r in rows(world.atlas / "images.csv") if r["path"] == exemplar.path)
     a = out[p.analysis]
-    assert a.top_class == int(row["prediction"]) and a.probs.max() == pytest.approx(float(row["probability"]), abs=1e-4)
+    names = world.app.cache.get(world.choice).cfg.labels  # images.csv names the classes
+    assert names[a.top_class] == row["prediction"]
+    assert a.probs.max() == pytest.approx(float(row["probability"]), abs=1e-4)
 
 
 def test_the_mechanisms_tab_opened_after_an_exemplar_follows_its_top_class(world):
     """An exemplar opened while the Mechanisms tab is closed empties the tab's class menu with the image's other
     results, so that the tab, opened next, shows the exemplar's top class, not the class chosen before."""
-    dh, p = world.dh, world.dh.page
-    out = dh.open_exemplar(world.choice, SHOWN, *LOOK, dv.read_atlas(world.atlas), 3, SimpleNamespace(index=0))
+    p = world.app.p
+    out = click_exemplar(world, dv.read_atlas(world.atlas), 3, 0)
     a = out[p.analysis]
     chosen = (a.top_class + 1) % len(a.probs)  # the class the menu held for the image before
     menu = out.get(p.mx_class, chosen)  # the page keeps what an event does not write
-    opened = dh.handlers.mechanisms_opened(world.choice, a, menu)
+    opened = world.app.tabs.mechanisms.opened(world.choice, a, menu)
     assert opened[p.mx_class].value == a.top_class
-    label = dh.handlers.cache.get(world.choice).labels[a.top_class]
+    label = world.app.cache.get(world.choice).labels[a.top_class]
     assert opened[p.mx_lens].data[1].name == f"probability of '{label}'"  # the lens drawn is of that class
 
 
 def test_an_atlas_of_another_model_says_so_and_selects_no_head(world):
-    dh, p, t = world.dh, world.dh.page, world.dh.tab
+    dh, p, t = world.dh, world.app.p, world.dh.parts
     other = ModelChoice("cait_pico_32", random_init=True)
     out = dh.open(str(world.atlas), other)
     assert "another model" in out[t.msg]
-    clicked = dh.open_exemplar(other, SHOWN, *LOOK, out[t.atlas], 0, SimpleNamespace(index=0))
+    clicked = click_exemplar(world, out[t.atlas], 0, 0, other)
     assert clicked[p.selected] is None and "another model" in clicked[t.msg]
 
 
+def test_an_atlas_matches_the_page_by_its_weights_not_by_how_the_server_was_started(world):
+    """Issue 49 N37: a page whose choice differs from the atlas's arguments only in --random-init (which does not
+    change weights read from a file) has the atlas's model: no "another model" note, and an exemplar's head is
+    enlarged."""
+    from dataclasses import replace
+
+    started_random = replace(world.choice, random_init=True)
+    out = world.dh.open(str(world.atlas), started_random)
+    assert out[world.dh.parts.msg] == ""
+    clicked = click_exemplar(world, out[world.dh.parts.atlas], 3, 0, started_random)
+    assert clicked[world.app.p.selected] == (1, 2)  # CA2 head 2 enlarged
+
+
 def test_bad_folders_and_missing_images_are_one_calm_message(world, tmp_path):
-    dh, t = world.dh, world.dh.tab
+    dh, t = world.dh, world.dh.parts
     (tmp_path / "empty").mkdir()
     broken = tmp_path / "broken"
     shutil.copytree(world.atlas, broken)
@@ -172,7 +193,7 @@ def test_bad_folders_and_missing_images_are_one_calm_message(world, tmp_path):
     (data / first.path).write_bytes(b"")  # an exemplar's file emptied after the atlas was made
     shown = dh.show_head(atlas, 0, world.choice)
     assert len(shown[t.exemplars]["value"]) == 5 and first.path in shown[t.msg] and "unreadable" in shown[t.msg]
-    clicked = dh.open_exemplar(world.choice, SHOWN, *LOOK, atlas, 0, SimpleNamespace(index=0))
+    clicked = click_exemplar(world, atlas, 0, 0)
     assert list(clicked) == [t.msg] and clicked[t.msg].startswith("**Cannot open this exemplar:**")
 
 
@@ -180,15 +201,16 @@ def test_the_tab_offers_the_atlases_of_a_folder(world, tmp_path):
     shutil.copytree(world.atlas, tmp_path / "a")
     (tmp_path / "not_an_atlas").mkdir()
     assert dv.find_atlases(tmp_path) == [tmp_path / "a"]
-    dh = DatasetHandlers(world.dh.page, world.dh.handlers, AtlasPlaces.of(None, str(tmp_path)))
+    t = world.dh
+    dh = DatasetTab(t.parts, t.shared, t.cache, AtlasPlaces.of(None, str(tmp_path)), analyse=t.analyse)
     out = dh.start(world.choice)
-    assert (("a", str(tmp_path / "a"))) in out[dh.tab.pick].choices
+    assert (("a", str(tmp_path / "a"))) in out[dh.parts.pick].choices
 
 
 def test_an_atlas_built_in_the_tab_equals_the_command_lines(world, tmp_path):
-    dh, t = world.dh, world.dh.tab
-    assert "Choose 1 to 2,000 scenes" in dh.build(world.choice, 2001)[t.msg]
-    out = dh.build(world.choice, 24)
+    dh, t = world.dh, world.dh.parts
+    assert "Choose 1 to 2,000 scenes" in dh.build_atlas(world.choice, 2001)[t.msg]
+    out = dh.build_atlas(world.choice, 24)
     built = out[t.atlas].folder
     flags = ["--checkpoint", str(world.weights), "--data", "fashion-mnist-scenes", "--limit", "24"]
     assert atlas_main([*flags, "--workers", "0", "--device", "cpu", "--out", str(tmp_path / "cli")]) == 0
@@ -196,10 +218,30 @@ def test_an_atlas_built_in_the_tab_equals_the_command_lines(world, tmp_path):
     assert mine == theirs and mine["images"] == 24
     # an exemplar of the built-in scenes is rendered through the reader: the scene itself
     exemplar = out[t.atlas].exemplars(0)[0]
-    clicked = dh.open_exemplar(world.choice, SHOWN, *LOOK, out[t.atlas], 0, SimpleNamespace(index=0))
+    clicked = click_exemplar(world, out[t.atlas], 0, 0)
     scene = build_dataset("fashion-mnist-scenes", "val", subset=24, cache=True)[int(exemplar.path.rsplit("/")[-1])][0]
-    with Image.open(clicked[dh.page.image_in]) as opened:
+    with Image.open(clicked[world.app.p.image_in]) as opened:
         assert opened.tobytes() == scene.convert("RGB").tobytes()
+
+
+def test_an_atlas_built_in_the_tab_takes_the_caches_model_within_a_ceiling_of_one_copy(world, monkeypatch):
+    """The app's model memory holds one copy of the page's model: building an atlas takes that model from the
+    cache (nothing loaded from disk a second time: no `cait.load_model` call), and the ceiling holds."""
+    from app_tabs import page_under_test
+
+    from cait import factory
+
+    loads = []
+    counted = lambda choice, **options: loads.append(choice) or load_model(choice, **options)  # noqa: E731
+    one_copy = world.app.cache.get(world.choice).nbytes
+    cache = ModelCache(counted, max_bytes=one_copy, device=CPU)
+    app = page_under_test(cache, world.choice)
+    from_disk, real = [], factory.load_model
+    monkeypatch.setattr(factory, "load_model", lambda *a, **k: from_disk.append(a) or real(*a, **k))
+    out = app.tabs.dataset.build_atlas(world.choice, 8)
+    assert out[app.p.msg] == "" and out[app.p.atlas].summary["images"] == 8
+    assert loads == [world.choice] and from_disk == []
+    assert cache.cached == [world.choice] and cache.nbytes == one_copy <= cache.max_bytes
 
 
 def test_the_command_line_names_the_atlas_and_its_folder():

@@ -241,8 +241,8 @@ def _counting(monkeypatch, function) -> list[str]:
 def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monkeypatch, name, random_init):
     import argparse
 
+    from app.loading import load_model as app_load
     from app.models import ModelChoice
-    from app.models import load_model as app_load
     from cait.flags import load_from_flags
 
     configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.variant_status)
@@ -263,8 +263,8 @@ def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monke
 def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_analysis_scripts(capsys, tmp_path):
     from layerscale_stats import main as analysis_main
 
+    from app.loading import load_model as app_load
     from app.models import ModelChoice
-    from app.models import load_model as app_load
     from cait.evaluate.__main__ import main as evaluate_main
 
     # the suite runs offline with an empty cache (conftest.py): timm's weights of NAME are not here

@@ -14,10 +14,12 @@ import torch
 from conftest import randomise_
 
 import cait
-from app import causal_view, layout, session
-from app.handlers import Handlers, layerscale_figure
+from app import causal_view, session
+from app.api import Analyze
+from app.loading import load_model
 from app.mechanisms_view import SOURCES
-from app.models import ModelCache, ModelChoice, load_model
+from app.models import ModelCache, ModelChoice
+from app.shared import CLASS_ATTENTION_TAB, MECHANISMS_TAB
 from cait import explain
 from cait.corruptions import corrupt
 from cait.data import read_examples
@@ -30,10 +32,11 @@ CPU = torch.device("cpu")
 def setup(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "pico.safetensors"
     cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=1), path)
-    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=2**30)
+    from app_tabs import page_under_test
+
+    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
     first = cache.get(ModelChoice(name=None, checkpoint=str(path)))
-    _, page = layout.build_page(first, layerscale_figure(first))
-    handlers = Handlers(page, cache, first.choice)
+    handlers = page_under_test(cache, first.choice)
     examples = [str(e.path) for e in read_examples()[:3]]
     return handlers, first, session.analyse(first, examples[0]), examples
 
@@ -41,14 +44,14 @@ def setup(tmp_path_factory):
 def patch(handlers, a, **named) -> dict:
     ask = dict(choice=a.choice, analysis=a, mx_class=None, mx_source=SOURCES[0], mx_corruption="gaussian_noise")
     ask |= dict(mx_severity=3, mx_example=None, mx_upload=None)
-    return handlers.mechanisms_patch(**(ask | named))
+    return handlers.tabs.mechanisms.patch(**(ask | named))
 
 
 def test_the_lens_drawn_is_explains(setup):
     handlers, loaded, a, _ = setup
-    p, model = handlers.page, loaded.model
+    p, model = handlers.p, loaded.model
     target = int(np.argsort(a.probs)[-2])  # another class than the top one
-    out = handlers.mechanisms_opened(a.choice, a, target)
+    out = handlers.tabs.mechanisms.opened(a.choice, a, target)
     probs = explain.logit_lens(model, a.x).softmax(-1)[0]  # [D + 1, K]
     line, bars = out[p.mx_lens].data[1], out[p.mx_lens].data[0]
     assert list(line.y) == pytest.approx(probs[:, target].tolist(), abs=1e-6)
@@ -59,13 +62,13 @@ def test_the_lens_drawn_is_explains(setup):
     assert out[p.mx_lens].layout.title.text.endswith("(top-1 from there on)") == (forms is not None)
     assert out[p.mx_class].value == target and "forward passes" in out[p.mx_cost]
     # a new image's follow-up: the lens at once while the tab is open, nothing while another is
-    assert handlers.open_tab_follow_up(a.choice, a, layout.MECHANISMS_TAB)[p.mx_class].value == a.top_class
-    assert isinstance(handlers.open_tab_follow_up(a.choice, a, layout.CLASS_ATTENTION_TAB), type(gr.skip()))
+    assert handlers.tabs.image.follow_up(a.choice, a, MECHANISMS_TAB)[p.mx_class].value == a.top_class
+    assert isinstance(handlers.tabs.image.follow_up(a.choice, a, CLASS_ATTENTION_TAB), type(gr.skip()))
 
 
 def test_patching_a_corruption_and_an_example_is_explains(setup):
     handlers, loaded, a, examples = setup
-    p, model = handlers.page, loaded.model
+    p, model = handlers.p, loaded.model
     out = patch(handlers, a, mx_corruption="contrast", mx_severity=4)
     broken = corrupt(view_pixels(a.view)[None], "contrast", 4, generator=torch.Generator().manual_seed(0))
     target = torch.tensor([a.top_class])
@@ -88,7 +91,7 @@ def test_patching_a_corruption_and_an_example_is_explains(setup):
 
 def test_patching_without_a_second_image_or_with_a_bad_file_is_one_message(setup, tmp_path):
     handlers, _, a, _ = setup
-    p = handlers.page
+    p = handlers.p
     assert list(patch(handlers, a, mx_source=SOURCES[2])) == [p.mx_msg]
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
@@ -102,7 +105,8 @@ def test_ablating_ticked_heads_equals_a_model_with_them_zeroed(setup):
     handlers, loaded, a, _ = setup
     model, cfg = loaded.model, loaded.model.cfg
     ticked = [0, cfg.num_heads + 1]  # CA1 head 1 and CA2 head 2
-    html = handlers.mechanisms_ablate(a.choice, a, None, ticked, causal_view.ABLATIONS[0])[handlers.page.mx_ablation]
+    asked = dict(choice=a.choice, analysis=a, mx_class=None, mx_mode=causal_view.ABLATIONS[0])
+    html = handlers.tabs.mechanisms.ablate(mx_heads=ticked, **asked)[handlers.p.mx_ablation]
     assert "CA1 head 1, CA2 head 2" in html
     twin = cait.load_model("cait_pico_32", weights=False).model
     twin.load_state_dict(model.state_dict())
@@ -126,18 +130,16 @@ def test_ablating_ticked_heads_equals_a_model_with_them_zeroed(setup):
     top = after.softmax(-1).topk(5)
     for v, i in zip(top.values, top.indices):
         assert f"<td>{loaded.labels[int(i)]}</td><td>{float(v):.3f}</td></tr>" in html
-    assert (
-        "Tick at least one head" in handlers.mechanisms_ablate(a.choice, a, None, [], "zero")[handlers.page.mx_ablation]
-    )
+    assert "Tick at least one head" in handlers.tabs.mechanisms.ablate(mx_heads=[], **asked)[handlers.p.mx_ablation]
 
 
 def test_analyze_opts_into_the_lens_and_patching_by_keyword(setup):
     handlers, loaded, a, examples = setup
-    handlers.default = loaded.choice
+    analyze = Analyze(handlers.cache, loaded.choice).analyze
     model = loaded.model
-    positional = handlers.analyze({"path": examples[0]}, "", -1, 32, True)  # the README's call still works
+    positional = analyze({"path": examples[0]}, "", -1, 32, True)  # the README's call still works
     assert "causal" in positional and "logit_lens" not in positional and "patching" not in positional
-    out = handlers.analyze({"path": examples[0]}, logit_lens=True, patching="gaussian_noise:2")
+    out = analyze({"path": examples[0]}, logit_lens=True, patching="gaussian_noise:2")
     lens = explain.logit_lens(model, a.x).softmax(-1)[0]
     assert out["logit_lens"]["probability"] == pytest.approx(lens[:, a.top_class].tolist(), abs=1e-6)
     assert "layout" in out["logit_lens"] and "layout" in out["patching"]
@@ -148,44 +150,74 @@ def test_analyze_opts_into_the_lens_and_patching_by_keyword(setup):
     assert (out["patching"]["corruption"], out["patching"]["severity"]) == ("gaussian_noise", 2)
     for bad in ("gaussian_noise", "fog:3", "gaussian_noise:9"):
         with pytest.raises(gr.Error):
-            handlers.analyze({"path": examples[0]}, patching=bad)
+            analyze({"path": examples[0]}, patching=bad)
 
 
 def test_the_download_holds_the_tabs_lens_and_patching_as_analyze_gives_them(setup):
     handlers, loaded, _, examples = setup
-    p, a = handlers.page, session.analyse(loaded, examples[0])  # nothing computed on it yet
+    p, a = handlers.p, session.analyse(loaded, examples[0])  # nothing computed on it yet
     read = lambda out: json.loads(Path(out[p.json_file]).read_text())  # noqa: E731
-    missing = json.loads(Path(handlers._numbers_file(loaded, a)).read_text())["not_computed"]
+    analyze = Analyze(handlers.cache, loaded.choice).analyze
+    missing = json.loads(Path(session.numbers_file(loaded, a)).read_text())["not_computed"]
     assert "Mechanisms tab" in missing["logit_lens"] and "Mechanisms tab" in missing["patching"]
     target = int(np.argsort(a.probs)[-2])  # another class than the top one
-    lensed = read(handlers.mechanisms_opened(a.choice, a, target))
-    asked = handlers.analyze({"path": examples[0]}, target=target, logit_lens=True, patching="contrast:4")
+    lensed = read(handlers.tabs.mechanisms.opened(a.choice, a, target))
+    asked = analyze({"path": examples[0]}, target=target, logit_lens=True, patching="contrast:4")
     assert lensed["logit_lens"] == asked["logit_lens"] and "logit_lens" not in lensed["not_computed"]
     assert "patching" not in lensed and "patching" in lensed["not_computed"]
     patched = read(patch(handlers, a, mx_class=target, mx_corruption="contrast", mx_severity=4))
     assert patched["patching"] == asked["patching"] and list(patched["not_computed"]) == ["causal", "saliency"]
     assert patched["logit_lens"] == asked["logit_lens"]  # the lens stays when patching rewrites the file
     # another class's lens replaces it; an example as the corrupted run is named by its file
-    assert read(handlers.mechanisms_class(a.choice, a, a.top_class))["logit_lens"]["target"] == a.top_class
+    assert read(handlers.tabs.mechanisms.choose_class(a.choice, a, a.top_class))["logit_lens"]["target"] == a.top_class
     other = read(patch(handlers, a, mx_source=SOURCES[1], mx_example=examples[1]))["patching"]
     assert other["second_image"] == Path(examples[1]).name and "corruption" not in other
 
 
 def test_gradient_rollout_is_in_the_saliency_tab_and_scored(setup):
     handlers, _, a, _ = setup
-    assert ("gradient_rollout", "gradient_rollout") in handlers.page.sal_methods.choices
+    assert ("gradient_rollout", "gradient_rollout") in handlers.p.sal_methods.choices
     named = dict(choice=a.choice, analysis=a, sal_methods=["gradient_rollout"], sal_class=2, cmap="inferno", alpha=0.5)
-    steps = list(handlers.saliency(view="smooth", **named))
-    table = steps[-2][handlers.page.sal_table]
+    steps = list(handlers.tabs.saliency.run(view="smooth", **named))
+    table = steps[-2][handlers.p.sal_table]
     assert table[0][0] == "gradient_rollout" and table[0][1] is not None and table[0][2] is not None
 
 
-def test_the_patch_button_passes_its_inputs_by_name(setup):
-    from gradio.utils import check_function_inputs_match
+def test_errors_come_in_two_kinds_a_users_calm_line_and_an_internal_one_with_the_traceback_logged(
+    setup, monkeypatch, caplog
+):
+    """As the wired page calls its handlers: a user's mistake (a `cait.InputError`) is its own calm line; a bug (a
+    RuntimeError injected into the numbers) is one line saying an internal error happened, with the traceback in
+    the server's log, never a calm wrong message."""
+    import logging
 
-    from app.mechanisms_events import PatchAsk
+    from app import mechanisms_view
+    from app.shared import INTERNAL_ERROR
+    from app.tabs.dataset import AtlasPlaces
+    from app.ui import compose, wire
 
-    handlers = setup[0]
-    named = handlers.page.named(PatchAsk)
-    assert list(named) == list(PatchAsk.__dataclass_fields__)
-    assert check_function_inputs_match(handlers.mechanisms_patch, [], False, inputs_kwargs=named) is None
+    handlers, loaded, a, _ = setup
+    demo, page, tabs = compose(loaded, handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=loaded.choice)
+    patch_fn = next(fn.fn for fn in demo.fns.values() if fn.name == "patch")
+    asked = dict(choice=a.choice, analysis=a, mx_class=None, mx_source=SOURCES[0], mx_corruption="gaussian_noise")
+    asked |= dict(mx_severity=3, mx_example=None, mx_upload=None)
+    msg = page.mechanisms.mx_msg
+    calm = patch_fn(**(asked | dict(mx_source=SOURCES[2])))  # no second image chosen: the user's to mend
+    assert calm == {msg: "**Cannot patch:** choose a file for the corrupted run"}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch in a bug")
+
+    monkeypatch.setattr(mechanisms_view, "patching_numbers", broken)
+    caplog.set_level(logging.INFO, logger="cait.app")
+    said = patch_fn(**asked)
+    assert said == {msg: INTERNAL_ERROR} and "\n" not in said[msg] and "shape mismatch" not in said[msg]
+    (logged,) = [r for r in caplog.records if r.exc_info]
+    assert logged.levelno == logging.ERROR and isinstance(logged.exc_info[1], RuntimeError)
+    # a handler without a message line of its own answers with Gradio's error toast, in the same two kinds
+    region = next(fn.fn for fn in demo.fns.values() if fn.name == "region")
+    monkeypatch.setattr(session, "regions_of_focus", broken)
+    with pytest.raises(gr.Error, match="Internal error") as raised:
+        region(a, "CA1 mean", 0.5)
+    assert "shape mismatch" not in str(raised.value)

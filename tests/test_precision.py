@@ -8,7 +8,8 @@ import torch
 
 import cait
 from app import session
-from app.models import ModelChoice, load_model
+from app.loading import load_model
+from app.models import ModelChoice
 from cait import explain
 from cait.data import DataError, FashionMNISTScenes
 from cait.flags import INFERENCE_PRECISIONS, PRECISIONS

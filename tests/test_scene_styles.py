@@ -93,3 +93,35 @@ def test_evaluate_runs_on_varied_scenes_and_with_more_noise(tmp_path, capsys):
     assert result["scene_style"] == "varied" and result["pixel_noise"] == 0.08 and result["images"] == 8
     assert main([*command[:-2], "--data", "fashion-mnist"]) == 2
     assert "fashion-mnist-scenes only" in capsys.readouterr().err
+
+
+def test_the_light_style_draws_a_dark_garment_on_a_light_background_inside_its_box():
+    default = FashionMNISTScenes("val", subset=30)
+    light = FashionMNISTScenes("val", subset=30, style="light")
+    np.testing.assert_array_equal(light.boxes, default.boxes)
+    for i in range(30):
+        scene, bare = light.render(i).astype(float), light.render(i, garment=False).astype(float)
+        x0, y0, x1, y1 = light.boxes[i]
+        inside = np.zeros(scene.shape[:2], bool)
+        inside[int(np.floor(y0)) : int(np.ceil(y1)), int(np.floor(x0)) : int(np.ceil(x1))] = True
+        drawn = (scene != bare).any(axis=-1)
+        assert not drawn[~inside].any(), i
+        # the garment's body (where it covers the scene most) is darker than the background it covers
+        body = (np.abs(scene - bare).sum(-1) > 60) & inside
+        assert scene[body].mean() < bare[body].mean() - 20, i
+        assert bare[~inside].mean() > default.render(i, garment=False)[~inside].astype(float).mean(), i
+
+
+def test_the_mixed_style_draws_each_scene_light_or_varied():
+    mixed = FashionMNISTScenes("val", subset=24, style="mixed")
+    looks = {
+        "light": FashionMNISTScenes("val", subset=24, style="light"),
+        "varied": FashionMNISTScenes("val", subset=24, style="varied"),
+    }
+    seen = []
+    for i in range(24):
+        scene = mixed.render(i)
+        matches = [name for name, scenes in looks.items() if np.array_equal(scene, scenes.render(i))]
+        assert len(matches) == 1, i
+        seen.append(matches[0])
+    assert 6 < seen.count("light") < 18  # about half of each

@@ -21,11 +21,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data", required=True, help="an image folder (class folders or flat), or fashion-mnist-scenes")
     p.add_argument("--boxes", default=None, help="COCO-format boxes (JSON) of the folder's images")
     p.add_argument("--out", type=Path, required=True, help="output directory (a rerun into it continues)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N images")
+    p.add_argument("--limit", type=int, default=None, help="only N images (of a folder: see --sample)")
+    p.add_argument(
+        "--sample",
+        choices=("stratified", "first"),
+        default="stratified",
+        help="which N images --limit takes from a folder: stratified (default: a seeded share of each class "
+        "folder, of a flat folder a seeded random N) or first (the first N in folder order)",
+    )
     p.add_argument("--knockouts", action="store_true", help="also the logit change when each block is knocked out")
     p.add_argument(
         "--patching",
         default=None,
+        type=_corruption,
         metavar="CORRUPTION:SEVERITY",
         help="also activation patching of the predicted class from each image into itself under this ImageNet-C "
         "corruption (cait.corruptions, e.g. gaussian_noise:3): per branch, CA class token and CA head, the share "
@@ -46,16 +54,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("limit", "batch_size", "shard_size", "stop_after", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.patching is not None:
-        from ..robustness import parse_corruption
-
-        try:
-            parse_corruption(args.patching)
-        except InputError as e:
-            p.error(f"--patching: {e}")
     if args.exemplars < 0 or args.workers < 0:
         p.error("--exemplars and --workers must not be negative")
     return args
+
+
+def _corruption(text: str) -> tuple[str, int]:
+    """--patching's value parsed once, here: (corruption, severity)."""
+    from ..robustness import parse_corruption
+
+    try:
+        return parse_corruption(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,10 @@
 """The atlas's numbers for one batch of images, every one from its owner in `cait.explain`: the prediction,
 and per class-attention head its map's entropy, its direct logit attribution to the predicted class, its
-pointing hit and mass in the box; the SA heads' mean attention distances; with knockouts the logit change
-per block; with a corruption the activation patching of the predicted class from each image into its corrupted
-twin, per component and per patch of the tokens the class stage reads. Maps, attributions and distances come
-from one forward pass (`explain.causal.predicted_attribution`), whose SA states the knockouts re-use."""
+pointing hit and mass in the box (and the box's share of the image, their chance level); the SA heads' mean
+attention distances; with knockouts the logit change per block; with a corruption the activation patching of
+the predicted class from each image into its corrupted twin, per component and per patch of the tokens the
+class stage reads. Maps, attributions and distances come from one forward pass
+(`explain.causal.predicted_attribution`), whose SA states the knockouts re-use."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from torch import nn
 
 from .. import explain
 from ..corruptions import corrupt
+from ..explain.metrics import box_share
 from ..runtime import autocast
 
 # columns of a shard and their shape after the image axis (L: CA layers, H: heads, D: SA layers, K: blocks)
@@ -48,6 +50,7 @@ def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa
         "dla": dla.heads.float(),
         "pointing": pointing,
         "mass_in_box": mass,
+        "box_share": box_share(boxes, cfg.img_size),  # the chance level of both localisation scores
         "distance": distance.float(),
     }
     return numbers, sa_inputs

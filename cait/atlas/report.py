@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..data.coco import LEFT_OUT, BoxCount
 from ..explain.metrics import head_row
 from .compute import HEAD_NUMBERS, TOKEN_REGION, TOKEN_TOP, head_numbers
 from .shards import read_shard
@@ -122,6 +123,9 @@ class TopK:
         return [(-i, key) for key, i in sorted(self.heap, reverse=True)]
 
 
+OUTCOMES = ("correct", "wrong")  # the split of every head number over labelled images: right and wrong predictions
+
+
 @dataclass
 class Tally:
     """What the files need from the shards, gathered in one pass."""
@@ -131,18 +135,25 @@ class Tally:
     classes: int
     exemplars: int
     moments: dict[str, Moments] = field(default_factory=dict)
+    by_outcome: dict[str, dict[str, Moments]] = field(default_factory=dict)  # OUTCOMES -> head number -> moments
     ratios: dict[str, Ratio] = field(default_factory=dict)  # patching: each component's share of the gap
     class_dla: np.ndarray | None = None  # [classes, L, H] sums of the DLA per predicted class
+    class_dla_sq: np.ndarray | None = None  # [classes, L, H] their sums of squares (the heatmap's intervals)
     class_count: np.ndarray | None = None  # [classes]
+    confusion: np.ndarray | None = None  # [true, predicted] counts of the labelled images
     concentrated: list[TopK] = field(default_factory=list)  # per head (L * H): lowest entropy
     writing: list[TopK] = field(default_factory=list)  # per head: highest DLA
+    context: dict[int, tuple[int, int, float]] = field(default_factory=dict)  # exemplar -> label, prediction, p
     skipped: list[int] = field(default_factory=list)
     correct: int = 0
     labelled: int = 0
 
     def __post_init__(self) -> None:
         self.class_dla = np.zeros((self.classes, self.layers, self.heads))
+        self.class_dla_sq = np.zeros((self.classes, self.layers, self.heads))
         self.class_count = np.zeros(self.classes)
+        self.confusion = np.zeros((self.classes, self.classes), dtype=np.int64)
+        self.by_outcome = {o: {} for o in OUTCOMES}
         self.concentrated = [TopK(self.exemplars) for _ in range(self.layers * self.heads)]
         self.writing = [TopK(self.exemplars) for _ in range(self.layers * self.heads)]
 
@@ -150,22 +161,58 @@ class Tally:
         self.skipped += shard["skipped"].tolist()
         if "prediction" not in shard:
             return
-        for key in (*HEAD_NUMBERS, "distance", "knockout", "probability", *PATCHED, "patch_gap", BEST_IN_BOX):
+        for key in (
+            *HEAD_NUMBERS,
+            "box_share",
+            "distance",
+            "knockout",
+            "probability",
+            *PATCHED,
+            "patch_gap",
+            BEST_IN_BOX,
+        ):
             if key in shard:
                 self.moments.setdefault(key, Moments(shard[key].shape[1:])).add(shard[key])
         for key in PATCHED if "patch_gap" in shard else ():
             self.ratios.setdefault(key, Ratio(shard[key].shape[1:])).add(shard[key], shard["patch_gap"])
-        labelled = shard["label"] >= 0
+        label, prediction = shard["label"], shard["prediction"]
+        labelled = label >= 0
         self.labelled += int(labelled.sum())
-        self.correct += int((shard["label"] == shard["prediction"])[labelled].sum())
-        np.add.at(self.class_dla, shard["prediction"], shard["dla"])
-        np.add.at(self.class_count, shard["prediction"], 1)
+        self.correct += int((label == prediction)[labelled].sum())
+        np.add.at(self.confusion, (label[labelled], prediction[labelled]), 1)
+        right = labelled & (label == prediction)
+        for outcome, mask in zip(OUTCOMES, (right, labelled & ~right)):
+            for key in HEAD_NUMBERS:
+                if key in shard:
+                    self.by_outcome[outcome].setdefault(key, Moments(shard[key].shape[1:])).add(shard[key][mask])
+        np.add.at(self.class_dla, prediction, shard["dla"])
+        np.add.at(self.class_dla_sq, prediction, shard["dla"].astype(np.float64) ** 2)
+        np.add.at(self.class_count, prediction, 1)
         index = shard["index"]
         for h, (entropy, dla) in enumerate(
             zip(shard["entropy"].reshape(len(index), -1).T, shard["dla"].reshape(len(index), -1).T)
         ):
             self.concentrated[h].add(-entropy, index)
             self.writing[h].add(dla, index)
+        self._keep_context(shard)
+
+    def _keep_context(self, shard: dict[str, np.ndarray]) -> None:
+        """Label, prediction and probability of the images that are exemplars so far (the page's captions)."""
+        for i, label, prediction, p in zip(
+            shard["index"].tolist(), shard["label"].tolist(), shard["prediction"].tolist(), shard["probability"]
+        ):
+            self.context[i] = (label, prediction, float(p))
+        wanted = {i for top in (*self.concentrated, *self.writing) for i, _ in top.best()}
+        self.context = {i: c for i, c in self.context.items() if i in wanted}
+
+    def class_dla_interval(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean DLA per predicted class and head [classes, L, H] and the half width of its 95% interval (NaN
+        for a class predicted fewer than twice)."""
+        n = self.class_count[:, None, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = self.class_dla / n
+            var = np.maximum(self.class_dla_sq - n * mean**2, 0) / (n - 1)
+            return mean, np.where(n > 1, Z95 * np.sqrt(var / n), np.nan)
 
 
 def shards_in_order(shards: list[Path]) -> Iterator[dict[str, np.ndarray]]:
@@ -176,8 +223,11 @@ def shards_in_order(shards: list[Path]) -> Iterator[dict[str, np.ndarray]]:
 def image_columns(
     layers: int, heads: int, *, boxes: bool, blocks: list[str] | None, patched: list[str] | None = None
 ) -> list[str]:
+    """images.csv's columns: the image, its true and predicted class by name, the probability and whether it
+    was right; with boxes the box's share of the image (the chance level of its scores); per CA head its
+    numbers; the knockouts and the patching when asked."""
     numbers = head_numbers(boxes)
-    cols = ["path", "label", "prediction", "probability", "correct"]
+    cols = ["path", "label", "prediction", "probability", "correct"] + (["box_share"] if boxes else [])
     cols += [f"{head_row(l, h)}_{m}" for l in range(layers) for h in range(heads) for m in numbers]
     cols += [f"knockout_{block_label(b)}" for b in blocks or []]
     if patched:
@@ -206,13 +256,21 @@ def _patching_cells(shard: dict[str, np.ndarray], j: int) -> list:
 
 
 def _image_rows(
-    shard: dict[str, np.ndarray], paths: list[str], *, boxes: bool, knockouts: bool, patched: bool = False
+    shard: dict[str, np.ndarray],
+    paths: list[str],
+    names: list[str],
+    *,
+    boxes: bool,
+    knockouts: bool,
+    patched: bool,
 ) -> Iterator[list]:
     numbers = head_numbers(boxes)
     for j, i in enumerate(shard.get("index", np.zeros(0, dtype=np.int64)).tolist()):
         label, prediction = int(shard["label"][j]), int(shard["prediction"][j])
-        row = [paths[i], label if label >= 0 else "", prediction, float(shard["probability"][j])]
+        row = [paths[i], names[label] if label >= 0 else "", names[prediction], float(shard["probability"][j])]
         row.append("" if label < 0 else str(label == prediction))
+        if boxes:
+            row.append(_cell(float(shard["box_share"][j])))
         per_head = np.stack([shard[m][j] for m in numbers], axis=-1)  # [L, H, numbers]
         row += [_cell(v) for v in per_head.reshape(-1).tolist()]
         if knockouts:
@@ -226,19 +284,43 @@ def _cell(v: float) -> Any:
     return "" if math.isnan(v) else v
 
 
-def write_images_csv(path: Path, shards: list[Path], paths: list[str], tally: Tally, **kw: Any) -> None:
-    """images.csv in image order, tallying every shard into `tally` on the way (one read of each shard)."""
+def write_images_csv(
+    path: Path,
+    shards: list[Path],
+    *,
+    paths: list[str],
+    names: list[str],
+    tally: Tally,
+    boxes: bool,
+    blocks: list[str] | None,
+    patched: list[str] | None,
+) -> None:
+    """images.csv in image order, tallying every shard into `tally` on the way (one read of each shard).
+
+    Args:
+        shards: the shard files in image order. paths: every image's path; names: the model's class names.
+            boxes: whether the data has boxes (the localisation columns). blocks: the knocked-out blocks (None:
+            no knockouts). patched: the patched blocks (None: no patching)."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(image_columns(tally.layers, tally.heads, **kw))
+        writer.writerow(image_columns(tally.layers, tally.heads, boxes=boxes, blocks=blocks, patched=patched))
         for shard in shards_in_order(shards):
             tally.add(shard)
-            knockouts, patched = kw["blocks"] is not None, kw.get("patched") is not None
-            writer.writerows(_image_rows(shard, paths, boxes=kw["boxes"], knockouts=knockouts, patched=patched))
+            flags = dict(boxes=boxes, knockouts=blocks is not None, patched=patched is not None)
+            writer.writerows(_image_rows(shard, paths, names, **flags))
+
+
+def write_skipped_csv(path: Path, skipped: list[tuple[str, str]]) -> None:
+    """skipped.csv beside images.csv: each image that was not read, and why (path, reason)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "reason"])
+        writer.writerows(skipped)
 
 
 def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict[str, Any]]:
-    """One row per CA head: mean, std and 95% interval of the mean of each number; the mean DLA per predicted class."""
+    """One row per CA head: mean, std and 95% interval of the mean of each number, and on labelled data the
+    mean and interval over the right and the wrong predictions apart; the mean DLA per predicted class."""
     numbers = head_numbers(boxes)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_class = tally.class_dla / tally.class_count[:, None, None]
@@ -251,6 +333,12 @@ def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict
                 mean, half = float(mo.mean[l, h]), float(mo.half_width[l, h])
                 row |= {f"{m}_mean": mean, f"{m}_std": float(mo.std[l, h])}
                 row |= {f"{m}_ci95_low": mean - half, f"{m}_ci95_high": mean + half, f"{m}_images": int(mo.n[l, h])}
+            for outcome in OUTCOMES if tally.labelled else ():
+                for m in numbers:
+                    mo, name = tally.by_outcome[outcome][m], f"{m}_{outcome}"
+                    mean, half = float(mo.mean[l, h]), float(mo.half_width[l, h])
+                    row |= {f"{name}_mean": mean, f"{name}_ci95_low": mean - half, f"{name}_ci95_high": mean + half}
+                    row[f"{name}_images"] = int(mo.n[l, h])
             if "patch_heads" in tally.ratios:
                 row |= _patching_columns(tally, "patch_heads", (l, h))
             for c, name in enumerate(class_names):
@@ -261,12 +349,13 @@ def head_rows(tally: Tally, class_names: list[str], *, boxes: bool) -> list[dict
 
 
 def _patching_columns(tally: Tally, key: str, where) -> dict[str, float]:
-    """heads.csv's patching columns of one head: its mean Δlogit and share of the gap, each with its interval."""
+    """heads.csv's patching columns of one head: its mean Δlogit and share of the gap, each with its interval
+    (named as summary.json's `patching` names them, after "patching_")."""
     delta, share = _interval(tally.moments[key], where), _ratio(tally.ratios[key], where)
     return {
-        "patching_delta_mean": delta["mean"],
-        "patching_delta_ci95_low": delta["ci95"][0],
-        "patching_delta_ci95_high": delta["ci95"][1],
+        "patching_delta_logit_mean": delta["mean"],
+        "patching_delta_logit_ci95_low": delta["ci95"][0],
+        "patching_delta_logit_ci95_high": delta["ci95"][1],
         "patching_restored": share["restored"],
         "patching_restored_ci95_low": share["restored_ci95"][0],
         "patching_restored_ci95_high": share["restored_ci95"][1],
@@ -313,10 +402,9 @@ def write_parquet(csv_path: Path) -> Path | None:
         return None
     import pyarrow as pa
 
-    types = {
-        c: pa.string() if c in ("path", "head") else pa.bool_() if c == "correct" else pa.float64() for c in header
-    }
-    types |= {c: pa.int64() for c in ("label", "prediction", "layer", "head_in_layer") if c in header}
+    text = ("path", "head", "label", "prediction")
+    types = {c: pa.string() if c in text else pa.bool_() if c == "correct" else pa.float64() for c in header}
+    types |= {c: pa.int64() for c in header if c in ("layer", "head_in_layer") or c.endswith("_images")}
     reader = pacsv.open_csv(csv_path, convert_options=pacsv.ConvertOptions(column_types=types))
     with pq.ParquetWriter(target, reader.schema) as writer:
         for batch in reader:
@@ -399,21 +487,60 @@ def token_patching_entry(tally: Tally) -> dict[str, Any]:
 
 
 def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[str, Any]]:
-    """summary.json's `heads`: per CA head (numbered from 1) its means with intervals and its exemplars."""
+    """summary.json's `heads`: per CA head (numbered from 1) the mean of each number with its interval (named
+    as in heads.csv: `<number>_mean`, `<number>_ci95`), on labelled data also over the right and the wrong
+    predictions apart (`<number>_correct_mean`, ...), and its exemplars."""
     entries = []
     for l in range(tally.layers):
         for h in range(tally.heads):
             k, entry = l * tally.heads + h, {"layer": l + 1, "head": h + 1}
             for m in HEAD_NUMBERS:
-                name = m if m in HEAD_NUMBERS[2:] else f"{m}_mean"  # the localisation scores are rates
                 stats = _interval(tally.moments[m], (l, h)) if m in head_numbers(boxes) else {}
-                entry |= {name: stats.get("mean"), f"{m}_ci95": stats.get("ci95")}
+                entry |= {f"{m}_mean": stats.get("mean"), f"{m}_ci95": stats.get("ci95")}
+            for outcome in OUTCOMES if tally.labelled else ():
+                for m in head_numbers(boxes):
+                    stats = _interval(tally.by_outcome[outcome][m], (l, h))
+                    entry |= {f"{m}_{outcome}_mean": stats["mean"], f"{m}_{outcome}_ci95": stats["ci95"]}
             entry["exemplars"] = {
                 "concentrated": [{"path": paths[i], "entropy": -v} for i, v in tally.concentrated[k].best()],
                 "writes": [{"path": paths[i], "dla": v} for i, v in tally.writing[k].best()],
             }
             entries.append(entry)
     return entries
+
+
+def class_entries(tally: Tally, names: list[str]) -> dict[str, Any]:
+    """summary.json's `per_class` (per true class with labelled images: its images, top-1, and the class it
+    is most often mistaken for) and `confusion` (true x predicted counts over the classes that occur)."""
+    per_class = {}
+    for c in np.flatnonzero(tally.confusion.sum(1)).tolist():
+        row, n = tally.confusion[c], int(tally.confusion[c].sum())
+        wrong = row.copy()
+        wrong[c] = 0
+        entry = {"images": n, "top1": float(row[c] / n), "mistaken_for": None, "mistaken_images": 0}
+        if wrong.any():
+            entry |= {"mistaken_for": names[int(wrong.argmax())], "mistaken_images": int(wrong.max())}
+        per_class[names[c]] = entry
+    seen = np.flatnonzero(tally.confusion.sum(0) + tally.confusion.sum(1)).tolist()
+    confusion = {"classes": [names[c] for c in seen], "counts": tally.confusion[np.ix_(seen, seen)].tolist()}
+    return {"per_class": per_class, "confusion": confusion}
+
+
+def box_line(entry: dict[str, Any]) -> str:
+    """summary.json's `boxes` in one line (the log's and the page's): what is scored, what was left out and why."""
+    return BoxCount(entry["images_with_box"], entry["left_out"]).line()
+
+
+def box_entry(tally: Tally, count: BoxCount | None) -> dict[str, Any]:
+    """summary.json's `boxes`: how many readable images had a box the model sees (the images every
+    localisation score is over), what the reader left out and why, and the chance level of the pointing game
+    and the mass in the box (the mean box share of the image, with its interval)."""
+    share = tally.moments.get("box_share")
+    scored = 0 if share is None else int(share.n)
+    entry = {"images_with_box": scored, "left_out": dict(count.left_out) if count else {}}
+    entry["left_out_reasons"] = {k: LEFT_OUT[k] for k in entry["left_out"]}
+    stats = _interval(share, ()) if scored else {"mean": None, "ci95": None}
+    return entry | {"box_share_mean": stats["mean"], "box_share_ci95": stats["ci95"]}
 
 
 def block_entries(tally: Tally, names: list[str], gamma: list[float]) -> list[dict[str, Any]]:

@@ -16,14 +16,13 @@ import torch.distributed as dist
 from filelock import FileLock
 
 from .. import explain
-from ..data import read_images
+from ..data import ImageSet, read_images
 from ..distributed import balanced_runs, gather_all, setup_distributed
 from ..errors import InputError
 from ..flags import load_from_flags
 from ..outputs import OutputError, writable_folder, write_failure
 from ..preprocess import class_names
 from ..provenance import SourcedModel
-from ..robustness import parse_corruption
 from ..runtime import choose_precision
 from . import report
 from .outdir import lock_out
@@ -41,8 +40,8 @@ from .shards import (
     verified,
 )
 
-# arguments that do not change the numbers, so a resumed run may differ in them
-FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision")
+# arguments that do not change the numbers, so a resumed run may differ in them (exemplars: only the page)
+FREE_ARGS = ("out", "device", "workers", "stop_after", "threads", "remeasure_precision", "exemplars")
 
 
 class AtlasError(InputError):
@@ -50,7 +49,8 @@ class AtlasError(InputError):
 
 
 def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}
+    """The arguments that change the numbers, as atlas_args.json holds them (JSON's types: a tuple is a list)."""
+    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}))
 
 
 def _barrier() -> None:
@@ -98,30 +98,66 @@ def _plan(
     return gather_all(plan)[0]
 
 
+def read_data(args: argparse.Namespace, cfg) -> ImageSet:
+    """The images `args` ask for (--data, --boxes, --limit, --sample), as the atlas reads them (not normalised)."""
+    return read_images(args.data, cfg, boxes=args.boxes, limit=args.limit, sample=args.sample, normalise=False)
+
+
 def run(args: argparse.Namespace) -> Path:
-    """Make the atlas `args` ask for in args.out; under torchrun this process is one rank of it. Raises
-    `InputError` (AtlasError, the reader's and the loader's; `OutputError` for an output that cannot be
-    written) in one line for input that cannot work."""
+    """Make the atlas `args` ask for in args.out, loading its model and images (`make` does the rest); under
+    torchrun this process is one rank of it. Raises `AtlasError` (and the reader's / loader's one-line errors,
+    `OutputError` for an output that cannot be written) for input that cannot work."""
     if args.threads:
         torch.set_num_threads(args.threads)
     rank, world, device = setup_distributed(args.device)
-    out, lock = Path(args.out), None
     try:
         loaded = load_from_flags(args)
-        model = loaded.model.to(device).eval()
-        data = read_images(args.data, model.cfg, boxes=args.boxes, limit=args.limit, normalise=False)
-        lock = _ready_out(out, rank)  # after the input is known good (no folder made for a typo), before any work
+        loaded.model.to(device).eval()
+        data = read_data(args, loaded.model.cfg)
+        return make(args, loaded, data, device=device, rank=rank, world=world)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def make(
+    args: argparse.Namespace,
+    loaded: SourcedModel,
+    data: ImageSet,
+    *,
+    device: torch.device,
+    rank: int = 0,
+    world: int = 1,
+) -> Path:
+    """The atlas `args` ask for in args.out, of `loaded`'s model (on `device`, in eval mode) over `data` (read
+    with normalise=False), both given by the caller: the command line loads them (`run`), the app takes the model
+    from its cache. Rank `rank` of `world` computes its shards; rank 0 merges them once all are done.
+
+    Args:
+        args: the command line's arguments (`python -m cait.atlas`), which the atlas records.
+        loaded: the model with the record of where its weights came from.
+        data: the images, as `cait.data.read_images` reads args.data.
+        device: where the model is.
+        rank: this process's rank under torchrun (0 alone).
+        world: the number of ranks (1 alone).
+
+    Returns:
+        The atlas's folder, args.out."""
+    out = Path(args.out)
+    lock = _ready_out(out, rank)  # after the input is known good (no folder made for a typo), before any work
+    try:
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
         cover = Cover.of(recorded, data.paths)
         plan = _plan(out, cover, recorded, rank=rank, world=world, size=args.shard_size, batch=args.batch_size)
         dtype = precision.dtype
-        patching = None if args.patching is None else parse_corruption(args.patching)
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
-        options["patching"] = patching
+        options["patching"] = args.patching
         show = rank == 0
-        run_shards(model, data, plan[rank], out, cover, device=device, show=show, stop_after=args.stop_after, **options)
+        run_shards(
+            loaded.model, data, plan[rank], out, cover, device=device, show=show, stop_after=args.stop_after, **options
+        )
         _barrier()  # every rank's shards are on disk before rank 0 looks
         if rank == 0:
             done = shard_files(out)
@@ -135,50 +171,79 @@ def run(args: argparse.Namespace) -> Path:
     finally:
         if lock is not None:
             lock.release()
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
-MERGED = ("images.csv", "heads.csv", "images.parquet", "heads.parquet", "summary.json", "atlas.html")
+MERGED = ("images.csv", "skipped.csv", "heads.csv", "images.parquet", "heads.parquet", "summary.json", "atlas.html")
 
 
 def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: argparse.Namespace, dtype) -> None:
-    """images.csv, heads.csv, summary.json (and parquet copies), then atlas.html, from the shard files in image
-    order. Every file is written in a staging folder and renamed into OUT when all are done: a failure midway
-    leaves OUT's files as they were, never half written."""
+    """images.csv (and skipped.csv beside it), heads.csv, summary.json (and parquet copies), then atlas.html,
+    from the shard files in image order. Every file is written in a staging folder and renamed into OUT when all
+    are done: a failure midway leaves OUT's files as they were, never half written. Raises AtlasError, naming
+    the files and why (skipped.csv), when no image could be read."""
     stage = out / ".merging"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
-        for name in MERGED:
+        skipped = _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
+        readable = len(skipped) < len(data)
+        for name in MERGED if readable else ("skipped.csv",):
             if (stage / name).exists():
                 os.replace(stage / name, out / name)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+    if not readable:
+        _refuse_unreadable(out, skipped)
     print(f"wrote images.csv, heads.csv, summary.json and atlas.html to {out}", file=sys.stderr)
 
 
 def _write_merged(
     out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: argparse.Namespace, dtype
-) -> None:
+) -> list[tuple[str, str]]:
+    """The merged files into `out`; the skipped images and why. Of data with no readable image, only
+    images.csv and skipped.csv."""
     model, cfg = loaded.model, loaded.model.cfg
     boxes = data.boxes is not None
     blocks = explain.causal.block_names(model) if args.knockouts else None
     names = list(class_names(cfg))
     tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, args.exemplars)
     patched = explain.causal.block_names(model) if args.patching else None
-    report.write_images_csv(out / "images.csv", shards, data.paths, tally, boxes=boxes, blocks=blocks, patched=patched)
-    any_image = "probability" in tally.moments
-    report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes) if any_image else [])
+    report.write_images_csv(
+        out / "images.csv",
+        shards,
+        paths=data.paths,
+        names=names,
+        tally=tally,
+        boxes=boxes,
+        blocks=blocks,
+        patched=patched,
+    )
+    skipped = [(data.paths[i], data.skip_reason(i) or "unreadable") for i in sorted(tally.skipped)]
+    report.write_skipped_csv(out / "skipped.csv", skipped)
+    if len(skipped) == len(data):
+        return skipped
+    report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes))
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
-    patching = None if args.patching is None else parse_corruption(args.patching)
     precision = "fp32" if dtype is None else "bf16"
-    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=patching)
+    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=args.patching)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    hist = report.histograms(shards, tally, boxes=boxes) if any_image else {}
-    write_page(out / "atlas.html", summary, tally, hist, model=model, data=data, names=names, dtype=dtype)
+    hist = report.histograms(shards, tally, boxes=boxes)
+    page = dict(model=model, data=data, names=names, dtype=dtype, skipped=skipped)
+    write_page(out / "atlas.html", summary, tally, hist, **page)
+    if boxes:
+        print(report.box_line(summary["boxes"]), file=sys.stderr)
+    return skipped
+
+
+def _refuse_unreadable(out: Path, skipped: list[tuple[str, str]]) -> None:
+    """AtlasError (one line, every file and why up to a few, the rest in skipped.csv): every image was skipped,
+    and an atlas of nothing is an error, not a page."""
+    shown = "; ".join(f"{p}: {why}" for p, why in skipped[:4])
+    more = f"; and {len(skipped) - 4} more" if len(skipped) > 4 else ""
+    raise AtlasError(
+        f"none of the {len(skipped)} images could be read ({shown}{more}); the list is in {out}/skipped.csv"
+    )
 
 
 def _summary(
@@ -205,6 +270,8 @@ def _summary(
         "dla": "each CA head's direct write to the logit of the class the model predicted (cait.explain)",
         "heads": report.head_entries(tally, data.paths, boxes=boxes) if images else [],
         "sa_attention_distance": None,
+        "boxes": report.box_entry(tally, data.box_count) if boxes else None,
+        **report.class_entries(tally, list(class_names(cfg))),
     }
     if distance is not None:
         summary["sa_attention_distance"] = {

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..lazy import lazy_attributes
 from .examples import EXAMPLES_DIR, ExampleImage, read_examples
-from .names import NATIVE_INPUT, SCENE_STYLES, SPLIT_FILES, DataError
+from .names import NATIVE_INPUT, SCENE_SIDE, SCENE_STYLES, SPLIT_FILES, DataError, DataWarning
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
@@ -22,10 +22,8 @@ _LAZY = {
     "ImagesWithBoxes": "base",
     "FashionMNIST": "fashion_mnist",
     "load_fashion_mnist": "fashion_mnist",
-    "DataWarning": "reader",
     "ImageSet": "reader",
     "read_images": "reader",
-    "SCENE_SIDE": "scenes",
     "FashionMNISTScenes": "scenes",
 }
 __getattr__ = lazy_attributes(__name__, _LAZY)

@@ -9,28 +9,26 @@ names the bad ones instead of dying on them. Class folders map to the model's cl
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import CaiTConfig
-from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError
+from .coco import BoxCount, read_coco_boxes
+from .image_file import IMAGE_ERRORS, eight_bit, unreadable_reason
+from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")
-# what an unreadable file raises in PIL: not an image, truncated, zero bytes, gone, or a decompression bomb
-IMAGE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
-
-
-class DataWarning(UserWarning):
-    """Data that can be used, but not all of it as asked (e.g. class folders that map to no class)."""
+SAMPLES = ("stratified", "first")  # how a limit picks its images from a folder (`limit_subset`)
+SAMPLE_SEED = 0  # the seed of a stratified subset: the same N images every run
 
 
 class ImageSet(Dataset):
@@ -39,7 +37,8 @@ class ImageSet(Dataset):
     name: one line for figures and summaries. paths: per image, its file relative to the root (or
     "<dataset>/<split>/<index>" for built-in data). labels: long [N], the model's class index (-1 unknown), or
     None for unlabelled data. boxes: float [N, 4] (x0, y0, x1, y1) in model-input pixels, NaN rows for images
-    without a box, or None when there are none. classes: the model's class names.
+    without a box the model sees, or None when there are none; box_count: how many boxes are scored and why the
+    others were left out (`cait.data.coco.BoxCount`). classes: the model's class names.
     Item i: (x [C, H, W], label, box [4], i, ok); the default DataLoader collate batches it as is."""
 
     def __init__(
@@ -51,11 +50,15 @@ class ImageSet(Dataset):
         cfg: CaiTConfig,
         labels: torch.Tensor | None,
         boxes: torch.Tensor | None,
+        box_count: BoxCount | None = None,
         normalise: bool = True,
     ):
         from ..preprocess import class_names
 
         self.name, self.paths, self.labels, self.boxes = name, paths, labels, boxes
+        if box_count is None and boxes is not None:
+            box_count = BoxCount(int((~boxes.isnan().any(-1)).sum()))
+        self.box_count = box_count
         self.classes = class_names(cfg)
         self.cfg, self.normalise, self._load = cfg, normalise, load
 
@@ -66,6 +69,14 @@ class ImageSet(Dataset):
         """Image i as read, before the model's view: what a viewer shows of it (e.g. an atlas's exemplar).
         Raises PIL's errors (`IMAGE_ERRORS`) for a file that cannot be read."""
         return self._load(i)
+
+    def skip_reason(self, i: int) -> str | None:
+        """Why image i is skipped, in a few words (None: it reads): what a skipped list says of each file."""
+        try:
+            self._load(i)
+        except IMAGE_ERRORS as e:
+            return unreadable_reason(e)
+        return None
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int, torch.Tensor, int, bool]:
         from ..preprocess import model_view, normalise, view_pixels
@@ -86,6 +97,7 @@ def read_images(
     split: str = "val",
     boxes: str | Path | None = None,
     limit: int | None = None,
+    sample: str = "stratified",
     normalise: bool = True,
     scene_seed: int = 0,
     scene_style: str = "default",
@@ -94,10 +106,14 @@ def read_images(
     """The images of `data` for a model of config `cfg`: "fashion-mnist-scenes" (labels and boxes; the scenes'
     seed, style and noise, read from the disk cache), "fashion-mnist", or a directory (DIR/<split>/ when that
     holds images, else DIR): class folders, or a flat folder of images (labels None). boxes: a COCO JSON file
-    for a directory. limit: the first N images. normalise=False: pixels in [0, 1] (for `cait.corruptions`).
-    Raises DataError (one line) for data that cannot be read at all."""
+    for a directory. limit: N images; of a directory, `sample` "stratified" takes a seeded share of each class
+    folder (of a flat folder a seeded random N; `limit_subset`), "first" the first N in folder order; of the
+    built-in data the first N (their order already mixes the classes). normalise=False: pixels in [0, 1] (for
+    `cait.corruptions`). Raises DataError (one line) for data that cannot be read at all."""
     if limit is not None and limit <= 0:
         raise DataError(f"--limit must be positive, got {limit}")
+    if sample not in SAMPLES:
+        raise DataError(f"sample must be one of {', '.join(SAMPLES)}, got {sample!r}")
     if data in BUILT_IN:
         if boxes is not None:
             raise DataError(f"--boxes applies to a directory of images, not to {data}")
@@ -107,7 +123,7 @@ def read_images(
     root = Path(data)
     if not root.is_dir():
         raise DataError(f"unknown data '{data}': use {', '.join(BUILT_IN)} or an existing directory of images")
-    return _folder(root, cfg, split, boxes, limit, normalise)
+    return _folder(root, cfg, split, boxes, limit, normalise, sample=sample)
 
 
 def _built_in(
@@ -176,7 +192,7 @@ class _FileImage:
     def __call__(self, i: int) -> Image.Image:
         with Image.open(self.root / self.paths[i]) as image:
             image.load()  # a loaded image stays usable after its file is closed
-        return image
+        return eight_bit(image)
 
 
 def image_extensions() -> frozenset[str]:
@@ -241,8 +257,16 @@ def _image_files(root: Path, split: str) -> tuple[Path, list[str]]:
 
 
 def _folder(
-    root: Path, cfg: CaiTConfig, split: str, boxes: str | Path | None, limit: int | None, normalise: bool
+    root: Path,
+    cfg: CaiTConfig,
+    split: str,
+    boxes: str | Path | None,
+    limit: int | None,
+    normalise: bool,
+    *,
+    sample: str,
 ) -> ImageSet:
+    """The folder's images: all, or `limit` of them, the first or (`sample` "stratified") `limit_subset`'s."""
     root, paths = _image_files(root, split)
     if (root / UNFINISHED_EXPORT).exists():
         warnings.warn(f"{root} holds an unfinished export (cait.data.export was stopped): rerun it", DataWarning)
@@ -253,10 +277,15 @@ def _folder(
     if labelled and loose:
         warnings.warn(f"{len(loose)} image(s) directly in {root} are outside any class folder: left out", DataWarning)
         paths = [p for p in paths if "/" in p]
+    folder = paths
     # classes are mapped over every folder, so that a limit cannot make a good folder look unmapped
-    labels = _labels(root, paths, cfg)[:limit] if labelled else None
-    paths = paths[:limit]
-    box_tensor = None if boxes is None else read_coco_boxes(boxes, root, paths, cfg)
+    labels = _labels(root, paths, cfg) if labelled else None
+    keep = list(range(min(len(paths), limit or len(paths))))
+    if limit is not None and sample == "stratified":
+        keep = limit_subset([p.split("/")[0] if labelled else "" for p in paths], limit)
+    paths = [paths[i] for i in keep]
+    labels = None if labels is None else labels[keep]
+    box_tensor, box_count = (None, None) if boxes is None else read_coco_boxes(boxes, root, paths, cfg, folder=folder)
     count = f"{len(paths):,} images, " + (
         f"{len({p.split('/')[0] for p in paths})} classes" if labelled else "no labels"
     )
@@ -272,8 +301,28 @@ def _folder(
         cfg=cfg,
         labels=labels,
         boxes=box_tensor,
+        box_count=box_count,
         normalise=normalise,
     )
+
+
+def limit_subset(groups: list[str], limit: int, seed: int = SAMPLE_SEED) -> list[int]:
+    """Indices (ascending) of `limit` of the items, stratified by `groups` (each item's class folder): each
+    group gets its share of `limit` (largest remainders round, ties to the earlier group), its items drawn by
+    a permutation seeded by `seed`. A limit of at least the item count keeps every item."""
+    if limit >= len(groups):
+        return list(range(len(groups)))
+    members: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    exact = {g: limit * len(m) / len(groups) for g, m in members.items()}
+    quota = {g: int(v) for g, v in exact.items()}
+    by_remainder = sorted(members, key=lambda g: -(exact[g] - quota[g]))  # stable: ties keep folder order
+    for g in by_remainder[: limit - sum(quota.values())]:
+        quota[g] += 1
+    rng = np.random.default_rng(seed)
+    keep = [i for g, m in members.items() for i in np.asarray(m)[rng.permutation(len(m))[: quota[g]]].tolist()]
+    return sorted(keep)
 
 
 def _labels(root: Path, paths: list[str], cfg: CaiTConfig) -> torch.Tensor:
@@ -301,89 +350,3 @@ def _labels(root: Path, paths: list[str], cfg: CaiTConfig) -> torch.Tensor:
 def _few(names: list[str] | tuple[str, ...], n: int = 4) -> str:
     shown = ", ".join(repr(s) for s in names[:n])
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
-def read_coco_boxes(file: str | Path, root: Path, paths: list[str], cfg: CaiTConfig) -> torch.Tensor:
-    """Boxes [len(paths), 4] in model-input pixels from a COCO-format JSON file (NaN rows for images it does not
-    box). An image entry's `file_name` matches a path relative to root, or any trailing part of it does (e.g.
-    "val/cat/1.jpg" for "cat/1.jpg"), or else its base name when that is unique in the folder. Of several
-    annotations of one image, the largest box (by area) is the image's box: the main object."""
-    images, largest = _read_coco(Path(file))
-    index = {p: i for i, p in enumerate(paths)}
-    base_counts = Counter(p.rsplit("/", 1)[-1] for p in paths)
-    by_base = {p.rsplit("/", 1)[-1]: i for i, p in enumerate(paths) if base_counts[p.rsplit("/", 1)[-1]] == 1}
-    out = torch.full((len(paths), 4), float("nan"))
-    unmatched = []
-    for image_id, file_name, size in images:
-        i = _match(file_name, index, by_base)
-        unmatched += [file_name] if i is None else []
-        if i is None or image_id not in largest:
-            continue
-        if size is None:
-            with Image.open(root / paths[i]) as image:  # reads the header only
-                size = image.size
-        out[i] = cfg.box_to_input(largest[image_id], size)
-    _warn_missing(Path(file), root, unmatched)
-    if out.isnan().all():
-        names = [name for _, name, _ in images[:3]]
-        raise DataError(f"{file} boxes none of the {len(paths):,} images read from {root} (it names {_few(names, 3)})")
-    return out
-
-
-def _warn_missing(file: Path, root: Path, unmatched: list[str]) -> None:
-    """Warn when the boxes name files that are not on disk (an interrupted copy or export reads as complete
-    otherwise); files left out by a limit exist, and are not named."""
-    missing = [
-        n
-        for n in unmatched
-        if not any((root / "/".join(Path(n).parts[k:])).exists() for k in range(len(Path(n).parts)))
-    ]
-    if missing:
-        warnings.warn(
-            f"{file} boxes {len(missing):,} image(s) missing from {root} ({_few(missing, 3)}): an unfinished copy "
-            "or export? Only the images on disk are used",
-            DataWarning,
-        )
-
-
-def _match(file_name: str, index: dict[str, int], by_base: dict[str, int]) -> int | None:
-    parts = Path(file_name).as_posix().split("/")
-    for k in range(len(parts)):
-        if "/".join(parts[k:]) in index:
-            return index["/".join(parts[k:])]
-    return by_base.get(parts[-1])
-
-
-CocoImage = tuple[object, str, "tuple[int, int] | None"]  # (id, file_name, (width, height) if given)
-
-
-def _read_coco(file: Path) -> tuple[list[CocoImage], dict[object, list[float]]]:
-    """A COCO boxes file's images, and per image id its largest box (x0, y0, x1, y1) in original pixels;
-    DataError (one line) for a file that is not one."""
-    try:
-        coco = json.loads(file.read_text())
-    except OSError as e:
-        raise DataError(f"cannot read boxes file {file}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{file} is not JSON ({e}); boxes need COCO format: images, annotations") from None
-    try:
-        images = [
-            (
-                e["id"],
-                str(e["file_name"]),
-                (int(e["width"]), int(e["height"])) if "width" in e and "height" in e else None,
-            )
-            for e in coco["images"]
-        ]
-        largest: dict[object, list[float]] = {}
-        for ann in coco["annotations"]:
-            x, y, w, h = (float(v) for v in ann["bbox"])
-            best = largest.get(ann["image_id"])
-            if best is None or w * h > (best[2] - best[0]) * (best[3] - best[1]):
-                largest[ann["image_id"]] = [x, y, x + w, y + h]
-    except (KeyError, TypeError, ValueError):
-        raise DataError(
-            f"{file} is not a COCO boxes file: it needs 'images' with 'id' and 'file_name' and 'annotations' "
-            f"with 'image_id' and 'bbox' [x, y, w, h]"
-        ) from None
-    return images, largest

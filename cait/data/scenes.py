@@ -10,9 +10,7 @@ from torch.utils.data import Dataset
 
 from ..config import FASHION_MNIST_CLASSES
 from .fashion_mnist import load_fashion_mnist
-from .names import SCENE_STYLES, DataError
-
-SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
+from .names import SCENE_SIDE, SCENE_STYLES, DataError
 
 # The "varied" style's draws per scene, each uniform in its range (see FashionMNISTScenes).
 VARIED_STYLE = {
@@ -23,6 +21,18 @@ VARIED_STYLE = {
     "garment_gamma": (0.6, 1.6),  # its grey levels raised to this power before shading (default 1)
     "garment_blur": (0.0, 1.2),  # std in canvas pixels of a Gaussian blur of the garment (default none)
 }
+# The "light" style's draws per scene, each uniform in its range: the clutter inverted and lifted towards white,
+# the garment darker than its background (its grey levels inverted), as shop photos show garments.
+LIGHT_STYLE = {
+    "pixel_noise": (0.0, 0.10),
+    "background_lift": (0.3, 0.9),  # share of the inverted background's distance to white taken away
+    "garment_depth": (0.6, 0.95),  # how much the garment's brightest grey level darkens its tint
+    "garment_gamma": (0.6, 1.6),
+    "garment_blur": (0.0, 1.2),
+}
+STYLE_DRAWS = {"varied": VARIED_STYLE, "light": LIGHT_STYLE}  # a drawn look's ranges
+STYLE_STREAMS = {"varied": 2, "light": 3}  # the random stream of each look's draws (0, 1: layout and scene)
+MIXED_LIGHT_SHARE = 0.5  # the "mixed" style's share of light scenes (the rest are varied), one coin per scene
 PIXEL_NOISE = 0.04  # std of the default style's pixel noise
 
 
@@ -42,6 +52,9 @@ class FashionMNISTScenes(Dataset):
     stream, the pixel noise level, the background's brightness and contrast, the garment's shading (darkest
     shade, gamma) and blur (VARIED_STYLE's ranges); the layout, garments, colours and clutter are the default's,
     and so are the boxes: the varied garment is drawn only inside its box (rounded out to whole pixels).
+    style "light" inverts the same clutter and lifts it towards white, and draws the garment darker than its
+    background, its grey levels inverted (LIGHT_STYLE's ranges); style "mixed" draws each scene light or varied
+    by a coin of its own (MIXED_LIGHT_SHARE light), every scene as that style draws it.
     pixel_noise: the noise std of every scene instead (either style), e.g. to check a model's dependence on it.
     """
 
@@ -76,7 +89,7 @@ class FashionMNISTScenes(Dataset):
         # The layout is drawn up front, so boxes are known without rendering; for the whole split and then
         # sliced, so that scene i is the same in every subset.
         self.sides, self.x0, self.y0 = (draw[:n] for draw in self._layout(len(all_labels)))
-        self.boxes = self._tight_boxes(self.garments[:n])
+        self.boxes = garment_boxes(self.garments[:n], self.sides, self.x0, self.y0)
         self._pixels: np.ndarray | None = None
         if cache:
             self._pixels = self.pixels
@@ -108,6 +121,12 @@ class FashionMNISTScenes(Dataset):
             "style": self.style,
             "varied_style": VARIED_STYLE if self.style == "varied" else None,
             "pixel_noise": self.pixel_noise,
+            # (only where they apply: the default and varied styles' cache files keep their names)
+            **(
+                {"style_draws": STYLE_DRAWS, "mixed_light_share": MIXED_LIGHT_SHARE}
+                if self.style in ("light", "mixed")
+                else {}
+            ),
         }
 
     @property
@@ -135,22 +154,6 @@ class FashionMNISTScenes(Dataset):
         if cached:
             self._pixels = self.pixels
 
-    def _tight_boxes(self, garments: np.ndarray) -> np.ndarray:
-        ink = garments > 25  # where the garment actually is inside its 28x28 frame
-        rows, cols = ink.any(axis=2), ink.any(axis=1)
-        first = lambda m: m.argmax(axis=1)
-        last = lambda m: m.shape[1] - m[:, ::-1].argmax(axis=1)
-        scale = self.sides / garments.shape[1]
-        return np.stack(
-            [
-                self.x0 + first(cols) * scale,
-                self.y0 + first(rows) * scale,
-                self.x0 + last(cols) * scale,
-                self.y0 + last(rows) * scale,
-            ],
-            axis=1,
-        ).astype(np.float32)
-
     def __len__(self) -> int:
         return len(self.labels)
 
@@ -158,20 +161,28 @@ class FashionMNISTScenes(Dataset):
         image = self.render(i) if self._pixels is None else np.asarray(self._pixels[i])
         return Image.fromarray(image), int(self.labels[i])
 
+    def _look(self, i: int) -> str:
+        """How sample i is drawn: its style's name, or for "mixed" light or varied by a coin of its own stream."""
+        if self.style != "mixed":
+            return self.style
+        coin = np.random.default_rng([self.seed, self._split_key, 4, i]).random()
+        return "light" if coin < MIXED_LIGHT_SHARE else "varied"
+
     def _style_draws(self, i: int) -> dict[str, float] | None:
-        """The varied style's draws for sample i (VARIED_STYLE's keys), from a stream of their own so that
+        """The drawn look's values for sample i (its STYLE_DRAWS keys), from a stream of their own so that
         the default style's draws stay as they were; None for the default style."""
-        if self.style == "default":
+        look = self._look(i)
+        if look == "default":
             return None
-        rng = np.random.default_rng([self.seed, self._split_key, 2, i])
-        return {key: float(rng.uniform(*bounds)) for key, bounds in VARIED_STYLE.items()}
+        rng = np.random.default_rng([self.seed, self._split_key, STYLE_STREAMS[look], i])
+        return {key: float(rng.uniform(*bounds)) for key, bounds in STYLE_DRAWS[look].items()}
 
     def render(self, i: int, *, garment: bool = True) -> np.ndarray:
         """The uint8 [canvas, canvas, 3] scene of sample i (garment=False: the same scene without its garment,
         every random draw made alike: what tests compare to find where the garment was drawn)."""
         c = self.canvas
         rng = np.random.default_rng([self.seed, self._split_key, 1, i])
-        style = self._style_draws(i)
+        look, style = self._look(i), self._style_draws(i)
         # Background: a colour gradient plus smooth low-frequency texture plus pixel noise.
         ramp = np.linspace(0, 1, c)[None, :, None]
         a, b = rng.uniform(0.1, 0.7, 3), rng.uniform(0.1, 0.7, 3)
@@ -185,9 +196,11 @@ class FashionMNISTScenes(Dataset):
             frag = _resize(self.garments[j].astype(np.float32) / 255, side)[..., None]
             y, x = rng.integers(-side // 3, c - side // 2, 2)
             _paste(img, frag * rng.uniform(0.15, 0.35), rng.uniform(0, 1, 3), x, y)
-        if style is not None:
+        if look == "varied":
             mean = img.mean(axis=(0, 1))
             img = (img - mean) * style["background_contrast"] + mean + style["background_brightness"]
+        elif look == "light":
+            img = 1 - (1 - style["background_lift"]) * np.clip(img, 0, 1)  # inverted, nearer white
         # The garment: its grey levels shade a random saturated colour.
         side = self.sides[i]
         g = _resize(self.garments[i].astype(np.float32) / 255, side)[..., None]
@@ -196,8 +209,11 @@ class FashionMNISTScenes(Dataset):
         if style is None:
             colour, alpha = tint * (0.35 + 0.65 * g), np.clip(g * 1.6, 0, 1)
         else:
-            floor = style["garment_floor"]
-            colour = tint * (floor + (1 - floor) * g ** style["garment_gamma"])
+            shade = g ** style["garment_gamma"]
+            if look == "light":  # dark where Fashion-MNIST's garment is bright
+                colour = tint * (1 - style["garment_depth"] * shade)
+            else:
+                colour = tint * (style["garment_floor"] + (1 - style["garment_floor"]) * shade)
             alpha = np.clip(_blur(g[..., 0], style["garment_blur"])[..., None] * 1.6, 0, 1) * self._box_mask(i)
         alpha = alpha * rng.uniform(0.85, 1.0)
         if garment:
@@ -215,6 +231,20 @@ class FashionMNISTScenes(Dataset):
         cols = (canvas_x >= np.floor(x0)) & (canvas_x < np.ceil(x1))
         rows = (canvas_y >= np.floor(y0)) & (canvas_y < np.ceil(y1))
         return (rows[:, None] & cols[None, :]).astype(np.float32)[..., None]
+
+
+def garment_boxes(garments: np.ndarray, sides: np.ndarray, x0: np.ndarray, y0: np.ndarray) -> np.ndarray:
+    """float32 [n, 4]: the tight box (x0, y0, x1, y1) in canvas pixels of each 28x28 garment (its grey levels
+    above 25) pasted as a frame of side `sides` at top-left (x0, y0)."""
+    ink = garments > 25  # where the garment actually is inside its 28x28 frame
+    rows, cols = ink.any(axis=2), ink.any(axis=1)
+    first = lambda m: m.argmax(axis=1)
+    last = lambda m: m.shape[1] - m[:, ::-1].argmax(axis=1)
+    scale = sides / garments.shape[1]
+    return np.stack(
+        [x0 + first(cols) * scale, y0 + first(rows) * scale, x0 + last(cols) * scale, y0 + last(rows) * scale],
+        axis=1,
+    ).astype(np.float32)
 
 
 def _resize(arr: np.ndarray, side: int) -> np.ndarray:

@@ -93,7 +93,19 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         "DeiT's rule): a test size above the training size can score higher (FixRes)",
     )
     p.add_argument(
-        "--limit", "--subset", dest="limit", type=int, default=None, help="only the first N images (--subset: the same)"
+        "--limit",
+        "--subset",
+        dest="limit",
+        type=int,
+        default=None,
+        help="only N images (--subset: the same); of a folder see --sample",
+    )
+    p.add_argument(
+        "--sample",
+        choices=("stratified", "first"),
+        default="stratified",
+        help="which N images --limit takes from a folder: stratified (default: a seeded share of each class "
+        "folder) or first (the first N in folder order)",
     )
     p.add_argument(
         "--scene-seed",
@@ -108,7 +120,7 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         default="default",
         choices=SCENE_STYLES,
         help="fashion-mnist-scenes drawn in this style: default (as every number here), or varied (noise level, "
-        "background brightness and contrast, garment shading and blur drawn per scene; cait.data)",
+        "background brightness and contrast, garment shading and blur drawn per scene), light or mixed (cait.data)",
     )
     p.add_argument(
         "--pixel-noise",
@@ -206,6 +218,7 @@ def _model_and_data(args: argparse.Namespace) -> tuple[SourcedModel, ImageSet]:
         loaded.model.cfg,
         boxes=args.boxes,
         limit=args.limit,
+        sample=args.sample,
         scene_seed=args.scene_seed,
         scene_style=args.scene_style,
         pixel_noise=args.pixel_noise,

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from .. import explain
 from ..data.reader import ImageSet, dataset_images
 from ..distributed import gather_all, rank_indices
+from ..explain.metrics import box_share
 from ..metrics import as_dict, per_class_top1, top1_from_counts
 from ..model import CaiT
 from ..preprocess import normalise
@@ -108,8 +109,8 @@ def _localize(tally: _Tally, model: CaiT, x, y, boxes, maps, groups, *, shared: 
     its first `todo` images. Work shared between methods is done once (saliency_maps); the CA head means
     reuse the classification pass's maps (`shared`) when that pass ran in fp32, as the methods do."""
     img_size = model.cfg.img_size
-    box_area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size**2
-    tally.add_scores("chance", box_area, box_area)
+    chance = box_share(boxes, img_size)
+    tally.add_scores("chance", chance, chance)
     pointing, mass = explain.head_localization(maps, boxes, img_size)
     for layer, h in itertools.product(range(pointing.shape[1]), range(pointing.shape[2])):
         tally.add_scores(explain.metrics.head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])

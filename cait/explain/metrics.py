@@ -68,6 +68,14 @@ def mass_in_box(heat: torch.Tensor, boxes: torch.Tensor, img_size: int | tuple[i
     return inside / mass.sum(dim=(1, 2)).clamp_min(1e-12)
 
 
+def box_share(boxes: torch.Tensor, img_size: int) -> torch.Tensor:
+    """Each box's share [B] of the image's area (boxes [B, 4] in input pixels; NaN for a NaN box): the chance
+    level of the pointing game (the top patch at a random place) and of the mass in the box (a uniform map).
+    The one owner of the chance row of `cait.evaluate` and the chance level of `cait.atlas`."""
+    boxes = boxes.float()
+    return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) / img_size**2
+
+
 def head_row(layer: int, head: int) -> str:
     """The name of CA layer `layer`'s head `head` (both 0-based indices) in tables and files: ca<layer+1>_head<head+1>,
     numbered from 1 as the app and the figures do."""

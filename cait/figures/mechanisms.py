@@ -119,13 +119,15 @@ def patching_plotly(
     return fig
 
 
-def heads_plotly(heads: np.ndarray, gap: float, *, title: str):
+def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray | None = None):
     """The CA heads' patching [L, heads] as a grid in Δlogit (zero-centred), each cell's share of the gap written
-    in it."""
+    in it; ci95 [L, heads, 2]: the 95% interval of each share, written under it (over a dataset)."""
     import plotly.graph_objects as go
 
     bound = float(np.abs(heads).max()) or 1.0
     text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
+    if ci95 is not None:
+        text = [[f"{t}<br>[{lo:.0%}, {hi:.0%}]" for t, (lo, hi) in zip(r, c)] for r, c in zip(text, ci95)]
     fig = go.Figure(
         go.Heatmap(
             z=heads,

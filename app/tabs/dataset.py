@@ -1,0 +1,299 @@
+"""The Dataset tab: a head atlas (`python -m cait.atlas`) opened, per CA head its numbers and exemplars, an atlas
+of the shipped test scenes built here for the page's model (the model from the app's cache: one copy in memory),
+and an exemplar opened in the single-image tabs with its head enlarged. `app.dataset_view` reads the atlas."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import gradio as gr
+
+from app import dataset_view as dv
+from app import torch_thread
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, ImageAsk, Shared, log, named
+from app.workdir import WORK
+from cait.data import DataError
+from cait.data.image_file import IMAGE_ERRORS
+from cait.errors import InputError
+from cait.figures.attention import head_name
+
+BUILT = "atlases"  # the work folder's sub-folder of the atlases built in the app
+
+
+@dataclass(frozen=True)
+class AtlasPlaces:
+    """Where the server finds atlases: one to open on every new page (--atlas), a folder to offer (--atlas-dir)."""
+
+    opened: str | None = None
+    folder: str | None = None
+
+    @classmethod
+    def of(cls, atlas: str | None, folder: str | None) -> "AtlasPlaces":
+        """--atlas-dir defaults to the folder of --atlas, else out/."""
+        return cls(atlas, folder or (str(Path(atlas).parent) if atlas else "out"))
+
+    def served(self) -> list[str]:
+        """Folders whose atlas.html pages the app links to (Gradio's allowed_paths)."""
+        return [str(Path(p).resolve()) for p in (self.opened, self.folder) if p]
+
+
+@dataclass
+class DatasetParts:
+    """The tab's components, named for its events."""
+
+    atlas: gr.State  # the open Atlas (or None)
+    pick: gr.Dropdown
+    msg: gr.Markdown  # what went wrong, or that the atlas's model is not the page's
+    overview: gr.Markdown
+    heatmap: gr.Plot
+    head: gr.Dropdown
+    numbers: gr.Dataframe
+    per_class: gr.Dataframe
+    exemplars: gr.Gallery
+    scenes: gr.Slider
+    build: gr.Button
+
+    @property
+    def opened(self) -> list:
+        """What opening an atlas writes."""
+        return [self.atlas, self.pick, self.msg, self.overview, self.heatmap, *self.head_shown]
+
+    @property
+    def head_shown(self) -> list:
+        """What picking a head writes."""
+        return [self.head, self.numbers, self.per_class, self.exemplars]
+
+
+@dataclass(frozen=True)
+class ExemplarAsk(ImageAsk):
+    """What a click on an exemplar sends (by name): `ImageAsk`'s fields and the atlas's head."""
+
+    atlas: dv.Atlas | None = None
+    head: int | None = None
+
+
+def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> argparse.Namespace:
+    """`python -m cait.atlas`'s arguments for the first `scenes` test scenes and the page's model, into `out`
+    (its own defaults for everything else; no loader processes inside the server)."""
+    from cait.atlas.__main__ import parse_args
+
+    flags = ["--data", dv.SCENES, "--limit", str(scenes), "--out", str(out), "--workers", "0", "--device", device]
+    flags += ["--model", choice.name] if choice.name else []
+    flags += ["--checkpoint", choice.checkpoint] if choice.checkpoint else []
+    flags += ["--pretrained"] * choice.download + ["--random-init"] * choice.random_init
+    return parse_args(flags)
+
+
+def build() -> DatasetParts:
+    """The tab's components (inside its gr.Tab); empty until an atlas is opened."""
+    gr.Markdown(
+        "A head atlas over a dataset (`python -m cait.atlas ... --out OUT`, or built here from the shipped test "
+        "scenes): per class-attention head its numbers over the images and its exemplars. Click an exemplar "
+        "to open it in the single-image tabs with that head enlarged."
+    )
+    parts: dict[str, Any] = {"atlas": gr.State(None)}
+    with gr.Row():
+        parts["pick"] = gr.Dropdown(choices=[], label="Atlas", allow_custom_value=True, scale=3, elem_id="ds_pick")
+        parts["scenes"] = gr.Slider(
+            1, dv.MAX_SCENES, value=dv.DEFAULT_SCENES, step=1, label="Test scenes", scale=2, elem_id="ds_scenes"
+        )
+        parts["build"] = gr.Button("Build an atlas of the scenes for this page's model", scale=1, elem_id="ds_build")
+    parts["msg"] = gr.Markdown(elem_id="ds_msg")
+    parts["overview"] = gr.Markdown(min_height=80, elem_id="ds_overview")  # room for the build's progress bar
+    parts["head"] = gr.Dropdown(choices=[], label="Head", elem_id="ds_head")
+    with gr.Row():
+        parts["numbers"] = gr.Dataframe(
+            headers=dv.NUMBER_HEADERS, label="The head over the data", interactive=False, elem_id="ds_numbers"
+        )
+        parts["per_class"] = gr.Dataframe(
+            headers=dv.CLASS_HEADERS, label="Its mean DLA by predicted class", interactive=False, elem_id="ds_per_class"
+        )
+    parts["exemplars"] = gr.Gallery(
+        label="Exemplars (click one to open it)",
+        columns=6,
+        allow_preview=False,
+        height="auto",
+        elem_id="ds_exemplars",
+        elem_classes=["no-scroll"],
+    )
+    parts["heatmap"] = gr.Plot(label="Mean DLA, heads x predicted classes", elem_id="ds_heatmap")
+    return DatasetParts(**parts)
+
+
+class DatasetTab:
+    """The tab's events. analyse(choice, path, look, sa_layer, shown, uploaded=, selected=): the page's first view
+    of an image (`app.ui` composes it), for an exemplar opened."""
+
+    def __init__(
+        self, parts: DatasetParts, shared: Shared, cache: ModelCache, places: AtlasPlaces, analyse: Callable[..., dict]
+    ):
+        self.parts, self.shared, self.cache, self.places, self.analyse = parts, shared, cache, places, analyse
+
+    def choices(self) -> list[tuple[str, str]]:
+        """The atlases to offer: --atlas, those under --atlas-dir, those built here (label, folder)."""
+        built = dv.find_atlases(WORK.folder(BUILT))
+        found = [Path(self.places.opened)] if self.places.opened else []
+        found += [p for p in dv.find_atlases(self.places.folder) if p not in found]
+        return [(p.name, str(p)) for p in found] + [(f"built here: {p.name}", str(p)) for p in built]
+
+    def start(self, choice: ModelChoice) -> dict:
+        """A new page: the --atlas opened, or the atlases on offer."""
+        if self.places.opened:
+            return self.open(self.places.opened, choice)
+        return {self.parts.pick: gr.Dropdown(choices=self.choices(), value=None)}
+
+    def open(self, folder: str | None, choice: ModelChoice) -> dict:
+        """The atlas in `folder`: its overview, heatmap and first head; a folder that is not one is a message."""
+        t = self.parts
+        out = dict.fromkeys(t.opened)
+        out[t.pick] = gr.Dropdown(choices=self.choices(), value=folder, allow_custom_value=True)
+        if not folder:
+            return out | {t.msg: "", t.head: gr.Dropdown(choices=[], value=None)}
+        try:
+            atlas = dv.read_atlas(folder)
+        except dv.NotAnAtlas as e:
+            log.info("could not open an atlas: %s", e)
+            return out | {t.msg: f"**Cannot open this atlas:** {e}", t.head: gr.Dropdown(choices=[], value=None)}
+        out.update({t.atlas: atlas, t.overview: dv.overview_markdown(atlas), t.heatmap: dv.heatmap(atlas)})
+        out[t.msg] = self._model_note(atlas, self.cache.get(choice))
+        if not atlas.heads:
+            return out | {t.msg: "**This atlas holds no readable image.**", t.head: gr.Dropdown(choices=[])}
+        out[t.head] = gr.Dropdown(choices=atlas.head_choices(), value=0)
+        return out | self.show_head(atlas, 0, choice)
+
+    @staticmethod
+    def _model_note(atlas: dv.Atlas, loaded: LoadedModel) -> str:
+        if atlas.made_by(loaded.sourced.made_from):
+            return ""
+        return (
+            f"This atlas was made with another model than this page's ({loaded.choice}): an exemplar opens with the "
+            f"page's model. Load the atlas's model in the Model tab to see its heads."
+        )
+
+    def show_head(self, atlas: dv.Atlas | None, k: int | None, choice: ModelChoice) -> dict:
+        """Head k's numbers, its mean DLA per class and its exemplars (the images as the atlas read them)."""
+        t = self.parts
+        if atlas is None or k is None:
+            return {t.numbers: None, t.per_class: None, t.exemplars: None}
+        k = int(k)
+        tiles, missing = self._tiles(atlas, atlas.exemplars(k), choice)
+        out = {
+            t.numbers: dv.head_numbers(atlas, k),
+            t.per_class: dv.class_numbers(atlas, k),
+            t.exemplars: gr.update(value=tiles or None, columns=atlas.columns()),
+        }
+        return out | ({t.msg: missing} if missing else {})
+
+    def _tiles(self, atlas: dv.Atlas, exemplars: list[dv.Exemplar], choice: ModelChoice) -> tuple[list, str]:
+        """(image file, caption) per exemplar that can be read, and a message naming those that cannot."""
+        folder, tiles, failed = WORK.request_dir(), [], []
+        try:
+            images, index = dv.atlas_images(atlas, self.cache.get(choice).cfg)
+        except (DataError, dv.NotAnAtlas) as e:
+            return [], f"**The atlas's images cannot be read here:** {e}"
+        for j, e in enumerate(exemplars):
+            try:
+                image = images.image(index[e.path])
+            except (KeyError, *IMAGE_ERRORS):
+                failed.append(e.path)
+                continue
+            image.save(folder / f"exemplar_{j}.png")
+            tiles.append((str(folder / f"exemplar_{j}.png"), e.caption))
+        missing = f"**Missing or unreadable in the atlas's data:** {', '.join(failed)}" if failed else ""
+        return tiles, missing
+
+    def open_exemplar(self, evt: gr.SelectData, **asked: Any) -> dict:
+        """A click on an exemplar: that image analysed in the single-image tabs by the page's model, with the
+        head enlarged in the Class attention tab (when the page's model has it), and that tab shown.
+        asked: `ExemplarAsk`'s fields, by name."""
+        ask, s, t = ExemplarAsk(**asked), self.shared, self.parts
+        atlas, k, choice = ask.atlas, ask.head, ask.choice
+        if atlas is None or k is None:
+            return {t.msg: "**Open an atlas first.**"}
+        exemplar = atlas.exemplars(int(k))[int(evt.index)]
+        try:
+            path = self._image_file(atlas, exemplar, choice)
+        except (DataError, dv.NotAnAtlas, KeyError, *IMAGE_ERRORS) as e:
+            problem = f"{exemplar.path} is no longer in the atlas's data" if isinstance(e, KeyError) else str(e)
+            log.info("could not open an exemplar: %s", problem)
+            return {t.msg: f"**Cannot open this exemplar:** {problem}"}
+        entry = atlas.heads[int(k)]
+        loaded = self.cache.get(choice)
+        head = (entry["layer"] - 1, entry["head"] - 1)
+        fits = head[0] < loaded.cfg.depth_token_only and head[1] < loaded.cfg.num_heads
+        same = atlas.made_by(loaded.sourced.made_from)
+        selected = (head[0], head[1] + 1) if fits and same else None  # the enlarged tile: 0 is the head mean
+        out = self.analyse(choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False, selected=selected)
+        out[s.image_in] = path
+        out[s.tabs] = gr.Tabs(selected="ca")
+        out[s.open_tab] = CLASS_ATTENTION_TAB
+        out[t.msg] = self._model_note(atlas, loaded)
+        if out.get(s.analysis) is not None:
+            name = head_name(head[0], head[1])
+            out[s.status] += (
+                f"  \nFrom the atlas {atlas.folder.name}: {exemplar.kind} exemplar of {name}, {exemplar.path}."
+            )
+        return out
+
+    def _image_file(self, atlas: dv.Atlas, exemplar: dv.Exemplar, choice: ModelChoice) -> str:
+        """The exemplar as a PNG file in the work folder (built-in scenes have no file of their own)."""
+        images, index = dv.atlas_images(atlas, self.cache.get(choice).cfg)
+        image = images.image(index[exemplar.path])
+        path = WORK.request_dir() / f"{Path(exemplar.path).stem}.png"
+        image.save(path)
+        return str(path)
+
+    def build_atlas(self, choice: ModelChoice, scenes: float, progress=gr.Progress(track_tqdm=True)) -> dict:
+        """An atlas of the first `scenes` test scenes for the page's model (`cait.atlas.run.make`, in this process:
+        its progress bar is the page's; the model is the cache's, never a second copy), into the work folder, then
+        opened."""
+        from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
+
+        n = int(scenes or 0)
+        if not 1 <= n <= dv.MAX_SCENES:
+            return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
+        loaded = self.cache.get(choice)
+        out = Path(tempfile.mkdtemp(dir=WORK.folder(BUILT), prefix=f"{loaded.name.replace('/', '_')}-scenes{n}-"))
+        progress(0, desc=f"atlas of {n} scenes: reading the scenes")
+        args = scenes_args(choice, n, out, loaded.device.type)
+        try:
+            data = read_data(args, loaded.cfg)
+            make(args, loaded.sourced, data, device=loaded.device)
+        except (InputError, OSError) as e:  # the atlas's and the reader's one-line errors, a full disk
+            shutil.rmtree(out, ignore_errors=True)
+            first = (str(e).splitlines() or [type(e).__name__])[0]
+            log.info("could not build an atlas: %s", first)
+            return {self.parts.msg: f"**Could not build the atlas:** {first}"}
+        return self.open(str(out), choice)
+
+    def wire(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
+        """look, th_layer, ca_props: the other tabs' controls an exemplar is opened with; outputs: what opening it
+        writes (the page's first view of an image, and this tab's message). Returns the exemplar's event, for the
+        page's follow-ups to chain on."""
+        t, s = self.parts, self.shared
+        on_torch = torch_thread.handler  # the page's model may have to be loaded (its config reads the atlas's data)
+        demo.load(on_torch(self.start), s.choice, t.opened, **MODEL_EVENTS)
+        t.pick.input(on_torch(self.open), [t.pick, s.choice], t.opened, **MODEL_EVENTS)
+        head_shown = [t.numbers, t.per_class, t.exemplars, t.msg]
+        t.head.input(on_torch(self.show_head), [t.atlas, t.head, s.choice], head_shown, **MODEL_EVENTS)
+        t.build.click(
+            on_torch(self.build_atlas, batched=True),
+            [s.choice, t.scenes],
+            t.opened,
+            show_progress_on=[t.overview],
+            **MODEL_EVENTS,
+        )
+        asked = named(t, ExemplarAsk, choice=s.choice, ca_props=ca_props, th_layer=th_layer, **look)
+        return t.exemplars.select(
+            on_torch(self.open_exemplar),
+            inputs_kwargs=asked,
+            outputs=[*outputs, s.image_in, s.tabs, s.open_tab, t.msg],
+            show_progress_on=[s.top5],
+            **MODEL_EVENTS,
+        )

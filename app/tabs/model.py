@@ -1,0 +1,220 @@
+"""The Model tab: what the page's model is (its table and card), loading another for this page only (a download
+with its progress, when asked), where each paper variant's weights come from, and the page's address
+(?model=VARIANT opens that variant)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gradio as gr
+
+import cait
+from app import texts, torch_thread
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.shared import Shared, log
+from cait import hub
+
+# After a load: the page's variant goes into the address (?model=...) without a reload, so that a reload or a
+# shared link opens the same model (`ModelTab.from_address`); "" (a checkpoint file) takes it out.
+KEEP_MODEL_IN_ADDRESS = """(name) => {
+    if (name === null || name === undefined) return;
+    const url = new URL(window.location.href);
+    if (name) url.searchParams.set('model', name); else url.searchParams.delete('model');
+    window.history.replaceState(null, '', url);
+}"""
+
+
+@dataclass
+class ModelParts:
+    model_md: gr.Markdown
+    card_md: gr.Markdown
+    variant: gr.Dropdown
+    checkpoint: gr.Textbox
+    weights_md: gr.Markdown
+    download: gr.Checkbox
+    load_btn: gr.Button
+    load_msg: gr.Markdown
+    url_model: gr.Textbox  # hidden: the page's variant, for its address (?model=...), so a reload keeps it
+    weights_table: gr.Markdown
+
+
+@dataclass(frozen=True)
+class LoadAsk:
+    """What the Load button sends (by name)."""
+
+    choice: ModelChoice
+    ca_props: tuple
+    variant: str | None
+    checkpoint: str | None
+    download: bool = False
+
+
+def _weights_line(status: hub.WeightsStatus) -> str:
+    """The tab's line on where a variant's weights come from."""
+    return f"Weights of {status.name}: {status.describe()}."
+
+
+def build(first: LoadedModel, statuses: list[hub.WeightsStatus]) -> ModelParts:
+    """The tab's components (inside its gr.Tab); statuses: every paper variant's weights (`hub.list_weights`)."""
+    parts: dict[str, Any] = {"model_md": gr.Markdown(texts.model_markdown(first), elem_id="model_md")}
+    with gr.Accordion("Model card (how it was trained, what it does badly)", open=False):
+        parts["card_md"] = gr.Markdown(texts.card_markdown(first) or "This model has no card.", elem_id="card_md")
+    gr.Markdown(
+        "### Load another model\nA variant name and, optionally, a local checkpoint (official deit .pth, "
+        "timm .pth/.safetensors or ours). Without a path: the shipped weights or timm's official ones in "
+        "the local Hugging Face cache, downloaded once if you tick the box; without weights, a message with the "
+        "ways out (random weights only when the app was started with --random-init). The choice is yours only: "
+        "other pages keep their own model."
+    )
+    with gr.Row():
+        parts["variant"] = gr.Dropdown(cait.list_models(), value=first.choice.name, label="Variant", elem_id="variant")
+        parts["checkpoint"] = gr.Textbox(
+            label="Checkpoint file (optional)", placeholder="/path/to/cait.pth", elem_id="checkpoint"
+        )
+    parts["weights_md"] = gr.Markdown(elem_id="weights_md")
+    parts["download"] = gr.Checkbox(
+        value=False,
+        label="Download timm's official weights from the Hugging Face Hub when they are not cached",
+        elem_id="download",
+    )
+    parts["load_btn"] = gr.Button("Load model", elem_id="load_btn")
+    parts["load_msg"] = gr.Markdown(elem_id="load_msg")
+    parts["url_model"] = gr.Textbox(visible=False, elem_id="url_model")
+    with gr.Accordion("Every paper variant: size and where its weights come from", open=False):
+        parts["weights_table"] = gr.Markdown(texts.weights_table(statuses), elem_id="weights_table")
+    return ModelParts(**parts)
+
+
+class ModelTab:
+    """The tab's events. page_for(loaded, shown): everything on the page that a new model changes (the tabs
+    emptied and redrawn for it; `app.ui` composes it); ca_layers: the class-attention layers the page can show."""
+
+    def __init__(
+        self,
+        parts: ModelParts,
+        shared: Shared,
+        cache: ModelCache,
+        *,
+        default: ModelChoice,
+        statuses: list[hub.WeightsStatus],
+        ca_layers: int,
+        page_for: Callable[[LoadedModel, tuple], dict],
+    ):
+        self.parts, self.shared, self.cache, self.default = parts, shared, cache, default
+        self.statuses, self.ca_layers, self.page_for = statuses, ca_layers, page_for
+
+    def weights_status(self, name: str | None, checkpoint: str | None = None) -> str:
+        """Where the chosen variant's weights would come from, without any request (cait.hub): from the
+        checkpoint file when one is given."""
+        if (checkpoint or "").strip():
+            return "Weights from the checkpoint file given (nothing is downloaded)."
+        if not name:
+            return ""
+        try:
+            return _weights_line(hub.weights_status(name))
+        except cait.InputError as e:
+            return str(e)
+
+    def _fetched(self, wanted: ModelChoice, progress) -> None:
+        """A paper variant's official weights into the local cache, with the page's progress bar (nothing to do
+        when shipped or cached); off the torch thread: other pages go on meanwhile. Its status is computed here
+        once; the load finds the file in the cache."""
+        report = lambda done, total: progress((done, total), desc=f"downloading {wanted.name}", unit="bytes")  # noqa: E731
+        hub.fetch_weights(hub.weights_status(wanted.name), on_progress=report)
+
+    def _refused(self, loaded: LoadedModel) -> str:
+        """Why the page cannot show `loaded` ("" when it can)."""
+        layers = loaded.cfg.depth_token_only
+        if layers <= self.ca_layers:
+            return ""
+        return (
+            f"{loaded.name} has {layers} class-attention layers and this page shows {self.ca_layers}; start the app "
+            f"with it (--model or --checkpoint) to see every layer"
+        )
+
+    def load(self, progress=gr.Progress(), **asked: Any) -> dict:
+        """Load a model for this page only (a download, when asked for, with a progress bar). A failure is one
+        message next to the button; nothing else on the page changes. The server's --random-init holds here
+        too (`default`). asked: `LoadAsk`'s fields, by name."""
+        ask = LoadAsk(**asked)
+        checkpoint = (ask.checkpoint or "").strip() or None
+        wanted = ModelChoice(
+            name=ask.variant or None,
+            checkpoint=checkpoint,
+            download=bool(ask.download) and checkpoint is None,
+            random_init=self.default.random_init,
+        )
+        p = self.parts
+        try:
+            if wanted.download and wanted.name:
+                self._fetched(wanted, progress)
+            loaded = torch_thread.call(self.cache.get, wanted)
+            refused = self._refused(loaded)
+        except (cait.InputError, OSError) as e:  # a user's choice, or a file or network that failed
+            refused = str(e) or type(e).__name__
+        if refused:
+            first_line, *rest = refused.splitlines()
+            log.info("could not load %s: %s", wanted, first_line)
+            more = "\n\n```\n" + "\n".join(rest) + "\n```" if rest else ""
+            # the Variant box goes back to the page's model, which stays loaded
+            return {p.load_msg: f"**Could not load the model:** {first_line}{more}", p.variant: ask.choice.name}
+        out = torch_thread.call(self.page_for, loaded, ask.ca_props)
+        warn = f" ⚠ {loaded.notice}" if loaded.notice else ""
+        out[p.load_msg] = f"Loaded **{loaded.name}** ({loaded.source}) for this page.{warn}"
+        out[p.weights_md] = _weights_line(loaded.status) if loaded.status is not None else ""
+        if loaded.status is not None:  # a download changes its row, and only its row
+            self.statuses[:] = [loaded.status if s.name == loaded.status.name else s for s in self.statuses]
+        out[p.weights_table] = texts.weights_table(self.statuses)
+        # the address names a variant loaded without a file (a file's path is not the page's to share)
+        out[p.url_model] = loaded.choice.name if loaded.choice.checkpoint is None else ""
+        return out
+
+    def from_address(self, choice: ModelChoice, shown: tuple, request: gr.Request) -> dict:
+        """A page opened (or reloaded) with ?model=VARIANT starts with that variant, as if loaded here; an unknown
+        name is said next to the Load button."""
+        name = (request.query_params.get("model") or "").strip() if request else ""
+        if not name or name == choice.name:
+            return gr.skip()
+        if name not in cait.list_models():
+            said = f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
+            gr.Warning(said.replace("**", ""))
+            return {
+                self.parts.load_msg: said,
+                self.shared.status: said,  # on the first tab too, where the page opens
+                # the address names the model shown, not the unknown one
+                self.parts.url_model: choice.name if choice.checkpoint is None else "",
+            }
+        return self.load(choice=choice, ca_props=shown, variant=name, checkpoint="", download=False)
+
+    def for_model(self, loaded: LoadedModel) -> dict:
+        p = self.parts
+        return {
+            p.model_md: texts.model_markdown(loaded),
+            p.card_md: texts.card_markdown(loaded) or "This model has no card.",
+            p.variant: loaded.choice.name,
+        }
+
+    def wire(self, demo: gr.Blocks, *, ca_props: gr.State, everything: list) -> None:
+        """ca_props: the Class attention tab's gallery props (what a new model empties); everything: what
+        `page_for` may write."""
+        p, shared = self.parts, self.shared
+        asked = dict(choice=shared.choice, ca_props=ca_props, variant=p.variant, checkpoint=p.checkpoint)
+        p.load_btn.click(
+            self.load,
+            inputs_kwargs=asked | dict(download=p.download),
+            outputs=everything,
+            show_progress_on=[p.load_msg],
+            concurrency_id="model",
+            api_visibility="private",
+        ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
+        for control in (p.variant, p.checkpoint):
+            control.change(self.weights_status, [p.variant, p.checkpoint], p.weights_md, api_visibility="private")
+        demo.load(
+            self.from_address,
+            [shared.choice, ca_props],
+            everything,
+            show_progress_on=[p.load_msg],
+            concurrency_id="model",
+            api_visibility="private",
+        ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)

@@ -1,0 +1,436 @@
+"""The Saliency tab: the ticked methods' maps for a chosen class (or the top k side by side), each with its
+deletion/insertion AUCs, the method options, the enlarged map, and the paper's Fig. 7 regions of focus."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import gradio as gr
+import numpy as np
+import torch
+
+import cait
+from app import figures, session, texts, torch_thread
+from app.choices import class_choices, ranked_classes, region_choices
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
+from cait import explain
+from cait.explain.attribution import OPTION_BOUNDS
+from cait.figures.attention import head_name
+
+SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
+_OPTIONS = explain.MethodOptions()  # the method settings' defaults
+
+
+@dataclass
+class SaliencyParts:
+    sal_class: gr.Dropdown
+    sal_methods: gr.CheckboxGroup
+    ig_steps: gr.Slider
+    ig_baseline: gr.Dropdown
+    sg_samples: gr.Slider
+    sg_noise: gr.Slider
+    sg_seed: gr.Number
+    fusion: gr.Dropdown
+    discard: gr.Slider
+    signed: gr.Checkbox
+    sal_score: gr.Checkbox
+    sal_topk: gr.Slider
+    sal_run: gr.Button
+    sal_msg: gr.Markdown  # what keeps the maps from being computed
+    sal_gallery: gr.Gallery
+    sal_maps: gr.State  # the maps shown: [(heat [g, g] numpy, caption, signed, method)], for the enlarged view
+    sal_bar: gr.Image
+    sal_big: gr.Plot
+    region_of: gr.Dropdown
+    region_share: gr.Slider
+    sal_region: gr.Image
+    sal_table: gr.Dataframe
+
+    @property
+    def results(self) -> list:
+        """What a new image (or a new model) empties here."""
+        return [
+            self.sal_class,
+            self.sal_msg,
+            self.sal_gallery,
+            self.sal_bar,
+            self.sal_maps,
+            self.sal_big,
+            self.sal_region,
+            self.sal_table,
+        ]
+
+
+@dataclass(frozen=True)
+class SaliencyAsk:
+    """What the run button sends, each field named as its component (`app.shared.named`: Gradio passes each value
+    as the keyword of that name); a method setting not given is `explain.MethodOptions`'."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    sal_class: int | None  # None: the top prediction
+    sal_methods: list[str]
+    cmap: str
+    alpha: float
+    view: str
+    sal_score: bool = True  # the deletion/insertion AUCs after the maps
+    sal_topk: int = 1  # > 1: each method for each of the top k predicted classes instead of sal_class
+    ig_steps: int = _OPTIONS.ig_steps
+    sg_samples: int = _OPTIONS.smoothgrad_samples
+    sg_noise: float = _OPTIONS.smoothgrad_stdev
+    fusion: str = _OPTIONS.rollout_head_fusion
+    discard: float = _OPTIONS.rollout_discard_ratio
+    ig_baseline: str = _OPTIONS.ig_baseline
+    signed: bool = _OPTIONS.signed
+    sg_seed: int = session.DEFAULT_SEED  # SmoothGrad's noise
+
+    def options(self) -> explain.MethodOptions:
+        """The method settings as `explain.MethodOptions` (the page's sliders send floats)."""
+        return explain.MethodOptions(
+            ig_steps=int(self.ig_steps),
+            smoothgrad_samples=int(self.sg_samples),
+            smoothgrad_stdev=float(self.sg_noise),
+            rollout_head_fusion=self.fusion,
+            rollout_discard_ratio=float(self.discard),
+            ig_baseline=self.ig_baseline,
+            signed=bool(self.signed),
+        )
+
+
+@dataclass(frozen=True)
+class EnlargeAsk:
+    """What a click on a map sends (by name)."""
+
+    analysis: session.Analysis | None
+    sal_maps: list | None
+    cmap: str
+    alpha: float
+    view: str
+
+
+@dataclass
+class SaliencyRun:
+    """One saliency run's progress: per class, every method's map (and tile) once computed, then its AUCs once
+    scored."""
+
+    classes: list[str]  # class names, in the order they are run
+    methods: list[str]
+    scoring: bool  # the AUCs are computed after the maps
+    options: explain.MethodOptions = _OPTIONS
+    seed: int = session.DEFAULT_SEED
+    rows: list = field(default_factory=list)  # (class name, session.SaliencyRow), in the order shown
+    tiles: list = field(default_factory=list)  # (tile image, signed) of each row
+
+    def add(self, name: str, row: session.SaliencyRow, tile, signed: bool) -> None:
+        self.rows.append((name, row))
+        self.tiles.append((tile, signed))
+
+    def score(self, name: str, row: session.SaliencyRow) -> None:
+        i = next(i for i, (n, r) in enumerate(self.rows) if n == name and r.method == row.method)
+        self.rows[i] = (name, row)
+
+    def caption(self, name: str, row: session.SaliencyRow) -> str:
+        """The method, class and the settings that shaped the map; its AUCs once scored."""
+        settings = session.options_caption(row.method, self.options, self.seed)
+        said = f"{row.method} for '{name}'" + (f" ({settings})" if settings else "")
+        if np.isnan(row.deletion_auc):  # not scored (yet)
+            return said
+        return f"{said} · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}"
+
+    def captioned(self) -> list:
+        return [(tile, self.caption(name, row)) for (name, row), (tile, _) in zip(self.rows, self.tiles)]
+
+    def maps(self) -> list:
+        """What enlarging a tile needs: (patch map, caption, signed, method) of each row."""
+        return [(r.heat.numpy(), self.caption(n, r), s, r.method) for (n, r), (_, s) in zip(self.rows, self.tiles)]
+
+    def label(self) -> str:
+        one = len(self.classes) == 1
+        title = f"Maps for class '{self.classes[0]}'" if one else f"Maps for the top {len(self.classes)} classes"
+        total = len(self.classes) * len(self.methods)
+        scored = sum(not np.isnan(r.deletion_auc) for _, r in self.rows)
+        if len(self.rows) < total:
+            name = self.classes[len(self.rows) // len(self.methods)]
+            return f"{title}; computing the maps{'' if one else f' for {name!r}'} ({len(self.rows)} of {total} done)"
+        if self.scoring and scored < total:
+            name, row = self.rows[scored]
+            return f"{title}; scoring {row.method}{'' if one else f' for {name!r}'} ({scored + 1} of {total})"
+        return title
+
+
+def _map_of(name: str) -> tuple[int, int | None]:
+    """'CA2 head 3' -> (1, 2), 'CA1 mean' -> (0, None): the inverse of `cait.figures.attention.head_name`."""
+    layer, what = name.split(" ", 1)
+    return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
+
+
+def build(first: LoadedModel) -> SaliencyParts:
+    """The tab's components (inside its gr.Tab)."""
+    gr.Markdown(
+        "Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
+        "insertion AUC (higher = more faithful). Only the ticked methods run."
+    )
+    parts: dict[str, Any] = {"sal_class": gr.Dropdown(label="Class", choices=[], elem_id="sal_class")}
+    parts["sal_methods"] = gr.CheckboxGroup(
+        list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
+    )
+    _method_options(parts)
+    parts["sal_score"] = gr.Checkbox(
+        value=True,
+        label="Score faithfulness (deletion and insertion AUC: most of a fast method's time)",
+        elem_id="sal_score",
+    )
+    parts["sal_topk"] = gr.Slider(
+        1,
+        5,
+        value=1,
+        step=1,
+        label="Classes side by side",
+        info="1: the class chosen above; k > 1: each method for each of the top k predicted classes",
+        elem_id="sal_topk",
+    )
+    parts["sal_run"] = gr.Button("Compute saliency", variant="primary", elem_id="sal_run")
+    parts["sal_msg"] = gr.Markdown(elem_id="sal_msg")
+    parts["sal_gallery"] = gr.Gallery(
+        label="Maps", columns=4, allow_preview=False, height="auto", elem_id="sal_gallery", elem_classes=["no-scroll"]
+    )
+    parts["sal_maps"] = gr.State(None)
+    # the maps' colour scale right under them, above the enlarged map
+    parts["sal_bar"] = gr.Image(
+        label="Colour scale of the maps",
+        type="pil",
+        interactive=False,
+        height=60,
+        show_label=False,
+        container=False,
+        elem_id="sal_bar",
+        buttons=[],
+    )
+    parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
+    _regions_and_scores(first.cfg, parts)
+    return SaliencyParts(**parts)
+
+
+def _method_options(parts: dict) -> None:
+    defaults, bounds = explain.MethodOptions(), OPTION_BOUNDS  # the sliders span what /analyze accepts
+    with gr.Accordion("Method options (integrated gradients, SmoothGrad, rollout)", open=False):
+        with gr.Row():  # one method's settings a row, so that no label wraps
+            parts["ig_steps"] = gr.Slider(
+                *bounds["ig_steps"],
+                value=defaults.ig_steps,
+                step=4,
+                label="Integrated-gradients steps",
+                elem_id="ig_steps",
+            )
+            parts["ig_baseline"] = gr.Dropdown(
+                list(explain.IG_BASELINES),
+                value=defaults.ig_baseline,
+                label="Integrated-gradients baseline",
+                info="mean: the normalisation's mean colour",
+                elem_id="ig_baseline",
+            )
+        with gr.Row():
+            parts["sg_samples"] = gr.Slider(
+                *bounds["smoothgrad_samples"],
+                value=defaults.smoothgrad_samples,
+                step=2,
+                label="SmoothGrad samples",
+                elem_id="sg_samples",
+            )
+            parts["sg_noise"] = gr.Slider(
+                *bounds["smoothgrad_stdev"],
+                value=defaults.smoothgrad_stdev,
+                step=0.05,
+                label="SmoothGrad noise (std, normalised units)",
+                elem_id="sg_noise",
+            )
+            parts["sg_seed"] = gr.Number(
+                value=session.DEFAULT_SEED, precision=0, label="SmoothGrad seed", elem_id="sg_seed"
+            )
+        with gr.Row():
+            parts["fusion"] = gr.Dropdown(
+                list(explain.HEAD_FUSIONS),
+                value=defaults.rollout_head_fusion,
+                label="Rollout head fusion",
+                elem_id="fusion",
+            )
+            parts["discard"] = gr.Slider(
+                *bounds["rollout_discard_ratio"],
+                value=defaults.rollout_discard_ratio,
+                step=0.05,
+                label="Rollout discard ratio (lowest weights of each layer set to 0)",
+                elem_id="discard",
+            )
+        parts["signed"] = gr.Checkbox(
+            value=defaults.signed,
+            label="Signed attributions (captum methods: red for the class, blue against it; else |attribution|)",
+            elem_id="signed",
+        )
+
+
+def _regions_and_scores(cfg: cait.CaiTConfig, parts: dict) -> None:
+    with gr.Row():
+        with gr.Column():
+            parts["region_of"] = gr.Dropdown(
+                region_choices(cfg), value=region_choices(cfg)[0], label="Regions of focus of", elem_id="region_of"
+            )
+            parts["region_share"] = gr.Slider(
+                0.05,
+                0.95,
+                value=explain.DEFAULT_SHARE,
+                step=0.05,
+                label="Share of the map's attention mass the region holds",
+                elem_id="region_share",
+            )
+            parts["sal_region"] = gr.Image(
+                label="Regions of focus", type="pil", interactive=False, height=300, elem_id="sal_region"
+            )
+        parts["sal_table"] = gr.Dataframe(
+            headers=["method", "deletion AUC", "insertion AUC", "seconds"],
+            label="Scores (seconds: the map and its deletion/insertion scoring)",
+            interactive=False,
+            elem_id="sal_table",
+        )
+
+
+class SaliencyTab:
+    """The tab's events and what it draws."""
+
+    def __init__(self, parts: SaliencyParts, shared: Shared, cache: ModelCache):
+        self.parts, self.shared, self.cache = parts, shared, cache
+
+    def run(self, **asked: Any) -> Iterator[dict]:
+        """The ticked methods' maps for the chosen class (or, with topk > 1, for each of the top-k predicted
+        classes side by side): each class's maps as soon as they are computed, then, with `score`, each map's
+        deletion/insertion AUCs one by one (the gallery label counts them), so the maps are not held back by the
+        scoring, which takes most of the time, and the wait is told by real progress.
+        asked: the fields of `SaliencyAsk`, by name."""
+        p, ask = self.parts, SaliencyAsk(**asked)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
+            yield {p.sal_msg: texts.NO_IMAGE}
+            return
+        if not ask.sal_methods:
+            yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
+            return
+        loaded = self.cache.get(ask.choice)
+        methods = [m for m in explain.METHODS if m in ask.sal_methods]  # the menu's order, whatever the ticking
+        targets = [a.top_class if ask.sal_class is None else int(ask.sal_class)]
+        if int(ask.sal_topk or 1) > 1:
+            targets = ranked_classes(a.probs, int(ask.sal_topk))
+        look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
+        options, seed = ask.options(), int(ask.sg_seed)
+        run = SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score), options, seed)
+        yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(ask.cmap, signed=options.signed), **self.progress(run)}
+        saved = []
+        for t in targets:
+            name = loaded.labels[t]
+            rows = session.unscored_rows(loaded, a, target=t, methods=methods, options=options, seed=seed)
+            for row in rows:
+                signed = options.signed and row.method in explain.CAPTUM_METHODS
+                run.add(name, row, figures.saliency_tile(a.view, row.heat, signed=signed, **look), signed)
+            yield self.progress(run)
+            for row in session.scored(loaded, a, rows, target=t) if ask.sal_score else []:
+                run.score(name, row)
+                yield self.progress(run)
+            mine = [r for n, r in run.rows if n == name]
+            saved.append(session.saliency_numbers(t, name, mine, options=options, seed=seed))
+        a.saliency = saved
+        yield {self.shared.json_file: session.numbers_file(loaded, a), p.sal_maps: run.maps()}
+
+    def progress(self, run: SaliencyRun) -> dict:
+        """The gallery and table of a saliency run so far."""
+        auc = lambda v: None if np.isnan(v) else round(v, 4)  # noqa: E731 - not scored: an empty cell
+        one = len(run.classes) == 1
+        table = [
+            [
+                r.method if one else f"{r.method} ({name})",
+                auc(r.deletion_auc),
+                auc(r.insertion_auc),
+                round(r.seconds, 2),
+            ]
+            for name, r in run.rows
+        ]
+        return {
+            self.parts.sal_gallery: gr.Gallery(value=run.captioned() or None, label=run.label()),
+            self.parts.sal_table: table or None,
+        }
+
+    def enlarge(self, evt: gr.SelectData, **asked: Any) -> dict:
+        """A clicked saliency map beside its patch grid, whose hover gives each patch's value.
+        asked: the fields of `EnlargeAsk`, by name."""
+        ask = EnlargeAsk(**asked)
+        a, maps = ask.analysis, ask.sal_maps
+        if a is None or not maps or int(evt.index) >= len(maps):
+            return gr.skip()
+        heat, caption, signed, method = maps[int(evt.index)]
+        look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0], signed=signed)
+        tile = figures.saliency_tile(a.view, torch.from_numpy(heat), **look)
+        shown = figures.SIGNED_CMAP if signed else ask.cmap
+        figure = figures.enlarged_figure(
+            tile, a.view, heat, cmap=shown, title=caption, colour_title=method, signed=signed
+        )
+        return {self.parts.sal_big: figure}
+
+    def region(self, a, source: str | None, share: float) -> dict:
+        """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as
+        `choices.region_choices` names them), holding `share` of its mass."""
+        if a is None or not source:
+            return {self.parts.sal_region: None}
+        layer, head = _map_of(source)
+        if layer >= a.ca_maps.shape[0] or (head is not None and head >= a.ca_maps.shape[1]):
+            return {self.parts.sal_region: None}  # a choice of the model before: the new one comes with it
+        img_size = a.x.shape[-1]
+        mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(share), img_size=img_size)
+        label = f"Regions of focus: {source}, {float(share):.0%} of its attention mass"
+        image = figures.region_image(a.view, mask, box, img_size)
+        return {self.parts.sal_region: gr.Image(value=image, label=label)}
+
+    def details(self, loaded: LoadedModel, a: session.Analysis, region_of: str | None, share: float) -> dict:
+        """The follow-up of a new image here: the class menu and the region of focus."""
+        return {self.parts.sal_class: gr.Dropdown(choices=class_choices(loaded.labels), value=a.top_class)} | (
+            self.region(a, region_of, share)
+        )
+
+    def cleared(self) -> dict:
+        return dict.fromkeys(self.parts.results) | {self.parts.sal_msg: ""}
+
+    def for_model(self, loaded: LoadedModel) -> dict:
+        """What depends on the page's model here: the class menu and the maps a region is drawn from."""
+        regions = region_choices(loaded.cfg)
+        return {
+            self.parts.sal_class: gr.Dropdown(choices=[], value=None),
+            self.parts.region_of: gr.Dropdown(choices=regions, value=regions[0]),
+        }
+
+    def wire(self, look: dict[str, Any]) -> None:
+        """look: the Class attention tab's controls by name (cmap, alpha, view), which the maps are drawn with."""
+        p, shared, on_torch = self.parts, self.shared, torch_thread.handler
+        said = lambda line: {p.sal_msg: line}  # noqa: E731
+        p.sal_run.click(
+            on_torch(answering(self.run, said=said), batched=True),
+            inputs_kwargs=named(p, SaliencyAsk, choice=shared.choice, analysis=shared.analysis, **look),
+            outputs=[p.sal_gallery, p.sal_bar, p.sal_table, p.sal_msg, shared.json_file, p.sal_maps],
+            show_progress_on=[p.sal_gallery],
+            **MODEL_EVENTS,
+        )
+        p.sal_gallery.select(
+            on_torch(answering(self.enlarge)),
+            inputs_kwargs=named(p, EnlargeAsk, analysis=shared.analysis, **look),
+            outputs=p.sal_big,
+            **MODEL_EVENTS,
+        )
+        region = on_torch(answering(self.region))
+        for control in (p.region_of, p.region_share):
+            control.change(
+                region,
+                [shared.analysis, p.region_of, p.region_share],
+                p.sal_region,
+                trigger_mode="always_last",
+                **MODEL_EVENTS,
+            )
+
+
+__all__ = ["SaliencyAsk", "SaliencyParts", "SaliencyRun", "SaliencyTab", "build", "head_name"]
