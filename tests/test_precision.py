@@ -117,7 +117,7 @@ def test_the_saliency_tab_reads_what_it_can_from_the_analysis(tmp_path):
     path = tmp_path / "nano.safetensors"
     cait.save_weights(randomise_(cait.create_model("cait_nano_64")), path)
     fast = load_model(ModelChoice(None, str(path)), CPU, torch.bfloat16)
-    a = session.analyse(fast, str(sorted(cait.data.EXAMPLES_DIR.glob("*.png"))[0]))
+    a = session.analyse(fast, str(sorted(cait.data.EXAMPLES_DIR.glob("scene_*.png"))[0]))
     rows = {
         r.method: r
         for r in session.saliency_rows(
