@@ -159,7 +159,7 @@ def test_attention_grid_is_the_models_class_attention(gallery, checkpoint):
     assert (data["layers"], data["heads"]) == (layers, heads)
     assert [len(row) for row in data["panels"]] == [heads + 1] * layers  # one column per head + the mean
     assert all(row[-1].endswith("mean") for row in data["panels"])
-    files = sorted(EXAMPLES.glob("*.png"))[:2]  # --quick: the first two shipped examples
+    files = sorted(EXAMPLES.glob("scene_*.png"))[:2]  # --quick: the first two shipped example scenes
     assert [r["image"] for r in data["images"]] == [f.stem for f in files]
     ca = explain.class_attention(model, to_batch([Image.open(f) for f in files], model.cfg))
     for b, record in enumerate(data["images"]):
@@ -177,7 +177,7 @@ def test_attention_grid_is_the_models_class_attention(gallery, checkpoint):
 def test_saliency_regions_and_localization(gallery, checkpoint):
     model = cait.load_model(None, checkpoint).model
     regions = json.loads((gallery / "saliency" / "regions_of_focus.json").read_text())
-    files = sorted(EXAMPLES.glob("*.png"))[:4]
+    files = sorted(EXAMPLES.glob("scene_*.png"))[:4]
     ca = explain.class_attention(model, to_batch([Image.open(f) for f in files], model.cfg))
     masks, boxes = explain.regions_of_focus(ca.mean[:, 0], img_size=model.cfg.img_size)
     for b, record in enumerate(regions["images"]):
@@ -718,7 +718,7 @@ def test_robustness_scores_the_corrupted_views_and_splits_by_whether_the_predict
     assert row["stayed_right"] + row["broke"] == round(result["clean"]["top1"] * 8)  # the clean-right ones, split
     assert result["clean"]["agreement"] == 1 and result["clean"]["focus_kept"] >= 0.5  # the region holds >= 50%
     # photos without labels: agreement with the clean prediction and the focus kept, no top-1 or pointing
-    photos = sorted(EXAMPLES.glob("*.png"))[:2]
+    photos = sorted(EXAMPLES.glob("scene_*.png"))[:2]
     run_here("robustness.py", "--quick", "--checkpoint", checkpoint, "--images", *photos, "--out", tmp_path / "photos")
     unlabelled = json.loads((tmp_path / "photos" / "robustness.json").read_text())
     assert unlabelled["images"] == "2 photos" and all("top1" not in r for r in unlabelled["rows"])

@@ -287,8 +287,8 @@ def test_analyze_publishes_its_keywords_and_defaults(server):
 
 
 def scene_images(tmp: Path, n: int) -> list[Path]:
-    """n different test images: the shipped examples if any, padded with random colour scenes."""
-    shipped = sorted((Path(cait.__file__).parent / "examples").glob("*.png"))[:n]
+    """n different test images: the shipped example scenes, padded with random colour scenes."""
+    shipped = sorted((Path(cait.__file__).parent / "examples").glob("scene_*.png"))[:n]
     rng = np.random.default_rng(1)
     extra = []
     for i in range(n - len(shipped)):
@@ -524,7 +524,9 @@ def test_examples_match_the_model_kind():
 
     scenes = find_examples(cait.get_config("cait_nano_64"), WORK.path)
     grey = find_examples(cait.get_config("cait_nano_28"), WORK.path)
-    assert len(scenes) == 12 and all("scene_" in Path(p).name for p, _ in scenes)
+    names = [Path(p).name for p, _ in scenes]  # the example scenes, then the product-style photos (issue 48)
+    assert len(names) == 14 and all(n.startswith("scene_") for n in names[:12])
+    assert all(n.startswith("product_") for n in names[12:])
     assert grey and all(Path(p).name.startswith("fashion-mnist-") for p, _ in grey)
     with Image.open(grey[0][0]) as im:
         assert im.size == (28, 28) and im.mode == "L"

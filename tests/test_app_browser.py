@@ -228,7 +228,7 @@ def test_truncated_and_empty_uploads_leave_no_error_state(page):
     """Every failed decode is one message in the status line: its follow-up does not run into an error."""
     page.get_by_role("tab", name="Class attention").click()
     pick_example(page, 0)
-    scene = sorted((ROOT / "cait" / "examples").glob("*.png"))[0].read_bytes()
+    scene = sorted((ROOT / "cait" / "examples").glob("scene_*.png"))[0].read_bytes()
     for name, data in (("truncated.png", scene[: len(scene) // 3]), ("empty.jpg", b"")):
         page.locator("#image_in button[aria-label='Remove Image']").click()
         expect(grid_images(page)).to_have_count(0)
@@ -542,7 +542,7 @@ def test_replacing_an_image_runs_the_analysis_once(chromium, server):
         pick_example(page)
         first_json = json_href(page)
         before = analyses_logged(server)
-        scene = sorted((ROOT / "cait" / "examples").glob("*.png"))[3]
+        scene = sorted((ROOT / "cait" / "examples").glob("scene_*.png"))[3]
         page.locator("#image_in input[type=file]").set_input_files(str(scene))  # a new file over the example
         page.wait_for_function(NEW_JSON, arg=first_json)  # its follow-up is done too
         # One more event, and its answer: a second analysis of the upload would have been queued before it.

@@ -32,7 +32,7 @@ from cait.checkpoint import WEIGHTS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
-SCENE = sorted((ROOT / "cait" / "examples").glob("*.png"))[0]
+SCENE = sorted((ROOT / "cait" / "examples").glob("scene_*.png"))[0]
 
 
 def python(code: str) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from cait import explain
 from cait.preprocess import model_view, to_batch
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "cait" / "examples").glob("*.png"))[:2]
+EXAMPLES = sorted((ROOT / "cait" / "examples").glob("scene_*.png"))[:2]
 
 
 def test_attention_distance_script_writes_the_models_own_distances(tmp_path):

@@ -69,7 +69,7 @@ def test_gradients_and_attributions_stay_fp32(tmp_path):
     cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
     choice = ModelChoice(None, str(path))
     fast, exact = load_model(choice, CPU, torch.bfloat16), load_model(choice, CPU, None)
-    scene = sorted((cait.data.EXAMPLES_DIR).glob("*.png"))[0]
+    scene = sorted(cait.data.EXAMPLES_DIR.glob("scene_*.png"))[0]
     a = session.analyse(fast, str(scene))
     assert a.ca_maps.dtype == a.probs.dtype == "float32"
     methods = ["integrated_gradients", "saliency", "class_specific", "rollout_after_proj_l", "occlusion"]
@@ -117,7 +117,7 @@ def test_the_saliency_tab_reads_what_it_can_from_the_analysis(tmp_path):
     path = tmp_path / "nano.safetensors"
     cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
     fast = load_model(ModelChoice(None, str(path)), CPU, torch.bfloat16)
-    a = session.analyse(fast, str(sorted(cait.data.EXAMPLES_DIR.glob("*.png"))[0]))
+    a = session.analyse(fast, str(sorted(cait.data.EXAMPLES_DIR.glob("scene_*.png"))[0]))
     rows = {
         r.method: r
         for r in session.saliency_rows(

@@ -36,9 +36,12 @@ def _annotations(directory: Path) -> dict[str, dict]:
 
 
 def read_examples(paths: Iterable[str | os.PathLike] | None = None) -> list[ExampleImage]:
-    """`paths` (default: the example scenes shipped in cait/examples/, sorted by name), each with its label
-    and box when an examples.json in its folder lists it."""
-    files = sorted(EXAMPLES_DIR.glob("*.png")) if paths is None else [Path(p) for p in paths]
+    """`paths` (default: the images shipped in cait/examples/: the example scenes, then the product-style photos,
+    each sorted by name), each with its label and box when an examples.json in its folder lists it."""
+    if paths is None:
+        files = sorted(EXAMPLES_DIR.glob("scene_*.png")) + sorted(EXAMPLES_DIR.glob("product_*.png"))
+    else:
+        files = [Path(p) for p in paths]
     notes: dict[Path, dict[str, dict]] = {}
     out = []
     for f in files:
