@@ -36,8 +36,8 @@ from _common import (
 )
 
 from cait.explain import mean_attention_distances, uniform_attention_distance
+from cait.factory import load_from_flags
 from cait.figures import distance_plot, to_matplotlib, to_plotly
-from cait.flags import load_from_flags
 
 BATCH = 8  # images per forward pass: the per-layer maps of a batch are what takes memory
 

@@ -30,8 +30,8 @@ from _common import (
 )
 
 from cait.explain import class_attention
+from cait.factory import load_from_flags
 from cait.figures import attention_tiles, colour_bar, grid_columns, head_name, tile_sheet
-from cait.flags import load_from_flags
 from cait.preprocess import class_names
 
 

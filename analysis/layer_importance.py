@@ -42,8 +42,8 @@ from _common import (
 from scipy.stats import spearmanr
 
 from cait import explain
+from cait.factory import load_from_flags
 from cait.figures.causal import knockout_matplotlib, knockout_plotly, logit_parts_matplotlib, logit_parts_plotly
-from cait.flags import load_from_flags
 
 BATCH = 50
 QUICK_IMAGES = 8

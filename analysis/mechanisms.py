@@ -34,8 +34,8 @@ from tqdm import tqdm
 
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from cait.factory import load_from_flags
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
-from cait.flags import load_from_flags
 from cait.preprocess import normalise, view_pixels
 
 BATCH = 25

@@ -46,8 +46,8 @@ from torchvision.transforms.v2.functional import normalize
 
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from cait.factory import load_from_flags
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
-from cait.flags import load_from_flags
 from cait.preprocess import view_pixels
 
 DEFAULT_IMAGES = 300  # without --limit: the first 300 images of the data

@@ -47,7 +47,7 @@ from PIL import Image
 from cait import explain
 from cait.data import ImagesWithBoxes
 from cait.evaluate import CHEAP_METHODS, evaluate
-from cait.flags import load_from_flags
+from cait.factory import load_from_flags
 from cait.preprocess import class_names
 
 BATCH = 64  # images per batch of the localization run

@@ -31,7 +31,8 @@ import torch
 from cait import explain
 from cait.atlas.compute import batch_numbers, corrupted_views
 from cait.data import read_images
-from cait.flags import add_model_flags, add_threads_flag, load_from_flags
+from cait.factory import load_from_flags
+from cait.flags import add_model_flags, add_threads_flag
 from cait.preprocess import normalise
 from cait.timing import time_interleaved
 

@@ -16,7 +16,8 @@ import torchvision.transforms.v2.functional as TF
 
 from cait.corruptions import CORRUPTIONS, corrupt
 from cait.data import build_dataset
-from cait.flags import add_model_flags, add_precision_flag, load_from_flags
+from cait.factory import load_from_flags
+from cait.flags import add_model_flags, add_precision_flag
 from cait.preprocess import model_view
 from cait.runtime import autocast, choose_precision
 from cait.timing import time_interleaved

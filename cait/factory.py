@@ -6,12 +6,14 @@ or a random init on request (weights=False).
 Missing weights are an error everywhere: one line naming the ways out (--pretrained downloads a paper
 variant's official weights, --checkpoint FILE gives a file, HF_HOME points at a Hugging Face cache that holds
 them), unless random_init=True (--random-init) asks for a seeded random init in their place, which every output
-then flags. Command lines go through `cait.flags.load_from_flags`.
+then flags. Command lines go through `load_from_flags`, which reads `cait.flags`' model flags.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +128,26 @@ def check_checkpoint_file(path: Path) -> Path:
         f"{path.name} is a text file, not a checkpoint (it starts with {first!r}); "
         f"give a .pth or .safetensors weights file"
     )
+
+
+def load_from_flags(args: argparse.Namespace, *, cnn: bool = False, **overrides: Any) -> SourcedModel:
+    """The model `add_model_flags`' flags ask for, through the one door (`cait.load_model`), for every command
+    line; a random init (--random-init, no weights here) is said once on stderr as well as on every output.
+
+    Args:
+        args: parsed flags holding model, checkpoint, pretrained and random_init.
+        cnn: accept a timm CNN checkpoint (cait.evaluate scores one on top-1).
+        overrides: config fields to change, as `cait.load_model` takes them (e.g. img_size=384).
+
+    Returns:
+        The `SourcedModel`.
+
+    Raises:
+        InputError: one line, for a name, file or flag that cannot work (the command says it and exits 2).
+    """
+    loaded = load_model(
+        args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init, cnn=cnn, **overrides
+    )
+    if not loaded.trained:
+        print(f"WARNING: {loaded.notice}; using a RANDOM INIT (every output says so)", file=sys.stderr)
+    return loaded

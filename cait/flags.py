@@ -5,13 +5,8 @@ at once."""
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import TYPE_CHECKING, Any
 
 from .config import DEFAULT_MODEL, list_models
-
-if TYPE_CHECKING:  # torch: imported by load_from_flags when it runs, never at import
-    from .provenance import SourcedModel
 
 DEVICES = ("auto", "cpu", "cuda")  # auto = CUDA when there is one, else the CPU
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto = bf16 where it measures faster than fp32, else fp32
@@ -45,31 +40,6 @@ def add_model_flags(
         "random init, said on every output (RANDOM INIT), instead of an error naming the ways out (--pretrained, "
         "--checkpoint FILE, HF_HOME)",
     )
-
-
-def load_from_flags(args: argparse.Namespace, *, cnn: bool = False, **overrides: Any) -> SourcedModel:
-    """The model `add_model_flags`' flags ask for, through the one door (`cait.load_model`), for every command
-    line; a random init (--random-init, no weights here) is said once on stderr as well as on every output.
-
-    Args:
-        args: parsed flags holding model, checkpoint, pretrained and random_init.
-        cnn: accept a timm CNN checkpoint (cait.evaluate scores one on top-1).
-        overrides: config fields to change, as `cait.load_model` takes them (e.g. img_size=384).
-
-    Returns:
-        The `SourcedModel`.
-
-    Raises:
-        InputError: one line, for a name, file or flag that cannot work (the command says it and exits 2).
-    """
-    from .factory import load_model  # torch: only when a command loads its model
-
-    loaded = load_model(
-        args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init, cnn=cnn, **overrides
-    )
-    if not loaded.trained:
-        print(f"WARNING: {loaded.notice}; using a RANDOM INIT (every output says so)", file=sys.stderr)
-    return loaded
 
 
 def add_device_flag(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

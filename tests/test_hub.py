@@ -243,7 +243,7 @@ def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monke
 
     from app.loading import load_model as app_load
     from app.models import ModelChoice
-    from cait.flags import load_from_flags
+    from cait.factory import load_from_flags
 
     configs, statuses = _counting(monkeypatch, cait.config.get_config), _counting(monkeypatch, hub.variant_status)
     loads = {

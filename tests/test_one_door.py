@@ -1,4 +1,4 @@
-"""One door to a model (issue 46): `cait.load_model` for every case, `cait.flags.load_from_flags` for every
+"""One door to a model (issue 46): `cait.load_model` for every case, `cait.factory.load_from_flags` for every
 command line, and no second name."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import cait
-from cait.flags import load_from_flags
+from cait.factory import load_from_flags
 
 
 def test_the_door_is_the_only_name():

@@ -96,7 +96,7 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
     from app.loading import load_model as app_model
     from app.models import ModelChoice
     from cait.config import VARIANTS
-    from cait.flags import load_from_flags
+    from cait.factory import load_from_flags
 
     name = "cait_test_wide_64"
     monkeypatch.setitem(

@@ -19,7 +19,7 @@ from .. import explain
 from ..data import ImageSet, read_images
 from ..distributed import balanced_runs, gather_all, setup_distributed
 from ..errors import InputError
-from ..flags import load_from_flags
+from ..factory import load_from_flags
 from ..outputs import OutputError, writable_folder, write_failure
 from ..preprocess import class_names
 from ..provenance import SourcedModel

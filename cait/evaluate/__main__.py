@@ -44,7 +44,8 @@ from ..corruptions import CORRUPTIONS
 from ..data import SCENE_STYLES, ImageSet, read_images
 from ..distributed import gather_all, setup_distributed
 from ..errors import InputError
-from ..flags import add_device_flag, add_model_flags, add_precision_flag, load_from_flags
+from ..factory import load_from_flags
+from ..flags import add_device_flag, add_model_flags, add_precision_flag
 from ..model import CaiT
 from ..outputs import writable_file, write_failure
 from ..provenance import SourcedModel
