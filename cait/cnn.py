@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .checkpoint import CheckpointError
-from .config import CNNConfig
+from .config import CNNConfig, ConfigError
 
 
 class TimmCNN(nn.Module):
@@ -19,7 +19,7 @@ class TimmCNN(nn.Module):
         import timm
 
         if not timm.is_model(cfg.arch):
-            raise ValueError(f"timm has no model '{cfg.arch}' (see timm.list_models(), e.g. resnet10t, resnet18)")
+            raise ConfigError(f"timm has no model '{cfg.arch}' (see timm.list_models(), e.g. resnet10t, resnet18)")
         self.cfg = cfg
         extra = {"drop_path_rate": cfg.drop_path_rate} if cfg.drop_path_rate else {}
         self.net = timm.create_model(

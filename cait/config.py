@@ -321,5 +321,5 @@ def get_config(name: str, **overrides: Any) -> CaiTConfig:
 
         close = difflib.get_close_matches(name, VARIANTS, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown model '{name}'.{hint} Known: {', '.join(VARIANTS)}")
+        raise ConfigError(f"unknown model '{name}'.{hint} Known: {', '.join(VARIANTS)}")
     return VARIANTS[name].replace(**overrides)

@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from .errors import InputError
+
 SEVERITIES = (1, 2, 3, 4, 5)
 Corruption = Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]
 
@@ -203,9 +205,9 @@ CORRUPTIONS: dict[str, Corruption] = {
 def corrupt(x: torch.Tensor, name: str, severity: int, *, generator: torch.Generator) -> torch.Tensor:
     """`CORRUPTIONS[name]` at `severity` (1-5) on x [B, C, H, W] in [0, 1], random draws from `generator`."""
     if name not in CORRUPTIONS:
-        raise ValueError(f"unknown corruption {name!r}; choose from {', '.join(CORRUPTIONS)}")
+        raise InputError(f"unknown corruption {name!r}; choose from {', '.join(CORRUPTIONS)}")
     if severity not in SEVERITIES:
-        raise ValueError(f"severity must be 1-5, got {severity}")
+        raise InputError(f"severity must be 1-5, got {severity}")
     if x.dim() != 4:
-        raise ValueError(f"x must be a batch [B, C, H, W], got shape {list(x.shape)}")
+        raise InputError(f"x must be a batch [B, C, H, W], got shape {list(x.shape)}")
     return CORRUPTIONS[name](x, severity, generator)

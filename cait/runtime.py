@@ -196,7 +196,7 @@ def autocast_dtype(precision: str, device: torch.device, *, remeasure: bool = Fa
     if precision == "auto":
         return torch.bfloat16 if fast_bf16(device, remeasure=remeasure) else None
     if precision not in _DTYPES:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return _DTYPES[precision]
 
 
@@ -221,7 +221,7 @@ class PrecisionChoice:
 def choose_precision(precision: str, device: torch.device, *, remeasure: bool = False) -> PrecisionChoice:
     """An inference tool's --precision as a `PrecisionChoice`: the autocast dtype, how it was decided and why."""
     if precision not in INFERENCE_PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+        raise InputError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     if precision != "auto":
         return PrecisionChoice(_DTYPES[precision], "asked for", f"--precision {precision} was asked for")
     fast, decided, why = _auto_bf16(device, remeasure=remeasure)

@@ -40,7 +40,7 @@ class ImagesWithBoxes(Dataset):
         self, images: list[Image.Image], labels: list[int], boxes: np.ndarray, *, canvas: int, classes: Sequence[str]
     ):
         if not all(im.size == (canvas, canvas) for im in images):
-            raise ValueError(f"boxes need square images of side {canvas}")
+            raise DataError(f"boxes need square images of side {canvas}")
         self.images, self.labels, self.canvas, self.classes = images, labels, canvas, classes
         self.boxes = np.asarray(boxes, dtype=np.float32).reshape(len(images), 4)
 

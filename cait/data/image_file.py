@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from .names import DataError
+
 # what an unreadable file raises in PIL: not an image, truncated, zero bytes, gone, or a decompression bomb
 IMAGE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
 
@@ -14,14 +16,14 @@ def eight_bit(image: Image.Image) -> Image.Image:
     """A 16-bit grey image (PIL mode I;16, or I holding values above 255) scaled to 8 bits (mode L), since
     PIL's convert to RGB or L clips it at 255 (a white image); mode I holding 8-bit values as they are, in
     mode L; other images as they are. A floating-point image, or integers outside 16 bits, have no scale to
-    read: ValueError (the reader skips the image with that reason)."""
+    read: DataError (the reader skips the image with that reason)."""
     if image.mode == "F":
-        raise ValueError("a 32-bit floating-point image has no 8-bit scale")
+        raise DataError("a 32-bit floating-point image has no 8-bit scale")
     if not image.mode.startswith("I"):
         return image
     values = np.asarray(image).astype(np.int64)
     if values.min(initial=0) < 0 or values.max(initial=0) > 65535:
-        raise ValueError(f"a 32-bit integer image with values {values.min()}..{values.max()} has no 8-bit scale")
+        raise DataError(f"a 32-bit integer image with values {values.min()}..{values.max()} has no 8-bit scale")
     sixteen = image.mode.startswith("I;16") or values.max(initial=0) > 255
     return Image.fromarray((values >> 8 if sixteen else values).astype(np.uint8), mode="L")
 

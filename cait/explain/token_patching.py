@@ -124,7 +124,7 @@ def _checked(model: nn.Module, clean, corrupted, target, region, direction, top)
         check_input(model, clean, name="clean")
         check_input(model, corrupted, name="corrupted")
         check_class_stage(model)
-    except ValueError as e:
+    except InputError as e:
         raise TokenPatchingError(str(e)) from None
     if clean.shape[0] != corrupted.shape[0]:
         got = f"got {corrupted.shape[0]} for {clean.shape[0]}"

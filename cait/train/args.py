@@ -375,7 +375,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.pipeline != "pil":
         try:
             parse_randaug(args.randaug)
-        except ValueError as e:  # timm's other policies (AutoAugment, AugMix) exist on the PIL path only
+        except InputError as e:  # timm's other policies (AutoAugment, AugMix) exist on the PIL path only
             raise ArgsError(f"{e}; --pipeline pil runs any timm policy") from None
 
 

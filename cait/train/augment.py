@@ -29,6 +29,8 @@ from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as TF
 
+from ..errors import InputError
+
 CROP_RATIO = (3 / 4, 4 / 3)  # aspect-ratio range of the random resized crop (timm/torchvision default)
 
 
@@ -43,9 +45,9 @@ def parse_randaug(spec: str | None) -> tuple[int, int] | None:
         if match:
             fields[match[1]] = float(match[2])
     if not spec.startswith("rand-") or "m" not in fields:
-        raise ValueError(f"--randaug {spec!r} is not a timm RandAugment string like 'rand-m9-mstd0.5-inc1' (or 'none')")
+        raise InputError(f"--randaug {spec!r} is not a timm RandAugment string like 'rand-m9-mstd0.5-inc1' (or 'none')")
     if not 0 <= fields["m"] <= 10:
-        raise ValueError(f"--randaug magnitude must be in 0..10, got {fields['m']:g}")
+        raise InputError(f"--randaug magnitude must be in 0..10, got {fields['m']:g}")
     return int(fields.get("n", 2)), round(fields["m"])
 
 
@@ -126,5 +128,5 @@ def _jitter(x: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
 def to_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
     """RGB -> the model's channels: unchanged, or grey with PIL's convert("L") weights."""
     if channels not in (1, 3):
-        raise ValueError(f"models with {channels} input channels are not supported (1 or 3)")
+        raise InputError(f"models with {channels} input channels are not supported (1 or 3)")
     return TF.rgb_to_grayscale(x) if channels == 1 else x
