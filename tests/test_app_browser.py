@@ -10,12 +10,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from conftest import wait_until_served
 from playwright.sync_api import expect, sync_playwright
 from test_app import ROOT, free_port
 
@@ -50,17 +50,8 @@ def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
         cwd=ROOT,
     )
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"app did not answer within 300 s:\n{log.read_text()[-3000:]}")
+    wait_until_served(proc, url, log)
+    return proc, url
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -11,11 +11,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import httpx
 import pytest
+from conftest import wait_until_served
 from test_app import ROOT, free_port
 
 import cait
@@ -33,18 +33,8 @@ def start(args: list[str], log: Path, *, tmp: Path, code: str | None = None, wit
     command = [sys.executable, "-c", code, *argv] if code else [sys.executable, str(ROOT / "app" / "main.py"), *argv]
     proc = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + within
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    proc.wait()
-    raise AssertionError(f"the page was not served within {within:.0f} s:\n{log.read_text()[-3000:]}")
+    wait_until_served(proc, url, log, within=within)
+    return proc, url
 
 
 def stop(proc: subprocess.Popen) -> None:
