@@ -22,6 +22,32 @@ MAX_UPLOAD_MB = 20  # larger files are refused unread, with the same message as 
 # upload handler, which refuses it in the status line like any file that fails. Gradio's browser check refuses
 # only beyond it (a red error toast): each upload's disk stays bounded (Gradio streams it to a file, not memory).
 MAX_RECEIVED_MB = 5 * MAX_UPLOAD_MB
+# Beyond MAX_RECEIVED_MB the page does not send the file but a stand-in naming its size (`STAND_IN_JS`), which
+# `load_image` refuses with the same message as any file over the limit: Gradio's own browser check would answer
+# with a red error toast, and no event would reach the server to clear the last image's highlight.
+STAND_IN = b"cait-lens stand-in for a file of this many bytes: "
+STAND_IN_JS = f"""() => {{
+    const limit = {MAX_RECEIVED_MB * 2**20}, mark = {STAND_IN.decode()!r};
+    const swapped = (files) => {{
+        const out = new DataTransfer();
+        for (const f of files) out.items.add(f.size > limit ? new File([mark + f.size], f.name, {{type: f.type}}) : f);
+        return out;
+    }};
+    const tooLarge = (files) => [...(files || [])].some((f) => f.size > limit);
+    document.addEventListener("change", (event) => {{  // capture: before Gradio's own listener reads the files
+        const input = event.target;
+        if (input.type === "file" && input.closest("#image_in") && tooLarge(input.files)) {{
+            input.files = swapped(input.files).files;
+        }}
+    }}, true);
+    document.addEventListener("drop", (event) => {{
+        if (!event.isTrusted || !event.target.closest?.("#image_in") || !tooLarge(event.dataTransfer?.files)) return;
+        event.preventDefault();
+        event.stopImmediatePropagation();
+        const again = {{bubbles: true, cancelable: true, dataTransfer: swapped(event.dataTransfer.files)}};
+        event.target.dispatchEvent(new DragEvent("drop", again));
+    }}, true);
+}}"""
 MAX_PIXELS = 40_000_000  # refuse larger images before decoding (a 40 MP photo decodes to ~120 MB RGB)
 MAX_SIDE = 2048  # larger images are downscaled first: the models see at most 448 px anyway
 MAX_ASPECT = 4.0  # longer images are centre-cropped to this ratio first (see `_crop_aspect`)
@@ -60,6 +86,9 @@ def load_image(
         raise ImageInputError(f"the uploaded file could not be read ({path.name}).") from None
     if size == 0:
         raise ImageInputError("the uploaded file is empty (0 bytes).")
+    if size <= len(STAND_IN) + 20 and (head := path.read_bytes()).startswith(STAND_IN):
+        named = head[len(STAND_IN) :]
+        size = int(named) if named.isdigit() else size  # what the page did not send (`STAND_IN_JS`)
     if size > max_mb * 2**20:
         raise ImageInputError(
             f"the file is {size / 2**20:.1f} MB, larger than this app's limit of {max_mb:g} MB, so it was not read."

@@ -108,12 +108,25 @@ class ModelCache:
                     return self._models[choice]
             loaded = self._loader(choice, **self._options)  # the slow part, outside the cache lock
             with self._lock:
+                self._precise(loaded)  # a precision decided while it loaded holds for it too
                 self._models[choice] = loaded
                 evicted = self._evict()
                 self._loading.pop(choice, None)
         if evicted:
             _return_memory_to_the_system()
         return loaded
+
+    def set_precision(self, precision: PrecisionChoice) -> None:
+        """Forward-only passes of every model, cached or loaded from now on, in `precision` (a server starts in
+        fp32 while bf16 is timed); a pass already running keeps the dtype it started with."""
+        with self._lock:
+            self._options.update(dtype=precision.dtype, precision=precision)
+            for loaded in self._models.values():
+                self._precise(loaded)
+
+    def _precise(self, loaded: LoadedModel) -> None:
+        if "precision" in self._options:
+            loaded.dtype, loaded.precision = self._options["dtype"], self._options["precision"]
 
     def _evict(self) -> int:
         evicted = 0

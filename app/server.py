@@ -1,40 +1,61 @@
-"""Start the app from checked command-line arguments: device and precision, the shared model cache with
-the default model loaded, then the server. Every user mistake ends in one line on stderr, no traceback."""
+"""Start the app from checked command-line arguments: device, the shared model cache with the default model
+loaded, then the server; the precision decided meanwhile when only a timing can decide it. Every user mistake
+ends in one line on stderr, no traceback; SIGINT and SIGTERM end the process within seconds, even while the
+model computes."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
+import threading
+
+import gradio as gr
+import torch
 
 import cait
-from app import torch_thread
+from app import texts, torch_thread
+from app.api_calls import guard_api_calls
 from app.loading import load_model
-from app.models import ModelCache, ModelChoice
+from app.models import LoadedModel, ModelCache, ModelChoice
+from app.shared import log
 from app.tabs.dataset import AtlasPlaces
 from app.ui import build_app, launch
+from app.workdir import WORK
+from cait import hub
 from cait.factory import requested_variant
-from cait.runtime import DeviceError, choose_precision, resolve_device
+from cait.runtime import DeviceError, PrecisionChoice, choose_precision, known_precision, resolve_device
+
+# the precision until the bf16 timing, which runs once the page is served, decides
+TIMING = PrecisionChoice(
+    None,
+    "until bf16, timed in the background, decides",
+    "--precision auto: bf16 is being timed against fp32 in the background; fp32 runs until it decides",
+)
+STOP_GRACE_S = 5.0  # how long closing the server may take before the process ends anyway
 
 
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("cait.app").setLevel(logging.INFO)  # user mistakes: one line each, no traceback
+    shutdown = Shutdown()
+    shutdown.install()
     try:
         device = resolve_device(args.device)
+        precision = known_precision(args.precision, device, remeasure=args.remeasure_precision)
     except DeviceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
-    logging.getLogger("cait.app").info(
-        "forward-only passes in %s, %s: %s", precision.name, precision.decided, precision.reason
-    )
+    if precision is not None:
+        _log_precision(precision)
     cache = ModelCache(
         load_model,  # every model of every page and of the Dataset tab's atlases: `cait.load_model`, on `device`
         max_bytes=int(args.model_memory_gb * 2**30),
         device=device,
-        dtype=precision.dtype,
-        precision=precision,
+        dtype=None if precision is None else precision.dtype,
+        precision=precision or TIMING,
     )
     default = ModelChoice(  # --random-init holds for every model a page loads
         name=requested_variant(args.model, args.checkpoint),
@@ -51,11 +72,87 @@ def serve(args: argparse.Namespace) -> int:
         print(f"warning: {first.notice}", file=sys.stderr)
     try:
         places = AtlasPlaces.of(args.atlas, args.atlas_dir)
-        launch(build_app(cache, default, places), host=args.host, port=args.port, served=tuple(places.served()))
+        demo = build_app(cache, default, places)
+        guard_api_calls(demo)
+        launch(demo, host=args.host, port=args.port, served=tuple(places.served()), block=False)
     except OSError as e:  # the port was taken between the check and the bind
         print(
             f"error: cannot serve on {args.host}:{args.port} ({e.strerror or e}); choose another with --port",
             file=sys.stderr,
         )
         return 2
+    shutdown.demo = demo
+    if precision is None:
+        threading.Thread(
+            target=decide_precision, args=(args, device, cache, default, demo), name="cait-precision", daemon=True
+        ).start()
+    shutdown.wait()
     return 0
+
+
+def _log_precision(precision: PrecisionChoice) -> None:
+    log.info("forward-only passes in %s, %s: %s", precision.name, precision.decided, precision.reason)
+
+
+def decide_precision(
+    args: argparse.Namespace, device: torch.device, cache: ModelCache, default: ModelChoice, demo: gr.Blocks
+) -> None:
+    """Time bf16 against fp32 on the torch thread (it takes its turn with the pages' work there, whose timings
+    it would otherwise disturb), then run every model in the precision chosen and let the page say so."""
+    precision = torch_thread.call(choose_precision, args.precision, device, remeasure=args.remeasure_precision)
+    cache.set_precision(precision)
+    _log_precision(precision)
+    show_precision(demo, torch_thread.call(cache.get, default))
+
+
+def show_precision(demo: gr.Blocks, loaded: LoadedModel) -> None:
+    """The page a browser opens from now on says `loaded`'s precision: its header and Model tab, which Gradio
+    serves from the configuration it made at launch (a page already open says it at its next model load)."""
+    shown = {"header": texts.header_markdown(loaded, hub.cached_variants()), "model_md": texts.model_markdown(loaded)}
+    for block in demo.blocks.values():
+        if getattr(block, "elem_id", None) in shown:
+            block.value = shown[block.elem_id]
+    demo.config = demo.get_config_file()
+
+
+class Shutdown:
+    """SIGINT (Ctrl+C) and SIGTERM end the process within `STOP_GRACE_S` seconds: the server closed, the app's
+    temporary folder removed, then the process ended without waiting for the torch thread, whose computation
+    cannot be interrupted (a normal exit joins it: a Causal view or a long /analyze held Ctrl+C for minutes).
+    A second signal ends it at once."""
+
+    def __init__(self) -> None:
+        self.demo: gr.Blocks | None = None
+        self._asked = threading.Event()
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+
+    def wait(self) -> None:
+        """Block (the main thread) until a signal has ended the process."""
+        while True:
+            self._asked.wait(1.0)  # a timeout, so that the main thread runs the signal handler soon
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self._asked.is_set():
+            os._exit(128 + signum)
+        self._asked.set()
+        threading.Thread(target=self._stop, args=(signum,), name="cait-stop", daemon=True).start()
+
+    def _stop(self, signum: int) -> None:
+        log.info("stopping on %s", signal.Signals(signum).name)
+        watchdog = threading.Timer(STOP_GRACE_S, self._end)
+        watchdog.daemon = True
+        watchdog.start()
+        if self.demo is not None:
+            self.demo.close(verbose=False)
+        self._end()
+
+    @staticmethod
+    def _end() -> None:
+        WORK.cleanup()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

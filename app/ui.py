@@ -21,7 +21,7 @@ from app import session, style, texts, torch_thread
 from app.api import Analyze
 from app.choices import top_predictions
 from app.examples import served_paths
-from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB, ImageInputError, payload_path
+from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB, STAND_IN_JS, ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import (
     CAUSAL_TAB,
@@ -411,6 +411,7 @@ def launch(
         share=False,
         theme=gr.themes.Default(**THEME),
         css=style.CSS,
+        js=STAND_IN_JS,  # a file over what the server takes is refused like any other (app.images)
         max_file_size=MAX_RECEIVED_MB * 2**20,  # larger than we analyse: see images.MAX_RECEIVED_MB
         ssr_mode=False,
         show_error=True,

@@ -66,15 +66,18 @@ def fast_bf16(device: torch.device, *, remeasure: bool = False) -> bool:
     return _auto_bf16(device, remeasure=remeasure)[0]
 
 
-def _auto_bf16(device: torch.device, *, remeasure: bool = False) -> tuple[bool, str, str]:
-    """What "auto" decides on `device`: bf16 or not, how it was decided in a few words, and why in a sentence."""
+def _auto_bf16(device: torch.device, *, remeasure: bool = False, measure: bool = True) -> tuple[bool, str, str] | None:
+    """What "auto" decides on `device`: bf16 or not, how it was decided in a few words, and why in a sentence
+    (None: only a timing can say, and `measure` is off)."""
     if device.type == "cuda":
         ok = torch.cuda.is_bf16_supported()
         return ok, "CUDA says", f"this CUDA device {'supports' if ok else 'does not support'} bf16"
     if not any(getattr(torch.cpu, probe, lambda: False)() for probe in _CPU_BF16_PROBES):
         why = "this CPU has no bf16 instructions (AVX512-BF16 or AMX): bf16 would be emulated"
         return False, "no bf16 instructions", why
-    probe = stored_bf16_speedup(remeasure=remeasure)
+    probe = stored_bf16_speedup(remeasure=remeasure, measure=measure)
+    if probe is None:
+        return None
     if probe.speedup is None:
         return False, probe.decided, f"{probe.where}, so fp32"
     fast = probe.speedup >= BF16_MIN_SPEEDUP
@@ -118,35 +121,58 @@ class Bf16Probe:
     where: str
 
 
+# a machine whose 1-minute load average per core is at most this is quiet: a timing made busier than that is
+# taken for want of a better one, and measured again at a start that finds the machine quiet
+QUIET_LOAD = 0.5
+
+
+def machine_load() -> float:
+    """The 1-minute load average per core (0 where the system does not say)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (OSError, AttributeError):
+        return 0.0
+
+
+def _measured_quiet(entry: dict) -> bool:
+    load = entry.get("load")  # absent: stored before loads were kept, so the conditions are unknown
+    return isinstance(load, (int, float)) and load <= QUIET_LOAD
+
+
 def probe_key() -> str:
     """What a stored bf16 speed-up holds for: a timing is valid only on the same CPU model, torch and threads."""
     return f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
 
 
-def stored_bf16_speedup(*, remeasure: bool = False) -> Bf16Probe:
+def stored_bf16_speedup(*, remeasure: bool = False, measure: bool = True) -> Bf16Probe | None:
     """`cpu_bf16_speedup`, measured once per `probe_key` and kept in the user cache dir, so that every later start
     on the same machine, software and thread count decides the same (a fresh timing at each start once flipped
-    between fp32 and bf16). Measured again when asked (`remeasure`) or when the stored number is implausible."""
-    path, key = user_cache_dir() / "precision.json", probe_key()
+    between fp32 and bf16). Measured again when asked (`remeasure`), when the stored number is implausible, and
+    when it was timed on a busy machine and this start finds it quiet (`QUIET_LOAD`): one timing at a busy
+    moment does not decide for every later start. None when it would have to measure and `measure` is off."""
+    path, key, load = user_cache_dir() / "precision.json", probe_key(), machine_load()
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
-    entry = known.get(key) if isinstance(known, dict) else None
+    known = known if isinstance(known, dict) else {}
+    entry = known.get(key)
     if not remeasure and isinstance(entry, dict) and _plausible(entry.get("bf16_speedup")):
-        date = entry.get("measured", "?")
-        return Bf16Probe(float(entry["bf16_speedup"]), f"remembered from {date} on this CPU", f"kept in {path}")
+        if _measured_quiet(entry) or load > QUIET_LOAD:
+            date = entry.get("measured", "?")
+            return Bf16Probe(float(entry["bf16_speedup"]), f"remembered from {date} on this CPU", f"kept in {path}")
+    if not measure:
+        return None
     speedup = cpu_bf16_speedup()
     if speedup is None:
         lo, hi = BF16_PLAUSIBLE
         where = f"bf16 timed outside the plausible {lo:g}-{hi:g}x of fp32 twice (a busy machine?), nothing kept"
         return Bf16Probe(None, "measured now, implausible", where)
-    known = known if isinstance(known, dict) else {}
-    known[key] = {"bf16_speedup": round(speedup, 3), "measured": time.strftime("%Y-%m-%d")}
+    known[key] = {"bf16_speedup": round(speedup, 3), "measured": time.strftime("%Y-%m-%d"), "load": round(load, 2)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda f: f.write(json.dumps(known, indent=1).encode()))
-        where = f"measured now, kept in {path} for later starts"
+        where = f"measured now at a load of {load:.2f} per core, kept in {path} for later starts"
     except OSError:
         where = "measured now; the cache dir is not writable, so later starts measure again"
     return Bf16Probe(speedup, "measured now", where)
@@ -219,12 +245,26 @@ class PrecisionChoice:
 
 
 def choose_precision(precision: str, device: torch.device, *, remeasure: bool = False) -> PrecisionChoice:
-    """An inference tool's --precision as a `PrecisionChoice`: the autocast dtype, how it was decided and why."""
+    """An inference tool's --precision as a `PrecisionChoice`: the autocast dtype, how it was decided and why
+    (timing bf16 against fp32 first when "auto" needs it: seconds on a quiet machine, a minute on a busy one)."""
+    return _precision(precision, device, remeasure=remeasure, measure=True)
+
+
+def known_precision(precision: str, device: torch.device, *, remeasure: bool = False) -> PrecisionChoice | None:
+    """`choose_precision`'s answer when it needs no timing (a precision asked for, CUDA, a CPU without bf16
+    instructions, a stored timing that holds), else None: a server can start in fp32 and time bf16 meanwhile."""
+    return _precision(precision, device, remeasure=remeasure, measure=False)
+
+
+def _precision(precision: str, device: torch.device, *, remeasure: bool, measure: bool) -> PrecisionChoice | None:
     if precision not in INFERENCE_PRECISIONS:
         raise InputError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     if precision != "auto":
         return PrecisionChoice(_DTYPES[precision], "asked for", f"--precision {precision} was asked for")
-    fast, decided, why = _auto_bf16(device, remeasure=remeasure)
+    auto = _auto_bf16(device, remeasure=remeasure, measure=measure)
+    if auto is None:
+        return None
+    fast, decided, why = auto
     return PrecisionChoice(torch.bfloat16 if fast else None, decided, f"--precision auto: {why}")
 
 

@@ -7,7 +7,10 @@ import atexit
 import importlib
 import os
 import shutil
+import subprocess
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 # No test reaches the Hugging Face Hub or sees the user's own cache: huggingface_hub (imported by timm)
@@ -111,3 +114,45 @@ def pico_scenes(tmp_path_factory) -> tuple[Path, Path]:
     export_scenes(root / "scenes", n=PICO_SCENES, split="val", style="default", seed=0)
     (root / "scenes" / "Bag" / "broken.png").write_text("not an image")
     return root / "pico.safetensors", root / "scenes"
+
+
+@pytest.fixture
+def unwritable(tmp_path, monkeypatch):
+    """unwritable(module, name) -> {what: path}: places a command cannot write an output to (a file, a path below a
+    file, one in /proc, a folder where a file is wanted), with module.name, the command's first costly step, made
+    to fail the test if it runs: a command refuses such an output before any work."""
+    a_file, a_folder = tmp_path / "a_file", tmp_path / "a_folder"
+    a_file.write_text("")
+    a_folder.mkdir()
+
+    def arm(module: object, name: str) -> dict[str, Path]:
+        def no_work(*args, **kwargs):
+            raise AssertionError(f"{name} ran before the output was checked")
+
+        monkeypatch.setattr(module, name, no_work)
+        return {"file": a_file, "below a file": a_file / "below", "proc": Path("/proc/cait-out"), "folder": a_folder}
+
+    return arm
+
+
+def one_error_line(err: str, *, progress: str) -> str:
+    """A command's one error line on stderr, besides its progress bar's (lines starting with `progress`)."""
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and not line.startswith(progress)]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def wait_until_served(proc: subprocess.Popen, url: str, log: Path, *, within: float = 300) -> None:
+    """Return once `url` answers; fail with the end of `log` when `proc` exits first or `within` seconds pass."""
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    raise AssertionError(f"the page was not served within {within:.0f} s:\n{log.read_text()[-3000:]}")

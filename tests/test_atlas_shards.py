@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import numpy as np
 import pytest
 from filelock import FileLock
@@ -51,10 +52,7 @@ def assert_as_reference(out: Path, reference: Path) -> None:
 
 
 def one_error_line(err: str) -> str:
-    """The one line besides the progress bar's."""
-    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and not line.startswith("atlas:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+    return conftest.one_error_line(err, progress="atlas:")
 
 
 def test_damaged_emptied_and_swapped_shards_are_redone_with_a_line(small, capsys):
@@ -154,14 +152,9 @@ def test_a_failure_midway_through_a_write_leaves_no_half_file(small, capsys, mon
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".merg")) == []
 
 
-def test_an_output_that_cannot_be_written_is_one_line_before_any_work(small, capsys, monkeypatch):
-    def no_work(*args, **kwargs):
-        raise AssertionError("images were computed before the output was checked")
-
-    monkeypatch.setattr(atlas_run, "run_shards", no_work)
-    a_file = small["root"] / "a_file"
-    a_file.write_text("")
-    for out in (a_file, a_file / "below", Path("/proc/cait-atlas-out")):
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(small, capsys, unwritable):
+    places = unwritable(atlas_run, "run_shards")
+    for out in (places["file"], places["below a file"], places["proc"]):
         capsys.readouterr()
         assert main([*small["args"], "--out", str(out)]) == 2
         assert f"cannot write to {out}" in one_error_line(capsys.readouterr().err)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import one_error_line
 
 import cait
 from cait.atlas.__main__ import main as atlas_main
@@ -26,19 +26,12 @@ def pico(pico_scenes, tmp_path_factory):
 
 
 def one_line(err: str) -> str:
-    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and not line.startswith("evaluate:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+    return one_error_line(err, progress="evaluate:")
 
 
-def test_evaluate_refuses_an_unwritable_json_before_any_work(pico, capsys, monkeypatch):
-    def no_work(*args, **kwargs):
-        raise AssertionError("evaluated before the output was checked")
-
-    monkeypatch.setattr(evaluate_command, "_model_and_data", no_work)
-    a_file = pico["root"] / "a_file"
-    a_file.write_text("")
-    for target in (Path("/proc/cait-results.json"), a_file / "results.json", pico["root"]):
+def test_evaluate_refuses_an_unwritable_json_before_any_work(pico, capsys, unwritable):
+    places = unwritable(evaluate_command, "_model_and_data")
+    for target in (places["proc"], places["below a file"], places["folder"]):
         capsys.readouterr()
         assert evaluate_command.main([*pico["args"], "--json", str(target)]) == 2
         assert "cannot write" in one_line(capsys.readouterr().err)

@@ -65,6 +65,7 @@ def test_the_bf16_decision_is_measured_once_per_cpu_torch_and_threads_and_kept(m
     monkeypatch.delenv("CAIT_LENS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 1.5)
+    monkeypatch.setattr(runtime, "machine_load", lambda: 0.1)  # a quiet machine: what it times is kept
     first = runtime.choose_precision("auto", torch.device("cpu"))
     assert first.dtype is torch.bfloat16 and "1.50x" in first.reason and first.decided == "measured now"
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: 0.7)  # a noisy later timing is never taken
@@ -123,6 +124,48 @@ def test_a_bf16_speedup_stored_for_other_software_cpu_or_threads_is_measured_aga
     choice = runtime.choose_precision("auto", torch.device("cpu"))
     assert choice.dtype is torch.bfloat16 and choice.decided == "measured now"
     assert set(json.loads((tmp_path / "precision.json").read_text())) == {key(), runtime.probe_key()}
+
+
+@pytest.mark.parametrize(
+    "stored_load, load_now, timed_again",
+    [
+        (3.0, 0.1, True),  # timed on a busy machine, and this start finds it quiet
+        (None, 0.1, True),  # stored before loads were kept: the conditions are unknown
+        (3.0, 2.0, False),  # busy then and now: nothing better to be had
+        (0.2, 0.1, False),  # timed on a quiet machine: it holds
+        (0.2, 3.0, False),
+    ],
+)
+def test_a_timing_made_on_a_busy_machine_is_timed_again_on_a_quiet_one(
+    monkeypatch, tmp_path, stored_load, load_now, timed_again
+):
+    entry = {"bf16_speedup": 0.7, "measured": "2026-11-20"} | ({"load": stored_load} if stored_load else {})
+    _stored(tmp_path, monkeypatch, {runtime.probe_key(): entry})  # and a timing that would now say 1.5x
+    monkeypatch.setattr(runtime, "machine_load", lambda: load_now)
+    choice = runtime.choose_precision("auto", torch.device("cpu"))
+    kept = json.loads((tmp_path / "precision.json").read_text())[runtime.probe_key()]
+    if timed_again:
+        assert choice.dtype is torch.bfloat16 and choice.decided == "measured now"
+        assert kept == {"bf16_speedup": 1.5, "measured": time.strftime("%Y-%m-%d"), "load": load_now}
+    else:
+        assert choice.dtype is None and choice.decided == "remembered from 2026-11-20 on this CPU"
+        assert kept == entry
+
+
+def test_known_precision_is_choose_precisions_answer_when_it_needs_no_timing(monkeypatch, tmp_path):
+    """What a server decides before it serves: anything but a timing; a timing is left to later (None)."""
+    _stored(tmp_path, monkeypatch, {})
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: pytest.fail("timed before serving"))
+    cpu = torch.device("cpu")
+    assert runtime.known_precision("auto", cpu) is None  # nothing stored: only a timing can say
+    assert runtime.known_precision("fp32", cpu) == runtime.choose_precision("fp32", cpu)
+    monkeypatch.setattr(runtime, "machine_load", lambda: 0.1)
+    (tmp_path / "precision.json").write_text(json.dumps({runtime.probe_key(): {"bf16_speedup": 1.5, "load": 0.2}}))
+    assert runtime.known_precision("auto", cpu) == runtime.choose_precision("auto", cpu)
+    assert runtime.known_precision("auto", cpu).dtype is torch.bfloat16
+    assert runtime.known_precision("auto", cpu, remeasure=True) is None
+    _cpu_flags(monkeypatch, avx512_bf16=False, amx=False)
+    assert runtime.known_precision("auto", cpu).decided == "no bf16 instructions"
 
 
 @pytest.fixture
