@@ -17,7 +17,6 @@ import torch
 
 import cait
 from app import texts, torch_thread
-from app.api_calls import guard_api_calls
 from app.loading import load_model
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import log
@@ -73,7 +72,6 @@ def serve(args: argparse.Namespace) -> int:
     try:
         places = AtlasPlaces.of(args.atlas, args.atlas_dir)
         demo = build_app(cache, default, places)
-        guard_api_calls(demo)
         launch(demo, host=args.host, port=args.port, served=tuple(places.served()), block=False)
     except OSError as e:  # the port was taken between the check and the bind
         print(

@@ -19,6 +19,7 @@ import gradio as gr
 
 from app import session, style, texts, torch_thread
 from app.api import Analyze
+from app.api_calls import guard_api_calls
 from app.choices import top_predictions
 from app.examples import served_paths
 from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB, STAND_IN_JS, ImageInputError, payload_path
@@ -398,6 +399,7 @@ def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlac
     demo, page, tabs = compose(first, cache, places or dataset.AtlasPlaces.of(None, None))
     wire(demo, page, tabs, cache=cache, default=default)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
+    guard_api_calls(demo)  # a malformed raw call is refused in one line before Gradio reads it
     return demo
 
 
