@@ -79,8 +79,48 @@ def test_the_tab_builds_an_atlas_of_the_test_scenes_and_opens_it(chromium, atlas
         page.locator("#ds_build").click()
         expect(page.locator("#ds_overview")).to_contain_text("fashion-mnist-scenes val")
         expect(page.locator("#ds_overview")).to_contain_text("40 images")
-        expect(page.locator("#ds_pick input")).to_have_value(re.compile("^built here: pico.safetensors-scenes40-"))
+        expect(page.locator("#ds_pick input")).to_have_value(
+            re.compile("^built here: pico.safetensors-[0-9a-f]{8}-val-scenes40$")
+        )
         expect(page.locator("#ds_exemplars img")).to_have_count(12)  # the command's default: 6 of each kind
         assert page.locator("#ds_msg").inner_text().strip() == ""  # the page's model made it
+    finally:
+        page.context.close()
+
+
+def test_a_build_is_stopped_kept_continued_and_downloaded(chromium, atlas_server):  # noqa: F811
+    """Issue 49 N42 and N51: Stop is enabled only while this page builds; a Stop ends the build with the shards
+    written kept (in the user cache, said on the page); building again finishes it; the atlas downloads as a zip."""
+    import zipfile
+
+    page = open_page(chromium, atlas_server[0])
+    try:
+        page.get_by_role("tab", name="Dataset").click()
+        expect(page.locator("#ds_overview")).to_contain_text("24 images")
+        stop = page.locator("#ds_stop")
+        expect(stop).to_be_disabled()  # nothing runs here
+        expect(page.locator("#ds_where")).to_contain_text("Atlases built here are kept in")
+        number = page.locator("#ds_scenes input[type=number]")
+        number.fill("600")
+        number.press("Enter")
+        page.locator("#ds_build").click()
+        expect(stop).to_be_enabled()
+        page.wait_for_timeout(1500)  # into the first shards
+        stop.click()
+        expect(page.locator("#ds_msg")).to_contain_text("Stopped", timeout=120_000)
+        said = page.locator("#ds_msg").inner_text()
+        done = int(re.search(r"with (\d+) of 600 scenes done", said).group(1))
+        assert done < 600 and "val-scenes600" in said
+        expect(stop).to_be_disabled()
+        page.locator("#ds_build").click()
+        expect(page.locator("#ds_overview")).to_contain_text("600 images", timeout=300_000)
+        expect(stop).to_be_disabled()
+        href = page.locator("#ds_download").get_attribute("href") or page.locator("#ds_download a").get_attribute(
+            "href"
+        )
+        data = fetch(href if href.startswith("http") else page.url.rstrip("/") + href)
+        with zipfile.ZipFile(BytesIO(data)) as z:
+            summary = next(n for n in z.namelist() if n.endswith("/summary.json"))
+            assert b'"images": 600' in z.read(summary)
     finally:
         page.context.close()

@@ -55,9 +55,16 @@ def every_figure() -> dict:
         "head attribution": head_attribution_plotly(heads, [("a", 0.123456789), ("b", -1.23456789)], title="t"),
         "head attribution with removal": head_attribution_plotly(heads, [("a", 0.5)], title="t", removal=heads / 2),
         "logit parts": logit_parts_plotly([("a", 0.123456789), ("b", -1.23456789)]),
-        "lens": lens_plotly([0.1234567891, 0.5, 0.9], ["Bag", "Coat", "Coat"], [0.4, 0.5, 0.9], target="Coat", forms_at=1),
+        "lens": lens_plotly(
+            [0.1234567891, 0.5, 0.9], ["Bag", "Coat", "Coat"], [0.4, 0.5, 0.9], target="Coat", forms_at=1
+        ),
         "patching": patching_plotly(
-            RNG.normal(size=(blocks, 2)), 1.23456789, class_token=RNG.normal(size=CA - 1), depth=DEPTH, ca_depth=CA, title="t"
+            RNG.normal(size=(blocks, 2)),
+            1.23456789,
+            class_token=RNG.normal(size=CA - 1),
+            depth=DEPTH,
+            ca_depth=CA,
+            title="t",
         ),
         "patching heads": heads_plotly(heads, 1.23456789, title="t"),
         "distance": to_plotly(distance_plot(torch.rand(DEPTH, 3) * 9, 5.123456789, images=4)),
