@@ -217,17 +217,18 @@ class DatasetTab:
     def show_head(
         self,
         atlas: dv.Atlas | None,
-        k: int | None,
+        head: int | None,
         choice: ModelChoice,
         of_class: str | None = None,
         outcome: str = dv.OUTCOMES[0],
     ) -> dict:
-        """Head k's numbers, its mean DLA per class and its exemplars (the images as the atlas read them), of the
-        class `of_class` (None or ALL_CLASSES: every class) and the predictions `outcome` (dv.OUTCOMES)."""
+        """Head number `head`'s numbers, its mean DLA per class and its exemplars (the images as the atlas read
+        them), of the class `of_class` (None or ALL_CLASSES: every class) and the predictions `outcome`
+        (dv.OUTCOMES)."""
         t = self.parts
-        if atlas is None or k is None:
+        if atlas is None or head is None:
             return {t.numbers: None, t.per_class: None, t.exemplars: None}
-        k, cls = int(k), None if of_class in (None, dv.ALL_CLASSES) else of_class
+        k, cls = int(head), None if of_class in (None, dv.ALL_CLASSES) else of_class
         exemplars = atlas.exemplars(k, cls, outcome or dv.OUTCOMES[0])
         tiles, missing = self._tiles(atlas, exemplars, choice)
         if not exemplars:
@@ -359,13 +360,9 @@ class DatasetTab:
         demo.unload(self.stops.drop)  # a closed page's Stop goes with it
         t.pick.input(on_torch(self.open), [t.pick, s.choice], t.opened, **MODEL_EVENTS)
         head_shown = [t.numbers, t.per_class, t.exemplars, t.msg]
+        picked = dict(atlas=t.atlas, head=t.head, choice=s.choice, of_class=t.of_class, outcome=t.outcome)
         for control in (t.head, t.of_class, t.outcome):
-            control.input(
-                on_torch(self.show_head),
-                [t.atlas, t.head, s.choice, t.of_class, t.outcome],
-                head_shown,
-                **MODEL_EVENTS,
-            )
+            control.input(on_torch(self.show_head), inputs_kwargs=picked, outputs=head_shown, **MODEL_EVENTS)
         self._wire_build()
         asked = named(t, ExemplarAsk, choice=s.choice, ca_props=ca_props, th_layer=th_layer, **look)
         return t.exemplars.select(
