@@ -1,11 +1,13 @@
 """What the page's menus offer and how classes rank, for every tab alike: the class menus, the class-attention
-heads and maps, and the top-k of a prediction (ties to the lower index, so that every tab names the same class)."""
+heads and maps, and the top-k of a prediction (ties to the lower index, so that every tab names the same class);
+and the colour-scale strip shown under a tab's maps."""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
+import gradio as gr
 import numpy as np
 import torch
 
@@ -16,6 +18,20 @@ from cait.figures.attention import head_name
 def class_choices(labels: tuple[str, ...]) -> list[tuple[str, int]]:
     """A class menu's choices: (index: name, index), the Saliency, Causal and Mechanisms tabs' alike."""
     return [(f"{i}: {name}", i) for i, name in enumerate(labels)]
+
+
+def colour_scale_image(label: str, *, elem_id: str) -> gr.Image:
+    """The strip of a tab's colour scale under its maps: an image without frame, label or buttons."""
+    return gr.Image(
+        label=label,
+        type="pil",
+        interactive=False,
+        height=60,
+        show_label=False,
+        container=False,
+        elem_id=elem_id,
+        buttons=[],
+    )
 
 
 def causal_heads(cfg: cait.CaiTConfig) -> list[tuple[str, int]]:

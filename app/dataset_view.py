@@ -5,9 +5,11 @@ functions, no Gradio (`app.tabs.dataset` is the tab)."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
-from dataclasses import dataclass
+import zipfile
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,14 @@ from cait.atlas.page import class_dla_figure
 from cait.atlas.shards import ARGS_FILE
 from cait.data import ImageSet, read_images
 from cait.errors import InputError
-from cait.figures.attention import head_name
+from cait.explain.metrics import head_row
+from cait.figures import head_name
 
-DEFAULT_SCENES, MAX_SCENES = 200, 2000  # an atlas built in the app: the first N shipped test scenes
-SCENES = "fashion-mnist-scenes"
+DEFAULT_SCENES, MAX_SCENES = 200, 2000  # an atlas built in the app: N shipped scenes of the val split
+SCENES, SPLIT = "fashion-mnist-scenes", "val"  # what the app builds atlases of (the atlas's own default split)
+SCENES_SAID = f"scenes of the {SPLIT} split (Fashion-MNIST's test garments)"  # the one name the tab gives them
+BUILT_SHARD = 64  # images per shard of an atlas built in the app: what a Stop loses at most (a multiple of the
+# batch of 64, so that every batch, and every number, is the command line's)
 CLASS_PREFIX = "dla_mean_"  # heads.csv: the mean DLA of a head over the images predicted as the class after it
 # (what summary.json calls each number of a head, its interval, and how the tab names it)
 NUMBERS = (
@@ -36,10 +42,28 @@ CLASS_HEADERS = ["predicted class", "mean DLA"]
 DIGITS = 4  # decimals shown in the tables (the files keep every digit)
 # exemplar kinds in summary.json: (key, what the gallery calls it, the number it was chosen by)
 KINDS = (("concentrated", "most concentrated", "entropy"), ("writes", "writes most", "dla"))
+OUTCOMES = ("all", "right", "wrong")  # the exemplar filter on the prediction (labelled images only)
+ALL_CLASSES = "all classes"
+ZIPPED = ("summary.json", "heads.csv", "images.csv", "skipped.csv", "atlas.html", ARGS_FILE)  # the download
 
 
 class NotAnAtlas(InputError):
     """A folder the tab cannot open as an atlas; the message is one line saying why."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What images.csv says of an image: its true class ("" when unlabelled), the predicted one, its probability."""
+
+    true: str
+    predicted: str
+    probability: float
+
+    def words(self) -> str:
+        said = f"predicted {self.predicted} ({self.probability:.2f})"
+        if not self.true:
+            return said
+        return f"{'right' if self.true == self.predicted else 'wrong'}: true {self.true}, {said}"
 
 
 @dataclass(frozen=True)
@@ -48,10 +72,74 @@ class Exemplar:
     path: str  # as the atlas names it: relative to its data folder, or "<dataset>/<split>/<index>"
     value: float  # the entropy or DLA it was chosen by
     number: str  # which of the two
+    context: Context | None = None  # None: an atlas without images.csv
 
     @property
     def caption(self) -> str:
-        return f"{self.kind}: {Path(self.path).name} · {self.number} {self.value:.3g}"
+        said = f"{self.kind}: {Path(self.path).name} · {self.number} {self.value:.3g}"
+        return said if self.context is None else f"{said} · {self.context.words()}"
+
+
+@dataclass
+class ImageTable:
+    """images.csv's columns the exemplar filter needs: per image its path, classes and per head its entropy and
+    DLA ([images, heads], heads in summary order)."""
+
+    paths: list[str]
+    true: list[str]
+    predicted: list[str]
+    probability: np.ndarray
+    entropy: np.ndarray
+    dla: np.ndarray
+    where: dict[str, int] = field(default_factory=dict)  # path -> row
+
+    def context(self, path: str) -> Context | None:
+        i = self.where.get(path)
+        return None if i is None else Context(self.true[i], self.predicted[i], float(self.probability[i]))
+
+    def chosen(self, cls: str | None, outcome: str) -> np.ndarray:
+        """The rows of class `cls` (the true class, or the predicted one of an unlabelled image; None: every
+        class) and prediction `outcome` (OUTCOMES; right and wrong only of labelled images)."""
+        true, predicted = np.array(self.true, dtype=object), np.array(self.predicted, dtype=object)
+        keep = np.ones(len(self.paths), dtype=bool)
+        if cls is not None:
+            keep &= np.where(true != "", true, predicted) == cls
+        if outcome != OUTCOMES[0]:
+            keep &= (true != "") & ((true == predicted) == (outcome == "right"))
+        return np.flatnonzero(keep)
+
+
+def read_image_table(path: Path, heads: list[dict[str, Any]]) -> ImageTable | None:
+    """images.csv as an `ImageTable` (None when the atlas has none: made before the file had class names)."""
+    keys = [head_row(e["layer"] - 1, e["head"] - 1) for e in heads]
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise NotAnAtlas(f"{path} is unreadable ({e.strerror or e}): make the atlas again") from None
+    if rows and any(f"{k}_dla" not in rows[0] for k in keys):
+        return None
+    column = lambda name: np.array([_number(r[name]) for r in rows], dtype=float).reshape(len(rows))  # noqa: E731
+    per_head = lambda number: np.stack([column(f"{k}_{number}") for k in keys], 1).reshape(len(rows), len(keys))  # noqa: E731
+    paths = [r["path"] for r in rows]
+    return ImageTable(
+        paths,
+        [r["label"] for r in rows],
+        [r["prediction"] for r in rows],
+        column("probability"),
+        per_head("entropy"),
+        per_head("dla"),
+        {p: i for i, p in enumerate(paths)},
+    )
+
+
+def top_rows(values: np.ndarray, rows: np.ndarray, k: int) -> list[int]:
+    """The k rows of `rows` with the largest values, largest first, ties to the lower row (the atlas's TopK rule),
+    NaNs left out."""
+    found = [(float(values[i]), -int(i)) for i in rows if not math.isnan(values[i])]
+    return [-i for _, i in sorted(found, reverse=True)[:k]]
 
 
 @dataclass(frozen=True)
@@ -62,6 +150,7 @@ class Atlas:
     summary: dict[str, Any]
     args: dict[str, Any]  # atlas_args.json: the data and the model it was made from ({} when missing)
     rows: list[dict[str, str]]  # heads.csv, one row per CA head, in summary["heads"] order
+    table: ImageTable | None = None  # images.csv (None: an atlas without it)
 
     @property
     def heads(self) -> list[dict[str, Any]]:
@@ -80,10 +169,32 @@ class Atlas:
         found = self.heads[0]["exemplars"] if self.heads else {}
         return max(6, *(len(v) for v in found.values()))
 
-    def exemplars(self, k: int) -> list[Exemplar]:
-        """Head k's exemplars: the most concentrated maps first, then the heads that write most."""
-        found = self.heads[k]["exemplars"]
-        return [Exemplar(label, e["path"], e[number], number) for kind, label, number in KINDS for e in found[kind]]
+    def exemplars(self, k: int, cls: str | None = None, outcome: str = OUTCOMES[0]) -> list[Exemplar]:
+        """Head k's exemplars, the most concentrated maps first, then the images it writes most to: the atlas's
+        own, or with a filter (of class `cls`, of right or wrong predictions: `ImageTable.chosen`) the same rule
+        over images.csv's rows that pass it."""
+        found, t = self.heads[k]["exemplars"], self.table
+        context = (lambda path: None) if t is None else t.context  # noqa: E731
+        if (cls is None and outcome == OUTCOMES[0]) or t is None:
+            return [
+                Exemplar(label, e["path"], e[number], number, context(e["path"]))
+                for kind, label, number in KINDS
+                for e in found[kind]
+            ]
+        rows, out = t.chosen(cls, outcome), []
+        for kind, label, number in KINDS:
+            values = t.entropy[:, k] if number == "entropy" else t.dla[:, k]
+            best = top_rows(-values if number == "entropy" else values, rows, len(found[kind]))
+            out += [Exemplar(label, t.paths[i], float(values[i]), number, context(t.paths[i])) for i in best]
+        return out
+
+    def filter_classes(self) -> list[str]:
+        """The classes the exemplars can be filtered by: those of images.csv, in the model's order of heads.csv."""
+        if self.table is None:
+            return []
+        seen = set(self.table.true) | set(self.table.predicted)
+        named = [c for c in self.summary.get("confusion", {}).get("classes", []) if c in seen]
+        return named + sorted(seen - set(named) - {""})
 
     def made_by(self, made_from: str) -> bool:
         """Whether the atlas's model is the one `made_from` describes (`cait.SourcedModel.made_from`, the one record
@@ -118,7 +229,25 @@ def read_atlas(folder: str | Path) -> Atlas:
         raise NotAnAtlas(f"{folder / 'heads.csv'} is unreadable ({e.strerror or e}): make the atlas again") from None
     if len(rows) != len(summary["heads"]):
         raise NotAnAtlas(f"{folder}: heads.csv and summary.json disagree on the heads; make the atlas again")
-    return Atlas(folder, summary, args if isinstance(args, dict) else {}, rows)
+    table = read_image_table(folder / "images.csv", summary["heads"])
+    return Atlas(folder, summary, args if isinstance(args, dict) else {}, rows, table)
+
+
+def built_folder(root: Path, model: str, made_from: str, scenes: int) -> Path:
+    """Where the app builds the atlas of `scenes` scenes for a model: one folder per model and count (its name
+    and a hash of its weights' record), so that building it again continues a stopped build."""
+    digest = hashlib.sha256(made_from.encode()).hexdigest()[:8]
+    return root / f"{model.replace('/', '_')}-{digest}-{SPLIT}-scenes{scenes}"
+
+
+def zip_atlas(atlas: Atlas, into: Path) -> Path:
+    """The atlas's files (not its shards) as one zip in the folder `into`, for the tab's download."""
+    path = into / f"{atlas.folder.name}.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in ZIPPED:
+            if (atlas.folder / name).is_file():
+                z.write(atlas.folder / name, f"{atlas.folder.name}/{name}")
+    return path
 
 
 def find_atlases(root: str | Path | None) -> list[Path]:
@@ -196,15 +325,21 @@ def atlas_images(atlas: Atlas, cfg: cait.CaiTConfig) -> tuple[ImageSet, dict[str
 
 __all__ = [
     "Atlas",
+    "Context",
     "DEFAULT_SCENES",
     "Exemplar",
+    "ImageTable",
     "MAX_SCENES",
     "NotAnAtlas",
     "atlas_images",
+    "built_folder",
     "class_numbers",
     "find_atlases",
     "head_numbers",
     "heatmap",
     "overview_markdown",
     "read_atlas",
+    "read_image_table",
+    "top_rows",
+    "zip_atlas",
 ]

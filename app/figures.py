@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from cait.explain import overlay, overlays
 from cait.figures.attention import TILE, display_base
+from cait.figures.colours import SIGNED, legend_below, signed_heatmap
 
 COLORMAPS = ("inferno", "viridis", "magma", "jet", "turbo", "gray")
 STAGE_LABELS = {  # the talking-heads stages, in the order the model computes them
@@ -67,7 +68,7 @@ def region_image(
     return draw_box(region, box, base.width / img_size)
 
 
-SIGNED_CMAP = "RdBu_r"  # signed attributions: blue against the class, white 0, red for it
+SIGNED_CMAP = SIGNED  # signed attributions: blue against the class, white 0, red for it
 
 
 def saliency_tile(
@@ -102,7 +103,7 @@ PLOTLY_SCALES = {
     "jet": "Jet",
     "turbo": "Turbo",
     "gray": "gray",
-    "RdBu_r": "RdBu_r",  # SIGNED_CMAP
+    SIGNED: SIGNED,
 }
 
 
@@ -144,8 +145,7 @@ def enlarged_figure(
     colour_title names what the colours measure; a `signed` map spans -|max| .. |max| like its tile, so that
     white is 0 in both panels."""
     g = heat.shape[-1]
-    top = max(float(np.abs(heat).max()), 1e-12)
-    limits = dict(zmid=0, zmin=-top, zmax=top) if signed else {}
+    limits = signed_heatmap(max(float(np.abs(heat).max()), 1e-12)) if signed else {}
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("as in the grid", "patch grid (hover: the value)"), horizontal_spacing=0.04
     )
@@ -157,12 +157,11 @@ def enlarged_figure(
             z=heat,
             x=cells,
             y=cells,
-            colorscale=PLOTLY_SCALES.get(cmap, "Inferno"),
             opacity=0.6,
             zsmooth=False,
             colorbar=dict(title=colour_title, len=0.8),
             hovertemplate="row %{y}, column %{x}: %{z:.4f}<extra></extra>",
-            **limits,
+            **({"colorscale": PLOTLY_SCALES.get(cmap, "Inferno")} | limits),
         ),
         row=1,
         col=2,
@@ -170,8 +169,10 @@ def enlarged_figure(
     image_under(fig, view, g, axis="2")
     fig.update_xaxes(visible=False, row=1, col=1)
     fig.update_yaxes(visible=False, row=1, col=1)
-    fig.update_xaxes(range=[0.5, g + 0.5], constrain="domain", showgrid=False, row=1, col=2)
-    fig.update_yaxes(range=[g + 0.5, 0.5], scaleanchor="x2", constrain="domain", showgrid=False, row=1, col=2)
+    fig.update_xaxes(range=[0.5, g + 0.5], constrain="domain", showgrid=False, title_text="column", row=1, col=2)
+    fig.update_yaxes(
+        range=[g + 0.5, 0.5], scaleanchor="x2", constrain="domain", showgrid=False, title_text="row", row=1, col=2
+    )
     fig.update_layout(title=title, height=500, margin=dict(l=20, r=20, t=70, b=20), template="plotly_white")
     return fig
 
@@ -191,10 +192,7 @@ def mixing_figure(proj_l: np.ndarray, proj_w: np.ndarray, layer: int) -> go.Figu
                 z=matrix,
                 x=heads,
                 y=heads,
-                colorscale="RdBu",
-                zmid=0,
-                zmin=-limit,
-                zmax=limit,
+                **signed_heatmap(limit),
                 showscale=col == 2,
                 texttemplate="%{z:.2f}" if len(heads) <= 8 else None,
                 hovertemplate="out head %{y}<br>in head %{x}<br>%{z:.3f}<extra></extra>",
@@ -298,12 +296,7 @@ def head_stats_figure(
     fig.update_xaxes(title_text="head", dtick=1, row=1, col=2)
     fig.update_yaxes(title_text="nats", rangemode="tozero", row=1, col=2)
     fig.update_layout(
-        title="Per-head statistics of this image",
-        height=400,
-        barmode="group",
-        margin=dict(l=60, r=20, t=70, b=50),
-        template="plotly_white",
-        legend=dict(orientation="h", y=-0.25),
+        title="Per-head statistics of this image", barmode="group", template="plotly_white", **legend_below(460)
     )
     return fig
 

@@ -1,5 +1,6 @@
 """The app's own temporary folder: made on first use (importing the app creates nothing), removed when
-the process exits; per-request download folders inside it are swept after FILE_TTL seconds."""
+the process exits; per-request download folders inside it are swept after FILE_TTL seconds. What the app makes
+for the user to keep (atlases built in the Dataset tab) goes to the user cache instead (`kept`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from cait.runtime import user_cache_dir
 
 FILE_TTL = 900  # seconds our download files are kept (Gradio copies them into its own cache)
 
@@ -49,6 +52,14 @@ class WorkDir:
             except FileNotFoundError:  # swept by a concurrent request
                 pass
         return Path(tempfile.mkdtemp(dir=root))
+
+
+def kept(name: str) -> Path:
+    """A folder of what the app makes for the user to keep after it exits (`cait.runtime.user_cache_dir()`/name:
+    $CAIT_LENS_CACHE, else the user's cache), created if needed."""
+    path = user_cache_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 WORK = WorkDir()  # the app's one folder; nothing is created until something asks for its path

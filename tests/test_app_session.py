@@ -650,6 +650,26 @@ def test_saliency_runs_record_their_options_and_smoothgrad_its_seed(handlers):
     assert not np.allclose(smooth[0], smooth[2])  # another seed: other noise
 
 
+def test_a_map_drawn_signed_says_so_in_its_caption_occlusion_included(handlers):
+    """Issue 49 N48: occlusion's settings never name the sign (its map is signed whatever the option), yet drawn
+    signed its caption, on the tile and on the enlarged map, says "signed" as the other captum maps' do; drawn
+    as |attribution| neither says it."""
+    p = handlers.p
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(SCENE))
+    name = loaded.labels[2]
+    for signed, said in ((True, " (signed)"), (False, "")):
+        steps = saliency_steps(handlers, a, ["occlusion", "saliency"], sal_score=False, signed=signed)
+        captions = sorted(s["caption"] for s in steps[-2][p.sal_gallery].value)
+        assert captions == [f"occlusion for '{name}'{said}", f"saliency for '{name}'{said}"]
+        maps = steps[-1][p.sal_maps]
+        for i, (_, caption, drawn_signed, _) in enumerate(maps):
+            assert drawn_signed == signed
+            asked = dict(analysis=a, sal_maps=maps, cmap="gray", alpha=1.0, view="patch grid")
+            big = handlers.tabs.saliency.enlarge(SimpleNamespace(index=i), **asked)
+            assert big[p.sal_big].layout.title.text == caption  # the enlarged map's title is the tile's caption
+
+
 def test_saliency_for_the_top_k_classes_side_by_side(handlers):
     p = handlers.p
     loaded = handlers.cache.get(handlers.default)

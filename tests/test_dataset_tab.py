@@ -252,3 +252,87 @@ def test_the_command_line_names_the_atlas_and_its_folder():
     args = parse_args(["--atlas-dir", "elsewhere"])
     assert AtlasPlaces.of(args.atlas, args.atlas_dir) == AtlasPlaces(None, "elsewhere")
     assert AtlasPlaces.of(None, None).folder == "out"
+
+
+def test_exemplar_captions_carry_their_classes_and_filter_by_class_and_outcome(world):
+    """Issue 49 N46: each caption says the true and predicted class (images.csv's); the filters choose among the
+    images of that class or of right or wrong predictions by the atlas's own rule (checked here against the
+    atlas's exemplars, which `cait.atlas` chose over all images)."""
+    dh, t = world.dh, world.dh.parts
+    atlas = dv.read_atlas(world.atlas)
+    csv_rows = {r["path"]: r for r in rows(world.atlas / "images.csv")}
+    for k in range(len(atlas.heads)):
+        mine = atlas.exemplars(k, None, "all")
+        assert [e.path for e in mine] == [e.path for e in atlas.exemplars(k)]
+        chosen = atlas.table.chosen(None, "right")  # the same rule over a filter that keeps every right one
+        key = f"ca{atlas.heads[k]['layer']}_head{atlas.heads[k]['head']}_entropy"
+        right = sorted(
+            (p for p, r in csv_rows.items() if r["correct"] == "True"), key=lambda p: (float(csv_rows[p][key]), p)
+        )
+        assert len(chosen) == len(right)
+    shown = dh.show_head(atlas, 3, world.choice, None, "wrong")
+    captions = [c for _, c in shown[t.exemplars]["value"]]
+    assert captions and all(" · wrong: true " in c for c in captions)
+    for e in atlas.exemplars(3, None, "wrong"):
+        r = csv_rows[e.path]
+        assert r["correct"] == "False" and e.caption.endswith(
+            f"wrong: true {r['label']}, predicted {r['prediction']} ({float(r['probability']):.2f})"
+        )
+    cls = atlas.filter_classes()[0]
+    picked = atlas.exemplars(3, cls, "all")
+    assert picked and all((csv_rows[e.path]["label"] or csv_rows[e.path]["prediction"]) == cls for e in picked)
+    expected = sorted(
+        (p for p, r in csv_rows.items() if r["label"] == cls and r["ca2_head2_dla"] != ""),
+        key=lambda p: (-float(csv_rows[p]["ca2_head2_dla"]), list(csv_rows).index(p)),
+    )[: len(atlas.heads[3]["exemplars"]["writes"])]
+    assert [e.path for e in picked if e.number == "dla"] == expected
+
+
+def test_an_opened_atlas_is_offered_as_a_zip(world):
+    import zipfile
+
+    out = world.dh.open(str(world.atlas), world.choice)
+    value = out[world.dh.parts.download].value
+    with zipfile.ZipFile(value["path"] if isinstance(value, dict) else value) as z:
+        names = set(z.namelist())
+    assert {f"pico/{n}" for n in ("summary.json", "heads.csv", "images.csv", "atlas.html")} <= names
+    assert not any("shards" in n for n in names)
+
+
+def test_a_stopped_build_keeps_its_shards_and_the_next_build_continues_them(world, tmp_path, monkeypatch):
+    """Issue 49 N42: the page's Stop ends a build after the shards written (none lost but the one under way),
+    the atlas is kept in the user cache, and building it again computes only the rest, to the command line's
+    numbers."""
+    from cait.atlas import shards
+
+    dh, t = world.dh, world.dh.parts
+    page = SimpleNamespace(session_hash="page-1")
+    written, real = [], shards.write_shard
+
+    def write_then_stop(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        written.append(path.name)
+        if len(written) == 1:
+            dh.stops.press(page)  # the Stop, pressed while the second shard is computed
+
+    monkeypatch.setattr(shards, "write_shard", write_then_stop)
+    n = 2 * dv.BUILT_SHARD + 8
+    out = dh.build_atlas(world.choice, n, request=page)
+    assert out[t.msg].startswith("**Stopped** with 64 of 136 scenes done") and len(written) == 1
+    loaded = world.app.cache.get(world.choice)
+    folder = dv.built_folder(dh_kept(), loaded.name, loaded.sourced.made_from, n)
+    assert str(folder) in out[t.msg] and not (folder / "summary.json").exists()
+    out = dh.build_atlas(world.choice, n, request=page)
+    assert out[t.atlas].folder == folder and written[1:] == written[1:3] and len(written) == 3  # the rest only
+    flags = ["--checkpoint", str(world.weights), "--data", "fashion-mnist-scenes", "--limit", str(n)]
+    flags += ["--shard-size", str(dv.BUILT_SHARD)]  # float64 sums taken shard by shard: the same shards
+    assert atlas_main([*flags, "--workers", "0", "--device", "cpu", "--out", str(tmp_path / "cli")]) == 0
+    mine, theirs = (json.loads((d / "summary.json").read_text()) for d in (folder, tmp_path / "cli"))
+    assert mine == theirs
+
+
+def dh_kept() -> Path:
+    from app.tabs.dataset import BUILT
+    from app.workdir import kept
+
+    return kept(BUILT)

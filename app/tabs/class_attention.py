@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import gradio as gr
 
 from app import figures, session, torch_thread
+from app.choices import colour_scale_image
 from app.models import LoadedModel, ModelCache
 from app.shared import SCALES, VIEWS, Look, Shared, named
 from app.workdir import WORK
@@ -110,16 +111,7 @@ def build(layers: int) -> ClassAttentionParts:
         "share of the tile's attention are dimmed (1 = show all)",
         elem_id="keep",
     )
-    parts["colour_bar"] = gr.Image(
-        label="Colour scale",
-        type="pil",
-        interactive=False,
-        height=60,
-        show_label=False,
-        container=False,
-        elem_id="colour_bar",
-        buttons=[],
-    )
+    parts["colour_bar"] = colour_scale_image("Colour scale", elem_id="colour_bar")
     props = [new_props(i) for i in range(layers)]
     parts["ca_props"] = gr.State(tuple(props))
     parts["selected"] = gr.State(None)

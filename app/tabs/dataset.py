@@ -1,12 +1,12 @@
-"""The Dataset tab: a head atlas (`python -m cait.atlas`) opened, per CA head its numbers and exemplars, an atlas
-of the shipped test scenes built here for the page's model (the model from the app's cache: one copy in memory),
-and an exemplar opened in the single-image tabs with its head enlarged. `app.dataset_view` reads the atlas."""
+"""The Dataset tab: a head atlas (`python -m cait.atlas`) opened, per CA head its numbers and exemplars (filtered by
+class and by right or wrong), an atlas of the shipped val scenes built here for the page's model (the model from
+the app's cache: one copy in memory; kept in the user cache, stopped and continued like the command line's, and
+downloaded as a zip), and an exemplar opened in the single-image tabs with its head enlarged. `app.dataset_view`
+reads the atlas."""
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -17,13 +17,19 @@ from app import dataset_view as dv
 from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, ImageAsk, Shared, log, named
-from app.workdir import WORK
+from app.stops import PageStops
+from app.workdir import WORK, kept
 from cait.data import DataError
 from cait.data.image_file import IMAGE_ERRORS
 from cait.errors import InputError
-from cait.figures.attention import head_name
+from cait.explain import hooks
+from cait.figures import head_name
 
-BUILT = "atlases"  # the work folder's sub-folder of the atlases built in the app
+BUILT = "atlases"  # the user cache's folder of the atlases built in the app (`app.workdir.kept`)
+
+
+class BuildStopped(Exception):
+    """The page's Stop ended an atlas build (the shards written are kept)."""
 
 
 @dataclass(frozen=True)
@@ -52,22 +58,26 @@ class DatasetParts:
     msg: gr.Markdown  # what went wrong, or that the atlas's model is not the page's
     overview: gr.Markdown
     heatmap: gr.Plot
+    download: gr.DownloadButton  # the open atlas's files as a zip
     head: gr.Dropdown
     numbers: gr.Dataframe
     per_class: gr.Dataframe
+    of_class: gr.Dropdown  # the exemplars' class filter
+    outcome: gr.Radio  # the exemplars' filter on right and wrong predictions
     exemplars: gr.Gallery
     scenes: gr.Slider
     build: gr.Button
+    stop: gr.Button  # enabled only while this page builds an atlas
 
     @property
     def opened(self) -> list:
         """What opening an atlas writes."""
-        return [self.atlas, self.pick, self.msg, self.overview, self.heatmap, *self.head_shown]
+        return [self.atlas, self.pick, self.msg, self.overview, self.heatmap, self.download, *self.head_shown]
 
     @property
     def head_shown(self) -> list:
         """What picking a head writes."""
-        return [self.head, self.numbers, self.per_class, self.exemplars]
+        return [self.head, self.of_class, self.outcome, self.numbers, self.per_class, self.exemplars]
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,8 @@ class ExemplarAsk(ImageAsk):
 
     atlas: dv.Atlas | None = None
     head: int | None = None
+    of_class: str | None = None
+    outcome: str = dv.OUTCOMES[0]
 
 
 def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> argparse.Namespace:
@@ -84,6 +96,7 @@ def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> arg
     from cait.atlas.__main__ import parse_args
 
     flags = ["--data", dv.SCENES, "--limit", str(scenes), "--out", str(out), "--workers", "0", "--device", device]
+    flags += ["--shard-size", str(dv.BUILT_SHARD)]
     flags += ["--model", choice.name] if choice.name else []
     flags += ["--checkpoint", choice.checkpoint] if choice.checkpoint else []
     flags += ["--pretrained"] * choice.download + ["--random-init"] * choice.random_init
@@ -93,20 +106,32 @@ def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> arg
 def build() -> DatasetParts:
     """The tab's components (inside its gr.Tab); empty until an atlas is opened."""
     gr.Markdown(
-        "A head atlas over a dataset (`python -m cait.atlas ... --out OUT`, or built here from the shipped test "
-        "scenes): per class-attention head its numbers over the images and its exemplars. Click an exemplar "
+        f"A head atlas over a dataset (`python -m cait.atlas ... --out OUT`, or built here from the {dv.SCENES_SAID}): "
+        "per class-attention head its numbers over the images and its exemplars. Click an exemplar "
         "to open it in the single-image tabs with that head enlarged."
     )
     parts: dict[str, Any] = {"atlas": gr.State(None)}
     with gr.Row():
         parts["pick"] = gr.Dropdown(choices=[], label="Atlas", allow_custom_value=True, scale=3, elem_id="ds_pick")
+        parts["download"] = gr.DownloadButton("Download the atlas (zip)", value=None, scale=1, elem_id="ds_download")
+    with gr.Row():
         parts["scenes"] = gr.Slider(
-            1, dv.MAX_SCENES, value=dv.DEFAULT_SCENES, step=1, label="Test scenes", scale=2, elem_id="ds_scenes"
+            1, dv.MAX_SCENES, value=dv.DEFAULT_SCENES, step=1, label="Val scenes", scale=2, elem_id="ds_scenes"
         )
-        parts["build"] = gr.Button("Build an atlas of the scenes for this page's model", scale=1, elem_id="ds_build")
+        parts["build"] = gr.Button("Build an atlas of them for this page's model", scale=1, elem_id="ds_build")
+        parts["stop"] = gr.Button("Stop", size="sm", scale=0, min_width=80, interactive=False, elem_id="ds_stop")
+    gr.Markdown(
+        f"Atlases built here are kept in `{kept(BUILT)}`; a stopped build continues when built again.",
+        elem_id="ds_where",
+    )
     parts["msg"] = gr.Markdown(elem_id="ds_msg")
     parts["overview"] = gr.Markdown(min_height=80, elem_id="ds_overview")  # room for the build's progress bar
-    parts["head"] = gr.Dropdown(choices=[], label="Head", elem_id="ds_head")
+    with gr.Row():
+        parts["head"] = gr.Dropdown(choices=[], label="Head", elem_id="ds_head")
+        parts["of_class"] = gr.Dropdown(choices=[], label="Exemplars of the class", elem_id="ds_of_class")
+        parts["outcome"] = gr.Radio(
+            list(dv.OUTCOMES), value=dv.OUTCOMES[0], label="Exemplars of predictions", elem_id="ds_outcome"
+        )
     with gr.Row():
         parts["numbers"] = gr.Dataframe(
             headers=dv.NUMBER_HEADERS, label="The head over the data", interactive=False, elem_id="ds_numbers"
@@ -134,10 +159,11 @@ class DatasetTab:
         self, parts: DatasetParts, shared: Shared, cache: ModelCache, places: AtlasPlaces, analyse: Callable[..., dict]
     ):
         self.parts, self.shared, self.cache, self.places, self.analyse = parts, shared, cache, places, analyse
+        self.stops = PageStops()
 
     def choices(self) -> list[tuple[str, str]]:
         """The atlases to offer: --atlas, those under --atlas-dir, those built here (label, folder)."""
-        built = dv.find_atlases(WORK.folder(BUILT))
+        built = dv.find_atlases(kept(BUILT))
         found = [Path(self.places.opened)] if self.places.opened else []
         found += [p for p in dv.find_atlases(self.places.folder) if p not in found]
         return [(p.name, str(p)) for p in found] + [(f"built here: {p.name}", str(p)) for p in built]
@@ -151,8 +177,9 @@ class DatasetTab:
     def open(self, folder: str | None, choice: ModelChoice) -> dict:
         """The atlas in `folder`: its overview, heatmap and first head; a folder that is not one is a message."""
         t = self.parts
-        out = dict.fromkeys(t.opened)
+        out = dict.fromkeys(t.opened) | self._filters(None)
         out[t.pick] = gr.Dropdown(choices=self.choices(), value=folder, allow_custom_value=True)
+        out[t.download] = gr.DownloadButton(value=None, interactive=False)
         if not folder:
             return out | {t.msg: "", t.head: gr.Dropdown(choices=[], value=None)}
         try:
@@ -161,11 +188,22 @@ class DatasetTab:
             log.info("could not open an atlas: %s", e)
             return out | {t.msg: f"**Cannot open this atlas:** {e}", t.head: gr.Dropdown(choices=[], value=None)}
         out.update({t.atlas: atlas, t.overview: dv.overview_markdown(atlas), t.heatmap: dv.heatmap(atlas)})
+        out[t.download] = gr.DownloadButton(value=str(dv.zip_atlas(atlas, WORK.request_dir())), interactive=True)
         out[t.msg] = self._model_note(atlas, self.cache.get(choice))
         if not atlas.heads:
             return out | {t.msg: "**This atlas holds no readable image.**", t.head: gr.Dropdown(choices=[])}
         out[t.head] = gr.Dropdown(choices=atlas.head_choices(), value=0)
-        return out | self.show_head(atlas, 0, choice)
+        return out | self._filters(atlas) | self.show_head(atlas, 0, choice)
+
+    def _filters(self, atlas: dv.Atlas | None) -> dict:
+        """The exemplar filters of a newly opened atlas: every class and every prediction (none without
+        images.csv)."""
+        classes = [] if atlas is None else atlas.filter_classes()
+        choices = [dv.ALL_CLASSES, *classes] if classes else []
+        return {
+            self.parts.of_class: gr.Dropdown(choices=choices, value=dv.ALL_CLASSES if classes else None),
+            self.parts.outcome: gr.Radio(value=dv.OUTCOMES[0], interactive=bool(classes)),
+        }
 
     @staticmethod
     def _model_note(atlas: dv.Atlas, loaded: LoadedModel) -> str:
@@ -176,13 +214,25 @@ class DatasetTab:
             f"page's model. Load the atlas's model in the Model tab to see its heads."
         )
 
-    def show_head(self, atlas: dv.Atlas | None, k: int | None, choice: ModelChoice) -> dict:
-        """Head k's numbers, its mean DLA per class and its exemplars (the images as the atlas read them)."""
+    def show_head(
+        self,
+        atlas: dv.Atlas | None,
+        head: int | None,
+        choice: ModelChoice,
+        of_class: str | None = None,
+        outcome: str = dv.OUTCOMES[0],
+    ) -> dict:
+        """Head number `head`'s numbers, its mean DLA per class and its exemplars (the images as the atlas read
+        them), of the class `of_class` (None or ALL_CLASSES: every class) and the predictions `outcome`
+        (dv.OUTCOMES)."""
         t = self.parts
-        if atlas is None or k is None:
+        if atlas is None or head is None:
             return {t.numbers: None, t.per_class: None, t.exemplars: None}
-        k = int(k)
-        tiles, missing = self._tiles(atlas, atlas.exemplars(k), choice)
+        k, cls = int(head), None if of_class in (None, dv.ALL_CLASSES) else of_class
+        exemplars = atlas.exemplars(k, cls, outcome or dv.OUTCOMES[0])
+        tiles, missing = self._tiles(atlas, exemplars, choice)
+        if not exemplars:
+            missing = "**No image of the atlas passes this filter.**"
         out = {
             t.numbers: dv.head_numbers(atlas, k),
             t.per_class: dv.class_numbers(atlas, k),
@@ -216,7 +266,8 @@ class DatasetTab:
         atlas, k, choice = ask.atlas, ask.head, ask.choice
         if atlas is None or k is None:
             return {t.msg: "**Open an atlas first.**"}
-        exemplar = atlas.exemplars(int(k))[int(evt.index)]
+        cls = None if ask.of_class in (None, dv.ALL_CLASSES) else ask.of_class
+        exemplar = atlas.exemplars(int(k), cls, ask.outcome or dv.OUTCOMES[0])[int(evt.index)]
         try:
             path = self._image_file(atlas, exemplar, choice)
         except (DataError, dv.NotAnAtlas, KeyError, *IMAGE_ERRORS) as e:
@@ -231,6 +282,7 @@ class DatasetTab:
         selected = (head[0], head[1] + 1) if fits and same else None  # the enlarged tile: 0 is the head mean
         out = self.analyse(choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False, selected=selected)
         out[s.image_in] = path
+        out[s.examples] = gr.Gallery(selected_index=None)  # one selection frame on the page: the exemplar's
         out[s.tabs] = gr.Tabs(selected="ca")
         out[s.open_tab] = CLASS_ATTENTION_TAB
         out[t.msg] = self._model_note(atlas, loaded)
@@ -249,28 +301,54 @@ class DatasetTab:
         image.save(path)
         return str(path)
 
-    def build_atlas(self, choice: ModelChoice, scenes: float, progress=gr.Progress(track_tqdm=True)) -> dict:
-        """An atlas of the first `scenes` test scenes for the page's model (`cait.atlas.run.make`, in this process:
-        its progress bar is the page's; the model is the cache's, never a second copy), into the work folder, then
-        opened."""
+    def build_atlas(
+        self,
+        choice: ModelChoice,
+        scenes: float,
+        request: gr.Request | None = None,
+        progress=gr.Progress(track_tqdm=True),
+    ) -> dict:
+        """An atlas of `scenes` val scenes for the page's model (`cait.atlas.run.make`, in this process: its
+        progress bar is the page's; the model is the cache's, never a second copy), kept in the user cache
+        (`dv.built_folder`), then opened. The page's Stop ends it before the next block the model runs: the shards
+        written are kept, and building the same atlas again continues from them, as the command line does."""
         from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
 
         n = int(scenes or 0)
         if not 1 <= n <= dv.MAX_SCENES:
             return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
-        loaded = self.cache.get(choice)
-        out = Path(tempfile.mkdtemp(dir=WORK.folder(BUILT), prefix=f"{loaded.name.replace('/', '_')}-scenes{n}-"))
-        progress(0, desc=f"atlas of {n} scenes: reading the scenes")
+        loaded, stop = self.cache.get(choice), self.stops.pressed(request)
+        out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
+        progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
         args = scenes_args(choice, n, out, loaded.device.type)
+
+        def stopped() -> None:
+            if stop.is_set():
+                stop.clear()  # consumed: the next build computes
+                raise BuildStopped
+
         try:
             data = read_data(args, loaded.cfg)
-            make(args, loaded.sourced, data, device=loaded.device)
+            with hooks.before_each(loaded.model.blocks, stopped):
+                make(args, loaded.sourced, data, device=loaded.device)
+        except BuildStopped:
+            log.info("atlas build stopped by its page")
+            return {self.parts.msg: self._stopped_line(out, n)}
         except (InputError, OSError) as e:  # the atlas's and the reader's one-line errors, a full disk
-            shutil.rmtree(out, ignore_errors=True)
             first = (str(e).splitlines() or [type(e).__name__])[0]
             log.info("could not build an atlas: %s", first)
             return {self.parts.msg: f"**Could not build the atlas:** {first}"}
         return self.open(str(out), choice)
+
+    @staticmethod
+    def _stopped_line(out: Path, n: int) -> str:
+        from cait.atlas.shards import shard_files
+
+        done = sum(len(r) for r in shard_files(out))
+        return (
+            f"**Stopped** with {done:,} of {n:,} scenes done (kept in `{out}`); build the same number of scenes "
+            "again to continue."
+        )
 
     def wire(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
         """look, th_layer, ca_props: the other tabs' controls an exemplar is opened with; outputs: what opening it
@@ -279,21 +357,38 @@ class DatasetTab:
         t, s = self.parts, self.shared
         on_torch = torch_thread.handler  # the page's model may have to be loaded (its config reads the atlas's data)
         demo.load(on_torch(self.start), s.choice, t.opened, **MODEL_EVENTS)
+        demo.unload(self.stops.drop)  # a closed page's Stop goes with it
         t.pick.input(on_torch(self.open), [t.pick, s.choice], t.opened, **MODEL_EVENTS)
         head_shown = [t.numbers, t.per_class, t.exemplars, t.msg]
-        t.head.input(on_torch(self.show_head), [t.atlas, t.head, s.choice], head_shown, **MODEL_EVENTS)
-        t.build.click(
-            on_torch(self.build_atlas, batched=True),
-            [s.choice, t.scenes],
-            t.opened,
-            show_progress_on=[t.overview],
-            **MODEL_EVENTS,
-        )
+        picked = dict(atlas=t.atlas, head=t.head, choice=s.choice, of_class=t.of_class, outcome=t.outcome)
+        for control in (t.head, t.of_class, t.outcome):
+            control.input(on_torch(self.show_head), inputs_kwargs=picked, outputs=head_shown, **MODEL_EVENTS)
+        self._wire_build()
         asked = named(t, ExemplarAsk, choice=s.choice, ca_props=ca_props, th_layer=th_layer, **look)
         return t.exemplars.select(
             on_torch(self.open_exemplar),
             inputs_kwargs=asked,
-            outputs=[*outputs, s.image_in, s.tabs, s.open_tab, t.msg],
+            outputs=[*outputs, s.image_in, s.examples, s.tabs, s.open_tab, t.msg],
             show_progress_on=[s.top5],
             **MODEL_EVENTS,
         )
+
+    def _armed(self, request: gr.Request) -> gr.Button:
+        """A build asked for: this page's Stop armed (a Stop pressed before counts no more) and enabled."""
+        self.stops.arm(request)
+        return gr.Button(interactive=True)
+
+    def _wire_build(self) -> None:
+        """Build: Stop armed and enabled at once, off the model queue (a Stop pressed while the build waits in the
+        queue stops it when it starts), the build on the model queue, then Stop disabled again."""
+        t, s = self.parts, self.shared
+        started = t.build.click(self._armed, None, t.stop, queue=False, api_visibility="private")
+        started.then(
+            torch_thread.handler(self.build_atlas, batched=True),
+            [s.choice, t.scenes],
+            t.opened,
+            show_progress_on=[t.overview],
+            **MODEL_EVENTS,
+        ).then(lambda: gr.Button(interactive=False), None, t.stop, queue=False, api_visibility="private")
+        # off the model queue: it must get through while the build it stops holds the queue
+        t.stop.click(self.stops.press, None, None, queue=False, api_visibility="private")

@@ -12,7 +12,7 @@ import torch
 
 import cait
 from app import figures, session, texts, torch_thread
-from app.choices import class_choices, ranked_classes, region_choices
+from app.choices import class_choices, colour_scale_image, ranked_classes, region_choices
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
 from cait import explain
@@ -131,20 +131,23 @@ class SaliencyRun:
         i = next(i for i, (n, r) in enumerate(self.rows) if n == name and r.method == row.method)
         self.rows[i] = (name, row)
 
-    def caption(self, name: str, row: session.SaliencyRow) -> str:
-        """The method, class and the settings that shaped the map; its AUCs once scored."""
+    def caption(self, name: str, row: session.SaliencyRow, signed: bool = False) -> str:
+        """The method, class and the settings that shaped the map (with "signed" when the map is drawn signed:
+        occlusion's settings leave it out, its map being signed whatever the option); its AUCs once scored."""
         settings = session.options_caption(row.method, self.options, self.seed)
+        if signed and "signed" not in settings.split(", "):
+            settings = ", ".join(filter(None, (settings, "signed")))
         said = f"{row.method} for '{name}'" + (f" ({settings})" if settings else "")
         if np.isnan(row.deletion_auc):  # not scored (yet)
             return said
         return f"{said} · deletion AUC {row.deletion_auc:.3f} · insertion AUC {row.insertion_auc:.3f}"
 
     def captioned(self) -> list:
-        return [(tile, self.caption(name, row)) for (name, row), (tile, _) in zip(self.rows, self.tiles)]
+        return [(tile, self.caption(n, row, signed)) for (n, row), (tile, signed) in zip(self.rows, self.tiles)]
 
     def maps(self) -> list:
         """What enlarging a tile needs: (patch map, caption, signed, method) of each row."""
-        return [(r.heat.numpy(), self.caption(n, r), s, r.method) for (n, r), (_, s) in zip(self.rows, self.tiles)]
+        return [(r.heat.numpy(), self.caption(n, r, s), s, r.method) for (n, r), (_, s) in zip(self.rows, self.tiles)]
 
     def label(self) -> str:
         one = len(self.classes) == 1
@@ -198,32 +201,33 @@ def build(first: LoadedModel) -> SaliencyParts:
     )
     parts["sal_maps"] = gr.State(None)
     # the maps' colour scale right under them, above the enlarged map
-    parts["sal_bar"] = gr.Image(
-        label="Colour scale of the maps",
-        type="pil",
-        interactive=False,
-        height=60,
-        show_label=False,
-        container=False,
-        elem_id="sal_bar",
-        buttons=[],
-    )
+    parts["sal_bar"] = colour_scale_image("Colour scale of the maps", elem_id="sal_bar")
     parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
     _regions_and_scores(first.cfg, parts)
     return SaliencyParts(**parts)
 
 
+# one slider per option of `OPTION_BOUNDS` (the sliders span what /analyze accepts): its component name, step, label
+SLIDERS = {
+    "ig_steps": ("ig_steps", 4, "Integrated-gradients steps"),
+    "smoothgrad_samples": ("sg_samples", 2, "SmoothGrad samples"),
+    "smoothgrad_stdev": ("sg_noise", 0.05, "SmoothGrad noise (std, normalised units)"),
+    "rollout_discard_ratio": ("discard", 0.05, "Rollout discard ratio (lowest weights of each layer set to 0)"),
+}
+
+
+def _slider(option: str) -> gr.Slider:
+    """The slider of a method option, from its bounds and its default (`explain.MethodOptions`)."""
+    name, step, label = SLIDERS[option]
+    default = getattr(explain.MethodOptions(), option)
+    return gr.Slider(*OPTION_BOUNDS[option], value=default, step=step, label=label, elem_id=name)
+
+
 def _method_options(parts: dict) -> None:
-    defaults, bounds = explain.MethodOptions(), OPTION_BOUNDS  # the sliders span what /analyze accepts
+    defaults = explain.MethodOptions()
     with gr.Accordion("Method options (integrated gradients, SmoothGrad, rollout)", open=False):
         with gr.Row():  # one method's settings a row, so that no label wraps
-            parts["ig_steps"] = gr.Slider(
-                *bounds["ig_steps"],
-                value=defaults.ig_steps,
-                step=4,
-                label="Integrated-gradients steps",
-                elem_id="ig_steps",
-            )
+            parts["ig_steps"] = _slider("ig_steps")
             parts["ig_baseline"] = gr.Dropdown(
                 list(explain.IG_BASELINES),
                 value=defaults.ig_baseline,
@@ -232,20 +236,8 @@ def _method_options(parts: dict) -> None:
                 elem_id="ig_baseline",
             )
         with gr.Row():
-            parts["sg_samples"] = gr.Slider(
-                *bounds["smoothgrad_samples"],
-                value=defaults.smoothgrad_samples,
-                step=2,
-                label="SmoothGrad samples",
-                elem_id="sg_samples",
-            )
-            parts["sg_noise"] = gr.Slider(
-                *bounds["smoothgrad_stdev"],
-                value=defaults.smoothgrad_stdev,
-                step=0.05,
-                label="SmoothGrad noise (std, normalised units)",
-                elem_id="sg_noise",
-            )
+            parts["sg_samples"] = _slider("smoothgrad_samples")
+            parts["sg_noise"] = _slider("smoothgrad_stdev")
             parts["sg_seed"] = gr.Number(
                 value=session.DEFAULT_SEED, precision=0, label="SmoothGrad seed", elem_id="sg_seed"
             )
@@ -256,13 +248,7 @@ def _method_options(parts: dict) -> None:
                 label="Rollout head fusion",
                 elem_id="fusion",
             )
-            parts["discard"] = gr.Slider(
-                *bounds["rollout_discard_ratio"],
-                value=defaults.rollout_discard_ratio,
-                step=0.05,
-                label="Rollout discard ratio (lowest weights of each layer set to 0)",
-                elem_id="discard",
-            )
+            parts["discard"] = _slider("rollout_discard_ratio")
         parts["signed"] = gr.Checkbox(
             value=defaults.signed,
             label="Signed attributions (captum methods: red for the class, blue against it; else |attribution|)",

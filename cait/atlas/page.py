@@ -19,9 +19,9 @@ import torch
 from PIL import Image, ImageDraw
 
 from .. import explain
-from ..explain.metrics import head_row
-from ..figures import distance_plot, to_plotly
+from ..figures import distance_plot, head_name, to_plotly
 from ..figures.causal import knockout_plotly
+from ..figures.colours import signed_heatmap
 from ..figures.mechanisms import heads_plotly, patching_plotly
 from ..preprocess import normalise
 from ..runtime import autocast
@@ -52,11 +52,21 @@ def distributions(hist: dict[str, dict[str, Any]], layers: int, heads: int) -> l
     for number, h in hist.items():
         edges = np.asarray(h["edges"])
         centres = (edges[:-1] + edges[1:]) / 2
-        titles = [head_row(l, k) for l in range(layers) for k in range(heads)]
+        titles = [head_name(l, k) for l in range(layers) for k in range(heads)]
         fig = make_subplots(rows=layers, cols=heads, subplot_titles=titles, shared_xaxes=True)
+        bins = np.stack([edges[:-1], edges[1:]], 1)
+        hover = f"{TITLES[number]} %{{customdata[0]:.3g}} to %{{customdata[1]:.3g}}: %{{y}} images<extra></extra>"
         for l in range(layers):
             for k in range(heads):
-                fig.add_bar(x=centres, y=h["counts"][l][k], width=edges[1] - edges[0], row=l + 1, col=k + 1)
+                fig.add_bar(
+                    x=centres,
+                    y=h["counts"][l][k],
+                    width=edges[1] - edges[0],
+                    customdata=bins,
+                    hovertemplate=hover,
+                    row=l + 1,
+                    col=k + 1,
+                )
         fig.update_layout(
             title=f"Per head: {TITLES[number]}", showlegend=False, template="plotly_white", height=200 + 160 * layers
         )
@@ -69,7 +79,7 @@ def dla_heatmap(tally: Tally, names: list[str]):
     each column with its image count and each cell with its 95% interval."""
     seen = [c for c in range(tally.classes) if tally.class_count[c]]
     mean, half = tally.class_dla_interval()
-    rows = [head_row(l, h) for l in range(tally.layers) for h in range(tally.heads)]
+    rows = [head_name(l, h) for l in range(tally.layers) for h in range(tally.heads)]
     flat = lambda a: a[seen].reshape(len(seen), -1).T  # [heads, classes]
     counts = [int(tally.class_count[c]) for c in seen]
     return class_dla_figure(flat(mean), rows, [names[c] for c in seen], counts=counts, half=flat(half))
@@ -88,12 +98,14 @@ def class_dla_figure(z: np.ndarray, rows: list[str], classes: list[str], *, coun
             customdata=half,
             hovertemplate="%{y}, predicted %{x}: mean DLA %{z:.3f} ± %{customdata:.3f} (95%)<extra></extra>",
         )
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=rows, colorscale="RdBu", zmid=0, **cell))
+    bound = np.nanmax(np.abs(z)) if np.isfinite(z).any() else 1.0
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=rows, colorbar=dict(title="mean DLA"), **signed_heatmap(bound), **cell))
     fig.update_layout(
         title="Mean direct logit attribution of each head, by predicted class (n: images per column)",
         template="plotly_white",
-        height=200 + 28 * len(rows),
-        yaxis=dict(autorange="reversed"),
+        height=max(360, 200 + 28 * len(rows)),
+        yaxis=dict(autorange="reversed", title="head"),
+        xaxis=dict(title="predicted class"),
     )
     return fig
 
@@ -215,7 +227,7 @@ def _exemplar_html(summary: dict, tiles: dict, paths: list[str], tally: Tally, n
                 for i, url in tiles.get((l, h), {}).get(kind, [])
             )
             rows.append(f"<div class='row'><span class='kind'>{label}</span>{cells}</div>")
-        parts.append(f"<h3>{head_row(l, h)}</h3>{''.join(rows)}")
+        parts.append(f"<h3>{head_name(l, h)}</h3>{''.join(rows)}")
     return "".join(parts)
 
 
@@ -241,7 +253,7 @@ def _heads_table(summary: dict) -> str:
     top = "".join(f"<th colspan='{len(groups)}'>{NUMBER_NAMES[m]}</th>" for m in numbers)
     sub = "".join(f"<th>{g} ({count[s]})</th>" for _ in numbers for g, s in groups)
     body = "".join(
-        f"<tr><td>{head_row(e['layer'] - 1, e['head'] - 1)}</td>"
+        f"<tr><td>{head_name(e['layer'] - 1, e['head'] - 1)}</td>"
         + "".join(f"<td>{_mean_pm(e[f'{m}{s}_mean'], e[f'{m}{s}_ci95'])}</td>" for m in numbers for _, s in groups)
         + "</tr>"
         for e in summary["heads"]
@@ -355,7 +367,14 @@ def token_patching_plotly(tokens: dict, what: str):
     half = [None if r["restored"] is None else (r["restored_ci95"][1] - r["restored_ci95"][0]) / 2 for _, r in rows]
     box = tokens["best_in_box"]
     inside = "" if box["mean"] is None else f"; the best patch lies {box['mean']:.0%} inside the object's box"
-    fig = go.Figure(go.Bar(x=[n for n, _ in rows], y=share, error_y=dict(type="data", array=half)))
+    fig = go.Figure(
+        go.Bar(
+            x=[n for n, _ in rows],
+            y=share,
+            error_y=dict(type="data", array=half),
+            hovertemplate="%{x}: %{y:.1%} of the mean gap<extra></extra>",
+        )
+    )
     fig.update_yaxes(title_text="share of the mean gap restored")
     fig.update_layout(
         title=f"Token patching into the class stage under {what}: clean patch tokens into the corrupted run{inside}",
@@ -394,7 +413,8 @@ def write_page(
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Head atlas: {html.escape(summary['data'])}</title>"
         f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
         f"<h1>Head atlas</h1><p class='made'>data: {html.escape(summary['data'])}<br>model: "
-        f"{html.escape(summary['model'])}</p><p>{summary['images']} images{top1}; heads and layers numbered from 1; "
+        f"{html.escape(summary['model'])}</p><p>{summary['images']} images{top1}; heads and layers numbered from 1 "
+        "(CA1 head 2 is ca1_head2 in the CSV files); "
         f"DLA: each CA head's direct write to the predicted class's logit.</p>{skip}{body}</body></html>"
     )
     path.write_text(page)

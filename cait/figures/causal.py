@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Sequence
 
+from .colours import AGAINST, FOR_CLASS, legend_below
 from .layerscale import STAGE_COLOUR, block_position, block_ticks
 
 GAMMA_COLOUR = "#2ca02c"
@@ -46,6 +47,7 @@ def knockout_plotly(
             name=f"logit change, {stage} block knocked out",
             error_y=None if error is None else dict(type="data", array=list(error)[part], visible=True),
             hovertext=labels[part],
+            hovertemplate="%{hovertext} knocked out: logit change %{y:+.3f}<extra></extra>",
         )
     fig.add_scatter(
         x=pos,
@@ -54,12 +56,13 @@ def knockout_plotly(
         line=dict(color=GAMMA_COLOUR, dash="dot"),
         name=f"{gamma_name} (right axis)",
         hovertext=labels,
+        hovertemplate=f"%{{hovertext}}: {gamma_name} %{{y:.3g}}<extra></extra>",
         secondary_y=True,
     )
     fig.update_xaxes(tickvals=ticks, ticktext=labels, title_text="block")
     fig.update_yaxes(title_text="logit change", secondary_y=False)
     fig.update_yaxes(title_text=gamma_name, type="log", secondary_y=True)
-    fig.update_layout(title=title, template="plotly_white", height=380, legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(title=title, template="plotly_white", **legend_below(420))
     return fig
 
 
@@ -104,6 +107,7 @@ def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title:
             name=named,
             marker_color=colour,
             customdata=[[layer, h] for h in range(len(row))],
+            hovertemplate=f"{named}, %{{x}}: %{{y:+.3f}} logit<extra></extra>",
             row=1,
             col=1,
         )
@@ -114,17 +118,14 @@ def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title:
                 name=f"CA{layer + 1} effect of removal (zero ablation)",
                 marker=dict(color="white", line=dict(color=colour, width=2), pattern=dict(shape="/", fgcolor=colour)),
                 customdata=[[layer, h] for h in range(len(row))],
+                hovertemplate=f"CA{layer + 1} %{{x}} removed: logit change %{{y:+.3f}}<extra></extra>",
                 row=1,
                 col=1,
             )
     add_logit_waterfall(fig, parts, row=1, col=2)
-    fig.update_layout(
-        title=title,
-        barmode="group",
-        template="plotly_white",
-        height=380,
-        legend=dict(orientation="h", y=-0.3),
-    )
+    fig.update_layout(title=title, barmode="group", template="plotly_white", **legend_below(420))
+    fig.update_xaxes(title_text="head", row=1, col=1)
+    fig.update_xaxes(title_text="part", row=1, col=2)
     fig.update_yaxes(title_text="logit (direct write; change on removal)", row=1, col=1)
     return fig
 
@@ -145,10 +146,11 @@ def add_logit_waterfall(fig, parts: Sequence[tuple[str, float]], *, row: int | N
             measure=["relative"] * len(values) + ["total"],
             texttemplate="%{y:.2f}",
             textposition="outside",
+            hovertemplate="%{x}: %{delta:+.3f}, the logit so far %{final:.3f}<extra></extra>",
             connector=dict(line=dict(color="#999", width=1)),
             # red for the class, blue against it, as the per-patch maps (plotly's default red is "against")
-            increasing=dict(marker=dict(color="#d6604d")),
-            decreasing=dict(marker=dict(color="#4393c3")),
+            increasing=dict(marker=dict(color=FOR_CLASS)),
+            decreasing=dict(marker=dict(color=AGAINST)),
             totals=dict(marker=dict(color="#777777")),
             showlegend=False,
         ),
@@ -172,7 +174,7 @@ def logit_parts_matplotlib(ax, parts: Sequence[tuple[str, float]]) -> None:
     """The same waterfall on a matplotlib axis: each part a bar from the running sum, the logit last."""
     names, values = [n for n, _ in parts], [float(v) for _, v in parts]
     starts = [0.0, *itertools.accumulate(values)][:-1]
-    colours = ["#2ca02c" if v >= 0 else "#d62728" for v in values]
+    colours = [FOR_CLASS if v >= 0 else AGAINST for v in values]
     ax.bar(range(len(values)), values, bottom=starts, color=colours)
     ax.bar(len(values), sum(values), color="#1f77b4")
     for k, (start, v) in enumerate(zip([*starts, 0.0], [*values, sum(values)])):

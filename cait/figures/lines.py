@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .colours import legend_below
+
 DASH_MATPLOTLIB = {"solid": "-", "dot": ":", "dash": "--"}
 
 
@@ -119,13 +121,7 @@ def to_plotly(plot: LinePlot):
     log = dict(type="log", tickformat="~g", tickvals=log_ticks(plot)) if plot.log_y else dict(type="linear")
     fig.update_yaxes(showticklabels=True, **log)
     fig.update_yaxes(title_text=plot.y_label, row=1, col=1)
-    fig.update_layout(
-        title=plot.title,
-        height=plot.height,
-        margin=dict(l=60, r=20, t=70, b=50),
-        template="plotly_white",
-        legend=dict(orientation="h", y=-0.2),
-    )
+    fig.update_layout(title=plot.title, template="plotly_white", **legend_below(plot.height + 80))
     return fig
 
 

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .colours import legend_below, signed_heatmap
 from .layerscale import block_ticks
 
 BRANCH_COLOURS = {"class token": "#7f7f7f", "attention": "#2ca02c", "MLP": "#d62728"}
@@ -17,6 +18,11 @@ BRANCH_COLOURS = {"class token": "#7f7f7f", "attention": "#2ca02c", "MLP": "#d62
 def depth_words(k: int) -> str:
     """What lens entry k reads, in the app's words: 'the patch embedding' (k = 0), else 'after SA block k'."""
     return "the patch embedding" if k == 0 else f"after SA block {k}"
+
+
+def where_words(k: int) -> str:
+    """Where lens entry k is, to follow a verb: 'at the patch embedding', 'after SA block k'."""
+    return f"at {depth_words(k)}" if k == 0 else depth_words(k)
 
 
 def lens_plotly(
@@ -58,11 +64,11 @@ def lens_plotly(
     if forms_at is None:
         title = f"Logit lens: the top-1 settles on the answer '{final}' only after the last SA block"
     else:
-        title = f"Logit lens: the answer '{final}' forms {depth_words(forms_at)} (top-1 from there on)"
+        title = f"Logit lens: the answer '{final}' forms {where_words(forms_at)} (the top-1 from there on)"
         fig.add_vline(x=forms_at - 0.5, line_dash="dash", line_color="#1f77b4")
     fig.update_xaxes(tickvals=x, ticktext=["emb"] + [f"SA{k}" for k in x[1:]], title_text="CA stage reads after")
     fig.update_yaxes(title_text="probability", range=[0, 1.02])
-    fig.update_layout(title=title, template="plotly_white", height=360, legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(title=title, template="plotly_white", **legend_below(400))
     return fig
 
 
@@ -113,9 +119,7 @@ def patching_plotly(
     )
     fig.update_xaxes(tickvals=ticks, ticktext=labels, title_text="block")
     fig.update_yaxes(title_text="Δlogit restored")
-    fig.update_layout(
-        title=title, barmode="group", template="plotly_white", height=380, legend=dict(orientation="h", y=-0.25)
-    )
+    fig.update_layout(title=title, barmode="group", template="plotly_white", **legend_below(420))
     return fig
 
 
@@ -124,7 +128,6 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
     in it; ci95 [L, heads, 2]: the 95% interval of each share, written under it (over a dataset)."""
     import plotly.graph_objects as go
 
-    bound = float(np.abs(heads).max()) or 1.0
     text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
     if ci95 is not None:
         text = [[f"{t}<br>[{lo:.0%}, {hi:.0%}]" for t, (lo, hi) in zip(r, c)] for r, c in zip(text, ci95)]
@@ -133,16 +136,17 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
             z=heads,
             x=[f"head {h + 1}" for h in range(heads.shape[1])],
             y=[f"CA{c + 1}" for c in range(heads.shape[0])],
-            colorscale="RdBu",
-            reversescale=True,
-            zmin=-bound,
-            zmax=bound,
             text=text,
             texttemplate="%{text}",
             hovertemplate="%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>",
             colorbar=dict(title="Δlogit"),
+            **signed_heatmap(np.abs(heads).max()),
         )
     )
-    fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=title, template="plotly_white", height=160 + 50 * heads.shape[0])
+    fig.update_xaxes(title_text="head")
+    fig.update_yaxes(autorange="reversed", title_text="CA layer")
+    # a plot area of 200 px at least: the colour bar spans it (the whole figure of 260 px squeezed it to ~80)
+    fig.update_layout(
+        title=title, template="plotly_white", height=320 + 50 * heads.shape[0], margin=dict(l=70, r=20, t=70, b=50)
+    )
     return fig
