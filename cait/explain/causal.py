@@ -225,6 +225,7 @@ def knockout_profile(
     shared_prefix: bool = True,
     on_block: Callable[[int, int], None] | None = None,
     sa_inputs: Sequence[torch.Tensor] | None = None,
+    knocked: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Change of the target logit [B, SA depth + CA depth] when block k's residual branches are removed
     (gamma_1 = gamma_2 = 0; branch="attn" / "mlp": only one of them), blocks in model order, SA first.
@@ -233,14 +234,16 @@ def knockout_profile(
     the blocks after it (a CA knockout only the rest of the class stage); shared_prefix=False runs the
     whole model once per block instead (the reference). sa_inputs, the SA states of a pass already made on
     x (`recorded_sa_inputs`), replaces that first forward. on_block(done, total) is called after each
-    block's knockout (progress; an exception it raises stops the work).
+    block's knockout (progress; an exception it raises stops the work). knocked, a list, receives each block's
+    knocked-out logits [B, K] as they are done; blocks it holds already (from a call on the same x that was
+    stopped) are not run again, so a stopped profile resumes where it stopped.
 
     Args:
         model: a CaiT from `cait.load_model`.
         x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
         target: the class explained per image, LongTensor [B] (or one int for all).
         branch: which branches a knockout removes: both, attn or mlp.
-        shared_prefix, on_block, sa_inputs: as above.
+        shared_prefix, on_block, sa_inputs, knocked: as above.
 
     Returns:
         The target logit's change [B, SA depth + CA depth], blocks in model order.
@@ -259,19 +262,22 @@ def knockout_profile(
         if on_block is not None:
             on_block(len(knocked), total)
 
+    knocked = [] if knocked is None else knocked
+    if len(knocked) > total or any(out.shape[0] != x.shape[0] for out in knocked):
+        raise ExplainInputError(f"knocked holds {len(knocked)} results, of a batch other than x's or too many")
+    depth = len(model.blocks)
     with evaluating(model):
-        knocked: list[torch.Tensor] = []
         if shared_prefix:
             inputs = sa_states(model, x) if sa_inputs is None else _checked_sa_inputs(model, x, sa_inputs)
-            for k in range(len(model.blocks)):
+            for k in range(len(knocked), depth):
                 done(_sa_knockout_logits(model, inputs, k, branch), knocked)
             states = class_stage(model, inputs[-1])
             base = states.logits
-            for c in range(len(model.blocks_token_only)):
+            for c in range(len(knocked) - depth, len(model.blocks_token_only)):
                 done(_ca_knockout_logits(model, states, c, branch), knocked)
         else:
             base = model(x)
-            for name in block_names(model):
+            for name in block_names(model)[len(knocked) :]:
                 blk = model.get_submodule(name)
                 done(functional_call(model, _zeroed(blk, branch, f"{name}."), (x,)), knocked)
         return torch.stack([(out - base).gather(1, target)[:, 0] for out in knocked], dim=1)
