@@ -96,6 +96,8 @@ def compute(
         return partial.view
     t = torch.tensor([int(target)], device=x.device)
     sa_inputs = _first_phase(model, x, t, partial, on_first_phase)
+    if on_block is not None:  # the second phase begins: where its knockouts stand
+        on_block(len(partial.knocked), len(model.blocks) + len(model.blocks_token_only))
     knockout = explain.knockout_profile(model, x, t, on_block=on_block, sa_inputs=sa_inputs, knocked=partial.knocked)
     dla, ablated = partial.attribution, partial.ablated
     numpy = lambda v: v[0].float().cpu().numpy()  # noqa: E731
@@ -130,7 +132,7 @@ def _first_phase(
     sa_inputs = None
     with hooks.before_each(model.blocks, ran):
         if partial.attribution is None:
-            with explain.recorded_sa_inputs(model) as sa_inputs:
+            with explain.causal.recorded_sa_inputs(model) as sa_inputs:
                 partial.attribution = explain.direct_logit_attribution(model, x, t)
         else:
             runs[0] = len(model.blocks)

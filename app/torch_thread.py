@@ -17,10 +17,11 @@ ran a batch of 8 in 0.25-0.3 s, one in 0.44 s.
 
 What runs beside what: quick work on the quick lane, one call at a time, in the order asked (sessions take
 turns on it: a long saliency method delays another page's view by up to one method's time). Long work
-(`call_long`) runs on the long lane beside it, one job at a time, with all of torch's threads but at a lower
-OS priority (nice `LONG_NICE`), and it gives way: before each block of its model it waits while quick work
-runs, so a view asked during a long job competes with at most one block of it, and a long job loses the time
-of the quick work it let through. The two lanes share the models (no second copy): the explanation hooks act
+(`call_long`) runs on the long lane beside it, one job at a time, with the one-image passes' threads (a core
+is left to the browser, and a pass takes the time of the forward the page measured: what the stated costs are
+counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before each block of its model it
+waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
+long job loses the time of the quick work it let through. The two lanes share the models (no second copy): the explanation hooks act
 only on the thread that opened them (`cait.explain.hooks`). A long job of a page's image is cancelled by the
 page's next image (`cancel_long`), whether it waits or runs. benchmarks/app_latency.py measures both sides
 (docs/app_latency.md).
@@ -121,7 +122,7 @@ class _Job:
 
 
 def _long_lane_setup() -> None:
-    torch.set_num_threads(_ALL_THREADS)
+    torch.set_num_threads(interactive_threads())
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LONG_NICE)  # this thread (and its OpenMP team)
     except (OSError, AttributeError):  # no per-thread priority here: the pauses alone give way

@@ -9,14 +9,14 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import gradio as gr
 
 from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
+from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
 from cait.explain import hooks
 from cait.figures import head_name
 
@@ -203,30 +203,36 @@ class CausalTab:
             self.parts.cz_top5: top5_html(top5, f"without {head_name(layer, head)}"),
         }
 
-    def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> Iterator[dict]:
+    def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
         """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
-        already, and the JSON download rewritten with its numbers. The Stop is enabled meanwhile. Progress is
-        told by phase, block by block; the page's Stop (`PageStops`) ends the work before the next block the
-        model runs, and what was done is kept (`causal_view.Kept`): opened again, it goes on from there. The
-        page's next image cancels it (`new_image`): then nothing is shown."""
-        if a is None or a.choice != choice or shown is not None:
-            yield gr.skip()
-            return
+        already, and the JSON download rewritten with its numbers; the Stop disabled once done (`will_compute`
+        enabled it). Progress is told by phase, block by block; the page's Stop (`PageStops`) ends the work
+        before the next block the model runs, and what was done is kept (`causal_view.Kept`): opened again, it
+        goes on from there. The page's next image cancels it (`new_image`): then nothing is shown."""
+        if not self.computes(choice, a, shown):
+            return gr.skip()
         loaded = torch_thread.call(self.cache.get, choice)
-        yield {self.parts.cz_stop: gr.Button(interactive=True)}
         compute = functools.partial(self._view, loaded, a, self.stops.pressed(request), progress)
         try:
             out = torch_thread.call_long(compute, page=_page(request), model=loaded.model)
         except torch_thread.Cancelled:
             log.info("causal view cancelled by its page's next image")
-            return  # the next image's first view has emptied the tab and disabled the Stop
+            return gr.skip()  # the next image's first view has emptied the tab and disabled the Stop
         except Stopped as e:
             log.info("causal view stopped by its page")
             out = {self.parts.cz_cost: str(e)}
-        except Exception:
-            yield {self.parts.cz_stop: gr.Button(interactive=False)}
-            raise
-        yield out | {self.parts.cz_stop: gr.Button(interactive=False)}
+        return out | {self.parts.cz_stop: gr.Button(interactive=False)}
+
+    @staticmethod
+    def computes(choice, a, shown) -> bool:
+        """Whether opening the tab computes its view: an image analysed by the page's model, not on show yet."""
+        return a is not None and a.choice == choice and shown is None
+
+    def will_compute(self, choice, a, shown, request: gr.Request | None = None) -> dict:
+        """The tab opened (at once, off the model queue): a Stop from now on counts, even while the computation
+        waits for the long lane, and the Stop is enabled if the tab computes."""
+        self.stops.arm(request)
+        return {self.parts.cz_stop: gr.Button(interactive=self.computes(choice, a, shown))}
 
     def _view(self, loaded: LoadedModel, a: session.Analysis, stop: threading.Event, progress) -> dict:
         """The view of the image's top class as far as `Kept` has it, computed on (on the long lane), its numbers
@@ -256,11 +262,13 @@ class CausalTab:
         out = self.outputs(loaded, a, view, 0, causal_view.ABLATIONS[0])
         return out | {self.shared.json_file: session.numbers_file(loaded, a)}
 
-    def new_image(self, request: gr.Request | None = None) -> None:
-        """The page has a new image (off the model queue, before what the open tab computes of it): a Stop pressed
-        before counts no more, and the page's long work of its last image is cancelled."""
+    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
+        """The page has a new image `a` (off the model queue, before what the open tab computes of it): a Stop
+        pressed before counts no more, the page's long work of its last image is cancelled, and the Stop is
+        enabled if the tab is on show (it computes the new image's view)."""
         self.stops.arm(request)
         torch_thread.cancel_long(_page(request))
+        return {self.parts.cz_stop: gr.Button(interactive=open_tab == CAUSAL_TAB and a is not None)}
 
     def choose_class(self, request: gr.Request | None = None, **asked: Any) -> dict:
         """Another class chosen: the attribution and knockouts for its logit, on the long lane (kept as the top
@@ -339,9 +347,12 @@ class CausalTab:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
         # armed at once, off the model queue: a Stop pressed while the computation waits stops it when it starts.
         # The long lane's events (app.torch_thread): their handlers are not on the quick lane, only their loads
-        p.causal_tab.select(self.stops.arm, None, None, queue=False, api_visibility="private").then(
-            answering(self.opened, said=lambda line: {p.cz_cost: line}),
-            [shared.choice, shared.analysis, p.cz_state],
+        shown = [shared.choice, shared.analysis, p.cz_state]
+        p.causal_tab.select(
+            self.will_compute, shown, p.cz_stop, queue=False, api_visibility="private", show_progress="hidden"
+        ).then(
+            answering(self.opened, said=lambda line: {p.cz_cost: line, p.cz_stop: gr.Button(interactive=False)}),
+            shown,
             [*p.opened, shared.json_file],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
