@@ -21,10 +21,10 @@ turns on it: a long saliency method delays another page's view by up to one meth
 is left to the browser, and a pass takes the time of the forward the page measured: what the stated costs are
 counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before each block of its model it
 waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
-long job loses the time of the quick work it let through. The two lanes share the models (no second copy): the explanation hooks act
-only on the thread that opened them (`cait.explain.hooks`). A long job of a page's image is cancelled by the
-page's next image (`cancel_long`), whether it waits or runs. benchmarks/app_latency.py measures both sides
-(docs/app_latency.md).
+long job loses the time of the quick work it let through. The two lanes share the models (no second copy):
+the explanation hooks act only on the thread that opened them (`cait.explain.hooks`). A long job of a page's
+image is cancelled by the page's next image (`cancel_long`), whether it waits or runs. What each side costs
+is measured by benchmarks/app_latency.py (`--beside-long`; benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -115,7 +115,10 @@ class _Job:
         self.page, self.cancelled = page, threading.Event()
 
     def checkpoint(self) -> None:
-        """Between two blocks of long work: wait while quick work runs; end the work once cancelled."""
+        """Between two blocks of long work: wait while quick work runs; end the work once cancelled. Another
+        thread's pass through the model goes on (its hooks act only on this lane's passes; this guards anyway)."""
+        if getattr(_ON_LONG, "job", None) is not self:
+            return
         _QUICK.wait_until_none(self.cancelled)
         if self.cancelled.is_set():
             raise Cancelled(f"long work of page {self.page} cancelled by its next image")
