@@ -10,17 +10,16 @@ Layers and heads are indexed from 0 here, as in every array.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from ._checks import ExplainInputError, check_class_stage, check_input, check_target
 from ._stage import ClassStage, class_stage, evaluating, grid, sa_states
-from .hooks import recorded
+from .hooks import recorded, silenced, this_thread_only
 
 Branch = Literal["both", "attn", "mlp"]
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
@@ -158,9 +157,16 @@ def _attribute(model: nn.Module, ins, seen: dict, target: torch.Tensor) -> Logit
 # cached states, knockouts of whole blocks
 
 
-def _zeroed(block: nn.Module, branch: Branch, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Parameter overrides that remove `branch` of `block` (its gammas set to 0)."""
-    return {f"{prefix}{g}": torch.zeros_like(getattr(block, g)) for g in BRANCH_GAMMAS[branch]}
+@contextmanager
+def _knocked_out(block: nn.Module, branch: Branch) -> Iterator[None]:
+    """While open, `block`'s `branch` (attention, MLP or both) writes nothing, as with its gammas set to 0
+    (gamma * 0 == 0 * branch == 0): its module answers zeros, on this thread's passes only (`hooks`), so that
+    the model stays as it is for any other thread (the parameters a functional_call swaps are everyone's)."""
+    parts = {"attn": (block.attn,), "mlp": (block.mlp,), "both": (block.attn, block.mlp)}[branch]
+    with ExitStack() as stack:
+        for part in parts:
+            stack.enter_context(silenced(part))
+        yield
 
 
 def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tensor:
@@ -168,7 +174,8 @@ def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tenso
     == x exactly), so then it need not run at all."""
     if branch == "both":
         return args[-1]
-    return functional_call(block, _zeroed(block, branch), args)
+    with _knocked_out(block, branch):
+        return block(*args)
 
 
 @contextmanager
@@ -278,8 +285,8 @@ def knockout_profile(
         else:
             base = model(x)
             for name in block_names(model)[len(knocked) :]:
-                blk = model.get_submodule(name)
-                done(functional_call(model, _zeroed(blk, branch, f"{name}."), (x,)), knocked)
+                with _knocked_out(model.get_submodule(name), branch):
+                    done(model(x), knocked)
         return torch.stack([(out - base).gather(1, target)[:, 0] for out in knocked], dim=1)
 
 
@@ -318,18 +325,24 @@ def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor
         return torch.stack([seen["o", i][:, 0].mean(0) for i in range(len(model.blocks_token_only))])
 
 
-def _without_heads(blk: nn.Module, heads: list[int], fills: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """attn.proj's weight and bias with the input columns of `heads` taken out: a constant input (fills
-    [heads, dh] of the layer; None: zero) for a removed head becomes a bias term, so the block runs
-    unchanged otherwise."""
-    proj = blk.attn.proj
-    width = proj.weight.shape[1] // blk.attn.num_heads
-    weight, bias = proj.weight.clone(), proj.bias
-    for head in heads:
-        cols = slice(head * width, (head + 1) * width)
-        weight[:, cols] = 0
-        bias = bias if fills is None else bias + proj.weight[:, cols] @ fills[head]
-    return {"attn.proj.weight": weight, "attn.proj.bias": bias}
+@contextmanager
+def _without_heads(blk: nn.Module, heads: list[int], fills: torch.Tensor | None) -> Iterator[None]:
+    """While open, the outputs of `heads` in CA block `blk` are replaced where attn.proj receives them (heads
+    concatenated) by fills [heads, dh] of the layer (None: zero), so the block runs unchanged otherwise; on this
+    thread's passes only (`hooks`)."""
+    width = blk.attn.proj.in_features // blk.attn.num_heads
+
+    def replaced(module: nn.Module, args: tuple) -> tuple:
+        o = args[0].clone()
+        for head in heads:
+            o[..., head * width : (head + 1) * width] = 0 if fills is None else fills[head]
+        return (o, *args[1:])
+
+    handle = blk.attn.proj.register_forward_pre_hook(this_thread_only(replaced))
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _fills(model: nn.Module, reference: torch.Tensor | None) -> torch.Tensor | None:
@@ -347,9 +360,8 @@ def _ablated_logits(model: nn.Module, states: ClassStage, heads: HeadSet, fills:
         blk = model.blocks_token_only[c]
         removed = [h for layer, h in heads if layer == c]
         if removed:
-            cls = functional_call(
-                blk, _without_heads(blk, removed, None if fills is None else fills[c]), (states.tokens, cls)
-            )
+            with _without_heads(blk, removed, None if fills is None else fills[c]):
+                cls = blk(states.tokens, cls)
         else:
             cls = blk(states.tokens, cls)
     return model.forward_head(model.forward_class_attention(states.tokens, start=len(model.blocks_token_only), cls=cls))

@@ -53,6 +53,16 @@ def substituted(module: nn.Module, value: torch.Tensor, *, pre: bool = False) ->
 
 
 @contextmanager
+def silenced(module: nn.Module) -> Iterator[None]:
+    """While open, `module` returns zeros in the shape of its output on every call."""
+    handle = module.register_forward_hook(this_thread_only(lambda m, args, output: torch.zeros_like(output)))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextmanager
 def before_each(modules: Iterable[nn.Module], check: Callable[[], None]) -> Iterator[None]:
     """While open, `check()` runs before every forward call of each of `modules`; an exception it raises ends
     the pass there (a Stop button heard within one block's time, whatever the pass)."""
