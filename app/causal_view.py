@@ -122,6 +122,8 @@ def _first_phase(
 ) -> list[torch.Tensor] | None:
     """The attribution and the head ablations into `partial` (what it lacks), told in SA block runs; returns the
     attribution pass's SA states when it ran now (the knockouts then need no pass of their own), else None."""
+    if partial.attribution is not None and partial.ablated is not None:
+        return None  # done before: nothing to tell
     runs, total = [0], FIRST_PHASE_PASSES * len(model.blocks)
 
     def ran() -> None:

@@ -4,12 +4,14 @@ view is served while the Causal tab computes, a new image cancels it, and a Stop
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
 import pytest
 import torch
 from conftest import randomise_
+from playwright.sync_api import expect
 
 import cait
 from app import causal_view, torch_thread
@@ -164,3 +166,65 @@ def test_long_work_runs_on_its_own_thread_with_its_budget_and_never_from_the_qui
         torch_thread.call(torch_thread.call_long, where)
     wrapped = torch_thread.handler(lambda image: where(), long=True)
     assert wrapped("x")[0] == name
+
+
+# ----------------------------------------------------------------------------------------------------
+# in the browser: a deep model (its Causal view takes long), the page as a user has it
+
+from test_app_browser import chromium, open_page, pick_example, start_server, stop_server  # noqa: E402,F401
+
+COST_TEXTS = """() => { window.costTexts = []; new MutationObserver(() => window.costTexts.push(
+    document.querySelector('#cz_cost').textContent)).observe(document.querySelector('#cz_cost'),
+    {subtree: true, childList: true, characterData: true}); }"""
+
+
+def _knocked(text: str) -> int:
+    """The knockouts done in the Causal tab's progress line ("3/38 blocks | 1.2s knocking out block by block")."""
+    return int(re.search(r"(\d+)\s*/\s*\d+\s*blocks", text).group(1))
+
+
+def test_a_view_is_served_while_the_causal_tab_computes_a_stopped_view_goes_on_and_a_new_image_cancels_it(
+    chromium,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    log = tmp_path / "server.log"
+    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], log)
+    page = open_page(chromium, url)
+    cost, stop = page.locator("#cz_cost"), page.locator("#cz_stop")
+    try:
+        page.get_by_role("tab", name="Causal").click()
+        expect(stop).to_be_disabled()  # nothing runs: no image yet
+        page.get_by_role("tab", name="Class attention").click()
+        pick_example(page, 0)
+        page.get_by_role("tab", name="Causal").click()
+        expect(cost).to_contain_text("knocking out block by block")
+        expect(stop).to_be_enabled()  # it runs
+        # a quick view meanwhile: a class-attention tile enlarged, served while the Causal view still runs
+        page.get_by_role("tab", name="Class attention").click()
+        page.locator(".ca-grid img").nth(1).click()
+        expect(page.locator("#ca_big")).to_contain_text("CA1 head 1")
+        assert page.evaluate("() => !document.querySelector('#cz_stop').disabled")  # still computing
+        assert "knocking out block by block" in page.evaluate("() => document.querySelector('#cz_cost').textContent")
+        page.get_by_role("tab", name="Causal").click()
+        stop.click()
+        expect(cost).to_contain_text("Stopped after")
+        expect(stop).to_be_disabled()  # nothing runs
+        stopped_at = int(re.search(r"Stopped\** after (\d+) of", cost.inner_text()).group(1))
+        # back to the tab: it goes on from the knockouts done, the first phase is not run again
+        page.get_by_role("tab", name="Class attention").click()
+        page.evaluate(COST_TEXTS)
+        page.get_by_role("tab", name="Causal").click()
+        expect(cost).to_contain_text("knocking out block by block")
+        seen = page.evaluate("() => window.costTexts")
+        assert not any("attributing" in t for t in seen), seen
+        assert _knocked(next(t for t in seen if "knocking out" in t)) >= stopped_at
+        # a new image with the tab open: the last image's view is cancelled, the new one's computed
+        pick_example(page, 1)
+        expect(cost).to_contain_text("attributing the logit")
+        expect(stop).to_be_enabled()
+        stop.click()
+        expect(cost).to_contain_text("Stopped after")
+        assert "causal view cancelled by its page's next image" in log.read_text()
+    finally:
+        page.context.close()
+        stop_server(proc)

@@ -336,7 +336,7 @@ def test_the_tab_tells_its_progress_by_phase_block_by_block_stops_and_goes_on_fr
     # opened again, it goes on from the third knockout (the first phase is not run again) to the whole view
     told.clear()
     out = causal.opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
-    assert told == [(first_phase, first_phase)] + [(k, blocks) for k in range(2, blocks + 1)]
+    assert told == [(k, blocks) for k in range(2, blocks + 1)]
     for field in ("heads", "patches", "removal", "knockout"):
         np.testing.assert_allclose(getattr(out[p.cz_state], field), getattr(whole, field), atol=1e-5)
     other = SimpleNamespace(session_hash="page-2")  # another page's Stop does not stop this one
