@@ -228,3 +228,23 @@ def test_a_view_is_served_while_the_causal_tab_computes_a_stopped_view_goes_on_a
     finally:
         page.context.close()
         stop_server(proc)
+
+
+def test_the_causal_tabs_stated_cost_is_a_floor_of_its_time_on_a_small_model(chromium, tmp_path):  # noqa: F811
+    """N41: on a small model the figures outweigh the passes: the time said is "at least", and the tab takes
+    at least that long, from the click to its plots drawn (the page's second image: its forward is warm)."""
+    proc, url = start_server(["--model", "cait_micro_136", "--random-init"], tmp_path / "server.log")
+    page = open_page(chromium, url)
+    try:
+        pick_example(page, 0)
+        pick_example(page, 1)
+        page.get_by_role("tab", name="Causal").click()
+        start = time.perf_counter()
+        expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_be_visible()
+        took = time.perf_counter() - start
+        said = page.locator("#cz_cost").inner_text()
+        stated = float(re.search(r"at least ([\d.]+) s", said).group(1))
+        assert stated <= took, (said, took)
+    finally:
+        page.context.close()
+        stop_server(proc)
