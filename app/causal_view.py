@@ -6,7 +6,10 @@ All of it runs in fp32 whatever the session's precision: it subtracts logits, wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -17,6 +20,7 @@ from app.choices import top_classes
 from app.figures import image_under
 from app.models import LoadedModel
 from cait import explain
+from cait.explain import hooks
 from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures import head_name
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
@@ -43,16 +47,61 @@ class CausalView:
     gamma: dict[str, np.ndarray]  # branch (BRANCH_GAMMAS) -> [SA depth + CA depth] mean |gamma| of what it zeroes
 
 
+@dataclass
+class Partial:
+    """What the computation of one image's view for one class has done so far: kept when it stops, so that it
+    resumes from there (the attribution, the head ablations, each block's knockout) rather than from zero."""
+
+    target: int
+    attribution: Any = None  # explain.LogitAttribution, once computed
+    ablated: torch.Tensor | None = None  # [L, heads, K] logits with each CA head removed, once computed
+    knocked: list[torch.Tensor] = field(default_factory=list)  # each block's knocked-out logits [1, K] so far
+    view: CausalView | None = None  # once finished
+
+
+class Kept:
+    """The views computed or begun, per model, image and class: a view asked again (the tab opened again after
+    a Stop, the same image picked again) resumes or is answered at once. At most `size`, the oldest dropped;
+    thread-safe."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size, self._kept, self._lock = size, OrderedDict(), threading.Lock()
+
+    def of(self, choice: Any, x: torch.Tensor, target: int) -> Partial:
+        """The view of image x [1, C, H, W] for `target` by the model of `choice`, as far as it is done."""
+        key = (choice, hashlib.sha1(x.detach().cpu().float().numpy().tobytes()).hexdigest(), int(target))
+        with self._lock:
+            partial = self._kept.setdefault(key, Partial(int(target)))
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+        return partial
+
+
 def compute(
-    model: torch.nn.Module, x: torch.Tensor, target: int, *, on_block: Callable[[int, int], None] | None = None
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    target: int,
+    *,
+    on_block: Callable[[int, int], None] | None = None,
+    on_first_phase: Callable[[int, int], None] | None = None,
+    partial: Partial | None = None,
 ) -> CausalView:
-    """Direct logit attribution and knockout profile of one image x [1, C, H, W] for class `target`;
-    on_block(done, total) after each block's knockout (`explain.knockout_profile`)."""
+    """Direct logit attribution and knockout profile of one image x [1, C, H, W] for class `target`, in two
+    phases: the attribution and the head ablations (on_first_phase(SA block runs done, of how many) as they
+    run), then each block's knockout (on_block(done, total) after each, `explain.knockout_profile`).
+    `partial` (of this x and target) keeps what is done as it is done, and what it holds is not done again."""
+    partial = Partial(int(target)) if partial is None else partial
+    if partial.view is not None:
+        return partial.view
     t = torch.tensor([int(target)], device=x.device)
-    dla = explain.direct_logit_attribution(model, x, t)
+    sa_inputs = _first_phase(model, x, t, partial, on_first_phase)
+    if on_block is not None:  # the second phase begins: where its knockouts stand
+        on_block(len(partial.knocked), len(model.blocks) + len(model.blocks_token_only))
+    knockout = explain.knockout_profile(model, x, t, on_block=on_block, sa_inputs=sa_inputs, knocked=partial.knocked)
+    dla, ablated = partial.attribution, partial.ablated
     numpy = lambda v: v[0].float().cpu().numpy()  # noqa: E731
-    ablated = explain.all_head_ablations(model, x)[0].float()  # [L, heads, K]
-    return CausalView(
+    partial.view = CausalView(
         target=int(target),
         logit=float(dla.logits[0, int(target)]),
         heads=numpy(dla.heads),
@@ -62,17 +111,49 @@ def compute(
         removal=(ablated[..., int(target)] - dla.logits[0, int(target)].float()).cpu().numpy(),
         removal_top1=ablated.argmax(-1).cpu().numpy(),
         parts={name: float(value[0]) for name, value in dla.parts().items()},
-        knockout=numpy(explain.knockout_profile(model, x, t, on_block=on_block)),
+        knockout=numpy(knockout),
         gamma={b: explain.block_gamma_mean_abs(model, branch=b).numpy() for b in BRANCH_GAMMAS},
     )
+    return partial.view
+
+
+def _first_phase(
+    model: torch.nn.Module, x: torch.Tensor, t: torch.Tensor, partial: Partial, told: Callable | None
+) -> list[torch.Tensor] | None:
+    """The attribution and the head ablations into `partial` (what it lacks), told in SA block runs; returns the
+    attribution pass's SA states when it ran now (the knockouts then need no pass of their own), else None."""
+    if partial.attribution is not None and partial.ablated is not None:
+        return None  # done before: nothing to tell
+    runs, total = [0], FIRST_PHASE_PASSES * len(model.blocks)
+
+    def ran() -> None:
+        runs[0] += 1
+        if told is not None:
+            told(runs[0] - 1, total)  # before the block: what is done
+
+    sa_inputs = None
+    with hooks.before_each(model.blocks, ran):
+        if partial.attribution is None:
+            with explain.causal.recorded_sa_inputs(model) as sa_inputs:
+                partial.attribution = explain.direct_logit_attribution(model, x, t)
+        else:
+            runs[0] = len(model.blocks)
+        if partial.ablated is None:
+            partial.ablated = explain.all_head_ablations(model, x)[0].float()  # [L, heads, K]
+    if told is not None:
+        told(total, total)
+    return sa_inputs
+
+
+FIRST_PHASE_PASSES = 2  # the attribution's pass and the head ablations' SA stage
 
 
 def forward_passes(cfg) -> float:
     """About how many forward passes of the whole model `compute` takes, counted in SA block runs: the
-    attribution's pass, the head ablations' SA stage, the knockout profile's shared pass, and its SA knockouts,
-    each re-running only the blocks after the one knocked out ((depth - 1) / 2 passes in all); the class stage's
-    re-runs are small beside them."""
-    return 3 + (cfg.depth - 1) / 2
+    attribution's pass (whose SA states the knockouts reuse), the head ablations' SA stage, and the SA
+    knockouts, each re-running only the blocks after the one knocked out ((depth - 1) / 2 passes in all); the
+    class stage's re-runs are small beside them."""
+    return FIRST_PHASE_PASSES + (cfg.depth - 1) / 2
 
 
 def head_figure(view: CausalView, label: str):

@@ -19,6 +19,9 @@ log = logging.getLogger("cait.app")
 CLASS_ATTENTION_TAB, CAUSAL_TAB, MECHANISMS_TAB = "Class attention", "Causal", "Mechanisms"  # labels compared
 # the events that run the model: one queue, so a page waits its turn; not listed in the API
 MODEL_EVENTS = dict(concurrency_id="model", api_visibility="private")
+# the events of long work (`app.torch_thread.call_long`): a group of their own, unlimited (the long lane takes its
+# jobs one at a time), so that they never hold the model queue's places while they wait or run
+LONG_EVENTS = dict(concurrency_id="long", concurrency_limit=None, api_visibility="private")
 INTERNAL_ERROR = "**Internal error:** something went wrong on the server (its log has the details)."
 
 

@@ -163,17 +163,17 @@ def status_markdown(loaded: LoadedModel, top: dict, notes: list[str], *, uploade
 
 
 def cost_in_passes(what: str, passes: float, forward_seconds: float, *, reduced_precision: bool) -> str:
-    """What `what` costs, said before it runs: `passes` fp32 forward passes of the model, in seconds at this
-    image's measured forward pass; a floor when that forward ran in bf16 (reduced_precision), fp32 being slower."""
+    """What `what` costs, said before it runs: `passes` fp32 forward passes of the model, and at least their
+    time at this image's measured forward pass. A floor, not an estimate: drawing the figures and writing the
+    numbers add a fixed time that outweighs a small model's few passes (benchmarks/README.md), and a forward
+    measured in bf16 (reduced_precision) is faster than fp32."""
     if not math.isfinite(forward_seconds):  # not measured
         return f"{what} takes about {passes:.0f} forward passes of the model."
     if reduced_precision:
-        return (
-            f"{what} takes about {passes:.0f} forward passes of the model in fp32, at least "
-            f"{passes * forward_seconds:.1f} s: this image's forward pass took {forward_seconds:.2f} s in bf16, "
-            "and fp32 is slower."
-        )
+        measured = f"this image's forward pass took {forward_seconds:.2f} s in bf16, and fp32 is slower"
+    else:
+        measured = f"at this image's measured forward pass ({forward_seconds:.2f} s; it runs in fp32)"
     return (
-        f"{what} takes about {passes:.0f} forward passes of the model, about {passes * forward_seconds:.1f} s at "
-        f"this image's measured forward pass ({forward_seconds:.2f} s; it runs in fp32)."
+        f"{what} takes about {passes:.0f} forward passes of the model, at least {passes * forward_seconds:.1f} s "
+        f"({measured}), and the figures on top."
     )

@@ -1,21 +1,30 @@
-"""One thread runs all of the app's torch work: loading models and every handler that computes.
+"""Two threads run all of the app's torch work: the quick lane (loading models, every view, redraw and
+tile) and the long lane (work of many passes: the Causal tab's view), so that long work never blocks the page.
 
-Why one: torch parallelises each operation over OpenMP threads, and every Python thread that calls torch
-gets its own team of them. Measured on the 2-core CPU this app is developed on (torch 2.14, xxs24_224,
-`session.analyse` of one photo in bf16): 33 ms when every torch call of the process ran on one thread,
-92-100 ms once a second thread had run torch too (the main thread loading the model, then Gradio's worker
-threads analysing), and in the served app the class-attention view waited on the slow one. One intra-op
-thread everywhere took 43 ms, but halved the speed of the saliency tab's batched passes; passive OpenMP
-waiting (OMP_WAIT_POLICY) made every call slow (85 ms).
-
-The price: sessions take turns on the model (a long saliency method delays another page's analysis by
-up to one method's time); they did share the same two cores before, and each turn is now faster.
+Why one thread per lane, not Gradio's worker threads: torch parallelises each operation over OpenMP threads,
+and every Python thread that calls torch gets its own team of them. Measured on the 2-core CPU this app is
+developed on (torch 2.14, xxs24_224, `session.analyse` of one photo in bf16): 33 ms when every torch call of the
+process ran on one thread, 92-100 ms once a second thread had run torch too (the main thread loading the model,
+then Gradio's worker threads analysing), and in the served app the class-attention view waited on the slow one.
+One intra-op thread everywhere took 43 ms, but halved the speed of the saliency tab's batched passes; passive
+OpenMP waiting (OMP_WAIT_POLICY) made every call slow (85 ms).
 
 One-image passes (analysis, redraws, talking heads) leave one core to the browser that shows their result,
 which mostly runs on the same machine: while Chromium drew the page after a click, one plain xxs24_224
 forward in the server took ~74 ms with torch's two threads and ~61 ms with one (bare Gradio app, 2 cores;
 alone: 42 and 62 ms). Batched work (the saliency tab's perturbation passes) uses every thread: 2 threads
 ran a batch of 8 in 0.25-0.3 s, one in 0.44 s.
+
+What runs beside what: quick work on the quick lane, one call at a time, in the order asked (sessions take
+turns on it: a long saliency method delays another page's view by up to one method's time). Long work
+(`call_long`) runs on the long lane beside it, one job at a time, with the one-image passes' threads (a core
+is left to the browser, and a pass takes the time of the forward the page measured: what the stated costs are
+counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before each block of its model it
+waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
+long job loses the time of the quick work it let through. The two lanes share the models (no second copy):
+the explanation hooks act only on the thread that opened them (`cait.explain.hooks`). A long job of a page's
+image is cancelled by the page's next image (`cancel_long`), whether it waits or runs. What each side costs
+is measured by benchmarks/app_latency.py (`--beside-long`; benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -23,17 +32,28 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import os
 import threading
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
+from cait.explain import hooks
+
 T = TypeVar("T")
 _ALL_THREADS = torch.get_num_threads()  # torch's default (the physical cores), or OMP_NUM_THREADS
+LONG_NICE = 10  # the long lane's OS priority below the quick lane's (and the browser's): the kernel favours them
+PAUSE_CHECK_S = 0.1  # how often a paused long job looks whether it was cancelled
 
 _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cait-torch")
 _THREAD: list[threading.Thread] = []  # the executor's thread, once it has run something
+
+
+class Cancelled(Exception):
+    """Long work ended before it finished: its page moved on to another image (`cancel_long`)."""
 
 
 def _remember_thread() -> None:
@@ -41,22 +61,141 @@ def _remember_thread() -> None:
 
 
 def on_torch_thread() -> bool:
+    """True on the quick lane's thread."""
     return bool(_THREAD) and threading.current_thread() is _THREAD[0]
 
 
+class _QuickWork:
+    """How many quick calls run now: the long lane waits while there are any."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.changed = threading.Condition()
+
+    @contextmanager
+    def running_one(self) -> Iterator[None]:
+        with self.changed:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.running -= 1
+                self.changed.notify_all()
+
+    def wait_until_none(self, cancelled: threading.Event) -> None:
+        with self.changed:
+            while self.running and not cancelled.is_set():
+                self.changed.wait(PAUSE_CHECK_S)
+
+
+_QUICK = _QuickWork()
+
+
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """fn(*args, **kwargs) on the torch thread, waiting for its result (exceptions are raised here). It
+    """fn(*args, **kwargs) on the quick lane, waiting for its result (exceptions are raised here). It
     runs in a copy of the caller's context: Gradio finds the event of gr.Info and gr.Progress through
-    context variables. Called on the torch thread itself, fn runs at once (no deadlock)."""
+    context variables. Called on the quick lane itself, fn runs at once (no deadlock)."""
     if on_torch_thread():
         return fn(*args, **kwargs)
     context = contextvars.copy_context()
 
     def run() -> T:
         _remember_thread()
-        return context.run(fn, *args, **kwargs)
+        with _QUICK.running_one():
+            return context.run(fn, *args, **kwargs)
 
     return _EXECUTOR.submit(run).result()
+
+
+class _Job:
+    """One long call: its page, and whether that page's next image has cancelled it."""
+
+    def __init__(self, page: str | None) -> None:
+        self.page, self.cancelled = page, threading.Event()
+
+    def checkpoint(self) -> None:
+        """Between two blocks of long work: wait while quick work runs; end the work once cancelled. Another
+        thread's pass through the model goes on (its hooks act only on this lane's passes; this guards anyway)."""
+        if getattr(_ON_LONG, "job", None) is not self:
+            return
+        _QUICK.wait_until_none(self.cancelled)
+        if self.cancelled.is_set():
+            raise Cancelled(f"long work of page {self.page} cancelled by its next image")
+
+
+def _long_lane_setup() -> None:
+    torch.set_num_threads(interactive_threads())
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LONG_NICE)  # this thread (and its OpenMP team)
+    except (OSError, AttributeError):  # no per-thread priority here: the pauses alone give way
+        pass
+
+
+_LONG_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cait-long", initializer=_long_lane_setup)
+_PAGE_JOBS: defaultdict[str, set[_Job]] = defaultdict(set)
+_JOBS_LOCK = threading.Lock()
+_ON_LONG = threading.local()  # .job on the long lane's thread while it runs one
+
+
+def on_long_lane() -> bool:
+    return getattr(_ON_LONG, "job", None) is not None
+
+
+def call_long(work: Callable[[], T], *, page: str | None = None, model: torch.nn.Module | None = None) -> T:
+    """work() on the long lane, waiting for its result (exceptions, `Cancelled` too, are raised here), in a copy
+    of the caller's context (gr.Progress reaches its page). Call it from an event handler that does not run on
+    the quick lane (the quick lane would wait for the long one, which waits for the quick lane to be idle).
+
+    Args:
+        work: the long computation, no arguments (a lambda or functools.partial).
+        page: the browser page (Gradio's session hash) whose next image cancels this work (`cancel_long`), for
+            work of one image; None for work that no image ends.
+        model: a CaiT whose blocks work runs: before each block (on this lane only) the work waits while quick
+            work runs, and ends with `Cancelled` once cancelled. Without it the work neither gives way nor
+            stops early; cancelled while it waits for the lane, it does not start.
+
+    Returns:
+        What work() returned.
+    """
+    if on_torch_thread():
+        raise RuntimeError("call_long from the quick lane: run the handler off it (torch_thread.handler(long=True))")
+    job = _Job(page)
+    if on_long_lane():  # long work inside long work: one job
+        return work()
+    context = contextvars.copy_context()
+    blocks = [*model.blocks, *model.blocks_token_only] if model is not None else []
+
+    def run() -> T:
+        _ON_LONG.job = job
+        try:
+            job.checkpoint()  # cancelled while it waited for the lane, or quick work now: its turn first
+            with hooks.before_each(blocks, job.checkpoint) if blocks else nullcontext():
+                return context.run(work)
+        finally:
+            _ON_LONG.job = None
+
+    with _JOBS_LOCK:
+        if page is not None:
+            _PAGE_JOBS[page].add(job)
+    try:
+        return _LONG_EXECUTOR.submit(run).result()
+    finally:
+        with _JOBS_LOCK:
+            if page is not None:
+                _PAGE_JOBS[page].discard(job)
+                if not _PAGE_JOBS[page]:
+                    del _PAGE_JOBS[page]
+
+
+def cancel_long(page: str | None) -> int:
+    """A page moved on to another image: its long work of the last one ends (waiting: it does not start;
+    running: before its model's next block). Returns how many jobs were cancelled."""
+    with _JOBS_LOCK:
+        jobs = list(_PAGE_JOBS.get(page, ())) if page is not None else []
+    for job in jobs:
+        job.cancelled.set()
+    return len(jobs)
 
 
 def all_threads() -> int:
@@ -81,11 +220,14 @@ def _threads(n: int, fn: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
-def handler(fn: Callable, *, batched: bool = False) -> Callable:
-    """`fn` as an event handler whose body runs on the torch thread, with `interactive_threads()` (all
-    threads when `batched`); a generator handler runs each step there and yields between steps, so that
-    Gradio sends each update as before. The signature Gradio reads (event data, progress, API types) is
-    fn's."""
+def handler(fn: Callable, *, batched: bool = False, long: bool = False) -> Callable:
+    """`fn` as an event handler whose body runs on the quick lane, with `interactive_threads()` (all threads
+    when `batched`); a generator handler runs each step there and yields between steps, so that Gradio sends
+    each update as before. long: the body runs on the long lane instead (`call_long`, without a page or a
+    model: it neither gives way nor is cancelled; a handler that can should call `call_long` itself). The
+    signature Gradio reads (event data, progress, API types) is fn's."""
+    if long:
+        return functools.wraps(fn)(lambda *args, **kwargs: call_long(functools.partial(fn, *args, **kwargs)))
     n = all_threads() if batched else interactive_threads()
     if inspect.isgeneratorfunction(fn):
 
@@ -104,4 +246,14 @@ def handler(fn: Callable, *, batched: bool = False) -> Callable:
     return body
 
 
-__all__ = ["all_threads", "call", "handler", "interactive_threads", "on_torch_thread"]
+__all__ = [
+    "Cancelled",
+    "all_threads",
+    "call",
+    "call_long",
+    "cancel_long",
+    "handler",
+    "interactive_threads",
+    "on_long_lane",
+    "on_torch_thread",
+]

@@ -27,6 +27,7 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import (
     CAUSAL_TAB,
     CLASS_ATTENTION_TAB,
+    LONG_EVENTS,
     MECHANISMS_TAB,
     MODEL_EVENTS,
     ImageAsk,
@@ -249,10 +250,10 @@ class ImageEvents:
         """After a new image's `details`: what the tab on show computes of it, at once and in an event of its own
         (the Causal tab's view with its progress and Stop, the Mechanisms tab's lens); a tab not on show computes
         its part once opened."""
-        if open_tab == CAUSAL_TAB:
+        if open_tab == CAUSAL_TAB:  # on the long lane (its own progress and Stop)
             return self.tabs.causal.opened(choice, a, None, request, progress)
         if open_tab == MECHANISMS_TAB:
-            return self.tabs.mechanisms.opened(choice, a, None)
+            return torch_thread.handler(self.tabs.mechanisms.opened)(choice, a, None)
         return gr.skip()  # the first view emptied both tabs (`cleared`)
 
     @staticmethod
@@ -339,15 +340,21 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         js=AFTER_TILES_SHOWN,
         **MODEL_EVENTS,
     )
-    in_open_tab = [*page.causal.computed, page.causal.cz_cost, *page.mechanisms.opened, s.json_file]
-    open_tab = dict(
-        fn=on_torch(answering(ev.follow_up, said=lambda line: {s.status: line})),
+    in_open_tab = [*page.causal.opened, *page.mechanisms.opened, s.json_file]
+    open_tab = dict(  # not on the quick lane: the Causal view runs on the long one (app.torch_thread)
+        fn=answering(
+            ev.follow_up, said=lambda line: {s.status: line, page.causal.cz_stop: gr.Button(interactive=False)}
+        ),
         inputs=[s.choice, s.analysis, s.open_tab],
         outputs=[*in_open_tab, s.status],
         show_progress_on=[page.causal.cz_cost],
-        **MODEL_EVENTS,
+        **LONG_EVENTS,
     )
-    arm = dict(fn=tabs.causal.stops.arm, queue=False, api_visibility="private")  # a Stop from now on counts
+    # a Stop from now on counts, and the page's long work of its last image is cancelled
+    arm = dict(
+        fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
+        api_visibility="private", show_progress="hidden",
+    )  # fmt: skip
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must not run the
     # analysis a second time. Each event lists as outputs only what it writes, and writes all of them. One
     # progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the browser

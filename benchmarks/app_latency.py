@@ -13,6 +13,11 @@ and measured against one plain fp32 forward pass of one image, `model(x)`:
         text, or ten new tiles in a gallery: what Gradio and the browser cost here, whatever the app.
   also /analyze through gradio_client, and analyse() in process.
 
+For each of --beside-long (default cait_xxs24_224), issue 49's N36 in process: a new image's first view (the
+page's handler on the quick lane) idle, beside a Causal view computed on the long lane (`torch_thread.call_long`),
+and beside the same computation on the quick lane, as the app ran it before the long lane (interleaved rounds,
+medians); and the Causal view's seconds alone and with a view asked every second. Goal: <= 2x idle.
+
 For each of --big-models (default cait_m48_448), the page's handlers are called in process on the torch thread, as
 the app calls them (a big model's seconds dwarf Gradio's), against the same plain forward (issue 40):
 
@@ -63,10 +68,11 @@ from app.choices import region_choices  # noqa: E402
 from app.loading import load_model  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.session import analyse, saliency_rows  # noqa: E402
-from app.shared import SCALES, VIEWS  # noqa: E402
+from app.shared import SCALES, VIEWS, Look  # noqa: E402
 from app.tabs.dataset import AtlasPlaces  # noqa: E402
 from app.ui import Tabs, build_app, compose, launch  # noqa: E402
 from cait import explain  # noqa: E402
+from cait.explain import hooks  # noqa: E402
 from cait.figures import display_base  # noqa: E402
 from cait.flags import add_precision_flag  # noqa: E402
 from cait.runtime import inference_dtype  # noqa: E402
@@ -74,6 +80,7 @@ from cait.timing import time_interleaved  # noqa: E402
 
 CPU = torch.device("cpu")
 GOALS = {"view_s": 0.35, "saliency_app_s": 15.0, "startup_s": 6.0}  # issue 32 (view, saliency: cait_xxs24_224)
+BESIDE_GOAL = 2.0  # issue 49's N36: a view beside long work within 2x its idle time
 BIG_GOALS = {"follow_up_over_forward": 3.0, "causal_over_estimate": 1.5, "stop_over_block": 1.0}  # issue 40
 CHROMIUM = "/usr/bin/chromium"
 # Click example `i`, then wait (one animation frame at a time) until the tiles differ from before and are
@@ -323,15 +330,17 @@ def _causal_stopped(tabs: Tabs, loaded, a, *, stop_at: int, delay: float) -> flo
             threading.Thread(target=press).start()
 
     tabs.causal.stops.arm(page)  # the tab opened
-    torch_thread.call(tabs.causal.opened, loaded.choice, a, None, page, progress)
+    tabs.causal.kept = causal_view.Kept()  # from zero, not from the view computed before
+    tabs.causal.opened(loaded.choice, a, None, page, progress)  # its own lanes (app.torch_thread)
     return time.perf_counter() - pressed[0]
 
 
-def _clocks(fn, *args, **kwargs) -> tuple[float, float]:
-    """Wall-clock and process CPU seconds of fn(*args, **kwargs) on the torch thread: the CPU seconds' ratios
-    hold on a loaded machine, where the wall clock's swing with the other jobs."""
+def _clocks(fn, *args, on_torch: bool = True, **kwargs) -> tuple[float, float]:
+    """Wall-clock and process CPU seconds of fn(*args, **kwargs) on the torch thread (on_torch=False: in this
+    thread, for a handler that picks its lanes itself): the CPU seconds' ratios hold on a loaded machine, where
+    the wall clock's swing with the other jobs."""
     wall, cpu = time.perf_counter(), time.process_time()
-    torch_thread.call(fn, *args, **kwargs)
+    torch_thread.call(fn, *args, **kwargs) if on_torch else fn(*args, **kwargs)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -355,7 +364,8 @@ def big_model_goals(name: str, forward_repeats: int) -> dict:
     asked = dict(choice=choice, analysis=a, th_row=1, th_col=1, region_of=region_choices(loaded.cfg)[0])
     follow_up = _clocks(tabs.image.details, **asked, **look)
     estimate = causal_view.forward_passes(loaded.cfg) * a.forward_seconds  # what the tab says before it runs
-    causal = _clocks(tabs.causal.opened, choice, a, None, SimpleNamespace(session_hash="bench"), lambda *_, **__: None)
+    page = SimpleNamespace(session_hash="bench")
+    causal = _clocks(tabs.causal.opened, choice, a, None, page, lambda *_, **__: None, on_torch=False)
     a.causal = None
     # pressed halfway through the re-run of the blocks after the one knocked out (about half of them run)
     stop_seconds = _causal_stopped(tabs, loaded, a, stop_at=loaded.cfg.depth // 2, delay=forwards[0][0] / 4)
@@ -378,6 +388,114 @@ def big_model_goals(name: str, forward_repeats: int) -> dict:
         "block_s": block,
         "stop_over_block": stop_seconds / block,
     }
+
+
+class _Enough(Exception):
+    """The benchmark's long job ended (before the next block)."""
+
+
+def _long_views(loaded, a, *, lane, stop: threading.Event) -> threading.Thread:
+    """A thread running the Causal tab's computation of `a` over and over through `lane` (`call_long`, or
+    `call` as the app ran it on its one torch thread before the long lane), from zero each time, until `stop`."""
+    blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
+
+    def enough() -> None:
+        if stop.is_set():
+            raise _Enough
+
+    def once() -> None:
+        with hooks.before_each(blocks, enough):
+            causal_view.compute(loaded.model, a.x, a.top_class)
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                lane(once)
+            except _Enough:
+                return
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    return thread
+
+
+def beside_long_work(name: str, repeats: int) -> dict:
+    """Issue 49's N36: a new image's first view (the page's handler on the quick lane, as a click runs it) idle,
+    beside a Causal view computed on the long lane (now), and beside the same computation on the quick lane
+    (before: one torch thread ran everything); and the Causal view's own seconds alone and with a new image's
+    view asked every second meanwhile (what the long job loses to the quick lane's priority)."""
+    choice = ModelChoice(name, random_init=True)
+    cache = ModelCache(load_model, max_bytes=2**34, device=CPU)
+    loaded = torch_thread.call(cache.get, choice)
+    _, page, tabs = torch_thread.call(compose, loaded, cache, AtlasPlaces.of(None, None))
+    image, shown = loaded.examples[0][0], tuple(page.ca.ca_props.value)
+    a = torch_thread.call(analyse, loaded, image)
+    look = Look("inferno", 0.5, SCALES[0], VIEWS[0], 1.0)
+    view = torch_thread.handler(
+        lambda: tabs.image.analyse_path(choice, image, look, 1, shown, uploaded=False)
+    )  # fmt: skip
+    view()  # warm-up
+    lanes = {"idle": None, "now": torch_thread.call_long, "before": torch_thread.handler(lambda fn: fn())}
+    seconds: dict[str, list[float]] = {mode: [] for mode in lanes}
+    for r in range(repeats):
+        for mode in list(lanes)[r % 3 :] + list(lanes)[: r % 3]:  # rotated: no mode always first
+            stop = threading.Event()
+            runner = _long_views(loaded, a, lane=lanes[mode], stop=stop) if lanes[mode] else None
+            time.sleep(1.0)  # the long job under way
+            start = time.perf_counter()
+            view()
+            seconds[mode].append(time.perf_counter() - start)
+            stop.set()
+            if runner:
+                runner.join()
+    long_alone = _clocks(
+        lambda: torch_thread.call_long(lambda: causal_view.compute(loaded.model, a.x, a.top_class)), on_torch=False
+    )[0]
+    clicking, views = threading.Event(), []
+
+    def click_every_second() -> None:
+        while not clicking.is_set():
+            start = time.perf_counter()
+            view()
+            views.append(time.perf_counter() - start)
+            clicking.wait(1.0)
+
+    clicker = threading.Thread(target=click_every_second)
+    clicker.start()
+    long_beside = _clocks(
+        lambda: torch_thread.call_long(lambda: causal_view.compute(loaded.model, a.x, a.top_class), model=loaded.model),
+        on_torch=False,
+    )[0]
+    clicking.set()
+    clicker.join()
+    idle = statistics.median(seconds["idle"])
+    return {
+        "model": name,
+        "view_idle_s": idle,
+        "view_beside_long_s": statistics.median(seconds["now"]),
+        "view_beside_long_before_s": statistics.median(seconds["before"]),
+        "view_beside_long_over_idle": statistics.median(seconds["now"]) / idle,
+        "view_beside_long_before_over_idle": statistics.median(seconds["before"]) / idle,
+        "long_alone_s": long_alone,
+        "long_beside_views_s": long_beside,
+        "long_beside_views_over_alone": long_beside / long_alone,
+        "views_meanwhile": len(views),
+    }
+
+
+def report_beside(rows: list[dict]) -> None:
+    for r in rows:
+        print(
+            f"{r['model']}: a new image's view {r['view_idle_s']:.2f} s idle, {r['view_beside_long_s']:.2f} s beside "
+            f"a Causal view on the long lane, {r['view_beside_long_before_s']:.2f} s beside it on one thread (before)"
+        )
+        print(
+            f"  the Causal view {r['long_alone_s']:.1f} s alone, {r['long_beside_views_s']:.1f} s with a view asked "
+            f"every second ({r['views_meanwhile']} views): {r['long_beside_views_over_alone']:.2f}x"
+        )
+        before = r["view_beside_long_before_over_idle"]
+        now = _verdict(r["view_beside_long_over_idle"], BESIDE_GOAL, "x")
+        print(f"goal, view beside long work over idle (before: {before:.2f}x): {now}")
 
 
 def report_big(rows: list[dict]) -> None:
@@ -455,15 +573,24 @@ def main() -> None:
         default=["cait_m48_448"],
         help="the follow-up, Causal tab and Stop goals (none: skip)",
     )
+    parser.add_argument(
+        "--beside-long",
+        nargs="*",
+        default=["cait_xxs24_224"],
+        help="a new image's view beside a long Causal view, now and before the long lane (none: skip)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     startup = startup_seconds(args.startup_repeats) if args.startup_repeats else None  # before this process loads
     rows = [bench_model(name, args) for name in args.models]
     big = [big_model_goals(name, forward_repeats=3) for name in args.big_models]
+    beside = [beside_long_work(name, args.repeats) for name in args.beside_long]
     report(rows, startup)
     report_big(big)
+    report_beside(beside)
     if args.out:
-        args.out.write_text(json.dumps({"startup_s": startup, "models": rows, "big_models": big}, indent=1))
+        out = {"startup_s": startup, "models": rows, "big_models": big, "beside_long": beside}
+        args.out.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

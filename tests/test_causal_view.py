@@ -287,7 +287,7 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     passes = len(runs) / loaded.cfg.depth
     assert passes == causal_view.forward_passes(loaded.cfg)
     assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
-    assert f"about {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]
+    assert f"at least {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]  # the figures come on top
     assert all(out[c] is None for c in handlers.page.causal.computed)  # said, not computed
     assert handlers.tabs.image.cleared(shown)[p.cz_cost] == ""
     # a bf16 session's forward is faster than the tab's fp32 passes: its time is said as a floor
@@ -295,78 +295,93 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert f"at least {passes * 0.5:.1f} s" in said and "in bf16" in said
 
 
-def test_the_tab_tells_its_progress_block_by_block_and_stops(handlers):
+def test_the_tab_tells_its_progress_by_phase_block_by_block_stops_and_goes_on_from_there(handlers):
     from app import session
 
-    p, loaded = handlers.p, handlers.cache.get(handlers.default)
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()  # nothing computed before
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    first_phase = causal_view.FIRST_PHASE_PASSES * loaded.cfg.depth  # SA block runs before the first knockout
     page = SimpleNamespace(session_hash="page-1")
     told = []
     a = session.analyse(loaded, str(read_examples()[0].path))
-    out = handlers.tabs.causal.opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
-    assert told == [(k, blocks) for k in range(0, blocks + 1)] and out[p.cz_state] is not None
+    out = causal.opened(loaded.choice, a, None, page, lambda done, **kw: told.append((*done, kw["desc"][:5])))
+    phase_1 = [(k, first_phase, "attri") for k in range(first_phase + 1)]  # told before the first knockout
+    assert told == phase_1 + [(k, blocks, "knock") for k in range(blocks + 1)] and out[p.cz_state] is not None
+    assert out[p.cz_stop].interactive is False  # nothing runs any more
+    whole = out[p.cz_state]
 
     def stop_after_two(done, **kw):  # the Stop button pressed once the second block is knocked out
-        told.append(done)
-        if done[0] == 2:
-            handlers.tabs.causal.stops.press(page)
+        told.append((*done, kw["desc"][:5]))
+        if told[-1] == (2, blocks, "knock"):
+            causal.stops.press(page)
 
     # the Stop is heard before the next block the model runs, not after the pass under way
+    causal.kept = causal_view.Kept()
     a = session.analyse(loaded, str(read_examples()[0].path))
     after_stop = []
     model_blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
     told.clear()
-    ran = [b.register_forward_hook(lambda *_: after_stop.append(told[-1] == (2, blocks))) for b in model_blocks]
+    ran = [
+        b.register_forward_hook(lambda *_: after_stop.append(told[-1] == (2, blocks, "knock"))) for b in model_blocks
+    ]
     try:
-        out = handlers.tabs.causal.opened(loaded.choice, a, None, page, stop_after_two)
+        out = causal.opened(loaded.choice, a, None, page, stop_after_two)
     finally:
         for handle in ran:
             handle.remove()
-    assert told == [(0, blocks), (1, blocks), (2, blocks)] and set(out) == {p.cz_cost}
+    assert told[-3:] == [(k, blocks, "knock") for k in range(3)] and set(out) == {p.cz_cost, p.cz_stop}
     assert out[p.cz_cost].startswith("**Stopped** after 2 of") and a.causal is None
     assert after_stop and not any(after_stop)  # blocks ran before the Stop, none after it
+    # opened again, it goes on from the third knockout (the first phase is not run again) to the whole view
+    told.clear()
+    out = causal.opened(loaded.choice, a, None, page, lambda done, **kw: told.append(done))
+    assert told == [(k, blocks) for k in range(2, blocks + 1)]
+    for field in ("heads", "patches", "removal", "knockout"):
+        np.testing.assert_allclose(getattr(out[p.cz_state], field), getattr(whole, field), atol=1e-5)
     other = SimpleNamespace(session_hash="page-2")  # another page's Stop does not stop this one
-    handlers.tabs.causal.stops.press(other)
-    assert handlers.tabs.causal.opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
+    causal.stops.press(other)
+    causal.kept = causal_view.Kept()
+    assert causal.opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
 
 
-def test_a_stop_pressed_while_the_tab_waits_in_the_model_queue_stops_it_when_it_starts(handlers):
-    """The model queue held by another event (its one torch thread busy), the tab asked for (armed at once, off
-    the queue, as opening it does), Stop pressed while the computation waits, the queue released: it stops before
-    its first block. The page's next request computes."""
+def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_starts(handlers):
+    """The long lane held by another page's long work, the tab asked for (armed at once, off the queue, as
+    opening it does), Stop pressed while the computation waits, the lane released: it stops before its first
+    block. The page's next request computes."""
     import threading
     import time
 
     from app import session, torch_thread
 
     p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
     a = session.analyse(loaded, str(read_examples()[0].path))
     page = SimpleNamespace(session_hash="waiting")
     held, release = threading.Event(), threading.Event()
 
-    def other_event() -> None:  # another page's work on the model
+    def other_work() -> None:  # another page's long work
         held.set()
         assert release.wait(60)
 
-    holder = threading.Thread(target=torch_thread.call, args=(other_event,))
+    holder = threading.Thread(target=torch_thread.call_long, args=(other_work,))
     holder.start()
     assert held.wait(60)
     causal.stops.arm(page)  # the tab opened
     answer = {}
-    opened = torch_thread.handler(causal.opened)
     waiting = threading.Thread(
-        target=lambda: answer.update(out=opened(loaded.choice, a, None, page, lambda *_, **__: None))
+        target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
     )
     waiting.start()
-    time.sleep(0.2)  # the computation waits for the model
+    time.sleep(0.2)  # the computation waits for the lane
     assert "out" not in answer
     causal.stops.press(page)
     release.set()
     waiting.join(120)
     holder.join(60)
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
-    said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to compute it."
-    assert answer["out"] == {p.cz_cost: said} and a.causal is None
+    said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to go on from there."
+    assert answer["out"][p.cz_cost] == said and a.causal is None
     causal.stops.arm(page)  # opened again
     assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state] is not None
 

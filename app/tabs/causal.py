@@ -4,6 +4,7 @@ its progress block by block, and a Stop that always stops (`PageStops`). `app.ca
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import OrderedDict
@@ -15,7 +16,7 @@ import gradio as gr
 from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import MODEL_EVENTS, Shared, answering, named
+from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
 from cait.explain import hooks
 from cait.figures import head_name
 
@@ -45,9 +46,15 @@ class CausalParts:
         return [self.cz_state, self.cz_heads_plot, self.cz_maps, self.cz_top5, self.cz_knockout, self.cz_knockout_of]
 
     @property
+    def opened(self) -> list:
+        """What computing the tab's view writes: the view, the cost line (its progress, or why it stopped) and the
+        Stop (enabled while the view is computed)."""
+        return [*self.computed, self.cz_cost, self.cz_stop]
+
+    @property
     def results(self) -> list:
-        """What a new image (or a new model) empties here."""
-        return [self.cz_cost, self.cz_class, *self.computed]
+        """What a new image (or a new model) empties here (and the Stop, disabled: nothing runs for it)."""
+        return [self.cz_cost, self.cz_class, self.cz_stop, *self.computed]
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,11 @@ class KnockoutAsk:
     analysis: session.Analysis | None
     cz_state: causal_view.CausalView | None
     cz_knockout_of: str | None
+
+
+def _page(request: gr.Request | None) -> str | None:
+    """The page a request came from (its long work is cancelled by its next image)."""
+    return getattr(request, "session_hash", None)
 
 
 class Stopped(Exception):
@@ -137,7 +149,9 @@ def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
     parts: dict[str, Any] = {"causal_tab": tab}
     with gr.Row():
         parts["cz_cost"] = gr.Markdown(elem_id="cz_cost")
-        parts["cz_stop"] = gr.Button("Stop", size="sm", scale=0, min_width=80, elem_id="cz_stop")
+        parts["cz_stop"] = gr.Button(
+            "Stop", size="sm", scale=0, min_width=80, interactive=False, elem_id="cz_stop"
+        )  # enabled while the view is computed
     parts["cz_state"] = gr.State(None)
     with gr.Row():
         parts["cz_class"] = gr.Dropdown(label="Class", choices=[], elem_id="cz_class")
@@ -164,6 +178,7 @@ class CausalTab:
     def __init__(self, parts: CausalParts, shared: Shared, cache: ModelCache):
         self.parts, self.shared, self.cache = parts, shared, cache
         self.stops = PageStops()
+        self.kept = causal_view.Kept()  # views computed or begun, shared by every page
 
     def outputs(self, loaded: LoadedModel, a: session.Analysis, view, head: int, mode: str) -> dict:
         """The tab for `view` (a `causal_view.CausalView`) with head `head` (layer * heads + head) picked: the
@@ -189,57 +204,110 @@ class CausalTab:
         }
 
     def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
-        """The tab opened: its view of the image's top class, computed now unless it is on show already, and the
-        JSON download rewritten with its numbers. Progress is told block by block; the page's Stop (`PageStops`)
-        ends the work before the next block the model runs, which frees the model queue."""
-        if a is None or a.choice != choice or shown is not None:
+        """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
+        already, and the JSON download rewritten with its numbers; the Stop disabled once done (`will_compute`
+        enabled it). Progress is told by phase, block by block; the page's Stop (`PageStops`) ends the work
+        before the next block the model runs, and what was done is kept (`causal_view.Kept`): opened again, it
+        goes on from there. The page's next image cancels it (`new_image`): then nothing is shown."""
+        if not self.computes(choice, a, shown):
             return gr.skip()
-        loaded = self.cache.get(choice)
-        stop = self.stops.pressed(request)
-        knocked = [0, loaded.cfg.depth + loaded.cfg.depth_token_only]  # knockouts done, of how many
+        loaded = torch_thread.call(self.cache.get, choice)
+        compute = functools.partial(self._view, loaded, a, self.stops.pressed(request), progress)
+        try:
+            out = torch_thread.call_long(compute, page=_page(request), model=loaded.model)
+        except torch_thread.Cancelled:
+            log.info("causal view cancelled by its page's next image")
+            return gr.skip()  # the next image's first view has emptied the tab and disabled the Stop
+        except Stopped as e:
+            log.info("causal view stopped by its page")
+            out = {self.parts.cz_cost: str(e)}
+        return out | {self.parts.cz_stop: gr.Button(interactive=False)}
+
+    @staticmethod
+    def computes(choice, a, shown) -> bool:
+        """Whether opening the tab computes its view: an image analysed by the page's model, not on show yet."""
+        return a is not None and a.choice == choice and shown is None
+
+    def will_compute(self, choice, a, shown, request: gr.Request | None = None) -> dict:
+        """The tab opened (at once, off the model queue): a Stop from now on counts, even while the computation
+        waits for the long lane, and the Stop is enabled if the tab computes."""
+        self.stops.arm(request)
+        return {self.parts.cz_stop: gr.Button(interactive=self.computes(choice, a, shown))}
+
+    def _view(self, loaded: LoadedModel, a: session.Analysis, stop: threading.Event, progress) -> dict:
+        """The view of the image's top class as far as `Kept` has it, computed on (on the long lane), its numbers
+        kept on the analysis, and what the tab and the download show of it."""
+        partial = self.kept.of(loaded.choice, a.x, a.top_class)
+        knocked = [len(partial.knocked), loaded.cfg.depth + loaded.cfg.depth_token_only]  # knockouts done, of all
 
         def on_block(done: int, total: int) -> None:
             knocked[:] = done, total
             progress((done, total), desc="knocking out block by block", unit="blocks")
 
+        def on_first_phase(done: int, total: int) -> None:
+            progress((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
+
         def stopped() -> None:
             if stop.is_set():
                 stop.clear()  # consumed: the next request computes
                 done, total = knocked
-                raise Stopped(f"**Stopped** after {done} of {total} knockouts; open the tab again to compute it.")
+                raise Stopped(f"**Stopped** after {done} of {total} knockouts; open the tab again to go on from there.")
 
-        progress((0, knocked[1]), desc="attributing the logit and ablating each head", unit="blocks")
-        try:
-            with hooks.before_each([*loaded.model.blocks, *loaded.model.blocks_token_only], stopped):
-                view = causal_view.compute(loaded.model, a.x.to(loaded.device), a.top_class, on_block=on_block)
-                a.causal = causal_view.numbers(loaded.model, a.x.to(loaded.device), view)
-                out = self.outputs(loaded, a, view, 0, causal_view.ABLATIONS[0])
-        except Stopped as e:
-            log.info("causal view stopped by its page")
-            return {self.parts.cz_cost: str(e)}
-        out[self.shared.json_file] = session.numbers_file(loaded, a)
-        return out
+        x = a.x.to(loaded.device)
+        with hooks.before_each([*loaded.model.blocks, *loaded.model.blocks_token_only], stopped):
+            view = causal_view.compute(
+                loaded.model, x, a.top_class, on_block=on_block, on_first_phase=on_first_phase, partial=partial
+            )
+        a.causal = causal_view.numbers(loaded.model, x, view)
+        out = self.outputs(loaded, a, view, 0, causal_view.ABLATIONS[0])
+        return out | {self.shared.json_file: session.numbers_file(loaded, a)}
 
-    def choose_class(self, **asked: Any) -> dict:
-        """Another class chosen: the attribution and knockouts for its logit. asked: `ClassAsk`'s fields."""
+    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
+        """The page has a new image `a` (off the model queue, before what the open tab computes of it): a Stop
+        pressed before counts no more, the page's long work of its last image is cancelled, and the Stop is
+        enabled if the tab is on show (it computes the new image's view)."""
+        self.stops.arm(request)
+        torch_thread.cancel_long(_page(request))
+        return {self.parts.cz_stop: gr.Button(interactive=open_tab == CAUSAL_TAB and a is not None)}
+
+    def choose_class(self, request: gr.Request | None = None, **asked: Any) -> dict:
+        """Another class chosen: the attribution and knockouts for its logit, on the long lane (kept as the top
+        class's). asked: `ClassAsk`'s fields."""
         ask = ClassAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice or ask.cz_class is None:
             return {}
-        loaded = self.cache.get(ask.choice)
-        view = causal_view.compute(loaded.model, a.x.to(loaded.device), int(ask.cz_class))
-        return self.outputs(loaded, a, view, int(ask.cz_head or 0), ask.cz_mode)
+        loaded = torch_thread.call(self.cache.get, ask.choice)
 
-    def knockout(self, **asked: Any) -> dict:
-        """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it.
-        asked: `KnockoutAsk`'s fields."""
+        def view_of_class() -> dict:
+            partial = self.kept.of(loaded.choice, a.x, int(ask.cz_class))
+            view = causal_view.compute(loaded.model, a.x.to(loaded.device), int(ask.cz_class), partial=partial)
+            return self.outputs(loaded, a, view, int(ask.cz_head or 0), ask.cz_mode)
+
+        return self._long(view_of_class, loaded, request)
+
+    def knockout(self, request: gr.Request | None = None, **asked: Any) -> dict:
+        """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it, on
+        the long lane. asked: `KnockoutAsk`'s fields."""
         ask = KnockoutAsk(**asked)
         a, view = ask.analysis, ask.cz_state
         if a is None or a.choice != ask.choice or view is None or ask.cz_knockout_of is None:
             return {}
-        loaded = self.cache.get(ask.choice)
-        profile = causal_view.branch_knockout(loaded.model, a.x.to(loaded.device), view, ask.cz_knockout_of)
-        return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, profile, ask.cz_knockout_of)}
+        loaded = torch_thread.call(self.cache.get, ask.choice)
+
+        def profile() -> dict:
+            done = causal_view.branch_knockout(loaded.model, a.x.to(loaded.device), view, ask.cz_knockout_of)
+            return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, done, ask.cz_knockout_of)}
+
+        return self._long(profile, loaded, request)
+
+    @staticmethod
+    def _long(work, loaded: LoadedModel, request: gr.Request | None) -> dict:
+        """work() on the long lane for the page's image: nothing once the page's next image cancelled it."""
+        try:
+            return torch_thread.call_long(work, page=_page(request), model=loaded.model)
+        except torch_thread.Cancelled:
+            return {}
 
     def head(self, **asked: Any) -> dict:
         """Another head picked (or another way to remove it): its maps and the top-5 without it. asked:
@@ -266,7 +334,8 @@ class CausalTab:
         }
 
     def cleared(self) -> dict:
-        return dict.fromkeys(self.parts.results) | {self.parts.cz_cost: ""}
+        p = self.parts
+        return dict.fromkeys(p.results) | {p.cz_cost: "", p.cz_stop: gr.Button(interactive=False)}
 
     def for_model(self, loaded: LoadedModel) -> dict:
         return {
@@ -276,28 +345,32 @@ class CausalTab:
 
     def wire(self) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
-        # armed at once, off the model queue: a Stop pressed while the computation waits stops it when it starts
-        p.causal_tab.select(self.stops.arm, None, None, queue=False, api_visibility="private").then(
-            on_torch(answering(self.opened, said=lambda line: {p.cz_cost: line})),
-            [shared.choice, shared.analysis, p.cz_state],
-            [*p.computed, shared.json_file, p.cz_cost],
+        # armed at once, off the model queue: a Stop pressed while the computation waits stops it when it starts.
+        # The long lane's events (app.torch_thread): their handlers are not on the quick lane, only their loads
+        shown = [shared.choice, shared.analysis, p.cz_state]
+        p.causal_tab.select(
+            self.will_compute, shown, p.cz_stop, queue=False, api_visibility="private", show_progress="hidden"
+        ).then(
+            answering(self.opened, said=lambda line: {p.cz_cost: line, p.cz_stop: gr.Button(interactive=False)}),
+            shown,
+            [*p.opened, shared.json_file],
             show_progress_on=[p.cz_cost],
-            **MODEL_EVENTS,
+            **LONG_EVENTS,
         )
         # off the model queue: it must get through while the computation it stops holds the queue
         p.cz_stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
         # input, not change: the follow-up of a new image sets the class and the head itself
         p.cz_class.input(
-            on_torch(answering(self.choose_class)),
+            answering(self.choose_class),
             inputs_kwargs=named(p, ClassAsk, choice=shared.choice, analysis=shared.analysis),
             outputs=p.computed,
-            **MODEL_EVENTS,
+            **LONG_EVENTS,
         )
         p.cz_knockout_of.input(
-            on_torch(answering(self.knockout)),
+            answering(self.knockout),
             inputs_kwargs=named(p, KnockoutAsk, choice=shared.choice, analysis=shared.analysis),
             outputs=p.cz_knockout,
-            **MODEL_EVENTS,
+            **LONG_EVENTS,
         )
         for control in (p.cz_head, p.cz_mode):
             control.input(

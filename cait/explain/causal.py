@@ -10,17 +10,16 @@ Layers and heads are indexed from 0 here, as in every array.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from ._checks import ExplainInputError, check_class_stage, check_input, check_target
 from ._stage import ClassStage, class_stage, evaluating, grid, sa_states
-from .hooks import recorded
+from .hooks import recorded, silenced, this_thread_only
 
 Branch = Literal["both", "attn", "mlp"]
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
@@ -158,9 +157,16 @@ def _attribute(model: nn.Module, ins, seen: dict, target: torch.Tensor) -> Logit
 # cached states, knockouts of whole blocks
 
 
-def _zeroed(block: nn.Module, branch: Branch, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Parameter overrides that remove `branch` of `block` (its gammas set to 0)."""
-    return {f"{prefix}{g}": torch.zeros_like(getattr(block, g)) for g in BRANCH_GAMMAS[branch]}
+@contextmanager
+def _knocked_out(block: nn.Module, branch: Branch) -> Iterator[None]:
+    """While open, `block`'s `branch` (attention, MLP or both) writes nothing, as with its gammas set to 0
+    (gamma * 0 == 0 * branch == 0): its module answers zeros, on this thread's passes only (`hooks`), so that
+    the model stays as it is for any other thread (the parameters a functional_call swaps are everyone's)."""
+    parts = {"attn": (block.attn,), "mlp": (block.mlp,), "both": (block.attn, block.mlp)}[branch]
+    with ExitStack() as stack:
+        for part in parts:
+            stack.enter_context(silenced(part))
+        yield
 
 
 def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tensor:
@@ -168,7 +174,8 @@ def _knock(block: nn.Module, branch: Branch, *args: torch.Tensor) -> torch.Tenso
     == x exactly), so then it need not run at all."""
     if branch == "both":
         return args[-1]
-    return functional_call(block, _zeroed(block, branch), args)
+    with _knocked_out(block, branch):
+        return block(*args)
 
 
 @contextmanager
@@ -225,6 +232,7 @@ def knockout_profile(
     shared_prefix: bool = True,
     on_block: Callable[[int, int], None] | None = None,
     sa_inputs: Sequence[torch.Tensor] | None = None,
+    knocked: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Change of the target logit [B, SA depth + CA depth] when block k's residual branches are removed
     (gamma_1 = gamma_2 = 0; branch="attn" / "mlp": only one of them), blocks in model order, SA first.
@@ -233,14 +241,16 @@ def knockout_profile(
     the blocks after it (a CA knockout only the rest of the class stage); shared_prefix=False runs the
     whole model once per block instead (the reference). sa_inputs, the SA states of a pass already made on
     x (`recorded_sa_inputs`), replaces that first forward. on_block(done, total) is called after each
-    block's knockout (progress; an exception it raises stops the work).
+    block's knockout (progress; an exception it raises stops the work). knocked, a list, receives each block's
+    knocked-out logits [B, K] as they are done; blocks it holds already (from a call on the same x that was
+    stopped) are not run again, so a stopped profile resumes where it stopped.
 
     Args:
         model: a CaiT from `cait.load_model`.
         x: a normalised batch [B, C, H, W] (`cait.preprocess.normalise`).
         target: the class explained per image, LongTensor [B] (or one int for all).
         branch: which branches a knockout removes: both, attn or mlp.
-        shared_prefix, on_block, sa_inputs: as above.
+        shared_prefix, on_block, sa_inputs, knocked: as above.
 
     Returns:
         The target logit's change [B, SA depth + CA depth], blocks in model order.
@@ -259,21 +269,24 @@ def knockout_profile(
         if on_block is not None:
             on_block(len(knocked), total)
 
+    knocked = [] if knocked is None else knocked
+    if len(knocked) > total or any(out.shape[0] != x.shape[0] for out in knocked):
+        raise ExplainInputError(f"knocked holds {len(knocked)} results, of a batch other than x's or too many")
+    depth = len(model.blocks)
     with evaluating(model):
-        knocked: list[torch.Tensor] = []
         if shared_prefix:
             inputs = sa_states(model, x) if sa_inputs is None else _checked_sa_inputs(model, x, sa_inputs)
-            for k in range(len(model.blocks)):
+            for k in range(len(knocked), depth):
                 done(_sa_knockout_logits(model, inputs, k, branch), knocked)
             states = class_stage(model, inputs[-1])
             base = states.logits
-            for c in range(len(model.blocks_token_only)):
+            for c in range(len(knocked) - depth, len(model.blocks_token_only)):
                 done(_ca_knockout_logits(model, states, c, branch), knocked)
         else:
             base = model(x)
-            for name in block_names(model):
-                blk = model.get_submodule(name)
-                done(functional_call(model, _zeroed(blk, branch, f"{name}."), (x,)), knocked)
+            for name in block_names(model)[len(knocked) :]:
+                with _knocked_out(model.get_submodule(name), branch):
+                    done(model(x), knocked)
         return torch.stack([(out - base).gather(1, target)[:, 0] for out in knocked], dim=1)
 
 
@@ -312,18 +325,24 @@ def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor
         return torch.stack([seen["o", i][:, 0].mean(0) for i in range(len(model.blocks_token_only))])
 
 
-def _without_heads(blk: nn.Module, heads: list[int], fills: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """attn.proj's weight and bias with the input columns of `heads` taken out: a constant input (fills
-    [heads, dh] of the layer; None: zero) for a removed head becomes a bias term, so the block runs
-    unchanged otherwise."""
-    proj = blk.attn.proj
-    width = proj.weight.shape[1] // blk.attn.num_heads
-    weight, bias = proj.weight.clone(), proj.bias
-    for head in heads:
-        cols = slice(head * width, (head + 1) * width)
-        weight[:, cols] = 0
-        bias = bias if fills is None else bias + proj.weight[:, cols] @ fills[head]
-    return {"attn.proj.weight": weight, "attn.proj.bias": bias}
+@contextmanager
+def _without_heads(blk: nn.Module, heads: list[int], fills: torch.Tensor | None) -> Iterator[None]:
+    """While open, the outputs of `heads` in CA block `blk` are replaced where attn.proj receives them (heads
+    concatenated) by fills [heads, dh] of the layer (None: zero), so the block runs unchanged otherwise; on this
+    thread's passes only (`hooks`)."""
+    width = blk.attn.proj.in_features // blk.attn.num_heads
+
+    def replaced(module: nn.Module, args: tuple) -> tuple:
+        o = args[0].clone()
+        for head in heads:
+            o[..., head * width : (head + 1) * width] = 0 if fills is None else fills[head]
+        return (o, *args[1:])
+
+    handle = blk.attn.proj.register_forward_pre_hook(this_thread_only(replaced))
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _fills(model: nn.Module, reference: torch.Tensor | None) -> torch.Tensor | None:
@@ -341,9 +360,8 @@ def _ablated_logits(model: nn.Module, states: ClassStage, heads: HeadSet, fills:
         blk = model.blocks_token_only[c]
         removed = [h for layer, h in heads if layer == c]
         if removed:
-            cls = functional_call(
-                blk, _without_heads(blk, removed, None if fills is None else fills[c]), (states.tokens, cls)
-            )
+            with _without_heads(blk, removed, None if fills is None else fills[c]):
+                cls = blk(states.tokens, cls)
         else:
             cls = blk(states.tokens, cls)
     return model.forward_head(model.forward_class_attention(states.tokens, start=len(model.blocks_token_only), cls=cls))

@@ -1,13 +1,22 @@
 """Forward hooks that explanations open and close around a pass: recording a module's output or input,
-or substituting a value for it."""
+or substituting a value for it. Each acts only on passes of the thread that opened it: a model shared by two
+threads (the app runs quick views beside long work) keeps one thread's pass out of the other's hooks."""
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+
+
+def this_thread_only(hook: Callable) -> Callable:
+    """`hook` as a forward (pre-)hook that acts only on passes of the thread that made it (None elsewhere:
+    the module's input or output unchanged)."""
+    owner = threading.get_ident()
+    return lambda *args: hook(*args) if threading.get_ident() == owner else None
 
 
 @contextmanager
@@ -17,7 +26,7 @@ def recorded(points: dict[object, tuple[nn.Module, bool]]) -> Iterator[dict]:
     seen: dict = {}
 
     def keep(key):
-        return lambda module, args, *output: seen.__setitem__(key, output[0] if output else args[0])
+        return this_thread_only(lambda module, args, *output: seen.__setitem__(key, output[0] if output else args[0]))
 
     handles = [
         module.register_forward_pre_hook(keep(key)) if pre else module.register_forward_hook(keep(key))
@@ -34,9 +43,19 @@ def recorded(points: dict[object, tuple[nn.Module, bool]]) -> Iterator[dict]:
 def substituted(module: nn.Module, value: torch.Tensor, *, pre: bool = False) -> Iterator[None]:
     """While open, `module` returns `value` (pre=True: receives it as its only input) on every call."""
     if pre:
-        handle = module.register_forward_pre_hook(lambda m, args: (value,))
+        handle = module.register_forward_pre_hook(this_thread_only(lambda m, args: (value,)))
     else:
-        handle = module.register_forward_hook(lambda m, args, output: value)
+        handle = module.register_forward_hook(this_thread_only(lambda m, args, output: value))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def silenced(module: nn.Module) -> Iterator[None]:
+    """While open, `module` returns zeros in the shape of its output on every call."""
+    handle = module.register_forward_hook(this_thread_only(lambda m, args, output: torch.zeros_like(output)))
     try:
         yield
     finally:
@@ -47,7 +66,7 @@ def substituted(module: nn.Module, value: torch.Tensor, *, pre: bool = False) ->
 def before_each(modules: Iterable[nn.Module], check: Callable[[], None]) -> Iterator[None]:
     """While open, `check()` runs before every forward call of each of `modules`; an exception it raises ends
     the pass there (a Stop button heard within one block's time, whatever the pass)."""
-    handles = [module.register_forward_pre_hook(lambda module, args: check()) for module in modules]
+    handles = [module.register_forward_pre_hook(this_thread_only(lambda module, args: check())) for module in modules]
     try:
         yield
     finally:
