@@ -387,7 +387,7 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
 
 
 def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bounded(handlers):
-    from app.tabs.causal import MAX_PAGES, PageStops
+    from app.stops import MAX_PAGES, PageStops
     from app.ui import compose, wire
 
     stops = PageStops()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +16,11 @@ from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
+from app.stops import PageStops
 from cait.explain import hooks
 from cait.figures import head_name
 
 log = logging.getLogger("cait.app")
-MAX_PAGES = 1024  # pages whose Stop is remembered at most (each is dropped when its page closes)
 
 
 @dataclass
@@ -96,44 +95,6 @@ def _page(request: gr.Request | None) -> str | None:
 
 class Stopped(Exception):
     """A page's Stop button ended its Causal tab's computation (the message says so)."""
-
-
-class PageStops:
-    """Each page's Stop of its Causal computation. A request arms it (off the model queue, when the page asks);
-    a Stop pressed from then on, even while the computation still waits in the queue, stops it when it starts;
-    a computation that stops consumes it. Dropped when the page closes, and at most MAX_PAGES are kept."""
-
-    def __init__(self) -> None:
-        self._pressed: OrderedDict[str | None, threading.Event] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _event(self, request: gr.Request | None) -> threading.Event:
-        key = getattr(request, "session_hash", None)
-        with self._lock:
-            event = self._pressed.setdefault(key, threading.Event())
-            self._pressed.move_to_end(key)
-            while len(self._pressed) > MAX_PAGES:
-                self._pressed.popitem(last=False)
-        return event
-
-    def arm(self, request: gr.Request | None = None) -> None:
-        """A new computation asked for: a Stop pressed before it counts no more."""
-        self._event(request).clear()
-
-    def press(self, request: gr.Request | None = None) -> None:
-        """The Stop button: this page's computation ends before the next block the model runs."""
-        self._event(request).set()
-
-    def pressed(self, request: gr.Request | None) -> threading.Event:
-        return self._event(request)
-
-    def drop(self, request: gr.Request | None = None) -> None:
-        """The page closed."""
-        with self._lock:
-            self._pressed.pop(getattr(request, "session_hash", None), None)
-
-    def __len__(self) -> int:
-        return len(self._pressed)
 
 
 def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
