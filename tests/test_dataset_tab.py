@@ -19,6 +19,7 @@ from PIL import Image
 
 import cait
 from app import dataset_view as dv
+from app import torch_thread
 from app.loading import load_model
 from app.models import ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB
@@ -213,7 +214,7 @@ def test_an_atlas_built_in_the_tab_equals_the_command_lines(world, tmp_path):
     out = dh.build_atlas(world.choice, 24)
     built = out[t.atlas].folder
     flags = ["--checkpoint", str(world.weights), "--data", "fashion-mnist-scenes", "--limit", "24"]
-    assert atlas_main([*flags, "--workers", "0", "--device", "cpu", "--out", str(tmp_path / "cli")]) == 0
+    assert command_line_atlas(flags, tmp_path / "cli") == 0
     mine, theirs = (json.loads((d / "summary.json").read_text()) for d in (built, tmp_path / "cli"))
     assert mine == theirs and mine["images"] == 24
     # an exemplar of the built-in scenes is rendered through the reader: the scene itself
@@ -326,9 +327,20 @@ def test_a_stopped_build_keeps_its_shards_and_the_next_build_continues_them(worl
     assert out[t.atlas].folder == folder and written[1:] == written[1:3] and len(written) == 3  # the rest only
     flags = ["--checkpoint", str(world.weights), "--data", "fashion-mnist-scenes", "--limit", str(n)]
     flags += ["--shard-size", str(dv.BUILT_SHARD)]  # float64 sums taken shard by shard: the same shards
-    assert atlas_main([*flags, "--workers", "0", "--device", "cpu", "--out", str(tmp_path / "cli")]) == 0
+    assert command_line_atlas(flags, tmp_path / "cli") == 0
     mine, theirs = (json.loads((d / "summary.json").read_text()) for d in (folder, tmp_path / "cli"))
     assert mine == theirs
+
+
+def command_line_atlas(flags: list[str], out: Path) -> int:
+    """`python -m cait.atlas FLAGS` in this process, with the threads of the app's long lane, where the tab
+    builds (one image's pass's threads): float sums follow the thread count."""
+    threads = torch.get_num_threads()
+    try:
+        argv = [*flags, "--threads", str(torch_thread.interactive_threads()), "--workers", "0", "--device", "cpu"]
+        return atlas_main([*argv, "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
 
 
 def dh_kept() -> Path:

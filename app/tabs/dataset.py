@@ -16,7 +16,7 @@ import gradio as gr
 from app import dataset_view as dv
 from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, ImageAsk, Shared, log, named
+from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, ImageAsk, Shared, log, named
 from app.stops import PageStops
 from app.workdir import WORK, kept
 from cait.data import DataError
@@ -310,14 +310,15 @@ class DatasetTab:
     ) -> dict:
         """An atlas of `scenes` val scenes for the page's model (`cait.atlas.run.make`, in this process: its
         progress bar is the page's; the model is the cache's, never a second copy), kept in the user cache
-        (`dv.built_folder`), then opened. The page's Stop ends it before the next block the model runs: the shards
+        (`dv.built_folder`), then opened. It runs on the long lane (`torch_thread.call_long`), giving way to the
+        pages' quick views at every block. The page's Stop ends it before the next block the model runs: the shards
         written are kept, and building the same atlas again continues from them, as the command line does."""
         from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
 
         n = int(scenes or 0)
         if not 1 <= n <= dv.MAX_SCENES:
             return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
-        loaded, stop = self.cache.get(choice), self.stops.pressed(request)
+        loaded, stop = torch_thread.call(self.cache.get, choice), self.stops.pressed(request)
         out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
         progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
         args = scenes_args(choice, n, out, loaded.device.type)
@@ -327,10 +328,13 @@ class DatasetTab:
                 stop.clear()  # consumed: the next build computes
                 raise BuildStopped
 
-        try:
+        def work() -> None:
             data = read_data(args, loaded.cfg)
             with hooks.before_each(loaded.model.blocks, stopped):
                 make(args, loaded.sourced, data, device=loaded.device)
+
+        try:
+            torch_thread.call_long(work, model=loaded.model)
         except BuildStopped:
             log.info("atlas build stopped by its page")
             return {self.parts.msg: self._stopped_line(out, n)}
@@ -338,7 +342,7 @@ class DatasetTab:
             first = (str(e).splitlines() or [type(e).__name__])[0]
             log.info("could not build an atlas: %s", first)
             return {self.parts.msg: f"**Could not build the atlas:** {first}"}
-        return self.open(str(out), choice)
+        return torch_thread.call(self.open, str(out), choice)
 
     @staticmethod
     def _stopped_line(out: Path, n: int) -> str:
@@ -379,16 +383,16 @@ class DatasetTab:
         return gr.Button(interactive=True)
 
     def _wire_build(self) -> None:
-        """Build: Stop armed and enabled at once, off the model queue (a Stop pressed while the build waits in the
-        queue stops it when it starts), the build on the model queue, then Stop disabled again."""
+        """Build: Stop armed and enabled at once, off the queues (a Stop pressed while the build waits stops it
+        when it starts), the build on the long lane's queue, then Stop disabled again."""
         t, s = self.parts, self.shared
         started = t.build.click(self._armed, None, t.stop, queue=False, api_visibility="private")
         started.then(
-            torch_thread.handler(self.build_atlas, batched=True),
+            self.build_atlas,
             [s.choice, t.scenes],
             t.opened,
             show_progress_on=[t.overview],
-            **MODEL_EVENTS,
+            **LONG_EVENTS,
         ).then(lambda: gr.Button(interactive=False), None, t.stop, queue=False, api_visibility="private")
         # off the model queue: it must get through while the build it stops holds the queue
         t.stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
