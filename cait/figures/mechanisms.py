@@ -66,8 +66,23 @@ def lens_plotly(
     return fig
 
 
+# A share of the gap means something only when the corruption moved the class's logit by more than single
+# components move it on their own: patched alone, components interact, and their effects do not add up to the
+# gap, so with a small gap each share swings past +-100% (a 0.33 gap gave -38% to +69% on the shipped model).
+# One logit is that bar: the class's odds against every other class changed by a factor e (a probability of
+# 0.73 falling to 0.5), about twice the largest single-component effect on the shipped model's examples
+# (docs/app_api.md gives the measurement). Below it the figures show Δlogits and say why.
+MEANINGFUL_GAP = 1.0
+
+
+def gap_too_small(gap: float) -> bool:
+    """Whether the clean-corrupted logit gap is too small (below MEANINGFUL_GAP either way, or not a number) for
+    shares of it to mean anything."""
+    return not abs(gap) >= MEANINGFUL_GAP
+
+
 def _share(value: float, gap: float) -> str:
-    return f"{value / gap:.0%} of the gap" if gap else "no gap to restore"
+    return "gap too small for a share" if gap_too_small(gap) else f"{value / gap:.0%} of the gap"
 
 
 WHOLE_STREAM = "whole stream patched: the clean run, by construction (orientation)"
@@ -125,8 +140,13 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
     import plotly.graph_objects as go
 
     bound = float(np.abs(heads).max()) or 1.0
-    text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
-    if ci95 is not None:
+    if gap_too_small(gap):  # the Δlogits themselves, the shares would mean nothing
+        text = [[f"{float(v):+.2f}" for v in row] for row in heads]
+        hover = "%{y} %{x}: Δlogit %{z:+.3f} (the gap is too small for a share)<extra></extra>"
+    else:
+        text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
+        hover = "%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>"
+    if ci95 is not None and not gap_too_small(gap):
         text = [[f"{t}<br>[{lo:.0%}, {hi:.0%}]" for t, (lo, hi) in zip(r, c)] for r, c in zip(text, ci95)]
     fig = go.Figure(
         go.Heatmap(
@@ -139,7 +159,7 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
             zmax=bound,
             text=text,
             texttemplate="%{text}",
-            hovertemplate="%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>",
+            hovertemplate=hover,
             colorbar=dict(title="Δlogit"),
         )
     )
