@@ -216,6 +216,11 @@ def _target(a: session.Analysis, asked: int | None, classes: int) -> int:
     return a.top_class if asked is None or not 0 <= int(asked) < classes else int(asked)
 
 
+def _region_kept(region: float | None, grid: int) -> int:
+    """The region side the slider keeps for a model of patch grid side `grid` (the page's, when it fits)."""
+    return min(int(region or DEFAULT_REGION), region_bounds(grid)[1])
+
+
 def _second_run(loaded: LoadedModel, a: session.Analysis, ask: PatchAsk):
     """(shown image, input [1, C, H, W], where it came from as `mechanisms_view.patching_numbers` keywords) of the
     corrupted run; NoSecondRun or ImageInputError (both input errors) saying what is missing."""
@@ -272,7 +277,7 @@ class MechanismsTab:
                 choices=[(c, path) for path, c in loaded.examples],
                 value=example if example in paths else (paths[0] if paths else None),
             ),
-            p.mx_region: gr.Slider(minimum=low, maximum=high, value=min(int(region or DEFAULT_REGION), high), step=1),
+            p.mx_region: gr.Slider(minimum=low, maximum=high, value=_region_kept(region, high), step=1),
         }
 
     def token_cost(self, choice: ModelChoice, a: session.Analysis | None, region: float | None) -> dict:
@@ -298,7 +303,7 @@ class MechanismsTab:
             return out | {p.mx_msg: "**No lens for this model:** it has no class-attention stage to read through."}
         target = _target(a, target, loaded.cfg.num_classes)
         out |= {p.mx_class: gr.Dropdown(choices=class_choices(loaded.labels), value=target), p.mx_msg: ""}
-        out |= self.token_cost(choice, a, out[p.mx_region].value)
+        out |= self.token_cost(choice, a, _region_kept(region, loaded.cfg.grid_size))
         return out | self.lens(loaded, a, target)
 
     def choose_class(self, choice, a, target) -> dict:
