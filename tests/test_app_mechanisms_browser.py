@@ -178,7 +178,7 @@ def test_long_runs_show_progress_and_stop(chromium, server):  # noqa: F811
             ("#mx_patch_run", "#mx_patch_stop", "#mx_patch", "patching"),
         ):
             page.locator(run).click()
-            expect(page.locator(plot)).to_contain_text(re.compile(what + r".*runs"))  # Gradio's progress
+            expect(page.locator(plot)).to_contain_text(re.compile(r"[0-9]+/[0-9.k]+ runs .*" + what))  # progress
             page.locator(stop).click()
             expect(page.locator("#mx_msg")).to_contain_text("Stopped")
             expect(page.locator(stop)).to_be_disabled()
