@@ -192,18 +192,22 @@ def test_long_runs_show_progress_and_stop(chromium, server):  # noqa: F811
 
 
 def test_the_second_run_controls_fit_their_row(chromium, server):  # noqa: F811
-    """N47: the corrupted run's source radio and its upload box: every choice's label whole on one line, the
-    file box wide enough for its words."""
+    """N47: the corrupted run's source radio and its upload box: the choices whole on one line, the file box
+    wide and tall enough for its words."""
     page = mechanisms_page(chromium, server)
     try:
         page.locator("#mx_source").get_by_text("an upload").click()
         expect(page.locator("#mx_upload")).to_be_visible()
-        for label in page.locator("#mx_source label").all():
+        labels = page.locator("#mx_source label").all()
+        for label in labels:
             clipped = label.evaluate("(e) => e.scrollWidth > e.clientWidth + 1 || e.getClientRects().length > 1")
             assert not clipped, label.inner_text()
-        assert page.locator("#mx_upload").bounding_box()["width"] >= 300
-        words = page.locator("#mx_upload").inner_text()
-        assert "Drop File Here" in words and "Click to Upload" in words, words
+        assert len({round(label.bounding_box()["y"]) for label in labels}) == 1  # one row of choices
+        box = page.locator("#mx_upload").bounding_box()
+        assert box["width"] >= 300
+        for words in ("Drop File Here", "Click to Upload"):
+            seen = page.locator("#mx_upload").get_by_text(words).bounding_box()
+            assert seen["y"] >= box["y"] and seen["y"] + seen["height"] <= box["y"] + box["height"], words
         page.locator("#mx_source").screenshot(path=SHOTS / "cait_app_mechanisms_sources.png")
         page.screenshot(path=SHOTS / "cait_app_mechanisms_upload.png", full_page=True)
     finally:

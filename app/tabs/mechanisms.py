@@ -130,9 +130,9 @@ def _second_run_controls(first: LoadedModel) -> dict[str, Any]:
     parts: dict[str, Any] = {}
     sources = mechanisms_view.SOURCES
     with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=280):
+        with gr.Column(scale=1, min_width=480):  # the three sources on one line
             parts["mx_source"] = gr.Radio(list(sources), value=sources[0], label="Corrupted run", elem_id="mx_source")
-        with gr.Column(scale=3, min_width=280):
+        with gr.Column(scale=1, min_width=320):
             with gr.Row():
                 parts["mx_corruption"] = gr.Dropdown(
                     list(CORRUPTIONS), value=DEFAULT_CORRUPTION[0], label="Corruption", elem_id="mx_corruption"
@@ -150,7 +150,7 @@ def _second_run_controls(first: LoadedModel) -> dict[str, Any]:
             )
             # a file, not an image box: any file reaches the handler, which says what is wrong with it
             parts["mx_upload"] = gr.File(
-                label="Second image (an image file)", type="filepath", height=110, visible=False, elem_id="mx_upload"
+                label="Second image (an image file)", type="filepath", height=140, visible=False, elem_id="mx_upload"
             )
     return parts
 
