@@ -1,6 +1,7 @@
 """The /analyze API: its one endpoint with every keyword declared (`Analyze.analyze`), and its answer as a plain
 function of a `LoadedModel` (`answer`): the analysis' numbers and the sections a call opts into (a saliency map,
-the causal view, the logit lens, activation patching), each in the layout the page's JSON download uses for it."""
+the causal view, the logit lens, activation patching, token patching), each in the layout the page's JSON download
+or the Mechanisms tab uses for it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from app.shared import INTERNAL_ERROR, log
 from cait import explain
 from cait.errors import InputError
 from cait.explain.attribution import checked_options
+from cait.explain.token_patching import checked_region
 from cait.robustness import parse_corruption
 
 _OPTIONS = explain.MethodOptions()  # the method settings' defaults
@@ -58,15 +60,19 @@ def answer(
     logit_lens: bool,
     patching: str,
     seed: int,
+    token_patching: str = "",
+    token_region: Any = mechanisms_view.DEFAULT_REGION,
     **options: Any,
 ) -> dict[str, Any]:
     """The answer of /analyze (`Analyze.analyze` says each keyword) for the image at `path`; options: the method
     settings, as `explain.MethodOptions` names them. Raises ImageInputError for a bad file, an InputError in one
-    line for a bad class, method, option or corruption."""
+    line for a bad class, method, option, corruption or region side, each checked before any work."""
     options = _options(**options)  # the page's bounds: a bad value is one line naming the option
     if method:
         _choice(method, list(explain.METHODS), "method")
     corruption = _corruption(patching) if patching else None
+    token_corruption = _corruption(token_patching) if token_patching else None
+    region = checked_region(token_region, loaded.cfg.grid_size, name="token_region")  # the page slider's bounds
     a = session.analyse(loaded, path)
     out = session.numbers(loaded, a)
     out["methods"] = list(explain.METHODS)
@@ -84,6 +90,11 @@ def answer(
         _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, *corruption)
         out["patching"] = mechanisms_view.patching_numbers(
             loaded.model, x, corrupted.to(loaded.device), target, corruption=corruption
+        )
+    if token_corruption:
+        _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, *token_corruption)
+        out["token_patching"] = mechanisms_view.token_numbers(
+            loaded.model, x, corrupted.to(loaded.device), target, region=region, corruption=token_corruption
         )
     return out
 
@@ -110,6 +121,8 @@ class Analyze:
         seed: int = session.DEFAULT_SEED,
         logit_lens: bool = False,
         patching: str = "",
+        token_patching: str = "",
+        token_region: int = mechanisms_view.DEFAULT_REGION,
     ) -> dict:
         """Predictions and class-attention maps for one image, by the server's default model.
 
@@ -126,10 +139,16 @@ class Analyze:
         patching: "CORRUPTION:SEVERITY" (e.g. "gaussian_noise:3"): also activation patching of class `target`'s
             logit from the image into itself under that ImageNet-C corruption, per block, branch and CA head
             (about SA depth + 5 forward passes). Opt-in by keyword: patching="gaussian_noise:3".
+        token_patching: "CORRUPTION:SEVERITY": also token patching of class `target`'s logit into the class
+            stage against the image under that corruption, per region of `token_region` x `token_region`
+            patches (1 to the patch grid's side, as the Mechanisms tab's slider), both directions, beside the
+            class attention per region with their rank correlations (the Mechanisms tab's map; at least two
+            forward passes and one class-stage run per region and direction). Opt-in by keyword:
+            token_patching="contrast:5", token_region=2.
         Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
         [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"
-        {"method", "target", "options", "patch"}][, "causal"][, "logit_lens"][, "patching"]}; each of the last
-        two has a "layout" key saying its arrays.
+        {"method", "target", "options", "patch"}][, "causal"][, "logit_lens"][, "patching"][, "token_patching"]};
+        each of the last three has a "layout" key saying its arrays.
         """
         options = dict(
             ig_steps=int(ig_steps),
@@ -145,6 +164,7 @@ class Analyze:
             raise _refused("no image given")
         loaded = self.cache.get(self.default)
         asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
+        asked |= dict(token_patching=token_patching, token_region=token_region)
         try:
             return answer(loaded, path, seed=seed, **asked, **options)
         except InputError as e:

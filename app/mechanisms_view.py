@@ -1,26 +1,35 @@
 """The Mechanisms tab's numbers as plain functions (no Gradio): for one image and one class, the logit lens
 along SA depth, activation patching between this image and a second one (another image, or this one under an
-ImageNet-C corruption), and the ablation of a set of class-attention heads. The numbers are `cait.explain`'s;
-this module picks the inputs, turns tensors into JSON-able numbers, and says the cost in forward passes.
+ImageNet-C corruption), token patching into the class stage (per region of the image) beside the class
+attention, and the ablation of a set of class-attention heads. The numbers are `cait.explain`'s; this module
+picks the inputs, turns tensors into JSON-able numbers, draws the token map, says the cost in forward passes,
+and counts a long run's progress.
 
 All of it runs in fp32 whatever the session's precision: it subtracts logits, which bf16 blurs."""
 
 from __future__ import annotations
 
 import html
-from typing import Any
+import math
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from PIL import Image
 
 from app.choices import top5_html, top_classes
+from app.figures import image_under
 from cait import explain
 from cait.corruptions import corrupt
+from cait.explain import hooks
+from cait.explain.token_patching import region_sums, token_patching, token_patching_forwards
 from cait.figures import head_name
+from cait.figures.mechanisms import gap_too_small
 from cait.preprocess import normalise, view_pixels
 
 SOURCES = ("this image, corrupted", "an example", "an upload")  # where the corrupted run's image comes from
+DEFAULT_REGION = 1  # token patching's region side in patches, on the page and in /analyze: the finest map
 CORRUPTION_SEED = 0  # the corruption's random draws: the same image and choice give the same numbers
 TOP = 5
 
@@ -101,8 +110,193 @@ def patching_numbers(
     """`patching`'s numbers headed by where the corrupted run came from: "corruption" and "severity" when it is
     this image under that ImageNet-C corruption, else "second_image", the other image's file name. The layout
     of /analyze's "patching" answer and of the JSON download's."""
-    origin = {"corruption": corruption[0], "severity": corruption[1]} if corruption else {"second_image": second_image}
-    return {**origin, **patching(model, clean, corrupted, target)}
+    return {**_origin(corruption, second_image), **patching(model, clean, corrupted, target)}
+
+
+def _origin(corruption: tuple[str, int] | None, second_image: str | None) -> dict[str, Any]:
+    return {"corruption": corruption[0], "severity": corruption[1]} if corruption else {"second_image": second_image}
+
+
+def rank_correlation(first: np.ndarray, second: np.ndarray) -> float | None:
+    """Spearman's rank correlation of two maps over their cells (ties ranked by their mean rank); None when
+    either map is flat, which ranks nothing."""
+    from scipy.stats import spearmanr  # the app's extra: only once a map is asked for
+
+    a, b = np.asarray(first, dtype=np.float64).ravel(), np.asarray(second, dtype=np.float64).ravel()
+    if a.std() == 0 or b.std() == 0:
+        return None
+    return float(spearmanr(a, b).statistic)
+
+
+def token_numbers(
+    model: torch.nn.Module,
+    clean: torch.Tensor,
+    corrupted: torch.Tensor,
+    target: int,
+    *,
+    region: int,
+    corruption: tuple[str, int] | None = None,
+    second_image: str | None = None,
+) -> dict[str, Any]:
+    """Token patching of class `target`'s logit into the class stage (`explain.token_patching`, both
+    directions, regions of `region` x `region` patches) beside the clean run's class attention per region,
+    with their rank correlations, JSON-able and headed by where the corrupted run came from (as
+    `patching_numbers`). The layout of /analyze's "token_patching" answer."""
+    t = torch.tensor([int(target)], device=clean.device)
+    out = token_patching(model, clean, corrupted, t, region=region)
+    attention = region_sums(explain.class_attention(model, clean).maps.mean((1, 2)).float(), region)[0]
+    gap = float(out.gap[0])
+    maps = {name: getattr(out, name)[0].float().cpu().numpy() for name in ("restored", "broken")}
+    as_share = lambda m: None if gap_too_small(gap) else (m / gap).tolist()  # noqa: E731
+    attention = attention.cpu().numpy()
+    return {
+        **_origin(corruption, second_image),
+        "layout": "maps [region row][region column], regions of `region` x `region` patches in row-major order "
+        "(the last row and column smaller when region does not divide the grid); restored: the corrupted run's "
+        "target logit with that region's clean patch tokens at the class stage's input, minus the corrupted "
+        "run's; broken: the clean run's target logit minus that with the region's tokens taken from the "
+        "corrupted run; *_fraction: over the gap (null when the gap is too small for shares, see "
+        "`gap_too_small`); attention: the clean run's class attention per region (mean over CA layers and heads, "
+        "summed over the region); rank_correlation: Spearman's, over the regions, of attention with each map",
+        "target": int(target),
+        "region": int(region),
+        "grid": int(out.grid),
+        "clean_logit": float(out.clean[0, int(target)]),
+        "corrupted_logit": float(out.corrupted[0, int(target)]),
+        "corrupted_top1": int(out.corrupted[0].argmax()),
+        "gap": gap,
+        "restored": maps["restored"].tolist(),
+        "broken": maps["broken"].tolist(),
+        "restored_fraction": as_share(maps["restored"]),
+        "broken_fraction": as_share(maps["broken"]),
+        "attention": attention.tolist(),
+        "rank_correlation": {name: rank_correlation(attention, m) for name, m in maps.items()},
+    }
+
+
+def on_patches(regions: np.ndarray, grid: int, region: int) -> np.ndarray:
+    """A region map [R, R] on the patch grid [g, g], each patch holding its region's value."""
+    cell = np.arange(grid) // region
+    return np.asarray(regions)[cell][:, cell]
+
+
+def _rho(value: float | None) -> str:
+    return "n/a (a flat map)" if value is None else f"{value:+.2f}"
+
+
+def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str):
+    """The clean run's class attention per region beside where patching restores the answer (the clean
+    region into the corrupted run) and where it breaks it (the corrupted region into the clean run), each
+    over the model's view `image`: shares of the gap, red for the class, or Δlogit when the gap is too small
+    for shares; the rank correlations in the title."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    g, region, gap = numbers["grid"], numbers["region"], numbers["gap"]
+    shares = numbers["restored_fraction"] is not None
+    unit = "share of the gap" if shares else "Δlogit"
+    restored = numbers["restored_fraction"] if shares else numbers["restored"]
+    broken = numbers["broken_fraction"] if shares else numbers["broken"]
+    panels = [
+        ("class attention (CA mean), per region", numbers["attention"], "attention"),
+        (f"restored: clean region patched in ({unit})", restored, unit),
+        (f"broken: region corrupted ({unit})", broken, unit),
+    ]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[p[0] for p in panels], horizontal_spacing=0.08)
+    cells = list(range(1, g + 1))
+    bound = max(float(np.abs(np.asarray(restored)).max()), float(np.abs(np.asarray(broken)).max())) or 1.0
+    number = ".0%" if shares else "+.3f"
+    for col, (_, values, name) in enumerate(panels, start=1):
+        signed = col > 1
+        fig.add_trace(
+            go.Heatmap(
+                z=on_patches(values, g, region),
+                x=cells,
+                y=cells,
+                opacity=0.65,
+                colorscale="RdBu" if signed else "Viridis",
+                reversescale=signed,  # red: for the class, as everywhere in the app
+                zmin=-bound if signed else None,
+                zmax=bound if signed else None,
+                showscale=col != 2,  # the two signed panels share one scale
+                colorbar=dict(x=0.285 if col == 1 else 1.0, len=0.9, title=dict(text=name, side="right")),
+                hovertemplate=f"patch row %{{y}}, column %{{x}}: %{{z:{number if signed else '.4f'}}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        image_under(fig, image, g, axis="" if col == 1 else str(col))
+    rho = numbers["rank_correlation"]
+    title = (
+        f"Where '{label}' enters the class token (regions of {region}x{region} patches): rank correlation with "
+        f"class attention {_rho(rho['restored'])} (restored), {_rho(rho['broken'])} (broken)"
+    )
+    if not shares:
+        title += f"<br>{small_gap_words(gap)}"
+    fig.update_yaxes(range=[g + 0.5, 0.5], scaleanchor="x", showticklabels=False, showgrid=False)
+    fig.update_xaxes(range=[0.5, g + 0.5], showticklabels=False, showgrid=False)
+    fig.update_layout(title=dict(text=title, font=dict(size=14)), template="plotly_white", height=400)
+    fig.update_layout(margin=dict(l=20, r=20, t=90, b=20))
+    return fig
+
+
+def small_gap_words(gap: float) -> str:
+    """What to say instead of shares when the gap is too small for them (`gap_too_small`)."""
+    return f"gap {gap:+.2f}: too small for shares of it to mean anything, so Δlogits are shown"
+
+
+def token_region_count(grid: int, region: int) -> int:
+    """Regions of `region` x `region` patches on a patch grid of side `grid`."""
+    return math.ceil(grid / region) ** 2
+
+
+def token_cost(model: torch.nn.Module, region: int, forward_seconds: float) -> str:
+    """What token patching (both directions, regions of `region` patches) costs, said before it runs: at least
+    `token_patching_forwards` forward passes (its count by multiply-accumulates, the two runs included), in
+    seconds at this image's measured forward pass."""
+    forwards = token_patching_forwards(model, region=region)
+    regions = token_region_count(model.cfg.grid_size, region)
+    what = f"Token patching ({regions} regions, both directions) takes at least {forwards:.1f} forward passes"
+    if not math.isfinite(forward_seconds):
+        return f"{what} of the model."
+    seconds = forwards * forward_seconds
+    return f"{what}, at least {seconds:.1f} s at this image's forward pass ({forward_seconds:.2f} s)."
+
+
+def patching_runs(cfg) -> int:
+    """How many times `patching` reads the class token through the head: each granularity's two runs, one read
+    per class token patched (each CA block but the last) and per branch (two per block), one per CA head. Its
+    progress's total."""
+    blocks = cfg.depth + cfg.depth_token_only
+    return 2 + (cfg.depth_token_only - 1) + 2 * blocks + 2 + cfg.depth_token_only * cfg.num_heads
+
+
+def token_runs(cfg, region: int) -> int:
+    """How many images `token_numbers` reads through the head: the two runs, one per region and direction,
+    and the class attention's own pass. Its progress's total."""
+    return 2 + 2 * token_region_count(cfg.grid_size, region) + 1
+
+
+@contextmanager
+def counted_runs(
+    model: torch.nn.Module, total: int, *, report: Callable[[int, int], None], check: Callable[[], None]
+) -> Iterator[None]:
+    """While open, check() runs before every block and every read of the head (an exception it raises ends the
+    pass there: a Stop heard within one block's time), and report(done, total) before each read of the head,
+    done counting the images read so far (a batched run of m token sets counts m)."""
+    done = [0]
+
+    def on_head(module: torch.nn.Module, args: tuple) -> None:
+        check()
+        done[0] += int(args[0].shape[0])
+        report(min(done[0], total), total)
+
+    handle = model.head.register_forward_pre_hook(on_head)
+    try:
+        with hooks.before_each([*model.blocks, *model.blocks_token_only], check):
+            yield
+    finally:
+        handle.remove()
 
 
 def head_pairs(indices: list[int], heads: int) -> list[tuple[int, int]]:

@@ -397,6 +397,7 @@ def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default:
         tabs.mechanisms.wire()
         tabs.model.wire(demo, ca_props=page.ca.ca_props, everything=page.everything())
         demo.unload(tabs.causal.stops.drop)  # a closed page's Stop goes with it
+        demo.unload(tabs.mechanisms.drop)
         gr.api(torch_thread.handler(Analyze(cache, default).analyze), api_name="analyze", concurrency_id="model")
 
 

@@ -295,9 +295,16 @@ class CaiT(nn.Module):
         # A ViT-style class token (ablations) makes every SA block from `class_token_at` on see 1+N tokens.
         insert_at = cfg.depth if cfg.class_token_at is None else cfg.class_token_at
         sa_total = sum(sa(n if i < insert_at else n + 1) for i in range(cfg.depth))
+        return patch + sa_total + self.class_stage_flops(img_size)
+
+    def class_stage_flops(self, img_size: int | None = None) -> int:
+        """Multiply-accumulates of the class stage and head alone on the SA stage's patch tokens (part of
+        `flops`): what each re-run of it costs (the logit lens, token patching)."""
+        cfg = self.cfg
+        d, n = cfg.embed_dim, ((img_size or cfg.img_size) // cfg.patch_size) ** 2
         # CA: q and the output projection on the class token; k, v over 1+N tokens; one query row.
         ca = d * d + 2 * (n + 1) * d * d + 2 * (n + 1) * d + d * d + 2 * d * int(d * cfg.mlp_ratio_token_only)
-        return patch + sa_total + cfg.depth_token_only * ca + d * cfg.num_classes
+        return cfg.depth_token_only * ca + d * cfg.num_classes
 
 
 def resize_pos_embed(pos_embed: torch.Tensor, new_grid: int) -> torch.Tensor:

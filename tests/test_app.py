@@ -283,6 +283,8 @@ def test_analyze_publishes_its_keywords_and_defaults(server):
         ("seed", 0),
         ("logit_lens", False),
         ("patching", ""),
+        ("token_patching", ""),
+        ("token_region", 1),
     ]
 
 

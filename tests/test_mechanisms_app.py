@@ -14,12 +14,13 @@ import torch
 from conftest import randomise_
 
 import cait
-from app import causal_view, session
+from app import causal_view, mechanisms_view, session
 from app.api import Analyze
 from app.loading import load_model
 from app.mechanisms_view import SOURCES
 from app.models import ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB, MECHANISMS_TAB
+from app.texts import NO_IMAGE
 from cait import explain
 from cait.corruptions import corrupt
 from cait.data import read_examples
@@ -80,7 +81,8 @@ def test_patching_a_corruption_and_an_example_is_explains(setup):
     assert list(bars[2].y) == pytest.approx(want.class_token[0].tolist(), abs=1e-5)
     np.testing.assert_allclose(out[p.mx_patch_heads].data[0].z, heads.heads[0].numpy(), atol=1e-5)
     gap = float(want.gap[0])
-    assert f"{float(want.branches[0, 0, 0]) / gap:.0%} of the gap" in bars[0].hovertext[0]
+    share = f"{float(want.branches[0, 0, 0]) / gap:.0%} of the gap" if abs(gap) >= 1 else "gap too small for a share"
+    assert share in bars[0].hovertext[0]
     assert out[p.mx_second].size == a.view.size
     # another image as the corrupted run: an example
     out = patch(handlers, a, mx_source=SOURCES[1], mx_example=examples[1])
@@ -90,15 +92,23 @@ def test_patching_a_corruption_and_an_example_is_explains(setup):
 
 
 def test_patching_without_a_second_image_or_with_a_bad_file_is_one_message(setup, tmp_path):
+    """One message line, and no result of an earlier run left on show (N35), for patching and token patching."""
     handlers, _, a, _ = setup
     p = handlers.p
-    assert list(patch(handlers, a, mx_source=SOURCES[2])) == [p.mx_msg]
+    emptied = {p.mx_second: None, p.mx_patch: None, p.mx_patch_heads: None}
+    assert (
+        patch(handlers, a, mx_source=SOURCES[2])
+        == {p.mx_msg: "**Cannot patch:** choose a file for the corrupted run"} | emptied
+    )
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
     out = patch(handlers, a, mx_source=SOURCES[2], mx_upload=str(bad))
-    assert list(out) == [p.mx_msg] and out[p.mx_msg].startswith("**Cannot patch:**")
+    assert out == {p.mx_msg: out[p.mx_msg]} | emptied and out[p.mx_msg].startswith("**Cannot patch:**")
     assert "\n" not in out[p.mx_msg]
-    assert list(patch(handlers, a, analysis=None)) == [p.mx_msg]
+    assert patch(handlers, a, analysis=None) == {p.mx_msg: NO_IMAGE} | emptied
+    out = tokens(handlers, a, mx_source=SOURCES[2], mx_upload=str(bad))
+    assert out == {p.mx_msg: out[p.mx_msg], p.mx_second: None, p.mx_tokens: None}
+    assert out[p.mx_msg].startswith("**Cannot patch:**")
 
 
 def test_ablating_ticked_heads_equals_a_model_with_them_zeroed(setup):
@@ -204,7 +214,7 @@ def test_errors_come_in_two_kinds_a_users_calm_line_and_an_internal_one_with_the
     asked |= dict(mx_severity=3, mx_example=None, mx_upload=None)
     msg = page.mechanisms.mx_msg
     calm = patch_fn(**(asked | dict(mx_source=SOURCES[2])))  # no second image chosen: the user's to mend
-    assert calm == {msg: "**Cannot patch:** choose a file for the corrupted run"}
+    assert calm[msg] == "**Cannot patch:** choose a file for the corrupted run"
 
     def broken(*args, **kwargs):
         raise RuntimeError("shape mismatch in a bug")
@@ -212,7 +222,8 @@ def test_errors_come_in_two_kinds_a_users_calm_line_and_an_internal_one_with_the
     monkeypatch.setattr(mechanisms_view, "patching_numbers", broken)
     caplog.set_level(logging.INFO, logger="cait.app")
     said = patch_fn(**asked)
-    assert said == {msg: INTERNAL_ERROR} and "\n" not in said[msg] and "shape mismatch" not in said[msg]
+    assert said[msg] == INTERNAL_ERROR and "\n" not in said[msg] and "shape mismatch" not in said[msg]
+    assert said[page.mechanisms.mx_patch] is None  # no earlier run's bars left under the message
     (logged,) = [r for r in caplog.records if r.exc_info]
     assert logged.levelno == logging.ERROR and isinstance(logged.exc_info[1], RuntimeError)
     # a handler without a message line of its own answers with Gradio's error toast, in the same two kinds
@@ -221,3 +232,185 @@ def test_errors_come_in_two_kinds_a_users_calm_line_and_an_internal_one_with_the
     with pytest.raises(gr.Error, match="Internal error") as raised:
         region(a, "CA1 mean", 0.5)
     assert "shape mismatch" not in str(raised.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# token patching into the class stage, the long runs' progress and Stop, the controls of another model
+
+
+def tokens(handlers, a, **named) -> dict:
+    ask = dict(choice=a.choice, analysis=a, mx_class=None, mx_source=SOURCES[0], mx_corruption="contrast")
+    ask |= dict(mx_severity=5, mx_example=None, mx_upload=None, mx_region=1)
+    return handlers.tabs.mechanisms.tokens(**(ask | named))
+
+
+def spearman(u: np.ndarray, v: np.ndarray) -> float:
+    """Spearman's rho by hand: Pearson's over the ranks, ties given their mean rank."""
+
+    def ranks(x):
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=float)
+        for value in np.unique(x):
+            r[x == value] = r[x == value].mean()
+        return r
+
+    return float(np.corrcoef(ranks(u.ravel()), ranks(v.ravel()))[0, 1])
+
+
+def hooked_class_stage(model, clean, corrupted, patch_from_clean: np.ndarray) -> torch.Tensor:
+    """The full model on the corrupted image with the patch tokens at `patch_from_clean` (bool [N]) taken from
+    the clean run at the class stage's input, by forward pre-hooks on the CA blocks: an independent run."""
+    with torch.no_grad():
+        clean_tokens = model.forward_self_attention(clean)
+    where = torch.from_numpy(patch_from_clean)
+
+    def swap(module, args):
+        tokens, cls = args
+        return (torch.where(where[None, :, None], clean_tokens, tokens), cls)
+
+    handles = [blk.register_forward_pre_hook(swap) for blk in model.blocks_token_only]  # each CA block reads them
+    try:
+        with torch.no_grad():
+            return model(corrupted)[0]
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def test_the_token_map_drawn_is_an_independent_hooked_run_beside_the_class_attention(setup):
+    handlers, loaded, a, _ = setup
+    p, model, cfg = handlers.p, loaded.model, loaded.model.cfg
+    region, g = 2, cfg.grid_size
+    out = tokens(handlers, a, mx_region=region)
+    broken = corrupt(view_pixels(a.view)[None], "contrast", 5, generator=torch.Generator().manual_seed(0))
+    corrupted = normalise(broken, cfg)
+    with torch.no_grad():
+        clean_logit, corrupted_logit = (float(model(x)[0, a.top_class]) for x in (a.x, corrupted))
+    per_side = -(-g // region)
+    restored = np.zeros((per_side, per_side))
+    rows = np.arange(g)[:, None] // region * per_side + np.arange(g)[None, :] // region  # each patch's region
+    for r in range(per_side * per_side):
+        restored.flat[r] = float(hooked_class_stage(model, a.x, corrupted, (rows == r).ravel())[a.top_class])
+    restored -= corrupted_logit
+    gap = clean_logit - corrupted_logit
+    figure = out[p.mx_tokens]
+    attention_z, restored_z = np.array(figure.data[0].z), np.array(figure.data[1].z)
+    shown = restored / gap if abs(gap) >= 1 else restored  # shares, or Δlogits when the gap is too small
+    np.testing.assert_allclose(restored_z, shown.ravel()[rows], atol=1e-4)
+    # the class attention per region: the analysis' maps (the model's own softmax), summed region by region
+    attention = np.zeros((per_side, per_side))
+    np.add.at(attention.ravel(), rows.ravel(), a.ca_maps.mean((0, 1)).ravel())
+    np.testing.assert_allclose(attention_z, attention.ravel()[rows], atol=1e-5)
+    assert f"{spearman(attention, restored):+.2f} (restored)" in figure.layout.title.text
+    assert out[p.mx_second].size == a.view.size and out[p.mx_msg] == handlers.tabs.mechanisms.small_gap_note(gap)
+
+
+def test_analyze_answers_token_patching_by_keyword_as_the_library_computes_it(setup):
+    handlers, loaded, a, examples = setup
+    model, cfg = loaded.model, loaded.model.cfg
+    analyze = Analyze(handlers.cache, loaded.choice).analyze
+    out = analyze({"path": examples[0]}, token_patching="gaussian_noise:5", token_region=3.0)["token_patching"]
+    broken = corrupt(view_pixels(a.view)[None], "gaussian_noise", 5, generator=torch.Generator().manual_seed(0))
+    want = explain.token_patching(model, a.x, normalise(broken, cfg), torch.tensor([a.top_class]), region=3)
+    np.testing.assert_allclose(out["restored"], want.restored[0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(out["broken"], want.broken[0].numpy(), atol=1e-5)
+    assert out["gap"] == pytest.approx(float(want.gap[0]), abs=1e-5) and out["region"] == 3
+    assert (out["corruption"], out["severity"], out["target"]) == ("gaussian_noise", 5, a.top_class)
+    attention = np.zeros(want.restored.shape[1:])
+    rows = np.arange(cfg.grid_size)[:, None] // 3 * attention.shape[0] + np.arange(cfg.grid_size)[None, :] // 3
+    np.add.at(attention.ravel(), rows.ravel(), a.ca_maps.mean((0, 1)).ravel())
+    np.testing.assert_allclose(out["attention"], attention, atol=1e-5)
+    assert out["rank_correlation"]["restored"] == pytest.approx(spearman(attention, want.restored[0].numpy()))
+    fraction = out["restored_fraction"]
+    assert (fraction is None) == (abs(out["gap"]) < 1) and "layout" in out
+    assert "token_patching" not in analyze({"path": examples[0]})  # opt-in
+
+
+@pytest.mark.parametrize("region", [0, 99, 1.5, "two", True])
+def test_a_bad_token_region_is_refused_in_one_line_before_any_work(setup, region, monkeypatch):
+    handlers, loaded, _, examples = setup
+    monkeypatch.setattr(session, "analyse", lambda *a, **k: pytest.fail("analysed before the region was checked"))
+    with pytest.raises(gr.Error) as refused:
+        Analyze(handlers.cache, loaded.choice).analyze(
+            {"path": examples[0]}, token_patching="contrast:5", token_region=region
+        )
+    high = loaded.cfg.grid_size  # the page slider's maximum for this model
+    assert (
+        str(refused.value.message) == f"token_region must be a whole number of patches from 1 to {high}, got {region!r}"
+    )
+    slider = handlers.tabs.mechanisms.opened(loaded.choice, None, None)[handlers.p.mx_region]
+    assert (slider.minimum, slider.maximum) == (1, high)
+
+
+def test_the_stated_token_cost_counts_the_class_stage_as_a_flop_counter_does(setup):
+    """The cost said before a token map: 2 forwards and one class-stage run per region and direction, the
+    class stage's share of a forward counted by torch's FLOP counter (an independent count)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    handlers, loaded, a, _ = setup
+    model, cfg = loaded.model, loaded.model.cfg
+
+    def counted(fn) -> int:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            fn()
+        return counter.get_total_flops()
+
+    tokens_in = model.forward_self_attention(a.x).detach()
+    stage = counted(lambda: model.forward_head(model.forward_class_attention(tokens_in)))
+    whole = counted(lambda: model(a.x))
+    regions = (-(-cfg.grid_size // 2)) ** 2
+    line = handlers.tabs.mechanisms.token_cost(a.choice, a, 2)[handlers.p.mx_token_cost]
+    forwards = 2 + 2 * regions * stage / whole
+    assert f"at least {forwards:.1f} forward passes" in line and f"{regions} regions" in line
+
+
+def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_old_results(setup):
+    handlers, loaded, a, _ = setup
+    p, tab = handlers.p, handlers.tabs.mechanisms
+    seen: list[tuple[int, int]] = []
+    progress = lambda done_total, **kw: seen.append(done_total)  # noqa: E731
+    patch(handlers, a, progress=progress)
+    assert seen[-1] == (mechanisms_view.patching_runs(loaded.cfg),) * 2 and len(seen) == seen[-1][0]
+    seen.clear()
+    region = 2
+    drawn = tokens(handlers, a, mx_region=region, progress=progress)
+    total = mechanisms_view.token_runs(loaded.cfg, region)
+    assert seen[-1] == (total, total) and p.mx_tokens in drawn
+    # a Stop pressed while the run waits stops it at its first block; the earlier map and bars are emptied
+    tab.token_stops.press(None)
+    stopped = tokens(handlers, a, mx_region=region, progress=progress)
+    assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_tokens] is None
+    tab.patch_stops.press(None)
+    stopped = patch(handlers, a, progress=progress)
+    assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_patch] is None
+    assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress)  # consumed: the next one runs
+
+
+def test_opening_the_tab_for_another_model_gives_its_controls_values_it_takes(setup):
+    """N34: the page's example menu, heads and region slider hold values of the model they were built for; the
+    tab, opened for another model, sets values that model's choices hold (the next event's input check passes)."""
+    handlers, loaded, _, _ = setup
+    p, tab = handlers.p, handlers.tabs.mechanisms
+    other = handlers.cache.get(ModelChoice(name="cait_nano_28", checkpoint=None))  # a 7 x 7 grid, pico's is 4 x 4
+    heads = other.cfg.depth_token_only * other.cfg.num_heads
+    out = tab.opened(loaded.choice, None, None, other.examples[1][0], other.cfg.grid_size, [0, heads - 1])
+    paths = [path for path, _ in loaded.examples]
+    assert out[p.mx_example].value == paths[0] and [c for _, c in out[p.mx_example].choices] == paths
+    assert (out[p.mx_region].maximum, out[p.mx_region].value) == (loaded.cfg.grid_size,) * 2
+    assert out[p.mx_heads].value == [0] and heads - 1 >= loaded.cfg.depth_token_only * loaded.cfg.num_heads
+    # the same model: the page's values stay
+    kept = tab.opened(loaded.choice, None, None, paths[2], 2, [1])
+    assert (kept[p.mx_example].value, kept[p.mx_region].value, kept[p.mx_heads].value) == (paths[2], 2, [1])
+
+
+def test_shares_are_withheld_when_the_gap_is_too_small():
+    """Below a gap of one logit the patching figures give Δlogits and say why; above it, shares."""
+    from cait.figures.mechanisms import heads_plotly, patching_plotly
+
+    branches, heads = np.array([[0.2, -0.1], [0.3, 0.05]]), np.array([[0.1, -0.2]])
+    for gap, said in ((0.4, "gap too small for a share"), (2.0, "10% of the gap")):
+        bars = patching_plotly(branches, gap, class_token=np.zeros(0), depth=1, ca_depth=1, title="t").data
+        assert said in bars[0].hovertext[0]
+        grid = heads_plotly(heads, gap, title="t").data[0]
+        assert grid.text[0][0] == ("+0.10" if gap < 1 else "5%")

@@ -1,12 +1,14 @@
-"""The Mechanisms tab: how the answer forms along depth. The logit lens when the tab is opened (or a new image
-comes while it is open, or another class is chosen), activation patching against a second run, and the ablation
-of the ticked heads. `app.mechanisms_view` does the numbers."""
+"""The Mechanisms tab: how the answer forms along depth and where it enters the class token. The logit lens when
+the tab is opened (or a new image comes while it is open, or another class is chosen); against a second run,
+activation patching over depth and token patching into the class stage (each a long run, with its cost said
+before, its progress and a Stop); the ablation of the ticked heads. `app.mechanisms_view` does the numbers."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 import numpy as np
@@ -14,11 +16,20 @@ import numpy as np
 import cait
 from app import causal_view, mechanisms_view, session, torch_thread
 from app.choices import causal_heads, class_choices
+from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import MODEL_EVENTS, Shared, answering, named
+from app.tabs.causal import PageStops, Stopped
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.errors import InputError
-from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
+from cait.explain.token_patching import checked_region, region_bounds
+from cait.figures.mechanisms import gap_too_small, heads_plotly, lens_plotly, patching_plotly
+
+log = logging.getLogger("cait.app")
+# the corrupted run by default: it must leave a gap large enough for shares (`gap_too_small`). On the shipped
+# model's 14 examples gaussian_noise:3 left less than one logit on 6 (-0.05 on the first); contrast at severity 5
+# left at least 1.65 on every one (docs/app_api.md: the measurement)
+DEFAULT_CORRUPTION = ("contrast", 5)
 
 
 class NoSecondRun(InputError):
@@ -34,27 +45,43 @@ class MechanismsParts:
     mx_corruption: gr.Dropdown
     mx_severity: gr.Slider
     mx_example: gr.Dropdown
-    mx_upload: gr.Image
+    mx_upload: gr.File
     mx_patch_run: gr.Button
+    mx_patch_stop: gr.Button
     mx_cost: gr.Markdown
     mx_msg: gr.Markdown
     mx_second: gr.Image
     mx_patch: gr.Plot
     mx_patch_heads: gr.Plot
+    mx_region: gr.Slider
+    mx_token_run: gr.Button
+    mx_token_stop: gr.Button
+    mx_token_cost: gr.Markdown
+    mx_tokens: gr.Plot
     mx_heads: gr.CheckboxGroup
     mx_mode: gr.Radio
     mx_ablate: gr.Button
     mx_ablation: gr.HTML
 
     @property
+    def controls(self) -> list:
+        """The controls whose choices depend on the page's model (its heads, examples, patch grid)."""
+        return [self.mx_heads, self.mx_example, self.mx_region]
+
+    @property
     def opened(self) -> list:
         """What opening the tab writes (but the download, which the page owns)."""
-        return [self.mx_class, self.mx_heads, self.mx_example, self.mx_msg, self.mx_lens, self.mx_cost]
+        return [self.mx_class, *self.controls, self.mx_msg, self.mx_lens, self.mx_cost, self.mx_token_cost]
+
+    @property
+    def patched(self) -> list:
+        """What a patching run shows (emptied when it fails or stops)."""
+        return [self.mx_second, self.mx_patch, self.mx_patch_heads]
 
     @property
     def results(self) -> list:
         """What a new image (or a new model) empties here."""
-        shown = [self.mx_lens, self.mx_cost, self.mx_msg, self.mx_second, self.mx_patch, self.mx_patch_heads]
+        shown = [self.mx_lens, self.mx_cost, self.mx_token_cost, self.mx_msg, *self.patched, self.mx_tokens]
         return [self.mx_class, *shown, self.mx_ablation]
 
 
@@ -73,6 +100,13 @@ class PatchAsk:
 
 
 @dataclass(frozen=True)
+class TokenAsk(PatchAsk):
+    """What the token-patching button sends (by name): the second run as for patching, and the region size."""
+
+    mx_region: float = DEFAULT_REGION  # a region's side in patches (the slider's number)
+
+
+@dataclass(frozen=True)
 class AblateAsk:
     """What the Ablate button sends (by name)."""
 
@@ -88,35 +122,62 @@ def without_class_stage(cfg: cait.CaiTConfig) -> bool:
     return cfg.class_token_at is not None or cfg.depth_token_only == 0
 
 
-def build(first: LoadedModel, tab: gr.Tab) -> MechanismsParts:
-    """The tab's components (inside `tab`)."""
+def _second_run_controls(first: LoadedModel) -> dict[str, Any]:
+    """Where the corrupted run comes from: the source on the left, its own controls (only the chosen
+    source's shown) on the right."""
     from cait.corruptions import CORRUPTIONS  # torchvision: only once the page is built
 
+    parts: dict[str, Any] = {}
+    sources = mechanisms_view.SOURCES
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=480):  # the three sources on one line
+            parts["mx_source"] = gr.Radio(list(sources), value=sources[0], label="Corrupted run", elem_id="mx_source")
+        with gr.Column(scale=1, min_width=320):
+            with gr.Row():
+                parts["mx_corruption"] = gr.Dropdown(
+                    list(CORRUPTIONS), value=DEFAULT_CORRUPTION[0], label="Corruption", elem_id="mx_corruption"
+                )
+                parts["mx_severity"] = gr.Slider(
+                    1, 5, value=DEFAULT_CORRUPTION[1], step=1, label="Severity", elem_id="mx_severity"
+                )
+            paths = [path for path, _ in first.examples]
+            parts["mx_example"] = gr.Dropdown(
+                [(c, path) for path, c in first.examples],
+                value=paths[0] if paths else None,
+                label="Example",
+                visible=False,
+                elem_id="mx_example",
+            )
+            # a file, not an image box: any file reaches the handler, which says what is wrong with it
+            parts["mx_upload"] = gr.File(
+                label="Second image (an image file)", type="filepath", height=140, visible=False, elem_id="mx_upload"
+            )
+    return parts
+
+
+def _stop_button(elem_id: str) -> gr.Button:
+    """A long run's Stop: enabled only while its run is asked for or runs."""
+    return gr.Button("Stop", size="sm", scale=0, min_width=80, interactive=False, elem_id=elem_id)
+
+
+def build(first: LoadedModel, tab: gr.Tab) -> MechanismsParts:
+    """The tab's components (inside `tab`)."""
     gr.Markdown(
-        "How the answer forms along depth. **Logit lens:** the model's own class-attention stage and head read "
-        "the patch tokens after each SA block: the chosen class's probability and the top-1 there. "
-        "**Activation patching:** a second, corrupted run; each component's clean output patched into it alone, "
-        "and how much of the clean-corrupted gap of the class's logit that restores. **Ablation:** remove several "
-        "class-attention heads together."
+        "How the answer forms along depth, and where over the image it enters the class token. **Logit lens:** "
+        "the model's own class-attention stage and head read the patch tokens after each SA block: the chosen "
+        "class's probability and the top-1 there. **Activation patching:** a second, corrupted run; each "
+        "component's clean output patched into it alone, and how much of the clean-corrupted gap of the class's "
+        "logit that restores. **Token patching:** one region of the clean patch tokens at a time patched into "
+        "the corrupted run's class stage (and the reverse), beside the class attention. **Ablation:** remove "
+        "several class-attention heads together."
     )
     parts: dict[str, Any] = {"mechanisms_tab": tab}
     parts["mx_class"] = gr.Dropdown(label="Class", choices=[], elem_id="mx_class")
     parts["mx_lens"] = gr.Plot(label="Logit lens", elem_id="mx_lens")
-    with gr.Row():
-        sources = mechanisms_view.SOURCES
-        parts["mx_source"] = gr.Radio(list(sources), value=sources[0], label="Corrupted run", elem_id="mx_source")
-        parts["mx_corruption"] = gr.Dropdown(
-            list(CORRUPTIONS), value="gaussian_noise", label="Corruption", elem_id="mx_corruption"
-        )
-        parts["mx_severity"] = gr.Slider(1, 5, value=3, step=1, label="Severity", elem_id="mx_severity")
-        parts["mx_example"] = gr.Dropdown(
-            [(c, path) for path, c in first.examples], label="Example", visible=False, elem_id="mx_example"
-        )
-        parts["mx_upload"] = gr.Image(
-            type="filepath", label="Second image", sources=["upload"], height=160, visible=False, elem_id="mx_upload"
-        )
-    with gr.Row():
-        parts["mx_patch_run"] = gr.Button("Patch", variant="primary", scale=1, elem_id="mx_patch_run")
+    parts |= _second_run_controls(first)
+    with gr.Row(equal_height=True):
+        parts["mx_patch_run"] = gr.Button("Patch", variant="primary", scale=0, min_width=160, elem_id="mx_patch_run")
+        parts["mx_patch_stop"] = _stop_button("mx_patch_stop")
         parts["mx_cost"] = gr.Markdown(elem_id="mx_cost")
     parts["mx_msg"] = gr.Markdown(elem_id="mx_msg")
     with gr.Row():
@@ -126,20 +187,39 @@ def build(first: LoadedModel, tab: gr.Tab) -> MechanismsParts:
         with gr.Column(scale=4):
             parts["mx_patch"] = gr.Plot(label="Patching over depth", elem_id="mx_patch")
     parts["mx_patch_heads"] = gr.Plot(label="Patching per class-attention head", elem_id="mx_patch_heads")
+    low, high = region_bounds(first.cfg.grid_size)
+    with gr.Row(equal_height=True):
+        parts["mx_region"] = gr.Slider(
+            low, high, value=DEFAULT_REGION, step=1, label="Region side (patches)", scale=2, elem_id="mx_region"
+        )
+        parts["mx_token_run"] = gr.Button("Map where the answer enters", scale=0, min_width=220, elem_id="mx_token_run")
+        parts["mx_token_stop"] = _stop_button("mx_token_stop")
+        parts["mx_token_cost"] = gr.Markdown(elem_id="mx_token_cost")
+    parts["mx_tokens"] = gr.Plot(label="Token patching into the class stage", elem_id="mx_tokens")
     with gr.Row():
         parts["mx_heads"] = gr.CheckboxGroup(
             causal_heads(first.cfg), value=[], label="Heads to ablate together", elem_id="mx_heads", scale=3
         )
         parts["mx_mode"] = gr.Radio(
-            list(causal_view.ABLATIONS), value=causal_view.ABLATIONS[0], label="Remove by", elem_id="mx_mode"
+            list(causal_view.ABLATIONS),
+            value=causal_view.ABLATIONS[0],
+            label="Remove by",
+            scale=2,
+            min_width=300,
+            elem_id="mx_mode",
         )
-        parts["mx_ablate"] = gr.Button("Ablate", scale=1, elem_id="mx_ablate")
+        parts["mx_ablate"] = gr.Button("Ablate", scale=0, min_width=120, elem_id="mx_ablate")
     parts["mx_ablation"] = gr.HTML(elem_id="mx_ablation")
     return MechanismsParts(**parts)
 
 
 def _target(a: session.Analysis, asked: int | None, classes: int) -> int:
     return a.top_class if asked is None or not 0 <= int(asked) < classes else int(asked)
+
+
+def _region_kept(region: float | None, grid: int) -> int:
+    """The region side the slider keeps for a model of patch grid side `grid` (the page's, when it fits)."""
+    return min(int(region or DEFAULT_REGION), region_bounds(grid)[1])
 
 
 def _second_run(loaded: LoadedModel, a: session.Analysis, ask: PatchAsk):
@@ -161,6 +241,7 @@ class MechanismsTab:
 
     def __init__(self, parts: MechanismsParts, shared: Shared, cache: ModelCache):
         self.parts, self.shared, self.cache = parts, shared, cache
+        self.patch_stops, self.token_stops = PageStops(), PageStops()  # each long run's own Stop, per page
 
     def lens(self, loaded: LoadedModel, a: session.Analysis, target: int) -> dict:
         """The lens figure of class `target`, the cost line of patching, and the JSON download rewritten with
@@ -183,22 +264,47 @@ class MechanismsTab:
             self.shared.json_file: session.numbers_file(loaded, a),
         }
 
-    def opened(self, choice, a, target) -> dict:
-        """The tab opened (or a new image shown while it is open): the class menu, the heads to tick, the
-        examples, and the lens of the chosen class (the top prediction unless another is chosen)."""
-        p = self.parts
-        if a is None or a.choice != choice:
-            return {p.mx_msg: NO_IMAGE}
+    def controls(self, loaded: LoadedModel, example: str | None, region: float | None, heads: list | None) -> dict:
+        """The controls that depend on the page's model, for `loaded`: each keeps the page's value when the model
+        takes it (`example`, `region`, `heads` as the page has them; None: not known), else its default. A value
+        the choices lack would fail the next event's input check before any handler runs."""
+        p, paths = self.parts, [path for path, _ in loaded.examples]
+        low, high = region_bounds(loaded.cfg.grid_size)
+        choices = causal_heads(loaded.cfg)
+        kept = [h for h in heads or [] if h in {i for _, i in choices}]
+        return {
+            p.mx_heads: gr.CheckboxGroup(choices=choices, value=kept),
+            p.mx_example: gr.Dropdown(
+                choices=[(c, path) for path, c in loaded.examples],
+                value=example if example in paths else (paths[0] if paths else None),
+            ),
+            p.mx_region: gr.Slider(minimum=low, maximum=high, value=_region_kept(region, high), step=1),
+        }
+
+    def token_cost(self, choice: ModelChoice, a: session.Analysis | None, region: float | None) -> dict:
+        """The cost line of token patching at region side `region` (nothing when no image is shown, or the
+        model is not loaded: this runs off the torch thread, and never loads one)."""
+        if a is None or a.choice != choice or choice not in self.cache.cached or region is None:
+            return {self.parts.mx_token_cost: ""}
         loaded = self.cache.get(choice)
         if without_class_stage(loaded.cfg):
-            return {p.mx_msg: "**No lens for this model:** it has no class-attention stage to read through."}
+            return {self.parts.mx_token_cost: ""}
+        region = min(int(region), loaded.cfg.grid_size)
+        return {self.parts.mx_token_cost: mechanisms_view.token_cost(loaded.model, region, a.forward_seconds)}
+
+    def opened(self, choice, a, target, example=None, region=None, heads=None) -> dict:
+        """The tab opened (or a new image shown while it is open): the controls of the page's model, the class
+        menu, and the lens of the chosen class (the top prediction unless another is chosen) with the cost
+        lines. example, region, heads: the controls' values as the page has them (None from a new image)."""
+        p, loaded = self.parts, self.cache.get(choice)
+        out = self.controls(loaded, example, region, heads)
+        if a is None or a.choice != choice:
+            return out | {p.mx_msg: NO_IMAGE}
+        if without_class_stage(loaded.cfg):
+            return out | {p.mx_msg: "**No lens for this model:** it has no class-attention stage to read through."}
         target = _target(a, target, loaded.cfg.num_classes)
-        out = {
-            p.mx_class: gr.Dropdown(choices=class_choices(loaded.labels), value=target),
-            p.mx_heads: gr.CheckboxGroup(choices=causal_heads(loaded.cfg)),
-            p.mx_example: gr.Dropdown(choices=[(c, path) for path, c in loaded.examples]),
-            p.mx_msg: "",
-        }
+        out |= {p.mx_class: gr.Dropdown(choices=class_choices(loaded.labels), value=target), p.mx_msg: ""}
+        out |= self.token_cost(choice, a, _region_kept(region, loaded.cfg.grid_size))
         return out | self.lens(loaded, a, target)
 
     def choose_class(self, choice, a, target) -> dict:
@@ -218,46 +324,110 @@ class MechanismsTab:
             gr.update(visible=upload),
         ]
 
-    def patch(self, **asked: Any) -> dict:
-        """Activation patching of the chosen class's logit from this image into the second run: bars over depth
-        and the CA heads' grid, in Δlogit, each with the share of the gap it restores.
-        asked: the fields of `PatchAsk`, by name."""
-        p, ask = self.parts, PatchAsk(**asked)
+    def _runs(self, loaded: LoadedModel, total: int, stops: PageStops, request, progress, what: str):
+        """The long run's watch (`mechanisms_view.counted_runs`): progress in images read through the head, and
+        the page's Stop heard before the next block (raising `Stopped`)."""
+        stop = stops.pressed(request)
+
+        def check() -> None:
+            if stop.is_set():
+                stop.clear()  # consumed: the next request computes
+                raise Stopped(f"**Stopped:** {what} did not finish; press its button again to compute it.")
+
+        report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
+        return mechanisms_view.counted_runs(loaded.model, total, report=report, check=check)
+
+    def _asked(self, ask: PatchAsk, failed: Callable[[str], dict]):
+        """(loaded, analysis, target, shown second image, corrupted input, origin) of a patching request, or the
+        failed answer for what is missing (no image, no class stage, no second image, a file that is no image)."""
         a = ask.analysis
         if a is None or a.choice != ask.choice:
-            return {p.mx_msg: NO_IMAGE}
+            return failed(NO_IMAGE)
         loaded = self.cache.get(ask.choice)
         if without_class_stage(loaded.cfg):
-            return {p.mx_msg: "**Cannot patch:** this model has no class-attention stage."}
-        target = _target(a, ask.mx_class, loaded.cfg.num_classes)
+            return failed("**Cannot patch:** this model has no class-attention stage.")
         try:
             shown, corrupted, origin = _second_run(loaded, a, ask)
         except InputError as e:
-            return {p.mx_msg: f"**Cannot patch:** {e}"}
-        x, corrupted = a.x.to(loaded.device), corrupted.to(loaded.device)
-        n = a.patching = mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)
-        label, cfg = loaded.labels[target], loaded.cfg
-        broken = loaded.labels[n["corrupted_top1"]]
-        title = (
-            f"Patching '{label}': clean logit {n['clean_logit']:.2f}, corrupted {n['corrupted_logit']:.2f} "
-            f"(top-1 '{broken}'), gap {n['gap']:.2f}"
-        )
-        branches, class_token = np.array(n["branches"]), np.array(n["class_token"])
-        heads_title = "Each CA head's clean output patched in alone"
+            log.info("patching refused: %s", e)
+            return failed(f"**Cannot patch:** {e}")
+        target = _target(a, ask.mx_class, loaded.cfg.num_classes)
+        return loaded, a, target, shown, corrupted.to(loaded.device), origin
+
+    def patch_failed(self, line: str) -> dict:
+        """A patching run that could not run (or stopped): its line, and no result of an earlier run left."""
+        return {self.parts.mx_msg: line} | dict.fromkeys(self.parts.patched)
+
+    def patch(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
+        """Activation patching of the chosen class's logit from this image into the second run: bars over depth
+        and the CA heads' grid, in Δlogit, each with the share of the gap it restores (when the gap is large
+        enough for shares). Progress per patched run; the page's Stop ends it. asked: `PatchAsk`'s fields."""
+        p = self.parts
+        got = self._asked(PatchAsk(**asked), self.patch_failed)
+        if isinstance(got, dict):
+            return got
+        loaded, a, target, shown, corrupted, origin = got
+        x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
+        try:
+            with self._runs(loaded, total, self.patch_stops, request, progress, "patching"):
+                n = mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)
+        except Stopped as e:
+            log.info("patching stopped by its page")
+            return self.patch_failed(str(e))
+        a.patching = n
         return {
-            p.mx_msg: "",
+            p.mx_msg: self.small_gap_note(n["gap"]),
             self.shared.json_file: session.numbers_file(loaded, a),
             p.mx_second: shown,
-            p.mx_patch: patching_plotly(
-                branches,
-                n["gap"],
-                class_token=class_token,
-                depth=cfg.depth,
-                ca_depth=cfg.depth_token_only,
-                title=title,
-            ),
-            p.mx_patch_heads: heads_plotly(np.array(n["heads"]), n["gap"], title=heads_title),
+            **self.patching_figures(loaded, n),
         }
+
+    @staticmethod
+    def small_gap_note(gap: float) -> str:
+        """The message line after a patching run: why no shares are given, when the gap is too small."""
+        return f"**No shares:** {mechanisms_view.small_gap_words(gap)}." if gap_too_small(gap) else ""
+
+    def patching_figures(self, loaded: LoadedModel, n: dict) -> dict:
+        """The patching run's two figures: the profile over depth and the CA heads' grid."""
+        p, cfg, label = self.parts, loaded.cfg, loaded.labels[n["target"]]
+        title = (
+            f"Patching '{label}': clean logit {n['clean_logit']:.2f}, corrupted {n['corrupted_logit']:.2f} "
+            f"(top-1 '{loaded.labels[n['corrupted_top1']]}'), gap {n['gap']:.2f}"
+        )
+        profile = patching_plotly(
+            np.array(n["branches"]),
+            n["gap"],
+            class_token=np.array(n["class_token"]),
+            depth=cfg.depth,
+            ca_depth=cfg.depth_token_only,
+            title=title,
+        )
+        heads = heads_plotly(np.array(n["heads"]), n["gap"], title="Each CA head's clean output patched in alone")
+        return {p.mx_patch: profile, p.mx_patch_heads: heads}
+
+    def token_failed(self, line: str) -> dict:
+        """A token-patching run that could not run (or stopped): its line, and no map of an earlier run left."""
+        return {self.parts.mx_msg: line, self.parts.mx_second: None, self.parts.mx_tokens: None}
+
+    def tokens(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
+        """Token patching of the chosen class's logit into the class stage, region by region of the size asked,
+        both directions, drawn over the image beside the class attention with their rank correlation. Progress
+        per region run; the page's Stop ends it. asked: `TokenAsk`'s fields."""
+        p, ask = self.parts, TokenAsk(**asked)
+        got = self._asked(ask, self.token_failed)
+        if isinstance(got, dict):
+            return got
+        loaded, a, target, shown, corrupted, origin = got
+        region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
+        x, total = a.x.to(loaded.device), mechanisms_view.token_runs(loaded.cfg, region)
+        try:
+            with self._runs(loaded, total, self.token_stops, request, progress, "token patching"):
+                n = mechanisms_view.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)
+        except Stopped as e:
+            log.info("token patching stopped by its page")
+            return self.token_failed(str(e))
+        figure = mechanisms_view.token_map_figure(n, a.view, label=loaded.labels[target])
+        return {p.mx_msg: self.small_gap_note(n["gap"]), p.mx_second: shown, p.mx_tokens: figure}
 
     def ablate(self, **asked: Any) -> dict:
         """The ticked heads removed together: Δlogit of the chosen class and the new top-5. asked: `AblateAsk`'s
@@ -282,18 +452,34 @@ class MechanismsTab:
     def cleared(self) -> dict:
         return dict.fromkeys(self.parts.results)
 
+    def drop(self, request: gr.Request | None = None) -> None:
+        """The page closed: its Stops go with it."""
+        self.patch_stops.drop(request)
+        self.token_stops.drop(request)
+
     def wire(self) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
         said = lambda line: {p.mx_msg: line}  # noqa: E731
         opened = on_torch(answering(self.opened, said=said))
         p.mechanisms_tab.select(
-            opened, [shared.choice, shared.analysis, p.mx_class], [*p.opened, shared.json_file], **MODEL_EVENTS
+            opened,
+            [shared.choice, shared.analysis, p.mx_class, p.mx_example, p.mx_region, p.mx_heads],
+            [*p.opened, shared.json_file],
+            **MODEL_EVENTS,
         )
         p.mx_class.input(
             on_torch(answering(self.choose_class, said=said)),
             [shared.choice, shared.analysis, p.mx_class],
             [p.mx_lens, p.mx_cost, shared.json_file, p.mx_msg],
             **MODEL_EVENTS,
+        )
+        # off the model queue and the torch thread: the line is arithmetic on the loaded model's config
+        p.mx_region.change(
+            answering(self.token_cost),
+            [shared.choice, shared.analysis, p.mx_region],
+            p.mx_token_cost,
+            queue=False,
+            api_visibility="private",
         )
         p.mx_source.change(
             self.source,
@@ -302,16 +488,44 @@ class MechanismsTab:
             queue=False,
             api_visibility="private",
         )
-        p.mx_patch_run.click(
-            on_torch(answering(self.patch, said=said)),
+        patch_outputs = [p.mx_msg, shared.json_file, *p.patched]
+        self.wire_long_run(
+            p.mx_patch_run, p.mx_patch_stop, self.patch_stops, answering(self.patch, said=self.patch_failed),
             inputs_kwargs=named(p, PatchAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[p.mx_msg, shared.json_file, p.mx_second, p.mx_patch, p.mx_patch_heads],
-            show_progress_on=[p.mx_patch],
-            **MODEL_EVENTS,
-        )
+            outputs=patch_outputs, progress_on=p.mx_patch,
+        )  # fmt: skip
+        self.wire_long_run(
+            p.mx_token_run, p.mx_token_stop, self.token_stops, answering(self.tokens, said=self.token_failed),
+            inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis),
+            outputs=[p.mx_msg, p.mx_second, p.mx_tokens], progress_on=p.mx_tokens,
+        )  # fmt: skip
         p.mx_ablate.click(
             on_torch(answering(self.ablate, said=lambda line: {p.mx_ablation: line})),
             inputs_kwargs=named(p, AblateAsk, choice=shared.choice, analysis=shared.analysis),
             outputs=p.mx_ablation,
             **MODEL_EVENTS,
         )
+
+    @staticmethod
+    def wire_long_run(
+        run: gr.Button, stop: gr.Button, stops: PageStops, fn: Callable, *, inputs_kwargs, outputs, progress_on
+    ) -> None:
+        """A long run's button: its Stop armed and enabled at once (off the model queue: a Stop pressed while
+        the run still waits counts), the run on the torch thread with its progress, then its Stop disabled
+        again, whether the run finished, failed or stopped."""
+
+        def armed(request: gr.Request | None = None) -> gr.Button:
+            stops.arm(request)
+            return gr.Button(interactive=True)
+
+        started = run.click(armed, None, stop, queue=False, api_visibility="private")
+        ran = started.then(
+            torch_thread.handler(fn),
+            inputs_kwargs=inputs_kwargs,
+            outputs=outputs,
+            show_progress_on=[progress_on],
+            **MODEL_EVENTS,
+        )
+        ran.then(lambda: gr.Button(interactive=False), None, stop, queue=False, api_visibility="private")
+        # off the model queue: it must get through while the run it stops holds the queue
+        stop.click(stops.press, None, None, queue=False, api_visibility="private")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -33,18 +33,47 @@ class TokenPatchingError(InputError):
     CA stage); the message is one line."""
 
 
+def region_bounds(grid: int) -> tuple[int, int]:
+    """The region sides one may ask of a patch grid of side `grid`, inclusive: 1 (each patch its own region)
+    to `grid` (one region, the whole stage). A page's slider spans these; `checked_region` refuses the rest."""
+    return 1, grid
+
+
+def checked_region(value: Any, grid: int, *, name: str = "region") -> int:
+    """A region side from a loosely typed value (a web client's number or string) for a patch grid of side
+    `grid`.
+
+    Args:
+        value: the side in patches (an int, a whole float such as a slider's 2.0, or its text).
+        grid: the patch grid's side.
+        name: what the caller calls the value, in the message.
+
+    Returns:
+        The side as an int within `region_bounds(grid)`; TokenPatchingError in one line naming `name` otherwise.
+    """
+    low, high = region_bounds(grid)
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not number.is_integer() or not low <= number <= high:  # NaN fails both
+        raise TokenPatchingError(f"{name} must be a whole number of patches from {low} to {high}, got {value!r}")
+    return int(number)
+
+
 def region_masks(grid: int, region: int) -> torch.Tensor:
     """Which patches each region holds: bool [R * R, grid * grid], regions and patches in row-major order.
 
     Args:
         grid: the patch grid's side g.
-        region: a region's side in patches, 1 (each patch its own region) to g (one region, the whole grid).
+        region: a region's side in patches, within `region_bounds(grid)`.
 
     Returns:
         One row per region, True at its patches; the rows partition the grid.
     """
-    if isinstance(region, bool) or not isinstance(region, int) or not 1 <= region <= grid:
-        raise TokenPatchingError(f"region must be a whole number of patches from 1 to {grid}, got {region!r}")
+    if not isinstance(region, int):
+        raise TokenPatchingError(f"region must be a whole number of patches, got {region!r}")
+    region = checked_region(region, grid)
     per_side = math.ceil(grid / region)
     cell = torch.arange(grid) // region
     which = (cell[:, None] * per_side + cell[None, :]).flatten()  # each patch's region
@@ -196,3 +225,32 @@ def token_patching(
             broken = (base[0] - target_logit(runs[0], runs[1], masks)).view(-1, per_side, per_side)
     grid = model.cfg.grid_size
     return TokenPatching(target, logits[0], logits[1], region, grid, restored, broken, top, top_restored)
+
+
+def token_patching_forwards(model: nn.Module, *, region: int = 1, direction: Direction = "both") -> float:
+    """What `token_patching` of one image costs, in forward passes of the model by multiply-accumulates
+    (`CaiT.flops`): the clean and the corrupted run (one forward each), then one run of the class stage and
+    head (`CaiT.class_stage_flops`) per region and direction. A floor: building each batch of token sets and
+    the batching itself cost time no FLOP count sees.
+
+    Args:
+        model: a CaiT with a class-attention stage.
+        region: a region's side in patches, as `token_patching` takes it.
+        direction: "restore", "break" or "both", as `token_patching` takes it.
+
+    Returns:
+        Forward passes (a float, at least 2).
+    """
+    if direction not in DIRECTIONS:
+        raise TokenPatchingError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    runs = len(region_masks(model.cfg.grid_size, region)) * (2 if direction == "both" else 1)
+    return 2 + runs * model.class_stage_flops() / model.flops()
+
+
+def region_sums(maps: torch.Tensor, region: int) -> torch.Tensor:
+    """Patch maps [B, g, g] (e.g. class attention) summed over each token-patching region: [B, R, R], row-major
+    as `region_masks`, to set beside `TokenPatching`'s maps."""
+    grid = maps.shape[-1]
+    masks = region_masks(grid, region).to(maps)
+    per_side = math.isqrt(len(masks))
+    return (maps.flatten(1) @ masks.T).view(-1, per_side, per_side)

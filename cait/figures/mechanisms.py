@@ -72,8 +72,24 @@ def lens_plotly(
     return fig
 
 
+# A share of the gap means something only when the corruption moved the class's logit by more than single
+# components move it on their own: patched alone, components interact and their effects do not add up to the
+# gap, so with a small gap the shares swing without bound. One logit (the class's odds against every other class
+# changed by a factor e, a probability of 0.73 falling to 0.5) is where that stops on the shipped model: over its
+# example images, the 6 with a gap below one logit had shares from -371% to +1394% (4 of them past +-100%), the
+# 22 image-corruption pairs at or above it stayed within -95% to +124% (docs/app_api.md). Below it the figures
+# show Δlogits and say why.
+MEANINGFUL_GAP = 1.0
+
+
+def gap_too_small(gap: float) -> bool:
+    """Whether the clean-corrupted logit gap is too small (below MEANINGFUL_GAP either way, or not a number) for
+    shares of it to mean anything."""
+    return not abs(gap) >= MEANINGFUL_GAP
+
+
 def _share(value: float, gap: float) -> str:
-    return f"{value / gap:.0%} of the gap" if gap else "no gap to restore"
+    return "gap too small for a share" if gap_too_small(gap) else f"{value / gap:.0%} of the gap"
 
 
 WHOLE_STREAM = "whole stream patched: the clean run, by construction (orientation)"
@@ -128,8 +144,13 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
     in it; ci95 [L, heads, 2]: the 95% interval of each share, written under it (over a dataset)."""
     import plotly.graph_objects as go
 
-    text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
-    if ci95 is not None:
+    if gap_too_small(gap):  # the Δlogits themselves, the shares would mean nothing
+        text = [[f"{float(v):+.2f}" for v in row] for row in heads]
+        hover = "%{y} %{x}: Δlogit %{z:+.3f} (the gap is too small for a share)<extra></extra>"
+    else:
+        text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
+        hover = "%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>"
+    if ci95 is not None and not gap_too_small(gap):
         text = [[f"{t}<br>[{lo:.0%}, {hi:.0%}]" for t, (lo, hi) in zip(r, c)] for r, c in zip(text, ci95)]
     fig = go.Figure(
         go.Heatmap(
@@ -138,7 +159,7 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
             y=[f"CA{c + 1}" for c in range(heads.shape[0])],
             text=text,
             texttemplate="%{text}",
-            hovertemplate="%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>",
+            hovertemplate=hover,
             colorbar=dict(title="Δlogit"),
             **signed_heatmap(np.abs(heads).max()),
         )
