@@ -12,6 +12,16 @@ import gradio as gr
 MAX_PAGES = 1024  # pages whose Stop is remembered at most (each is dropped when its page closes)
 
 
+def page_of(request: gr.Request | None) -> str | None:
+    """The browser page a request came from (Gradio's session hash): its Stop, and the long work its next image
+    cancels, are kept under it."""
+    return getattr(request, "session_hash", None)
+
+
+class Stopped(Exception):
+    """A page's Stop button ended its computation (the message says so)."""
+
+
 class PageStops:
     """One Stop per page (its Gradio session)."""
 
@@ -20,7 +30,7 @@ class PageStops:
         self._lock = threading.Lock()
 
     def _event(self, request: gr.Request | None) -> threading.Event:
-        key = getattr(request, "session_hash", None)
+        key = page_of(request)
         with self._lock:
             event = self._pressed.setdefault(key, threading.Event())
             self._pressed.move_to_end(key)
@@ -42,7 +52,7 @@ class PageStops:
     def drop(self, request: gr.Request | None = None) -> None:
         """The page closed."""
         with self._lock:
-            self._pressed.pop(getattr(request, "session_hash", None), None)
+            self._pressed.pop(page_of(request), None)
 
     def __len__(self) -> int:
         return len(self._pressed)

@@ -14,7 +14,7 @@ import torch
 from conftest import randomise_
 
 import cait
-from app import causal_view, mechanisms_view, session
+from app import causal_view, mechanisms_view, session, torch_thread
 from app.api import Analyze
 from app.loading import load_model
 from app.mechanisms_view import SOURCES
@@ -60,7 +60,7 @@ def test_the_lens_drawn_is_explains(setup):
     assert "after SA block 1" in line.hovertext[1] and "patch embedding" in line.hovertext[0]
     top1 = probs.argmax(-1).tolist()
     forms = next(k for k in range(len(top1)) if all(t == top1[-1] for t in top1[k:]))  # a plain loop
-    assert out[p.mx_lens].layout.title.text.endswith("(top-1 from there on)") == (forms is not None)
+    assert out[p.mx_lens].layout.title.text.endswith("(the top-1 from there on)") == (forms is not None)
     assert out[p.mx_class].value == target and "forward passes" in out[p.mx_cost]
     # a new image's follow-up: the lens at once while the tab is open, nothing while another is
     assert handlers.tabs.image.follow_up(a.choice, a, MECHANISMS_TAB)[p.mx_class].value == a.top_class
@@ -167,7 +167,8 @@ def test_the_download_holds_the_tabs_lens_and_patching_as_analyze_gives_them(set
     handlers, loaded, _, examples = setup
     p, a = handlers.p, session.analyse(loaded, examples[0])  # nothing computed on it yet
     read = lambda out: json.loads(Path(out[p.json_file]).read_text())  # noqa: E731
-    analyze = Analyze(handlers.cache, loaded.choice).analyze
+    # as the server runs it (the quick lane's threads, as the tab's long lane has: float sums follow them)
+    analyze = torch_thread.handler(Analyze(handlers.cache, loaded.choice).analyze)
     missing = json.loads(Path(session.numbers_file(loaded, a)).read_text())["not_computed"]
     assert "Mechanisms tab" in missing["logit_lens"] and "Mechanisms tab" in missing["patching"]
     target = int(np.argsort(a.probs)[-2])  # another class than the top one

@@ -16,7 +16,7 @@ from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import PageStops
+from app.stops import PageStops, Stopped, page_of
 from cait.explain import hooks
 from cait.figures import head_name
 
@@ -86,15 +86,6 @@ class KnockoutAsk:
     analysis: session.Analysis | None
     cz_state: causal_view.CausalView | None
     cz_knockout_of: str | None
-
-
-def _page(request: gr.Request | None) -> str | None:
-    """The page a request came from (its long work is cancelled by its next image)."""
-    return getattr(request, "session_hash", None)
-
-
-class Stopped(Exception):
-    """A page's Stop button ended its Causal tab's computation (the message says so)."""
 
 
 def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
@@ -175,7 +166,7 @@ class CausalTab:
         loaded = torch_thread.call(self.cache.get, choice)
         compute = functools.partial(self._view, loaded, a, self.stops.pressed(request), progress)
         try:
-            out = torch_thread.call_long(compute, page=_page(request), model=loaded.model)
+            out = torch_thread.call_long(compute, page=page_of(request), model=loaded.model)
         except torch_thread.Cancelled:
             log.info("causal view cancelled by its page's next image")
             return gr.skip()  # the next image's first view has emptied the tab and disabled the Stop
@@ -228,7 +219,7 @@ class CausalTab:
         pressed before counts no more, the page's long work of its last image is cancelled, and the Stop is
         enabled if the tab is on show (it computes the new image's view)."""
         self.stops.arm(request)
-        torch_thread.cancel_long(_page(request))
+        torch_thread.cancel_long(page_of(request))
         return {self.parts.cz_stop: gr.Button(interactive=open_tab == CAUSAL_TAB and a is not None)}
 
     def choose_class(self, request: gr.Request | None = None, **asked: Any) -> dict:
@@ -266,7 +257,7 @@ class CausalTab:
     def _long(work, loaded: LoadedModel, request: gr.Request | None) -> dict:
         """work() on the long lane for the page's image: nothing once the page's next image cancelled it."""
         try:
-            return torch_thread.call_long(work, page=_page(request), model=loaded.model)
+            return torch_thread.call_long(work, page=page_of(request), model=loaded.model)
         except torch_thread.Cancelled:
             return {}
 

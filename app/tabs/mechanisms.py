@@ -18,8 +18,8 @@ from app import causal_view, mechanisms_view, session, torch_thread
 from app.choices import causal_heads, class_choices
 from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import MODEL_EVENTS, Shared, answering, named
-from app.tabs.causal import PageStops, Stopped
+from app.shared import LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
+from app.stops import PageStops, Stopped, page_of
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.errors import InputError
 from cait.explain.token_patching import checked_region, region_bounds
@@ -363,14 +363,21 @@ class MechanismsTab:
         and the CA heads' grid, in Δlogit, each with the share of the gap it restores (when the gap is large
         enough for shares). Progress per patched run; the page's Stop ends it. asked: `PatchAsk`'s fields."""
         p = self.parts
-        got = self._asked(PatchAsk(**asked), self.patch_failed)
+        got = torch_thread.call(self._asked, PatchAsk(**asked), self.patch_failed)
         if isinstance(got, dict):
             return got
         loaded, a, target, shown, corrupted, origin = got
         x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
-        try:
+
+        def work() -> dict:
             with self._runs(loaded, total, self.patch_stops, request, progress, "patching"):
-                n = mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)
+                return mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)
+
+        try:
+            n = torch_thread.call_long(work, page=page_of(request), model=loaded.model)
+        except torch_thread.Cancelled:
+            log.info("patching cancelled by its page's next image")
+            return self.patch_failed("")
         except Stopped as e:
             log.info("patching stopped by its page")
             return self.patch_failed(str(e))
@@ -414,15 +421,22 @@ class MechanismsTab:
         both directions, drawn over the image beside the class attention with their rank correlation. Progress
         per region run; the page's Stop ends it. asked: `TokenAsk`'s fields."""
         p, ask = self.parts, TokenAsk(**asked)
-        got = self._asked(ask, self.token_failed)
+        got = torch_thread.call(self._asked, ask, self.token_failed)
         if isinstance(got, dict):
             return got
         loaded, a, target, shown, corrupted, origin = got
         region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
         x, total = a.x.to(loaded.device), mechanisms_view.token_runs(loaded.cfg, region)
-        try:
+
+        def work() -> dict:
             with self._runs(loaded, total, self.token_stops, request, progress, "token patching"):
-                n = mechanisms_view.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)
+                return mechanisms_view.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)
+
+        try:
+            n = torch_thread.call_long(work, page=page_of(request), model=loaded.model)
+        except torch_thread.Cancelled:
+            log.info("token patching cancelled by its page's next image")
+            return self.token_failed("")
         except Stopped as e:
             log.info("token patching stopped by its page")
             return self.token_failed(str(e))
@@ -511,8 +525,8 @@ class MechanismsTab:
         run: gr.Button, stop: gr.Button, stops: PageStops, fn: Callable, *, inputs_kwargs, outputs, progress_on
     ) -> None:
         """A long run's button: its Stop armed and enabled at once (off the model queue: a Stop pressed while
-        the run still waits counts), the run on the torch thread with its progress, then its Stop disabled
-        again, whether the run finished, failed or stopped."""
+        the run still waits counts), the run on the long lane with its progress (`torch_thread.call_long`, in the
+        handler), then its Stop disabled again, whether the run finished, failed or stopped."""
 
         def armed(request: gr.Request | None = None) -> gr.Button:
             stops.arm(request)
@@ -520,12 +534,8 @@ class MechanismsTab:
 
         started = run.click(armed, None, stop, queue=False, api_visibility="private")
         ran = started.then(
-            torch_thread.handler(fn),
-            inputs_kwargs=inputs_kwargs,
-            outputs=outputs,
-            show_progress_on=[progress_on],
-            **MODEL_EVENTS,
+            fn, inputs_kwargs=inputs_kwargs, outputs=outputs, show_progress_on=[progress_on], **LONG_EVENTS
         )
         ran.then(lambda: gr.Button(interactive=False), None, stop, queue=False, api_visibility="private")
-        # off the model queue: it must get through while the run it stops holds the queue
+        # off the queues: it must get through while the run it stops holds them
         stop.click(stops.press, None, None, queue=False, api_visibility="private")
