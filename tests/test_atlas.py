@@ -27,6 +27,7 @@ from cait.atlas import compute
 from cait.atlas.__main__ import main
 from cait.corruptions import corrupt
 from cait.data import read_images
+from cait.figures.mechanisms import gap_too_small
 from cait.preprocess import normalise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -345,10 +346,15 @@ def test_page_is_self_contained_and_names_data_and_model(setup):
     assert page.count("data:image/jpeg;base64,") == 2 * 2 * len(summary["heads"])  # k=2, two kinds per head
     assert "Knockout profile" in page and "uniform attention" in page
     assert "Activation patching under gaussian_noise at severity 3" in page
-    assert "mean Δlogit (share of the mean gap, 95% interval)" in page  # the heads' grid gives each its interval
-    for head in summary["patching"]["heads"]:
-        low, high = head["restored_ci95"]
-        assert f"\\u003cbr\\u003e[{low:.0%}, {high:.0%}]" in page  # written under the head's share of the gap
+    gap = summary["patching"]["gap"]["mean"]
+    if gap_too_small(gap):  # the heads' grid gives Δlogits and says why there are no shares
+        assert f"mean Δlogit (no shares: the mean gap, {gap:.2f} logits, is too small for them)" in page
+        assert "share of the mean gap, 95% interval" not in page
+    else:  # the heads' grid gives each its interval
+        assert "mean Δlogit (share of the mean gap, 95% interval)" in page
+        for head in summary["patching"]["heads"]:
+            low, high = head["restored_ci95"]
+            assert f"\\u003cbr\\u003e[{low:.0%}, {high:.0%}]" in page  # written under the head's share of the gap
 
 
 def test_parquet_round_trip(setup):

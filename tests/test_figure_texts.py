@@ -173,3 +173,18 @@ def test_the_lens_title_reads_as_a_sentence():
     assert "forms at the patch embedding" in title
     title = lens_plotly([0.1, 0.9], ["Bag", "Coat"], [0.5, 0.9], target="Coat", forms_at=1).layout.title.text
     assert "forms after SA block 1" in title
+
+
+@pytest.mark.parametrize("gap", [2.0, -1.5, 0.6])
+def test_the_heads_grid_gives_shares_and_intervals_only_for_a_gap_large_enough(gap):
+    """Issue 49 N38: shares of a gap under one logit swing without bound, so the grid gives Δlogits there; over
+    a dataset each share carries its 95% interval under it."""
+    from cait.figures.mechanisms import MEANINGFUL_GAP, heads_plotly
+
+    heads = np.array([[0.5, -0.25], [1.0, 0.0]])
+    ci95 = np.array([[[0.1, 0.4], [-0.2, 0.0]], [[0.3, 0.7], [-0.1, 0.1]]])
+    text = [cell for row in heads_plotly(heads, gap, title="t", ci95=ci95).data[0].text for cell in row]
+    if abs(gap) >= MEANINGFUL_GAP:
+        assert text[0] == f"{0.5 / gap:.0%}<br>[10%, 40%]" and all("<br>[" in cell for cell in text)
+    else:
+        assert text == ["+0.50", "-0.25", "+1.00", "+0.00"]

@@ -22,7 +22,7 @@ from .. import explain
 from ..figures import distance_plot, head_name, to_plotly
 from ..figures.causal import knockout_plotly
 from ..figures.colours import signed_heatmap
-from ..figures.mechanisms import heads_plotly, patching_plotly
+from ..figures.mechanisms import gap_too_small, heads_plotly, patching_plotly
 from ..preprocess import normalise
 from ..runtime import autocast
 from .report import Tally, box_line
@@ -350,11 +350,18 @@ def patching_figures(patching: dict, cfg, images: int) -> list:
         heads_plotly(
             heads,
             gap,
-            title=f"Each CA head patched alone under {what}: mean Δlogit (share of the mean gap, 95% interval)",
+            title=f"Each CA head patched alone under {what}: mean Δlogit " + _heads_unit(gap),
             ci95=ci95,
         ),
         token_patching_plotly(patching["tokens"], what),
     ]
+
+
+def _heads_unit(gap: float) -> str:
+    """What the heads' grid writes in each cell besides the mean Δlogit: shares only of a gap large enough."""
+    if gap_too_small(gap):
+        return f"(no shares: the mean gap, {gap:.2f} logits, is too small for them)"
+    return "(share of the mean gap, 95% interval)"
 
 
 def token_patching_plotly(tokens: dict, what: str):
