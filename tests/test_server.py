@@ -5,6 +5,7 @@ that runs once it is decided."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from conftest import wait_until_served
 from test_app import ROOT, free_port
 
 import cait
+from app.api import Analyze
 
 SCENE = sorted(cait.data.EXAMPLES_DIR.glob("scene_*.png"))[0]
 STOP_BOUND_S = 20  # generous: the shutdown's own grace is 5 s; today a running computation held it for minutes
@@ -71,21 +73,21 @@ def uploaded(url: str, path: Path) -> dict:
     return {"path": name, "meta": {"_type": "gradio.FileData"}}
 
 
-DEFAULTS = ["", -1, 32, False, "mean", False, 16, 0.15, "mean", 0.0, 0, False, ""]  # /analyze after the image
+# /analyze's inputs after the image, with their defaults, as the endpoint publishes them
+OPTIONS = {n: p.default for n, p in list(inspect.signature(Analyze.analyze).parameters.items())[2:]}
+INPUTS = 1 + len(OPTIONS)
 IMAGE = object()  # stands for a file uploaded as gradio_client does
 
 
 def with_inputs(**given) -> list:
-    names = ["method", "target", "ig_steps", "causal", "ig_baseline", "signed", "smoothgrad_samples"]
-    names += ["smoothgrad_stdev", "rollout_head_fusion", "rollout_discard_ratio", "seed", "logit_lens", "patching"]
     image = given.pop("image", IMAGE)
-    return [image, *(given.get(name, default) for name, default in zip(names, DEFAULTS))]
+    return [image, *(given.get(name, default) for name, default in OPTIONS.items())]
 
 
 MALFORMED = {
-    "the image alone": ([IMAGE], "/analyze takes 14 inputs (image, method, target"),
-    "no inputs": ([], "takes 14 inputs"),
-    "one too many": ([*with_inputs(), "extra"], "got 15"),
+    "the image alone": ([IMAGE], f"/analyze takes {INPUTS} inputs (image, method, target"),
+    "no inputs": ([], f"takes {INPUTS} inputs"),
+    "one too many": ([*with_inputs(), "extra"], f"got {INPUTS + 1}"),
     "a word for a count": (with_inputs(ig_steps="many"), "ig_steps must be a whole number, got 'many'"),
     "a list for the class": (with_inputs(method="saliency", target=[1]), "target must be a whole number, got [1]"),
     "true for the class": (with_inputs(target=True), "target must be a whole number, got True"),

@@ -86,6 +86,18 @@ class MechanismsParts:
 
 
 @dataclass(frozen=True)
+class OpenAsk:
+    """What opening the tab sends, each field named as its component (`app.shared.named`)."""
+
+    choice: ModelChoice
+    analysis: session.Analysis | None
+    mx_class: int | None  # None: the top prediction
+    mx_example: str | None  # the controls' values as the page has them
+    mx_region: float | None
+    mx_heads: list[str] | None
+
+
+@dataclass(frozen=True)
 class PatchAsk:
     """What the Patch button sends, each field named as its component (`app.shared.named`)."""
 
@@ -292,6 +304,11 @@ class MechanismsTab:
         region = min(int(region), loaded.cfg.grid_size)
         return {self.parts.mx_token_cost: mechanisms_view.token_cost(loaded.model, region, a.forward_seconds)}
 
+    def open_asked(self, **asked: Any) -> dict:
+        """The tab selected: `opened` with the page's values. asked: `OpenAsk`'s fields, by name."""
+        ask = OpenAsk(**asked)
+        return self.opened(ask.choice, ask.analysis, ask.mx_class, ask.mx_example, ask.mx_region, ask.mx_heads)
+
     def opened(self, choice, a, target, example=None, region=None, heads=None) -> dict:
         """The tab opened (or a new image shown while it is open): the controls of the page's model, the class
         menu, and the lens of the chosen class (the top prediction unless another is chosen) with the cost
@@ -474,11 +491,10 @@ class MechanismsTab:
     def wire(self) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
         said = lambda line: {p.mx_msg: line}  # noqa: E731
-        opened = on_torch(answering(self.opened, said=said))
         p.mechanisms_tab.select(
-            opened,
-            [shared.choice, shared.analysis, p.mx_class, p.mx_example, p.mx_region, p.mx_heads],
-            [*p.opened, shared.json_file],
+            on_torch(answering(self.open_asked, said=said)),
+            inputs_kwargs=named(p, OpenAsk, choice=shared.choice, analysis=shared.analysis),
+            outputs=[*p.opened, shared.json_file],
             **MODEL_EVENTS,
         )
         p.mx_class.input(
