@@ -125,3 +125,20 @@ def test_the_mixed_style_draws_each_scene_light_or_varied():
         assert len(matches) == 1, i
         seen.append(matches[0])
     assert 6 < seen.count("light") < 18  # about half of each
+
+
+def test_the_blend_style_is_mixed_with_half_its_varied_scenes_drawn_default():
+    blend = FashionMNISTScenes("val", subset=40, style="blend")
+    mixed = FashionMNISTScenes("val", subset=40, style="mixed")
+    default = FashionMNISTScenes("val", subset=40)
+    seen = []
+    for i in range(40):
+        scene, mixed_scene = blend.render(i), mixed.render(i)
+        if mixed._look(i) == "light" or np.array_equal(scene, mixed_scene):
+            np.testing.assert_array_equal(scene, mixed_scene)  # the same coin: mixed's light scenes stay light
+            seen.append(mixed._look(i))
+        else:
+            np.testing.assert_array_equal(scene, default.render(i))  # the default style's pixels, bit for bit
+            seen.append("default")
+    assert 10 < seen.count("light") < 30 and 3 < seen.count("default") < 17 and 3 < seen.count("varied") < 17
+    assert cache_path(blend) != cache_path(mixed)

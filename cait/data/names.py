@@ -8,7 +8,7 @@ from ..errors import InputError
 
 SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k test split
 NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
-SCENE_STYLES = ("default", "varied", "light", "mixed")
+SCENE_STYLES = ("default", "varied", "light", "mixed", "blend")
 SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
 # the boxes of an export under way (`cait.data.export`), removed once boxes.json is written: the reader warns
 UNFINISHED_EXPORT = ".export-unfinished.json"

@@ -33,6 +33,10 @@ LIGHT_STYLE = {
 STYLE_DRAWS = {"varied": VARIED_STYLE, "light": LIGHT_STYLE}  # a drawn look's ranges
 STYLE_STREAMS = {"varied": 2, "light": 3}  # the random stream of each look's draws (0, 1: layout and scene)
 MIXED_LIGHT_SHARE = 0.5  # the "mixed" style's share of light scenes (the rest are varied), one coin per scene
+# The "blend" style's looks and their shares, drawn by the same coin as "mixed" (light below 0.5, so a blend's
+# light scenes are the mixed style's): mixed with half its varied scenes drawn in the default style instead, so
+# that a light-background fine-tune keeps seeing the scenes the models are scored on.
+BLEND_SHARES = (("light", 0.5), ("varied", 0.25), ("default", 0.25))
 PIXEL_NOISE = 0.04  # std of the default style's pixel noise
 
 
@@ -54,7 +58,8 @@ class FashionMNISTScenes(Dataset):
     and so are the boxes: the varied garment is drawn only inside its box (rounded out to whole pixels).
     style "light" inverts the same clutter and lifts it towards white, and draws the garment darker than its
     background, its grey levels inverted (LIGHT_STYLE's ranges); style "mixed" draws each scene light or varied
-    by a coin of its own (MIXED_LIGHT_SHARE light), every scene as that style draws it.
+    by a coin of its own (MIXED_LIGHT_SHARE light), every scene as that style draws it; style "blend" draws each
+    scene light, varied or default by the same coin (BLEND_SHARES).
     pixel_noise: the noise std of every scene instead (either style), e.g. to check a model's dependence on it.
     """
 
@@ -127,6 +132,7 @@ class FashionMNISTScenes(Dataset):
                 if self.style in ("light", "mixed")
                 else {}
             ),
+            **({"style_draws": STYLE_DRAWS, "blend_shares": BLEND_SHARES} if self.style == "blend" else {}),
         }
 
     @property
@@ -162,11 +168,18 @@ class FashionMNISTScenes(Dataset):
         return Image.fromarray(image), int(self.labels[i])
 
     def _look(self, i: int) -> str:
-        """How sample i is drawn: its style's name, or for "mixed" light or varied by a coin of its own stream."""
-        if self.style != "mixed":
+        """How sample i is drawn: its style's name, or for "mixed" and "blend" a look chosen by a coin of its own
+        stream."""
+        if self.style not in ("mixed", "blend"):
             return self.style
         coin = np.random.default_rng([self.seed, self._split_key, 4, i]).random()
-        return "light" if coin < MIXED_LIGHT_SHARE else "varied"
+        if self.style == "mixed":
+            return "light" if coin < MIXED_LIGHT_SHARE else "varied"
+        for look, share in BLEND_SHARES:
+            if coin < share:
+                return look
+            coin -= share
+        return BLEND_SHARES[-1][0]
 
     def _style_draws(self, i: int) -> dict[str, float] | None:
         """The drawn look's values for sample i (its STYLE_DRAWS keys), from a stream of their own so that

@@ -82,7 +82,8 @@ def _what_to_train(g) -> None:
         choices=SCENE_STYLES,
         default="default",
         help="look of the fashion-mnist-scenes training images (varied: noise, lighting, shading and blur drawn "
-        "per scene; light: light backgrounds, the garment darker than them; mixed: each scene light or varied); "
+        "per scene; light: light backgrounds, the garment darker than them; mixed: each scene light or varied; blend: "
+        "light, varied or default, half, a quarter, a quarter); "
         "validation stays on the default style's test scenes",
     )
     g.add_argument(
