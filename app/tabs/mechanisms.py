@@ -354,6 +354,23 @@ class MechanismsTab:
         report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
         return mechanisms_view.counted_runs(loaded.model, total, report=report, check=check)
 
+    def _run_long(self, loaded: LoadedModel, total: int, stops: PageStops, request, progress, what: str, compute):
+        """compute() on the long lane, watched by `_runs` (progress, the page's Stop): its numbers, or the line to
+        show instead (empty when the page's next image cancelled it)."""
+
+        def work() -> dict:
+            with self._runs(loaded, total, stops, request, progress, what):
+                return compute()
+
+        try:
+            return torch_thread.call_long(work, page=page_of(request), model=loaded.model)
+        except torch_thread.Cancelled:
+            log.info("%s cancelled by its page's next image", what)
+            return ""
+        except Stopped as e:
+            log.info("%s stopped by its page", what)
+            return str(e)
+
     def _asked(self, ask: PatchAsk, failed: Callable[[str], dict]):
         """(loaded, analysis, target, shown second image, corrupted input, origin) of a patching request, or the
         failed answer for what is missing (no image, no class stage, no second image, a file that is no image)."""
@@ -385,19 +402,10 @@ class MechanismsTab:
             return got
         loaded, a, target, shown, corrupted, origin = got
         x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
-
-        def work() -> dict:
-            with self._runs(loaded, total, self.patch_stops, request, progress, "patching"):
-                return mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)
-
-        try:
-            n = torch_thread.call_long(work, page=page_of(request), model=loaded.model)
-        except torch_thread.Cancelled:
-            log.info("patching cancelled by its page's next image")
-            return self.patch_failed("")
-        except Stopped as e:
-            log.info("patching stopped by its page")
-            return self.patch_failed(str(e))
+        compute = lambda: mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)  # noqa: E731
+        n = self._run_long(loaded, total, self.patch_stops, request, progress, "patching", compute)
+        if isinstance(n, str):
+            return self.patch_failed(n)
         a.patching = n
         return {
             p.mx_msg: self.small_gap_note(n["gap"]),
@@ -444,19 +452,12 @@ class MechanismsTab:
         loaded, a, target, shown, corrupted, origin = got
         region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
         x, total = a.x.to(loaded.device), mechanisms_view.token_runs(loaded.cfg, region)
-
-        def work() -> dict:
-            with self._runs(loaded, total, self.token_stops, request, progress, "token patching"):
-                return mechanisms_view.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)
-
-        try:
-            n = torch_thread.call_long(work, page=page_of(request), model=loaded.model)
-        except torch_thread.Cancelled:
-            log.info("token patching cancelled by its page's next image")
-            return self.token_failed("")
-        except Stopped as e:
-            log.info("token patching stopped by its page")
-            return self.token_failed(str(e))
+        compute = lambda: mechanisms_view.token_numbers(  # noqa: E731
+            loaded.model, x, corrupted, target, region=region, **origin
+        )
+        n = self._run_long(loaded, total, self.token_stops, request, progress, "token patching", compute)
+        if isinstance(n, str):
+            return self.token_failed(n)
         figure = mechanisms_view.token_map_figure(n, a.view, label=loaded.labels[target])
         return {p.mx_msg: self.small_gap_note(n["gap"]), p.mx_second: shown, p.mx_tokens: figure}
 
