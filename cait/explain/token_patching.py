@@ -248,8 +248,16 @@ def token_patching_forwards(model: nn.Module, *, region: int = 1, direction: Dir
 
 
 def region_sums(maps: torch.Tensor, region: int) -> torch.Tensor:
-    """Patch maps [B, g, g] (e.g. class attention) summed over each token-patching region: [B, R, R], row-major
-    as `region_masks`, to set beside `TokenPatching`'s maps."""
+    """Patch maps (e.g. class attention) summed over each token-patching region, row-major as `region_masks`,
+    to set beside `TokenPatching`'s maps.
+
+    Args:
+        maps: patch maps [B, g, g].
+        region: a region's side in patches, as `token_patching` takes it.
+
+    Returns:
+        The sums [B, R, R], in the maps' dtype and on their device.
+    """
     grid = maps.shape[-1]
     masks = region_masks(grid, region).to(maps)
     per_side = math.isqrt(len(masks))
