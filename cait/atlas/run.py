@@ -28,6 +28,7 @@ from . import report
 from .outdir import lock_out
 from .page import write_page
 from .shards import (
+    FORMAT,
     SHARD_DIR,
     Cover,
     ShardError,
@@ -49,8 +50,10 @@ class AtlasError(InputError):
 
 
 def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The arguments that change the numbers, as atlas_args.json holds them (JSON's types: a tuple is a list)."""
-    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}))
+    """The arguments that change the numbers, and the shards' format, as atlas_args.json holds them (JSON's types:
+    a tuple is a list)."""
+    kept = {k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}
+    return json.loads(json.dumps({"format": FORMAT, **kept}))
 
 
 def _barrier() -> None:
