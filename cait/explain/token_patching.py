@@ -21,7 +21,7 @@ from torch import nn
 
 from ..errors import InputError
 from ._checks import check_class_stage, check_input
-from ._stage import evaluating
+from ._stage import evaluating, target_difference
 
 Direction = Literal["both", "restore", "break"]
 DIRECTIONS = ("both", "restore", "break")
@@ -133,8 +133,7 @@ class TokenPatching:
     @property
     def gap(self) -> torch.Tensor:
         """Clean minus corrupted target logit [B]: what patching every region at once restores."""
-        index = self.target.view(-1, 1)
-        return (self.clean.gather(1, index) - self.corrupted.gather(1, index))[:, 0]
+        return target_difference(self.clean, self.corrupted, self.target)
 
     def fraction(self, values: torch.Tensor) -> torch.Tensor:
         """`values` ([B, ...] logits, e.g. `restored`) as fractions of each image's gap (NaN where it is 0)."""
