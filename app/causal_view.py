@@ -168,15 +168,23 @@ def head_figure(view: CausalView, label: str):
     )
 
 
-def branch_knockout(model: torch.nn.Module, x: torch.Tensor, view: CausalView, knockout: str) -> np.ndarray:
+def branch_knockout(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    view: CausalView,
+    knockout: str,
+    *,
+    on_block: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
     """The knockout profile of `view`'s class with one of KNOCKOUTS removed from each block in turn (the whole
-    block's is the view's own)."""
+    block's is the view's own), on_block(done, total) after each block (`explain.knockout_profile`)."""
     if knockout not in KNOCKOUTS:
         raise ValueError(f"knockout must be one of {', '.join(KNOCKOUTS)}, got {knockout!r}")
     if KNOCKOUTS[knockout] == "both":
         return view.knockout
     t = torch.tensor([view.target], device=x.device)
-    return explain.knockout_profile(model, x, t, branch=KNOCKOUTS[knockout])[0].float().cpu().numpy()
+    profile = explain.knockout_profile(model, x, t, branch=KNOCKOUTS[knockout], on_block=on_block)
+    return profile[0].float().cpu().numpy()
 
 
 def knockout_figure(view: CausalView, cfg, profile: np.ndarray | None = None, knockout: str = "whole block"):

@@ -367,10 +367,12 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     holder = threading.Thread(target=torch_thread.call_long, args=(other_work,))
     holder.start()
     assert held.wait(60)
-    causal.stops.arm(page)  # the tab opened
+    ticket = causal.will_compute(loaded.choice, a, None, page)[p.cz_ticket]  # the tab opened
     answer = {}
     waiting = threading.Thread(
-        target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
+        target=lambda: answer.update(
+            out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, ticket=ticket)
+        )
     )
     waiting.start()
     time.sleep(0.2)  # the computation waits for the lane
@@ -382,8 +384,8 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to go on from there."
     assert answer["out"][p.cz_cost] == said and a.causal is None
-    causal.stops.arm(page)  # opened again
-    assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state] is not None
+    ticket = causal.will_compute(loaded.choice, a, None, page)[p.cz_ticket]  # opened again
+    assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, ticket=ticket)[p.cz_state] is not None
 
 
 def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bounded(handlers):
@@ -392,8 +394,9 @@ def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bou
 
     stops = PageStops()
     page = SimpleNamespace(session_hash="closing")
+    ticket = stops.arm(page)
     stops.press(page)
-    assert len(stops) == 1 and stops.pressed(page).is_set()
+    assert len(stops) == 1 and stops.pressed(page, ticket)[1].is_set()
     stops.drop(page)
     assert len(stops) == 0
     for k in range(MAX_PAGES + 5):
@@ -405,3 +408,138 @@ def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bou
     unloads = [fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets)]
     dropped = [fn.fn for fn in unloads]
     assert tabs.causal.stops.drop in dropped and tabs.dataset.stops.drop in dropped  # every tab's Stops
+
+
+def test_a_stop_stops_every_computation_of_its_page_armed_before_it_and_none_armed_after():
+    """The one Stop convention (app.stops): nothing is consumed, so two computations of a page, running or
+    waiting, both hear one Stop; a request armed after it, or another page's, does not; the Stop is needed
+    while one of the page's computations has not ended."""
+    from app.stops import PageStops
+
+    stops, page, other = PageStops(), SimpleNamespace(session_hash="a"), SimpleNamespace(session_hash="b")
+    first, second, elsewhere = stops.arm(page), stops.arm(page), stops.arm(other)
+    stops.press(page)
+    later = stops.arm(page)
+    assert stops.pressed(page, first)[1].is_set() and stops.pressed(page, second)[1].is_set()
+    assert not stops.pressed(page, later)[1].is_set() and not stops.pressed(other, elsewhere)[1].is_set()
+    assert stops.end(page, first) and stops.end(page, second) and not stops.end(page, later)  # the last one
+    assert not stops.running(page) and stops.running(other)
+    ended, pressed = stops.pressed(page, first)  # an ended ticket (a stale page state): armed anew, not pressed
+    assert ended != first and not pressed.is_set()
+
+
+def _progress_that_stops(causal, page, when):
+    """A progress callback that presses the page's Stop once `when(done, total, desc)` holds; it records the
+    (done, total) it saw."""
+    seen = []
+
+    def progress(done_total, **kw):
+        seen.append(done_total)
+        if when(*done_total, kw["desc"]):
+            causal.stops.press(page)
+            progress.pressed = True
+
+    progress.seen, progress.pressed = seen, False
+    return progress
+
+
+def test_another_class_and_another_knockout_stop_with_the_tabs_stop_and_the_class_goes_on_from_there(handlers):
+    """The class menu and the knockout radio compute on the long lane with the Causal view's Stop: armed at
+    once (the Stop enabled), heard before the next block, the line saying how far it got, the Stop disabled
+    once nothing of the page runs; another class, chosen again, goes on from its knockouts done."""
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[1].path))
+    page = SimpleNamespace(session_hash="class-page")
+    view = causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state]
+    blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    other = (a.top_class + 1) % loaded.cfg.num_classes
+    asked = dict(choice=loaded.choice, analysis=a, cz_class=other, cz_head=1, cz_mode=causal_view.ABLATIONS[0])
+    armed = causal.armed(loaded.choice, a, page)
+    assert armed[p.cz_stop].interactive is True and armed[p.cz_ticket] is not None
+    ran_after = []
+    model_blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
+    progress = _progress_that_stops(causal, page, lambda done, _, desc: done == 2 and desc.startswith("knocking"))
+    hooks = [b.register_forward_hook(lambda *_: ran_after.append(progress.pressed)) for b in model_blocks]
+    try:
+        out = causal.choose_class(page, progress, cz_ticket=armed[p.cz_ticket], **asked)
+    finally:
+        for handle in hooks:
+            handle.remove()
+    said = f"**Stopped** after 2 of {blocks} knockouts; choose the class again to go on from there."
+    assert out[p.cz_cost] == said and p.cz_state not in out and out[p.cz_stop].interactive is False
+    assert ran_after and not any(ran_after)  # no block after the Stop
+    # chosen again: from the third knockout to the whole view of that class
+    seen = []
+    ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]
+    out = causal.choose_class(page, lambda done, **kw: seen.append(done), cz_ticket=ticket, **asked)
+    assert out[p.cz_state].target == other and seen[0] == (2, blocks) and out[p.cz_stop].interactive is False
+    np.testing.assert_allclose(
+        out[p.cz_state].knockout, causal_view.compute(loaded.model, a.x, other).knockout, atol=1e-5
+    )
+    # the knockout profile of a branch: stopped at its first block
+    ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]
+    progress = _progress_that_stops(causal, page, lambda done, *_: done == 1)
+    asked = dict(choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="MLP branch", cz_ticket=ticket)
+    out = causal.knockout(page, progress, **asked)
+    said = "**Stopped:** the knockout profile of the MLP branch did not finish; choose it again to compute it."
+    assert out[p.cz_cost] == said and p.cz_knockout not in out and progress.seen == [(1, blocks)]
+    assert out[p.cz_stop].interactive is False and not causal.stops.running(page)
+
+
+def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_stops_each_of_them(handlers):
+    """The view, another class and another knockout, each asked (armed) while the long lane holds another
+    page's work, then one Stop: each stops when it starts (none is lost to another that heard it first), and
+    one asked after the Stop runs."""
+    import threading
+    import time
+
+    from app import session, torch_thread
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[2].path))
+    page = SimpleNamespace(session_hash="queued-page")
+    view = causal_view.compute(loaded.model, a.x, a.top_class)
+    held, release = threading.Event(), threading.Event()
+
+    def other_work() -> None:  # another page's long work
+        held.set()
+        assert release.wait(60)
+
+    holder = threading.Thread(target=torch_thread.call_long, args=(other_work,))
+    holder.start()
+    assert held.wait(60)
+    quiet = lambda *_, **__: None  # noqa: E731
+    other = (a.top_class + 1) % loaded.cfg.num_classes
+    asks = {
+        "view": lambda t: causal.opened(loaded.choice, a, None, page, quiet, ticket=t),
+        "class": lambda t: causal.choose_class(
+            page, quiet, choice=loaded.choice, analysis=a, cz_class=other, cz_head=0,
+            cz_mode=causal_view.ABLATIONS[0], cz_ticket=t,
+        ),
+        "knockout": lambda t: causal.knockout(
+            page, quiet, choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="attention branch", cz_ticket=t
+        ),
+    }  # fmt: skip
+    answers, threads = {}, []
+    for name, ask in asks.items():
+        ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]
+        threads.append(threading.Thread(target=lambda n=name, f=ask, t=ticket: answers.update({n: f(t)})))
+        threads[-1].start()
+    time.sleep(0.5)  # each waits for the lane
+    assert not answers
+    causal.stops.press(page)
+    release.set()
+    for thread in (*threads, holder):
+        thread.join(120)
+    blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    assert answers["view"][p.cz_cost].startswith(f"**Stopped** after 0 of {blocks} knockouts; open the tab")
+    assert answers["class"][p.cz_cost].startswith(f"**Stopped** after 0 of {blocks} knockouts; choose the class")
+    assert answers["knockout"][p.cz_cost].startswith("**Stopped:** the knockout profile of the attention branch")
+    assert not any(c in out for out in answers.values() for c in (p.cz_state, p.cz_knockout))
+    assert not causal.stops.running(page)  # the last one to end disabled the Stop
+    ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]  # asked after the Stop: it runs
+    assert p.cz_state in asks["class"](ticket) and a.causal is None
