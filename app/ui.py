@@ -403,7 +403,8 @@ def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default:
         tabs.model.wire(demo, ca_props=page.ca.ca_props, everything=page.everything())
         demo.unload(tabs.causal.stops.drop)  # a closed page's Stop goes with it
         demo.unload(tabs.mechanisms.drop)
-        gr.api(torch_thread.handler(Analyze(cache, default).analyze), api_name="analyze", concurrency_id="model")
+        # off the quick lane: the answer takes each lane for its parts (`Analyze._answer`)
+        gr.api(Analyze(cache, default).analyze, api_name="analyze", concurrency_id="model")
 
 
 def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:

@@ -156,7 +156,7 @@ def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbe
     opened = handlers.tabs.causal.opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
     data = json.loads(open(opened[p.json_file]).read())
     assert data["causal"]["target"] == a.top_class and list(data["saliency"][0]["methods"]) == ["saliency"]
-    assert list(data["not_computed"]) == ["logit_lens", "patching"]  # the Mechanisms tab's, not computed here
+    assert list(data["not_computed"]) == ["logit_lens", "patching", "token_patching"]  # the Mechanisms tab's
 
 
 def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
