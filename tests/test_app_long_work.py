@@ -157,6 +157,44 @@ def test_a_pages_next_image_cancels_its_long_work_waiting_or_running(model):
     assert torch_thread.call_long(lambda: 4, page="page-a") == 4  # the page's next work runs
 
 
+def test_a_part_of_long_work_that_runs_no_block_ends_with_its_stop_or_its_page_at_once():
+    """`stoppable`: work that runs no block of the model (reading data) is checked every PAUSE_CHECK_S inside long
+    work: its page's next image and its stop end it then, leaving the part to finish unseen; its answer and its
+    errors come back as they are; outside long work it runs as it is."""
+    release, started = threading.Event(), threading.Event()
+
+    def reading() -> str:
+        started.set()
+        assert release.wait(60)
+        return "read"
+
+    def run(**kw):
+        try:
+            return torch_thread.call_long(lambda: torch_thread.stoppable(reading), **kw)
+        except (torch_thread.Cancelled, KeyError) as e:
+            return e
+
+    answers = {}
+    for name, kw, end in (
+        ("cancelled", dict(page="reading-page"), lambda: torch_thread.cancel_long("reading-page")),
+        ("stopped", dict(stop=lambda: stop_now.is_set() and {}["stopped"]), lambda: stop_now.set()),
+    ):
+        stop_now = threading.Event()
+        started.clear()
+        thread = threading.Thread(target=lambda n=name, k=kw: answers.update({n: run(**k)}))
+        thread.start()
+        assert started.wait(60)
+        end()
+        thread.join(10 + 20 * torch_thread.PAUSE_CHECK_S)
+        assert not thread.is_alive() and not release.is_set(), name  # ended while the part still ran
+    assert isinstance(answers["cancelled"], torch_thread.Cancelled) and isinstance(answers["stopped"], KeyError)
+    release.set()
+    assert torch_thread.call_long(lambda: torch_thread.stoppable(lambda: 4)) == 4
+    with pytest.raises(ZeroDivisionError):
+        torch_thread.call_long(lambda: torch_thread.stoppable(lambda: 1 / 0))
+    assert torch_thread.stoppable(lambda: 5) == 5  # outside long work
+
+
 def test_long_work_runs_on_its_own_thread_with_its_budget_and_never_from_the_quick_lane():
     where = lambda: (threading.current_thread().name, torch.get_num_threads(), torch_thread.on_long_lane())  # noqa: E731
     name, threads, on_long = torch_thread.call_long(where)

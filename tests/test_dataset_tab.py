@@ -348,3 +348,37 @@ def dh_kept() -> Path:
     from app.workdir import kept
 
     return kept(BUILT)
+
+
+def test_a_stop_pressed_while_a_build_reads_its_scenes_ends_it_then(world, monkeypatch):
+    """Issue 49's last loose end: the Stop acted only at the model's first block, after every scene was read. The
+    reading (held here until the test releases it) goes on unseen; the build answers Stopped at once, and the
+    page's Stop is no longer needed."""
+    import threading
+
+    import cait.atlas.run as atlas_run
+
+    dh, t = world.dh, world.dh.parts
+    reading, release, real = threading.Event(), threading.Event(), atlas_run.read_data
+
+    def slow_read(args, cfg):
+        reading.set()
+        assert release.wait(120)
+        return real(args, cfg)
+
+    monkeypatch.setattr(atlas_run, "read_data", slow_read)
+    page = SimpleNamespace(session_hash="reading-page")
+    ticket, _ = dh._armed(page)  # the Build button
+    answer = {}
+    builder = threading.Thread(target=lambda: answer.update(out=dh.build_atlas(world.choice, 40, page, ticket=ticket)))
+    builder.start()
+    try:
+        assert reading.wait(60)
+        dh.stops.press(page)
+        builder.join(30)
+        assert "out" in answer and not release.is_set()  # answered while the reading still went on
+    finally:
+        release.set()
+        builder.join(120)
+    assert answer["out"][t.msg].startswith("**Stopped** with 0 of 40 scenes done")
+    assert dh._ended(page).interactive is False
