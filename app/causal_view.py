@@ -24,6 +24,7 @@ from cait.explain import hooks
 from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures import head_name
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
+from cait.figures.colours import signed_heatmap
 from cait.preprocess import model_view, view_tensor
 
 ABLATIONS = ("zero", "mean over the example images")
@@ -219,7 +220,6 @@ def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int, 
     contrib = view.patches[layer, head]
     g = contrib.shape[-1]
     cells = list(range(1, g + 1))
-    bound = float(np.abs(contrib).max()) or 1.0
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -229,20 +229,8 @@ def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int, 
     hover = "row %{y}, column %{x}: %{z:.4f}<extra></extra>"
     common = dict(x=cells, y=cells, opacity=0.65 if image is not None else 1.0, hovertemplate=hover)
     fig.add_trace(go.Heatmap(z=attention, colorscale="Viridis", colorbar=dict(x=0.44), **common), row=1, col=1)
-    fig.add_trace(
-        go.Heatmap(
-            z=contrib,
-            colorscale="RdBu",
-            reversescale=True,
-            zmid=0,
-            zmin=-bound,
-            zmax=bound,
-            colorbar=dict(x=1.0),
-            **common,
-        ),
-        row=1,
-        col=2,
-    )
+    signed = signed_heatmap(float(np.abs(contrib).max()))  # the one colour convention: red for the class
+    fig.add_trace(go.Heatmap(z=contrib, colorbar=dict(x=1.0), **signed, **common), row=1, col=2)
     if image is not None:
         for axis in ("", "2"):
             image_under(fig, image, g, axis=axis)

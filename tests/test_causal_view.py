@@ -543,3 +543,27 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
     assert not causal.stops.running(page)  # the last one to end disabled the Stop
     ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]  # asked after the Stop: it runs
     assert p.cz_state in asks["class"](ticket) and a.causal is None
+
+
+def signed_by_the_convention(trace, bound: float) -> bool:
+    """Whether a heatmap trace draws its signed values by the one colour convention (`cait.figures.colours`):
+    its diverging scale (red for the class), white at 0, symmetric about it."""
+    import plotly.graph_objects as go
+
+    from cait.figures.colours import signed_heatmap
+
+    want = go.Heatmap(**signed_heatmap(bound))
+    return (
+        trace.colorscale == want.colorscale
+        and not trace.reversescale
+        and (trace.zmin, trace.zmid, trace.zmax) == (want.zmin, want.zmid, want.zmax)
+    )
+
+
+def test_the_per_patch_write_is_drawn_by_the_one_colour_convention(setup):
+    model, x, _ = setup
+    view = causal_view.compute(model, x, 1)
+    g = model.cfg.grid_size
+    maps = causal_view.maps_figure(view, np.ones((g, g)) / g**2, 1, 0)
+    assert signed_by_the_convention(maps.data[1], float(np.abs(view.patches[1, 0]).max()))
+    assert maps.data[0].colorscale != maps.data[1].colorscale  # attention (unsigned) keeps its own scale

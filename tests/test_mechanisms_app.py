@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import randomise_
+from test_causal_view import signed_by_the_convention
 
 import cait
 from app import causal_view, mechanisms_view, session
@@ -308,6 +309,9 @@ def test_the_token_map_drawn_is_an_independent_hooked_run_beside_the_class_atten
     np.testing.assert_allclose(attention_z, attention.ravel()[rows], atol=1e-5)
     assert f"{spearman(attention, restored):+.2f} (restored)" in figure.layout.title.text
     assert out[p.mx_second].size == a.view.size and out[p.mx_msg] == handlers.tabs.mechanisms.small_gap_note(gap)
+    # both signed panels by the one colour convention, on one scale
+    bound = max(np.abs(restored_z).max(), np.abs(np.array(figure.data[2].z)).max())
+    assert all(signed_by_the_convention(trace, bound) for trace in figure.data[1:])
 
 
 def test_analyze_answers_token_patching_by_keyword_as_the_library_computes_it(setup):
