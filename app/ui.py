@@ -30,11 +30,13 @@ from app.shared import (
     LONG_EVENTS,
     MECHANISMS_TAB,
     MODEL_EVENTS,
+    NO_BOUNDS_CHECK,
     ImageAsk,
     Look,
     Shared,
     answering,
     named,
+    within,
 )
 from app.tabs import causal, class_attention, dataset, layerscale, mechanisms, model, saliency, talking_heads
 from app.workdir import FILE_TTL, WORK
@@ -98,7 +100,8 @@ class DetailsAsk:
     scale: str
     view: str
     keep: float
-    th_row: int  # the talking-heads query patch
+    th_layer: int  # the talking-heads layer and query patch, as the page sent them (clamped at the door)
+    th_row: int
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
     region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
@@ -205,28 +208,34 @@ class ImageEvents:
         loaded = self.cache.get(choice)
         start = time.perf_counter()
         try:
-            a = session.analyse(loaded, path, sa_layer=int(sa_layer) - 1)
+            a = session.analyse(loaded, path, sa_layer=within(sa_layer, loaded.cfg.depth, 1) - 1)  # at the door
         except ImageInputError as e:
             log.info("could not analyse an upload: %s", e)
             return self.cleared(shown, f"**Could not analyse this file:** {e}")
         log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
         return self.first_view(loaded, a, look, shown, uploaded=uploaded, selected=selected)
 
+    @staticmethod
+    def unselected(*galleries: gr.Gallery) -> dict:
+        """No tile of `galleries` framed as the page's image any more: their props only, their tiles stay (a
+        component, not gr.update, which drops a None)."""
+        return {gallery: gr.Gallery(selected_index=None) for gallery in galleries}
+
     def upload(self, **asked: Any) -> dict:
-        """An uploaded file analysed (or refused, in the status line); no example is highlighted any more.
-        asked: `UploadAsk`'s fields, by name."""
+        """An uploaded file analysed (or refused, in the status line); no example, and no atlas exemplar, is
+        highlighted any more. asked: `UploadAsk`'s fields, by name."""
         ask = UploadAsk(**asked)
         path = payload_path(ask.image_in)
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=True)
-        # its props only, the examples stay; a component, not gr.update, which drops a None
-        return out | {self.page.shared.examples: gr.Gallery(selected_index=None)}
+        return out | self.unselected(self.page.shared.examples, self.page.dataset.exemplars)
 
     def example(self, evt: gr.SelectData, **asked: Any) -> dict:
-        """An example clicked: analysed, and shown in the image box. asked: `ImageAsk`'s fields, by name."""
+        """An example clicked: analysed, and shown in the image box; an atlas exemplar opened before is highlighted
+        no more. asked: `ImageAsk`'s fields, by name."""
         ask = ImageAsk(**asked)
         path = evt.value["image"]["path"]
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False)
-        return out | {self.page.shared.image_in: path}
+        return out | {self.page.shared.image_in: path} | self.unselected(self.page.dataset.exemplars)
 
     def details(self, **asked: Any) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
@@ -243,19 +252,19 @@ class ImageEvents:
             | t.layerscale.details(a)
             | t.saliency.details(loaded, a, ask.region_of, ask.region_share)
         )
-        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col)
+        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col, ask.th_layer)
         return out | t.causal.details(loaded, a)
 
     def follow_up(
-        self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress(), ticket: int | None = None
-    ):
+        self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress(), cz_ticket=None
+    ):  # fmt: skip
         """After a new image's `details`: what the tab on show computes of it, at once and in an event of its own
-        (the Causal tab's view with its progress and the Stop of `ticket`, the Mechanisms tab's lens); a tab not on
-        show computes its part once opened."""
+        (the Causal tab's view with its progress and the Stop of `cz_ticket`, the Mechanisms tab's lens); a tab not
+        on show computes its part once opened."""
         causal = self.tabs.causal
         if open_tab == CAUSAL_TAB:  # on the long lane (its own progress and Stop)
-            return causal.opened(choice, a, None, request, progress, ticket=ticket)
-        causal.stops.end(request, ticket)  # armed for a tab left meanwhile: nothing of it is computed
+            return causal.opened(choice, a, None, request, progress, cz_ticket=cz_ticket)
+        causal.stops.end(request, cz_ticket)  # armed for a tab left meanwhile: nothing of it is computed
         if open_tab == MECHANISMS_TAB:
             return torch_thread.handler(self.tabs.mechanisms.opened)(choice, a, None)
         return gr.skip()  # the first view emptied both tabs (`cleared`)
@@ -337,12 +346,13 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         ),
         outputs=[
             *(s.grid_file, s.json_file, page.layerscale.ratio_plot, page.ca.head_stats),
-            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick),
+            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick, *page.talking.query),
             *(page.saliency.sal_class, page.saliency.sal_region, page.causal.cz_class, page.causal.cz_head),
         ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **MODEL_EVENTS,
+        **NO_BOUNDS_CHECK,  # the query and the region's map of the page's model: taken at the door
     )
     in_open_tab = [*page.causal.opened, *page.mechanisms.opened, s.json_file]
     open_tab = dict(  # not on the quick lane: the Causal view runs on the long one (app.torch_thread)
@@ -350,7 +360,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
             ev.follow_up, said=lambda line: {s.status: line, page.causal.cz_stop: gr.Button(interactive=False)}
         ),
         inputs=[s.choice, s.analysis, s.open_tab],
-        inputs_kwargs=dict(ticket=page.causal.cz_ticket),
+        inputs_kwargs=dict(cz_ticket=page.causal.cz_ticket),
         outputs=[*in_open_tab, s.status],
         show_progress_on=[page.causal.cz_cost],
         **LONG_EVENTS,
@@ -371,13 +381,14 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         inputs_kwargs=named(
             page.talking, UploadAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props, image_in=s.image_in
         ),
-        outputs=[*ev.results(), s.examples],
+        outputs=[*ev.results(), s.examples, page.dataset.exemplars],
         preprocess=False,
         **progress,
     )
     example = s.examples.select(
-        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in], **progress
-    )
+        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
+        **progress, **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
+    )  # fmt: skip
     exemplar = tabs.dataset.wire(
         demo, look=page.look(), th_layer=page.talking.th_layer, ca_props=page.ca.ca_props, outputs=ev.results()
     )

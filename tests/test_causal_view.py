@@ -166,7 +166,7 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     p, loaded = handlers.p, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
-    look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
+    look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_layer=1, th_row=2, th_col=2)
     details = lambda a: handlers.tabs.image.details(choice=loaded.choice, analysis=a, region_of=region_of, **look)
     # the follow-up leaves the Causal tab (and its numbers in the JSON) to the tab, and another tab open leaves it
     # until it is opened
@@ -242,6 +242,7 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
         analysis=a,
         region_of=region_choices(loaded.cfg)[0],
         **dict(zip(("cmap", "alpha", "scale", "view", "keep"), look)),
+        th_layer=1,
         th_row=2,
         th_col=2,
     )
@@ -371,7 +372,7 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     answer = {}
     waiting = threading.Thread(
         target=lambda: answer.update(
-            out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, ticket=ticket)
+            out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, cz_ticket=ticket)
         )
     )
     waiting.start()
@@ -385,7 +386,7 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to go on from there."
     assert answer["out"][p.cz_cost] == said and a.causal is None
     ticket = causal.will_compute(loaded.choice, a, None, page)[p.cz_ticket]  # opened again
-    assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, ticket=ticket)[p.cz_state] is not None
+    assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, cz_ticket=ticket)[p.cz_state] is not None
 
 
 def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bounded(handlers):
@@ -515,7 +516,7 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
     quiet = lambda *_, **__: None  # noqa: E731
     other = (a.top_class + 1) % loaded.cfg.num_classes
     asks = {
-        "view": lambda t: causal.opened(loaded.choice, a, None, page, quiet, ticket=t),
+        "view": lambda t: causal.opened(loaded.choice, a, None, page, quiet, cz_ticket=t),
         "class": lambda t: causal.choose_class(
             page, quiet, choice=loaded.choice, analysis=a, cz_class=other, cz_head=0,
             cz_mode=causal_view.ABLATIONS[0], cz_ticket=t,

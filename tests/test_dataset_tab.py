@@ -382,3 +382,18 @@ def test_a_stop_pressed_while_a_build_reads_its_scenes_ends_it_then(world, monke
         builder.join(120)
     assert answer["out"][t.msg].startswith("**Stopped** with 0 of 40 scenes done")
     assert dh._ended(page).interactive is False
+
+
+def test_an_example_or_an_upload_after_an_exemplar_leaves_no_exemplar_highlighted(world):
+    """One selection frame on the page, on the image shown: an exemplar opened frames itself (and no example);
+    an example clicked, or a file uploaded, after it unframes the exemplar (its tiles stay)."""
+    p = world.app.p
+    atlas = dv.read_atlas(world.atlas)
+    opened = click_exemplar(world, atlas, 0, 1)
+    assert opened[p.examples].constructor_args == {"selected_index": None} and p.exemplars not in opened
+    path = world.app.cache.get(world.choice).examples[0][0]
+    clicked = SimpleNamespace(value={"image": {"path": path}}, index=0)
+    example = world.app.tabs.image.example(clicked, choice=world.choice, ca_props=SHOWN, **LOOK)
+    assert example[p.exemplars].constructor_args == {"selected_index": None} and example[p.image_in] == path
+    upload = world.app.tabs.image.upload(choice=world.choice, ca_props=SHOWN, image_in={"path": path}, **LOOK)
+    assert all(upload[g].constructor_args == {"selected_index": None} for g in (p.exemplars, p.examples))

@@ -389,15 +389,15 @@ def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_
     # are emptied
     ticket = tab.token_stops.arm(None)
     tab.token_stops.press(None)
-    stopped = tokens(handlers, a, mx_region=region, progress=progress, ticket=ticket)
+    stopped = tokens(handlers, a, mx_region=region, progress=progress, mx_token_ticket=ticket)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_tokens] is None
     ticket = tab.patch_stops.arm(None)
     tab.patch_stops.press(None)
-    stopped = patch(handlers, a, progress=progress, ticket=ticket)
+    stopped = patch(handlers, a, progress=progress, mx_patch_ticket=ticket)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_patch] is None
     assert not tab.patch_stops.running(None) and not tab.token_stops.running(None)  # each ticket ended
     ticket = tab.token_stops.arm(None)  # asked after the Stop: it runs
-    assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress, ticket=ticket)
+    assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress, mx_token_ticket=ticket)
 
 
 def test_opening_the_tab_for_another_model_gives_its_controls_values_it_takes(setup):

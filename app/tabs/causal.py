@@ -215,14 +215,14 @@ class CausalTab:
             return {self.parts.cz_cost: str(e)}
 
     def opened(
-        self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress(), ticket: int | None = None
+        self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress(), cz_ticket: int | None = None
     ) -> dict:
         """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
         already, and the JSON download rewritten with its numbers. Progress is told by phase, block by block; the
-        page's Stop (`ticket`, from `will_compute`) ends the work before the next block the model runs, and what
+        page's Stop (`cz_ticket`, from `will_compute`) ends the work before the next block the model runs, and what
         was done is kept (`causal_view.Kept`): opened again, it goes on from there. The page's next image cancels
         it (`new_image`): then nothing is shown."""
-        computes = self.computes(choice, a, shown)
+        computes, ticket = self.computes(choice, a, shown), cz_ticket
         if not computes and ticket is None:
             return gr.skip()
 
@@ -353,7 +353,7 @@ class CausalTab:
         p.causal_tab.select(self.will_compute, shown, [p.cz_ticket, p.cz_stop], **off_queue).then(
             answering(self.opened, said=self._failed),
             shown,
-            inputs_kwargs=dict(ticket=p.cz_ticket),
+            inputs_kwargs=dict(cz_ticket=p.cz_ticket),
             outputs=[*p.opened, shared.json_file],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,

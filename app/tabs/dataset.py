@@ -16,7 +16,7 @@ import gradio as gr
 from app import dataset_view as dv
 from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, ImageAsk, Shared, log, named
+from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
 from app.stops import Held, PageStops, Stopped
 from app.workdir import WORK, kept
 from cait.data import DataError
@@ -372,6 +372,7 @@ class DatasetTab:
             outputs=[*outputs, s.image_in, s.examples, s.tabs, s.open_tab, t.msg],
             show_progress_on=[s.top5],
             **MODEL_EVENTS,
+            **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
         )
 
     def _armed(self, request: gr.Request) -> tuple[int, gr.Button]:

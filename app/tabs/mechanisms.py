@@ -400,14 +400,14 @@ class MechanismsTab:
         return {self.parts.mx_msg: line} | dict.fromkeys(self.parts.patched)
 
     def patch(
-        self, request: gr.Request | None = None, progress=gr.Progress(), ticket: int | None = None, **asked: Any
+        self, request: gr.Request | None = None, progress=gr.Progress(), mx_patch_ticket=None, **asked: Any
     ) -> dict:
         """Activation patching of the chosen class's logit from this image into the second run: bars over depth
         and the CA heads' grid, in Δlogit, each with the share of the gap it restores (when the gap is large
-        enough for shares). Progress per patched run; the page's Stop (of `ticket`, from the button) ends it.
-        asked: `PatchAsk`'s fields."""
+        enough for shares). Progress per patched run; the page's Stop (of `mx_patch_ticket`, from the button) ends
+        it. asked: `PatchAsk`'s fields."""
         p = self.parts
-        with self.patch_stops.holding(request, ticket) as held:  # its ticket ends however the handler ends
+        with self.patch_stops.holding(request, mx_patch_ticket) as held:  # its ticket ends however the handler ends
             got = torch_thread.call(self._asked, PatchAsk(**asked), self.patch_failed)
             if isinstance(got, dict):
                 return got
@@ -453,14 +453,14 @@ class MechanismsTab:
         return {self.parts.mx_msg: line, self.parts.mx_second: None, self.parts.mx_tokens: None}
 
     def tokens(
-        self, request: gr.Request | None = None, progress=gr.Progress(), ticket: int | None = None, **asked: Any
+        self, request: gr.Request | None = None, progress=gr.Progress(), mx_token_ticket=None, **asked: Any
     ) -> dict:
         """Token patching of the chosen class's logit into the class stage, region by region of the size asked,
         both directions, drawn over the image beside the class attention with their rank correlation, and kept
-        for the JSON download. Progress per region run; the page's Stop (of `ticket`, from the button) ends it.
-        asked: `TokenAsk`'s fields."""
+        for the JSON download. Progress per region run; the page's Stop (of `mx_token_ticket`, from the button)
+        ends it. asked: `TokenAsk`'s fields."""
         p, ask = self.parts, TokenAsk(**asked)
-        with self.token_stops.holding(request, ticket) as held:  # its ticket ends however the handler ends
+        with self.token_stops.holding(request, mx_token_ticket) as held:  # its ticket ends however the handler ends
             got = torch_thread.call(self._asked, ask, self.token_failed)
             if isinstance(got, dict):
                 return got
@@ -543,12 +543,14 @@ class MechanismsTab:
         patch_outputs = [p.mx_msg, shared.json_file, *p.patched]
         self.wire_long_run(
             p.mx_patch_run, p.mx_patch_stop, self.patch_stops, answering(self.patch, said=self.patch_failed),
-            inputs_kwargs=named(p, PatchAsk, choice=shared.choice, analysis=shared.analysis),
+            inputs_kwargs=named(p, PatchAsk, choice=shared.choice, analysis=shared.analysis)
+            | {"mx_patch_ticket": p.mx_patch_ticket},
             outputs=patch_outputs, progress_on=p.mx_patch, ticket=p.mx_patch_ticket,
         )  # fmt: skip
         self.wire_long_run(
             p.mx_token_run, p.mx_token_stop, self.token_stops, answering(self.tokens, said=self.token_failed),
-            inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis),
+            inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis)
+            | {"mx_token_ticket": p.mx_token_ticket},
             outputs=[p.mx_msg, p.mx_second, p.mx_tokens, shared.json_file], progress_on=p.mx_tokens,
             ticket=p.mx_token_ticket,
         )  # fmt: skip
@@ -565,9 +567,9 @@ class MechanismsTab:
         ticket: gr.State,
     ) -> None:  # fmt: skip
         """A long run's button: its ticket armed and its Stop enabled at once (off the model queue: a Stop pressed
-        while the run still waits counts), the run on the long lane with its progress and its ticket
-        (`torch_thread.call_long`, in the handler), then its Stop left enabled only while another run of the page
-        has not ended, whether this one finished, failed or stopped."""
+        while the run still waits counts), the run on the long lane with its progress and its ticket (one of
+        `inputs_kwargs`; `torch_thread.call_long`, in the handler), then its Stop left enabled only while another
+        run of the page has not ended, whether this one finished, failed or stopped."""
 
         def armed(request: gr.Request | None = None) -> tuple[int, gr.Button]:
             return stops.arm(request), gr.Button(interactive=True)
@@ -578,7 +580,7 @@ class MechanismsTab:
         started = run.click(armed, None, [ticket, stop], queue=False, api_visibility="private")
         ran = started.then(
             fn,
-            inputs_kwargs={**inputs_kwargs, "ticket": ticket},
+            inputs_kwargs=inputs_kwargs,
             outputs=outputs,
             show_progress_on=[progress_on],
             **LONG_EVENTS,
