@@ -44,6 +44,13 @@ class Held:
             raise Stopped(message)
 
 
+def stop_once_none_runs(button: gr.Button, still_needed: bool) -> dict:
+    """What a computation that ended writes of its page's Stop `button`: disabled when it was the page's last one
+    to end, else nothing. Never "enabled": the answers of two computations may reach the page in either order,
+    and the one that ended first must not enable the Stop after the last one disabled it."""
+    return {} if still_needed else {button: gr.Button(interactive=False)}
+
+
 class PageStops:
     """One Stop per page (its Gradio session): per page, the tickets of its computations not ended yet, each with
     the event its Stop sets. Thread-safe."""

@@ -286,3 +286,47 @@ def test_the_causal_tabs_stated_cost_is_a_floor_of_its_time_on_a_small_model(chr
     finally:
         page.context.close()
         stop_server(proc)
+
+
+def test_another_class_asked_while_the_view_computes_and_a_knockout_profile_stop_with_the_tabs_stop(
+    chromium,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    """The class menu and the knockout radio have the Causal view's Stop: another class asked while the view
+    computes waits behind it on the long lane, and one Stop stops both (the class when it starts: the view does
+    not take the Stop for itself alone); the Stop stays enabled while either has not ended. A branch's knockout
+    profile, asked once a view is shown, stops too."""
+    log = tmp_path / "server.log"
+    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], log)
+    page = open_page(chromium, url)
+    cost, stop = page.locator("#cz_cost"), page.locator("#cz_stop")
+    try:
+        pick_example(page, 0)
+        page.get_by_role("tab", name="Causal").click()
+        expect(cost).to_contain_text("attributing the logit")  # the view computes
+        top = page.locator("#cz_class input").input_value()
+        page.locator("#cz_class input").fill("3: ")  # another class than the top one (filtered by its number)
+        page.get_by_role("option", name=re.compile("^3: ")).click()
+        assert top != page.locator("#cz_class input").input_value()
+        expect(stop).to_be_enabled()
+        page.evaluate(COST_TEXTS)
+        stop.click()
+        expect(stop).to_be_disabled(timeout=120_000)  # nothing of the page runs: both ended
+        assert log.read_text().count("a causal computation stopped by its page") == 2  # the view, then the class
+        seen = page.evaluate("() => window.costTexts")  # each said so (which line stays: the one answered last)
+        assert any("open the tab again" in t for t in seen) and any("choose the class again" in t for t in seen)
+        assert page.locator("#cz_heads_plot .js-plotly-plot").count() == 0  # no view of either
+        # a view of the top class shown (opened again: it goes on from the knockouts done), then a branch's profile
+        page.get_by_role("tab", name="Class attention").click()
+        page.get_by_role("tab", name="Causal").click()
+        expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_be_visible(timeout=600_000)
+        expect(stop).to_be_disabled()
+        page.locator("#cz_knockout_of").get_by_text("MLP branch").click()
+        expect(cost).to_contain_text("knocking out the MLP branch")
+        expect(stop).to_be_enabled()
+        stop.click()
+        expect(cost).to_contain_text("Stopped: the knockout profile of the MLP branch did not finish")
+        expect(stop).to_be_disabled()
+    finally:
+        page.context.close()
+        stop_server(proc)

@@ -381,7 +381,7 @@ def test_a_stop_pressed_while_a_build_reads_its_scenes_ends_it_then(world, monke
         release.set()
         builder.join(120)
     assert answer["out"][t.msg].startswith("**Stopped** with 0 of 40 scenes done")
-    assert dh._ended(page).interactive is False
+    assert dh._ended(page)[t.stop].interactive is False  # nothing of the page runs: disabled
 
 
 def test_an_example_or_an_upload_after_an_exemplar_leaves_no_exemplar_highlighted(world):

@@ -14,7 +14,7 @@ from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import Held, PageStops, Stopped, page_of
+from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
 from cait.figures import head_name
 
 log = logging.getLogger("cait.app")
@@ -194,11 +194,11 @@ class CausalTab:
 
     def _held(self, request, ticket: int | None, compute: Callable[[Held], dict | None]) -> dict | None:
         """compute(held) holding the page's Stop of `ticket` (None: armed now) until it returns or raises (its
-        ticket ends however it ends): its answer with the Stop's state once it ended (enabled while another
-        computation of the page has not), or None when it has nothing to show."""
+        ticket ends however it ends): its answer, with the Stop disabled when it was the page's last computation
+        to end (`stop_once_none_runs`), or None when it has nothing to show."""
         with self.stops.holding(request, ticket) as held:
             out = compute(held)
-        return None if out is None else out | {self.parts.cz_stop: gr.Button(interactive=held.still_needed)}
+        return None if out is None else out | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
 
     def _on_long_lane(self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str]) -> dict | None:
         """work() on the long lane for the page's image, the page's Stop heard when it starts and before each

@@ -17,7 +17,7 @@ from app import dataset_view as dv
 from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
-from app.stops import Held, PageStops, Stopped
+from app.stops import Held, PageStops, Stopped, stop_once_none_runs
 from app.workdir import WORK, kept
 from cait.data import DataError
 from cait.data.image_file import IMAGE_ERRORS
@@ -379,9 +379,9 @@ class DatasetTab:
         """A build asked for: its ticket (a Stop pressed from now on stops it), and this page's Stop enabled."""
         return self.stops.arm(request), gr.Button(interactive=True)
 
-    def _ended(self, request: gr.Request) -> gr.Button:
-        """A build ended: the Stop stays enabled only while another build of the page has not."""
-        return gr.Button(interactive=self.stops.running(request))
+    def _ended(self, request: gr.Request) -> dict:
+        """A build ended: the Stop disabled unless another build of the page has not (`stop_once_none_runs`)."""
+        return stop_once_none_runs(self.parts.stop, self.stops.running(request))
 
     def _wire_build(self) -> None:
         """Build: its ticket armed and the Stop enabled at once, off the queues (a Stop pressed while the build

@@ -19,7 +19,7 @@ from app.choices import causal_heads, class_choices
 from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import Held, PageStops, Stopped, page_of
+from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.errors import InputError
 from cait.explain.token_patching import checked_region, region_bounds
@@ -568,14 +568,14 @@ class MechanismsTab:
     ) -> None:  # fmt: skip
         """A long run's button: its ticket armed and its Stop enabled at once (off the model queue: a Stop pressed
         while the run still waits counts), the run on the long lane with its progress and its ticket (one of
-        `inputs_kwargs`; `torch_thread.call_long`, in the handler), then its Stop left enabled only while another
-        run of the page has not ended, whether this one finished, failed or stopped."""
+        `inputs_kwargs`; `torch_thread.call_long`, in the handler), then its Stop disabled unless another run of
+        the page has not ended (`stop_once_none_runs`), whether this one finished, failed or stopped."""
 
         def armed(request: gr.Request | None = None) -> tuple[int, gr.Button]:
             return stops.arm(request), gr.Button(interactive=True)
 
-        def ended(request: gr.Request | None = None) -> gr.Button:
-            return gr.Button(interactive=stops.running(request))
+        def ended(request: gr.Request | None = None) -> dict:
+            return stop_once_none_runs(stop, stops.running(request))
 
         started = run.click(armed, None, [ticket, stop], queue=False, api_visibility="private")
         ran = started.then(
