@@ -255,16 +255,12 @@ class ImageEvents:
         out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col, ask.th_layer)
         return out | t.causal.details(loaded, a)
 
-    def follow_up(
-        self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress(), cz_ticket=None
-    ):  # fmt: skip
+    def follow_up(self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress()):
         """After a new image's `details`: what the tab on show computes of it, at once and in an event of its own
-        (the Causal tab's view with its progress and the Stop of `cz_ticket`, the Mechanisms tab's lens); a tab not
-        on show computes its part once opened."""
-        causal = self.tabs.causal
+        (the Causal tab's view with its progress and Stop, the Mechanisms tab's lens); a tab not on show computes
+        its part once opened."""
         if open_tab == CAUSAL_TAB:  # on the long lane (its own progress and Stop)
-            return causal.opened(choice, a, None, request, progress, cz_ticket=cz_ticket)
-        causal.stops.end(request, cz_ticket)  # armed for a tab left meanwhile: nothing of it is computed
+            return self.tabs.causal.opened(choice, a, None, request, progress)
         if open_tab == MECHANISMS_TAB:
             return torch_thread.handler(self.tabs.mechanisms.opened)(choice, a, None)
         return gr.skip()  # the first view emptied both tabs (`cleared`)
@@ -360,15 +356,14 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
             ev.follow_up, said=lambda line: {s.status: line, page.causal.cz_stop: gr.Button(interactive=False)}
         ),
         inputs=[s.choice, s.analysis, s.open_tab],
-        inputs_kwargs=dict(cz_ticket=page.causal.cz_ticket),
         outputs=[*in_open_tab, s.status],
         show_progress_on=[page.causal.cz_cost],
         **LONG_EVENTS,
     )
     # the page's long work of its last image is cancelled, and a Stop from now on counts for the new one's
     arm = dict(
-        fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=[page.causal.cz_ticket, page.causal.cz_stop],
-        queue=False, api_visibility="private", show_progress="hidden",
+        fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
+        api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must not run the
     # analysis a second time. Each event lists as outputs only what it writes, and writes all of them. One

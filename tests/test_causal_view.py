@@ -368,12 +368,10 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     holder = threading.Thread(target=torch_thread.call_long, args=(other_work,))
     holder.start()
     assert held.wait(60)
-    ticket = causal.will_compute(loaded.choice, a, None, page)[p.cz_ticket]  # the tab opened
+    causal.will_compute(loaded.choice, a, None, page)  # the tab opened
     answer = {}
     waiting = threading.Thread(
-        target=lambda: answer.update(
-            out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, cz_ticket=ticket)
-        )
+        target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
     )
     waiting.start()
     time.sleep(0.2)  # the computation waits for the lane
@@ -385,8 +383,8 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to go on from there."
     assert answer["out"][p.cz_cost] == said and a.causal is None
-    ticket = causal.will_compute(loaded.choice, a, None, page)[p.cz_ticket]  # opened again
-    assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None, cz_ticket=ticket)[p.cz_state] is not None
+    causal.will_compute(loaded.choice, a, None, page)  # opened again
+    assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state] is not None
 
 
 def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bounded(handlers):
@@ -395,9 +393,10 @@ def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bou
 
     stops = PageStops()
     page = SimpleNamespace(session_hash="closing")
-    ticket = stops.arm(page)
+    stops.arm(page)
     stops.press(page)
-    assert len(stops) == 1 and stops.pressed(page, ticket)[1].is_set()
+    with stops.holding(page) as held:
+        assert len(stops) == 1 and held.pressed()
     stops.drop(page)
     assert len(stops) == 0
     for k in range(MAX_PAGES + 5):
@@ -411,22 +410,43 @@ def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bou
     assert tabs.causal.stops.drop in dropped and tabs.dataset.stops.drop in dropped  # every tab's Stops
 
 
-def test_a_stop_stops_every_computation_of_its_page_armed_before_it_and_none_armed_after():
+def test_a_stop_stops_every_computation_of_its_page_asked_before_it_and_none_asked_after():
     """The one Stop convention (app.stops): nothing is consumed, so two computations of a page, running or
-    waiting, both hear one Stop; a request armed after it, or another page's, does not; the Stop is needed
-    while one of the page's computations has not ended."""
+    waiting, both hear one Stop; a request asked after it, or another page's, does not; the Stop is needed while
+    one of the page's computations runs. An ask fired twice for one choice and taken once leaves nothing going;
+    a Stop pressed after an ask, before its handler started, stops it."""
+    from contextlib import ExitStack
+
     from app.stops import PageStops
 
     stops, page, other = PageStops(), SimpleNamespace(session_hash="a"), SimpleNamespace(session_hash="b")
-    first, second, elsewhere = stops.arm(page), stops.arm(page), stops.arm(other)
+
+    def asked(where):  # a control asks (armed at once), then its handler starts (and holds until closed)
+        stops.arm(where)
+        stack = ExitStack()
+        return stack, stack.enter_context(stops.holding(where))
+
+    (s1, first), (s2, second), (s3, elsewhere) = asked(page), asked(page), asked(other)
     stops.press(page)
-    later = stops.arm(page)
-    assert stops.pressed(page, first)[1].is_set() and stops.pressed(page, second)[1].is_set()
-    assert not stops.pressed(page, later)[1].is_set() and not stops.pressed(other, elsewhere)[1].is_set()
-    assert stops.end(page, first) and stops.end(page, second) and not stops.end(page, later)  # the last one
-    assert not stops.running(page) and stops.running(other)
-    ended, pressed = stops.pressed(page, first)  # an ended ticket (a stale page state): armed anew, not pressed
-    assert ended != first and not pressed.is_set()
+    s4, later = asked(page)
+    assert first.pressed() and second.pressed() and not later.pressed() and not elsewhere.pressed()
+    s1.close()
+    assert first.still_needed  # the page's others run
+    s2.close(), s4.close()
+    assert not later.still_needed and not stops.running(page) and stops.running(other)
+    stops.arm(page)  # a dropdown's input fired twice for one choice, its handler run once
+    s5, twice = asked(page)
+    stops.press(page)
+    assert twice.pressed()
+    s5.close()
+    assert not stops.running(page)
+    stops.arm(page)
+    stops.press(page)  # pressed between the ask and its handler's start
+    with stops.holding(page) as in_between:
+        assert in_between.pressed()
+    with stops.holding(page) as unasked:  # not asked by the page's controls: asked when it starts
+        assert not unasked.pressed()
+    s3.close()
 
 
 def _progress_that_stops(causal, page, when):
@@ -459,13 +479,13 @@ def test_another_class_and_another_knockout_stop_with_the_tabs_stop_and_the_clas
     other = (a.top_class + 1) % loaded.cfg.num_classes
     asked = dict(choice=loaded.choice, analysis=a, cz_class=other, cz_head=1, cz_mode=causal_view.ABLATIONS[0])
     armed = causal.armed(loaded.choice, a, page)
-    assert armed[p.cz_stop].interactive is True and armed[p.cz_ticket] is not None
+    assert armed[p.cz_stop].interactive is True
     ran_after = []
     model_blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
     progress = _progress_that_stops(causal, page, lambda done, _, desc: done == 2 and desc.startswith("knocking"))
     hooks = [b.register_forward_hook(lambda *_: ran_after.append(progress.pressed)) for b in model_blocks]
     try:
-        out = causal.choose_class(page, progress, cz_ticket=armed[p.cz_ticket], **asked)
+        out = causal.choose_class(page, progress, **asked)
     finally:
         for handle in hooks:
             handle.remove()
@@ -474,16 +494,16 @@ def test_another_class_and_another_knockout_stop_with_the_tabs_stop_and_the_clas
     assert ran_after and not any(ran_after)  # no block after the Stop
     # chosen again: from the third knockout to the whole view of that class
     seen = []
-    ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]
-    out = causal.choose_class(page, lambda done, **kw: seen.append(done), cz_ticket=ticket, **asked)
+    causal.armed(loaded.choice, a, page)
+    out = causal.choose_class(page, lambda done, **kw: seen.append(done), **asked)
     assert out[p.cz_state].target == other and seen[0] == (2, blocks) and out[p.cz_stop].interactive is False
     np.testing.assert_allclose(
         out[p.cz_state].knockout, causal_view.compute(loaded.model, a.x, other).knockout, atol=1e-5
     )
     # the knockout profile of a branch: stopped at its first block
-    ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]
+    causal.armed(loaded.choice, a, page)
     progress = _progress_that_stops(causal, page, lambda done, *_: done == 1)
-    asked = dict(choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="MLP branch", cz_ticket=ticket)
+    asked = dict(choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="MLP branch")
     out = causal.knockout(page, progress, **asked)
     said = "**Stopped:** the knockout profile of the MLP branch did not finish; choose it again to compute it."
     assert out[p.cz_cost] == said and p.cz_knockout not in out and progress.seen == [(1, blocks)]
@@ -516,19 +536,19 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
     quiet = lambda *_, **__: None  # noqa: E731
     other = (a.top_class + 1) % loaded.cfg.num_classes
     asks = {
-        "view": lambda t: causal.opened(loaded.choice, a, None, page, quiet, cz_ticket=t),
-        "class": lambda t: causal.choose_class(
+        "view": lambda: causal.opened(loaded.choice, a, None, page, quiet),
+        "class": lambda: causal.choose_class(
             page, quiet, choice=loaded.choice, analysis=a, cz_class=other, cz_head=0,
-            cz_mode=causal_view.ABLATIONS[0], cz_ticket=t,
+            cz_mode=causal_view.ABLATIONS[0],
         ),
-        "knockout": lambda t: causal.knockout(
-            page, quiet, choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="attention branch", cz_ticket=t
+        "knockout": lambda: causal.knockout(
+            page, quiet, choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="attention branch"
         ),
     }  # fmt: skip
     answers, threads = {}, []
     for name, ask in asks.items():
-        ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]
-        threads.append(threading.Thread(target=lambda n=name, f=ask, t=ticket: answers.update({n: f(t)})))
+        causal.armed(loaded.choice, a, page)  # asked (the tab opened, the menu, the radio)
+        threads.append(threading.Thread(target=lambda n=name, f=ask: answers.update({n: f()})))
         threads[-1].start()
     time.sleep(0.5)  # each waits for the lane
     assert not answers
@@ -545,8 +565,8 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
     # only the last one to end writes the Stop (disabled): the others' answers may reach the page after it
     written = [out[p.cz_stop] for out in answers.values() if p.cz_stop in out]
     assert len(written) == 1 and written[0].interactive is False
-    ticket = causal.armed(loaded.choice, a, page)[p.cz_ticket]  # asked after the Stop: it runs
-    assert p.cz_state in asks["class"](ticket) and a.causal is None
+    causal.armed(loaded.choice, a, page)  # asked after the Stop: it runs
+    assert p.cz_state in asks["class"]() and a.causal is None
 
 
 def signed_by_the_convention(trace, bound: float) -> bool:

@@ -368,9 +368,9 @@ def test_a_stop_pressed_while_a_build_reads_its_scenes_ends_it_then(world, monke
 
     monkeypatch.setattr(atlas_run, "read_data", slow_read)
     page = SimpleNamespace(session_hash="reading-page")
-    ticket, _ = dh._armed(page)  # the Build button
+    dh._armed(page)  # the Build button
     answer = {}
-    builder = threading.Thread(target=lambda: answer.update(out=dh.build_atlas(world.choice, 40, page, ticket=ticket)))
+    builder = threading.Thread(target=lambda: answer.update(out=dh.build_atlas(world.choice, 40, page)))
     builder.start()
     try:
         assert reading.wait(60)

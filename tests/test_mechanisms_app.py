@@ -385,19 +385,19 @@ def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_
     drawn = tokens(handlers, a, mx_region=region, progress=progress)
     total = mechanisms_view.token_runs(loaded.cfg, region)
     assert seen[-1] == (total, total) and p.mx_tokens in drawn
-    # a Stop pressed while the run waits (armed: its button) stops it when it starts; the earlier map and bars
+    # a Stop pressed while the run waits (asked: its button) stops it when it starts; the earlier map and bars
     # are emptied
-    ticket = tab.token_stops.arm(None)
+    tab.token_stops.arm(None)
     tab.token_stops.press(None)
-    stopped = tokens(handlers, a, mx_region=region, progress=progress, mx_token_ticket=ticket)
+    stopped = tokens(handlers, a, mx_region=region, progress=progress)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_tokens] is None
-    ticket = tab.patch_stops.arm(None)
+    tab.patch_stops.arm(None)
     tab.patch_stops.press(None)
-    stopped = patch(handlers, a, progress=progress, mx_patch_ticket=ticket)
+    stopped = patch(handlers, a, progress=progress)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_patch] is None
-    assert not tab.patch_stops.running(None) and not tab.token_stops.running(None)  # each ticket ended
-    ticket = tab.token_stops.arm(None)  # asked after the Stop: it runs
-    assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress, mx_token_ticket=ticket)
+    assert not tab.patch_stops.running(None) and not tab.token_stops.running(None)  # each ended
+    tab.token_stops.arm(None)  # asked after the Stop: it runs
+    assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress)
 
 
 def test_opening_the_tab_for_another_model_gives_its_controls_values_it_takes(setup):

@@ -34,7 +34,6 @@ class CausalParts:
     cz_top5: gr.HTML
     cz_knockout_of: gr.Radio
     cz_knockout: gr.Plot
-    cz_ticket: gr.State  # the page's Stop ticket (`app.stops`) of the tab's computation asked last, or None
 
     @property
     def computed(self) -> list:
@@ -69,7 +68,6 @@ class ClassAsk:
     cz_class: int | None
     cz_head: int | None
     cz_mode: str
-    cz_ticket: int | None = None  # its Stop ticket (`CausalTab.armed`)
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,6 @@ class KnockoutAsk:
     analysis: session.Analysis | None
     cz_state: causal_view.CausalView | None
     cz_knockout_of: str | None
-    cz_ticket: int | None = None  # its Stop ticket (`CausalTab.armed`)
 
 
 def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
@@ -127,7 +124,6 @@ def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
         list(causal_view.KNOCKOUTS), value=None, label="Knock out of each block", elem_id="cz_knockout_of"
     )
     parts["cz_knockout"] = gr.Plot(label="Knockout profile over depth", elem_id="cz_knockout")
-    parts["cz_ticket"] = gr.State(None)
     return CausalParts(**parts)
 
 
@@ -170,19 +166,20 @@ class CausalTab:
         return a is not None and a.choice == choice and shown is None
 
     def _arm(self, asks: bool, request: gr.Request | None) -> dict:
-        """A computation asked for (`asks`) or not: its ticket (None when nothing computes) and the Stop, enabled
-        while a computation of the page has not ended."""
-        ticket = self.stops.arm(request) if asks else None
-        return {self.parts.cz_ticket: ticket, self.parts.cz_stop: gr.Button(interactive=self.stops.running(request))}
+        """A computation asked for (`asks`: armed, `PageStops.arm`) or not: the Stop, enabled while a computation
+        of the page is asked for or runs."""
+        if asks:
+            self.stops.arm(request)
+        return {self.parts.cz_stop: gr.Button(interactive=asks or self.stops.running(request))}
 
     def will_compute(self, choice, a, shown, request: gr.Request | None = None) -> dict:
-        """The tab opened (at once, off the queues): its view's ticket when it computes, so that a Stop from now
-        on counts, even while the computation waits for the long lane."""
+        """The tab opened (at once, off the queues): its view armed when it computes, so that a Stop from now on
+        counts, even while the computation waits for the long lane."""
         return self._arm(self.computes(choice, a, shown), request)
 
     def armed(self, choice, a, request: gr.Request | None = None) -> dict:
-        """Another class or knockout asked for (at once, off the queues): its ticket when the page has an image of
-        its model to compute it for."""
+        """Another class or knockout asked for (at once, off the queues): armed when the page has an image of its
+        model to compute it for."""
         return self._arm(a is not None and a.choice == choice, request)
 
     def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
@@ -192,11 +189,11 @@ class CausalTab:
         torch_thread.cancel_long(page_of(request))
         return self._arm(open_tab == CAUSAL_TAB and a is not None, request)
 
-    def _held(self, request, ticket: int | None, compute: Callable[[Held], dict | None]) -> dict | None:
-        """compute(held) holding the page's Stop of `ticket` (None: armed now) until it returns or raises (its
-        ticket ends however it ends): its answer, with the Stop disabled when it was the page's last computation
-        to end (`stop_once_none_runs`), or None when it has nothing to show."""
-        with self.stops.holding(request, ticket) as held:
+    def _held(self, request, compute: Callable[[Held], dict | None]) -> dict | None:
+        """compute(held) holding the page's Stop (`PageStops.holding`) until it returns or raises: its answer, with
+        the Stop disabled when it was the page's last computation to end (`stop_once_none_runs`), or None when it
+        has nothing to show."""
+        with self.stops.holding(request) as held:
             out = compute(held)
         return None if out is None else out | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
 
@@ -214,26 +211,21 @@ class CausalTab:
             log.info("a causal computation stopped by its page")
             return {self.parts.cz_cost: str(e)}
 
-    def opened(
-        self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress(), cz_ticket: int | None = None
-    ) -> dict:
+    def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
         """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
         already, and the JSON download rewritten with its numbers. Progress is told by phase, block by block; the
-        page's Stop (`cz_ticket`, from `will_compute`) ends the work before the next block the model runs, and what
+        page's Stop (armed by `will_compute`) ends the work before the next block the model runs, and what
         was done is kept (`causal_view.Kept`): opened again, it goes on from there. The page's next image cancels
         it (`new_image`): then nothing is shown."""
-        computes, ticket = self.computes(choice, a, shown), cz_ticket
-        if not computes and ticket is None:
+        if not self.computes(choice, a, shown):
             return gr.skip()
 
         def view(held: Held) -> dict | None:
-            if not computes:  # armed, but nothing to compute: its ticket ends
-                return {}
             loaded = torch_thread.call(self.cache.get, choice)
             again = "open the tab again to go on from there."
             return self._view(loaded, a, a.top_class, progress, held, request=request, again=again, keep=True)
 
-        out = self._held(request, ticket, view)
+        out = self._held(request, view)
         return gr.skip() if out is None else out
 
     def _view(self, loaded: LoadedModel, a: session.Analysis, target: int, progress, held: Held, *, request,
@@ -283,7 +275,7 @@ class CausalTab:
                 loaded, a, int(ask.cz_class), progress, held, request=request, again=again, head=head, mode=mode
             )
 
-        return self._held(request, ask.cz_ticket, view) or {}
+        return self._held(request, view) or {}
 
     def knockout(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it, on
@@ -306,7 +298,7 @@ class CausalTab:
             stopped = f"**Stopped:** the knockout profile of the {what} did not finish; choose it again to compute it."
             return self._on_long_lane(work, loaded, request, held, lambda: stopped)
 
-        return self._held(request, ask.cz_ticket, profile) or {}
+        return self._held(request, profile) or {}
 
     def head(self, **asked: Any) -> dict:
         """Another head picked (or another way to remove it): its maps and the top-5 without it. asked:
@@ -347,13 +339,12 @@ class CausalTab:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
         # Each long computation: armed at once, off the queues (a Stop pressed while it waits stops it when it
         # starts), then run on the long lane's queue (app.torch_thread: its handler is not on the quick lane, only
-        # its loads) with its ticket
+        # its loads)
         shown = [shared.choice, shared.analysis, p.cz_state]
         off_queue = dict(queue=False, api_visibility="private", show_progress="hidden")
-        p.causal_tab.select(self.will_compute, shown, [p.cz_ticket, p.cz_stop], **off_queue).then(
+        p.causal_tab.select(self.will_compute, shown, p.cz_stop, **off_queue).then(
             answering(self.opened, said=self._failed),
             shown,
-            inputs_kwargs=dict(cz_ticket=p.cz_ticket),
             outputs=[*p.opened, shared.json_file],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
@@ -362,14 +353,14 @@ class CausalTab:
         p.cz_stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
         # input, not change: the follow-up of a new image sets the class and the head itself
         asked = [shared.choice, shared.analysis]
-        p.cz_class.input(self.armed, asked, [p.cz_ticket, p.cz_stop], **off_queue).then(
+        p.cz_class.input(self.armed, asked, p.cz_stop, **off_queue).then(
             answering(self.choose_class, said=self._failed),
             inputs_kwargs=named(p, ClassAsk, choice=shared.choice, analysis=shared.analysis),
             outputs=[*p.computed, *p.long_outputs],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
-        p.cz_knockout_of.input(self.armed, asked, [p.cz_ticket, p.cz_stop], **off_queue).then(
+        p.cz_knockout_of.input(self.armed, asked, p.cz_stop, **off_queue).then(
             answering(self.knockout, said=self._failed),
             inputs_kwargs=named(p, KnockoutAsk, choice=shared.choice, analysis=shared.analysis),
             outputs=[p.cz_knockout, *p.long_outputs],

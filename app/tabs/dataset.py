@@ -63,7 +63,6 @@ class DatasetParts:
     scenes: gr.Slider
     build: gr.Button
     stop: gr.Button  # enabled only while this page builds an atlas
-    ticket: gr.State  # the page's Stop ticket (`app.stops`) of the build asked last
 
     @property
     def opened(self) -> list:
@@ -116,7 +115,6 @@ def build() -> DatasetParts:
         )
         parts["build"] = gr.Button("Build an atlas of them for this page's model", scale=1, elem_id="ds_build")
         parts["stop"] = gr.Button("Stop", size="sm", scale=0, min_width=80, interactive=False, elem_id="ds_stop")
-        parts["ticket"] = gr.State(None)
     gr.Markdown(
         f"Atlases built here are kept in `{kept(BUILT)}`; a stopped build continues when built again.",
         elem_id="ds_where",
@@ -304,15 +302,14 @@ class DatasetTab:
         scenes: float,
         request: gr.Request | None = None,
         progress=gr.Progress(track_tqdm=True),
-        ticket: int | None = None,
     ) -> dict:
         """An atlas of `scenes` val scenes for the page's model (`cait.atlas.run.make`, in this process: its
         progress bar is the page's; the model is the cache's, never a second copy), kept in the user cache
         (`dv.built_folder`), then opened. It runs on the long lane (`torch_thread.call_long`), giving way to the
-        pages' quick views at every block. The page's Stop (of `ticket`, from the button) ends it while it reads
+        pages' quick views at every block. The page's Stop (armed by the button) ends it while it reads
         its scenes (`torch_thread.stoppable`) or before the next block the model runs: the shards written are kept,
         and building the same atlas again continues from them, as the command line does."""
-        with self.stops.holding(request, ticket) as held:  # its ticket ends however the build ends
+        with self.stops.holding(request) as held:
             return self._build(choice, int(scenes or 0), held, progress)
 
     def _build(self, choice: ModelChoice, n: int, held: Held, progress) -> dict:
@@ -375,24 +372,24 @@ class DatasetTab:
             **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
         )
 
-    def _armed(self, request: gr.Request) -> tuple[int, gr.Button]:
-        """A build asked for: its ticket (a Stop pressed from now on stops it), and this page's Stop enabled."""
-        return self.stops.arm(request), gr.Button(interactive=True)
+    def _armed(self, request: gr.Request) -> gr.Button:
+        """A build asked for: armed (a Stop pressed from now on stops it), and this page's Stop enabled."""
+        self.stops.arm(request)
+        return gr.Button(interactive=True)
 
     def _ended(self, request: gr.Request) -> dict:
         """A build ended: the Stop disabled unless another build of the page has not (`stop_once_none_runs`)."""
         return stop_once_none_runs(self.parts.stop, self.stops.running(request))
 
     def _wire_build(self) -> None:
-        """Build: its ticket armed and the Stop enabled at once, off the queues (a Stop pressed while the build
+        """Build: armed and the Stop enabled at once, off the queues (a Stop pressed while the build
         waits stops it when it starts), the build on the long lane's queue, then the Stop's state."""
         t, s = self.parts, self.shared
-        started = t.build.click(self._armed, None, [t.ticket, t.stop], queue=False, api_visibility="private")
+        started = t.build.click(self._armed, None, t.stop, queue=False, api_visibility="private")
         started.then(
             self.build_atlas,
             [s.choice, t.scenes],
             t.opened,
-            inputs_kwargs=dict(ticket=t.ticket),
             show_progress_on=[t.overview],
             **LONG_EVENTS,
         ).then(self._ended, None, t.stop, queue=False, api_visibility="private")

@@ -62,8 +62,6 @@ class MechanismsParts:
     mx_mode: gr.Radio
     mx_ablate: gr.Button
     mx_ablation: gr.HTML
-    mx_patch_ticket: gr.State  # the page's Stop tickets (`app.stops`) of the runs asked last, or None
-    mx_token_ticket: gr.State
 
     @property
     def controls(self) -> list:
@@ -235,7 +233,6 @@ def build(first: LoadedModel, tab: gr.Tab) -> MechanismsParts:
         )
         parts["mx_ablate"] = gr.Button("Ablate", scale=0, min_width=120, elem_id="mx_ablate")
     parts["mx_ablation"] = gr.HTML(elem_id="mx_ablation")
-    parts["mx_patch_ticket"], parts["mx_token_ticket"] = gr.State(None), gr.State(None)
     return MechanismsParts(**parts)
 
 
@@ -357,7 +354,7 @@ class MechanismsTab:
 
     def _run_long(self, loaded: LoadedModel, total: int, run: LongRun, compute):
         """compute() on the long lane with its progress in images read through the head
-        (`mechanisms_view.counted_runs`) and the page's Stop of its ticket, heard when it starts and before each
+        (`mechanisms_view.counted_runs`) and the page's Stop, heard when it starts and before each
         block and each read of the head: its numbers, or the line to show instead (empty when the page's next
         image cancelled it)."""
         what = run.what
@@ -399,15 +396,13 @@ class MechanismsTab:
         """A patching run that could not run (or stopped): its line, and no result of an earlier run left."""
         return {self.parts.mx_msg: line} | dict.fromkeys(self.parts.patched)
 
-    def patch(
-        self, request: gr.Request | None = None, progress=gr.Progress(), mx_patch_ticket=None, **asked: Any
-    ) -> dict:
+    def patch(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Activation patching of the chosen class's logit from this image into the second run: bars over depth
         and the CA heads' grid, in Δlogit, each with the share of the gap it restores (when the gap is large
-        enough for shares). Progress per patched run; the page's Stop (of `mx_patch_ticket`, from the button) ends
-        it. asked: `PatchAsk`'s fields."""
+        enough for shares). Progress per patched run; the page's Stop (armed by the button) ends it. asked:
+        `PatchAsk`'s fields."""
         p = self.parts
-        with self.patch_stops.holding(request, mx_patch_ticket) as held:  # its ticket ends however the handler ends
+        with self.patch_stops.holding(request) as held:
             got = torch_thread.call(self._asked, PatchAsk(**asked), self.patch_failed)
             if isinstance(got, dict):
                 return got
@@ -452,15 +447,13 @@ class MechanismsTab:
         """A token-patching run that could not run (or stopped): its line, and no map of an earlier run left."""
         return {self.parts.mx_msg: line, self.parts.mx_second: None, self.parts.mx_tokens: None}
 
-    def tokens(
-        self, request: gr.Request | None = None, progress=gr.Progress(), mx_token_ticket=None, **asked: Any
-    ) -> dict:
+    def tokens(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Token patching of the chosen class's logit into the class stage, region by region of the size asked,
         both directions, drawn over the image beside the class attention with their rank correlation, and kept
-        for the JSON download. Progress per region run; the page's Stop (of `mx_token_ticket`, from the button)
-        ends it. asked: `TokenAsk`'s fields."""
+        for the JSON download. Progress per region run; the page's Stop (armed by the button) ends it.
+        asked: `TokenAsk`'s fields."""
         p, ask = self.parts, TokenAsk(**asked)
-        with self.token_stops.holding(request, mx_token_ticket) as held:  # its ticket ends however the handler ends
+        with self.token_stops.holding(request) as held:
             got = torch_thread.call(self._asked, ask, self.token_failed)
             if isinstance(got, dict):
                 return got
@@ -543,16 +536,13 @@ class MechanismsTab:
         patch_outputs = [p.mx_msg, shared.json_file, *p.patched]
         self.wire_long_run(
             p.mx_patch_run, p.mx_patch_stop, self.patch_stops, answering(self.patch, said=self.patch_failed),
-            inputs_kwargs=named(p, PatchAsk, choice=shared.choice, analysis=shared.analysis)
-            | {"mx_patch_ticket": p.mx_patch_ticket},
-            outputs=patch_outputs, progress_on=p.mx_patch, ticket=p.mx_patch_ticket,
+            inputs_kwargs=named(p, PatchAsk, choice=shared.choice, analysis=shared.analysis),
+            outputs=patch_outputs, progress_on=p.mx_patch,
         )  # fmt: skip
         self.wire_long_run(
             p.mx_token_run, p.mx_token_stop, self.token_stops, answering(self.tokens, said=self.token_failed),
-            inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis)
-            | {"mx_token_ticket": p.mx_token_ticket},
+            inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis),
             outputs=[p.mx_msg, p.mx_second, p.mx_tokens, shared.json_file], progress_on=p.mx_tokens,
-            ticket=p.mx_token_ticket,
         )  # fmt: skip
         p.mx_ablate.click(
             on_torch(answering(self.ablate, said=lambda line: {p.mx_ablation: line})),
@@ -563,21 +553,21 @@ class MechanismsTab:
 
     @staticmethod
     def wire_long_run(
-        run: gr.Button, stop: gr.Button, stops: PageStops, fn: Callable, *, inputs_kwargs, outputs, progress_on,
-        ticket: gr.State,
-    ) -> None:  # fmt: skip
-        """A long run's button: its ticket armed and its Stop enabled at once (off the model queue: a Stop pressed
-        while the run still waits counts), the run on the long lane with its progress and its ticket (one of
-        `inputs_kwargs`; `torch_thread.call_long`, in the handler), then its Stop disabled unless another run of
-        the page has not ended (`stop_once_none_runs`), whether this one finished, failed or stopped."""
+        run: gr.Button, stop: gr.Button, stops: PageStops, fn: Callable, *, inputs_kwargs, outputs, progress_on
+    ) -> None:
+        """A long run's button: armed and its Stop enabled at once (off the model queue: a Stop pressed while the
+        run still waits counts), the run on the long lane with its progress (`torch_thread.call_long`, in the
+        handler), then its Stop disabled unless another run of the page has not ended (`stop_once_none_runs`),
+        whether this one finished, failed or stopped."""
 
-        def armed(request: gr.Request | None = None) -> tuple[int, gr.Button]:
-            return stops.arm(request), gr.Button(interactive=True)
+        def armed(request: gr.Request | None = None) -> gr.Button:
+            stops.arm(request)
+            return gr.Button(interactive=True)
 
         def ended(request: gr.Request | None = None) -> dict:
             return stop_once_none_runs(stop, stops.running(request))
 
-        started = run.click(armed, None, [ticket, stop], queue=False, api_visibility="private")
+        started = run.click(armed, None, stop, queue=False, api_visibility="private")
         ran = started.then(
             fn,
             inputs_kwargs=inputs_kwargs,
