@@ -197,18 +197,20 @@ class CausalTab:
             out = compute(held)
         return None if out is None else out | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
 
-    def _on_long_lane(self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str]) -> dict | None:
-        """work() on the long lane for the page's image, the page's Stop heard when it starts and before each
-        block (then the cost line says stopped()); None when the page's next image cancelled it (that image's
-        first view emptied the tab)."""
+    def _on_long_lane(
+        self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str], *, what: str
+    ) -> dict | None:
+        """work() (`what`, for the log) on the long lane for the page's image, the page's Stop heard when it starts
+        and before each block (then the cost line says stopped()); None when the page's next image cancelled it
+        (that image's first view emptied the tab)."""
         stop = lambda: held.stop_if_pressed(stopped())  # noqa: E731
         try:
             return torch_thread.call_long(work, page=page_of(request), model=loaded.model, stop=stop)
         except torch_thread.Cancelled:
-            log.info("a causal computation cancelled by its page's next image")
+            log.info("%s cancelled by its page's next image", what)
             return None
         except Stopped as e:
-            log.info("a causal computation stopped by its page")
+            log.info("%s stopped by its page", what)
             return {self.parts.cz_cost: str(e)}
 
     def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
@@ -257,7 +259,8 @@ class CausalTab:
             return out | {self.shared.json_file: session.numbers_file(loaded, a)}
 
         stopped = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
-        return self._on_long_lane(work, loaded, request, held, stopped)
+        what = "causal view" if keep else f"causal view of class {target}"
+        return self._on_long_lane(work, loaded, request, held, stopped, what=what)
 
     def choose_class(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another class chosen: the attribution and knockouts for its logit, on the long lane with its progress
@@ -296,7 +299,7 @@ class CausalTab:
                 return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, done, what)}
 
             stopped = f"**Stopped:** the knockout profile of the {what} did not finish; choose it again to compute it."
-            return self._on_long_lane(work, loaded, request, held, lambda: stopped)
+            return self._on_long_lane(work, loaded, request, held, lambda: stopped, what=f"knockout profile ({what})")
 
         return self._held(request, profile) or {}
 
