@@ -1,5 +1,6 @@
 """Two threads run all of the app's torch work: the quick lane (loading models, every view, redraw and
-tile) and the long lane (work of many passes: the Causal tab's view), so that long work never blocks the page.
+tile) and the long lane (work of many passes: the Causal tab's views and knockout profiles, the Mechanisms tab's
+patching runs, an atlas build, /analyze's causal and patching sections), so that long work never blocks the page.
 
 Why one thread per lane, not Gradio's worker threads: torch parallelises each operation over OpenMP threads,
 and every Python thread that calls torch gets its own team of them. Measured on the 2-core CPU this app is
@@ -23,8 +24,10 @@ counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before 
 waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
 long job loses the time of the quick work it let through. The two lanes share the models (no second copy):
 the explanation hooks act only on the thread that opened them (`cait.explain.hooks`). A long job of a page's
-image is cancelled by the page's next image (`cancel_long`), whether it waits or runs. What each side costs
-is measured by benchmarks/app_latency.py (`--beside-long`; benchmarks/README.md).
+image is cancelled by the page's next image (`cancel_long`), whether it waits or runs, and its page's Stop
+(`call_long(stop=...)`, `app.stops`) is heard at the same points; a part of it that runs no block of the model
+(reading an atlas's scenes) is watched from beside it (`stoppable`). What each side costs is measured by
+benchmarks/app_latency.py (`--beside-long`; benchmarks/README.md).
 """
 
 from __future__ import annotations
