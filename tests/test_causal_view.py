@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import gradio as gr
@@ -346,40 +348,52 @@ def test_the_tab_tells_its_progress_by_phase_block_by_block_stops_and_goes_on_fr
     assert causal.opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
 
 
-def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_starts(handlers):
-    """The long lane held by another page's long work, the tab asked for (armed at once, off the queue, as
-    opening it does), Stop pressed while the computation waits, the lane released: it stops before its first
-    block. The page's next request computes."""
-    import threading
-    import time
+@contextmanager
+def lane_held_by_another_page():
+    """Inside, the long lane runs another page's work until the release it yields is set (at the latest when the
+    block ends)."""
+    from app import torch_thread
 
-    from app import session, torch_thread
-
-    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
-    causal.kept = causal_view.Kept()
-    a = session.analyse(loaded, str(read_examples()[0].path))
-    page = SimpleNamespace(session_hash="waiting")
     held, release = threading.Event(), threading.Event()
 
-    def other_work() -> None:  # another page's long work
+    def other_work() -> None:
         held.set()
         assert release.wait(60)
 
     holder = threading.Thread(target=torch_thread.call_long, args=(other_work,))
     holder.start()
     assert held.wait(60)
-    causal.will_compute(loaded.choice, a, None, page)  # the tab opened
-    answer = {}
-    waiting = threading.Thread(
-        target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
-    )
-    waiting.start()
-    time.sleep(0.2)  # the computation waits for the lane
-    assert "out" not in answer
-    causal.stops.press(page)
-    release.set()
-    waiting.join(120)
-    holder.join(60)
+    try:
+        yield release
+    finally:
+        release.set()
+        holder.join(60)
+
+
+def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_starts(handlers):
+    """The long lane held by another page's long work, the tab asked for (armed at once, off the queue, as
+    opening it does), Stop pressed while the computation waits, the lane released: it stops before its first
+    block. The page's next request computes."""
+    import time
+
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    page = SimpleNamespace(session_hash="waiting")
+    with lane_held_by_another_page() as release:
+        causal.will_compute(loaded.choice, a, None, page)  # the tab opened
+        answer = {}
+        waiting = threading.Thread(
+            target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
+        )
+        waiting.start()
+        time.sleep(0.2)  # the computation waits for the lane
+        assert "out" not in answer
+        causal.stops.press(page)
+        release.set()
+        waiting.join(120)
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to go on from there."
     assert answer["out"][p.cz_cost] == said and a.causal is None
@@ -514,25 +528,15 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
     """The view, another class and another knockout, each asked (armed) while the long lane holds another
     page's work, then one Stop: each stops when it starts (none is lost to another that heard it first), and
     one asked after the Stop runs."""
-    import threading
     import time
 
-    from app import session, torch_thread
+    from app import session
 
     p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
     causal.kept = causal_view.Kept()
     a = session.analyse(loaded, str(read_examples()[2].path))
     page = SimpleNamespace(session_hash="queued-page")
     view = causal_view.compute(loaded.model, a.x, a.top_class)
-    held, release = threading.Event(), threading.Event()
-
-    def other_work() -> None:  # another page's long work
-        held.set()
-        assert release.wait(60)
-
-    holder = threading.Thread(target=torch_thread.call_long, args=(other_work,))
-    holder.start()
-    assert held.wait(60)
     quiet = lambda *_, **__: None  # noqa: E731
     other = (a.top_class + 1) % loaded.cfg.num_classes
     asks = {
@@ -546,16 +550,17 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
         ),
     }  # fmt: skip
     answers, threads = {}, []
-    for name, ask in asks.items():
-        causal.armed(loaded.choice, a, page)  # asked (the tab opened, the menu, the radio)
-        threads.append(threading.Thread(target=lambda n=name, f=ask: answers.update({n: f()})))
-        threads[-1].start()
-    time.sleep(0.5)  # each waits for the lane
-    assert not answers
-    causal.stops.press(page)
-    release.set()
-    for thread in (*threads, holder):
-        thread.join(120)
+    with lane_held_by_another_page() as release:
+        for name, ask in asks.items():
+            causal.armed(loaded.choice, a, page)  # asked (the tab opened, the menu, the radio)
+            threads.append(threading.Thread(target=lambda n=name, f=ask: answers.update({n: f()})))
+            threads[-1].start()
+        time.sleep(0.5)  # each waits for the lane
+        assert not answers
+        causal.stops.press(page)
+        release.set()
+        for thread in threads:
+            thread.join(120)
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     assert answers["view"][p.cz_cost].startswith(f"**Stopped** after 0 of {blocks} knockouts; open the tab")
     assert answers["class"][p.cz_cost].startswith(f"**Stopped** after 0 of {blocks} knockouts; choose the class")

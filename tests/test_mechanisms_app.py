@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from pathlib import Path
 
 import gradio as gr
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import randomise_
+from test_app_long_work import Blocks  # which thread ran each block
 from test_causal_view import signed_by_the_convention
 
 import cait
@@ -433,23 +433,6 @@ def test_shares_are_withheld_when_the_gap_is_too_small():
 # /analyze's sections of many passes on the long lane; the download holds token patching
 
 
-class BlockThreads:
-    """The name of the thread that ran each block of `model`, while open."""
-
-    def __init__(self, model) -> None:
-        self.model, self.names = model, []
-
-    def __enter__(self):
-        record = lambda *_: self.names.append(threading.current_thread().name)  # noqa: E731
-        blocks = [*self.model.blocks, *self.model.blocks_token_only]
-        self.handles = [b.register_forward_pre_hook(record) for b in blocks]
-        return self
-
-    def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-
-
 def test_analyze_computes_the_causal_view_and_both_patchings_on_the_long_lane_to_the_tabs_numbers(setup):
     """/analyze's causal numbers, activation and token patching run every block on the long lane (as the tabs
     compute them: never on the quick lane that draws the pages' views), the rest of the answer on the quick
@@ -459,19 +442,19 @@ def test_analyze_computes_the_causal_view_and_both_patchings_on_the_long_lane_to
     handlers, loaded, _, examples = setup
     model, a = loaded.model, session.analyse(loaded, examples[1])
     sections = dict(causal=True, patching="contrast:5", token_patching="contrast:5", token_region=2)
-    with BlockThreads(model) as ran:
+    with Blocks(model) as ran:
         out = Analyze(handlers.cache, loaded.choice).analyze({"path": examples[1]}, **sections)
     # the blocks each part runs, counted on this thread
     plain = dict(method="", target=-1, logit_lens=False, seed=0, **dataclasses.asdict(explain.MethodOptions()))
-    with BlockThreads(model) as quick:
+    with Blocks(model) as quick:
         api.answer_now(loaded, examples[1], api.checked_call(loaded, causal=False, patching="", **plain))
-    with BlockThreads(model) as long:
+    with Blocks(model) as long:
         api.answer(loaded, examples[1], **plain, **sections)
-    assert len(long.names) > 2 * len(quick.names)  # the sections are the long part
-    on_long = [n for n in ran.names if n.startswith("cait-long")]
-    on_quick = [n for n in ran.names if n.startswith("cait-torch")]
-    assert len(on_long) == len(long.names) - len(quick.names) and len(on_quick) == len(quick.names)
-    assert len(ran.names) == len(long.names)  # no block anywhere else
+    assert len(long.ran) > 2 * len(quick.ran)  # the sections are the long part
+    on_long = [n for n in ran.ran if n.startswith("cait-long")]
+    on_quick = [n for n in ran.ran if n.startswith("cait-torch")]
+    assert len(on_long) == len(long.ran) - len(quick.ran) and len(on_quick) == len(quick.ran)
+    assert len(ran.ran) == len(long.ran)  # no block anywhere else
     # the Causal tab's numbers (its view on the long lane too), and the library's
     handlers.tabs.causal.kept = causal_view.Kept()
     handlers.tabs.causal.opened(a.choice, a, None)
