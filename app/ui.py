@@ -30,13 +30,11 @@ from app.shared import (
     LONG_EVENTS,
     MECHANISMS_TAB,
     MODEL_EVENTS,
-    NO_BOUNDS_CHECK,
     ImageAsk,
     Look,
     Shared,
     answering,
     named,
-    within,
 )
 from app.tabs import causal, class_attention, dataset, layerscale, mechanisms, model, saliency, talking_heads
 from app.workdir import FILE_TTL, WORK
@@ -100,8 +98,7 @@ class DetailsAsk:
     scale: str
     view: str
     keep: float
-    th_layer: int  # the talking-heads layer and query patch, as the page sent them (clamped at the door)
-    th_row: int
+    th_row: int  # the talking-heads query patch
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
     region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
@@ -208,34 +205,28 @@ class ImageEvents:
         loaded = self.cache.get(choice)
         start = time.perf_counter()
         try:
-            a = session.analyse(loaded, path, sa_layer=within(sa_layer, loaded.cfg.depth, 1) - 1)  # at the door
+            a = session.analyse(loaded, path, sa_layer=int(sa_layer) - 1)
         except ImageInputError as e:
             log.info("could not analyse an upload: %s", e)
             return self.cleared(shown, f"**Could not analyse this file:** {e}")
         log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
         return self.first_view(loaded, a, look, shown, uploaded=uploaded, selected=selected)
 
-    @staticmethod
-    def unselected(*galleries: gr.Gallery) -> dict:
-        """No tile of `galleries` framed as the page's image any more: their props only, their tiles stay (a
-        component, not gr.update, which drops a None)."""
-        return {gallery: gr.Gallery(selected_index=None) for gallery in galleries}
-
     def upload(self, **asked: Any) -> dict:
-        """An uploaded file analysed (or refused, in the status line); no example, and no atlas exemplar, is
-        highlighted any more. asked: `UploadAsk`'s fields, by name."""
+        """An uploaded file analysed (or refused, in the status line); no example is highlighted any more.
+        asked: `UploadAsk`'s fields, by name."""
         ask = UploadAsk(**asked)
         path = payload_path(ask.image_in)
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=True)
-        return out | self.unselected(self.page.shared.examples, self.page.dataset.exemplars)
+        # its props only, the examples stay; a component, not gr.update, which drops a None
+        return out | {self.page.shared.examples: gr.Gallery(selected_index=None)}
 
     def example(self, evt: gr.SelectData, **asked: Any) -> dict:
-        """An example clicked: analysed, and shown in the image box; an atlas exemplar opened before is highlighted
-        no more. asked: `ImageAsk`'s fields, by name."""
+        """An example clicked: analysed, and shown in the image box. asked: `ImageAsk`'s fields, by name."""
         ask = ImageAsk(**asked)
         path = evt.value["image"]["path"]
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False)
-        return out | {self.page.shared.image_in: path} | self.unselected(self.page.dataset.exemplars)
+        return out | {self.page.shared.image_in: path}
 
     def details(self, **asked: Any) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
@@ -252,7 +243,7 @@ class ImageEvents:
             | t.layerscale.details(a)
             | t.saliency.details(loaded, a, ask.region_of, ask.region_share)
         )
-        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col, ask.th_layer)
+        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col)
         return out | t.causal.details(loaded, a)
 
     def follow_up(self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress()):
@@ -342,13 +333,12 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         ),
         outputs=[
             *(s.grid_file, s.json_file, page.layerscale.ratio_plot, page.ca.head_stats),
-            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick, *page.talking.query),
+            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick),
             *(page.saliency.sal_class, page.saliency.sal_region, page.causal.cz_class, page.causal.cz_head),
         ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **MODEL_EVENTS,
-        **NO_BOUNDS_CHECK,  # the query and the region's map of the page's model: taken at the door
     )
     in_open_tab = [*page.causal.opened, *page.mechanisms.opened, s.json_file]
     open_tab = dict(  # not on the quick lane: the Causal view runs on the long one (app.torch_thread)
@@ -360,7 +350,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         show_progress_on=[page.causal.cz_cost],
         **LONG_EVENTS,
     )
-    # the page's long work of its last image is cancelled, and a Stop from now on counts for the new one's
+    # a Stop from now on counts, and the page's long work of its last image is cancelled
     arm = dict(
         fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
         api_visibility="private", show_progress="hidden",
@@ -376,14 +366,13 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         inputs_kwargs=named(
             page.talking, UploadAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props, image_in=s.image_in
         ),
-        outputs=[*ev.results(), s.examples, page.dataset.exemplars],
+        outputs=[*ev.results(), s.examples],
         preprocess=False,
         **progress,
     )
     example = s.examples.select(
-        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
-        **progress, **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
-    )  # fmt: skip
+        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in], **progress
+    )
     exemplar = tabs.dataset.wire(
         demo, look=page.look(), th_layer=page.talking.th_layer, ca_props=page.ca.ca_props, outputs=ev.results()
     )
@@ -409,8 +398,7 @@ def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default:
         tabs.model.wire(demo, ca_props=page.ca.ca_props, everything=page.everything())
         demo.unload(tabs.causal.stops.drop)  # a closed page's Stop goes with it
         demo.unload(tabs.mechanisms.drop)
-        # off the quick lane: the answer takes each lane for its parts (`Analyze._answer`)
-        gr.api(Analyze(cache, default).analyze, api_name="analyze", concurrency_id="model")
+        gr.api(torch_thread.handler(Analyze(cache, default).analyze), api_name="analyze", concurrency_id="model")
 
 
 def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:
