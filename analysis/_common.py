@@ -25,7 +25,7 @@ from PIL import Image
 
 import cait
 from cait.config import DEFAULT_MODEL, CaiTConfig
-from cait.data import DataError, read_examples
+from cait.data import DataError, data_name, read_examples
 from cait.errors import InputError
 from cait.flags import add_model_flags, add_precision_flag, add_threads_flag
 from cait.preprocess import model_view
@@ -263,6 +263,16 @@ def write_json(path: Path, data: Any) -> Path:
     return path
 
 
+def read_saved(path: Path, *keys: str) -> tuple:
+    """The values of `keys` in a JSON file a script wrote (what --replot draws again from); a file that is
+    missing, unreadable or without one of them is one line and exit code 2."""
+    try:
+        saved = json.loads(path.read_text())
+        return tuple(saved[k] for k in keys)
+    except (OSError, ValueError, KeyError) as e:
+        fail(f"cannot replot from {path}: {e}")
+
+
 def write_csv(path: Path, rows: list[dict]) -> Path:
     fields: list[str] = []
     for r in rows:
@@ -358,10 +368,9 @@ def budget(args: argparse.Namespace, *, quick_epochs: int = 1) -> dict[str, Any]
 
 
 def budget_note(args: argparse.Namespace) -> str:
-    data = {"fashion-mnist": "Fashion-MNIST", "fashion-mnist-scenes": "Fashion-MNIST scenes"}[args.data]
     return (
-        f"{data}, first {args.subset} training images, {args.epochs} epoch(s), batch {args.batch_size}, "
-        f"lr {args.lr:g}, seed 0, val on {args.val_subset} images"
+        f"{data_name(args.data)}, first {args.subset} training images, {args.epochs} epoch(s), "
+        f"batch {args.batch_size}, lr {args.lr:g}, seed 0, val on {args.val_subset} images"
     )
 
 

@@ -19,7 +19,6 @@ Writes class_attention_ablation.csv/.json/.png/.html.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from _common import (
@@ -28,12 +27,12 @@ from _common import (
     add_budget_flags,
     budget,
     budget_note,
-    fail,
     matplotlib_pyplot,
     miniature,
     miniature_name,
     out_dir,
     parser,
+    read_saved,
     save_html,
     save_png,
     train_runs,
@@ -190,11 +189,7 @@ def summary(rows: list[dict], made_from: str) -> list[str]:
 
 def replot(out: Path) -> int:
     """The figures and the printed summary made again from OUT/class_attention_ablation.json alone."""
-    try:
-        saved = json.loads((out / "class_attention_ablation.json").read_text())
-        rows, curves, made_from = saved["rows"], saved["curves"], saved["made_from"]
-    except (OSError, ValueError, KeyError) as e:
-        fail(f"cannot replot from {out / 'class_attention_ablation.json'}: {e}")
+    rows, curves, made_from = read_saved(out / "class_attention_ablation.json", "rows", "curves", "made_from")
     plot(rows, curves, made_from, out)
     print("\n".join(summary(rows, made_from)))
     print(f"wrote class_attention_ablation.png/.html to {out}")

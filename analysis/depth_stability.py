@@ -38,7 +38,6 @@ depth_stability_lr (accuracy against lr per depth) and depth_stability_eps (Laye
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
@@ -57,6 +56,7 @@ from _common import (
     miniature_name,
     out_dir,
     parser,
+    read_saved,
     sweep_lock,
     train_runs,
     write_csv,
@@ -64,6 +64,7 @@ from _common import (
 )
 from _table1 import METHODS, Summary, best_eps, best_lr, in_phase, num, paper_eps, paper_values, summarize
 
+from cait.data import data_name
 from cait.explain.layerscale import layerscale_stats_from_metrics
 from cait.runs import RunError
 
@@ -417,13 +418,12 @@ def _phase_seconds(design: Design, phase: str, speeds: dict[str, dict]) -> float
 
 def made_from(design: Design, args: argparse.Namespace, results: Results) -> str:
     model = miniature_name(args.quick) + ("" if args.quick else ", 2 CA")
-    data = {"fashion-mnist": "Fashion-MNIST", "fashion-mnist-scenes": "Fashion-MNIST scenes"}[args.data]
     done = {p: sum(r["phase"] == p for r in results.rows) for p in PHASES}
     progress = ", ".join(
         f"{p} {done[p]}/{results.planned[p]}" if results.planned[p] else f"{p} not planned yet" for p in PHASES
     )
     return (
-        f"miniature retraining: {model} from scratch on {data}, AdamW, no mixup/RandAugment, "
+        f"miniature retraining: {model} from scratch on {data_name(args.data)}, AdamW, no mixup/RandAugment, "
         f"{'no' if not args.warmup else f'{args.warmup:g} epoch(s) of'} warmup, cosine, batch {args.batch_size}, "
         f"amp auto, val on {args.val_subset} images; lr and eps phases {design.sweep.epochs} epoch(s) x first "
         f"{design.sweep.subset} images, seed 0; main {design.main.epochs} epoch(s) x first {design.main.subset} "
@@ -489,11 +489,7 @@ def replot(out: Path) -> int:
     out/depth_stability.json alone."""
     from _table1_plots import plot_all
 
-    try:
-        saved = json.loads((out / "depth_stability.json").read_text())
-        rows, gamma, made = saved["rows"], saved["gamma"], saved["made_from"]
-    except (OSError, ValueError, KeyError) as e:
-        fail(f"cannot replot from {out / 'depth_stability.json'}: {e}")
+    rows, gamma, made = read_saved(out / "depth_stability.json", "rows", "gamma", "made_from")
     summary = summarize(rows)
     written = [write_summary(summary, made, out), *plot_all(rows, gamma, summary, made, out)]
     print(f"wrote {', '.join(p.name for p in written)} from {out / 'depth_stability.json'}")

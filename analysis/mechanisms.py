@@ -47,8 +47,8 @@ STRENGTH = ((0.3, "weakly"), (0.5, "moderately"), (float("inf"), "strongly"))  #
 
 
 def views(model, args: argparse.Namespace) -> tuple[torch.Tensor, str]:
-    """The clean model views [N, C, H, W] in [0, 1] and what they are: test scenes (built in, or a folder of
-    them), or photos."""
+    """The clean model views [N, C, H, W] in [0, 1] and what they are: the images of --data (the reader's name
+    of them, with how many unreadable ones were left out), or photos."""
     if model.cfg.is_imagenet or args.images:
         examples = load_examples(args.images or default_images(model.cfg), model.cfg, limit=2 if args.quick else None)
         if not examples:
@@ -63,16 +63,8 @@ def views(model, args: argparse.Namespace) -> tuple[torch.Tensor, str]:
         fail(str(e).splitlines()[0])
     readable = [data[i] for i in range(len(data))]
     readable = [item for item in readable if item[4]]  # a folder's unreadable files are left out
-    where = "test scenes" if args.data == SCENES else f"images of {args.data}"
-    return default_collate(readable)[0], f"the first {len(readable)} {where}"
-
-
-def region_sums(maps: torch.Tensor, region: int) -> torch.Tensor:
-    """Patch maps [n, g, g] summed over each token-patching region: [n, R, R] (`explain.region_masks`)."""
-    g = maps.shape[-1]
-    masks = explain.region_masks(g, region).float()
-    side = int(len(masks) ** 0.5)
-    return (maps.flatten(1) @ masks.T).view(-1, side, side)
+    left_out = len(data) - len(readable)
+    return default_collate(readable)[0], data.name + (f" ({left_out} unreadable left out)" if left_out else "")
 
 
 @torch.no_grad()
@@ -92,7 +84,7 @@ def measure(model, x: torch.Tensor, args: argparse.Namespace) -> dict[str, torch
         by_block = explain.activation_patching(model, clean, corrupted, target)
         by_head = explain.activation_patching(model, clean, corrupted, target, granularity="head")
         tokens = explain.token_patching(model, clean, corrupted, target, region=args.region)
-        attention = region_sums(explain.class_attention(model, clean).maps.mean((1, 2)), args.region)
+        attention = explain.region_sums(explain.class_attention(model, clean).maps.mean((1, 2)), args.region)
         for key, value in (
             ("lens", lens),
             ("target", target),
@@ -215,11 +207,11 @@ def verdict(data: dict) -> str:
     depth, k = len(data["lens"]) - 1, data["forms_at"]
     lens = data["lens"]
     if k is None:
-        first = f"the lens's top-1 never settles on the final prediction for most of {data['images']}"
+        first = f"the lens's top-1 never settles on the final prediction for most of the {data['image_count']} images"
     else:
         first = (
             f"the answer forms at SA depth {k} of {depth}: from there on the lens's top-1 is the final prediction "
-            f"for most of {data['images']} ({lens[k]['top1_agreement']:.0%} at depth {k}, "
+            f"for most of the {data['image_count']} images ({lens[k]['top1_agreement']:.0%} at depth {k}, "
             f"{lens[0]['top1_agreement']:.0%} on the patch embedding)"
         )
     corruption = f"{data['corruption']} at severity {data['severity']}"
@@ -258,6 +250,7 @@ def summarise(model, m: dict[str, torch.Tensor], args: argparse.Namespace, made_
     data = {
         "made_from": made_from,
         "images": what,
+        "image_count": int(m["target"].numel()),
         "target": "the clean run's predicted class",
         "corruption": args.corruption,
         "severity": args.severity,

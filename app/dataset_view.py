@@ -19,14 +19,14 @@ import numpy as np
 import cait
 from cait.atlas.page import class_dla_figure
 from cait.atlas.shards import ARGS_FILE
-from cait.data import ImageSet, read_images
+from cait.data import ImageSet, read_images, split_name
 from cait.errors import InputError
 from cait.explain.metrics import head_row
 from cait.figures import head_name
 
 DEFAULT_SCENES, MAX_SCENES = 200, 2000  # an atlas built in the app: N shipped scenes of the val split
 SCENES, SPLIT = "fashion-mnist-scenes", "val"  # what the app builds atlases of (the atlas's own default split)
-SCENES_SAID = f"scenes of the {SPLIT} split (Fashion-MNIST's test garments)"  # the one name the tab gives them
+SCENES_SAID = split_name(SCENES, SPLIT)  # the name the reader gives them
 BUILT_SHARD = 64  # images per shard of an atlas built in the app: what a Stop loses at most (a multiple of the
 # batch of 64, so that every batch, and every number, is the command line's)
 CLASS_PREFIX = "dla_mean_"  # heads.csv: the mean DLA of a head over the images predicted as the class after it

@@ -1,14 +1,25 @@
 """Data-parallel processes under torchrun, for training and for the commands that share images over
-ranks: which rank this process is, how many there are, and on which device it runs."""
+ranks: which rank this process is, how many there are, on which device it runs, and what rank 0 alone does
+(its failure is every rank's at once: no rank waits for a rank 0 that has stopped)."""
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from .errors import InputError
 from .runtime import resolve_device
+
+T = TypeVar("T")
+
+
+class RankFailed(RuntimeError):
+    """Raised on the other ranks when what rank 0 alone does failed inside (not an input error): they stop at
+    once instead of waiting for rank 0 at the next collective; rank 0 keeps the exception and its traceback."""
 
 
 def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
@@ -23,6 +34,50 @@ def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
     dist.init_process_group("nccl" if use_cuda else "gloo")
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return dist.get_rank(), world, device
+
+
+@contextmanager
+def process_group(device_arg: str) -> Iterator[tuple[int, int, torch.device]]:
+    """`setup_distributed`'s (rank, world size, device) while open; the process group, if any, is destroyed on
+    exit, however the work inside ends. Raises DeviceError (one line) for a device that cannot be used."""
+    rank, world, device = setup_distributed(device_arg)
+    try:
+        yield rank, world, device
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def rank_zero_does(work: Callable[[], T]) -> T | None:
+    """`work()` done by rank 0 alone (writing a run's files, checking its output folder), its failure known to
+    every rank at once: a collective, so every rank calls it at the same point. Without a process group it is
+    `work()`.
+
+    Args:
+        work: what rank 0 does.
+
+    Returns:
+        work's value on rank 0, None on the other ranks.
+
+    Raises the InputError work raised on every rank (each exits with rank 0's one line); any other exception
+    as it was on rank 0 and as RankFailed on the others."""
+    if not dist.is_initialized():
+        return work()
+    value, failure = None, None
+    if dist.get_rank() == 0:
+        try:
+            value = work()
+        except Exception as e:  # every rank hears of it before rank 0 goes on failing
+            failure = e
+    said = failure if failure is None or isinstance(failure, InputError) else f"{type(failure).__name__}: {failure}"
+    said = gather_all(said)[0]
+    if failure is not None:
+        raise failure
+    if isinstance(said, InputError):
+        raise said
+    if said is not None:
+        raise RankFailed(f"rank 0 failed ({said}); its traceback says where")
+    return value
 
 
 def shard_ranges(images: int, size: int) -> list[range]:

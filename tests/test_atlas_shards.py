@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from filelock import FileLock
 from cait.atlas import run as atlas_run
 from cait.atlas.__main__ import main
 from cait.atlas.outdir import LOCK_FILE
+from cait.atlas.shards import ARGS_FILE, FORMAT
 from cait.distributed import balanced_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,6 +106,41 @@ def test_a_skipped_image_is_retried_when_it_is_readable_again(small, capsys):
     assert "skipped 1 unreadable image(s): retrying them" in capsys.readouterr().err
     for name in FILES[:3]:  # the same images as the reference now (only the data's folder name differs)
         assert (out / name).read_text().replace(str(data.name), "data") == (small["reference"] / name).read_text()
+
+
+def _files(out: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_FILE}
+
+
+def test_an_atlas_of_another_format_is_refused_in_one_line_and_left_as_it_was(small, capsys):
+    """A rerun into an atlas made by another version of cait.atlas, whose shards may hold other numbers under the
+    same names: one line saying what is wrong and what to do, and none of its files touched (no mix)."""
+    made = small["root"] / "one_shard"
+    assert main([*small["args"], "--out", str(made), "--stop-after", "1"]) == 0  # one shard of three
+    recorded = json.loads((made / ARGS_FILE).read_text())
+    assert recorded["format"] == FORMAT
+    cases = {  # what atlas_args.json holds: every atlas before formats were recorded, and one of a later format
+        "unrecorded": ({k: v for k, v in recorded.items() if k != "format"}, f"(no format in {ARGS_FILE})"),
+        "newer": ({**recorded, "format": FORMAT + 1}, f"of format {FORMAT + 1}, made by a newer version"),
+    }
+    for name, (old_args, said) in cases.items():
+        out = small["root"] / f"format_{name}"
+        shutil.copytree(made, out)
+        (out / ARGS_FILE).write_text(json.dumps(old_args))
+        before = _files(out)
+        capsys.readouterr()
+        assert main([*small["args"], "--out", str(out)]) == 2
+        line = one_error_line(capsys.readouterr().err)
+        assert said in line and line.endswith("use another --out, or delete it to make it again"), line
+        assert _files(out) == before
+    merged_only = small["root"] / "format_merged_only"  # an atlas from before shards: its merged files alone
+    merged_only.mkdir()
+    for name in FILES:
+        shutil.copy(small["reference"] / name, merged_only / name)
+    before = _files(merged_only)
+    assert main([*small["args"], "--out", str(merged_only)]) == 2
+    assert f"older version of cait.atlas (no {ARGS_FILE})" in one_error_line(capsys.readouterr().err)
+    assert _files(merged_only) == before
 
 
 def _half_then_fail(real, calls: list, fail_at: int):

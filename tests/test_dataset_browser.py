@@ -16,6 +16,7 @@ from test_app_browser import SHOTS, chromium, open_page, start_server, stop_serv
 
 import cait
 from cait.atlas.__main__ import main as atlas_main
+from cait.data import split_name
 from cait.data.export import export_scenes
 
 
@@ -77,7 +78,7 @@ def test_the_tab_builds_an_atlas_of_the_test_scenes_and_opens_it(chromium, atlas
         number.fill("40")
         number.press("Enter")
         page.locator("#ds_build").click()
-        expect(page.locator("#ds_overview")).to_contain_text("fashion-mnist-scenes val")
+        expect(page.locator("#ds_overview")).to_contain_text(split_name("fashion-mnist-scenes", "val"))
         expect(page.locator("#ds_overview")).to_contain_text("40 images")
         expect(page.locator("#ds_pick input")).to_have_value(
             re.compile("^built here: pico.safetensors-[0-9a-f]{8}-val-scenes40$")

@@ -14,11 +14,12 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from cait.config import get_config
-from cait.data import DataError, DataWarning, FashionMNISTScenes, read_images
+from cait.data import DataError, DataWarning, FashionMNIST, FashionMNISTScenes, read_images, split_name
 from cait.data.export import main as export_main
 from cait.data.image_file import eight_bit
 from cait.data.reader import limit_subset
 from cait.preprocess import model_view
+from cait.runtime import CACHE_ENV
 
 N = 40
 PICO = get_config("cait_pico_32")
@@ -54,6 +55,24 @@ def test_exported_scenes_read_back_as_the_scenes(exported, variant):
         torch.testing.assert_close(box, expected, atol=1e-4, rtol=0)
         torch.testing.assert_close(box_scene, expected, atol=1e-4, rtol=0)
     assert torch.equal(folder.labels, torch.tensor([int(raw.labels[int(p[-9:-4])]) for p in folder.paths]))
+
+
+def test_a_split_of_the_built_in_data_has_one_name_wherever_it_is_shown(tmp_path, monkeypatch, capsys):
+    """`split_name` names a split; the reader's name, the dataset's and the scene cache's log begin with it."""
+    scenes = split_name("fashion-mnist-scenes", "val")
+    assert scenes == "Fashion-MNIST scenes, val split (test garments)"
+    assert split_name("fashion-mnist", "train") == "Fashion-MNIST, train split (training garments)"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))  # an empty cache: the scenes are rendered, and say so
+    read = read_images("fashion-mnist-scenes", PICO, limit=3)
+    assert read.name == f"{scenes}: 3 scenes, seed 0, style default"
+    assert f"rendering {scenes} into {tmp_path}" in capsys.readouterr().err
+    assert FashionMNISTScenes("val", subset=3).name == scenes
+    train = split_name("fashion-mnist", "train")
+    assert read_images("fashion-mnist", PICO, split="train", limit=2).name == f"{train}: 2 images"
+    assert FashionMNIST("train", subset=2).name == train
+    for data, split in (("out/scenes", "val"), ("fashion-mnist", "test")):
+        with pytest.raises(DataError, match=f"{data}|{split}"):
+            split_name(data, split)
 
 
 def test_export_refuses_a_foreign_directory_and_replaces_its_own(tmp_path, capsys):

@@ -386,3 +386,36 @@ def test_the_analysis_scripts_numbers_are_the_models(tmp_path):
     assert data["tokens"]["best_region"]["restored"] == pytest.approx(best_region.item(), abs=1e-4)
     for name in ("mechanisms.png", "mechanisms.html", "token_patching.png"):
         assert (tmp_path / "out" / name).stat().st_size > 1000
+
+
+# ---------------------------------------------------------------------------- hooks
+
+
+def _hooks(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_every_hook_is_removed_however_the_pass_ends(small):
+    """The hooks the explanations open (`cait.explain.hooks`) are gone after a pass that raised: each kind on
+    its own, a head ablation's, and class-specific attention's cut of the SA graph stopped mid-pass."""
+    from cait.explain.causal import _without_heads
+    from cait.explain.hooks import before_each, recorded, silenced, substituted
+
+    model, x, target = small
+    blk, ca = model.blocks[0], model.blocks_token_only[0]
+    opened = [
+        recorded({"sa": (blk, False), "ca": (ca, True)}),
+        substituted(blk, x),
+        silenced(blk.attn),
+        before_each([blk, ca], lambda: None),
+        _without_heads(ca, [0, 1], None),
+    ]
+    for hooks in opened:
+        with pytest.raises(RuntimeError, match="stop"), hooks:
+            assert _hooks(model) > 0
+            raise RuntimeError("stop")
+        assert _hooks(model) == 0
+    stop = lambda: (_ for _ in ()).throw(RuntimeError("stop"))  # noqa: E731
+    with pytest.raises(RuntimeError, match="stop"), before_each([ca.attn], stop):
+        explain.class_specific_attention(model, x, target)
+    assert _hooks(model) == 0

@@ -17,10 +17,10 @@ from filelock import FileLock
 
 from .. import explain
 from ..data import ImageSet, read_images
-from ..distributed import balanced_runs, gather_all, setup_distributed
+from ..distributed import RankFailed, balanced_runs, gather_all, process_group, rank_zero_does
 from ..errors import InputError
 from ..factory import load_from_flags
-from ..outputs import OutputError, writable_folder, write_failure
+from ..outputs import writable_folder, write_failure
 from ..preprocess import class_names
 from ..provenance import SourcedModel
 from ..runtime import choose_precision
@@ -28,6 +28,7 @@ from . import report
 from .outdir import lock_out
 from .page import write_page
 from .shards import (
+    FORMAT,
     SHARD_DIR,
     Cover,
     ShardError,
@@ -49,8 +50,10 @@ class AtlasError(InputError):
 
 
 def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The arguments that change the numbers, as atlas_args.json holds them (JSON's types: a tuple is a list)."""
-    return json.loads(json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}))
+    """The arguments that change the numbers, and the shards' format, as atlas_args.json holds them (JSON's types:
+    a tuple is a list)."""
+    kept = {k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}
+    return json.loads(json.dumps({"format": FORMAT, **kept}))
 
 
 def _barrier() -> None:
@@ -58,44 +61,37 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _shared(problem: str | None) -> None:
-    """Rank 0's problem for every rank (a collective: every rank calls it): raises AtlasError on all of them."""
-    problem = gather_all(problem)[0]
-    if problem:
-        raise AtlasError(problem)
-
-
-def _ready_out(out: Path, rank: int) -> FileLock | None:
+def _ready_out(out: Path) -> FileLock | None:
     """Rank 0 makes OUT and its shards folder, proves them writable and locks OUT before any work (the others
-    wait for the answer); returns the held lock (None on the other ranks)."""
-    lock, problem = None, None
-    if rank == 0:
-        try:
-            writable_folder(out / SHARD_DIR)
-            lock = lock_out(out)
-        except OutputError as e:
-            problem = str(e)
-    _shared(problem)
-    return lock
+    wait for the answer, an OutputError on every rank); returns the held lock (None on the other ranks)."""
+
+    def ready() -> FileLock:
+        writable_folder(out / SHARD_DIR)
+        return lock_out(out)
+
+    return rank_zero_does(ready)
 
 
-def _plan(
-    out: Path, cover: Cover, recorded: dict, *, rank: int, world: int, size: int, batch: int
-) -> list[list[range]]:
+def _plan(out: Path, cover: Cover, recorded: dict, *, world: int, size: int, batch: int) -> list[list[range]]:
     """Rank 0 checks the arguments and the shards on disk (a damaged or foreign shard is redone, skips are
-    retried) and splits what is left over the ranks, saying the split; every rank gets rank 0's plan."""
-    problem, plan = args_problem(out, recorded) if rank == 0 else None, []
-    if rank == 0 and not problem:
+    retried) and splits what is left over the ranks, saying the split; every rank gets rank 0's plan, or its
+    AtlasError."""
+
+    def plan() -> list[list[range]]:
+        problem = args_problem(out, recorded)
+        if problem:
+            raise AtlasError(problem)
         record_args(out, recorded)
         todo = todo_images(verified(out, cover, say=lambda line: print(line, file=sys.stderr)), len(cover.paths))
-        plan = balanced_runs(todo, world, size, batch=batch)
+        runs = balanced_runs(todo, world, size, batch=batch)
         if world > 1 and todo:
             split = ", ".join(
-                f"rank {r}: {sum(map(len, rs))} images in {len(rs)} shard(s)" for r, rs in enumerate(plan)
+                f"rank {r}: {sum(map(len, rs))} images in {len(rs)} shard(s)" for r, rs in enumerate(runs)
             )
             print(f"{len(todo)} images to do over {world} processes ({split})", file=sys.stderr)
-    _shared(problem)
-    return gather_all(plan)[0]
+        return runs
+
+    return gather_all(rank_zero_does(plan))[0]
 
 
 def read_data(args: argparse.Namespace, cfg) -> ImageSet:
@@ -109,15 +105,11 @@ def run(args: argparse.Namespace) -> Path:
     `OutputError` for an output that cannot be written) for input that cannot work."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    rank, world, device = setup_distributed(args.device)
-    try:
+    with process_group(args.device) as (rank, world, device):
         loaded = load_from_flags(args)
         loaded.model.to(device).eval()
         data = read_data(args, loaded.model.cfg)
         return make(args, loaded, data, device=device, rank=rank, world=world)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def make(
@@ -144,13 +136,13 @@ def make(
     Returns:
         The atlas's folder, args.out."""
     out = Path(args.out)
-    lock = _ready_out(out, rank)  # after the input is known good (no folder made for a typo), before any work
+    lock = _ready_out(out)  # after the input is known good (no folder made for a typo), before any work
     try:
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
         cover = Cover.of(recorded, data.paths)
-        plan = _plan(out, cover, recorded, rank=rank, world=world, size=args.shard_size, batch=args.batch_size)
+        plan = _plan(out, cover, recorded, world=world, size=args.shard_size, batch=args.batch_size)
         dtype = precision.dtype
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
         options["patching"] = args.patching
@@ -292,6 +284,8 @@ def main_guarded(args: argparse.Namespace) -> int:
     torchrun) and exit code 2; Ctrl-C as a line saying how to continue and exit code 130."""
     try:
         run(args)
+    except RankFailed:  # rank 0 says what failed, with its traceback
+        return 1
     except KeyboardInterrupt:
         if int(os.environ.get("RANK", "0")) == 0:
             print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)

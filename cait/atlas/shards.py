@@ -3,11 +3,11 @@ they are done, one `shard-START-STOP.npz` each (images START..STOP-1), written t
 so a kill or a full disk leaves no half shard.
 
 A shard carries what it covers: its image range, a hash of those images' paths, a hash of the arguments that
-change the numbers, and a checksum of its arrays. A rerun verifies every shard on disk and redoes one that is
-damaged, made for other images or arguments, or that skipped images (an unreadable file may be readable now),
-saying so in a line. What is left to do is split evenly over torchrun's ranks in whole batches (the batches of a
-one-process run, so the numbers are the same), in shards of at most --shard-size images, whatever the shard size
-(`cait.distributed.balanced_runs`)."""
+change the numbers (and of the atlas's `FORMAT`), and a checksum of its arrays. A rerun verifies every shard on
+disk and redoes one that is damaged, made for other images or arguments, or that skipped images (an unreadable
+file may be readable now), saying so in a line. What is left to do is split evenly over torchrun's ranks in whole
+batches (the batches of a one-process run, so the numbers are the same), in shards of at most --shard-size
+images, whatever the shard size (`cait.distributed.balanced_runs`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ from ..checkpoint import atomic_write
 from ..preprocess import normalise
 from .compute import batch_numbers, corrupted_views
 
-ARGS_FILE = "atlas_args.json"  # the arguments the shards were made with
+ARGS_FILE = "atlas_args.json"  # the arguments the shards were made with, and their format
+# What an atlas's shards hold and mean; bumped whenever that changes, so that a rerun into an atlas of another
+# format is refused in one line instead of continuing it with shards of two kinds. 1: the first one recorded.
+FORMAT = 1
 SHARD_DIR = "shards"
 META = "meta"  # the shard's array holding what it covers, as JSON
 
@@ -171,17 +174,37 @@ def todo_images(done: list[range], images: int) -> list[int]:
 
 
 def args_problem(out: Path, recorded: dict[str, Any]) -> str | None:
-    """One line when OUT already holds shards made with other arguments (None: they can be continued)."""
+    """One line when OUT already holds an atlas this run cannot continue: made by a cait.atlas of another format
+    (`FORMAT`; one from before atlas_args.json existed has only its merged files), or with other arguments.
+    None: there is nothing, or shards that can be continued."""
     try:
         before = json.loads((out / ARGS_FILE).read_text())
     except FileNotFoundError:
-        return None
+        return _made_before_formats(out, "no " + ARGS_FILE) if (out / "summary.json").exists() else None
     except (OSError, ValueError) as e:
         return f"{out / ARGS_FILE} is unreadable ({type(e).__name__}); use another --out or delete it"
+    if not isinstance(before, dict):
+        return f"{out / ARGS_FILE} is not an atlas's arguments; use another --out or delete it"
+    made = before.get("format")
+    if made is None:
+        return _made_before_formats(out, f"no format in {ARGS_FILE}")
+    if made != FORMAT:
+        which = "a newer" if isinstance(made, int) and made > FORMAT else "another"
+        return (
+            f"{out} holds an atlas of format {made}, made by {which} version of cait.atlas (this one makes format "
+            f"{FORMAT}): it cannot be continued; use another --out, or delete it to make it again"
+        )
     changed = [f"{_flag(k)} {before.get(k)} there, {v} here" for k, v in recorded.items() if before.get(k) != v]
     if not changed:
         return None
     return f"{out} holds an atlas made with other arguments ({'; '.join(changed)}): use another --out or delete it"
+
+
+def _made_before_formats(out: Path, sign: str) -> str:
+    return (
+        f"{out} holds an atlas made by an older version of cait.atlas ({sign}): it cannot be continued; use "
+        f"another --out, or delete it to make it again"
+    )
 
 
 def _flag(key: str) -> str:

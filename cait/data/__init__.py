@@ -1,6 +1,7 @@
 """Datasets: real Fashion-MNIST (Debian's files), Fashion-MNIST scenes (with boxes), any ImageFolder
 directory, and the shipped example images. `build_dataset` picks one by name (PIL images, for training);
-`read_images` reads any of them, or a folder with COCO boxes, as the model sees it (for runs over a dataset)."""
+`read_images` reads any of them, or a folder with COCO boxes, as the model sees it (for runs over a dataset);
+`split_name` is how every page, figure and log names a split of the built-in data."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..lazy import lazy_attributes
 from .examples import EXAMPLES_DIR, ExampleImage, read_examples
-from .names import NATIVE_INPUT, SCENE_SIDE, SCENE_STYLES, SPLIT_FILES, DataError, DataWarning
+from .names import NATIVE_INPUT, SCENE_SIDE, SCENE_STYLES, SPLIT_FILES, DataError, DataWarning, data_name, split_name
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
@@ -44,9 +45,11 @@ __all__ = [
     "ImageSet",
     "ImagesWithBoxes",
     "build_dataset",
+    "data_name",
     "load_fashion_mnist",
     "read_examples",
     "read_images",
+    "split_name",
 ]
 
 

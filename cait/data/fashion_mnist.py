@@ -11,7 +11,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import FASHION_MNIST_CLASSES
-from .names import SPLIT_FILES, DataError
+from .names import SPLIT_FILES, DataError, split_name
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 INSTALL_HINT = "install them with: sudo apt-get install dataset-fashion-mnist"
@@ -45,8 +45,14 @@ class FashionMNIST(Dataset):
     classes = FASHION_MNIST_CLASSES
 
     def __init__(self, split: str, *, subset: int | None = None):
+        self.split = split
         self.images, self.labels = load_fashion_mnist(split)
         self.n = len(self.labels) if subset is None else min(subset, len(self.labels))
+
+    @property
+    def name(self) -> str:
+        """The split as every page and log names it (`cait.data.names.split_name`)."""
+        return split_name("fashion-mnist", self.split)
 
     def __len__(self) -> int:
         return self.n

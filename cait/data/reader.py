@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from ..config import CaiTConfig
 from .coco import BoxCount, read_coco_boxes
 from .image_file import IMAGE_ERRORS, eight_bit, unreadable_reason
-from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning
+from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning, split_name
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")
@@ -143,7 +143,7 @@ def _built_in(
     source = build_dataset(data, split, seed=seed, subset=limit, cache=True, style=style, pixel_noise=pixel_noise)
     scenes = data == "fashion-mnist-scenes"
     look = f", seed {seed}, style {style}" + ("" if pixel_noise is None else f", pixel noise {pixel_noise:g}")
-    name = f"{data} {split} ({len(source):,} {'scenes' if scenes else 'images'}{look if scenes else ''})"
+    name = f"{split_name(data, split)}: {len(source):,} {'scenes' if scenes else 'images'}{look if scenes else ''}"
     paths = [f"{data}/{split}/{i:06d}" for i in range(len(source))]
     return dataset_images(source, cfg, name=name, paths=paths, normalise=normalise)
 

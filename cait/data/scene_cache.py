@@ -119,7 +119,7 @@ def _build(scenes: "FashionMNISTScenes", path: Path, shape: tuple[int, ...], pro
     free = shutil.disk_usage(path.parent).free
     if free < needed:
         raise DataError(
-            f"the {scenes.split} scene cache needs {needed / 2**20:.0f} MB in {path.parent}, "
+            f"the cache of {scenes.name} needs {needed / 2**20:.0f} MB in {path.parent}, "
             f"{free / 2**20:.0f} MB are free; free space or set {CACHE_ENV}"
         )
     for leftover in path.parent.glob(path.name + ".tmp*"):  # an interrupted build's; we hold the lock
@@ -129,7 +129,7 @@ def _build(scenes: "FashionMNISTScenes", path: Path, shape: tuple[int, ...], pro
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape)
         with tqdm(
             total=shape[0],
-            desc=f"rendering {scenes.split} scenes into {path.parent}",
+            desc=f"rendering {scenes.name} into {path.parent}",
             unit="scene",
             file=sys.stderr,
             mininterval=1.0,

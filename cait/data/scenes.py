@@ -10,7 +10,7 @@ from torch.utils.data import Dataset
 
 from ..config import FASHION_MNIST_CLASSES
 from .fashion_mnist import load_fashion_mnist
-from .names import SCENE_SIDE, SCENE_STYLES, DataError
+from .names import SCENE_SIDE, SCENE_STYLES, DataError, split_name
 
 # The "varied" style's draws per scene, each uniform in its range (see FashionMNISTScenes).
 VARIED_STYLE = {
@@ -98,6 +98,11 @@ class FashionMNISTScenes(Dataset):
         self._pixels: np.ndarray | None = None
         if cache:
             self._pixels = self.pixels
+
+    @property
+    def name(self) -> str:
+        """The split as every page and log names it (`cait.data.names.split_name`)."""
+        return split_name("fashion-mnist-scenes", self.split)
 
     @property
     def _split_key(self) -> int:

@@ -36,13 +36,11 @@ import json
 import sys
 from pathlib import Path
 
-import torch.distributed as dist
-
 from .. import explain
 from ..checkpoint import atomic_write
 from ..corruptions import CORRUPTIONS
 from ..data import SCENE_STYLES, ImageSet, read_images
-from ..distributed import gather_all, setup_distributed
+from ..distributed import gather_all, process_group
 from ..errors import InputError
 from ..factory import load_from_flags
 from ..flags import add_device_flag, add_model_flags, add_precision_flag
@@ -236,14 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args, pairs = _checked_args(p, argv)
     try:
-        rank, world, device = setup_distributed(args.device)
-    except DeviceError as e:
+        with process_group(args.device) as (rank, world, device):
+            return _run(args, pairs, rank=rank, world=world, device=device)
+    except DeviceError as e:  # a --device this machine does not have
         p.error(str(e))
-    try:
-        return _run(args, pairs, rank=rank, world=world, device=device)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def _run(args: argparse.Namespace, pairs: list, *, rank: int, world: int, device) -> int:

@@ -9,7 +9,7 @@ patch grid [B, g, g] (higher = more important); layers, heads and blocks are ind
   `talking_heads`, captum's methods through `attribution`; any of them by name: `saliency_map(s)`, `METHODS`
 - what matters: `direct_logit_attribution`, `knockout_profile`, `head_ablation`/`all_head_ablations`
 - how the answer forms: `logit_lens`, `activation_patching`, `token_patching` (per patch region into the
-  class stage)
+  class stage; `region_sums` sets a patch map beside its regions)
 - how good a map is: `pointing_game`, `mass_in_box`, `deletion_insertion`, `head_localization`
 - the paper's statistics: attention distances, entropy, LayerScale
 """
@@ -59,6 +59,7 @@ from .token_patching import (
     class_stage_patched,
     region_boxes,
     region_masks,
+    region_sums,
     token_patching,
 )
 
@@ -108,6 +109,7 @@ __all__ = [
     "pointing_game",
     "region_boxes",
     "region_masks",
+    "region_sums",
     "regions_of_focus",
     "rollout",
     "ROLLOUT_STAGES",

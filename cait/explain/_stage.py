@@ -1,6 +1,6 @@
 """The stage plumbing every causal explanation shares: eval mode without autograd, the tokens entering each SA
 block, the class-attention stage's class tokens (so a knockout, an ablation or a patch re-runs only a suffix),
-and patch scores on the grid."""
+patch scores on the grid, and the difference two runs make to the target logit."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ def evaluating(model: nn.Module) -> Iterator[None]:
             yield
     finally:
         model.train(was_training)
+
+
+def target_difference(first: torch.Tensor, second: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """first - second [B] at each image's target class: logits [B, K] of two runs, target [B] class indices."""
+    index = target.to(first.device).long().view(-1, 1)
+    return (first.gather(1, index) - second.gather(1, index))[:, 0]
 
 
 def grid(rows: torch.Tensor) -> torch.Tensor:

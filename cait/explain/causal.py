@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from ._checks import ExplainInputError, check_class_stage, check_input, check_target
-from ._stage import ClassStage, class_stage, evaluating, grid, sa_states
-from .hooks import recorded, silenced, this_thread_only
+from ._stage import ClassStage, class_stage, evaluating, grid, sa_states, target_difference
+from .hooks import recorded, registered, silenced, this_thread_only
 
 Branch = Literal["both", "attn", "mlp"]
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
@@ -307,8 +307,7 @@ class HeadAblation:
 
     def delta(self, target: torch.Tensor) -> torch.Tensor:
         """Change of the target logit [B] (target: LongTensor [B]) the ablation causes."""
-        index = target.to(self.after.device).long().view(-1, 1)
-        return (self.after.gather(1, index) - self.before.gather(1, index))[:, 0]
+        return target_difference(self.after, self.before, target)
 
     def top(self, k: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
         """(probabilities, classes) [B, k] of the k most probable classes after the ablation."""
@@ -338,11 +337,8 @@ def _without_heads(blk: nn.Module, heads: list[int], fills: torch.Tensor | None)
             o[..., head * width : (head + 1) * width] = 0 if fills is None else fills[head]
         return (o, *args[1:])
 
-    handle = blk.attn.proj.register_forward_pre_hook(this_thread_only(replaced))
-    try:
+    with registered([blk.attn.proj.register_forward_pre_hook(this_thread_only(replaced))]):
         yield
-    finally:
-        handle.remove()
 
 
 def _fills(model: nn.Module, reference: torch.Tensor | None) -> torch.Tensor | None:

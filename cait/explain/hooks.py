@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 
 def this_thread_only(hook: Callable) -> Callable:
@@ -17,6 +18,17 @@ def this_thread_only(hook: Callable) -> Callable:
     the module's input or output unchanged)."""
     owner = threading.get_ident()
     return lambda *args: hook(*args) if threading.get_ident() == owner else None
+
+
+@contextmanager
+def registered(handles: Iterable[RemovableHandle]) -> Iterator[None]:
+    """While open, the hooks behind `handles` (just registered by the caller) stay; on exit they are removed,
+    however the pass ends."""
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @contextmanager
@@ -32,11 +44,8 @@ def recorded(points: dict[object, tuple[nn.Module, bool]]) -> Iterator[dict]:
         module.register_forward_pre_hook(keep(key)) if pre else module.register_forward_hook(keep(key))
         for key, (module, pre) in points.items()
     ]
-    try:
+    with registered(handles):
         yield seen
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager
@@ -46,20 +55,16 @@ def substituted(module: nn.Module, value: torch.Tensor, *, pre: bool = False) ->
         handle = module.register_forward_pre_hook(this_thread_only(lambda m, args: (value,)))
     else:
         handle = module.register_forward_hook(this_thread_only(lambda m, args, output: value))
-    try:
+    with registered([handle]):
         yield
-    finally:
-        handle.remove()
 
 
 @contextmanager
 def silenced(module: nn.Module) -> Iterator[None]:
     """While open, `module` returns zeros in the shape of its output on every call."""
     handle = module.register_forward_hook(this_thread_only(lambda m, args, output: torch.zeros_like(output)))
-    try:
+    with registered([handle]):
         yield
-    finally:
-        handle.remove()
 
 
 @contextmanager
@@ -67,8 +72,5 @@ def before_each(modules: Iterable[nn.Module], check: Callable[[], None]) -> Iter
     """While open, `check()` runs before every forward call of each of `modules`; an exception it raises ends
     the pass there (a Stop button heard within one block's time, whatever the pass)."""
     handles = [module.register_forward_pre_hook(this_thread_only(lambda module, args: check())) for module in modules]
-    try:
+    with registered(handles):
         yield
-    finally:
-        for h in handles:
-            h.remove()

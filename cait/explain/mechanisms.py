@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ._checks import ExplainInputError, check_class_stage, check_input, check_target
-from ._stage import ClassStage, class_stage, evaluating, sa_states
+from ._stage import ClassStage, class_stage, evaluating, sa_states, target_difference
 from .hooks import recorded, substituted
 
 Granularity = Literal["block", "head"]
@@ -79,8 +79,7 @@ class Patching:
     @property
     def gap(self) -> torch.Tensor:
         """Clean minus corrupted target logit [B]: what patching the whole stream restores, by construction."""
-        index = self.target.view(-1, 1)
-        return (self.clean.gather(1, index) - self.corrupted.gather(1, index))[:, 0]
+        return target_difference(self.clean, self.corrupted, self.target)
 
 
 @dataclass

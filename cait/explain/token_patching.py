@@ -21,7 +21,7 @@ from torch import nn
 
 from ..errors import InputError
 from ._checks import check_class_stage, check_input
-from ._stage import evaluating
+from ._stage import evaluating, target_difference
 
 Direction = Literal["both", "restore", "break"]
 DIRECTIONS = ("both", "restore", "break")
@@ -133,8 +133,7 @@ class TokenPatching:
     @property
     def gap(self) -> torch.Tensor:
         """Clean minus corrupted target logit [B]: what patching every region at once restores."""
-        index = self.target.view(-1, 1)
-        return (self.clean.gather(1, index) - self.corrupted.gather(1, index))[:, 0]
+        return target_difference(self.clean, self.corrupted, self.target)
 
     def fraction(self, values: torch.Tensor) -> torch.Tensor:
         """`values` ([B, ...] logits, e.g. `restored`) as fractions of each image's gap (NaN where it is 0)."""
@@ -248,8 +247,16 @@ def token_patching_forwards(model: nn.Module, *, region: int = 1, direction: Dir
 
 
 def region_sums(maps: torch.Tensor, region: int) -> torch.Tensor:
-    """Patch maps [B, g, g] (e.g. class attention) summed over each token-patching region: [B, R, R], row-major
-    as `region_masks`, to set beside `TokenPatching`'s maps."""
+    """Patch maps (e.g. class attention) summed over each token-patching region, row-major as `region_masks`,
+    to set beside `TokenPatching`'s maps.
+
+    Args:
+        maps: patch maps [B, g, g].
+        region: a region's side in patches, as `token_patching` takes it.
+
+    Returns:
+        The sums [B, R, R], in the maps' dtype and on their device.
+    """
     grid = maps.shape[-1]
     masks = region_masks(grid, region).to(maps)
     per_side = math.isqrt(len(masks))

@@ -58,11 +58,12 @@ from tqdm import tqdm
 from ..checkpoint import CheckpointError, grow_depth, load_into, read_checkpoint
 from ..cnn import TimmCNN, load_cnn_weights
 from ..config import CaiTConfig, CNNConfig
-from ..distributed import setup_distributed
+from ..distributed import RankFailed, process_group, rank_zero_does
 from ..errors import InputError
 from ..explain import layerscale_stats
 from ..metrics import top1_from_counts
 from ..model import CaiT
+from ..outputs import writable_folder
 from ..runs import RunDir
 from ..runtime import autocast, autocast_dtype
 from .args import ArgsError, ModelConfig, model_config, parse_args, train_args
@@ -576,54 +577,62 @@ def end_of_epoch(setup: Setup, state: TrainState, started: float) -> None:
     top1 = evaluate(model, setup.data.val_loader, setup.device, setup.amp) if evaluated else None
     top1_ema = evaluate(ema.module, setup.data.val_loader, setup.device, setup.amp) if evaluated and ema else None
     tally = state.finish_epoch()
-    if setup.rank == 0:
-        line = {
-            "epoch": state.epoch,
-            "step": state.step,
-            "train_loss": tally.mean_loss(),
-            "train_top1": tally.top1(),
-            "val_top1": top1,
-            "val_top1_ema": top1_ema,
-            "lr": state.optimizer.param_groups[0]["lr"],
-            "images_per_s": tally.seen * setup.world / max(tally.seconds, 1e-9),
-            "epoch_seconds": time.time() - started,
-        }
-        if isinstance(model, CaiT):  # the paper's per-epoch statistics exist for CaiT only
-            line.update(layerscale=layerscale_stats(model), **insight_stats(model, setup.data.insight_batch))
-        save_checkpoint(setup, state, "last", model, val_top1=top1)
-        if ema is not None:
-            save_checkpoint(setup, state, "ema", ema.module, val_top1=top1_ema)
-        if top1 is not None and top1 > state.best_top1:
-            state.best_top1 = top1
-            save_checkpoint(setup, state, "best", model, val_top1=top1)
-        setup.run.append_metrics(line)
-        setup.log(
-            f"epoch {state.epoch}/{args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
-            f"{'-' if top1 is None else f'{top1:.2%}'}, {line['images_per_s']:.0f} img/s, "
-            f"{line['epoch_seconds']:.0f}s"
-        )
-    save_state(setup, state)
+    line = {
+        "epoch": state.epoch,
+        "step": state.step,
+        "train_loss": tally.mean_loss(),
+        "train_top1": tally.top1(),
+        "val_top1": top1,
+        "val_top1_ema": top1_ema,
+        "lr": state.optimizer.param_groups[0]["lr"],
+        "images_per_s": tally.seen * setup.world / max(tally.seconds, 1e-9),
+        "epoch_seconds": time.time() - started,
+    }
+    rank_zero_does(lambda: write_epoch(setup, state, line))
+
+
+def write_epoch(setup: Setup, state: TrainState, line: dict[str, Any]) -> None:
+    """Rank 0's end of an epoch: the paper's statistics into its metrics line, the weights, the line, then the
+    state."""
+    model, ema, top1 = state.model, state.ema, line["val_top1"]
+    if isinstance(model, CaiT):  # the paper's per-epoch statistics exist for CaiT only
+        line.update(layerscale=layerscale_stats(model), **insight_stats(model, setup.data.insight_batch))
+    save_checkpoint(setup, state, "last", model, val_top1=top1)
+    if ema is not None:
+        save_checkpoint(setup, state, "ema", ema.module, val_top1=line["val_top1_ema"])
+    if top1 is not None and top1 > state.best_top1:
+        state.best_top1 = top1
+        save_checkpoint(setup, state, "best", model, val_top1=top1)
+    setup.run.append_metrics(line)
+    setup.log(
+        f"epoch {state.epoch}/{setup.args.epochs}: train loss {line['train_loss']:.4f}, val top-1 "
+        f"{'-' if top1 is None else f'{top1:.2%}'}, {line['images_per_s']:.0f} img/s, "
+        f"{line['epoch_seconds']:.0f}s"
+    )
+    setup.run.save_state(state.state_dict())
 
 
 def save_checkpoint(setup: Setup, state: TrainState, name: str, net: nn.Module, **meta: Any) -> None:
-    if setup.rank == 0:
-        setup.run.save_checkpoint(
-            name, net, epochs_completed=state.epoch, step=state.step, data=setup.args.data, **meta
-        )
+    setup.run.save_checkpoint(name, net, epochs_completed=state.epoch, step=state.step, data=setup.args.data, **meta)
 
 
-def save_state(setup: Setup, state: TrainState) -> None:
-    if setup.rank == 0:
-        setup.run.save_state(state.state_dict())
+def write_stopped(setup: Setup, state: TrainState) -> None:
+    """Rank 0's files of a run stopped mid-epoch: the last weights and the state --resume continues from."""
+    save_checkpoint(setup, state, "last", state.model)
+    setup.run.save_state(state.state_dict())
 
 
 def record_args(setup: Setup) -> None:
-    """args.json: the run's flags, and the command that started or continued it."""
-    if setup.rank == 0:
-        args = setup.args
-        setup.run.record_command(
-            {k: v for k, v in vars(args).items() if k != "argv"}, shlex.join(["python", "-m", "cait.train", *args.argv])
-        )
+    """args.json: the run's flags, and the command that started or continued it; written by rank 0 before any
+    step, so an --output that cannot be written stops every rank at once with one line."""
+    args = setup.args
+
+    def record() -> None:
+        writable_folder(setup.run.path)
+        command = shlex.join(["python", "-m", "cait.train", *args.argv])
+        setup.run.record_command({k: v for k, v in vars(args).items() if k != "argv"}, command)
+
+    rank_zero_does(record)
 
 
 def run(args: argparse.Namespace) -> RunResult:
@@ -633,14 +642,9 @@ def run(args: argparse.Namespace) -> RunResult:
     CheckpointError."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    rank, world, device = setup_distributed(args.device)
-    try:
-        with StopRequest() as stop:
-            setup, state = prepare(args, rank=rank, world=world, device=device, stop=stop)
-            return train(setup, state)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    with process_group(args.device) as (rank, world, device), StopRequest() as stop:
+        setup, state = prepare(args, rank=rank, world=world, device=device, stop=stop)
+        return train(setup, state)
 
 
 def train(setup: Setup, state: TrainState) -> RunResult:
@@ -657,8 +661,7 @@ def train(setup: Setup, state: TrainState) -> RunResult:
         started = time.time() - state.tally.seconds  # a resumed epoch counts its time before the stop too
         stopped_by = train_one_epoch(setup, state)
         if stopped_by is not None:
-            save_checkpoint(setup, state, "last", state.model)
-            save_state(setup, state)
+            rank_zero_does(lambda: write_stopped(setup, state))
             setup.log(
                 f"{stopped_by}: saved {setup.run}/state.pt at epoch {state.epoch + 1}, batch {state.batch}/"
                 f"{setup.data.steps_per_epoch} (step {state.step}); continue with: python -m cait.train "
@@ -695,6 +698,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Diverged as e:
         _error(str(e))
+        return 1
+    except RankFailed:  # rank 0 says what failed, with its traceback
         return 1
 
 
