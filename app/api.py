@@ -1,16 +1,19 @@
 """The /analyze API: its one endpoint with every keyword declared (`Analyze.analyze`), and its answer as a plain
 function of a `LoadedModel` (`answer`): the analysis' numbers and the sections a call opts into (a saliency map,
 the causal view, the logit lens, activation patching, token patching), each in the layout the page's JSON download
-or the Mechanisms tab uses for it."""
+or the Mechanisms tab uses for it. The server computes the sections of many passes (the causal view, both
+patchings) on the long lane, as the tabs do, and the rest on the quick lane (`app.torch_thread`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import gradio as gr
 from gradio.data_classes import FileData
 
-from app import causal_view, mechanisms_view, session
+from app import causal_view, mechanisms_view, session, torch_thread
 from app.images import ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
@@ -50,9 +53,27 @@ def _corruption(spec: str) -> tuple[str, int]:
         raise AnalyzeError(str(e)) from None
 
 
-def answer(
+SECTIONS = ("causal", "logit_lens", "patching", "token_patching")  # the opt-in sections, in the answer's order
+LONG_SECTIONS = ("causal", "patching", "token_patching")  # many passes each: computed on the long lane
+
+
+@dataclass(frozen=True)
+class Call:
+    """One /analyze call, its keywords checked (`checked_call`)."""
+
+    method: str
+    target: int
+    causal: bool
+    logit_lens: bool
+    corruption: tuple[str, int] | None  # activation patching's corrupted run
+    token_corruption: tuple[str, int] | None  # token patching's
+    region: int
+    seed: int
+    options: explain.MethodOptions
+
+
+def checked_call(
     loaded: LoadedModel,
-    path: str,
     *,
     method: str,
     target: int,
@@ -63,40 +84,65 @@ def answer(
     token_patching: str = "",
     token_region: Any = mechanisms_view.DEFAULT_REGION,
     **options: Any,
-) -> dict[str, Any]:
-    """The answer of /analyze (`Analyze.analyze` says each keyword) for the image at `path`; options: the method
-    settings, as `explain.MethodOptions` names them. Raises ImageInputError for a bad file, an InputError in one
-    line for a bad class, method, option, corruption or region side, each checked before any work."""
-    options = _options(**options)  # the page's bounds: a bad value is one line naming the option
+) -> Call:
+    """An /analyze call's keywords (`Analyze.analyze` says each) checked before any work: an InputError in one
+    line for a bad method, option, corruption or region side (the class is checked against the image's
+    analysis, `answer_now`)."""
+    checked = _options(**options)  # the page's bounds: a bad value is one line naming the option
     if method:
         _choice(method, list(explain.METHODS), "method")
     corruption = _corruption(patching) if patching else None
     token_corruption = _corruption(token_patching) if token_patching else None
     region = checked_region(token_region, loaded.cfg.grid_size, name="token_region")  # the page slider's bounds
+    return Call(method, int(target), bool(causal), bool(logit_lens), corruption, token_corruption, region, int(seed),
+                checked)  # fmt: skip
+
+
+def answer_now(loaded: LoadedModel, path: str, call: Call) -> tuple[dict[str, Any], dict[str, Callable[[], Any]]]:
+    """What an /analyze call answers at once (the analysis' numbers, a saliency map, the logit lens: a few passes)
+    and the sections of many passes it asks for, each as work still to do (section name -> work()): the Causal
+    tab's numbers, activation and token patching, in the layout the page's JSON download and the Mechanisms tab
+    use. Raises ImageInputError for a bad file, TargetError for a class the model does not have."""
     a = session.analyse(loaded, path)
     out = session.numbers(loaded, a)
     out["methods"] = list(explain.METHODS)
-    target = session.api_target(a, int(target), loaded.cfg.num_classes)
-    if method:
+    target = session.api_target(a, call.target, loaded.cfg.num_classes)
+    if call.method:
         out["attribution"] = session.attribution_for_api(
-            loaded, a, method=method, target=target, options=options, seed=int(seed)
+            loaded, a, method=call.method, target=target, options=call.options, seed=call.seed
         )
-    x = a.x.to(loaded.device)
-    if causal:
-        out["causal"] = causal_view.numbers(loaded.model, x, causal_view.compute(loaded.model, x, target))
-    if logit_lens:
-        out["logit_lens"] = mechanisms_view.lens(loaded.model, x, target, loaded.labels)
-    if corruption:
-        _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, *corruption)
-        out["patching"] = mechanisms_view.patching_numbers(
-            loaded.model, x, corrupted.to(loaded.device), target, corruption=corruption
+    x, model, later = a.x.to(loaded.device), loaded.model, {}
+    if call.causal:
+        later["causal"] = lambda: causal_view.numbers(model, x, causal_view.compute(model, x, target))
+    if call.logit_lens:
+        out["logit_lens"] = mechanisms_view.lens(model, x, target, loaded.labels)
+    if call.corruption:
+        corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, *call.corruption)[1].to(loaded.device)
+        later["patching"] = functools.partial(
+            mechanisms_view.patching_numbers, model, x, corrupted, target, corruption=call.corruption
         )
-    if token_corruption:
-        _, corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, *token_corruption)
-        out["token_patching"] = mechanisms_view.token_numbers(
-            loaded.model, x, corrupted.to(loaded.device), target, region=region, corruption=token_corruption
-        )
-    return out
+    if call.token_corruption:
+        corrupted = mechanisms_view.corrupted_input(a.view, loaded.cfg, *call.token_corruption)[1].to(loaded.device)
+        later["token_patching"] = functools.partial(
+            mechanisms_view.token_numbers, model, x, corrupted, target, region=call.region,
+            corruption=call.token_corruption,
+        )  # fmt: skip
+    return out, later
+
+
+def in_order(out: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+    """The answer `out` with its opt-in `sections` in the order SECTIONS lists them."""
+    everything = out | sections
+    first = {k: v for k, v in everything.items() if k not in SECTIONS}
+    return first | {k: everything[k] for k in SECTIONS if k in everything}
+
+
+def answer(loaded: LoadedModel, path: str, **asked: Any) -> dict[str, Any]:
+    """The answer of /analyze (`Analyze.analyze` says each keyword; `checked_call`) for the image at `path`, every
+    section computed here, on the caller's thread. Raises ImageInputError for a bad file, an InputError in one
+    line for a bad class, method, option, corruption or region side, each checked before any work."""
+    out, later = answer_now(loaded, path, checked_call(loaded, **asked))
+    return in_order(out, {name: work() for name, work in later.items()})
 
 
 class Analyze:
@@ -162,17 +208,28 @@ class Analyze:
         path = payload_path(image)
         if path is None:
             raise _refused("no image given")
-        loaded = self.cache.get(self.default)
         asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
         asked |= dict(token_patching=token_patching, token_region=token_region)
         try:
-            return answer(loaded, path, seed=seed, **asked, **options)
+            return self._answer(path, seed=seed, **asked, **options)
         except InputError as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
             raise _refused(f"{prefix}{e}") from None
         except Exception:
             log.exception("/analyze: internal error")
             raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
+
+    def _answer(self, path: str, **asked: Any) -> dict[str, Any]:
+        """`answer` as the server computes it, off the quick lane: what it answers at once on the quick lane (a
+        view's work), its sections of many passes on the long lane (`app.torch_thread`), as the tabs compute
+        them, so that neither blocks the pages' views; both with a one-image pass's threads."""
+        loaded = torch_thread.call(self.cache.get, self.default)
+        call = checked_call(loaded, **asked)
+        out, later = torch_thread.handler(answer_now)(loaded, path, call)
+        if not later:
+            return out
+        work = lambda: {name: compute() for name, compute in later.items()}  # noqa: E731
+        return in_order(out, torch_thread.call_long(work, model=loaded.model))
 
 
 def _refused(message: str) -> gr.Error:

@@ -24,6 +24,7 @@ from cait.explain import hooks
 from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures import head_name
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
+from cait.figures.colours import signed_heatmap
 from cait.preprocess import model_view, view_tensor
 
 ABLATIONS = ("zero", "mean over the example images")
@@ -168,15 +169,23 @@ def head_figure(view: CausalView, label: str):
     )
 
 
-def branch_knockout(model: torch.nn.Module, x: torch.Tensor, view: CausalView, knockout: str) -> np.ndarray:
+def branch_knockout(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    view: CausalView,
+    knockout: str,
+    *,
+    on_block: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
     """The knockout profile of `view`'s class with one of KNOCKOUTS removed from each block in turn (the whole
-    block's is the view's own)."""
+    block's is the view's own), on_block(done, total) after each block (`explain.knockout_profile`)."""
     if knockout not in KNOCKOUTS:
         raise ValueError(f"knockout must be one of {', '.join(KNOCKOUTS)}, got {knockout!r}")
     if KNOCKOUTS[knockout] == "both":
         return view.knockout
     t = torch.tensor([view.target], device=x.device)
-    return explain.knockout_profile(model, x, t, branch=KNOCKOUTS[knockout])[0].float().cpu().numpy()
+    profile = explain.knockout_profile(model, x, t, branch=KNOCKOUTS[knockout], on_block=on_block)
+    return profile[0].float().cpu().numpy()
 
 
 def knockout_figure(view: CausalView, cfg, profile: np.ndarray | None = None, knockout: str = "whole block"):
@@ -211,7 +220,6 @@ def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int, 
     contrib = view.patches[layer, head]
     g = contrib.shape[-1]
     cells = list(range(1, g + 1))
-    bound = float(np.abs(contrib).max()) or 1.0
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -221,20 +229,8 @@ def maps_figure(view: CausalView, attention: np.ndarray, layer: int, head: int, 
     hover = "row %{y}, column %{x}: %{z:.4f}<extra></extra>"
     common = dict(x=cells, y=cells, opacity=0.65 if image is not None else 1.0, hovertemplate=hover)
     fig.add_trace(go.Heatmap(z=attention, colorscale="Viridis", colorbar=dict(x=0.44), **common), row=1, col=1)
-    fig.add_trace(
-        go.Heatmap(
-            z=contrib,
-            colorscale="RdBu",
-            reversescale=True,
-            zmid=0,
-            zmin=-bound,
-            zmax=bound,
-            colorbar=dict(x=1.0),
-            **common,
-        ),
-        row=1,
-        col=2,
-    )
+    signed = signed_heatmap(float(np.abs(contrib).max()))  # the one colour convention: red for the class
+    fig.add_trace(go.Heatmap(z=contrib, colorbar=dict(x=1.0), **signed, **common), row=1, col=2)
     if image is not None:
         for axis in ("", "2"):
             image_under(fig, image, g, axis=axis)

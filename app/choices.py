@@ -45,7 +45,13 @@ def causal_heads(cfg: cait.CaiTConfig) -> list[tuple[str, int]]:
 
 def region_choices(cfg: cait.CaiTConfig) -> list[str]:
     """The class-attention maps a region of focus can be drawn from: each CA layer's mean, then its heads."""
-    return [head_name(layer, head) for layer in range(cfg.depth_token_only) for head in (None, *range(cfg.num_heads))]
+    return map_names(cfg.depth_token_only, cfg.num_heads)
+
+
+def map_names(layers: int, heads: int) -> list[str]:
+    """The names of the class-attention maps of `layers` CA layers of `heads` heads: each layer's mean, then its
+    heads ("CA1 mean", "CA1 head 1", ...)."""
+    return [head_name(layer, head) for layer in range(layers) for head in (None, *range(heads))]
 
 
 def ranked_classes(probs: np.ndarray, k: int) -> list[int]:

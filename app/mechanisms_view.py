@@ -25,6 +25,7 @@ from cait.corruptions import corrupt
 from cait.explain import hooks
 from cait.explain.token_patching import region_sums, token_patching, token_patching_forwards
 from cait.figures import head_name
+from cait.figures.colours import signed_heatmap
 from cait.figures.mechanisms import gap_too_small
 from cait.preprocess import normalise, view_pixels
 
@@ -208,16 +209,14 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
     number = ".0%" if shares else "+.3f"
     for col, (_, values, name) in enumerate(panels, start=1):
         signed = col > 1
+        colours = signed_heatmap(bound) if signed else dict(colorscale="Viridis")  # red: for the class
         fig.add_trace(
             go.Heatmap(
                 z=on_patches(values, g, region),
                 x=cells,
                 y=cells,
                 opacity=0.65,
-                colorscale="RdBu" if signed else "Viridis",
-                reversescale=signed,  # red: for the class, as everywhere in the app
-                zmin=-bound if signed else None,
-                zmax=bound if signed else None,
+                **colours,
                 showscale=col != 2,  # the two signed panels share one scale
                 colorbar=dict(x=0.285 if col == 1 else 1.0, len=0.9, title=dict(text=name, side="right")),
                 hovertemplate=f"patch row %{{y}}, column %{{x}}: %{{z:{number if signed else '.4f'}}}<extra></extra>",

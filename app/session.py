@@ -54,9 +54,11 @@ class Analysis:
     sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
     saliency: list[dict[str, Any]] | None = None  # the last saliency run's numbers (the download), once computed
-    # the Mechanisms tab's last logit lens and patching run, as /analyze answers them (the download), once computed
+    # the Mechanisms tab's last logit lens, patching and token-patching run, as /analyze answers them (the
+    # download), once computed
     logit_lens: dict[str, Any] | None = None
     patching: dict[str, Any] | None = None
+    token_patching: dict[str, Any] | None = None
 
     @property
     def top_class(self) -> int:
@@ -173,8 +175,8 @@ def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
 
 def numbers_file(loaded: LoadedModel, a: Analysis) -> str:
     """All numbers as the JSON download, in a fresh request folder: the analysis, LayerScale and, once computed,
-    the causal view, the last saliency run, and the Mechanisms tab's last logit lens and patching run (each kept
-    on the analysis, so that writing the file for one keeps the others)."""
+    the causal view, the last saliency run, and the Mechanisms tab's last logit lens, patching and token-patching
+    run (each kept on the analysis, so that writing the file for one keeps the others)."""
     data = numbers(loaded, a)
     data["layerscale"] = explain.layerscale_stats(loaded.model)
     # sections computed on demand: a reader of the file learns what is missing and how to get it
@@ -183,6 +185,7 @@ def numbers_file(loaded: LoadedModel, a: Analysis) -> str:
         "saliency": (a.saliency, "run the Saliency tab"),
         "logit_lens": (a.logit_lens, "open the Mechanisms tab"),
         "patching": (a.patching, "run patching in the Mechanisms tab"),
+        "token_patching": (a.token_patching, "map where the answer enters in the Mechanisms tab"),
     }
     data["not_computed"] = {}
     for key, (section, how) in on_demand.items():

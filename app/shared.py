@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
@@ -110,6 +111,24 @@ def answering(fn: Callable, *, said: Callable[[str], Any] | None = None) -> Call
             return line_of(e)
 
     return body
+
+
+# What a new image (and the talking-heads query) sends with `preprocess=False` (`NO_BOUNDS_CHECK`): Gradio checks a
+# control's value against the bounds and choices the server last sent the page, so after a model swap a value
+# the page sent before the swap's new bounds reached it (a larger model's query patch, layer or map) was refused
+# before any handler ran ("Value 9 is greater than maximum value 7"); its handler takes it at the door instead,
+# clamped to the page's model (`within`) or left out
+NO_BOUNDS_CHECK = dict(preprocess=False)
+
+
+def within(value: Any, high: int, default: int) -> int:
+    """A slider's value as the page sent it, as a whole number in 1..high (`default` for one that is not a finite
+    number): what a handler takes of a slider whose bounds follow the page's model (`NO_BOUNDS_CHECK`)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return min(max(round(number), 1), high) if math.isfinite(number) else default
 
 
 SCALES = ("per tile", "shared per layer")  # the class-attention colour scale (the Class attention tab's control)

@@ -1,5 +1,6 @@
 """Two threads run all of the app's torch work: the quick lane (loading models, every view, redraw and
-tile) and the long lane (work of many passes: the Causal tab's view), so that long work never blocks the page.
+tile) and the long lane (work of many passes: the Causal tab's views and knockout profiles, the Mechanisms tab's
+patching runs, an atlas build, /analyze's causal and patching sections), so that long work never blocks the page.
 
 Why one thread per lane, not Gradio's worker threads: torch parallelises each operation over OpenMP threads,
 and every Python thread that calls torch gets its own team of them. Measured on the 2-core CPU this app is
@@ -23,8 +24,10 @@ counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before 
 waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
 long job loses the time of the quick work it let through. The two lanes share the models (no second copy):
 the explanation hooks act only on the thread that opened them (`cait.explain.hooks`). A long job of a page's
-image is cancelled by the page's next image (`cancel_long`), whether it waits or runs. What each side costs
-is measured by benchmarks/app_latency.py (`--beside-long`; benchmarks/README.md).
+image is cancelled by the page's next image (`cancel_long`), whether it waits or runs, and its page's Stop
+(`call_long(stop=...)`, `app.stops`) is heard at the same points; a part of it that runs no block of the model
+(reading an atlas's scenes) is watched from beside it (`stoppable`). What each side costs is measured by
+benchmarks/app_latency.py (`--beside-long`; benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import inspect
 import os
 import threading
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -109,19 +113,22 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class _Job:
-    """One long call: its page, and whether that page's next image has cancelled it."""
+    """One long call: its page, whether that page's next image has cancelled it, and its own stop check."""
 
-    def __init__(self, page: str | None) -> None:
-        self.page, self.cancelled = page, threading.Event()
+    def __init__(self, page: str | None, stop: Callable[[], None] | None) -> None:
+        self.page, self.cancelled, self.stop = page, threading.Event(), stop
 
     def checkpoint(self) -> None:
-        """Between two blocks of long work: wait while quick work runs; end the work once cancelled. Another
-        thread's pass through the model goes on (its hooks act only on this lane's passes; this guards anyway)."""
+        """Between two blocks of long work: wait while quick work runs; end the work once cancelled, or when its
+        stop check raises. Another thread's pass through the model goes on (its hooks act only on this lane's
+        passes; this guards anyway)."""
         if getattr(_ON_LONG, "job", None) is not self:
             return
         _QUICK.wait_until_none(self.cancelled)
         if self.cancelled.is_set():
             raise Cancelled(f"long work of page {self.page} cancelled by its next image")
+        if self.stop is not None:
+            self.stop()
 
 
 def _long_lane_setup() -> None:
@@ -142,7 +149,13 @@ def on_long_lane() -> bool:
     return getattr(_ON_LONG, "job", None) is not None
 
 
-def call_long(work: Callable[[], T], *, page: str | None = None, model: torch.nn.Module | None = None) -> T:
+def call_long(
+    work: Callable[[], T],
+    *,
+    page: str | None = None,
+    model: torch.nn.Module | None = None,
+    stop: Callable[[], None] | None = None,
+) -> T:
     """work() on the long lane, waiting for its result (exceptions, `Cancelled` too, are raised here), in a copy
     of the caller's context (gr.Progress reaches its page). Call it from an event handler that does not run on
     the quick lane (the quick lane would wait for the long one, which waits for the quick lane to be idle).
@@ -154,13 +167,16 @@ def call_long(work: Callable[[], T], *, page: str | None = None, model: torch.nn
         model: a CaiT whose blocks work runs: before each block (on this lane only) the work waits while quick
             work runs, and ends with `Cancelled` once cancelled. Without it the work neither gives way nor
             stops early; cancelled while it waits for the lane, it does not start.
+        stop: a check that raises to end the work (a page's Stop: `app.stops`), run when the work starts (a Stop
+            pressed while it waited for the lane is heard then), before each block of `model`, and while
+            `stoppable` waits; what it raises is raised here.
 
     Returns:
         What work() returned.
     """
     if on_torch_thread():
         raise RuntimeError("call_long from the quick lane: run the handler off it (torch_thread.handler(long=True))")
-    job = _Job(page)
+    job = _Job(page, stop)
     if on_long_lane():  # long work inside long work: one job
         return work()
     context = contextvars.copy_context()
@@ -186,6 +202,33 @@ def call_long(work: Callable[[], T], *, page: str | None = None, model: torch.nn
                 _PAGE_JOBS[page].discard(job)
                 if not _PAGE_JOBS[page]:
                     del _PAGE_JOBS[page]
+
+
+def stoppable(fn: Callable[[], T]) -> T:
+    """fn() inside long work, for a part that runs no block of a model (reading its data): on a thread of its own
+    while the job checks every PAUSE_CHECK_S whether to end (`call_long`: its page's next image, its stop), so that
+    it ends within that time rather than at the model's first block. Ended, it raises at once and leaves fn to
+    finish unseen (what it writes, a cache, stays for the next time). Outside long work, fn() as it is."""
+    job = getattr(_ON_LONG, "job", None)
+    if job is None:
+        return fn()
+    context, answer = contextvars.copy_context(), Future()
+
+    def run() -> None:
+        # one intra-op thread: its torch calls are small, and a team of OpenMP threads of its own would compete
+        # with the lanes' (the module's docstring)
+        torch.set_num_threads(1)
+        try:
+            answer.set_result(context.run(fn))
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting job, which raises it
+            answer.set_exception(e)
+
+    threading.Thread(target=run, name="cait-long-beside", daemon=True).start()
+    while True:
+        try:
+            return answer.result(timeout=PAUSE_CHECK_S)
+        except FutureTimeout:
+            job.checkpoint()
 
 
 def cancel_long(page: str | None) -> int:
@@ -256,4 +299,5 @@ __all__ = [
     "interactive_threads",
     "on_long_lane",
     "on_torch_thread",
+    "stoppable",
 ]

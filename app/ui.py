@@ -30,11 +30,13 @@ from app.shared import (
     LONG_EVENTS,
     MECHANISMS_TAB,
     MODEL_EVENTS,
+    NO_BOUNDS_CHECK,
     ImageAsk,
     Look,
     Shared,
     answering,
     named,
+    within,
 )
 from app.tabs import causal, class_attention, dataset, layerscale, mechanisms, model, saliency, talking_heads
 from app.workdir import FILE_TTL, WORK
@@ -98,7 +100,8 @@ class DetailsAsk:
     scale: str
     view: str
     keep: float
-    th_row: int  # the talking-heads query patch
+    th_layer: int  # the talking-heads layer and query patch, as the page sent them (clamped at the door)
+    th_row: int
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
     region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
@@ -205,28 +208,34 @@ class ImageEvents:
         loaded = self.cache.get(choice)
         start = time.perf_counter()
         try:
-            a = session.analyse(loaded, path, sa_layer=int(sa_layer) - 1)
+            a = session.analyse(loaded, path, sa_layer=within(sa_layer, loaded.cfg.depth, 1) - 1)  # at the door
         except ImageInputError as e:
             log.info("could not analyse an upload: %s", e)
             return self.cleared(shown, f"**Could not analyse this file:** {e}")
         log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
         return self.first_view(loaded, a, look, shown, uploaded=uploaded, selected=selected)
 
+    @staticmethod
+    def unselected(*galleries: gr.Gallery) -> dict:
+        """No tile of `galleries` framed as the page's image any more: their props only, their tiles stay (a
+        component, not gr.update, which drops a None)."""
+        return {gallery: gr.Gallery(selected_index=None) for gallery in galleries}
+
     def upload(self, **asked: Any) -> dict:
-        """An uploaded file analysed (or refused, in the status line); no example is highlighted any more.
-        asked: `UploadAsk`'s fields, by name."""
+        """An uploaded file analysed (or refused, in the status line); no example, and no atlas exemplar, is
+        highlighted any more. asked: `UploadAsk`'s fields, by name."""
         ask = UploadAsk(**asked)
         path = payload_path(ask.image_in)
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=True)
-        # its props only, the examples stay; a component, not gr.update, which drops a None
-        return out | {self.page.shared.examples: gr.Gallery(selected_index=None)}
+        return out | self.unselected(self.page.shared.examples, self.page.dataset.exemplars)
 
     def example(self, evt: gr.SelectData, **asked: Any) -> dict:
-        """An example clicked: analysed, and shown in the image box. asked: `ImageAsk`'s fields, by name."""
+        """An example clicked: analysed, and shown in the image box; an atlas exemplar opened before is highlighted
+        no more. asked: `ImageAsk`'s fields, by name."""
         ask = ImageAsk(**asked)
         path = evt.value["image"]["path"]
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False)
-        return out | {self.page.shared.image_in: path}
+        return out | {self.page.shared.image_in: path} | self.unselected(self.page.dataset.exemplars)
 
     def details(self, **asked: Any) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
@@ -243,7 +252,7 @@ class ImageEvents:
             | t.layerscale.details(a)
             | t.saliency.details(loaded, a, ask.region_of, ask.region_share)
         )
-        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col)
+        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col, ask.th_layer)
         return out | t.causal.details(loaded, a)
 
     def follow_up(self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress()):
@@ -333,12 +342,13 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         ),
         outputs=[
             *(s.grid_file, s.json_file, page.layerscale.ratio_plot, page.ca.head_stats),
-            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick),
+            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick, *page.talking.query),
             *(page.saliency.sal_class, page.saliency.sal_region, page.causal.cz_class, page.causal.cz_head),
         ],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **MODEL_EVENTS,
+        **NO_BOUNDS_CHECK,  # the query and the region's map of the page's model: taken at the door
     )
     in_open_tab = [*page.causal.opened, *page.mechanisms.opened, s.json_file]
     open_tab = dict(  # not on the quick lane: the Causal view runs on the long one (app.torch_thread)
@@ -350,7 +360,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         show_progress_on=[page.causal.cz_cost],
         **LONG_EVENTS,
     )
-    # a Stop from now on counts, and the page's long work of its last image is cancelled
+    # the page's long work of its last image is cancelled, and a Stop from now on counts for the new one's
     arm = dict(
         fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
         api_visibility="private", show_progress="hidden",
@@ -366,13 +376,14 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         inputs_kwargs=named(
             page.talking, UploadAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props, image_in=s.image_in
         ),
-        outputs=[*ev.results(), s.examples],
+        outputs=[*ev.results(), s.examples, page.dataset.exemplars],
         preprocess=False,
         **progress,
     )
     example = s.examples.select(
-        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in], **progress
-    )
+        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
+        **progress, **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
+    )  # fmt: skip
     exemplar = tabs.dataset.wire(
         demo, look=page.look(), th_layer=page.talking.th_layer, ca_props=page.ca.ca_props, outputs=ev.results()
     )
@@ -398,7 +409,8 @@ def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default:
         tabs.model.wire(demo, ca_props=page.ca.ca_props, everything=page.everything())
         demo.unload(tabs.causal.stops.drop)  # a closed page's Stop goes with it
         demo.unload(tabs.mechanisms.drop)
-        gr.api(torch_thread.handler(Analyze(cache, default).analyze), api_name="analyze", concurrency_id="model")
+        # off the quick lane: the answer takes each lane for its parts (`Analyze._answer`)
+        gr.api(Analyze(cache, default).analyze, api_name="analyze", concurrency_id="model")
 
 
 def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:

@@ -157,6 +157,44 @@ def test_a_pages_next_image_cancels_its_long_work_waiting_or_running(model):
     assert torch_thread.call_long(lambda: 4, page="page-a") == 4  # the page's next work runs
 
 
+def test_a_part_of_long_work_that_runs_no_block_ends_with_its_stop_or_its_page_at_once():
+    """`stoppable`: work that runs no block of the model (reading data) is checked every PAUSE_CHECK_S inside long
+    work: its page's next image and its stop end it then, leaving the part to finish unseen; its answer and its
+    errors come back as they are; outside long work it runs as it is."""
+    release, started = threading.Event(), threading.Event()
+
+    def reading() -> str:
+        started.set()
+        assert release.wait(60)
+        return "read"
+
+    def run(**kw):
+        try:
+            return torch_thread.call_long(lambda: torch_thread.stoppable(reading), **kw)
+        except (torch_thread.Cancelled, KeyError) as e:
+            return e
+
+    answers = {}
+    for name, kw, end in (
+        ("cancelled", dict(page="reading-page"), lambda: torch_thread.cancel_long("reading-page")),
+        ("stopped", dict(stop=lambda: stop_now.is_set() and {}["stopped"]), lambda: stop_now.set()),
+    ):
+        stop_now = threading.Event()
+        started.clear()
+        thread = threading.Thread(target=lambda n=name, k=kw: answers.update({n: run(**k)}))
+        thread.start()
+        assert started.wait(60)
+        end()
+        thread.join(10 + 20 * torch_thread.PAUSE_CHECK_S)
+        assert not thread.is_alive() and not release.is_set(), name  # ended while the part still ran
+    assert isinstance(answers["cancelled"], torch_thread.Cancelled) and isinstance(answers["stopped"], KeyError)
+    release.set()
+    assert torch_thread.call_long(lambda: torch_thread.stoppable(lambda: 4)) == 4
+    with pytest.raises(ZeroDivisionError):
+        torch_thread.call_long(lambda: torch_thread.stoppable(lambda: 1 / 0))
+    assert torch_thread.stoppable(lambda: 5) == 5  # outside long work
+
+
 def test_long_work_runs_on_its_own_thread_with_its_budget_and_never_from_the_quick_lane():
     where = lambda: (threading.current_thread().name, torch.get_num_threads(), torch_thread.on_long_lane())  # noqa: E731
     name, threads, on_long = torch_thread.call_long(where)
@@ -248,6 +286,52 @@ def test_the_causal_tabs_stated_cost_is_a_floor_of_its_time_on_a_small_model(chr
         said = page.locator("#cz_cost").inner_text()
         stated = float(re.search(r"at least ([\d.]+) s", said).group(1))
         assert stated <= took, (said, took)
+    finally:
+        page.context.close()
+        stop_server(proc)
+
+
+def test_another_class_asked_while_the_view_computes_and_a_knockout_profile_stop_with_the_tabs_stop(
+    chromium,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    """The class menu and the knockout radio have the Causal view's Stop: another class asked while the view
+    computes waits behind it on the long lane, and one Stop stops both (the class when it starts: the view does
+    not take the Stop for itself alone); the Stop stays enabled while either has not ended. A branch's knockout
+    profile, asked once a view is shown, stops too."""
+    log = tmp_path / "server.log"
+    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], log)
+    page = open_page(chromium, url)
+    cost, stop = page.locator("#cz_cost"), page.locator("#cz_stop")
+    try:
+        pick_example(page, 0)
+        page.get_by_role("tab", name="Causal").click()
+        expect(cost).to_contain_text("attributing the logit")  # the view computes
+        top = page.locator("#cz_class input").input_value()
+        page.locator("#cz_class input").fill("3: ")  # another class than the top one (filtered by its number)
+        page.get_by_role("option", name=re.compile("^3: ")).click()
+        assert top != page.locator("#cz_class input").input_value()
+        expect(stop).to_be_enabled()
+        page.evaluate(COST_TEXTS)
+        stop.click()
+        expect(stop).to_be_disabled(timeout=120_000)  # nothing of the page runs: both ended
+        page.wait_for_timeout(1000)  # the other's answer too
+        seen = page.evaluate("() => window.costTexts")  # each said so (which line stays: the one answered last)
+        assert any("open the tab again" in t for t in seen) and any("choose the class again" in t for t in seen)
+        assert page.locator("#cz_heads_plot .js-plotly-plot").count() == 0  # no view of either
+        said = log.read_text()
+        assert "causal view stopped by its page" in said and "causal view of class 3 stopped by its page" in said
+        # a view of the top class shown (opened again: it goes on from the knockouts done), then a branch's profile
+        page.get_by_role("tab", name="Class attention").click()
+        page.get_by_role("tab", name="Causal").click()
+        expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_be_visible(timeout=600_000)
+        expect(stop).to_be_disabled()
+        page.locator("#cz_knockout_of").get_by_text("MLP branch").click()
+        expect(cost).to_contain_text("knocking out the MLP branch")
+        expect(stop).to_be_enabled()
+        stop.click()
+        expect(cost).to_contain_text("Stopped: the knockout profile of the MLP branch did not finish")
+        expect(stop).to_be_disabled()
     finally:
         page.context.close()
         stop_server(proc)

@@ -742,3 +742,37 @@ def test_the_saliency_tabs_sliders_span_the_bounds_analyze_accepts(handlers):
     sliders = dict(ig_steps=p.ig_steps, smoothgrad_samples=p.sg_samples, smoothgrad_stdev=p.sg_noise)
     sliders["rollout_discard_ratio"] = p.discard
     assert {name: (s.minimum, s.maximum) for name, s in sliders.items()} == OPTION_BOUNDS
+
+
+def test_the_talking_heads_query_sent_for_the_last_model_is_clamped_to_the_pages_at_the_door(handlers):
+    """After a model swap, a page could send the query's sliders as they were for the last model (a larger patch
+    grid, more layers) before the swap's new bounds reached it: Gradio refused them before any handler ran
+    ("Value 9 is greater than maximum value 7"). Every event that reads them (an example, an upload, an exemplar,
+    the follow-up, the sliders, the patch grid) takes them without Gradio's check; its handler clamps them to the
+    page's model and sets each slider it clamped to what it drew, within that model's bounds."""
+    from app.ui import compose, wire
+
+    p = handlers.p
+    demo, page, tabs = compose(handlers.cache.get(handlers.default), handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=handlers.default)
+    query = {page.talking.th_layer._id, page.talking.th_row._id, page.talking.th_col._id}
+    reading = [fn for fn in demo.fns.values() if query & {block._id for block in fn.inputs}]
+    assert len(reading) >= 6 and not any(fn.preprocess for fn in reading)  # no bounds check before the handler
+    choice = load(handlers, handlers.default, SHOWN, "cait_nano_28", "")[p.choice]  # the swap
+    nano = handlers.cache.get(choice)
+    g, depth = nano.cfg.grid_size, nano.cfg.depth  # 7 and 6
+    stale = dict(th_layer=depth + 3, th_row=g + 2, th_col=3)  # sent for the larger model the page had
+    a = session.analyse(nano, str(SCENE), sa_layer=stale["th_layer"] - 1)  # an example's first view
+    look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, region_of="CA1 mean")
+    out = handlers.tabs.image.details(choice=choice, analysis=a, **look, **stale)
+    for slider, value, high in ((p.th_layer, depth, depth), (p.th_row, g, g)):
+        assert (out[slider].value, out[slider].maximum, out[slider].minimum) == (value, high, 1)
+    assert p.th_col not in out  # sent within the bounds: left as it is
+    drawn = handlers.tabs.talking.outputs(nano, a, g, 3)
+    assert np.array_equal(np.asarray(out[p.th_pick]), np.asarray(drawn[p.th_pick]))  # the patch drawn: (7, 3)
+    assert set(drawn) == {p.th_gallery, p.th_plot, p.th_pick}  # nothing clamped: no slider set
+    stale_map = look | dict(region_of=f"CA1 head {nano.cfg.num_heads + 1}")  # a map the last model had
+    assert handlers.tabs.image.details(choice=choice, analysis=a, **stale_map, **stale)[p.sal_region] is None
+    query = handlers.tabs.talking.query(choice=choice, analysis=a, th_layer=99, th_row=0, th_col="x")
+    assert query[p.analysis].stages.layer == depth - 1 and query[p.th_layer].value == depth
+    assert query[p.th_row].value == 1 and query[p.th_col].value == g // 2 + 1  # the lowest; not a number

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import gradio as gr
@@ -156,7 +158,7 @@ def test_the_download_keeps_the_saliency_maps_when_the_causal_tab_adds_its_numbe
     opened = handlers.tabs.causal.opened(loaded.choice, a, None)  # rewrites the download with the causal numbers
     data = json.loads(open(opened[p.json_file]).read())
     assert data["causal"]["target"] == a.top_class and list(data["saliency"][0]["methods"]) == ["saliency"]
-    assert list(data["not_computed"]) == ["logit_lens", "patching"]  # the Mechanisms tab's, not computed here
+    assert list(data["not_computed"]) == ["logit_lens", "patching", "token_patching"]  # the Mechanisms tab's
 
 
 def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
@@ -166,7 +168,7 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     p, loaded = handlers.p, handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(read_examples()[0].path))
     region_of = region_choices(loaded.cfg)[0]
-    look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_row=2, th_col=2)
+    look = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0, th_layer=1, th_row=2, th_col=2)
     details = lambda a: handlers.tabs.image.details(choice=loaded.choice, analysis=a, region_of=region_of, **look)
     # the follow-up leaves the Causal tab (and its numbers in the JSON) to the tab, and another tab open leaves it
     # until it is opened
@@ -242,6 +244,7 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
         analysis=a,
         region_of=region_choices(loaded.cfg)[0],
         **dict(zip(("cmap", "alpha", "scale", "view", "keep"), look)),
+        th_layer=1,
         th_row=2,
         th_col=2,
     )
@@ -345,44 +348,56 @@ def test_the_tab_tells_its_progress_by_phase_block_by_block_stops_and_goes_on_fr
     assert causal.opened(loaded.choice, a, None, page, lambda done, **kw: None)[p.cz_state] is not None
 
 
-def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_starts(handlers):
-    """The long lane held by another page's long work, the tab asked for (armed at once, off the queue, as
-    opening it does), Stop pressed while the computation waits, the lane released: it stops before its first
-    block. The page's next request computes."""
-    import threading
-    import time
+@contextmanager
+def lane_held_by_another_page():
+    """Inside, the long lane runs another page's work until the release it yields is set (at the latest when the
+    block ends)."""
+    from app import torch_thread
 
-    from app import session, torch_thread
-
-    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
-    causal.kept = causal_view.Kept()
-    a = session.analyse(loaded, str(read_examples()[0].path))
-    page = SimpleNamespace(session_hash="waiting")
     held, release = threading.Event(), threading.Event()
 
-    def other_work() -> None:  # another page's long work
+    def other_work() -> None:
         held.set()
         assert release.wait(60)
 
     holder = threading.Thread(target=torch_thread.call_long, args=(other_work,))
     holder.start()
     assert held.wait(60)
-    causal.stops.arm(page)  # the tab opened
-    answer = {}
-    waiting = threading.Thread(
-        target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
-    )
-    waiting.start()
-    time.sleep(0.2)  # the computation waits for the lane
-    assert "out" not in answer
-    causal.stops.press(page)
-    release.set()
-    waiting.join(120)
-    holder.join(60)
+    try:
+        yield release
+    finally:
+        release.set()
+        holder.join(60)
+
+
+def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_starts(handlers):
+    """The long lane held by another page's long work, the tab asked for (armed at once, off the queue, as
+    opening it does), Stop pressed while the computation waits, the lane released: it stops before its first
+    block. The page's next request computes."""
+    import time
+
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    page = SimpleNamespace(session_hash="waiting")
+    with lane_held_by_another_page() as release:
+        causal.will_compute(loaded.choice, a, None, page)  # the tab opened
+        answer = {}
+        waiting = threading.Thread(
+            target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
+        )
+        waiting.start()
+        time.sleep(0.2)  # the computation waits for the lane
+        assert "out" not in answer
+        causal.stops.press(page)
+        release.set()
+        waiting.join(120)
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to go on from there."
     assert answer["out"][p.cz_cost] == said and a.causal is None
-    causal.stops.arm(page)  # opened again
+    causal.will_compute(loaded.choice, a, None, page)  # opened again
     assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state] is not None
 
 
@@ -392,8 +407,10 @@ def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bou
 
     stops = PageStops()
     page = SimpleNamespace(session_hash="closing")
+    stops.arm(page)
     stops.press(page)
-    assert len(stops) == 1 and stops.pressed(page).is_set()
+    with stops.holding(page) as held:
+        assert len(stops) == 1 and held.pressed()
     stops.drop(page)
     assert len(stops) == 0
     for k in range(MAX_PAGES + 5):
@@ -405,3 +422,177 @@ def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bou
     unloads = [fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets)]
     dropped = [fn.fn for fn in unloads]
     assert tabs.causal.stops.drop in dropped and tabs.dataset.stops.drop in dropped  # every tab's Stops
+
+
+def test_a_stop_stops_every_computation_of_its_page_asked_before_it_and_none_asked_after():
+    """The one Stop convention (app.stops): nothing is consumed, so two computations of a page, running or
+    waiting, both hear one Stop; a request asked after it, or another page's, does not; the Stop is needed while
+    one of the page's computations runs. An ask fired twice for one choice and taken once leaves nothing going;
+    a Stop pressed after an ask, before its handler started, stops it."""
+    from contextlib import ExitStack
+
+    from app.stops import PageStops
+
+    stops, page, other = PageStops(), SimpleNamespace(session_hash="a"), SimpleNamespace(session_hash="b")
+
+    def asked(where):  # a control asks (armed at once), then its handler starts (and holds until closed)
+        stops.arm(where)
+        stack = ExitStack()
+        return stack, stack.enter_context(stops.holding(where))
+
+    (s1, first), (s2, second), (s3, elsewhere) = asked(page), asked(page), asked(other)
+    stops.press(page)
+    s4, later = asked(page)
+    assert first.pressed() and second.pressed() and not later.pressed() and not elsewhere.pressed()
+    s1.close()
+    assert first.still_needed  # the page's others run
+    s2.close(), s4.close()
+    assert not later.still_needed and not stops.running(page) and stops.running(other)
+    stops.arm(page)  # a dropdown's input fired twice for one choice, its handler run once
+    s5, twice = asked(page)
+    stops.press(page)
+    assert twice.pressed()
+    s5.close()
+    assert not stops.running(page)
+    stops.arm(page)
+    stops.press(page)  # pressed between the ask and its handler's start
+    with stops.holding(page) as in_between:
+        assert in_between.pressed()
+    with stops.holding(page) as unasked:  # not asked by the page's controls: asked when it starts
+        assert not unasked.pressed()
+    s3.close()
+
+
+def _progress_that_stops(causal, page, when):
+    """A progress callback that presses the page's Stop once `when(done, total, desc)` holds; it records the
+    (done, total) it saw."""
+    seen = []
+
+    def progress(done_total, **kw):
+        seen.append(done_total)
+        if when(*done_total, kw["desc"]):
+            causal.stops.press(page)
+            progress.pressed = True
+
+    progress.seen, progress.pressed = seen, False
+    return progress
+
+
+def test_another_class_and_another_knockout_stop_with_the_tabs_stop_and_the_class_goes_on_from_there(handlers):
+    """The class menu and the knockout radio compute on the long lane with the Causal view's Stop: armed at
+    once (the Stop enabled), heard before the next block, the line saying how far it got, the Stop disabled
+    once nothing of the page runs; another class, chosen again, goes on from its knockouts done."""
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[1].path))
+    page = SimpleNamespace(session_hash="class-page")
+    view = causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state]
+    blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    other = (a.top_class + 1) % loaded.cfg.num_classes
+    asked = dict(choice=loaded.choice, analysis=a, cz_class=other, cz_head=1, cz_mode=causal_view.ABLATIONS[0])
+    armed = causal.armed(loaded.choice, a, page)
+    assert armed[p.cz_stop].interactive is True
+    ran_after = []
+    model_blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
+    progress = _progress_that_stops(causal, page, lambda done, _, desc: done == 2 and desc.startswith("knocking"))
+    hooks = [b.register_forward_hook(lambda *_: ran_after.append(progress.pressed)) for b in model_blocks]
+    try:
+        out = causal.choose_class(page, progress, **asked)
+    finally:
+        for handle in hooks:
+            handle.remove()
+    said = f"**Stopped** after 2 of {blocks} knockouts; choose the class again to go on from there."
+    assert out[p.cz_cost] == said and p.cz_state not in out and out[p.cz_stop].interactive is False
+    assert ran_after and not any(ran_after)  # no block after the Stop
+    # chosen again: from the third knockout to the whole view of that class
+    seen = []
+    causal.armed(loaded.choice, a, page)
+    out = causal.choose_class(page, lambda done, **kw: seen.append(done), **asked)
+    assert out[p.cz_state].target == other and seen[0] == (2, blocks) and out[p.cz_stop].interactive is False
+    np.testing.assert_allclose(
+        out[p.cz_state].knockout, causal_view.compute(loaded.model, a.x, other).knockout, atol=1e-5
+    )
+    # the knockout profile of a branch: stopped at its first block
+    causal.armed(loaded.choice, a, page)
+    progress = _progress_that_stops(causal, page, lambda done, *_: done == 1)
+    asked = dict(choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="MLP branch")
+    out = causal.knockout(page, progress, **asked)
+    said = "**Stopped:** the knockout profile of the MLP branch did not finish; choose it again to compute it."
+    assert out[p.cz_cost] == said and p.cz_knockout not in out and progress.seen == [(1, blocks)]
+    assert out[p.cz_stop].interactive is False and not causal.stops.running(page)
+
+
+def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_stops_each_of_them(handlers):
+    """The view, another class and another knockout, each asked (armed) while the long lane holds another
+    page's work, then one Stop: each stops when it starts (none is lost to another that heard it first), and
+    one asked after the Stop runs."""
+    import time
+
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[2].path))
+    page = SimpleNamespace(session_hash="queued-page")
+    view = causal_view.compute(loaded.model, a.x, a.top_class)
+    quiet = lambda *_, **__: None  # noqa: E731
+    other = (a.top_class + 1) % loaded.cfg.num_classes
+    asks = {
+        "view": lambda: causal.opened(loaded.choice, a, None, page, quiet),
+        "class": lambda: causal.choose_class(
+            page, quiet, choice=loaded.choice, analysis=a, cz_class=other, cz_head=0,
+            cz_mode=causal_view.ABLATIONS[0],
+        ),
+        "knockout": lambda: causal.knockout(
+            page, quiet, choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="attention branch"
+        ),
+    }  # fmt: skip
+    answers, threads = {}, []
+    with lane_held_by_another_page() as release:
+        for name, ask in asks.items():
+            causal.armed(loaded.choice, a, page)  # asked (the tab opened, the menu, the radio)
+            threads.append(threading.Thread(target=lambda n=name, f=ask: answers.update({n: f()})))
+            threads[-1].start()
+        time.sleep(0.5)  # each waits for the lane
+        assert not answers
+        causal.stops.press(page)
+        release.set()
+        for thread in threads:
+            thread.join(120)
+    blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
+    assert answers["view"][p.cz_cost].startswith(f"**Stopped** after 0 of {blocks} knockouts; open the tab")
+    assert answers["class"][p.cz_cost].startswith(f"**Stopped** after 0 of {blocks} knockouts; choose the class")
+    assert answers["knockout"][p.cz_cost].startswith("**Stopped:** the knockout profile of the attention branch")
+    assert not any(c in out for out in answers.values() for c in (p.cz_state, p.cz_knockout))
+    assert not causal.stops.running(page)
+    # only the last one to end writes the Stop (disabled): the others' answers may reach the page after it
+    written = [out[p.cz_stop] for out in answers.values() if p.cz_stop in out]
+    assert len(written) == 1 and written[0].interactive is False
+    causal.armed(loaded.choice, a, page)  # asked after the Stop: it runs
+    assert p.cz_state in asks["class"]() and a.causal is None
+
+
+def signed_by_the_convention(trace, bound: float) -> bool:
+    """Whether a heatmap trace draws its signed values by the one colour convention (`cait.figures.colours`):
+    its diverging scale (red for the class), white at 0, symmetric about it."""
+    import plotly.graph_objects as go
+
+    from cait.figures.colours import signed_heatmap
+
+    want = go.Heatmap(**signed_heatmap(bound))
+    return (
+        trace.colorscale == want.colorscale
+        and not trace.reversescale
+        and (trace.zmin, trace.zmid, trace.zmax) == (want.zmin, want.zmid, want.zmax)
+    )
+
+
+def test_the_per_patch_write_is_drawn_by_the_one_colour_convention(setup):
+    model, x, _ = setup
+    view = causal_view.compute(model, x, 1)
+    g = model.cfg.grid_size
+    maps = causal_view.maps_figure(view, np.ones((g, g)) / g**2, 1, 0)
+    assert signed_by_the_convention(maps.data[1], float(np.abs(view.patches[1, 0]).max()))
+    assert maps.data[0].colorscale != maps.data[1].colorscale  # attention (unsigned) keeps its own scale

@@ -348,3 +348,52 @@ def dh_kept() -> Path:
     from app.workdir import kept
 
     return kept(BUILT)
+
+
+def test_a_stop_pressed_while_a_build_reads_its_scenes_ends_it_then(world, monkeypatch):
+    """Issue 49's last loose end: the Stop acted only at the model's first block, after every scene was read. The
+    reading (held here until the test releases it) goes on unseen; the build answers Stopped at once, and the
+    page's Stop is no longer needed."""
+    import threading
+
+    import cait.atlas.run as atlas_run
+
+    dh, t = world.dh, world.dh.parts
+    reading, release, real = threading.Event(), threading.Event(), atlas_run.read_data
+
+    def slow_read(args, cfg):
+        reading.set()
+        assert release.wait(120)
+        return real(args, cfg)
+
+    monkeypatch.setattr(atlas_run, "read_data", slow_read)
+    page = SimpleNamespace(session_hash="reading-page")
+    dh._armed(page)  # the Build button
+    answer = {}
+    builder = threading.Thread(target=lambda: answer.update(out=dh.build_atlas(world.choice, 40, page)))
+    builder.start()
+    try:
+        assert reading.wait(60)
+        dh.stops.press(page)
+        builder.join(30)
+        assert "out" in answer and not release.is_set()  # answered while the reading still went on
+    finally:
+        release.set()
+        builder.join(120)
+    assert answer["out"][t.msg].startswith("**Stopped** with 0 of 40 scenes done")
+    assert dh._ended(page)[t.stop].interactive is False  # nothing of the page runs: disabled
+
+
+def test_an_example_or_an_upload_after_an_exemplar_leaves_no_exemplar_highlighted(world):
+    """One selection frame on the page, on the image shown: an exemplar opened frames itself (and no example);
+    an example clicked, or a file uploaded, after it unframes the exemplar (its tiles stay)."""
+    p = world.app.p
+    atlas = dv.read_atlas(world.atlas)
+    opened = click_exemplar(world, atlas, 0, 1)
+    assert opened[p.examples].constructor_args == {"selected_index": None} and p.exemplars not in opened
+    path = world.app.cache.get(world.choice).examples[0][0]
+    clicked = SimpleNamespace(value={"image": {"path": path}}, index=0)
+    example = world.app.tabs.image.example(clicked, choice=world.choice, ca_props=SHOWN, **LOOK)
+    assert example[p.exemplars].constructor_args == {"selected_index": None} and example[p.image_in] == path
+    upload = world.app.tabs.image.upload(choice=world.choice, ca_props=SHOWN, image_in={"path": path}, **LOOK)
+    assert all(upload[g].constructor_args == {"selected_index": None} for g in (p.exemplars, p.examples))

@@ -4,6 +4,7 @@ top-5 is that of a twin model with those heads' outputs zeroed by hooks, and bad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,9 +13,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import randomise_
+from test_app_long_work import Blocks  # which thread ran each block
+from test_causal_view import signed_by_the_convention
 
 import cait
-from app import causal_view, mechanisms_view, session, torch_thread
+from app import causal_view, mechanisms_view, session
 from app.api import Analyze
 from app.loading import load_model
 from app.mechanisms_view import SOURCES
@@ -167,8 +170,8 @@ def test_the_download_holds_the_tabs_lens_and_patching_as_analyze_gives_them(set
     handlers, loaded, _, examples = setup
     p, a = handlers.p, session.analyse(loaded, examples[0])  # nothing computed on it yet
     read = lambda out: json.loads(Path(out[p.json_file]).read_text())  # noqa: E731
-    # as the server runs it (the quick lane's threads, as the tab's long lane has: float sums follow them)
-    analyze = torch_thread.handler(Analyze(handlers.cache, loaded.choice).analyze)
+    # as the server runs it: each part on its lane, both with a one-image pass's threads (float sums follow them)
+    analyze = Analyze(handlers.cache, loaded.choice).analyze
     missing = json.loads(Path(session.numbers_file(loaded, a)).read_text())["not_computed"]
     assert "Mechanisms tab" in missing["logit_lens"] and "Mechanisms tab" in missing["patching"]
     target = int(np.argsort(a.probs)[-2])  # another class than the top one
@@ -177,7 +180,8 @@ def test_the_download_holds_the_tabs_lens_and_patching_as_analyze_gives_them(set
     assert lensed["logit_lens"] == asked["logit_lens"] and "logit_lens" not in lensed["not_computed"]
     assert "patching" not in lensed and "patching" in lensed["not_computed"]
     patched = read(patch(handlers, a, mx_class=target, mx_corruption="contrast", mx_severity=4))
-    assert patched["patching"] == asked["patching"] and list(patched["not_computed"]) == ["causal", "saliency"]
+    assert patched["patching"] == asked["patching"]
+    assert list(patched["not_computed"]) == ["causal", "saliency", "token_patching"]
     assert patched["logit_lens"] == asked["logit_lens"]  # the lens stays when patching rewrites the file
     # another class's lens replaces it; an example as the corrupted run is named by its file
     assert read(handlers.tabs.mechanisms.choose_class(a.choice, a, a.top_class))["logit_lens"]["target"] == a.top_class
@@ -305,6 +309,9 @@ def test_the_token_map_drawn_is_an_independent_hooked_run_beside_the_class_atten
     np.testing.assert_allclose(attention_z, attention.ravel()[rows], atol=1e-5)
     assert f"{spearman(attention, restored):+.2f} (restored)" in figure.layout.title.text
     assert out[p.mx_second].size == a.view.size and out[p.mx_msg] == handlers.tabs.mechanisms.small_gap_note(gap)
+    # both signed panels by the one colour convention, on one scale
+    bound = max(np.abs(restored_z).max(), np.abs(np.array(figure.data[2].z)).max())
+    assert all(signed_by_the_convention(trace, bound) for trace in figure.data[1:])
 
 
 def test_analyze_answers_token_patching_by_keyword_as_the_library_computes_it(setup):
@@ -378,14 +385,19 @@ def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_
     drawn = tokens(handlers, a, mx_region=region, progress=progress)
     total = mechanisms_view.token_runs(loaded.cfg, region)
     assert seen[-1] == (total, total) and p.mx_tokens in drawn
-    # a Stop pressed while the run waits stops it at its first block; the earlier map and bars are emptied
+    # a Stop pressed while the run waits (asked: its button) stops it when it starts; the earlier map and bars
+    # are emptied
+    tab.token_stops.arm(None)
     tab.token_stops.press(None)
     stopped = tokens(handlers, a, mx_region=region, progress=progress)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_tokens] is None
+    tab.patch_stops.arm(None)
     tab.patch_stops.press(None)
     stopped = patch(handlers, a, progress=progress)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_patch] is None
-    assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress)  # consumed: the next one runs
+    assert not tab.patch_stops.running(None) and not tab.token_stops.running(None)  # each ended
+    tab.token_stops.arm(None)  # asked after the Stop: it runs
+    assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress)
 
 
 def test_opening_the_tab_for_another_model_gives_its_controls_values_it_takes(setup):
@@ -415,3 +427,59 @@ def test_shares_are_withheld_when_the_gap_is_too_small():
         assert said in bars[0].hovertext[0]
         grid = heads_plotly(heads, gap, title="t").data[0]
         assert grid.text[0][0] == ("+0.10" if gap < 1 else "5%")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# /analyze's sections of many passes on the long lane; the download holds token patching
+
+
+def test_analyze_computes_the_causal_view_and_both_patchings_on_the_long_lane_to_the_tabs_numbers(setup):
+    """/analyze's causal numbers, activation and token patching run every block on the long lane (as the tabs
+    compute them: never on the quick lane that draws the pages' views), the rest of the answer on the quick
+    lane; its causal numbers are the Causal tab's, and the library's."""
+    from app import api
+
+    handlers, loaded, _, examples = setup
+    model, a = loaded.model, session.analyse(loaded, examples[1])
+    sections = dict(causal=True, patching="contrast:5", token_patching="contrast:5", token_region=2)
+    with Blocks(model) as ran:
+        out = Analyze(handlers.cache, loaded.choice).analyze({"path": examples[1]}, **sections)
+    # the blocks each part runs, counted on this thread
+    plain = dict(method="", target=-1, logit_lens=False, seed=0, **dataclasses.asdict(explain.MethodOptions()))
+    with Blocks(model) as quick:
+        api.answer_now(loaded, examples[1], api.checked_call(loaded, causal=False, patching="", **plain))
+    with Blocks(model) as long:
+        api.answer(loaded, examples[1], **plain, **sections)
+    assert len(long.ran) > 2 * len(quick.ran)  # the sections are the long part
+    on_long = [n for n in ran.ran if n.startswith("cait-long")]
+    on_quick = [n for n in ran.ran if n.startswith("cait-torch")]
+    assert len(on_long) == len(long.ran) - len(quick.ran) and len(on_quick) == len(quick.ran)
+    assert len(ran.ran) == len(long.ran)  # no block anywhere else
+    # the Causal tab's numbers (its view on the long lane too), and the library's
+    handlers.tabs.causal.kept = causal_view.Kept()
+    handlers.tabs.causal.opened(a.choice, a, None)
+    assert out["causal"] == a.causal
+    t = torch.tensor([a.top_class])
+    dla = explain.direct_logit_attribution(model, a.x, t)
+    np.testing.assert_allclose(out["causal"]["heads"], dla.heads[0].numpy(), atol=1e-5)
+    knockout = explain.knockout_profile(model, a.x, t, shared_prefix=False)[0].numpy()
+    np.testing.assert_allclose([b["knockout_delta_logit"] for b in out["causal"]["blocks"]], knockout, atol=1e-5)
+    assert list(out)[-3:] == ["causal", "patching", "token_patching"]  # the sections in the answer's order
+
+
+def test_the_download_holds_the_tabs_token_patching_as_analyze_gives_it(setup):
+    """The token map drawn is kept for the JSON download, in /analyze's layout (the same numbers for the same
+    image, class, corruption and region), and stays when the tab's other runs rewrite the file."""
+    handlers, loaded, _, examples = setup
+    p, a = handlers.p, session.analyse(loaded, examples[2])
+    read = lambda out: json.loads(Path(out[p.json_file]).read_text())  # noqa: E731
+    target = int(np.argsort(a.probs)[-2])
+    drawn = read(tokens(handlers, a, mx_class=target, mx_corruption="contrast", mx_severity=4, mx_region=2))
+    asked = Analyze(handlers.cache, loaded.choice).analyze(
+        {"path": examples[2]}, target=target, token_patching="contrast:4", token_region=2
+    )
+    assert drawn["token_patching"] == asked["token_patching"] and "token_patching" not in drawn["not_computed"]
+    patched = read(patch(handlers, a, mx_class=target))  # another run of the tab rewrites the file
+    assert patched["token_patching"] == asked["token_patching"] and "patching" in patched
+    fresh = json.loads(Path(session.numbers_file(loaded, session.analyse(loaded, examples[2]))).read_text())
+    assert "Mechanisms tab" in fresh["not_computed"]["token_patching"]  # not run: how to get it

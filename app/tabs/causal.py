@@ -4,11 +4,9 @@ its progress block by block, and a Stop that always stops (`PageStops`). `app.ca
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -16,8 +14,7 @@ from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import PageStops, Stopped, page_of
-from cait.explain import hooks
+from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
 from cait.figures import head_name
 
 log = logging.getLogger("cait.app")
@@ -49,6 +46,12 @@ class CausalParts:
         """What computing the tab's view writes: the view, the cost line (its progress, or why it stopped) and the
         Stop (enabled while the view is computed)."""
         return [*self.computed, self.cz_cost, self.cz_stop]
+
+    @property
+    def long_outputs(self) -> list:
+        """What the tab's long computations write besides their results: the cost line (its progress, or why
+        it stopped) and the Stop (enabled while a computation of the page has not ended)."""
+        return [self.cz_cost, self.cz_stop]
 
     @property
     def results(self) -> list:
@@ -125,7 +128,9 @@ def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
 
 
 class CausalTab:
-    """The tab's events and what it draws."""
+    """The tab's events and what it draws. Its three long computations (the view of the image's top class when
+    the tab opens, another class's view, another part's knockout profile) run on the long lane with the page's
+    one Stop (`PageStops`): each armed at once, off the queues, when it is asked for."""
 
     def __init__(self, parts: CausalParts, shared: Shared, cache: ModelCache):
         self.parts, self.shared, self.cache = parts, shared, cache
@@ -155,41 +160,84 @@ class CausalTab:
             self.parts.cz_top5: top5_html(top5, f"without {head_name(layer, head)}"),
         }
 
-    def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
-        """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
-        already, and the JSON download rewritten with its numbers; the Stop disabled once done (`will_compute`
-        enabled it). Progress is told by phase, block by block; the page's Stop (`PageStops`) ends the work
-        before the next block the model runs, and what was done is kept (`causal_view.Kept`): opened again, it
-        goes on from there. The page's next image cancels it (`new_image`): then nothing is shown."""
-        if not self.computes(choice, a, shown):
-            return gr.skip()
-        loaded = torch_thread.call(self.cache.get, choice)
-        compute = functools.partial(self._view, loaded, a, self.stops.pressed(request), progress)
-        try:
-            out = torch_thread.call_long(compute, page=page_of(request), model=loaded.model)
-        except torch_thread.Cancelled:
-            log.info("causal view cancelled by its page's next image")
-            return gr.skip()  # the next image's first view has emptied the tab and disabled the Stop
-        except Stopped as e:
-            log.info("causal view stopped by its page")
-            out = {self.parts.cz_cost: str(e)}
-        return out | {self.parts.cz_stop: gr.Button(interactive=False)}
-
     @staticmethod
     def computes(choice, a, shown) -> bool:
         """Whether opening the tab computes its view: an image analysed by the page's model, not on show yet."""
         return a is not None and a.choice == choice and shown is None
 
-    def will_compute(self, choice, a, shown, request: gr.Request | None = None) -> dict:
-        """The tab opened (at once, off the model queue): a Stop from now on counts, even while the computation
-        waits for the long lane, and the Stop is enabled if the tab computes."""
-        self.stops.arm(request)
-        return {self.parts.cz_stop: gr.Button(interactive=self.computes(choice, a, shown))}
+    def _arm(self, asks: bool, request: gr.Request | None) -> dict:
+        """A computation asked for (`asks`: armed, `PageStops.arm`) or not: the Stop, enabled while a computation
+        of the page is asked for or runs."""
+        if asks:
+            self.stops.arm(request)
+        return {self.parts.cz_stop: gr.Button(interactive=asks or self.stops.running(request))}
 
-    def _view(self, loaded: LoadedModel, a: session.Analysis, stop: threading.Event, progress) -> dict:
-        """The view of the image's top class as far as `Kept` has it, computed on (on the long lane), its numbers
-        kept on the analysis, and what the tab and the download show of it."""
-        partial = self.kept.of(loaded.choice, a.x, a.top_class)
+    def will_compute(self, choice, a, shown, request: gr.Request | None = None) -> dict:
+        """The tab opened (at once, off the queues): its view armed when it computes, so that a Stop from now on
+        counts, even while the computation waits for the long lane."""
+        return self._arm(self.computes(choice, a, shown), request)
+
+    def armed(self, choice, a, request: gr.Request | None = None) -> dict:
+        """Another class or knockout asked for (at once, off the queues): armed when the page has an image of its
+        model to compute it for."""
+        return self._arm(a is not None and a.choice == choice, request)
+
+    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
+        """The page has a new image `a` (off the queues, before what the open tab computes of it): the page's long
+        work of its last image is cancelled, and the new image's view armed if the tab is on show (it computes
+        it)."""
+        torch_thread.cancel_long(page_of(request))
+        return self._arm(open_tab == CAUSAL_TAB and a is not None, request)
+
+    def _held(self, request, compute: Callable[[Held], dict | None]) -> dict | None:
+        """compute(held) holding the page's Stop (`PageStops.holding`) until it returns or raises: its answer, with
+        the Stop disabled when it was the page's last computation to end (`stop_once_none_runs`), or None when it
+        has nothing to show."""
+        with self.stops.holding(request) as held:
+            out = compute(held)
+        return None if out is None else out | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
+
+    def _on_long_lane(
+        self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str], *, what: str
+    ) -> dict | None:
+        """work() (`what`, for the log) on the long lane for the page's image, the page's Stop heard when it starts
+        and before each block (then the cost line says stopped()); None when the page's next image cancelled it
+        (that image's first view emptied the tab)."""
+        stop = lambda: held.stop_if_pressed(stopped())  # noqa: E731
+        try:
+            return torch_thread.call_long(work, page=page_of(request), model=loaded.model, stop=stop)
+        except torch_thread.Cancelled:
+            log.info("%s cancelled by its page's next image", what)
+            return None
+        except Stopped as e:
+            log.info("%s stopped by its page", what)
+            return {self.parts.cz_cost: str(e)}
+
+    def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
+        """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
+        already, and the JSON download rewritten with its numbers. Progress is told by phase, block by block; the
+        page's Stop (armed by `will_compute`) ends the work before the next block the model runs, and what
+        was done is kept (`causal_view.Kept`): opened again, it goes on from there. The page's next image cancels
+        it (`new_image`): then nothing is shown."""
+        if not self.computes(choice, a, shown):
+            return gr.skip()
+
+        def view(held: Held) -> dict | None:
+            loaded = torch_thread.call(self.cache.get, choice)
+            again = "open the tab again to go on from there."
+            return self._view(loaded, a, a.top_class, progress, held, request=request, again=again, keep=True)
+
+        out = self._held(request, view)
+        return gr.skip() if out is None else out
+
+    def _view(self, loaded: LoadedModel, a: session.Analysis, target: int, progress, held: Held, *, request,
+              again: str, head: int = 0, mode: str = causal_view.ABLATIONS[0],
+              keep: bool = False) -> dict | None:  # fmt: skip
+        """The view of class `target` on the long lane as far as `Kept` has it, computed on with its progress and
+        the page's Stop (whose line says how far it got, then `again`): what the tab shows of it (head `head`
+        picked, removed by `mode`) and, with `keep` (the top class's view), its numbers kept on the analysis and
+        the download rewritten."""
+        partial = self.kept.of(loaded.choice, a.x, target)
         knocked = [len(partial.knocked), loaded.cfg.depth + loaded.cfg.depth_token_only]  # knockouts done, of all
 
         def on_block(done: int, total: int) -> None:
@@ -199,67 +247,61 @@ class CausalTab:
         def on_first_phase(done: int, total: int) -> None:
             progress((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
 
-        def stopped() -> None:
-            if stop.is_set():
-                stop.clear()  # consumed: the next request computes
-                done, total = knocked
-                raise Stopped(f"**Stopped** after {done} of {total} knockouts; open the tab again to go on from there.")
-
-        x = a.x.to(loaded.device)
-        with hooks.before_each([*loaded.model.blocks, *loaded.model.blocks_token_only], stopped):
+        def work() -> dict:
+            x = a.x.to(loaded.device)
             view = causal_view.compute(
-                loaded.model, x, a.top_class, on_block=on_block, on_first_phase=on_first_phase, partial=partial
+                loaded.model, x, target, on_block=on_block, on_first_phase=on_first_phase, partial=partial
             )
-        a.causal = causal_view.numbers(loaded.model, x, view)
-        out = self.outputs(loaded, a, view, 0, causal_view.ABLATIONS[0])
-        return out | {self.shared.json_file: session.numbers_file(loaded, a)}
+            out = self.outputs(loaded, a, view, head, mode) | self.cost(loaded, a)
+            if not keep:
+                return out
+            a.causal = causal_view.numbers(loaded.model, x, view)
+            return out | {self.shared.json_file: session.numbers_file(loaded, a)}
 
-    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
-        """The page has a new image `a` (off the model queue, before what the open tab computes of it): a Stop
-        pressed before counts no more, the page's long work of its last image is cancelled, and the Stop is
-        enabled if the tab is on show (it computes the new image's view)."""
-        self.stops.arm(request)
-        torch_thread.cancel_long(page_of(request))
-        return {self.parts.cz_stop: gr.Button(interactive=open_tab == CAUSAL_TAB and a is not None)}
+        stopped = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
+        what = "causal view" if keep else f"causal view of class {target}"
+        return self._on_long_lane(work, loaded, request, held, stopped, what=what)
 
-    def choose_class(self, request: gr.Request | None = None, **asked: Any) -> dict:
-        """Another class chosen: the attribution and knockouts for its logit, on the long lane (kept as the top
-        class's). asked: `ClassAsk`'s fields."""
+    def choose_class(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
+        """Another class chosen: the attribution and knockouts for its logit, on the long lane with its progress
+        and the page's Stop (kept as far as done, as the top class's). asked: `ClassAsk`'s fields."""
         ask = ClassAsk(**asked)
         a = ask.analysis
-        if a is None or a.choice != ask.choice or ask.cz_class is None:
-            return {}
-        loaded = torch_thread.call(self.cache.get, ask.choice)
 
-        def view_of_class() -> dict:
-            partial = self.kept.of(loaded.choice, a.x, int(ask.cz_class))
-            view = causal_view.compute(loaded.model, a.x.to(loaded.device), int(ask.cz_class), partial=partial)
-            return self.outputs(loaded, a, view, int(ask.cz_head or 0), ask.cz_mode)
+        def view(held: Held) -> dict | None:
+            if a is None or a.choice != ask.choice or ask.cz_class is None:
+                return {}
+            loaded = torch_thread.call(self.cache.get, ask.choice)
+            again = "choose the class again to go on from there."
+            head, mode = int(ask.cz_head or 0), ask.cz_mode
+            return self._view(
+                loaded, a, int(ask.cz_class), progress, held, request=request, again=again, head=head, mode=mode
+            )
 
-        return self._long(view_of_class, loaded, request)
+        return self._held(request, view) or {}
 
-    def knockout(self, request: gr.Request | None = None, **asked: Any) -> dict:
+    def knockout(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it, on
-        the long lane. asked: `KnockoutAsk`'s fields."""
+        the long lane with its progress and the page's Stop. asked: `KnockoutAsk`'s fields."""
         ask = KnockoutAsk(**asked)
-        a, view = ask.analysis, ask.cz_state
-        if a is None or a.choice != ask.choice or view is None or ask.cz_knockout_of is None:
-            return {}
-        loaded = torch_thread.call(self.cache.get, ask.choice)
+        a, view, what = ask.analysis, ask.cz_state, ask.cz_knockout_of
 
-        def profile() -> dict:
-            done = causal_view.branch_knockout(loaded.model, a.x.to(loaded.device), view, ask.cz_knockout_of)
-            return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, done, ask.cz_knockout_of)}
+        def on_block(done: int, total: int) -> None:
+            progress((done, total), desc=f"knocking out the {what} block by block", unit="blocks")
 
-        return self._long(profile, loaded, request)
+        def profile(held: Held) -> dict | None:
+            if a is None or a.choice != ask.choice or view is None or what is None:
+                return {}
+            loaded = torch_thread.call(self.cache.get, ask.choice)
 
-    @staticmethod
-    def _long(work, loaded: LoadedModel, request: gr.Request | None) -> dict:
-        """work() on the long lane for the page's image: nothing once the page's next image cancelled it."""
-        try:
-            return torch_thread.call_long(work, page=page_of(request), model=loaded.model)
-        except torch_thread.Cancelled:
-            return {}
+            def work() -> dict:
+                done = causal_view.branch_knockout(loaded.model, a.x.to(loaded.device), view, what, on_block=on_block)
+                return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, done, what)}
+
+            stopped = f"**Stopped:** the knockout profile of the {what} did not finish; choose it again to compute it."
+            return self._on_long_lane(work, loaded, request, held, lambda: stopped, what=f"knockout profile ({what})")
+
+        return self._held(request, profile) or {}
 
     def head(self, **asked: Any) -> dict:
         """Another head picked (or another way to remove it): its maps and the top-5 without it. asked:
@@ -271,7 +313,8 @@ class CausalTab:
         return self.head_outputs(self.cache.get(ask.choice), a, view, int(ask.cz_head), ask.cz_mode)
 
     def cost(self, loaded: LoadedModel, a: session.Analysis) -> dict:
-        """The first view of a new image here: what computing the tab will cost."""
+        """The first view of a new image here (and the line once a view is computed): what computing the tab
+        costs."""
         passes = causal_view.forward_passes(loaded.cfg)
         said = texts.cost_in_passes(
             "Computing this tab", passes, a.forward_seconds, reduced_precision=loaded.dtype is not None
@@ -297,31 +340,34 @@ class CausalTab:
 
     def wire(self) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
-        # armed at once, off the model queue: a Stop pressed while the computation waits stops it when it starts.
-        # The long lane's events (app.torch_thread): their handlers are not on the quick lane, only their loads
+        # Each long computation: armed at once, off the queues (a Stop pressed while it waits stops it when it
+        # starts), then run on the long lane's queue (app.torch_thread: its handler is not on the quick lane, only
+        # its loads)
         shown = [shared.choice, shared.analysis, p.cz_state]
-        p.causal_tab.select(
-            self.will_compute, shown, p.cz_stop, queue=False, api_visibility="private", show_progress="hidden"
-        ).then(
-            answering(self.opened, said=lambda line: {p.cz_cost: line, p.cz_stop: gr.Button(interactive=False)}),
+        off_queue = dict(queue=False, api_visibility="private", show_progress="hidden")
+        p.causal_tab.select(self.will_compute, shown, p.cz_stop, **off_queue).then(
+            answering(self.opened, said=self._failed),
             shown,
-            [*p.opened, shared.json_file],
+            outputs=[*p.opened, shared.json_file],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
         # off the model queue: it must get through while the computation it stops holds the queue
         p.cz_stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
         # input, not change: the follow-up of a new image sets the class and the head itself
-        p.cz_class.input(
-            answering(self.choose_class),
+        asked = [shared.choice, shared.analysis]
+        p.cz_class.input(self.armed, asked, p.cz_stop, **off_queue).then(
+            answering(self.choose_class, said=self._failed),
             inputs_kwargs=named(p, ClassAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=p.computed,
+            outputs=[*p.computed, *p.long_outputs],
+            show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
-        p.cz_knockout_of.input(
-            answering(self.knockout),
+        p.cz_knockout_of.input(self.armed, asked, p.cz_stop, **off_queue).then(
+            answering(self.knockout, said=self._failed),
             inputs_kwargs=named(p, KnockoutAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=p.cz_knockout,
+            outputs=[p.cz_knockout, *p.long_outputs],
+            show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
         for control in (p.cz_head, p.cz_mode):
@@ -331,3 +377,7 @@ class CausalTab:
                 outputs=[p.cz_maps, p.cz_top5],
                 **MODEL_EVENTS,
             )
+
+    def _failed(self, line: str) -> dict:
+        """A computation that failed: its line where the tab says its cost, and the Stop disabled."""
+        return {self.parts.cz_cost: line, self.parts.cz_stop: gr.Button(interactive=False)}

@@ -16,20 +16,15 @@ import gradio as gr
 from app import dataset_view as dv
 from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, ImageAsk, Shared, log, named
-from app.stops import PageStops
+from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
+from app.stops import Held, PageStops, Stopped, stop_once_none_runs
 from app.workdir import WORK, kept
 from cait.data import DataError
 from cait.data.image_file import IMAGE_ERRORS
 from cait.errors import InputError
-from cait.explain import hooks
 from cait.figures import head_name
 
 BUILT = "atlases"  # the user cache's folder of the atlases built in the app (`app.workdir.kept`)
-
-
-class BuildStopped(Exception):
-    """The page's Stop ended an atlas build (the shards written are kept)."""
 
 
 @dataclass(frozen=True)
@@ -311,31 +306,30 @@ class DatasetTab:
         """An atlas of `scenes` val scenes for the page's model (`cait.atlas.run.make`, in this process: its
         progress bar is the page's; the model is the cache's, never a second copy), kept in the user cache
         (`dv.built_folder`), then opened. It runs on the long lane (`torch_thread.call_long`), giving way to the
-        pages' quick views at every block. The page's Stop ends it before the next block the model runs: the shards
-        written are kept, and building the same atlas again continues from them, as the command line does."""
+        pages' quick views at every block. The page's Stop (armed by the button) ends it while it reads
+        its scenes (`torch_thread.stoppable`) or before the next block the model runs: the shards written are kept,
+        and building the same atlas again continues from them, as the command line does."""
+        with self.stops.holding(request) as held:
+            return self._build(choice, int(scenes or 0), held, progress)
+
+    def _build(self, choice: ModelChoice, n: int, held: Held, progress) -> dict:
+        """`build_atlas` of `n` scenes, holding the page's Stop (`held`)."""
         from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
 
-        n = int(scenes or 0)
         if not 1 <= n <= dv.MAX_SCENES:
             return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
-        loaded, stop = torch_thread.call(self.cache.get, choice), self.stops.pressed(request)
+        loaded = torch_thread.call(self.cache.get, choice)
         out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
         progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
         args = scenes_args(choice, n, out, loaded.device.type)
 
-        def stopped() -> None:
-            if stop.is_set():
-                stop.clear()  # consumed: the next build computes
-                raise BuildStopped
-
         def work() -> None:
-            data = read_data(args, loaded.cfg)
-            with hooks.before_each(loaded.model.blocks, stopped):
-                make(args, loaded.sourced, data, device=loaded.device)
+            data = torch_thread.stoppable(lambda: read_data(args, loaded.cfg))
+            make(args, loaded.sourced, data, device=loaded.device)
 
         try:
-            torch_thread.call_long(work, model=loaded.model)
-        except BuildStopped:
+            torch_thread.call_long(work, model=loaded.model, stop=lambda: held.stop_if_pressed("build stopped"))
+        except Stopped:
             log.info("atlas build stopped by its page")
             return {self.parts.msg: self._stopped_line(out, n)}
         except (InputError, OSError) as e:  # the atlas's and the reader's one-line errors, a full disk
@@ -375,16 +369,21 @@ class DatasetTab:
             outputs=[*outputs, s.image_in, s.examples, s.tabs, s.open_tab, t.msg],
             show_progress_on=[s.top5],
             **MODEL_EVENTS,
+            **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
         )
 
     def _armed(self, request: gr.Request) -> gr.Button:
-        """A build asked for: this page's Stop armed (a Stop pressed before counts no more) and enabled."""
+        """A build asked for: armed (a Stop pressed from now on stops it), and this page's Stop enabled."""
         self.stops.arm(request)
         return gr.Button(interactive=True)
 
+    def _ended(self, request: gr.Request) -> dict:
+        """A build ended: the Stop disabled unless another build of the page has not (`stop_once_none_runs`)."""
+        return stop_once_none_runs(self.parts.stop, self.stops.running(request))
+
     def _wire_build(self) -> None:
-        """Build: Stop armed and enabled at once, off the queues (a Stop pressed while the build waits stops it
-        when it starts), the build on the long lane's queue, then Stop disabled again."""
+        """Build: armed and the Stop enabled at once, off the queues (a Stop pressed while the build
+        waits stops it when it starts), the build on the long lane's queue, then the Stop's state."""
         t, s = self.parts, self.shared
         started = t.build.click(self._armed, None, t.stop, queue=False, api_visibility="private")
         started.then(
@@ -393,6 +392,6 @@ class DatasetTab:
             t.opened,
             show_progress_on=[t.overview],
             **LONG_EVENTS,
-        ).then(lambda: gr.Button(interactive=False), None, t.stop, queue=False, api_visibility="private")
+        ).then(self._ended, None, t.stop, queue=False, api_visibility="private")
         # off the model queue: it must get through while the build it stops holds the queue
         t.stop.click(self.stops.press, None, None, queue=False, api_visibility="private")

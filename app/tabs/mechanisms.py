@@ -19,7 +19,7 @@ from app.choices import causal_heads, class_choices
 from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import PageStops, Stopped, page_of
+from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.errors import InputError
 from cait.explain.token_patching import checked_region, region_bounds
@@ -127,6 +127,17 @@ class AblateAsk:
     mx_class: int | None
     mx_heads: list[int]
     mx_mode: str
+
+
+@dataclass(frozen=True)
+class LongRun:
+    """One long run under way: its hold on the page's Stop, its page (whose next image cancels it), its progress
+    bar, and what it is called in its progress and its Stopped line."""
+
+    held: Held
+    page: str | None
+    progress: Any
+    what: str
 
 
 def without_class_stage(cfg: cait.CaiTConfig) -> bool:
@@ -341,29 +352,22 @@ class MechanismsTab:
             gr.update(visible=upload),
         ]
 
-    def _runs(self, loaded: LoadedModel, total: int, stops: PageStops, request, progress, what: str):
-        """The long run's watch (`mechanisms_view.counted_runs`): progress in images read through the head, and
-        the page's Stop heard before the next block (raising `Stopped`)."""
-        stop = stops.pressed(request)
-
-        def check() -> None:
-            if stop.is_set():
-                stop.clear()  # consumed: the next request computes
-                raise Stopped(f"**Stopped:** {what} did not finish; press its button again to compute it.")
-
-        report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
-        return mechanisms_view.counted_runs(loaded.model, total, report=report, check=check)
-
-    def _run_long(self, loaded: LoadedModel, total: int, stops: PageStops, request, progress, what: str, compute):
-        """compute() on the long lane, watched by `_runs` (progress, the page's Stop): its numbers, or the line to
-        show instead (empty when the page's next image cancelled it)."""
+    def _run_long(self, loaded: LoadedModel, total: int, run: LongRun, compute):
+        """compute() on the long lane with its progress in images read through the head
+        (`mechanisms_view.counted_runs`) and the page's Stop, heard when it starts and before each
+        block and each read of the head: its numbers, or the line to show instead (empty when the page's next
+        image cancelled it)."""
+        what = run.what
+        stopped = f"**Stopped:** {what} did not finish; press its button again to compute it."
+        check = lambda: run.held.stop_if_pressed(stopped)  # noqa: E731
+        report = lambda done, all_: run.progress((done, all_), desc=what, unit="runs")  # noqa: E731
 
         def work() -> dict:
-            with self._runs(loaded, total, stops, request, progress, what):
+            with mechanisms_view.counted_runs(loaded.model, total, report=report, check=check):
                 return compute()
 
         try:
-            return torch_thread.call_long(work, page=page_of(request), model=loaded.model)
+            return torch_thread.call_long(work, page=run.page, model=loaded.model, stop=check)
         except torch_thread.Cancelled:
             log.info("%s cancelled by its page's next image", what)
             return ""
@@ -395,15 +399,17 @@ class MechanismsTab:
     def patch(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Activation patching of the chosen class's logit from this image into the second run: bars over depth
         and the CA heads' grid, in Δlogit, each with the share of the gap it restores (when the gap is large
-        enough for shares). Progress per patched run; the page's Stop ends it. asked: `PatchAsk`'s fields."""
+        enough for shares). Progress per patched run; the page's Stop (armed by the button) ends it. asked:
+        `PatchAsk`'s fields."""
         p = self.parts
-        got = torch_thread.call(self._asked, PatchAsk(**asked), self.patch_failed)
-        if isinstance(got, dict):
-            return got
-        loaded, a, target, shown, corrupted, origin = got
-        x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
-        compute = lambda: mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)  # noqa: E731
-        n = self._run_long(loaded, total, self.patch_stops, request, progress, "patching", compute)
+        with self.patch_stops.holding(request) as held:
+            got = torch_thread.call(self._asked, PatchAsk(**asked), self.patch_failed)
+            if isinstance(got, dict):
+                return got
+            loaded, a, target, shown, corrupted, origin = got
+            x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
+            compute = lambda: mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)  # noqa: E731
+            n = self._run_long(loaded, total, LongRun(held, page_of(request), progress, "patching"), compute)
         if isinstance(n, str):
             return self.patch_failed(n)
         a.patching = n
@@ -443,23 +449,31 @@ class MechanismsTab:
 
     def tokens(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Token patching of the chosen class's logit into the class stage, region by region of the size asked,
-        both directions, drawn over the image beside the class attention with their rank correlation. Progress
-        per region run; the page's Stop ends it. asked: `TokenAsk`'s fields."""
+        both directions, drawn over the image beside the class attention with their rank correlation, and kept
+        for the JSON download. Progress per region run; the page's Stop (armed by the button) ends it.
+        asked: `TokenAsk`'s fields."""
         p, ask = self.parts, TokenAsk(**asked)
-        got = torch_thread.call(self._asked, ask, self.token_failed)
-        if isinstance(got, dict):
-            return got
-        loaded, a, target, shown, corrupted, origin = got
-        region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
-        x, total = a.x.to(loaded.device), mechanisms_view.token_runs(loaded.cfg, region)
-        compute = lambda: mechanisms_view.token_numbers(  # noqa: E731
-            loaded.model, x, corrupted, target, region=region, **origin
-        )
-        n = self._run_long(loaded, total, self.token_stops, request, progress, "token patching", compute)
+        with self.token_stops.holding(request) as held:
+            got = torch_thread.call(self._asked, ask, self.token_failed)
+            if isinstance(got, dict):
+                return got
+            loaded, a, target, shown, corrupted, origin = got
+            region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
+            x, total = a.x.to(loaded.device), mechanisms_view.token_runs(loaded.cfg, region)
+            compute = lambda: mechanisms_view.token_numbers(  # noqa: E731
+                loaded.model, x, corrupted, target, region=region, **origin
+            )
+            n = self._run_long(loaded, total, LongRun(held, page_of(request), progress, "token patching"), compute)
         if isinstance(n, str):
             return self.token_failed(n)
+        a.token_patching = n
         figure = mechanisms_view.token_map_figure(n, a.view, label=loaded.labels[target])
-        return {p.mx_msg: self.small_gap_note(n["gap"]), p.mx_second: shown, p.mx_tokens: figure}
+        return {
+            p.mx_msg: self.small_gap_note(n["gap"]),
+            p.mx_second: shown,
+            p.mx_tokens: figure,
+            self.shared.json_file: session.numbers_file(loaded, a),
+        }
 
     def ablate(self, **asked: Any) -> dict:
         """The ticked heads removed together: Δlogit of the chosen class and the new top-5. asked: `AblateAsk`'s
@@ -528,7 +542,7 @@ class MechanismsTab:
         self.wire_long_run(
             p.mx_token_run, p.mx_token_stop, self.token_stops, answering(self.tokens, said=self.token_failed),
             inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[p.mx_msg, p.mx_second, p.mx_tokens], progress_on=p.mx_tokens,
+            outputs=[p.mx_msg, p.mx_second, p.mx_tokens, shared.json_file], progress_on=p.mx_tokens,
         )  # fmt: skip
         p.mx_ablate.click(
             on_torch(answering(self.ablate, said=lambda line: {p.mx_ablation: line})),
@@ -541,18 +555,26 @@ class MechanismsTab:
     def wire_long_run(
         run: gr.Button, stop: gr.Button, stops: PageStops, fn: Callable, *, inputs_kwargs, outputs, progress_on
     ) -> None:
-        """A long run's button: its Stop armed and enabled at once (off the model queue: a Stop pressed while
-        the run still waits counts), the run on the long lane with its progress (`torch_thread.call_long`, in the
-        handler), then its Stop disabled again, whether the run finished, failed or stopped."""
+        """A long run's button: armed and its Stop enabled at once (off the model queue: a Stop pressed while the
+        run still waits counts), the run on the long lane with its progress (`torch_thread.call_long`, in the
+        handler), then its Stop disabled unless another run of the page has not ended (`stop_once_none_runs`),
+        whether this one finished, failed or stopped."""
 
         def armed(request: gr.Request | None = None) -> gr.Button:
             stops.arm(request)
             return gr.Button(interactive=True)
 
+        def ended(request: gr.Request | None = None) -> dict:
+            return stop_once_none_runs(stop, stops.running(request))
+
         started = run.click(armed, None, stop, queue=False, api_visibility="private")
         ran = started.then(
-            fn, inputs_kwargs=inputs_kwargs, outputs=outputs, show_progress_on=[progress_on], **LONG_EVENTS
+            fn,
+            inputs_kwargs=inputs_kwargs,
+            outputs=outputs,
+            show_progress_on=[progress_on],
+            **LONG_EVENTS,
         )
-        ran.then(lambda: gr.Button(interactive=False), None, stop, queue=False, api_visibility="private")
+        ran.then(ended, None, stop, queue=False, api_visibility="private")
         # off the queues: it must get through while the run it stops holds them
         stop.click(stops.press, None, None, queue=False, api_visibility="private")

@@ -12,7 +12,7 @@ import torch
 
 import cait
 from app import figures, session, texts, torch_thread
-from app.choices import class_choices, colour_scale_image, ranked_classes, region_choices
+from app.choices import class_choices, colour_scale_image, map_names, ranked_classes, region_choices
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
 from cait import explain
@@ -363,11 +363,9 @@ class SaliencyTab:
     def region(self, a, source: str | None, share: float) -> dict:
         """The paper's Fig. 7 region of focus of one class-attention map (a CA layer's mean or one head, as
         `choices.region_choices` names them), holding `share` of its mass."""
-        if a is None or not source:
-            return {self.parts.sal_region: None}
+        if a is None or source not in map_names(*a.ca_maps.shape[:2]):
+            return {self.parts.sal_region: None}  # no image, or a map of the model before: the new one comes with it
         layer, head = _map_of(source)
-        if layer >= a.ca_maps.shape[0] or (head is not None and head >= a.ca_maps.shape[1]):
-            return {self.parts.sal_region: None}  # a choice of the model before: the new one comes with it
         img_size = a.x.shape[-1]
         mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(share), img_size=img_size)
         label = f"Regions of focus: {source}, {float(share):.0%} of its attention mass"

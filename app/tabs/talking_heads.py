@@ -11,9 +11,28 @@ import gradio as gr
 import cait
 from app import figures, session, torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
-from app.shared import MODEL_EVENTS, Shared, answering, named
+from app.shared import MODEL_EVENTS, NO_BOUNDS_CHECK, Shared, answering, named, within
 from app.workdir import WORK
 from cait import explain
+
+
+def middle(grid: int) -> int:
+    """The query patch's row and column (from 1) a new page, or a new model, starts with."""
+    return grid // 2 + 1
+
+
+def clamped(drawn: dict[gr.Slider, tuple[Any, int, int]]) -> dict:
+    """The sliders whose value as the page sent it differs from the one drawn (slider -> (sent, drawn, the model's
+    maximum)): each set to the one drawn, within the model's bounds."""
+    out = {}
+    for slider, (sent, used, high) in drawn.items():
+        try:
+            same = float(sent) == used
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            out[slider] = gr.Slider(minimum=1, maximum=high, value=used)
+    return out
 
 
 def talking_columns(cfg: cait.CaiTConfig) -> int:
@@ -34,6 +53,11 @@ class TalkingHeadsParts:
     def results(self) -> list:
         """What a new image (or a new model) empties here."""
         return [self.th_gallery, self.th_plot, self.th_pick]
+
+    @property
+    def query(self) -> list:
+        """The query's sliders, whose bounds follow the page's model: a drawing sets those it had to clamp."""
+        return [self.th_layer, self.th_row, self.th_col]
 
 
 @dataclass(frozen=True)
@@ -56,10 +80,10 @@ def build(first: LoadedModel) -> TalkingHeadsParts:
         "multiplies the values). Below, the two mixing matrices."
     )
     g = first.cfg.grid_size
-    with gr.Row():
+    with gr.Row():  # their bounds follow the page's model: a value sent for the last one is clamped at the door
         th_layer = gr.Slider(1, first.cfg.depth, value=1, step=1, label="SA layer", elem_id="th_layer")
-        th_row = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch row", elem_id="th_row")
-        th_col = gr.Slider(1, g, value=g // 2 + 1, step=1, label="Query patch column", elem_id="th_col")
+        th_row = gr.Slider(1, g, value=middle(g), step=1, label="Query patch row", elem_id="th_row")
+        th_col = gr.Slider(1, g, value=middle(g), step=1, label="Query patch column", elem_id="th_col")
     th_pick = gr.Image(
         label="Click a patch to make it the query",
         type="pil",
@@ -86,31 +110,41 @@ class TalkingHeadsTab:
     def __init__(self, parts: TalkingHeadsParts, shared: Shared, cache: ModelCache):
         self.parts, self.shared, self.cache = parts, shared, cache
 
-    def outputs(self, loaded: LoadedModel, a: session.Analysis, row: int, col: int) -> dict:
+    def outputs(self, loaded: LoadedModel, a: session.Analysis, row: Any, col: Any, layer: Any = None) -> dict:
+        """The tab for query patch (`row`, `col`, from 1) of the analysis' SA layer, the sliders' values as the
+        page sent them (`layer`: the layer's, when known), taken within the model's bounds at the door; the
+        sliders whose value that changed are set to what is drawn (`clamped`)."""
         g = loaded.cfg.grid_size
-        patch = (min(max(int(row), 1), g) - 1) * g + min(max(int(col), 1), g) - 1
+        row_i, col_i = within(row, g, middle(g)), within(col, g, middle(g))
+        patch = (row_i - 1) * g + col_i - 1
         st = a.stages
         tiles = figures.query_tiles(
             a.view, {"raw": st.raw, "after_proj_l": st.after_proj_l, "after_proj_w": st.after_proj_w}, patch
         )
         proj_l, proj_w = (m.float().cpu().numpy() for m in explain.mixing_matrices(loaded.model, st.layer))
         files = figures.save_tiles([image for image, _ in tiles], WORK.request_dir(), "query")
+        p = self.parts
+        drawn = {p.th_row: (row, row_i, g), p.th_col: (col, col_i, g)}
+        if layer is not None:
+            drawn[p.th_layer] = (layer, st.layer + 1, loaded.cfg.depth)
         # a value only: the columns follow the model (`for_model`)
         return {
-            self.parts.th_gallery: [(f, caption) for f, (_, caption) in zip(files, tiles)],
-            self.parts.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
-            self.parts.th_pick: figures.query_picker(a.view, g, patch),
+            p.th_gallery: [(f, caption) for f, (_, caption) in zip(files, tiles)],
+            p.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
+            p.th_pick: figures.query_picker(a.view, g, patch),
+            **clamped(drawn),
         }
 
     def query(self, **asked: Any) -> dict:
-        """Another SA layer or query patch. asked: the fields of `QueryAsk`, by name."""
+        """Another SA layer or query patch (each slider's value clamped to the page's model at the door). asked:
+        the fields of `QueryAsk`, by name."""
         ask = QueryAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
             return gr.skip()
         loaded = self.cache.get(ask.choice)
-        a = session.with_sa_layer(loaded, a, int(ask.th_layer) - 1)
-        return {self.shared.analysis: a, **self.outputs(loaded, a, ask.th_row, ask.th_col)}
+        a = session.with_sa_layer(loaded, a, within(ask.th_layer, loaded.cfg.depth, 1) - 1)
+        return {self.shared.analysis: a, **self.outputs(loaded, a, ask.th_row, ask.th_col, ask.th_layer)}
 
     def pick(self, choice, a, layer, evt: gr.SelectData) -> dict:
         """A click on the patch-grid image: that patch becomes the query (the sliders follow)."""
@@ -129,14 +163,14 @@ class TalkingHeadsTab:
         p, cfg, g = self.parts, loaded.cfg, loaded.cfg.grid_size
         return {
             p.th_layer: gr.Slider(maximum=cfg.depth, value=1),
-            p.th_row: gr.Slider(maximum=g, value=g // 2 + 1),
-            p.th_col: gr.Slider(maximum=g, value=g // 2 + 1),
+            p.th_row: gr.Slider(maximum=g, value=middle(g)),
+            p.th_col: gr.Slider(maximum=g, value=middle(g)),
             p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)),
         }
 
     def wire(self) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
-        shown = [shared.analysis, p.th_gallery, p.th_plot, p.th_pick]
+        shown = [shared.analysis, p.th_gallery, p.th_plot, p.th_pick, *p.query]
         # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);
         # not change, which a programmatic value (a click on the patch grid, a new model) would also fire
         for slider in (p.th_layer, p.th_row, p.th_col):
@@ -146,10 +180,12 @@ class TalkingHeadsTab:
                 outputs=shown,
                 trigger_mode="always_last",
                 **MODEL_EVENTS,
+                **NO_BOUNDS_CHECK,  # the handler takes the sliders within the page's model
             )
         p.th_pick.select(
             on_torch(answering(self.pick)),
             [shared.choice, shared.analysis, p.th_layer],
-            [p.th_row, p.th_col, *shown],
+            shown,
             **MODEL_EVENTS,
+            **NO_BOUNDS_CHECK,
         )
