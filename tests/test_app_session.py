@@ -69,11 +69,13 @@ def test_help_answers_before_torch_and_gradio_are_imported():
 
 
 def test_importing_the_app_has_no_side_effects():
+    # the temporary folder is one of its own, empty: other tests and servers running beside it (pytest -n) make
+    # cait-app-* folders in the shared one
     done = python(
-        "import sys, tempfile, os\npath = list(sys.path)\nbefore = set(os.listdir(tempfile.gettempdir()))\n"
+        "import os, shutil, sys, tempfile\npath = list(sys.path)\ntempfile.tempdir = tempfile.mkdtemp()\n"
         "import app.main, app.ui, app.tabs.dataset, app.tabs.causal\nfrom app.workdir import WORK\n"
-        "new = [d for d in set(os.listdir(tempfile.gettempdir())) - before if d.startswith('cait-app-')]\n"
-        "print(sys.path == path, WORK._path, new)"
+        "new = [d for d in os.listdir(tempfile.gettempdir()) if d.startswith('cait-app-')]\n"
+        "shutil.rmtree(tempfile.gettempdir())\nprint(sys.path == path, WORK._path, new)"
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == "True None []"
