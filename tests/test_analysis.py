@@ -200,7 +200,7 @@ def test_saliency_regions_and_localization(gallery, checkpoint):
 
 
 def test_residual_ratio_quick_retraining(tmp_path):
-    run("residual_ratio.py", "--retrain", "--quick", "--out", tmp_path)
+    run_here("residual_ratio.py", "--retrain", "--quick", "--out", tmp_path)
     data = json.loads((tmp_path / "residual_ratio.json").read_text())
     assert data["made_from"].startswith("miniature retraining")
     for kind in ("layerscale", "none"):
@@ -219,10 +219,10 @@ def test_residual_ratio_quick_retraining(tmp_path):
 
 def test_random_init_is_said_and_bad_input_is_one_line(tmp_path):
     # cait_pico_32 has no shipped weights: asked for, a random init, said on every output
-    done = run("layerscale_stats.py", "--model", "cait_pico_32", "--random-init", "--quick", "--out", tmp_path)
+    done = run_here("layerscale_stats.py", "--model", "cait_pico_32", "--random-init", "--quick", "--out", tmp_path)
     assert "RANDOM INIT" in json.loads((tmp_path / "layerscale_stats.json").read_text())["made_from"]
     assert "RANDOM INIT" in done.stdout
-    bad = run("attention_maps.py", "--checkpoint", tmp_path / "missing.safetensors", "--out", tmp_path, ok=False)
+    bad = run_here("attention_maps.py", "--checkpoint", tmp_path / "missing.safetensors", "--out", tmp_path, ok=False)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error:") and "Traceback" not in bad.stderr
 
 
