@@ -360,7 +360,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         show_progress_on=[page.causal.cz_cost],
         **LONG_EVENTS,
     )
-    # the page's long work of its last image is cancelled, and a Stop from now on counts for the new one's
+    # a Stop from now on counts for the new image's view when the Causal tab is on show
     arm = dict(
         fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
         api_visibility="private", show_progress="hidden",
@@ -389,6 +389,11 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
     )
     for event in (upload, example, exemplar):
         event.success(**details).success(**arm).success(**open_tab)
+    # at the pick, off the queues: the page's long work of its last image ends before the new one's is asked for
+    gr.on(
+        [s.image_in.upload, s.examples.select, page.dataset.exemplars.select], tabs.causal.moved_on, None, None,
+        queue=False, api_visibility="private", show_progress="hidden",
+    )  # fmt: skip
     s.image_in.change(
         ev.image_changed, [s.image_in, page.ca.ca_props], ev.results(), preprocess=False, queue=False,
         api_visibility="private",

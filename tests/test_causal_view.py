@@ -401,6 +401,48 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state] is not None
 
 
+def test_the_tab_opened_before_a_new_images_chain_arms_keeps_its_view_and_stop_the_pick_cancels_the_last_one(
+    handlers,
+):
+    """A user picks an image and opens the Causal tab before that image's event chain reaches its arming step
+    (`new_image`, after the analysis and its details; under load the browser sends it late, with the open tab it
+    knew then): that step neither cancels the view the tab asked for nor disables its Stop. The last image's view
+    is cancelled by the pick itself (`moved_on`, at once, off the queues), and its answer then disables the Stop,
+    as nothing of the page runs."""
+    import time
+
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    page = SimpleNamespace(session_hash="picked-then-opened")
+
+    def view_waiting_for_the_lane(release, before_release) -> dict:
+        answer = {}
+        waiting = threading.Thread(
+            target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
+        )
+        waiting.start()
+        time.sleep(0.2)  # the computation waits for the lane
+        done = before_release()
+        release.set()
+        waiting.join(120)
+        return answer["out"], done
+
+    with lane_held_by_another_page() as release:
+        assert causal.will_compute(loaded.choice, a, None, page)[p.cz_stop].interactive  # the tab opened
+        out, late = view_waiting_for_the_lane(release, lambda: causal.new_image(CLASS_ATTENTION_TAB, a, page))
+    assert late.get(p.cz_stop, gr.Button(interactive=True)).interactive  # the Stop left enabled
+    assert out[p.cz_state] is not None and out[p.cz_stop].interactive is False  # computed, then nothing runs
+    # the page's next pick while its view waits: cancelled, nothing shown, the Stop disabled
+    causal.kept = causal_view.Kept()
+    with lane_held_by_another_page() as release:
+        causal.will_compute(loaded.choice, a, None, page)
+        out, _ = view_waiting_for_the_lane(release, lambda: causal.moved_on(page))
+    assert set(out) == {p.cz_stop} and out[p.cz_stop].interactive is False
+
+
 def test_a_pages_stop_is_dropped_when_the_page_closes_and_the_pages_kept_are_bounded(handlers):
     from app.stops import MAX_PAGES, PageStops
     from app.ui import compose, wire

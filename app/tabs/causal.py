@@ -182,20 +182,26 @@ class CausalTab:
         model to compute it for."""
         return self._arm(a is not None and a.choice == choice, request)
 
-    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
-        """The page has a new image `a` (off the queues, before what the open tab computes of it): the page's long
-        work of its last image is cancelled, and the new image's view armed if the tab is on show (it computes
-        it)."""
+    @staticmethod
+    def moved_on(request: gr.Request | None = None) -> None:
+        """An image picked or uploaded (at once, off the queues, before its analysis): the page's long work of its
+        last image is cancelled. At the pick, not later in the new image's event chain: by then the user may have
+        opened the tab, and its view of the new image must not be cancelled."""
         torch_thread.cancel_long(page_of(request))
-        return self._arm(open_tab == CAUSAL_TAB and a is not None, request)
 
-    def _held(self, request, compute: Callable[[Held], dict | None]) -> dict | None:
+    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
+        """The page has a new image `a` (off the queues, before what the open tab computes of it): its view armed
+        and the Stop enabled if the tab is on show (it computes it). Otherwise the Stop is left as it is: the tab
+        may have been opened after the pick, and its armed view be waiting for the long lane."""
+        return self._arm(True, request) if open_tab == CAUSAL_TAB and a is not None else {}
+
+    def _held(self, request, compute: Callable[[Held], dict | None]) -> dict:
         """compute(held) holding the page's Stop (`PageStops.holding`) until it returns or raises: its answer, with
-        the Stop disabled when it was the page's last computation to end (`stop_once_none_runs`), or None when it
-        has nothing to show."""
+        the Stop disabled when it was the page's last computation to end (`stop_once_none_runs`); only that Stop
+        when it has nothing to show (None: cancelled by the page's next image)."""
         with self.stops.holding(request) as held:
             out = compute(held)
-        return None if out is None else out | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
+        return (out or {}) | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
 
     def _on_long_lane(
         self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str], *, what: str
@@ -218,7 +224,7 @@ class CausalTab:
         already, and the JSON download rewritten with its numbers. Progress is told by phase, block by block; the
         page's Stop (armed by `will_compute`) ends the work before the next block the model runs, and what
         was done is kept (`causal_view.Kept`): opened again, it goes on from there. The page's next image cancels
-        it (`new_image`): then nothing is shown."""
+        it (`moved_on`): then only the Stop is written."""
         if not self.computes(choice, a, shown):
             return gr.skip()
 
@@ -227,8 +233,7 @@ class CausalTab:
             again = "open the tab again to go on from there."
             return self._view(loaded, a, a.top_class, progress, held, request=request, again=again, keep=True)
 
-        out = self._held(request, view)
-        return gr.skip() if out is None else out
+        return self._held(request, view)
 
     def _view(self, loaded: LoadedModel, a: session.Analysis, target: int, progress, held: Held, *, request,
               again: str, head: int = 0, mode: str = causal_view.ABLATIONS[0],
@@ -278,7 +283,7 @@ class CausalTab:
                 loaded, a, int(ask.cz_class), progress, held, request=request, again=again, head=head, mode=mode
             )
 
-        return self._held(request, view) or {}
+        return self._held(request, view)
 
     def knockout(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it, on
@@ -301,7 +306,7 @@ class CausalTab:
             stopped = f"**Stopped:** the knockout profile of the {what} did not finish; choose it again to compute it."
             return self._on_long_lane(work, loaded, request, held, lambda: stopped, what=f"knockout profile ({what})")
 
-        return self._held(request, profile) or {}
+        return self._held(request, profile)
 
     def head(self, **asked: Any) -> dict:
         """Another head picked (or another way to remove it): its maps and the top-5 without it. asked:
