@@ -331,9 +331,9 @@ def _inputs(first: LoadedModel) -> dict[str, Any]:
     return parts
 
 
-def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
-    """A new image (an upload, an example, an atlas's exemplar): the first view, then the follow-up, then what
-    the open tab computes, each an event of its own so that the page is interactive meanwhile."""
+def _new_image_chain(page: Page, tabs: Tabs) -> tuple[dict, dict, dict]:
+    """The events that follow a new image's first view, in order: its details (the other tabs and the downloads),
+    the Causal tab's Stop armed, and what the open tab computes."""
     s, ev, on_torch = page.shared, tabs.image, torch_thread.handler  # every handler that computes: app.torch_thread
     details = dict(
         fn=on_torch(ev.details),
@@ -350,6 +350,11 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         **MODEL_EVENTS,
         **NO_BOUNDS_CHECK,  # the query and the region's map of the page's model: taken at the door
     )
+    # a Stop from now on counts for the new image's view when the Causal tab is on show
+    arm = dict(
+        fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
+        api_visibility="private", show_progress="hidden",
+    )  # fmt: skip
     in_open_tab = [*page.causal.opened, *page.mechanisms.opened, s.json_file]
     open_tab = dict(  # not on the quick lane: the Causal view runs on the long one (app.torch_thread)
         fn=answering(
@@ -360,11 +365,13 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         show_progress_on=[page.causal.cz_cost],
         **LONG_EVENTS,
     )
-    # a Stop from now on counts for the new image's view when the Causal tab is on show
-    arm = dict(
-        fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
-        api_visibility="private", show_progress="hidden",
-    )  # fmt: skip
+    return details, arm, open_tab
+
+
+def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
+    """A new image (an upload, an example, an atlas's exemplar): the first view, then the follow-up, then what
+    the open tab computes, each an event of its own so that the page is interactive meanwhile."""
+    s, ev, on_torch = page.shared, tabs.image, torch_thread.handler  # every handler that computes: app.torch_thread
     # upload (user's file or paste), not change: a programmatic value (an example, a model swap) must not run the
     # analysis a second time. Each event lists as outputs only what it writes, and writes all of them. One
     # progress indicator, on the predictions, not one on each of the ~20 outputs: their overlays kept the browser
@@ -387,6 +394,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
     exemplar = tabs.dataset.wire(
         demo, look=page.look(), th_layer=page.talking.th_layer, ca_props=page.ca.ca_props, outputs=ev.results()
     )
+    details, arm, open_tab = _new_image_chain(page, tabs)
     for event in (upload, example, exemplar):
         event.success(**details).success(**arm).success(**open_tab)
     # at the pick, off the queues: the page's long work of its last image ends before the new one's is asked for
