@@ -37,13 +37,15 @@ TIMEOUT = 90_000  # ms; generous because the test machine is shared
 expect.set_options(timeout=TIMEOUT)
 
 
-def start_server(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    """`python app/main.py ARGS` on a free port; returns (process, url) once it answers."""
+def start_server(args: list[str], log: Path, *, gate: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`python app/main.py ARGS` on a free port; returns (process, url) once it answers. With `gate`, the app of
+    tests/gated_app.py, whose long runs wait while the file `gate` exists (`gated_app.install`)."""
     port = free_port()
+    script = [str(ROOT / "app" / "main.py")] if gate is None else [str(ROOT / "tests" / "gated_app.py"), str(gate)]
     # PYTHONPATH: the checkout under test (cait and app), whatever version is installed in the environment
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "app" / "main.py"), "--port", str(port), "--device", "cpu", *args],
+        [sys.executable, *script, "--port", str(port), "--device", "cpu", *args],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         env=env,
@@ -722,30 +724,6 @@ def test_an_unknown_model_in_the_address_is_said_on_the_first_tab_and_leaves_the
         page.wait_for_url(lambda url: "cait_bogus" not in url)
     finally:
         page.context.close()
-
-
-def test_the_causal_tab_of_a_deep_model_says_its_cost_shows_progress_and_stops(chromium, tmp_path):
-    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], tmp_path / "server.log")
-    page = open_page(chromium, url)
-    try:
-        pick_example(page, 0)
-        page.get_by_role("tab", name="Causal").click()
-        expect(page.locator("#cz_cost")).to_contain_text("about 20 forward passes")  # 3 + (36 - 1) / 2
-        expect(page.locator("#cz_cost")).to_contain_text(re.compile(r"knocking out block by block"))
-        page.screenshot(path=SHOTS / "cait_app_causal_progress.png", full_page=True)
-        page.locator("#cz_stop").click()
-        expect(page.locator("#cz_cost")).to_contain_text("Stopped after")
-        expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_have_count(0)
-        # the model queue is free again: another page event that needs the model runs. With the tab open, the
-        # new image's downloads come first (pick_example waits for them), then the tab's own computation in an
-        # event of its own, with its progress and its Stop
-        pick_example(page, 1)
-        expect(page.locator("#cz_cost")).to_contain_text(re.compile(r"knocking out block by block"))
-        page.locator("#cz_stop").click()
-        expect(page.locator("#cz_cost")).to_contain_text("Stopped after")
-    finally:
-        page.context.close()
-        stop_server(proc)
 
 
 def test_a_reload_keeps_the_pages_model(chromium, server):

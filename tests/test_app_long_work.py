@@ -207,9 +207,40 @@ def test_long_work_runs_on_its_own_thread_with_its_budget_and_never_from_the_qui
 
 
 # ----------------------------------------------------------------------------------------------------
-# in the browser: a deep model (its Causal view takes long), the page as a user has it
+# in the browser: a deep model (its Causal view is held running by a gate the test opens), the page as a user has it
 
-from test_app_browser import chromium, open_page, pick_example, start_server, stop_server  # noqa: E402,F401
+from test_app_browser import SHOTS, chromium, open_page, pick_example, start_server, stop_server  # noqa: E402,F401
+
+DEEP = "cait_xxs36_224"  # 36 SA blocks, as the paper's deepest XXS, at a quarter of the 384 px model's tokens
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    """(url, log, gate): one server for the module, a random-init deep model whose long runs a test holds "still
+    running" by closing the gate (creating the file `gate`: tests/gated_app.py) and lets finish by opening it."""
+    tmp = tmp_path_factory.mktemp("long_work")
+    log, gate = tmp / "server.log", tmp / "gate"
+    proc, url = start_server(["--model", DEEP, "--random-init"], log, gate=gate)
+    try:
+        yield url, log, gate
+    finally:
+        gate.unlink(missing_ok=True)
+        stop_server(proc)
+
+
+@pytest.fixture
+def held(chromium, gated):  # noqa: F811 (the fixture)
+    """(page, log, gate): a fresh page on the gated server with the gate closed; the gate opened again and the
+    page closed after the test."""
+    url, log, gate = gated
+    gate.touch()
+    page = open_page(chromium, url)
+    try:
+        yield page, log, gate
+    finally:
+        gate.unlink(missing_ok=True)
+        page.context.close()
+
 
 COST_TEXTS = """() => { window.costTexts = []; new MutationObserver(() => window.costTexts.push(
     document.querySelector('#cz_cost').textContent)).observe(document.querySelector('#cz_cost'),
@@ -221,62 +252,72 @@ def _knocked(text: str) -> int:
     return int(re.search(r"(\d+)\s*/\s*\d+\s*blocks", text).group(1))
 
 
-def test_a_view_is_served_while_the_causal_tab_computes_a_stopped_view_goes_on_and_a_new_image_cancels_it(
-    chromium,  # noqa: F811 (the fixture)
-    tmp_path,
-):
-    log = tmp_path / "server.log"
-    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], log)
-    page = open_page(chromium, url)
+def test_the_causal_tab_of_a_deep_model_says_its_cost_shows_progress_and_stops(held):
+    page = held[0]
+    pick_example(page, 2)  # examples no other test of the module asks a view of
+    page.get_by_role("tab", name="Causal").click()
+    expect(page.locator("#cz_cost")).to_contain_text("about 20 forward passes")  # 3 + (36 - 1) / 2
+    expect(page.locator("#cz_cost")).to_contain_text(re.compile(r"knocking out block by block"))
+    page.screenshot(path=SHOTS / "cait_app_causal_progress.png", full_page=True)
+    page.locator("#cz_stop").click()
+    expect(page.locator("#cz_cost")).to_contain_text("Stopped after")
+    expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_have_count(0)
+    # the model queue is free again: another page event that needs the model runs. With the tab open, the
+    # new image's downloads come first (pick_example waits for them), then the tab's own computation in an
+    # event of its own, with its progress and its Stop
+    pick_example(page, 3)
+    expect(page.locator("#cz_cost")).to_contain_text(re.compile(r"knocking out block by block"))
+    page.locator("#cz_stop").click()
+    expect(page.locator("#cz_cost")).to_contain_text("Stopped after")
+
+
+def test_a_view_is_served_while_the_causal_tab_computes_a_stopped_view_goes_on_and_a_new_image_cancels_it(held):
+    page, log, _ = held
     cost, stop = page.locator("#cz_cost"), page.locator("#cz_stop")
-    try:
-        page.get_by_role("tab", name="Causal").click()
-        expect(stop).to_be_disabled()  # nothing runs: no image yet
-        page.get_by_role("tab", name="Class attention").click()
-        pick_example(page, 0)
-        page.get_by_role("tab", name="Causal").click()
-        expect(cost).to_contain_text("knocking out block by block")
-        expect(stop).to_be_enabled()  # it runs
-        # a quick view meanwhile: a class-attention tile enlarged, served while the Causal view still runs
-        page.get_by_role("tab", name="Class attention").click()
-        page.locator(".ca-grid img").nth(1).click()
-        expect(page.locator("#ca_big")).to_contain_text("CA1 head 1")
-        # still computing. Waited for, not read once: while the quick view queues, Gradio's status line can show
-        # "processing | 3.9/3.2s" until the next block's progress message (a fresh-clone CI run read it there)
-        expect(stop).to_be_enabled()
-        expect(cost).to_contain_text("knocking out block by block")
-        assert page.evaluate("() => !document.querySelector('#cz_stop').disabled")  # the view has not ended meanwhile
-        page.get_by_role("tab", name="Causal").click()
-        stop.click()
-        expect(cost).to_contain_text("Stopped after")
-        expect(stop).to_be_disabled()  # nothing runs
-        stopped_at = int(re.search(r"Stopped\** after (\d+) of", cost.inner_text()).group(1))
-        # back to the tab: it goes on from the knockouts done, the first phase is not run again
-        page.get_by_role("tab", name="Class attention").click()
-        page.evaluate(COST_TEXTS)
-        page.get_by_role("tab", name="Causal").click()
-        expect(cost).to_contain_text("knocking out block by block")
-        seen = page.evaluate("() => window.costTexts")
-        assert not any("attributing" in t for t in seen), seen
-        assert _knocked(next(t for t in seen if "knocking out" in t)) >= stopped_at
-        # a new image with the tab open: the last image's view is cancelled, the new one's computed
-        pick_example(page, 1)
-        expect(cost).to_contain_text(re.compile("attributing the logit|knocking out block by block"))
-        expect(stop).to_be_enabled()
-        stop.click()
-        expect(cost).to_contain_text("Stopped after")
-        assert "causal view cancelled by its page's next image" in log.read_text()
-    finally:
-        page.context.close()
-        stop_server(proc)
+    page.get_by_role("tab", name="Causal").click()
+    expect(stop).to_be_disabled()  # nothing runs: no image yet
+    page.get_by_role("tab", name="Class attention").click()
+    pick_example(page, 0)
+    page.get_by_role("tab", name="Causal").click()
+    expect(cost).to_contain_text("knocking out block by block")
+    expect(stop).to_be_enabled()  # it runs
+    # a quick view meanwhile: a class-attention tile enlarged, served while the Causal view still runs
+    page.get_by_role("tab", name="Class attention").click()
+    page.locator(".ca-grid img").nth(1).click()
+    expect(page.locator("#ca_big")).to_contain_text("CA1 head 1")
+    # still computing. Waited for, not read once: while the quick view queues, Gradio's status line can show
+    # "processing | 3.9/3.2s" until the next block's progress message
+    expect(stop).to_be_enabled()
+    expect(cost).to_contain_text("knocking out block by block")
+    assert page.evaluate("() => !document.querySelector('#cz_stop').disabled")  # the view has not ended meanwhile
+    page.get_by_role("tab", name="Causal").click()
+    stop.click()
+    expect(cost).to_contain_text("Stopped after")
+    expect(stop).to_be_disabled()  # nothing runs
+    stopped_at = int(re.search(r"Stopped\** after (\d+) of", cost.inner_text()).group(1))
+    # back to the tab: it goes on from the knockouts done, the first phase is not run again
+    page.get_by_role("tab", name="Class attention").click()
+    page.evaluate(COST_TEXTS)
+    page.get_by_role("tab", name="Causal").click()
+    expect(cost).to_contain_text("knocking out block by block")
+    seen = page.evaluate("() => window.costTexts")
+    assert not any("attributing" in t for t in seen), seen
+    assert _knocked(next(t for t in seen if "knocking out" in t)) >= stopped_at
+    # a new image with the tab open: the last image's view is cancelled, the new one's computed
+    pick_example(page, 1)
+    expect(cost).to_contain_text(re.compile("attributing the logit|knocking out block by block"))
+    expect(stop).to_be_enabled()
+    stop.click()
+    expect(cost).to_contain_text("Stopped after")
+    assert "causal view cancelled by its page's next image" in log.read_text()
 
 
-def test_the_causal_tabs_stated_cost_is_a_floor_of_its_time_on_a_small_model(chromium, tmp_path):  # noqa: F811
+def test_the_causal_tabs_stated_cost_is_a_floor_of_its_time_on_a_small_model(chromium, gated):  # noqa: F811
     """N41: on a small model the figures outweigh the passes: the time said is "at least", and the tab takes
     at least that long, from the click to its plots drawn (the page's second image: its forward is warm)."""
-    proc, url = start_server(["--model", "cait_micro_136", "--random-init"], tmp_path / "server.log")
-    page = open_page(chromium, url)
+    page = open_page(chromium, gated[0] + "?model=cait_micro_136")  # the gate open: nothing held
     try:
+        expect(page.locator("#header")).to_contain_text("cait_micro_136")
         pick_example(page, 0)
         pick_example(page, 1)
         page.get_by_role("tab", name="Causal").click()
@@ -288,51 +329,44 @@ def test_the_causal_tabs_stated_cost_is_a_floor_of_its_time_on_a_small_model(chr
         assert stated <= took, (said, took)
     finally:
         page.context.close()
-        stop_server(proc)
 
 
-def test_another_class_asked_while_the_view_computes_and_a_knockout_profile_stop_with_the_tabs_stop(
-    chromium,  # noqa: F811 (the fixture)
-    tmp_path,
-):
+def test_another_class_asked_while_the_view_computes_and_a_knockout_profile_stop_with_the_tabs_stop(held):
     """The class menu and the knockout radio have the Causal view's Stop: another class asked while the view
     computes waits behind it on the long lane, and one Stop stops both (the class when it starts: the view does
     not take the Stop for itself alone); the Stop stays enabled while either has not ended. A branch's knockout
     profile, asked once a view is shown, stops too."""
-    log = tmp_path / "server.log"
-    proc, url = start_server(["--model", "cait_xxs36_384", "--random-init"], log)
-    page = open_page(chromium, url)
+    page, log, gate = held
     cost, stop = page.locator("#cz_cost"), page.locator("#cz_stop")
-    try:
-        pick_example(page, 0)
-        page.get_by_role("tab", name="Causal").click()
-        # the view computes (its first phase can be over before the page shows it: a phase or the other)
-        expect(cost).to_contain_text(re.compile("attributing the logit|knocking out block by block"))
-        top = page.locator("#cz_class input").input_value()
-        page.locator("#cz_class input").fill("3: ")  # another class than the top one (filtered by its number)
-        page.get_by_role("option", name=re.compile("^3: ")).click()
-        assert top != page.locator("#cz_class input").input_value()
-        expect(stop).to_be_enabled()
-        page.evaluate(COST_TEXTS)
-        stop.click()
-        expect(stop).to_be_disabled(timeout=120_000)  # nothing of the page runs: both ended
-        page.wait_for_timeout(1000)  # the other's answer too
-        seen = page.evaluate("() => window.costTexts")  # each said so (which line stays: the one answered last)
-        assert any("open the tab again" in t for t in seen) and any("choose the class again" in t for t in seen)
-        assert page.locator("#cz_heads_plot .js-plotly-plot").count() == 0  # no view of either
-        said = log.read_text()
-        assert "causal view stopped by its page" in said and "causal view of class 3 stopped by its page" in said
-        # a view of the top class shown (opened again: it goes on from the knockouts done), then a branch's profile
-        page.get_by_role("tab", name="Class attention").click()
-        page.get_by_role("tab", name="Causal").click()
-        expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_be_visible(timeout=600_000)
-        expect(stop).to_be_disabled()
-        page.locator("#cz_knockout_of").get_by_text("MLP branch").click()
-        expect(cost).to_contain_text("knocking out the MLP branch")
-        expect(stop).to_be_enabled()
-        stop.click()
-        expect(cost).to_contain_text("Stopped: the knockout profile of the MLP branch did not finish")
-        expect(stop).to_be_disabled()
-    finally:
-        page.context.close()
-        stop_server(proc)
+    pick_example(page, 4)
+    page.get_by_role("tab", name="Causal").click()
+    # the view computes (held at its knockouts; its first phase can be over before the page shows it)
+    expect(cost).to_contain_text(re.compile("attributing the logit|knocking out block by block"))
+    top = page.locator("#cz_class input").input_value()
+    page.locator("#cz_class input").fill("3: ")  # another class than the top one (filtered by its number)
+    page.get_by_role("option", name=re.compile("^3: ")).click()
+    assert top != page.locator("#cz_class input").input_value()
+    expect(stop).to_be_enabled()
+    page.evaluate(COST_TEXTS)
+    stop.click()
+    expect(stop).to_be_disabled(timeout=120_000)  # nothing of the page runs: both ended
+    page.wait_for_timeout(1000)  # the other's answer too
+    seen = page.evaluate("() => window.costTexts")  # each said so (which line stays: the one answered last)
+    assert any("open the tab again" in t for t in seen) and any("choose the class again" in t for t in seen)
+    assert page.locator("#cz_heads_plot .js-plotly-plot").count() == 0  # no view of either
+    said = log.read_text()
+    assert "causal view stopped by its page" in said and "causal view of class 3 stopped by its page" in said
+    # a view of the top class shown (opened again, the gate open: it goes on from the knockouts done), then a
+    # branch's profile, held again
+    gate.unlink()
+    page.get_by_role("tab", name="Class attention").click()
+    page.get_by_role("tab", name="Causal").click()
+    expect(page.locator("#cz_heads_plot .js-plotly-plot")).to_be_visible()
+    expect(stop).to_be_disabled()
+    gate.touch()
+    page.locator("#cz_knockout_of").get_by_text("MLP branch").click()
+    expect(cost).to_contain_text("knocking out the MLP branch")
+    expect(stop).to_be_enabled()
+    stop.click()
+    expect(cost).to_contain_text("Stopped: the knockout profile of the MLP branch did not finish")
+    expect(stop).to_be_disabled()
