@@ -33,13 +33,15 @@ PLOT_NOTES = "(id) => document.querySelector(`#${id} .js-plotly-plot`).layout.an
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The app as a user starts it (the shipped default model), with --random-init: a page may ask for a paper
-    variant without weights (a big model, for runs long enough to stop)."""
+    """(url, folder of its log, gate): the app as a user starts it (the shipped default model), with --random-init:
+    a page may ask for a paper variant without weights. A test holds its long runs "still running" by closing the
+    gate (creating the file: tests/gated_app.py); it is open otherwise."""
     tmp = tmp_path_factory.mktemp("mechanisms_browser")
-    proc, url = start_server(["--random-init"], tmp / "server.log")
+    proc, url = start_server(["--random-init"], tmp / "server.log", gate=tmp / "gate")
     try:
-        yield url, tmp
+        yield url, tmp, tmp / "gate"
     finally:
+        (tmp / "gate").unlink(missing_ok=True)
         stop_server(proc)
 
 
@@ -174,9 +176,10 @@ def test_the_token_map_says_its_cost_first_and_the_stops_are_enabled_only_while_
 
 
 def test_long_runs_show_progress_and_stop(chromium, server):  # noqa: F811
-    """On a deep 384 px model (random weights) both long runs show their progress and end at a Stop, which
-    frees the model: the next run computes."""
-    page = mechanisms_page(chromium, server, "cait_xxs36_384")
+    """Both long runs, held running by the gate, show their progress and end at a Stop, which frees the model: the
+    next run computes."""
+    page, gate = mechanisms_page(chromium, server), server[2]
+    gate.touch()
     try:
         for run, stop, plot, what in (
             ("#mx_token_run", "#mx_token_stop", "#mx_tokens", "token patching"),
@@ -187,12 +190,15 @@ def test_long_runs_show_progress_and_stop(chromium, server):  # noqa: F811
             page.locator(stop).click()
             expect(page.locator("#mx_msg")).to_contain_text("Stopped")
             expect(page.locator(stop)).to_be_disabled()
-        page.locator("#mx_region input[type=number]").fill("24")  # one region: a short run
+        gate.unlink()
+        grid = cait.get_config(cait.DEFAULT_MODEL).grid_size
+        page.locator("#mx_region input[type=number]").fill(str(grid))  # one region: a short run
         page.locator("#mx_region input[type=number]").press("Enter")
         page.locator("#mx_token_run").click()
-        expect(page.locator("#mx_tokens .gtitle")).to_contain_text("regions of 24x24 patches")
+        expect(page.locator("#mx_tokens .gtitle")).to_contain_text(f"regions of {grid}x{grid} patches")
         assert_calm(page)
     finally:
+        gate.unlink(missing_ok=True)
         page.context.close()
 
 
