@@ -1,5 +1,6 @@
 """The Dataset tab in a real browser (the fixtures of test_app_browser): the app started with --atlas shows the
-atlas; a click on an exemplar shows that image in the single-image view with the exemplar's head enlarged.
+atlas; a click on an exemplar shows that image in the single-image view with the exemplar's head enlarged, and
+one selection frame on the page, on the image shown.
 The screenshot goes to the temp directory as cait_app_dataset.png."""
 
 from __future__ import annotations
@@ -85,6 +86,31 @@ def test_the_tab_builds_an_atlas_of_the_test_scenes_and_opens_it(chromium, atlas
         )
         expect(page.locator("#ds_exemplars img")).to_have_count(12)  # the command's default: 6 of each kind
         assert page.locator("#ds_msg").inner_text().strip() == ""  # the page's model made it
+    finally:
+        page.context.close()
+
+
+FRAMED_EXEMPLAR, FRAMED_EXAMPLE = "#ds_exemplars .thumbnail-item.selected", "#examples .thumbnail-item.selected"
+
+
+def test_an_example_clicked_after_an_exemplar_unframes_the_exemplar(chromium, atlas_server):  # noqa: F811
+    """One selection frame on the page, on the image shown: an example clicked after an exemplar unframes it."""
+    url, _ = atlas_server
+    page = open_page(chromium, url)
+    try:
+        page.get_by_role("tab", name="Dataset").click()
+        expect(page.locator("#ds_exemplars img")).to_have_count(4)
+        page.locator("#ds_exemplars button.thumbnail-item").nth(1).click()
+        expect(page.locator("#status")).to_contain_text("From the atlas")  # opened in the Class attention tab
+        expect(page.locator(FRAMED_EXEMPLAR)).to_have_count(1)
+        expect(page.locator(FRAMED_EXAMPLE)).to_have_count(0)
+        page.locator("#examples button.thumbnail-item").nth(2).click()
+        expect(page.locator("#status")).not_to_contain_text("From the atlas")
+        expect(page.locator("#status")).to_contain_text("Top-1")
+        expect(page.locator(FRAMED_EXAMPLE)).to_have_count(1)
+        page.get_by_role("tab", name="Dataset").click()
+        expect(page.locator("#ds_exemplars img")).to_have_count(4)  # the exemplars stay
+        expect(page.locator(FRAMED_EXEMPLAR)).to_have_count(0)
     finally:
         page.context.close()
 
