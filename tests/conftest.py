@@ -21,6 +21,10 @@ os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="cait-tests-hf-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 for _var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT"):
     os.environ.pop(_var, None)
+# Each of pytest-xdist's workers (pyproject's addopts) computes with one OpenMP thread: two workers of two threads
+# each on two cores would spin against each other. Set before torch is imported; subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
