@@ -211,16 +211,16 @@ def test_long_work_runs_on_its_own_thread_with_its_budget_and_never_from_the_qui
 
 from test_app_browser import SHOTS, chromium, open_page, pick_example, start_server, stop_server  # noqa: E402,F401
 
-DEEP = "cait_xxs36_224"  # 36 SA blocks, as the paper's deepest XXS, at a quarter of the 384 px model's tokens
-
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
-    """(url, log, gate): one server for the module, a random-init deep model whose long runs a test holds "still
+    """(url, log, gate): one server for the module, on a random deep and narrow model (cait_pico_32 with the 36 SA
+    blocks of the paper's deepest XXS: the depth, at a small cost per block), whose long runs a test holds "still
     running" by closing the gate (creating the file `gate`: tests/gated_app.py) and lets finish by opening it."""
     tmp = tmp_path_factory.mktemp("long_work")
-    log, gate = tmp / "server.log", tmp / "gate"
-    proc, url = start_server(["--model", DEEP, "--random-init"], log, gate=gate)
+    log, gate, deep = tmp / "server.log", tmp / "gate", tmp / "deep.safetensors"
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False, depth=36).model, seed=5), deep)
+    proc, url = start_server(["--checkpoint", str(deep)], log, gate=gate)
     try:
         yield url, log, gate
     finally:
