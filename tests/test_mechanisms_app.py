@@ -351,9 +351,9 @@ def test_a_bad_token_region_is_refused_in_one_line_before_any_work(setup, region
     assert (slider.minimum, slider.maximum) == (1, high)
 
 
-def test_the_stated_token_cost_counts_the_class_stage_as_a_flop_counter_does(setup):
-    """The cost said before a token map: 2 forwards and one class-stage run per region and direction, the
-    class stage's share of a forward counted by torch's FLOP counter (an independent count)."""
+def test_the_stated_token_cost_counts_token_patching_as_a_flop_counter_does(setup):
+    """The cost said before a token map: token patching's own work (both runs, then the class token's path per
+    region and direction) over a forward's, both counted by torch's FLOP counter (an independent count)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     handlers, loaded, a, _ = setup
@@ -364,12 +364,12 @@ def test_the_stated_token_cost_counts_the_class_stage_as_a_flop_counter_does(set
             fn()
         return counter.get_total_flops()
 
-    tokens_in = model.forward_self_attention(a.x).detach()
-    stage = counted(lambda: model.forward_head(model.forward_class_attention(tokens_in)))
+    target = torch.tensor([a.top_class])
+    patching = counted(lambda: explain.token_patching(model, a.x, a.x.flip(-1), target, region=2))
     whole = counted(lambda: model(a.x))
     regions = (-(-cfg.grid_size // 2)) ** 2
     line = handlers.tabs.mechanisms.token_cost(a.choice, a, 2)[handlers.p.mx_token_cost]
-    forwards = 2 + 2 * regions * stage / whole
+    forwards = patching / whole
     assert f"at least {forwards:.1f} forward passes" in line and f"{regions} regions" in line
 
 
