@@ -189,7 +189,7 @@ class Analyze:
             stage against the image under that corruption, per region of `token_region` x `token_region`
             patches (1 to the patch grid's side, as the Mechanisms tab's slider), both directions, beside the
             class attention per region with their rank correlations (the Mechanisms tab's map; at least two
-            forward passes and one class-stage run per region and direction). Opt-in by keyword:
+            forward passes and the class token's own path per region and direction). Opt-in by keyword:
             token_patching="contrast:5", token_region=2.
         Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
         [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"
