@@ -5,6 +5,7 @@ line with exit code 2 and nothing written."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -136,3 +137,50 @@ def test_refusals_are_one_line_and_write_nothing(setup, three_classes, case, cap
 def test_a_folder_without_a_finished_run_is_one_line(tmp_path):
     with pytest.raises(CompareRunError, match="holds no finished comparison run"):
         read_run(tmp_path)
+
+
+def test_the_library_run_reports_progress_and_stops_when_asked(setup):
+    """run_compare's progress callback counts the images, and a Stop between batches keeps the shards written:
+    the same options continue to the same files as one uninterrupted run."""
+    from cait.compare import CompareOptions, Side, run_compare
+    from cait.compare.run import CompareStopped
+
+    checkpoint, scenes = str(setup["checkpoint"]), Path(setup["data"][1])
+    options = CompareOptions(
+        Side(checkpoint=checkpoint),
+        Side(model="cait_nano_28"),
+        data=str(scenes),
+        boxes=str(scenes / "boxes.json"),
+        limit=16,
+        sample="first",
+        batch_size=4,
+        shard_size=8,
+        workers=0,
+        exemplars=1,
+        out=setup["root"] / "library",
+    )
+    seen: list[tuple[int, int]] = []
+    with pytest.raises(CompareStopped):
+        run_compare(
+            options, progress=lambda done, total: seen.append((done, total)), should_stop=lambda: len(seen) == 3
+        )
+    assert seen == [(4, 16), (8, 16), (12, 16)]
+    assert [p.name for p in (options.out / "shards").glob("*.npz")] == ["shard-0000000-0000008.npz"]
+    seen.clear()
+    run_compare(options, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(4, 8), (8, 8)]
+    assert_same_files(options.out, setup["reference"])
+
+
+def test_the_analysis_reads_a_run_and_computes_its_verdict(setup, tmp_path):
+    import compare_models
+
+    assert compare_models.main(["--run", str(setup["reference"]), "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "compare_models.json").read_text())
+    run = read_run(setup["reference"])
+    partners = [s for *_, s in run.matching if s >= compare_models.HEAD_BAR]
+    assert len(result["heads"]["partners"]) == len(partners)
+    assert result["verdict"][1].startswith(f"Heads: {len(partners)} of {len(run.matching)} matched pairs")
+    alike = int((np.nanmax(run.cka, axis=1) >= compare_models.CKA_BAR).sum())
+    assert result["verdict"][0].startswith(f"Blocks: {alike} of {len(run.blocks_a)} blocks of A")
+    assert (tmp_path / "compare_models.png").stat().st_size > 0
