@@ -101,7 +101,9 @@ def verdict(b: dict, h: dict, a: dict) -> list[str]:
     said_heads = ", ".join(f"{_head(p['head_a'])}~{_head(p['head_b'])} {p['similarity']:.2f}" for p in h["partners"])
     lines = [
         f"Blocks: {len(alike)} of {len(b['a'])} blocks of A have a block of B at CKA >= {CKA_BAR} ({said_blocks}); "
-        f"the highest CKA of any pair is {max(x['cka'] for x in b['a']):.2f}.",
+        f"the highest CKA of any pair is {max(x['cka'] for x in b['a']):.2f}; blocks of B without a counterpart in A: "
+        + (", ".join(f"{x['block']} (best {x['cka']:.2f})" for x in b["b"] if not x["alike"]) or "none")
+        + ".",
         f"Heads: {len(h['partners'])} of {len(h['pairs'])} matched pairs reach the bar {HEAD_BAR} "
         f"({said_heads or 'none'}); the best pair of all is at {h['best_similarity']:.2f}; without a partner: "
         f"{len(h['new_in_a'])} heads of A, {len(h['new_in_b'])} of B.",
