@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import conftest
@@ -91,13 +89,7 @@ def test_two_torchrun_processes_equal_one(setup):
 def test_a_killed_run_resumes(setup):
     out = setup["root"] / "killed"
     command = [sys.executable, "-m", "cait.compare", *setup["pair"], "--shard-size", "4", "--out", str(out)]
-    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not list((out / "shards").glob("*.npz")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    kept = {p.name: p.stat().st_mtime_ns for p in (out / "shards").glob("*.npz")}
+    kept = conftest.killed_after_first_shard(command, out, cwd=REPO, env=ENV)
     assert 1 <= len(kept) < 4 and not (out / "summary.json").exists()
     assert main([*setup["pair"], "--shard-size", "4", "--out", str(out)]) == 0
     # the shards done before the kill are kept (the broken file's shard is retried), the files as one run's
