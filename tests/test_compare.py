@@ -176,3 +176,59 @@ def test_the_analysis_reads_a_run_and_computes_its_verdict(setup, tmp_path):
     alike = int((np.nanmax(run.cka, axis=1) >= compare_models.CKA_BAR).sum())
     assert result["verdict"][0].startswith(f"Blocks: {alike} of {len(run.blocks_a)} blocks of A")
     assert (tmp_path / "compare_models.png").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def atlases(setup) -> dict[str, Path]:
+    """Atlases of pico and of nano over the reference run's 16 images, and of nano over the first 12 of them."""
+    from cait.atlas.__main__ import main as atlas_main
+
+    scenes = setup["data"][1]
+    data = ["--data", scenes, "--boxes", f"{scenes}/boxes.json", "--sample", "first", "--batch-size", "4"]
+    data += ["--workers", "0", "--exemplars", "1"]
+    models = {"pico": ["--checkpoint", str(setup["checkpoint"])], "nano": ["--model", "cait_nano_28"]}
+    made = {}
+    for name, model, limit in (
+        ("pico", models["pico"], 16),
+        ("nano", models["nano"], 16),
+        ("nano12", models["nano"], 12),
+    ):
+        made[name] = setup["root"] / f"atlas-{name}"
+        assert atlas_main([*model, *data, "--limit", str(limit), "--out", str(made[name])]) == 0
+    return made
+
+
+def test_two_atlases_give_the_answers_of_the_models(setup, atlases):
+    """The same models over the same images: the answers' files equal the run's from the models; the heads are
+    paired by place, with no similarity and no CKA."""
+    out = setup["root"] / "from-atlases"
+    assert main(["--atlas-a", str(atlases["pico"]), "--atlas-b", str(atlases["nano"]), "--out", str(out)]) == 0
+    for name in ("classes.csv", "disagreements.csv"):
+        assert (out / name).read_bytes() == (setup["reference"] / name).read_bytes(), name
+    run = read_run(out)
+    assert [(a, b) for a, b, _ in run.matching] == [
+        ((1, 1), (1, 1)),
+        ((1, 2), (1, 2)),
+        ((2, 1), (2, 1)),
+        ((2, 2), (2, 2)),
+    ]
+    assert np.isnan(run.cka).all() and np.isnan([s for *_, s in run.matching]).all()
+    # each head's numbers are its atlas's: the means over the images equal the atlas's own summary
+    atlas = json.loads((atlases["pico"] / "summary.json").read_text())
+    dla = {f"ca{h['layer']}_head{h['head']}": h["dla_mean"] for h in atlas["heads"]}
+    rows = csv_rows(out / "heads.csv")
+    assert len(rows) == 4 and all(float(r["dla_a"]) == pytest.approx(dla[r["head_a"]], abs=1e-6) for r in rows)
+
+
+def test_atlases_of_other_images_are_refused(setup, atlases, capsys):
+    out = setup["root"] / "other-images"
+    assert main(["--atlas-a", str(atlases["pico"]), "--atlas-b", str(atlases["nano12"]), "--out", str(out)]) == 2
+    line = conftest.one_error_line(capsys.readouterr().err, progress="compare:")
+    assert "the two atlases are of other images" in line and not out.exists()
+
+
+def csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))

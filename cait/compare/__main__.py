@@ -23,8 +23,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             side=side,
             checkpoint_help=f"model {side.upper()}'s weights file (ours, timm's or the official deit .pth)",
         )
-    p.add_argument("--data", required=True, help="an image folder (class folders or flat), or fashion-mnist-scenes")
+    p.add_argument("--data", default=None, help="an image folder (class folders or flat), or fashion-mnist-scenes")
     p.add_argument("--boxes", default=None, help="COCO-format boxes (JSON) of the folder's images")
+    p.add_argument(
+        "--atlas-a",
+        type=Path,
+        default=None,
+        help="instead of the models and --data: a finished atlas (python -m cait.atlas) of model A; with --atlas-b, "
+        "of the same images, its answers and heads' numbers are compared (no CKA, no head maps: heads paired by "
+        "layer and head)",
+    )
+    p.add_argument("--atlas-b", type=Path, default=None, help="a finished atlas of model B over the same images")
     p.add_argument("--out", type=Path, required=True, help="output directory (a rerun into it continues)")
     p.add_argument("--limit", type=int, default=None, help="only N images (of a folder: see --sample)")
     p.add_argument("--sample", choices=("stratified", "first"), default="stratified", help="which N --limit takes")
@@ -53,7 +62,8 @@ def options_of(args: argparse.Namespace) -> CompareOptions:
         getattr(args, f"random_init_{s}"),
     )
     keep = ("data", "out", "boxes", "limit", "sample", "batch_size", "shard_size", "stop_after", "workers", "device")
-    return CompareOptions(side("a"), side("b"), **{k: getattr(args, k) for k in keep}, exemplars=args.exemplars)
+    more = {k: getattr(args, k) for k in ("exemplars", "atlas_a", "atlas_b")}
+    return CompareOptions(side("a"), side("b"), **{k: getattr(args, k) for k in keep}, **more)
 
 
 def main(argv: list[str] | None = None) -> int:

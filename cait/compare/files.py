@@ -96,6 +96,11 @@ def _number(value: str):
         return float(value) if value else None
 
 
+def _similarity(value) -> float:
+    """A matched pair's similarity; NaN where the run had no maps to compare (two atlases: heads paired by place)."""
+    return float("nan") if value is None else float(value)
+
+
 def read_run(folder: str | Path) -> CompareRun:
     """The comparison run in `folder` (`python -m cait.compare --out folder`, or `run_compare`).
 
@@ -115,7 +120,7 @@ def read_run(folder: str | Path) -> CompareRun:
     try:
         summary = json.loads((folder / "summary.json").read_text())
         a, b = summary["a"], summary["b"]
-        matching = [(tuple(m["head_a"]), tuple(m["head_b"]), float(m["similarity"])) for m in summary["matching"]]
+        matching = [(tuple(m["head_a"]), tuple(m["head_b"]), _similarity(m["similarity"])) for m in summary["matching"]]
         classes = [
             {k: v if k == "class" else _number(v) for k, v in row.items()} for row in _rows(folder / "classes.csv")
         ]

@@ -33,18 +33,21 @@ class CompareOptions:
         boxes: COCO-format boxes of the folder's images (pointing game and mass in box need them).
         limit, sample: only `limit` images, taken as `cait.data.read_images` takes them.
         batch_size: images per batch, which is also CKA's minibatch (the minibatch estimator depends on it, so
-            it is recorded: a rerun with another one starts again elsewhere).
+            it is recorded: a rerun with another one is refused, as the atlas refuses other arguments).
         shard_size: images per shard file (what a resume skips).
         stop_after: stop after this many shards (the same options continue).
         workers: data loader processes.
         device: "auto", "cpu" or "cuda".
         exemplars: disagreement images shown on the page per direction (A right B wrong, and the reverse).
+        atlas_a, atlas_b: instead of a, b and data, two finished atlases (`python -m cait.atlas`) of the same
+            images: the answers and the heads' numbers are read from them (no CKA, no head similarity: an atlas
+            keeps neither representations nor maps; heads paired by layer and head).
     """
 
-    a: Side
-    b: Side
-    data: str
-    out: Path
+    a: Side = Side()
+    b: Side = Side()
+    data: str | None = None
+    out: Path | None = None
     boxes: str | None = None
     limit: int | None = None
     sample: str = "stratified"
@@ -54,3 +57,5 @@ class CompareOptions:
     workers: int = 1
     device: str = "auto"
     exemplars: int = 6
+    atlas_a: Path | None = None
+    atlas_b: Path | None = None

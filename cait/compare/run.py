@@ -39,7 +39,15 @@ from .page import write_page
 Progress = Callable[[int, int], None]  # (images done, images to do) of this run
 # What a comparison's shards hold and mean, recorded beside the atlas's shard FORMAT; bumped when it changes.
 COMPARE_FORMAT = 1
-FREE = ("out", "device", "workers", "stop_after", "exemplars")  # options that do not change the numbers
+FREE = (
+    "out",
+    "device",
+    "workers",
+    "stop_after",
+    "exemplars",
+    "atlas_a",
+    "atlas_b",
+)  # options that do not change the numbers
 
 
 class CompareError(InputError):
@@ -95,6 +103,11 @@ def run_compare(
         CompareError (and the loader's, the reader's one-line `InputError`s): input that cannot work, before any
         file is written.
     """
+    _check(options)
+    if options.atlas_a is not None:
+        from .atlases import compare_atlases
+
+        return compare_atlases(options)
     with process_group(options.device) as (rank, world, device):
         loaded = [load_side(options.a, "A"), load_side(options.b, "B")]
         names = check_comparable(*loaded)
@@ -102,6 +115,20 @@ def run_compare(
             side.model.to(device).eval()
         data = [_read(options, side.model.cfg) for side in loaded]
         return _make(options, loaded, data, names, device=device, rank=rank, world=world, hooks=(progress, should_stop))
+
+
+def _check(options: CompareOptions) -> None:
+    """CompareError for options that ask for no comparison or two kinds at once."""
+    atlases = (options.atlas_a is not None) + (options.atlas_b is not None)
+    if options.out is None:
+        raise CompareError("no output folder: give --out")
+    if atlases == 1:
+        raise CompareError("give both --atlas-a and --atlas-b, or neither")
+    models = any(dataclasses.astuple(options.a)) or any(dataclasses.astuple(options.b)) or options.data is not None
+    if atlases and models:
+        raise CompareError("give two atlases (--atlas-a, --atlas-b) or two models and --data, not both")
+    if not atlases and options.data is None:
+        raise CompareError("no images: give --data (or two atlases of the same images, --atlas-a and --atlas-b)")
 
 
 def _read(options: CompareOptions, cfg) -> ImageSet:
@@ -159,16 +186,24 @@ def _run_shards(loaded, paired, todo, out, cover, *, options, device, show, hook
 
 
 def merge(out: Path, loaded, data, names: list[str], shards: list[Path], cover: Cover, *, options) -> None:
-    """The run's files from the shards in image order, written in a staging folder and renamed into OUT when all
-    are done: a failure midway leaves OUT's files as they were."""
+    """The run's files from the shards in image order (`write_merged`)."""
+    arrays = report.merged(shards, cover)
+    if not len(arrays.get("index", [])):
+        raise CompareError(f"none of the {len(data[0])} images could be read by both models")
+    write_merged(out, loaded, data, names, arrays, options=options)
+
+
+def write_merged(
+    out: Path, loaded, data, names: list[str], arrays: dict, *, options, by_position: bool = False
+) -> None:
+    """The run's files from the per-image arrays, written in a staging folder and renamed into OUT when all are
+    done: a failure midway leaves OUT's files as they were. by_position: pair the heads by (layer, head), for
+    numbers without maps (two atlases)."""
     stage = out / ".merging"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        arrays = report.merged(shards, cover)
-        if not len(arrays.get("index", [])):
-            raise CompareError(f"none of the {len(data[0])} images could be read by both models")
-        summary, rows = _write_files(stage, loaded, data, names, arrays, options=options)
+        summary, rows = _write_files(stage, loaded, data, names, arrays, options=options, by_position=by_position)
         write_page(stage / "compare.html", summary, rows, loaded, data, exemplars=options.exemplars)
         for name in (*FILES, "compare.html"):
             os.replace(stage / name, out / name)
@@ -190,7 +225,9 @@ def _side(loaded: SourcedModel, data: ImageSet, arrays: dict, key: str) -> dict:
     }
 
 
-def _write_files(stage: Path, loaded, data, names, arrays, *, options) -> tuple[dict, dict[str, list[dict]]]:
+def _write_files(
+    stage: Path, loaded, data, names, arrays, *, options, by_position: bool
+) -> tuple[dict, dict[str, list[dict]]]:
     """cka.csv, head_similarity.csv, heads.csv, classes.csv, disagreements.csv and summary.json into `stage`;
     returns the summary and the rows of heads, classes and disagreements (for the page)."""
     a, b = (_side(side, d, arrays, k) for side, d, k in zip(loaded, data, "ab"))
@@ -201,7 +238,7 @@ def _write_files(stage: Path, loaded, data, names, arrays, *, options) -> tuple[
     labels_a = [head_row(l - 1, h - 1) for l, h in a["heads"]]
     labels_b = [head_row(l - 1, h - 1) for l, h in b["heads"]]
     write_csv(stage / "head_similarity.csv", report.matrix_rows(similarity, labels_a, labels_b, "head_a"))
-    matching = match_heads(similarity)
+    matching = by_layer_and_head(a["heads"], b["heads"]) if by_position else match_heads(similarity)
     numbers = [report.side_heads(arrays, k, side["grid"]) for k, side in zip("ab", (a, b))]
     heads = report.matched_rows(matching, a["heads"], b["heads"], *numbers)
     write_csv(stage / "heads.csv", heads)
@@ -218,13 +255,23 @@ def _write_files(stage: Path, loaded, data, names, arrays, *, options) -> tuple[
         "cka": {"minibatches": sums.batches, "batch_size": options.batch_size, "matrix": _listed(cka)},
         "head_similarity": _listed(similarity),
         "matching": [
-            {"head_a": a["heads"][i], "head_b": b["heads"][j], "similarity": s, "numbers": heads[k]}
+            {
+                "head_a": a["heads"][i],
+                "head_b": b["heads"][j],
+                "similarity": None if np.isnan(s) else s,
+                "numbers": heads[k],
+            }
             for k, (i, j, s) in enumerate(matching)
         ],
         **said,
     }
     (stage / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary, rows
+
+
+def by_layer_and_head(heads_a: list, heads_b: list) -> list[tuple[int, int, float]]:
+    """The heads both models have at the same (layer, head), paired (similarity unknown: NaN)."""
+    return [(i, heads_b.index(h), float("nan")) for i, h in enumerate(heads_a) if h in heads_b]
 
 
 def _listed(matrix: np.ndarray) -> list[list[float | None]]:
