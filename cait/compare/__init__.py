@@ -3,6 +3,7 @@ image by image.
 
     python -m cait.compare --model-a cait_micro_136 --model-b cait_nano_28 --data DIR [--boxes boxes.json] --out OUT
     torchrun --nproc-per-node 2 -m cait.compare ... --out OUT        # the images shared over processes
+    python -m cait.compare --atlas-a ATLAS1 --atlas-b ATLAS2 --out OUT   # two atlases of the same images
 
 - blocks: linear CKA between every block of A and every block of B (`cait.compare.cka`: the minibatch unbiased
   HSIC estimator, memory flat in the number of images), on the mean patch token after each SA block and the
