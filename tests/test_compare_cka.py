@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from cait.compare.cka import HSICSums, minibatch_sums
-from cait.compare.heads import map_similarity, match_heads, on_pixels
+from cait.compare.heads import map_similarity, match_heads
 from cait.compare.stats import mcnemar_exact
 
 
@@ -101,12 +101,21 @@ def test_shard_sums_add_up_to_one_run():
     assert minibatch_sums(a[:, :3], b[:, :3]).batches == 0  # under 4 images: nothing to add
 
 
+def on_pixels(maps: torch.Tensor, size: int) -> np.ndarray:
+    """Maps [B, L, H, g, g] spread over size x size pixels, each pixel x, y taking patch (y * g // size, x * g //
+    size): [B, L * H, size * size]."""
+    g = maps.shape[-1]
+    patch = np.arange(size) * g // size
+    return maps.numpy()[..., patch[:, None], patch[None, :]].reshape(maps.shape[0], -1, size * size)
+
+
 def test_map_similarity_is_spearman_on_pixels_across_grids():
     g = torch.Generator().manual_seed(0)
-    maps_a, maps_b = torch.rand(2, 1, 2, 4, 4, generator=g), torch.rand(2, 2, 1, 2, 2, generator=g)
+    maps_a, maps_b = torch.rand(2, 1, 2, 4, 4, generator=g), torch.rand(2, 2, 1, 3, 3, generator=g)
     maps_a[1, 0, 1] = 0.5  # a flat map has no ranking
-    ours = map_similarity(maps_a, maps_b, size=8).numpy()
-    pa, pb = on_pixels(maps_a, 8).numpy(), on_pixels(maps_b, 8).numpy()
+    maps_b[0, 1, 0, 2] = maps_b[0, 1, 0, 0]  # ties across patches
+    ours = map_similarity(maps_a, maps_b, size=13).numpy()
+    pa, pb = on_pixels(maps_a, 13), on_pixels(maps_b, 13)
     for i, ha, hb in itertools.product(range(2), range(2), range(2)):
         if i == 1 and ha == 1:
             assert np.isnan(ours[i, ha, hb])
