@@ -62,6 +62,10 @@ def test_files_are_written_and_read_back(setup):
     pair = summary["matching"][0]["numbers"]
     assert 0 <= pair["pointing_a"] <= 1 and pair["mass_in_box_ci_low"] <= pair["mass_in_box_difference"]
     assert summary["a"]["chance"] is not None and 0 < summary["a"]["chance"] < 1
+    page = (setup["reference"] / "compare.html").read_text()
+    for text in ("Linear CKA between every block", "Head similarity", "Matched heads: B minus A", "B right, A wrong"):
+        assert text in page
+    assert "cait_nano_28" in page and page.count("<img src='data:image/jpeg;base64,") >= 2
 
 
 def test_a_model_against_itself_is_one_on_the_diagonal(setup):
