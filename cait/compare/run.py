@@ -114,7 +114,9 @@ def run_compare(
         for side in loaded:
             side.model.to(device).eval()
         data = [_read(options, side.model.cfg) for side in loaded]
-        return _make(options, loaded, data, names, device=device, rank=rank, world=world, hooks=(progress, should_stop))
+        return _make(
+            options, loaded, data, names, device=device, rank=rank, world=world, callbacks=(progress, should_stop)
+        )
 
 
 def _check(options: CompareOptions) -> None:
@@ -137,7 +139,17 @@ def _read(options: CompareOptions, cfg) -> ImageSet:
     )
 
 
-def _make(options, loaded, data, names, *, device, rank, world, hooks) -> Path:
+def _make(
+    options: CompareOptions,
+    loaded: list[SourcedModel],
+    data: list[ImageSet],
+    names: list[str],
+    *,
+    device,
+    rank: int,
+    world: int,
+    callbacks: tuple[Progress | None, Callable[[], bool] | None],
+) -> Path:
     """Lock OUT, plan, compute this rank's shards and (rank 0) merge once all are done."""
     out = Path(options.out)
     lock = ready_out(out)
@@ -149,7 +161,9 @@ def _make(options, loaded, data, names, *, device, rank, world, hooks) -> Path:
         )
         paired = PairedImages(*data)
         todo = plan[rank][: options.stop_after]
-        _run_shards(loaded, paired, todo, out, cover, options=options, device=device, show=rank == 0, hooks=hooks)
+        _run_shards(
+            loaded, paired, todo, out, cover, options=options, device=device, show=rank == 0, callbacks=callbacks
+        )
         barrier()  # every rank's shards are on disk before rank 0 looks
         if rank == 0:
             files = tiling(shard_files(out), len(paired))
@@ -164,9 +178,9 @@ def _make(options, loaded, data, names, *, device, rank, world, hooks) -> Path:
             lock.release()
 
 
-def _run_shards(loaded, paired, todo, out, cover, *, options, device, show, hooks) -> None:
+def _run_shards(loaded, paired, todo, out, cover, *, options, device, show, callbacks) -> None:
     """Compute and write the shards of image ranges `todo`, batch by batch (each batch one CKA minibatch)."""
-    progress, should_stop = hooks
+    progress, should_stop = callbacks
     total, done = sum(len(r) for r in todo), 0
     with tqdm(total=total, unit="img", desc="compare", disable=not show, file=sys.stderr) as bar:
         for images in todo:
