@@ -236,3 +236,17 @@ def csv_rows(path: Path) -> list[dict]:
 
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def test_a_second_run_into_a_locked_out_is_refused(setup, capsys):
+    from filelock import FileLock
+
+    from cait.atlas.outdir import LOCK_FILE
+
+    out = setup["root"] / "locked"
+    out.mkdir()
+    with FileLock(out / LOCK_FILE):  # a first run at work
+        assert main([*setup["pair"], "--out", str(out)]) == 2
+        line = conftest.one_error_line(capsys.readouterr().err, progress="compare:")
+        assert f"another comparison run is writing to {out}" in line
+    assert not list(out.glob("shards/*.npz")) and not (out / "summary.json").exists()

@@ -62,13 +62,14 @@ def barrier() -> None:
         dist.barrier()
 
 
-def ready_out(out: Path) -> FileLock | None:
+def ready_out(out: Path, *, what: str = "atlas") -> FileLock | None:
     """Rank 0 makes OUT and its shards folder, proves them writable and locks OUT before any work (the others
-    wait for the answer, an OutputError on every rank); returns the held lock (None on the other ranks)."""
+    wait for the answer, an OutputError on every rank); returns the held lock (None on the other ranks). what:
+    the kind of run, as a refusal names it."""
 
     def ready() -> FileLock:
         writable_folder(out / SHARD_DIR)
-        return lock_out(out)
+        return lock_out(out, what=what)
 
     return rank_zero_does(ready)
 

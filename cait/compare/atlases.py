@@ -94,7 +94,7 @@ def compare_atlases(options: CompareOptions) -> Path:
         **side_arrays(rows_b, "b", names, loaded[1].model.cfg),
     }
     out = Path(options.out)
-    lock = ready_out(out)
+    lock = ready_out(out, what="comparison")
     try:
         write_merged(out, loaded, data, names, arrays, options=options, by_position=True)
     finally:

@@ -152,7 +152,7 @@ def _make(
 ) -> Path:
     """Lock OUT, plan, compute this rank's shards and (rank 0) merge once all are done."""
     out = Path(options.out)
-    lock = ready_out(out)
+    lock = ready_out(out, what="comparison")
     try:
         recorded = recorded_options(options, len(data[0]))
         cover = Cover.of(recorded, data[0].paths)
