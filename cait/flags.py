@@ -31,8 +31,12 @@ def add_model_flags(
         default=None,
         metavar="VARIANT",
         choices=list_models(),
-        help=f"variant name (default {DEFAULT_MODEL}, or the one a checkpoint of ours describes; timm and deit "
-        f"files need it): {', '.join(list_models())}",
+        help=(
+            f"variant name (default {DEFAULT_MODEL}, or the one a checkpoint of ours describes; timm and deit "
+            if not side
+            else f"model {side.upper()}'s variant name (no default: give it or a checkpoint of ours; timm and deit "
+        )
+        + f"files need it): {', '.join(list_models())}",
     )
     p.add_argument(f"--checkpoint{suffix}", default=None, help=checkpoint_help)
     p.add_argument(f"--pretrained{suffix}", action="store_true", help=pretrained_help)
