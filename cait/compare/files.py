@@ -48,7 +48,9 @@ class CompareRun:
         model_a, model_b: what each model is (its name and where its weights came from, one line each).
         blocks_a, blocks_b: each model's block names in model order, SA blocks then CA blocks ("blocks.0", ...,
             "blocks_token_only.1"), the rows and columns of `cka`.
-        cka: linear CKA [len(blocks_a), len(blocks_b)] (minibatch unbiased HSIC estimator).
+        cka: linear CKA [len(blocks_a), len(blocks_b)] (minibatch unbiased HSIC estimator); NaN everywhere for a
+            comparison of two atlases (an atlas keeps no representations), as are `head_similarity` and the
+            matching's similarities (its heads are paired by layer and head).
         heads_a, heads_b: each model's CA heads as (layer, head), numbered from 1, the rows and columns of
             `head_similarity`.
         head_similarity: mean Spearman correlation of the two heads' maps on the image's pixels
