@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from ..lazy import lazy_attributes
 from .files import CompareRun, CompareRunError, Disagreement, read_run
-from .options import CompareOptions, Side
+from .options import CompareError, CompareOptions, Side
 
-__getattr__ = lazy_attributes(__name__, {"run_compare": "run", "CompareError": "run"})
+__getattr__ = lazy_attributes(__name__, {"run_compare": "run"})
 
 __all__ = [
     "CompareError",

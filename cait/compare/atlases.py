@@ -19,15 +19,14 @@ from ..atlas.shards import ARGS_FILE
 from ..data import read_images
 from ..explain.metrics import head_row
 from ..factory import load_from_flags
-from .options import CompareOptions
+from .merge import check_comparable, write_merged
+from .options import CompareError, CompareOptions
 
 MODEL_FLAGS = ("model", "checkpoint", "pretrained", "random_init")
 
 
 def read_atlas(folder: Path) -> tuple[dict, list[dict]]:
     """An atlas's recorded arguments and images.csv's rows; CompareError (one line) for a folder without them."""
-    from .run import CompareError
-
     try:
         args = json.loads((folder / ARGS_FILE).read_text())
         with open(folder / "images.csv", newline="") as f:
@@ -39,8 +38,6 @@ def read_atlas(folder: Path) -> tuple[dict, list[dict]]:
 
 def same_images(rows_a: list[dict], rows_b: list[dict], folders: tuple[Path, Path]) -> None:
     """CompareError unless the two atlases hold the same images in the same order."""
-    from .run import CompareError
-
     paths_a, paths_b = [r["path"] for r in rows_a], [r["path"] for r in rows_b]
     if paths_a != paths_b:
         first = next((f"{x!r} against {y!r}" for x, y in zip(paths_a, paths_b) if x != y), "one list is longer")
@@ -68,8 +65,6 @@ def side_arrays(rows: list[dict], key: str, names: list[str], cfg) -> dict[str, 
 
 def compare_atlases(options: CompareOptions) -> Path:
     """The comparison of options.atlas_a with options.atlas_b, written to options.out (see the module)."""
-    from .run import check_comparable, write_merged
-
     folders = (Path(options.atlas_a), Path(options.atlas_b))
     (args_a, rows_a), (args_b, rows_b) = read_atlas(folders[0]), read_atlas(folders[1])
     same_images(rows_a, rows_b, folders)

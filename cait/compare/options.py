@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError
+
 Head = tuple[int, int]  # a CA head as (layer, head), both numbered from 1 as in every file
 
 
@@ -59,3 +61,7 @@ class CompareOptions:
     exemplars: int = 6
     atlas_a: Path | None = None
     atlas_b: Path | None = None
+
+
+class CompareError(InputError):
+    """A comparison that cannot be made as asked; the message is one line."""
