@@ -53,8 +53,30 @@ def _corruption(spec: str) -> tuple[str, int]:
         raise AnalyzeError(str(e)) from None
 
 
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
+
+
+def _seed(value: Any) -> int:
+    """SmoothGrad's seed when torch can take it; AnalyzeError in one line otherwise."""
+    low, high = SEED_RANGE
+    if not low <= int(value) <= high:
+        raise AnalyzeError(f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {value}")
+    return int(value)
+
+
 SECTIONS = ("causal", "logit_lens", "patching", "token_patching")  # the opt-in sections, in the answer's order
-LONG_SECTIONS = ("causal", "patching", "token_patching")  # many passes each: computed on the long lane
+LONG_SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
+
+
+def _seed(value: Any) -> int:
+    """SmoothGrad's seed when torch can take it; AnalyzeError in one line otherwise."""
+    low, high = SEED_RANGE
+    if not low <= int(value) <= high:
+        raise AnalyzeError(f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {value}")
+    return int(value)
+
+
+SECTIONS = ("causal", "patching", "token_patching")  # many passes each: computed on the long lane
 
 
 @dataclass(frozen=True)
@@ -86,15 +108,15 @@ def checked_call(
     **options: Any,
 ) -> Call:
     """An /analyze call's keywords (`Analyze.analyze` says each) checked before any work: an InputError in one
-    line for a bad method, option, corruption or region side (the class is checked against the image's
-    analysis, `answer_now`)."""
+    line for a bad method, option, class, seed, corruption or region side."""
     checked = _options(**options)  # the page's bounds: a bad value is one line naming the option
+    session.checked_target(int(target), loaded.cfg.num_classes)
     if method:
         _choice(method, list(explain.METHODS), "method")
     corruption = _corruption(patching) if patching else None
     token_corruption = _corruption(token_patching) if token_patching else None
     region = checked_region(token_region, loaded.cfg.grid_size, name="token_region")  # the page slider's bounds
-    return Call(method, int(target), bool(causal), bool(logit_lens), corruption, token_corruption, region, int(seed),
+    return Call(method, int(target), bool(causal), bool(logit_lens), corruption, token_corruption, region, _seed(seed),
                 checked)  # fmt: skip
 
 

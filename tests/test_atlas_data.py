@@ -222,3 +222,27 @@ def test_limit_takes_every_class_and_a_16_bit_png_is_not_white(world, tmp_path):
     got = [_rows(f / "atlas" / "images.csv")[0] for f in (deep, flat)]
     assert got[0]["prediction"] == got[1]["prediction"]
     assert float(got[0]["probability"]) == pytest.approx(float(got[1]["probability"]), abs=1e-6)
+
+
+def test_boxes_none_in_view_finish_the_atlas_without_the_box_numbers(world, tmp_path, capsys):
+    """Issue 59: boxes given but none in the model's view (here every box's width and height misread as a
+    corner: negative sizes) finish the atlas with every number that needs no box; the box columns are empty
+    and summary.json and the page say why."""
+    data = tmp_path / "data"
+    for k in range(3):
+        _noise(data / "Bag" / f"{k}.png", (32, 32), k)
+    coco = _coco(tmp_path / "boxes.json", {f"Bag/{k}.png": [20, 20, 4 - 20, 4 - 20 - k] for k in range(3)}, None)
+    model = ["--checkpoint", str(world["root"] / "pico.safetensors")]
+    out = tmp_path / "atlas"
+    with pytest.warns(UserWarning, match="left out"):
+        assert atlas([*model, "--data", str(data), "--boxes", str(coco), "--workers", "0", "--out", str(out)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    rows = _rows(out / "images.csv")
+    assert len(rows) == 3 and all(r["ca1_head1_entropy"] != "" and r["ca1_head1_pointing"] == "" for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["boxes"]["images_with_box"] == 0 and summary["heads"][0]["pointing_mean"] is None
+    assert summary["heads"][0]["entropy_mean"] is not None
+    heads = _rows(out / "heads.csv")
+    assert heads[0]["pointing_images"] == "0" and heads[0]["mass_in_box_mean"] == ""
+    page = (out / "atlas.html").read_text()
+    assert "no image has a box in the model&#x27;s view" in page

@@ -370,9 +370,11 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def histograms(shards: list[Path], tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
-    """Per number, shared bin edges over all heads and the counts of each head [L, H, BINS] (a second read of
-    the shards: the edges need the first pass's extremes)."""
-    numbers = [m for m in head_numbers(boxes) if m != "pointing"]  # a hit is 0 or 1: its rate is in the table
+    """Per number with a value, shared bin edges over all heads and the counts of each head [L, H, BINS] (a
+    second read of the shards: the edges need the first pass's extremes). A localisation number of data whose
+    boxes all lie outside the model's view has no value, so no histogram."""
+    # a hit is 0 or 1: its rate is in the table
+    numbers = [m for m in head_numbers(boxes) if m != "pointing" and tally.moments[m].n.any()]
     edges = {}
     for m in numbers:
         lo, hi = float(np.min(tally.moments[m].lo)), float(np.max(tally.moments[m].hi))
@@ -528,7 +530,8 @@ def class_entries(tally: Tally, names: list[str]) -> dict[str, Any]:
 
 def box_line(entry: dict[str, Any]) -> str:
     """summary.json's `boxes` in one line (the log's and the page's): what is scored, what was left out and why."""
-    return BoxCount(entry["images_with_box"], entry["left_out"]).line()
+    line = BoxCount(entry["images_with_box"], entry["left_out"]).line()
+    return line + (f"; {entry['no_scores']}" if entry.get("no_scores") else "")
 
 
 def box_entry(tally: Tally, count: BoxCount | None) -> dict[str, Any]:
@@ -540,7 +543,12 @@ def box_entry(tally: Tally, count: BoxCount | None) -> dict[str, Any]:
     entry = {"images_with_box": scored, "left_out": dict(count.left_out) if count else {}}
     entry["left_out_reasons"] = {k: LEFT_OUT[k] for k in entry["left_out"]}
     stats = _interval(share, ()) if scored else {"mean": None, "ci95": None}
-    return entry | {"box_share_mean": stats["mean"], "box_share_ci95": stats["ci95"]}
+    entry |= {"box_share_mean": stats["mean"], "box_share_ci95": stats["ci95"]}
+    return entry | ({} if scored else {"no_scores": NO_BOX_IN_VIEW})
+
+
+# why the localisation columns of an atlas are empty when boxes were given but none lies in the model's view
+NO_BOX_IN_VIEW = "no image has a box in the model's view: the pointing and mass-in-box columns are empty"
 
 
 def block_entries(tally: Tally, names: list[str], gamma: list[float]) -> list[dict[str, Any]]:
