@@ -14,11 +14,12 @@ import gradio as gr
 from gradio.data_classes import FileData
 
 from app import causal_view, mechanisms_view, session, torch_thread
+from app.api_calls import refused
 from app.images import ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
 from cait import explain
-from cait.errors import InputError
+from cait.errors import InputError, shown
 from cait.explain.attribution import checked_options
 from cait.explain.token_patching import checked_region
 from cait.robustness import parse_corruption
@@ -32,7 +33,7 @@ class AnalyzeError(InputError):
 
 def _choice(value: str, choices, what: str) -> str:
     if value not in choices:
-        raise AnalyzeError(f"unknown {what} {value!r}; choose from {', '.join(choices)}")
+        raise AnalyzeError(f"unknown {what} {shown(value)}; choose from {', '.join(choices)}")
     return value
 
 
@@ -60,7 +61,7 @@ def _seed(value: Any) -> int:
     """SmoothGrad's seed when torch can take it; AnalyzeError in one line otherwise."""
     low, high = SEED_RANGE
     if not low <= int(value) <= high:
-        raise AnalyzeError(f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {value}")
+        raise AnalyzeError(f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {shown(value)}")
     return int(value)
 
 
@@ -229,14 +230,14 @@ class Analyze:
         )
         path = payload_path(image)
         if path is None:
-            raise _refused("no image given")
+            raise refused("analyze", "no image given")
         asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
         asked |= dict(token_patching=token_patching, token_region=token_region)
         try:
             return self._answer(path, seed=seed, **asked, **options)
         except InputError as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise _refused(f"{prefix}{e}") from None
+            raise refused("analyze", f"{prefix}{e}") from None
         except Exception:
             log.exception("/analyze: internal error")
             raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
@@ -252,10 +253,3 @@ class Analyze:
             return out
         work = lambda: {name: compute() for name, compute in later.items()}  # noqa: E731
         return in_order(out, torch_thread.call_long(work, model=loaded.model))
-
-
-def _refused(message: str) -> gr.Error:
-    """A bad /analyze call's answer, logged as one line (Gradio would print the traceback: a caller's mistake
-    is not the server's)."""
-    log.info("/analyze refused: %s", message)
-    return gr.Error(message, print_exception=False)

@@ -84,3 +84,17 @@ def test_a_bad_seed_or_target_is_refused_before_any_work(asked, message, monkeyp
     with pytest.raises(InputError) as refused:
         api.answer(loaded, "image.png", **{**ASKED, **asked})
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    "name", ["method", "ig_baseline", "rollout_head_fusion", "smoothgrad_stdev", "patching", "token_region"]
+)
+def test_a_refusal_cuts_the_value_it_echoes(name, monkeypatch):
+    """Issue 59: a 100,000-character value was answered and logged whole. Every refusal shows at most its
+    first 80 characters, as the raw-call checks do (`cait.errors.shown`)."""
+    monkeypatch.setattr(session, "analyse", lambda *a, **k: pytest.fail("analysed a bad call"))
+    loaded = SimpleNamespace(cfg=SimpleNamespace(num_classes=10, grid_size=4))
+    with pytest.raises(InputError) as refused:
+        api.answer(loaded, "image.png", **{**ASKED, "token_region": 1, name: "x" * 100_000})
+    message = str(refused.value)
+    assert "'" + "x" * 76 + "..." in message and len(message) < 400, message[:400]
