@@ -20,9 +20,9 @@ from app import texts, torch_thread
 from app.loading import load_model
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import log
-from app.tabs.dataset import AtlasPlaces
+from app.tabs.dataset import BUILT, AtlasPlaces
 from app.ui import build_app, launch
-from app.workdir import WORK
+from app.workdir import WORK, kept
 from cait import hub
 from cait.factory import requested_variant
 from cait.runtime import DeviceError, PrecisionChoice, choose_precision, known_precision, resolve_device
@@ -72,7 +72,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         places = AtlasPlaces.of(args.atlas, args.atlas_dir)
         demo = build_app(cache, default, places)
-        launch(demo, host=args.host, port=args.port, served=tuple(places.served()), block=False)
+        served = (*places.served(), str(kept(BUILT)))  # the atlases built in the Dataset tab link their pages too
+        launch(demo, host=args.host, port=args.port, served=served, block=False)
     except OSError as e:  # the port was taken between the check and the bind
         print(
             f"error: cannot serve on {args.host}:{args.port} ({e.strerror or e}); choose another with --port",

@@ -21,6 +21,8 @@ from test_app import ROOT, free_port
 
 import cait
 from app.api import Analyze
+from app.tabs.dataset import BUILT
+from app.workdir import kept
 
 SCENE = sorted(cait.data.EXAMPLES_DIR.glob("scene_*.png"))[0]
 STOP_BOUND_S = 20  # generous: the shutdown's own grace is 5 s; today a running computation held it for minutes
@@ -107,6 +109,8 @@ MALFORMED = {
         with_inputs(method="smoothgrad", smoothgrad_samples=0),
         "smoothgrad_samples must be between 2 and 64, got 0",
     ),
+    "a seed torch cannot take (issue 59)": (with_inputs(seed=2**70), "seed must be a whole number from -2**63"),
+    "a 100,000-character method, echoed cut": (with_inputs(method="x" * 100_000), f"unknown method '{'x' * 76}...;"),
 }
 
 
@@ -124,7 +128,7 @@ def test_every_refused_call_is_one_line_in_the_log_and_one_to_the_client(server)
     said = log.read_text()[len(before) :]
     assert "Traceback" not in said and "Error" not in said, said
     refused = [line for line in said.splitlines() if "/analyze refused: " in line]
-    assert len(refused) == len(MALFORMED), said
+    assert len(refused) == len(MALFORMED) and max(map(len, refused)) < 1000, said
     event, payload = raw_call(url, with_inputs(image=image))
     assert event == "complete" and payload[0]["predictions"][0]["label"] in cait.config.FASHION_MNIST_CLASSES
 
@@ -203,3 +207,14 @@ def test_the_page_is_served_before_bf16_is_timed(tmp_path, monkeypatch):
         assert [entry["bf16_speedup"] for entry in stored.values()] == [2.0]
     finally:
         stop(proc)
+
+
+def test_an_atlas_built_in_the_app_is_served(server):
+    """Issue 59: the link to the atlas.html of an atlas built in the Dataset tab answered 403: the user-cache
+    folder the app keeps them in was not among the served paths."""
+    url, _ = server
+    page = kept(BUILT) / "cait_nano_64-8" / "atlas.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("<html>an atlas</html>")
+    answer = httpx.get(f"{url}gradio_api/file={page}", timeout=30)
+    assert answer.status_code == 200 and answer.text == "<html>an atlas</html>"
