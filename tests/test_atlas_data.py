@@ -246,3 +246,19 @@ def test_boxes_none_in_view_finish_the_atlas_without_the_box_numbers(world, tmp_
     assert heads[0]["pointing_images"] == "0" and heads[0]["mass_in_box_mean"] == ""
     page = (out / "atlas.html").read_text()
     assert "no image has a box in the model&#x27;s view" in page
+
+
+def test_the_heads_table_says_each_columns_own_image_count(world):
+    """Issue 59: the table's header counted all / right / wrong images over every number, while pointing and
+    mass in the box are over the images with a box in view. Each column says its own n, counted here from
+    images.csv."""
+    rows = _rows(world["out"] / "images.csv")
+    boxed = [r for r in rows if r["ca1_head1_pointing"] != ""]
+    page = (world["out"] / "atlas.html").read_text()
+    header = re.search(r"<tr><th rowspan='2'>head</th>.*?</tr><tr>(.*?)</tr>", page).group(1)
+    cells = re.findall(r"<th>(\w+) \((\d+)\)</th>", header)
+    expected = []
+    for of in (rows, rows, boxed, boxed):  # entropy, DLA, pointing, mass in box
+        right = sum(r["correct"] == "True" for r in of)
+        expected += [("all", str(len(of))), ("right", str(right)), ("wrong", str(len(of) - right))]
+    assert cells == expected

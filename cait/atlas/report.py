@@ -489,9 +489,9 @@ def token_patching_entry(tally: Tally) -> dict[str, Any]:
 
 
 def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[str, Any]]:
-    """summary.json's `heads`: per CA head (numbered from 1) the mean of each number with its interval (named
-    as in heads.csv: `<number>_mean`, `<number>_ci95`), on labelled data also over the right and the wrong
-    predictions apart (`<number>_correct_mean`, ...), and its exemplars."""
+    """summary.json's `heads`: per CA head (numbered from 1) the mean of each number with its interval and the
+    images it is over (named as in heads.csv: `<number>_mean`, `<number>_ci95`, `<number>_images`), on labelled
+    data also over the right and the wrong predictions apart (`<number>_correct_mean`, ...), and its exemplars."""
     entries = []
     for l in range(tally.layers):
         for h in range(tally.heads):
@@ -499,10 +499,13 @@ def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[st
             for m in HEAD_NUMBERS:
                 stats = _interval(tally.moments[m], (l, h)) if m in head_numbers(boxes) else {}
                 entry |= {f"{m}_mean": stats.get("mean"), f"{m}_ci95": stats.get("ci95")}
+                entry[f"{m}_images"] = int(tally.moments[m].n[l, h]) if m in head_numbers(boxes) else 0
             for outcome in OUTCOMES if tally.labelled else ():
                 for m in head_numbers(boxes):
-                    stats = _interval(tally.by_outcome[outcome][m], (l, h))
-                    entry |= {f"{m}_{outcome}_mean": stats["mean"], f"{m}_{outcome}_ci95": stats["ci95"]}
+                    mo, name = tally.by_outcome[outcome][m], f"{m}_{outcome}"
+                    stats = _interval(mo, (l, h))
+                    entry |= {f"{name}_mean": stats["mean"], f"{name}_ci95": stats["ci95"]}
+                    entry[f"{name}_images"] = int(mo.n[l, h])
             entry["exemplars"] = {
                 "concentrated": [{"path": paths[i], "entropy": -v} for i, v in tally.concentrated[k].best()],
                 "writes": [{"path": paths[i], "dla": v} for i, v in tally.writing[k].best()],
