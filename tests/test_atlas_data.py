@@ -19,6 +19,7 @@ from conftest import randomise_
 from PIL import Image
 
 import cait
+from cait.atlas import report
 from cait.atlas.__main__ import main as atlas
 from cait.checkpoint import save_weights
 from cait.evaluate.__main__ import main as evaluate
@@ -262,3 +263,35 @@ def test_the_heads_table_says_each_columns_own_image_count(world):
         right = sum(r["correct"] == "True" for r in of)
         expected += [("all", str(len(of))), ("right", str(right)), ("wrong", str(len(of) - right))]
     assert cells == expected
+
+
+def test_a_box_of_an_unreadable_image_counts_the_same_with_or_without_sizes(world, tmp_path, capsys):
+    """Issue 59: the box of an unreadable image was scored-and-then-not when the COCO file gave width and height
+    ("4 scored" early, 2 scored at the end), left out when it did not. Now both files give one count, in the
+    reader's warning (which opens each boxed file's header, not its pixels), summary.json and the closing line:
+    a file PIL cannot open and a truncated one (whose header reads) are each a box left out as unreadable."""
+    data = tmp_path / "data"
+    for k in range(2):
+        _noise(data / "Bag" / f"{k}.png", (32, 32), k)
+    (data / "Bag" / "broken.png").write_text("not an image")
+    whole = io.BytesIO()
+    Image.new("RGB", (32, 32), "red").save(whole, format="PNG")
+    (data / "Bag" / "cut.png").write_bytes(whole.getvalue()[:60])  # the header, not the pixels
+    names = ["Bag/0.png", "Bag/1.png", "Bag/broken.png", "Bag/cut.png"]
+    model = ["--checkpoint", str(world["root"] / "pico.safetensors"), "--data", str(data), "--workers", "0"]
+    said, closed = {}, {}
+    for sizes in (None, {n: (32, 32) for n in names}):
+        coco = _coco(tmp_path / f"boxes{sizes is None}.json", {n: [2, 2, 20, 20] for n in names}, sizes)
+        out = tmp_path / f"atlas{sizes is None}"
+        with pytest.warns(UserWarning) as warned:
+            assert atlas([*model, "--boxes", str(coco), "--exemplars", "1", "--out", str(out)]) == 0
+        boxes = json.loads((out / "summary.json").read_text())["boxes"]
+        assert boxes["images_with_box"] == 2 and boxes["left_out"] == {"unreadable": 2}, boxes
+        closing = [line for line in capsys.readouterr().err.splitlines() if "are scored" in line]
+        said[sizes is None] = [str(w.message).split(": ", 1)[1] for w in warned if "scored" in str(w.message)]
+        closed[sizes is None] = closing
+        assert closing == [report.box_line(boxes)]
+    early = "3 image(s) with a box in the model's view are scored; 1 box(es) left out: 1 of an image that cannot "
+    early += "be read"
+    assert said[True] == said[False] == [early]
+    assert closed[True] == closed[False]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -537,13 +538,16 @@ def box_line(entry: dict[str, Any]) -> str:
     return line + (f"; {entry['no_scores']}" if entry.get("no_scores") else "")
 
 
-def box_entry(tally: Tally, count: BoxCount | None) -> dict[str, Any]:
+def box_entry(tally: Tally, count: BoxCount | None, boxes: np.ndarray) -> dict[str, Any]:
     """summary.json's `boxes`: how many readable images had a box the model sees (the images every
-    localisation score is over), what the reader left out and why, and the chance level of the pointing game
-    and the mass in the box (the mean box share of the image, with its interval)."""
+    localisation score is over), what was left out and why (the reader's count, and the boxes of images that
+    opened but could not be decoded, `boxes` [N, 4] NaN rows without), and the chance level of the pointing
+    game and the mass in the box (the mean box share of the image, with its interval)."""
     share = tally.moments.get("box_share")
     scored = 0 if share is None else int(share.n)
-    entry = {"images_with_box": scored, "left_out": dict(count.left_out) if count else {}}
+    left = Counter(count.left_out if count else {})
+    left["unreadable"] += int((~np.isnan(boxes[sorted(tally.skipped)]).any(-1)).sum()) if tally.skipped else 0
+    entry = {"images_with_box": scored, "left_out": {k: left[k] for k in LEFT_OUT if left[k]}}
     entry["left_out_reasons"] = {k: LEFT_OUT[k] for k in entry["left_out"]}
     stats = _interval(share, ()) if scored else {"mean": None, "ci95": None}
     entry |= {"box_share_mean": stats["mean"], "box_share_ci95": stats["ci95"]}

@@ -262,7 +262,7 @@ def _summary(
         "dla": "each CA head's direct write to the logit of the class the model predicted (cait.explain)",
         "heads": report.head_entries(tally, data.paths, boxes=boxes) if images else [],
         "sa_attention_distance": None,
-        "boxes": report.box_entry(tally, data.box_count) if boxes else None,
+        "boxes": report.box_entry(tally, data.box_count, data.boxes.numpy()) if boxes else None,
         **report.class_entries(tally, list(class_names(cfg))),
     }
     if distance is not None:
