@@ -108,6 +108,47 @@ def test_a_skipped_image_is_retried_when_it_is_readable_again(small, capsys):
         assert (out / name).read_text().replace(str(data.name), "data") == (small["reference"] / name).read_text()
 
 
+def test_a_file_that_stays_unreadable_does_not_redo_its_shard(small, capsys):
+    """Issue 59: a file that stayed unreadable made every rerun of a finished atlas recompute its whole shard.
+    A rerun tries the skipped file alone; failing again for the same reason, the shard is kept, and a line says
+    so; failing for another reason (here: gone), the shard is redone."""
+    data = small["root"] / "data_broken"
+    shutil.copytree(small["root"] / "data", data)
+    broken = sorted((data / "Coat").glob("*.png"))[0]
+    broken.write_bytes(b"not an image")
+    args = [str(data) if a == str(small["root"] / "data") else a for a in small["args"]]
+    out = small["root"] / "broken"
+    assert main([*args, "--out", str(out)]) == 0
+    shard = next(p for p in (out / "shards").glob("*.npz") if _skips(p))
+    made = shard.stat().st_mtime_ns, shard.stat().st_ino
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"{shard.name}: its 1 unreadable image(s) failed again for the same reason (not an image PIL can read)" in err
+    )
+    assert (shard.stat().st_mtime_ns, shard.stat().st_ino) == made  # not recomputed
+    assert json.loads((out / "summary.json").read_text())["skipped"] == [f"Coat/{broken.name}"]
+    broken.write_bytes(_truncated_png())
+    assert main([*args, "--out", str(out)]) == 0
+    assert f"{shard.name} skipped 1 unreadable image(s): retrying them" in capsys.readouterr().err
+    assert (shard.stat().st_mtime_ns, shard.stat().st_ino) != made
+
+
+def _truncated_png() -> bytes:
+    """A PNG whose header reads and whose pixels are cut off: another reason than "not an image"."""
+    from PIL import Image
+
+    whole = io.BytesIO()
+    Image.new("RGB", (32, 32), "red").save(whole, format="PNG")
+    return whole.getvalue()[:60]
+
+
+def _skips(shard: Path) -> int:
+    with np.load(shard) as f:
+        return len(f["skipped"])
+
+
 def _files(out: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_FILE}
 

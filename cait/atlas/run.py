@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -72,17 +72,20 @@ def _ready_out(out: Path) -> FileLock | None:
     return rank_zero_does(ready)
 
 
-def _plan(out: Path, cover: Cover, recorded: dict, *, world: int, size: int, batch: int) -> list[list[range]]:
+def _plan(
+    out: Path, cover: Cover, recorded: dict, *, world: int, size: int, batch: int, skip_reason: Callable | None = None
+) -> list[list[range]]:
     """Rank 0 checks the arguments and the shards on disk (a damaged or foreign shard is redone, skips are
-    retried) and splits what is left over the ranks, saying the split; every rank gets rank 0's plan, or its
-    AtlasError."""
+    retried unless they fail again alike: `shards.verified`, asking `skip_reason`) and splits what is left over
+    the ranks, saying the split; every rank gets rank 0's plan, or its AtlasError."""
 
     def plan() -> list[list[range]]:
         problem = args_problem(out, recorded)
         if problem:
             raise AtlasError(problem)
         record_args(out, recorded)
-        todo = todo_images(verified(out, cover, say=lambda line: print(line, file=sys.stderr)), len(cover.paths))
+        say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+        todo = todo_images(verified(out, cover, say=say, skip_reason=skip_reason), len(cover.paths))
         runs = balanced_runs(todo, world, size, batch=batch)
         if world > 1 and todo:
             split = ", ".join(
@@ -142,7 +145,8 @@ def make(
         # what auto chose is recorded too: shards of one atlas all come from one precision
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
         cover = Cover.of(recorded, data.paths)
-        plan = _plan(out, cover, recorded, world=world, size=args.shard_size, batch=args.batch_size)
+        sizes = dict(world=world, size=args.shard_size, batch=args.batch_size)
+        plan = _plan(out, cover, recorded, **sizes, skip_reason=data.skip_reason)
         dtype = precision.dtype
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
         options["patching"] = args.patching
