@@ -54,7 +54,9 @@ def assert_as_reference(out: Path, reference: Path) -> None:
 
 
 def one_error_line(err: str) -> str:
-    return conftest.one_error_line(err, progress="atlas:")
+    """The one error line, besides the progress bar and the line saying a rerun continues."""
+    said = [line for line in err.splitlines() if not line.startswith(("continuing: ", "all 12 images were done"))]
+    return conftest.one_error_line("\n".join(said), progress="atlas:")
 
 
 def test_damaged_emptied_and_swapped_shards_are_redone_with_a_line(small, capsys):
@@ -281,3 +283,71 @@ def test_torchrun_merge_waits_for_a_slow_rank(small):
         proc.stderr
     )
     assert_as_reference(out, small["reference"])
+
+
+def test_messages_name_the_file_the_folder_and_the_resume(small, capsys, monkeypatch):
+    """Issue 59: a full disk while merging named no file; "the shards written are kept" was said of an --out
+    that was gone; a folder in place of a shard was announced "redoing it" and then failed; a resuming rerun said
+    nothing. Each now says what is so, in one line."""
+    out = small["root"] / "messages"
+    shutil.copytree(small["reference"], out)
+    (out / "summary.json").unlink()
+
+    def full(path, *args, **kwargs):  # what a write() on a full disk raises: no file name
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atlas_run.report, "write_csv", full)
+    capsys.readouterr()
+    assert main([*small["args"], "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "all 12 images were done before: merging" in err
+    line = one_error_line(err)
+    assert line.startswith(f"python -m cait.atlas: error: cannot write {out}") and "No space left on device" in line
+    assert line.endswith("the shards written are kept"), line
+
+    def gone(args):  # --out deleted while the run wrote it, then the disk fails
+        shutil.rmtree(args.out)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args.out / "shards" / "x.npz"))
+
+    monkeypatch.setattr(atlas_run, "run", gone)
+    assert main([*small["args"], "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "No space left on device" in line and "kept" not in line, line
+    monkeypatch.undo()
+
+    shutil.copytree(small["reference"], out)
+    first = sorted((out / "shards").glob("*.npz"))[0]
+    first.unlink()
+    first.mkdir()
+    assert main([*small["args"], "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.endswith(f"{first} is a folder, not a shard file: move or delete it"), line
+    first.rmdir()
+    assert main([*small["args"], "--out", str(out)]) == 0
+    assert "continuing: 8 of 12 images were done before, 4 to do" in capsys.readouterr().err
+
+
+def test_data_warnings_are_one_line_and_said_by_rank_zero_only():
+    """Issue 59: a DataWarning printed its source line on every run, and once per torchrun rank."""
+    import warnings
+
+    from cait.data import DataWarning
+
+    with atlas_run.one_line_warnings(rank=0):
+        assert warnings.formatwarning(DataWarning("3 boxes left out"), DataWarning, "x.py", 1, "code") == (
+            "warning: 3 boxes left out\n"
+        )
+        assert "code" in warnings.formatwarning(UserWarning("other"), UserWarning, "x.py", 1, "code")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with atlas_run.one_line_warnings(rank=1):
+            warnings.warn("3 boxes left out", DataWarning)
+    assert said == []
+
+
+def test_a_skip_reason_names_no_absolute_path(tmp_path):
+    from cait.data.image_file import unreadable_reason
+
+    path = str(tmp_path / "a.png")
+    reason = unreadable_reason(PermissionError(errno.EACCES, os.strerror(errno.EACCES), path))
+    assert reason == "PermissionError: Permission denied" and str(tmp_path) not in reason

@@ -8,15 +8,17 @@ import json
 import os
 import shutil
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 from filelock import FileLock
 
 from .. import explain
-from ..data import ImageSet, read_images
+from ..data import DataWarning, ImageSet, read_images
 from ..distributed import RankFailed, balanced_runs, gather_all, process_group, rank_zero_does
 from ..errors import InputError
 from ..factory import load_from_flags
@@ -86,6 +88,7 @@ def _plan(
         record_args(out, recorded)
         say = lambda line: print(line, file=sys.stderr)  # noqa: E731
         todo = todo_images(verified(out, cover, say=say, skip_reason=skip_reason), len(cover.paths))
+        _say_resumed(len(cover.paths), len(todo))
         runs = balanced_runs(todo, world, size, batch=batch)
         if world > 1 and todo:
             split = ", ".join(
@@ -95,6 +98,35 @@ def _plan(
         return runs
 
     return gather_all(rank_zero_does(plan))[0]
+
+
+def _say_resumed(images: int, todo: int) -> None:
+    """A line when the shards on disk already hold some of the images: the run continues an earlier one."""
+    if todo == 0:
+        print(f"all {images} images were done before: merging", file=sys.stderr)
+    elif todo < images:
+        print(f"continuing: {images - todo} of {images} images were done before, {todo} to do", file=sys.stderr)
+
+
+@contextmanager
+def one_line_warnings(*, rank: int) -> Iterator[None]:
+    """Inside, a `DataWarning` (data used, not all as asked) prints as one line, without the source line
+    Python adds, and only on rank 0 (every rank reads the same data: one says it)."""
+    with warnings.catch_warnings():
+        if rank:
+            warnings.simplefilter("ignore", DataWarning)
+        shown = warnings.formatwarning
+
+        def one_line(message, category, filename, lineno, line=None) -> str:
+            if issubclass(category, DataWarning):
+                return f"warning: {message}\n"
+            return shown(message, category, filename, lineno, line)
+
+        warnings.formatwarning = one_line
+        try:
+            yield
+        finally:
+            warnings.formatwarning = shown
 
 
 def read_data(args: argparse.Namespace, cfg) -> ImageSet:
@@ -111,7 +143,8 @@ def run(args: argparse.Namespace) -> Path:
     with process_group(args.device) as (rank, world, device):
         loaded = load_from_flags(args)
         loaded.model.to(device).eval()
-        data = read_data(args, loaded.model.cfg)
+        with one_line_warnings(rank=rank):
+            data = read_data(args, loaded.model.cfg)
         return make(args, loaded, data, device=device, rank=rank, world=world)
 
 
@@ -181,7 +214,12 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: ar
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        skipped = _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
+        try:
+            skipped = _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
+        except OSError as e:  # a write() on a full disk names no file: name the atlas's folder
+            if e.filename is None and e.strerror:
+                raise OSError(e.errno, f"{e.strerror} (writing the merged files)", str(out)) from None
+            raise
         readable = len(skipped) < len(data)
         for name in MERGED if readable else ("skipped.csv",):
             if (stage / name).exists():
@@ -295,7 +333,8 @@ def main_guarded(args: argparse.Namespace) -> int:
             print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder made read-only mid-run: this rank's own problem, said by it
-        print(f"python -m cait.atlas: error: {write_failure(e)}; the shards written are kept", file=sys.stderr)
+        kept = "; the shards written are kept" if any((Path(args.out) / SHARD_DIR).glob("shard-*.npz")) else ""
+        print(f"python -m cait.atlas: error: {write_failure(e)}{kept}", file=sys.stderr)
         return 2
     except (InputError, ShardError) as e:  # a flag, file, model, image set or shard that cannot work
         if int(os.environ.get("RANK", "0")) == 0:

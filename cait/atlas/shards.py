@@ -154,6 +154,8 @@ def verified(
         leftover.unlink(missing_ok=True)
     kept = []
     for images, path in shard_files(out).items():
+        if path.is_dir():  # not ours to delete
+            raise ShardError(f"{path} is a folder, not a shard file: move or delete it")
         try:
             if images.stop > len(cover.paths):
                 raise ShardError(f"{path.name} covers images past the {len(cover.paths)} of this data")
