@@ -30,8 +30,16 @@ def block_label(name: str) -> str:
     return f"{'ca' if stage == 'blocks_token_only' else 'sa'}{int(k) + 1}"
 
 
+def _added(total: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`total` plus every row of `values` (along the first axis), one row at a time in order: float64 sums
+    that do not depend on where the rows were cut into shards (a sum per shard, then over the shards, would
+    round differently for one process and torchrun's ranks)."""
+    return np.add.accumulate(np.concatenate([total[None], values]), axis=0)[-1] if len(values) else total
+
+
 class Moments:
-    """Running count, sum, sum of squares, min and max over the first axis, NaNs left out (float64)."""
+    """Running count, sum, sum of squares, min and max over the first axis, NaNs left out (float64; the sums in
+    image order, `_added`)."""
 
     def __init__(self, shape: tuple[int, ...]):
         self.n, self.sum, self.sq = np.zeros(shape), np.zeros(shape), np.zeros(shape)
@@ -41,8 +49,8 @@ class Moments:
         v = values.astype(np.float64)
         seen = ~np.isnan(v)
         self.n += seen.sum(0)
-        self.sum += np.where(seen, v, 0).sum(0)
-        self.sq += np.where(seen, v * v, 0).sum(0)
+        self.sum = _added(self.sum, np.where(seen, v, 0))
+        self.sq = _added(self.sq, np.where(seen, v * v, 0))
         if len(v):
             self.lo = np.fmin(self.lo, np.nanmin(np.where(seen, v, np.inf), 0))
             self.hi = np.fmax(self.hi, np.nanmax(np.where(seen, v, -np.inf), 0))
@@ -67,7 +75,7 @@ class Moments:
 
 class Ratio:
     """The ratio of two running means over the first axis, sum(a) / sum(g), with a 95% interval by the delta
-    method (from running sums of a, g, their squares and product; float64). For activation patching: a
+    method (from running sums of a, g, their squares and product; float64, in image order). For activation patching: a
     component's mean restored logit over the mean gap, the share of the gap it restores."""
 
     def __init__(self, shape: tuple[int, ...]):
@@ -78,11 +86,11 @@ class Ratio:
         a = a.astype(np.float64)
         g = g.astype(np.float64).reshape((-1,) + (1,) * (a.ndim - 1))
         self.n += len(a)
-        self.a += a.sum(0)
-        self.g += np.broadcast_to(g, a.shape).sum(0)
-        self.aa += (a * a).sum(0)
-        self.gg += np.broadcast_to(g * g, a.shape).sum(0)
-        self.ag += (a * g).sum(0)
+        self.a = _added(self.a, a)
+        self.g = _added(self.g, np.broadcast_to(g, a.shape))
+        self.aa = _added(self.aa, a * a)
+        self.gg = _added(self.gg, np.broadcast_to(g * g, a.shape))
+        self.ag = _added(self.ag, a * g)
 
     @property
     def ratio(self) -> np.ndarray:
