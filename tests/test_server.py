@@ -218,3 +218,26 @@ def test_an_atlas_built_in_the_app_is_served(server):
     page.write_text("<html>an atlas</html>")
     answer = httpx.get(f"{url}gradio_api/file={page}", timeout=30)
     assert answer.status_code == 200 and answer.text == "<html>an atlas</html>"
+
+
+def test_the_main_thread_sleeps_once_a_signal_is_heard():
+    """Issue 59: after a signal the main thread spun in `Shutdown.wait` (an Event already set returns at once),
+    at 100% CPU holding the GIL, so Gradio's removal of its temporary files on close, and the process's exit,
+    took 35-75 s after a long session. Once asked, the main thread waits without spinning."""
+    import threading
+
+    from app.server import Shutdown
+
+    shutdown = Shutdown()
+    shutdown._asked.set()  # as the signal handler leaves it
+    waits, real_wait = [], threading.Event.wait
+
+    def counted(event, timeout=None):
+        waits.append(1)
+        return real_wait(event, timeout)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(threading.Event, "wait", counted)
+        threading.Thread(target=shutdown.wait, daemon=True).start()
+        time.sleep(0.5)
+    assert len(waits) <= 3, f"{len(waits)} waits in 0.5 s: the main thread spins"
