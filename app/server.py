@@ -6,14 +6,17 @@ model computes."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
 import sys
 import threading
+from typing import Any
 
 import gradio as gr
 import torch
+from gradio.server_messages import ProcessCompletedMessage
 
 import cait
 from app import texts, torch_thread
@@ -114,6 +117,39 @@ def show_precision(demo: gr.Blocks, loaded: LoadedModel) -> None:
     demo.config = demo.get_config_file()
 
 
+ANSWER_S = 1.0  # how long the stop waits for the callers' streams to send them why
+STOPPING = "The server is stopping (it was asked to end): this call was not finished. Call again once it is back."
+
+
+def tell_callers(demo: gr.Blocks, message: str) -> None:
+    """Answer every call the server holds (running or waiting) with `message` as its error and end its stream:
+    the callers learn why instead of a dropped connection, and the server's close does not wait for their
+    streams (it waited out its whole grace)."""
+    servers = getattr(getattr(demo, "server", None), "servers", None) or []
+    queue = getattr(demo, "_queue", None)
+    if not servers or queue is None:
+        return
+    answered = asyncio.run_coroutine_threadsafe(_answer_all(queue, message), servers[0].get_loop())
+    try:
+        answered.result(timeout=ANSWER_S + 1.0)
+    except Exception:  # the loop is gone or busy: the close goes on without it
+        log.warning("stopping: could not tell the waiting callers")
+
+
+async def _answer_all(queue: Any, message: str) -> None:
+    """On the server's event loop (Gradio's queue is not thread-safe): each event's error message, then a wait
+    (at most `ANSWER_S`) until each stream has sent it: a queue closed before would send "unexpected error"."""
+    running = [event for job in queue.active_jobs if job for event in job]
+    waiting = [event for events in queue.event_queue_per_concurrency_id.values() for event in events.queue]
+    for event in running + waiting:
+        queue.send_message(event, ProcessCompletedMessage(output={"error": message}, success=False, title="Error"))
+    pending = lambda e: e._id in queue.pending_event_ids_session.get(e.session_hash, ())  # noqa: E731
+    for _ in range(int(ANSWER_S / 0.05)):
+        if not any(e.alive and pending(e) for e in running + waiting):
+            return
+        await asyncio.sleep(0.05)
+
+
 class Shutdown:
     """SIGINT (Ctrl+C) and SIGTERM end the process within `STOP_GRACE_S` seconds: the server closed, the app's
     temporary folder removed, then the process ended without waiting for the torch thread, whose computation
@@ -147,6 +183,7 @@ class Shutdown:
         watchdog.daemon = True
         watchdog.start()
         if self.demo is not None:
+            tell_callers(self.demo, STOPPING)
             self.demo.close(verbose=False)
         self._end()
 
