@@ -66,18 +66,7 @@ def _seed(value: Any) -> int:
 
 
 SECTIONS = ("causal", "logit_lens", "patching", "token_patching")  # the opt-in sections, in the answer's order
-LONG_SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
-
-
-def _seed(value: Any) -> int:
-    """SmoothGrad's seed when torch can take it; AnalyzeError in one line otherwise."""
-    low, high = SEED_RANGE
-    if not low <= int(value) <= high:
-        raise AnalyzeError(f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {value}")
-    return int(value)
-
-
-SECTIONS = ("causal", "patching", "token_patching")  # many passes each: computed on the long lane
+LONG_SECTIONS = ("causal", "patching", "token_patching")  # many passes each: computed on the long lane
 
 
 @dataclass(frozen=True)
