@@ -315,7 +315,7 @@ def test_two_torchrun_processes_equal_one(setup):
     assert "151 images to do over 2 processes (rank 0: 80 images in 3 shard(s), rank 1: 71 images in 3 shard(s))" in (
         proc.stderr
     )
-    assert_same_files(out, setup["full"], 1e-4)
+    assert_same_files(out, setup["full"], 0)  # the same bits: sums in image order, whatever the shards
 
 
 def test_the_same_command_twice_writes_the_same_bytes(setup):

@@ -185,4 +185,4 @@ def merge(out: Path, loaded, data, names: list[str], shards: list[Path], cover: 
 def main_guarded(options: CompareOptions) -> int:
     """`run_compare` as the command runs it: bad input one line and exit code 2, Ctrl-C exit code 130
     (`cait.atlas.run.guarded`)."""
-    return guarded(lambda: run_compare(options), "python -m cait.compare")
+    return guarded(lambda: run_compare(options), "python -m cait.compare", options.out)
