@@ -14,11 +14,12 @@ import gradio as gr
 from gradio.data_classes import FileData
 
 from app import causal_view, mechanisms_view, session, torch_thread
+from app.api_calls import refused
 from app.images import ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
 from cait import explain
-from cait.errors import InputError
+from cait.errors import InputError, shown
 from cait.explain.attribution import checked_options
 from cait.explain.token_patching import checked_region
 from cait.robustness import parse_corruption
@@ -32,7 +33,7 @@ class AnalyzeError(InputError):
 
 def _choice(value: str, choices, what: str) -> str:
     if value not in choices:
-        raise AnalyzeError(f"unknown {what} {value!r}; choose from {', '.join(choices)}")
+        raise AnalyzeError(f"unknown {what} {shown(value)}; choose from {', '.join(choices)}")
     return value
 
 
@@ -51,6 +52,17 @@ def _corruption(spec: str) -> tuple[str, int]:
         raise
     except ValueError as e:  # parse_corruption's one line on the spec it was given
         raise AnalyzeError(str(e)) from None
+
+
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
+
+
+def _seed(value: Any) -> int:
+    """SmoothGrad's seed when torch can take it; AnalyzeError in one line otherwise."""
+    low, high = SEED_RANGE
+    if not low <= int(value) <= high:
+        raise AnalyzeError(f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {shown(value)}")
+    return int(value)
 
 
 SECTIONS = ("causal", "logit_lens", "patching", "token_patching")  # the opt-in sections, in the answer's order
@@ -86,15 +98,15 @@ def checked_call(
     **options: Any,
 ) -> Call:
     """An /analyze call's keywords (`Analyze.analyze` says each) checked before any work: an InputError in one
-    line for a bad method, option, corruption or region side (the class is checked against the image's
-    analysis, `answer_now`)."""
+    line for a bad method, option, class, seed, corruption or region side."""
     checked = _options(**options)  # the page's bounds: a bad value is one line naming the option
+    session.checked_target(int(target), loaded.cfg.num_classes)
     if method:
         _choice(method, list(explain.METHODS), "method")
     corruption = _corruption(patching) if patching else None
     token_corruption = _corruption(token_patching) if token_patching else None
     region = checked_region(token_region, loaded.cfg.grid_size, name="token_region")  # the page slider's bounds
-    return Call(method, int(target), bool(causal), bool(logit_lens), corruption, token_corruption, region, int(seed),
+    return Call(method, int(target), bool(causal), bool(logit_lens), corruption, token_corruption, region, _seed(seed),
                 checked)  # fmt: skip
 
 
@@ -207,14 +219,14 @@ class Analyze:
         )
         path = payload_path(image)
         if path is None:
-            raise _refused("no image given")
+            raise refused("analyze", "no image given")
         asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
         asked |= dict(token_patching=token_patching, token_region=token_region)
         try:
             return self._answer(path, seed=seed, **asked, **options)
         except InputError as e:
             prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise _refused(f"{prefix}{e}") from None
+            raise refused("analyze", f"{prefix}{e}") from None
         except Exception:
             log.exception("/analyze: internal error")
             raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
@@ -230,10 +242,3 @@ class Analyze:
             return out
         work = lambda: {name: compute() for name, compute in later.items()}  # noqa: E731
         return in_order(out, torch_thread.call_long(work, model=loaded.model))
-
-
-def _refused(message: str) -> gr.Error:
-    """A bad /analyze call's answer, logged as one line (Gradio would print the traceback: a caller's mistake
-    is not the server's)."""
-    log.info("/analyze refused: %s", message)
-    return gr.Error(message, print_exception=False)

@@ -341,11 +341,17 @@ class TargetError(InputError):
     """A class number that the model does not have."""
 
 
-def api_target(a: Analysis, target: int, classes: int) -> int:
-    """The class an /analyze call's `target` names: -1 the top prediction, else itself; TargetError in one line
-    for any other number."""
+def checked_target(target: int, classes: int) -> int:
+    """An /analyze call's `target` (-1: the top prediction) when a model of `classes` classes has it; TargetError
+    in one line for any other number (checked before any work)."""
     if not -1 <= target < classes:
         raise TargetError(f"target must be in 0..{classes - 1} or -1, got {target}")
+    return target
+
+
+def api_target(a: Analysis, target: int, classes: int) -> int:
+    """The class an /analyze call's `target` names: -1 the top prediction, else itself (`checked_target`)."""
+    target = checked_target(target, classes)
     return a.top_class if target == -1 else target
 
 

@@ -18,6 +18,7 @@ from cait.atlas.page import class_dla_figure, distributions, token_patching_plot
 from cait.figures import distance_plot, residual_ratio_plot, to_plotly
 from cait.figures.causal import head_attribution_plotly, knockout_plotly, logit_parts_plotly
 from cait.figures.colours import LEGEND_GAP
+from cait.figures.compare import cka_plotly, head_differences_plotly, head_similarity_plotly
 from cait.figures.mechanisms import heads_plotly, lens_plotly, patching_plotly
 
 RNG = np.random.default_rng(0)
@@ -75,7 +76,33 @@ def every_figure() -> dict:
         ),
         "distributions": distributions(hist, CA, 3)[0],
         "token patching": token_patching_plotly(tokens, "noise at severity 3"),
+        "compare CKA": cka_plotly(RNG.random((blocks, 4)), *_compare_blocks(), names=("a", "b")),
+        "compare heads": head_similarity_plotly(
+            RNG.uniform(-1, 1, (4, 3)),
+            [(1, 1), (1, 2), (2, 1), (2, 2)],
+            [(1, 1), (1, 2), (2, 1)],
+            [((1, 1), (1, 2), 0.5)],
+        ),
+        "compare head differences": head_differences_plotly(
+            [
+                {
+                    "head_a": "ca1_head1",
+                    "head_b": "ca1_head2",
+                    "dla_difference": 0.123456789,
+                    "dla_ci_low": 0.1,
+                    "dla_ci_high": 0.15,
+                }
+            ],
+            ["dla"],
+            {"dla": "direct logit attribution"},
+        ),
     }
+
+
+def _compare_blocks() -> tuple[list[str], list[str]]:
+    """Block names of two models as a comparison names them: DEPTH SA + CA blocks, and 2 + 2."""
+    a = [f"blocks.{k}" for k in range(DEPTH)] + [f"blocks_token_only.{c}" for c in range(CA)]
+    return a, ["blocks.0", "blocks.1", "blocks_token_only.0", "blocks_token_only.1"]
 
 
 FIGURES = every_figure()

@@ -242,16 +242,14 @@ def _mean_pm(mean: float | None, ci: list | None) -> str:
 
 def _heads_table(summary: dict) -> str:
     """Per head each number's mean ± the half width of its 95% interval, over all images and, on labelled
-    data, over the right and the wrong predictions apart (image counts in the header; the localisation numbers
-    are over the images with a box of these)."""
+    data, over the right and the wrong predictions apart (each column's image count in its header: the
+    localisation numbers are over the images with a box in view)."""
     first = summary["heads"][0]
     numbers = [m for m in NUMBER_NAMES if first[f"{m}_mean"] is not None]
     outcomes = [o for o in ("correct", "wrong") if f"{numbers[0]}_{o}_mean" in first]
-    right = round(summary["top1"] * summary["labelled"]) if outcomes else 0
-    count = {"": summary["images"], "_correct": right, "_wrong": summary["labelled"] - right}
     groups = [("all", "")] + [(o if o == "wrong" else "right", f"_{o}") for o in outcomes]
     top = "".join(f"<th colspan='{len(groups)}'>{NUMBER_NAMES[m]}</th>" for m in numbers)
-    sub = "".join(f"<th>{g} ({count[s]})</th>" for _ in numbers for g, s in groups)
+    sub = "".join(f"<th>{g} ({first[f'{m}{s}_images']})</th>" for m in numbers for g, s in groups)
     body = "".join(
         f"<tr><td>{head_name(e['layer'] - 1, e['head'] - 1)}</td>"
         + "".join(f"<td>{_mean_pm(e[f'{m}{s}_mean'], e[f'{m}{s}_ci95'])}</td>" for m in numbers for _, s in groups)

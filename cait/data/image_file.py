@@ -40,5 +40,7 @@ def unreadable_reason(error: BaseException) -> str:
         return "too many pixels (PIL's decompression-bomb limit)"
     if isinstance(error, (EOFError, SyntaxError)) or "truncated" in str(error):
         return "truncated or damaged"
+    if isinstance(error, OSError) and error.strerror:  # its str() would carry the file's absolute path
+        return f"{type(error).__name__}: {error.strerror}"
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..config import CaiTConfig
-from ..errors import InputError
+from ..errors import InputError, shown
 from ._checks import check_class_stage, check_input
 from ._stage import ClassStageKeys, class_stage_keys, class_token_logits, evaluating, target_difference
 
@@ -60,7 +60,7 @@ def checked_region(value: Any, grid: int, *, name: str = "region") -> int:
     except (TypeError, ValueError):
         number = math.nan
     if not number.is_integer() or not low <= number <= high:  # NaN fails both
-        raise TokenPatchingError(f"{name} must be a whole number of patches from {low} to {high}, got {value!r}")
+        raise TokenPatchingError(f"{name} must be a whole number of patches from {low} to {high}, got {shown(value)}")
     return int(number)
 
 
