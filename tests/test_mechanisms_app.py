@@ -400,6 +400,44 @@ def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_
     assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress)
 
 
+def test_a_view_beside_a_token_patching_run_whose_stop_was_pressed_answers(setup, monkeypatch):
+    """The run's Stop and progress hook the shared model (`counted_runs`): another page's view of it, served on
+    the quick lane while the run is held inside its hooks with its Stop pressed, answers as it does alone
+    (neither the Stop's exception nor the run's progress count reaches it), and the run ends Stopped."""
+    import threading
+    from types import SimpleNamespace
+
+    from app import torch_thread
+
+    handlers, loaded, a, examples = setup
+    tab, p = handlers.tabs.mechanisms, handlers.p
+    alone = torch_thread.call(session.analyse, loaded, examples[1]).probs
+    inside, release, seen = threading.Event(), threading.Event(), []
+    real = mechanisms_view.token_numbers
+
+    def held(*args, **kw):  # the run, inside its hooks, waits for the test's gate
+        inside.set()
+        assert release.wait(60)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mechanisms_view, "token_numbers", held)
+    request, answer = SimpleNamespace(session_hash="running-page"), {}
+    tab.token_stops.arm(request)
+    progress = lambda done_total, **kw: seen.append(done_total)  # noqa: E731
+    run = lambda: answer.update(out=tokens(handlers, a, request=request, progress=progress))  # noqa: E731
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        assert inside.wait(60)
+        tab.token_stops.press(request)
+        beside = torch_thread.call(session.analyse, loaded, examples[1])  # another page's view, same model
+    finally:
+        release.set()
+        runner.join(60)
+    np.testing.assert_array_equal(beside.probs, alone)
+    assert seen == [] and answer["out"][p.mx_msg].startswith("**Stopped:**")
+
+
 def test_opening_the_tab_for_another_model_gives_its_controls_values_it_takes(setup):
     """N34: the page's example menu, heads and region slider hold values of the model they were built for; the
     tab, opened for another model, sets values that model's choices hold (the next event's input check passes)."""
