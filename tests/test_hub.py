@@ -162,6 +162,7 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     model = loaded.model
     assert len(stand_in.requests) == requests and loaded.source == f"official weights: {REPO} ({hub.HUB_FILENAME})"
     assert loaded.status.where == "cached" and loaded.trained
+    assert loaded.weights_id == f"Hub revision {stand_in.commit[:12]}" and loaded.made_from.endswith(loaded.weights_id)
     x = images(1)
     with torch.no_grad():
         torch.testing.assert_close(model(x), theirs(x), atol=1e-4, rtol=0)
