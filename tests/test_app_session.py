@@ -281,7 +281,8 @@ def test_the_model_tab_says_the_default_models_robustness_from_its_shipped_recor
     record = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.robustness.json").read_text())
     tab = texts.model_markdown(loaded)
     assert f"| robustness (corrupted test images) | {headline(record)}" in tab
-    assert f"| weights identity | {loaded.sourced.weights_id} |" in tab and loaded.sourced.weights_id.startswith("sha256")
+    identity = loaded.sourced.weights_id
+    assert f"| weights identity | {identity} |" in tab and identity.startswith("sha256")
     assert f"{record['mean_top1_by_severity']['3']:.1%} mean over 9 corruptions at severity 3" in tab
     assert "robustness" not in texts.model_markdown(
         load_model(ModelChoice("cait_pico_32", random_init=True), CPU)
