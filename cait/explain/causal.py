@@ -317,7 +317,7 @@ class HeadAblation:
 def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor:
     """Mean over the reference images of every CA head's output, the input of attn.proj [L, d] (heads
     concatenated): what a mean ablation puts in place of a head."""
-    check_input(model, reference)
+    check_input(model, reference, name="reference")
     check_class_stage(model)
     with evaluating(model):
         _, seen = _record_class_stage(model, reference)
