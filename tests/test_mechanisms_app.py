@@ -314,6 +314,32 @@ def test_the_token_map_drawn_is_an_independent_hooked_run_beside_the_class_atten
     assert all(signed_by_the_convention(trace, bound) for trace in figure.data[1:])
 
 
+def test_an_internal_error_inside_analyze_is_one_internal_error_line_with_the_traceback_logged(
+    setup, monkeypatch, caplog
+):
+    """A bug inside an explanation /analyze calls (a RuntimeError injected into the logit lens) answers one line
+    saying an internal error happened, never the bug's text nor a caller's-mistake line, with its traceback in
+    the server's log."""
+    import logging
+
+    from app.shared import INTERNAL_ERROR
+
+    handlers, loaded, _, examples = setup
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch in a bug")
+
+    monkeypatch.setattr(explain, "logit_lens", broken)
+    caplog.set_level(logging.INFO, logger="cait.app")
+    with pytest.raises(gr.Error) as raised:
+        Analyze(handlers.cache, loaded.choice).analyze({"path": examples[0]}, logit_lens=True)
+    said = raised.value.message
+    assert said == INTERNAL_ERROR.replace("**", "") and "\n" not in said and "shape mismatch" not in said
+    (logged,) = [r for r in caplog.records if r.exc_info]
+    assert logged.levelno == logging.ERROR and isinstance(logged.exc_info[1], RuntimeError)
+    assert "refused" not in caplog.text  # not logged as a caller's mistake
+
+
 def test_analyze_answers_token_patching_by_keyword_as_the_library_computes_it(setup):
     handlers, loaded, a, examples = setup
     model, cfg = loaded.model, loaded.model.cfg
