@@ -14,7 +14,7 @@ from pathlib import Path
 
 import cait
 from cait.checkpoint import WEIGHTS_DIR
-from cait.provenance import _file_sha256
+from cait.provenance import file_sha256
 from cait.timing import time_interleaved
 
 
@@ -29,7 +29,7 @@ def weights_file(name: str, folder: Path) -> Path:
 
 
 def first_load(path: Path) -> None:
-    _file_sha256.cache_clear()
+    file_sha256.cache_clear()
     cait.load_model(checkpoint=path)
 
 

@@ -101,17 +101,17 @@ def weights_identity(path: Path | None, status: WeightsStatus | None) -> str:
     """The identity of the weights a load read from `path` (None: the seeded random init): "Hub revision <12
     hex>" for timm's weights from the Hugging Face cache (a snapshot holds one revision's files), else "sha256
     <12 hex>" of the file's bytes, so that a file trained again at the same path is another model everywhere
-    (its atlases, its numbers). Hashed once per file version (`_file_sha256`)."""
+    (its atlases, its numbers). Hashed once per file version (`file_sha256`)."""
     if path is None:
         return f"random init, seed {RANDOM_SEED}"
     if status is not None and status.repo_id and path.parent.parent.name == "snapshots":
         return f"Hub revision {path.parent.name[:12]}"
     found = path.stat()
-    return f"sha256 {_file_sha256(str(path.resolve()), found.st_ino, found.st_mtime_ns, found.st_size)[:12]}"
+    return f"sha256 {file_sha256(str(path.resolve()), found.st_ino, found.st_mtime_ns, found.st_size)[:12]}"
 
 
 @lru_cache(maxsize=64)
-def _file_sha256(path: str, inode: int, mtime_ns: int, size: int) -> str:
+def file_sha256(path: str, inode: int, mtime_ns: int, size: int) -> str:
     """The file's sha256, kept per version of the file (inode, mtime, size: an atomic rewrite is a new inode), so
     that loading the same file again (the app's model cache, a second tool) costs nothing more; the first load
     of a file reads it twice (measured in benchmarks/README.md)."""

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from app import torch_thread  # noqa: E402
 from app.examples import find_examples  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
-from app.loading import load_model as load_choice  # noqa: E402
+from app.loading import load_page_model as load_choice  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.session import analyse  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402

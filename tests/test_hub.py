@@ -242,7 +242,7 @@ def _counting(monkeypatch, function) -> list[str]:
 def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monkeypatch, name, random_init):
     import argparse
 
-    from app.loading import load_model as app_load
+    from app.loading import load_page_model as app_load
     from app.models import ModelChoice
     from cait.factory import load_from_flags
 
@@ -264,7 +264,7 @@ def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monke
 def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_analysis_scripts(capsys, tmp_path):
     from layerscale_stats import main as analysis_main
 
-    from app.loading import load_model as app_load
+    from app.loading import load_page_model as app_load
     from app.models import ModelChoice
     from cait.evaluate.__main__ import main as evaluate_main
 

@@ -19,7 +19,7 @@ from test_causal_view import signed_by_the_convention
 import cait
 from app import causal_view, mechanisms_view, session
 from app.api import Analyze
-from app.loading import load_model
+from app.loading import load_page_model
 from app.mechanisms_view import SOURCES
 from app.models import ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB, MECHANISMS_TAB
@@ -38,7 +38,7 @@ def setup(tmp_path_factory):
     cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=1), path)
     from app_tabs import page_under_test
 
-    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=CPU)
     first = cache.get(ModelChoice(name=None, checkpoint=str(path)))
     handlers = page_under_test(cache, first.choice)
     examples = [str(e.path) for e in read_examples()[:3]]

@@ -96,7 +96,7 @@ def test_weights_are_known_by_their_content_and_a_file_trained_again_at_its_path
 
     from conftest import randomise_
 
-    from cait.provenance import _file_sha256
+    from cait.provenance import file_sha256
 
     path, twins = tmp_path / "pico.safetensors", []
     for seed in (1, 2, 1):  # trained, trained again, the first weights back
@@ -107,7 +107,7 @@ def test_weights_are_known_by_their_content_and_a_file_trained_again_at_its_path
     first, retrained, back = twins
     assert retrained.weights_id != first.weights_id and retrained.made_from != first.made_from
     assert back.weights_id == first.weights_id and back.made_from == first.made_from
-    hashed = _file_sha256.cache_info().misses
+    hashed = file_sha256.cache_info().misses
     assert cait.load_model(checkpoint=path).weights_id == back.weights_id
-    assert _file_sha256.cache_info().misses == hashed  # the same file version: not hashed again
+    assert file_sha256.cache_info().misses == hashed  # the same file version: not hashed again
     assert cait.load_model("cait_pico_32", weights=False).weights_id == "random init, seed 0"
