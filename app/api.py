@@ -191,7 +191,7 @@ class Analyze:
             smoothgrad_stdev, rollout_head_fusion, rollout_discard_ratio) and SmoothGrad's noise from `seed`
             (the same map for the same call).
         causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
-            patch, knockout profile, every head's zero ablation; about SA depth / 2 + 2 forward passes).
+            patch, knockout profile, every head's zero ablation; about SA depth / 2 + 1.5 forward passes).
         logit_lens: also the logit lens for class `target` (per SA depth: its probability and the top-1, where
             the answer forms; about 1.3 forward passes). Opt-in by keyword: logit_lens=True.
         patching: "CORRUPTION:SEVERITY" (e.g. "gaussian_noise:3"): also activation patching of class `target`'s

@@ -198,8 +198,9 @@ class Atlas:
 
     def made_by(self, made_from: str) -> bool:
         """Whether the atlas's model is the one `made_from` describes (`cait.SourcedModel.made_from`, the one record
-        of the weights: their file with its architecture and training, or the seeded random init): the same
-        weights, however the server was started."""
+        of the weights: their file with its architecture and training and the weights' identity, a hash of their
+        content, or the seeded random init): the same weights, however the server was started; a file trained
+        again at the same path is another model."""
         return self.summary.get("model") == made_from
 
 

@@ -290,12 +290,8 @@ def counted_runs(
         done[0] += int(args[0].shape[0])
         report(min(done[0], total), total)
 
-    handle = model.head.register_forward_pre_hook(on_head)
-    try:
-        with hooks.before_each([*model.blocks, *model.blocks_token_only], check):
-            yield
-    finally:
-        handle.remove()
+    with hooks.on_inputs(model.head, on_head), hooks.before_each([*model.blocks, *model.blocks_token_only], check):
+        yield
 
 
 def head_pairs(indices: list[int], heads: int) -> list[tuple[int, int]]:

@@ -20,7 +20,7 @@ from gradio.server_messages import ProcessCompletedMessage
 
 import cait
 from app import texts, torch_thread
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import log
 from app.tabs.dataset import BUILT, AtlasPlaces
@@ -53,7 +53,7 @@ def serve(args: argparse.Namespace) -> int:
     if precision is not None:
         _log_precision(precision)
     cache = ModelCache(
-        load_model,  # every model of every page and of the Dataset tab's atlases: `cait.load_model`, on `device`
+        load_page_model,  # every model of every page and of the Dataset tab's atlases: `cait.load_model`, on `device`
         max_bytes=int(args.model_memory_gb * 2**30),
         device=device,
         dtype=None if precision is None else precision.dtype,

@@ -74,7 +74,7 @@ def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_pro
 def model_input(path: str, cfg) -> tuple[DecodedImage, Image.Image, torch.Tensor]:
     """An image file decoded safely (ImageInputError for a bad one), what the model sees of it (`model_view`),
     and that as the model's input [1, C, H, W]."""
-    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
+    decoded = load_image(path, mode=cfg.image_mode)
     view = model_view(decoded.image, cfg)
     return decoded, view, view_tensor(view, cfg)[None]
 

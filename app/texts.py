@@ -108,6 +108,7 @@ def model_markdown(loaded: LoadedModel) -> str:
     rows = [
         ("variant", loaded.name),
         ("weights", loaded.source),
+        ("weights identity", loaded.sourced.weights_id),
         ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
         *([("precision", f"{loaded.precision.decided}: {loaded.precision.reason}")] if loaded.precision else []),
         ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),

@@ -21,7 +21,7 @@ from PIL import Image
 import cait
 from app import figures, session, texts
 from app import main as cli
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import Look
 from app.tabs.class_attention import GalleryProps
@@ -148,7 +148,7 @@ def test_cache_loads_each_model_once_and_others_meanwhile():
 
 
 def test_an_evicted_model_is_freed():
-    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=1)
+    cache = ModelCache(lambda c: load_page_model(c, CPU), max_bytes=1)
     first = weakref.ref(cache.get(ModelChoice("cait_pico_32", random_init=True)).model)
     cache.get(ModelChoice("cait_nano_64", random_init=True))
     assert first() is None and cache.cached == [ModelChoice("cait_nano_64", random_init=True)]
@@ -161,7 +161,7 @@ def test_an_evicted_model_is_freed():
 def loaded(tmp_path_factory) -> LoadedModel:
     path = tmp_path_factory.mktemp("ckpt") / "nano.safetensors"
     cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
-    return load_model(ModelChoice(name=None, checkpoint=str(path)), CPU)
+    return load_page_model(ModelChoice(name=None, checkpoint=str(path)), CPU)
 
 
 def test_analysis_is_the_models_own_numbers(loaded):
@@ -256,7 +256,7 @@ def test_each_saliency_method_is_charged_its_own_time(loaded):
 
 
 def test_the_default_model_is_described_from_its_shipped_files():
-    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    loaded = load_page_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     top1 = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.eval.json").read_text())["top1"]
     header = texts.header_markdown(loaded)
     assert f"{top1:.1%}" in header and "model card in the Model tab" in header
@@ -269,7 +269,7 @@ def test_the_default_model_is_described_from_its_shipped_files():
     assert "(< 0.1%)" in texts.status_markdown(loaded, top, [], uploaded=False)
     top5 = texts.top5_html([{"label": "Bag", "probability": 0.9951}, {"label": "Coat <b>", "probability": 0.0042}])
     assert "99.5%" in top5 and "0.4%" in top5 and "Coat &lt;b&gt;" in top5  # small values keep a decimal
-    untrained = load_model(ModelChoice("cait_pico_32", random_init=True), CPU)
+    untrained = load_page_model(ModelChoice("cait_pico_32", random_init=True), CPU)
     assert "Untrained" in texts.header_markdown(untrained) and "mean nothing" in texts.header_markdown(untrained)
     assert "Hugging Face cache" not in header  # nothing cached: no offer
 
@@ -277,18 +277,20 @@ def test_the_default_model_is_described_from_its_shipped_files():
 def test_the_model_tab_says_the_default_models_robustness_from_its_shipped_record():
     from cait.robustness import headline
 
-    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    loaded = load_page_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     record = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.robustness.json").read_text())
     tab = texts.model_markdown(loaded)
     assert f"| robustness (corrupted test images) | {headline(record)}" in tab
+    identity = loaded.sourced.weights_id
+    assert f"| weights identity | {identity} |" in tab and identity.startswith("sha256")
     assert f"{record['mean_top1_by_severity']['3']:.1%} mean over 9 corruptions at severity 3" in tab
     assert "robustness" not in texts.model_markdown(
-        load_model(ModelChoice("cait_pico_32", random_init=True), CPU)
+        load_page_model(ModelChoice("cait_pico_32", random_init=True), CPU)
     )  # no record
 
 
 def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists_every_variant():
-    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    loaded = load_page_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     header = texts.header_markdown(loaded, ["cait_xxs24_224", "cait_s24_384"])
     assert "local Hugging Face cache: **cait_xxs24_224, cait_s24_384**" in header and "Model tab" in header
     assert texts.cached_offer(["cait_xxs24_224"], "cait_xxs24_224") == ""  # the page already shows it
@@ -313,7 +315,7 @@ def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists
 )
 def test_checkpoints_that_cannot_be_say_what_they_are(tmp_path, make, message):
     with pytest.raises(cait.CheckpointError, match=message) as info:
-        load_model(ModelChoice("cait_pico_32", str(make(tmp_path))), CPU)
+        load_page_model(ModelChoice("cait_pico_32", str(make(tmp_path))), CPU)
     assert "\n" not in str(info.value)
 
 
@@ -327,7 +329,7 @@ SHOWN_ANALYSED = tuple(GalleryProps(i < 2, 5, f"CA layer {i + 1}") for i in rang
 def handlers():
     from app_tabs import page_under_test
 
-    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=CPU)
     return page_under_test(cache, ModelChoice("cait_pico_32", random_init=True))  # components only: no server
 
 

@@ -138,10 +138,10 @@ def test_a_mean_ablation_averages_over_the_models_examples_and_a_zero_one_over_n
 def handlers():
     from app_tabs import page_under_test
 
-    from app.loading import load_model
+    from app.loading import load_page_model
     from app.models import ModelCache, ModelChoice
 
-    cache = ModelCache(load_model, max_bytes=2**30, device=torch.device("cpu"))
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=torch.device("cpu"))
     return page_under_test(cache, ModelChoice("cait_pico_32", random_init=True))  # components only: no server
 
 

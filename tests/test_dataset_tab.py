@@ -20,7 +20,7 @@ from PIL import Image
 import cait
 from app import dataset_view as dv
 from app import torch_thread
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB
 from app.tabs.class_attention import GalleryProps
@@ -54,7 +54,7 @@ def world(tmp_path_factory):
     flags += ["--exemplars", "3", "--workers", "0", "--device", "cpu"]
     atlases = root / "atlases"
     assert atlas_main([*flags, "--out", str(atlases / "pico")]) == 0
-    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=CPU)
     choice = ModelChoice(None, str(weights))
     app = page_under_test(cache, choice, AtlasPlaces.of(str(atlases / "pico"), None))
     return SimpleNamespace(
@@ -233,7 +233,7 @@ def test_an_atlas_built_in_the_tab_takes_the_caches_model_within_a_ceiling_of_on
     from cait import factory
 
     loads = []
-    counted = lambda choice, **options: loads.append(choice) or load_model(choice, **options)  # noqa: E731
+    counted = lambda choice, **options: loads.append(choice) or load_page_model(choice, **options)  # noqa: E731
     one_copy = world.app.cache.get(world.choice).nbytes
     cache = ModelCache(counted, max_bytes=one_copy, device=CPU)
     app = page_under_test(cache, world.choice)
@@ -398,3 +398,27 @@ def test_an_example_or_an_upload_after_an_exemplar_leaves_no_exemplar_highlighte
     assert example[p.exemplars].constructor_args == {"selected_index": None} and example[p.image_in] == path
     upload = world.app.tabs.image.upload(choice=world.choice, ca_props=SHOWN, image_in={"path": path}, **LOOK)
     assert all(upload[g].constructor_args == {"selected_index": None} for g in (p.exemplars, p.examples))
+
+
+def test_a_file_trained_again_at_the_atlass_path_is_another_model_to_the_tab_and_the_command_line(
+    world, tmp_path, capsys
+):
+    """The weights' identity in the atlas's record: the page of the file's new weights finds the atlas of the
+    old ones made by another model (its built atlases go to another folder), and the command line refuses to
+    continue it, though every flag, the checkpoint's path too, is the same."""
+    import shutil
+
+    weights = tmp_path / "pico.safetensors"
+    shutil.copy(world.weights, weights)
+    flags = ["--checkpoint", str(weights), "--data", str(world.scenes), "--limit", "4"]
+    assert command_line_atlas(flags, tmp_path / "atlas") == 0
+    atlas, choice = dv.read_atlas(tmp_path / "atlas"), ModelChoice(None, str(weights))
+    before = load_page_model(choice, CPU).sourced
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=9), weights)
+    after = load_page_model(choice, CPU).sourced
+    assert atlas.made_by(before.made_from) and not atlas.made_by(after.made_from)
+    folders = {dv.built_folder(tmp_path, "pico", made.made_from, 8) for made in (before, after)}
+    assert len(folders) == 2
+    capsys.readouterr()
+    assert command_line_atlas(flags, tmp_path / "atlas") == 2
+    assert f"weights id {before.weights_id} there, {after.weights_id} here" in capsys.readouterr().err

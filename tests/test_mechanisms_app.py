@@ -19,7 +19,7 @@ from test_causal_view import signed_by_the_convention
 import cait
 from app import causal_view, mechanisms_view, session
 from app.api import Analyze
-from app.loading import load_model
+from app.loading import load_page_model
 from app.mechanisms_view import SOURCES
 from app.models import ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB, MECHANISMS_TAB
@@ -38,7 +38,7 @@ def setup(tmp_path_factory):
     cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=1), path)
     from app_tabs import page_under_test
 
-    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=CPU)
     first = cache.get(ModelChoice(name=None, checkpoint=str(path)))
     handlers = page_under_test(cache, first.choice)
     examples = [str(e.path) for e in read_examples()[:3]]
@@ -314,6 +314,32 @@ def test_the_token_map_drawn_is_an_independent_hooked_run_beside_the_class_atten
     assert all(signed_by_the_convention(trace, bound) for trace in figure.data[1:])
 
 
+def test_an_internal_error_inside_analyze_is_one_internal_error_line_with_the_traceback_logged(
+    setup, monkeypatch, caplog
+):
+    """A bug inside an explanation /analyze calls (a RuntimeError injected into the logit lens) answers one line
+    saying an internal error happened, never the bug's text nor a caller's-mistake line, with its traceback in
+    the server's log."""
+    import logging
+
+    from app.shared import INTERNAL_ERROR
+
+    handlers, loaded, _, examples = setup
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch in a bug")
+
+    monkeypatch.setattr(explain, "logit_lens", broken)
+    caplog.set_level(logging.INFO, logger="cait.app")
+    with pytest.raises(gr.Error) as raised:
+        Analyze(handlers.cache, loaded.choice).analyze({"path": examples[0]}, logit_lens=True)
+    said = raised.value.message
+    assert said == INTERNAL_ERROR.replace("**", "") and "\n" not in said and "shape mismatch" not in said
+    (logged,) = [r for r in caplog.records if r.exc_info]
+    assert logged.levelno == logging.ERROR and isinstance(logged.exc_info[1], RuntimeError)
+    assert "refused" not in caplog.text  # not logged as a caller's mistake
+
+
 def test_analyze_answers_token_patching_by_keyword_as_the_library_computes_it(setup):
     handlers, loaded, a, examples = setup
     model, cfg = loaded.model, loaded.model.cfg
@@ -398,6 +424,44 @@ def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_
     assert not tab.patch_stops.running(None) and not tab.token_stops.running(None)  # each ended
     tab.token_stops.arm(None)  # asked after the Stop: it runs
     assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress)
+
+
+def test_a_view_beside_a_token_patching_run_whose_stop_was_pressed_answers(setup, monkeypatch):
+    """The run's Stop and progress hook the shared model (`counted_runs`): another page's view of it, served on
+    the quick lane while the run is held inside its hooks with its Stop pressed, answers as it does alone
+    (neither the Stop's exception nor the run's progress count reaches it), and the run ends Stopped."""
+    import threading
+    from types import SimpleNamespace
+
+    from app import torch_thread
+
+    handlers, loaded, a, examples = setup
+    tab, p = handlers.tabs.mechanisms, handlers.p
+    alone = torch_thread.call(session.analyse, loaded, examples[1]).probs
+    inside, release, seen = threading.Event(), threading.Event(), []
+    real = mechanisms_view.token_numbers
+
+    def held(*args, **kw):  # the run, inside its hooks, waits for the test's gate
+        inside.set()
+        assert release.wait(60)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mechanisms_view, "token_numbers", held)
+    request, answer = SimpleNamespace(session_hash="running-page"), {}
+    tab.token_stops.arm(request)
+    progress = lambda done_total, **kw: seen.append(done_total)  # noqa: E731
+    run = lambda: answer.update(out=tokens(handlers, a, request=request, progress=progress))  # noqa: E731
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        assert inside.wait(60)
+        tab.token_stops.press(request)
+        beside = torch_thread.call(session.analyse, loaded, examples[1])  # another page's view, same model
+    finally:
+        release.set()
+        runner.join(60)
+    np.testing.assert_array_equal(beside.probs, alone)
+    assert seen == [] and answer["out"][p.mx_msg].startswith("**Stopped:**")
 
 
 def test_opening_the_tab_for_another_model_gives_its_controls_values_it_takes(setup):

@@ -126,7 +126,7 @@ def test_bad_input_is_one_input_error(twins, pair):
     for kwargs, message in bad:
         with pytest.raises(cait.InputError, match=message):
             explain.token_patching(ours, clean, corrupted, target, **kwargs)
-    with pytest.raises(explain.TokenPatchingError, match="one class in 0..9 per image"):
+    with pytest.raises(explain.TokenPatchingError, match=r"target holds classes outside 0..9 \(this model has 10\)"):
         explain.token_patching(ours, clean, corrupted, torch.tensor([0, 1, 10]))
     with pytest.raises(explain.TokenPatchingError, match="one corrupted image per clean one"):
         explain.token_patching(ours, clean, corrupted[:2], target)

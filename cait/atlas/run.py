@@ -187,7 +187,9 @@ def make(
     try:
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
+        # and the weights' identity: a file trained again at the same path is another model, never continued
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
+        recorded["weights_id"] = loaded.weights_id
         cover = Cover.of(recorded, data.paths)
         sizes = dict(world=world, size=args.shard_size, batch=args.batch_size)
         plan = plan_shards(out, cover, recorded, **sizes, skip_reason=data.skip_reason)

@@ -229,7 +229,7 @@ def _made_before_formats(out: Path, sign: str) -> str:
 def _flag(key: str) -> str:
     """How a recorded argument is named in a message: as its flag, or in words for what the run found (how many
     images the data held, the precision --precision chose)."""
-    return key.replace("_", " ") if key in ("images", "precision_used") else f"--{key.replace('_', '-')}"
+    return key.replace("_", " ") if key in ("images", "precision_used", "weights_id") else f"--{key.replace('_', '-')}"
 
 
 def record_args(out: Path, recorded: dict[str, Any]) -> None:

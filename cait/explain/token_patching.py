@@ -23,7 +23,7 @@ from torch import nn
 
 from ..config import CaiTConfig
 from ..errors import InputError, shown
-from ._checks import check_class_stage, check_input
+from ._checks import check_class_stage, check_input, check_target
 from ._stage import ClassStageKeys, class_stage_keys, class_token_logits, evaluating, target_difference
 
 Direction = Literal["both", "restore", "break"]
@@ -160,6 +160,7 @@ def _checked(model: nn.Module, clean, corrupted, target, region, direction, top)
         check_input(model, clean, name="clean")
         check_input(model, corrupted, name="corrupted")
         check_class_stage(model)
+        target = check_target(model, target, clean.shape[0], clean.device)
     except InputError as e:
         raise TokenPatchingError(str(e)) from None
     if clean.shape[0] != corrupted.shape[0]:
@@ -172,10 +173,6 @@ def _checked(model: nn.Module, clean, corrupted, target, region, direction, top)
         raise TokenPatchingError(f"top must be a whole number of regions from 0 to {regions}, got {top!r}")
     if top and direction == "break":
         raise TokenPatchingError("top patches the best regions into the corrupted run: ask direction restore or both")
-    target = torch.as_tensor(target, device=clean.device).long().view(-1)
-    classes = model.cfg.num_classes
-    if len(target) != clean.shape[0] or target.min() < 0 or target.max() >= classes:
-        raise TokenPatchingError(f"target must be one class in 0..{classes - 1} per image, got {target.tolist()}")
     return target
 
 
