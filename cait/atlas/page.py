@@ -38,7 +38,7 @@ def _figure_id(index: int, fig) -> str:
     return f"figure-{index}-{slug}" if slug else f"figure-{index}"
 
 
-def _figure_html(index: int, fig) -> str:
+def figure_html(index: int, fig) -> str:
     return fig.to_html(
         full_html=False, include_plotlyjs=False, config={"displaylogo": False}, div_id=_figure_id(index, fig)
     )
@@ -140,7 +140,7 @@ def confusion_figure(confusion: dict[str, Any], most: int = 40):
     return fig
 
 
-def _jpeg(image: Image.Image) -> str:
+def jpeg_data_uri(image: Image.Image) -> str:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=80)
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
@@ -189,7 +189,7 @@ def exemplar_tiles(tally: Tally, model, data, dtype) -> dict[tuple[int, int], di
             kinds = {"concentrated": tally.concentrated[k], "writes": tally.writing[k]}
             tiles[l, h] = {
                 kind: [
-                    (i, _jpeg(whole_tile(images[i], maps[where[i], l, h], items[where[i]][2], model.cfg)))
+                    (i, jpeg_data_uri(whole_tile(images[i], maps[where[i], l, h], items[where[i]][2], model.cfg)))
                     for i, _ in top.best()
                 ]
                 for kind, top in kinds.items()
@@ -315,7 +315,7 @@ def _figures(summary: dict, tally: Tally, hist: dict, model, names: list[str]) -
         )
     if summary.get("patching"):
         figs += patching_figures(summary["patching"], cfg, summary["images"])
-    return [_figure_html(i, f) for i, f in enumerate(figs)]
+    return [figure_html(i, f) for i, f in enumerate(figs)]
 
 
 def patching_figures(patching: dict, cfg, images: int) -> list:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .. import explain
-from ..atlas.page import STYLE, _figure_html, _jpeg, whole_tile
+from ..atlas.page import STYLE, figure_html, jpeg_data_uri, whole_tile
 from ..figures.compare import cka_plotly, head_differences_plotly, head_similarity_plotly
 from ..preprocess import normalise
 from .report import HEAD_NUMBERS
@@ -45,7 +45,7 @@ def _tiles(loaded, data, index: int) -> str:
         x = normalise(pixels[None], side.model.cfg).to(next(side.model.parameters()).device)
         heat = explain.class_attention(side.model, x).maps[0, -1].mean(0).cpu()
         tile = whole_tile(images.image(index), heat, box, side.model.cfg)
-        figures.append(f"<img src='{_jpeg(tile)}' title='model {name}'>")
+        figures.append(f"<img src='{jpeg_data_uri(tile)}' title='model {name}'>")
     return "".join(figures)
 
 
@@ -79,7 +79,7 @@ def write_page(path: Path, summary: dict, rows: dict[str, list[dict]], loaded, d
     ]
     if rows["heads"]:
         figures.append(head_differences_plotly(rows["heads"], HEAD_NUMBERS, TITLES))
-    body = "".join(_figure_html(i, f) for i, f in enumerate(figures))
+    body = "".join(figure_html(i, f) for i, f in enumerate(figures))
     classes = ["class", "images", "top1_a", "top1_b", "difference", "a_only", "b_only", "mcnemar_p"]
     body += "<h2>Per class</h2>" + _table(rows["classes"], classes)
     body += "<h2>Confusions that changed</h2>" + _table(summary["confusions_changed"], ["true", "predicted", "a", "b"])
