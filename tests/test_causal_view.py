@@ -638,3 +638,25 @@ def test_the_per_patch_write_is_drawn_by_the_one_colour_convention(setup):
     maps = causal_view.maps_figure(view, np.ones((g, g)) / g**2, 1, 0)
     assert signed_by_the_convention(maps.data[1], float(np.abs(view.patches[1, 0]).max()))
     assert maps.data[0].colorscale != maps.data[1].colorscale  # attention (unsigned) keeps its own scale
+
+
+def test_the_stop_keeps_its_label_whatever_the_arming_steps_answer(handlers):
+    """Item 59.12: an event whose one output is the Stop answers it with a button or a skip, never an empty dict
+    (Gradio takes a lone output's answer as its value: the Stop read "{}" after a new image while another tab
+    was open). Checked through Gradio's own postprocessing of the wired page's arming step."""
+    import asyncio
+
+    from app import session
+    from app.ui import compose, wire
+
+    demo, page, tabs = compose(handlers.cache.get(handlers.default), handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=handlers.default)
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    arming = [fn for fn in demo.fns.values() if fn.outputs == [page.causal.cz_stop] and fn.name == "new_image"]
+    assert arming
+    for open_tab in (CLASS_ATTENTION_TAB, CAUSAL_TAB):
+        answer = tabs.causal.new_image(open_tab, a, SimpleNamespace(session_hash="label"))
+        sent = asyncio.run(demo.postprocess_data(arming[0], answer, None))[0]
+        assert not (isinstance(sent, dict) and sent.get("value") not in (None, "Stop")), sent
+        assert sent not in ("{}", {}), sent

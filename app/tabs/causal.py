@@ -192,8 +192,9 @@ class CausalTab:
     def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
         """The page has a new image `a` (off the queues, before what the open tab computes of it): its view armed
         and the Stop enabled if the tab is on show (it computes it). Otherwise the Stop is left as it is: the tab
-        may have been opened after the pick, and its armed view be waiting for the long lane."""
-        return self._arm(True, request) if open_tab == CAUSAL_TAB and a is not None else {}
+        may have been opened after the pick, and its armed view be waiting for the long lane: skipped, not an
+        empty dict, which Gradio would take as the lone output's value (the Stop's label read "{}")."""
+        return self._arm(True, request) if open_tab == CAUSAL_TAB and a is not None else gr.skip()
 
     def _held(self, request, compute: Callable[[Held], dict | None]) -> dict:
         """compute(held) holding the page's Stop (`PageStops.holding`) until it returns or raises: its answer, with
@@ -201,7 +202,7 @@ class CausalTab:
         when it has nothing to show (None: cancelled by the page's next image)."""
         with self.stops.holding(request) as held:
             out = compute(held)
-        return (out or {}) | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
+        return (out or {}) | stop_once_none_runs(self.parts.cz_stop, held.still_needed) or gr.skip()
 
     def _on_long_lane(
         self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str], *, what: str
