@@ -172,7 +172,8 @@ def call_long(
             `stoppable` waits; what it raises is raised here.
 
     Returns:
-        What work() returned.
+        What work() returned; `Cancelled` instead when its page moved on before it returned, even past the
+        model's last block (its answer would be drawn over the page's next image).
     """
     if on_torch_thread():
         raise RuntimeError("call_long from the quick lane: run the handler off it (torch_thread.handler(long=True))")
@@ -195,7 +196,11 @@ def call_long(
         if page is not None:
             _PAGE_JOBS[page].add(job)
     try:
-        return _LONG_EXECUTOR.submit(run).result()
+        answer = _LONG_EXECUTOR.submit(run).result()
+        # cancelled past its model's last block (drawing its figures): its answer is of an image the page left
+        if job.cancelled.is_set():
+            raise Cancelled(f"long work of page {page} cancelled by its next image after its last block")
+        return answer
     finally:
         with _JOBS_LOCK:
             if page is not None:

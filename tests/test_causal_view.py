@@ -660,3 +660,26 @@ def test_the_stop_keeps_its_label_whatever_the_arming_steps_answer(handlers):
         sent = asyncio.run(demo.postprocess_data(arming[0], answer, None))[0]
         assert not (isinstance(sent, dict) and sent.get("value") not in (None, "Stop")), sent
         assert sent not in ("{}", {}), sent
+
+
+def test_a_view_whose_page_moved_on_after_its_last_block_draws_nothing(handlers, monkeypatch):
+    """Item 59.14: the page picks its next image while its Causal view draws its figures (past the last block,
+    where the lane checks for a cancel): the view's answer is only the Stop, never the last image's figures
+    drawn over the next image."""
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    session.sa_distance(loaded, a)  # its one pass done: writing the download runs no block of the model
+    page = SimpleNamespace(session_hash="moved-on-while-drawing")
+    written = session.numbers_file
+
+    def picked_meanwhile(*args, **kwargs):
+        causal.moved_on(page)  # the pick arrives while the download is written, after every pass of the model
+        return written(*args, **kwargs)
+
+    monkeypatch.setattr(session, "numbers_file", picked_meanwhile)
+    causal.will_compute(loaded.choice, a, None, page)
+    out = causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)
+    assert set(out) == {p.cz_stop} and out[p.cz_stop].interactive is False
