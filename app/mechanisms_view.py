@@ -158,7 +158,8 @@ def token_numbers(
         "run's; broken: the clean run's target logit minus that with the region's tokens taken from the "
         "corrupted run; *_fraction: over the gap (null when the gap is too small for shares, see "
         "`gap_too_small`); attention: the clean run's class attention per region (mean over CA layers and heads, "
-        "summed over the region); rank_correlation: Spearman's, over the regions, of attention with each map",
+        "summed over the region); rank_correlation: Spearman's, over the regions, of attention with each map (null "
+        "when the gap is too small for shares, or a map is flat)",
         "target": int(target),
         "region": int(region),
         "grid": int(out.grid),
@@ -171,7 +172,10 @@ def token_numbers(
         "restored_fraction": as_share(maps["restored"]),
         "broken_fraction": as_share(maps["broken"]),
         "attention": attention.tolist(),
-        "rank_correlation": {name: rank_correlation(attention, m) for name, m in maps.items()},
+        # withheld as the shares are: on a gap too small, the maps are noise and their ranks mean nothing
+        "rank_correlation": {
+            name: None if gap_too_small(gap) else rank_correlation(attention, m) for name, m in maps.items()
+        },
     }
 
 
@@ -226,12 +230,14 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
         )
         image_under(fig, image, g, axis="" if col == 1 else str(col))
     rho = numbers["rank_correlation"]
-    title = (
-        f"Where '{label}' enters the class token (regions of {region}x{region} patches): rank correlation with "
-        f"class attention {_rho(rho['restored'])} (restored), {_rho(rho['broken'])} (broken)"
-    )
-    if not shares:
-        title += f"<br>{small_gap_words(gap)}"
+    title = f"Where '{label}' enters the class token (regions of {region}x{region} patches)"
+    if shares:
+        title += (
+            f": rank correlation with class attention {_rho(rho['restored'])} (restored), "
+            f"{_rho(rho['broken'])} (broken)"
+        )
+    else:
+        title += f"<br>{small_gap_words(gap)}; no rank correlation either"
     fig.update_yaxes(range=[g + 0.5, 0.5], scaleanchor="x", showticklabels=False, showgrid=False)
     fig.update_xaxes(range=[0.5, g + 0.5], showticklabels=False, showgrid=False)
     fig.update_layout(title=dict(text=title, font=dict(size=14)), template="plotly_white", height=400)
