@@ -388,7 +388,8 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         **progress,
     )
     example = s.examples.select(
-        tabs.model.after_swap(on_torch(ev.example)), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
+        tabs.model.after_swap(on_torch(ev.example)), inputs_kwargs=asked,
+        outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
         **progress, **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
     )  # fmt: skip
     exemplar = tabs.dataset.wire(
