@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -23,6 +24,7 @@ from app.figures import image_under
 from cait import explain
 from cait.corruptions import corrupt
 from cait.explain import hooks
+from cait.explain.agreement import map_agreement, spearman
 from cait.explain.token_patching import region_sums, token_patching, token_patching_forwards
 from cait.figures import head_name
 from cait.figures.colours import signed_heatmap
@@ -118,17 +120,6 @@ def _origin(corruption: tuple[str, int] | None, second_image: str | None) -> dic
     return {"corruption": corruption[0], "severity": corruption[1]} if corruption else {"second_image": second_image}
 
 
-def rank_correlation(first: np.ndarray, second: np.ndarray) -> float | None:
-    """Spearman's rank correlation of two maps over their cells (ties ranked by their mean rank); None when
-    either map is flat, which ranks nothing."""
-    from scipy.stats import spearmanr  # the app's extra: only once a map is asked for
-
-    a, b = np.asarray(first, dtype=np.float64).ravel(), np.asarray(second, dtype=np.float64).ravel()
-    if a.std() == 0 or b.std() == 0:
-        return None
-    return float(spearmanr(a, b).statistic)
-
-
 def token_numbers(
     model: torch.nn.Module,
     clean: torch.Tensor,
@@ -159,7 +150,9 @@ def token_numbers(
         "corrupted run; *_fraction: over the gap (null when the gap is too small for shares, see "
         "`gap_too_small`); attention: the clean run's class attention per region (mean over CA layers and heads, "
         "summed over the region); rank_correlation: Spearman's, over the regions, of attention with each map (null "
-        "when the gap is too small for shares, or a map is flat)",
+        "when the gap is too small for shares, or a map is flat); agreement: how well attention finds the regions "
+        "that restore (cait.explain.agreement.MapAgreement: the share of the positive restoration inside the top "
+        "10% of regions by attention, the overlap of both maps' top regions; null when the gap is too small)",
         "target": int(target),
         "region": int(region),
         "grid": int(out.grid),
@@ -173,9 +166,8 @@ def token_numbers(
         "broken_fraction": as_share(maps["broken"]),
         "attention": attention.tolist(),
         # withheld as the shares are: on a gap too small, the maps are noise and their ranks mean nothing
-        "rank_correlation": {
-            name: None if gap_too_small(gap) else rank_correlation(attention, m) for name, m in maps.items()
-        },
+        "rank_correlation": {name: None if gap_too_small(gap) else spearman(attention, m) for name, m in maps.items()},
+        "agreement": None if gap_too_small(gap) else asdict(map_agreement(attention, maps["restored"])),
     }
 
 
@@ -232,9 +224,8 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
     rho = numbers["rank_correlation"]
     title = f"Where '{label}' enters the class token (regions of {region}x{region} patches)"
     if shares:
-        title += (
-            f": rank correlation with class attention {_rho(rho['restored'])} (restored), "
-            f"{_rho(rho['broken'])} (broken)"
+        title += f"<br>{agreement_words(numbers['agreement'])}; rank correlation over all regions " + (
+            f"{_rho(rho['restored'])} (restored), {_rho(rho['broken'])} (broken)"
         )
     else:
         title += f"<br>{small_gap_words(gap)}; no rank correlation either"
@@ -243,6 +234,17 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
     fig.update_layout(title=dict(text=title, font=dict(size=14)), template="plotly_white", height=400)
     fig.update_layout(margin=dict(l=20, r=20, t=90, b=20))
     return fig
+
+
+def agreement_words(agreement: dict[str, Any]) -> str:
+    """What the title says of how well attention finds the regions that restore (`MapAgreement`, as a dict)."""
+    top, n = agreement["top"], agreement["regions"]
+    held = agreement["share_in_top"]
+    held = "nothing restored" if held is None else f"holds {held:.0%} of the restoration"
+    return (
+        f"the top {top} of {n} regions by attention {held} (chance {top / n:.0%}), "
+        f"{round(agreement['overlap'] * top)} of the top {top} restoring ones"
+    )
 
 
 def small_gap_words(gap: float) -> str:
