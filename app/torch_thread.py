@@ -209,6 +209,22 @@ def call_long(
                     del _PAGE_JOBS[page]
 
 
+def call_aside(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """fn(*args, **kwargs) on the long lane with all of torch's threads (as a plain quick call has them), waiting
+    for its result: for a measurement of seconds that must not hold the quick lane (the server's start-up bf16
+    probe: a click meanwhile waited for it), nor take the long lane's one-image thread count (its timing is
+    stored per thread count). It neither gives way nor stops: quick work runs beside it, at a higher priority."""
+
+    def run() -> T:
+        torch.set_num_threads(all_threads())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(interactive_threads())  # the long lane's own
+
+    return call_long(run)
+
+
 def stoppable(fn: Callable[[], T]) -> T:
     """fn() inside long work, for a part that runs no block of a model (reading its data): on a thread of its own
     while the job checks every PAUSE_CHECK_S whether to end (`call_long`: its page's next image, its stop), so that
@@ -298,6 +314,7 @@ __all__ = [
     "Cancelled",
     "all_threads",
     "call",
+    "call_aside",
     "call_long",
     "cancel_long",
     "handler",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -336,3 +337,41 @@ def test_another_class_asked_while_the_view_computes_and_a_knockout_profile_stop
     finally:
         page.context.close()
         stop_server(proc)
+
+
+def test_a_view_asked_during_the_start_up_precision_probe_is_served_at_once(monkeypatch):
+    """Item 59.21: the server's bf16 probe (seconds of timed passes) runs beside the quick lane, not on it: a
+    quick call asked while the probe runs (here held by a gate the test opens) is served before the probe ends,
+    and the probe's thread count is the quick lane's plain calls' (what its stored timing is keyed by)."""
+    import gradio as gr
+
+    from app import server
+    from app.loading import load_model
+    from app.models import ModelCache, ModelChoice
+    from cait.runtime import PrecisionChoice
+
+    probing, release, threads = threading.Event(), threading.Event(), []
+
+    def probe(*_, **__) -> PrecisionChoice:
+        threads.append(torch.get_num_threads())
+        probing.set()
+        assert release.wait(120)
+        return PrecisionChoice(None, "timed", "a gated probe")
+
+    monkeypatch.setattr(server, "choose_precision", probe)
+    cache = ModelCache(load_model, max_bytes=2**30, device=torch.device("cpu"))
+    choice = ModelChoice("cait_pico_32", random_init=True)
+    args = SimpleNamespace(precision="auto", remeasure_precision=False)
+    decided = threading.Thread(
+        target=server.decide_precision, args=(args, torch.device("cpu"), cache, choice, gr.Blocks()), daemon=True
+    )
+    decided.start()
+    assert probing.wait(60)
+    served = threading.Thread(target=lambda: torch_thread.call(lambda: None), daemon=True)
+    served.start()
+    served.join(30)
+    waited = served.is_alive()  # still waiting for the probe after 30 s
+    release.set()
+    decided.join(120), served.join(60)
+    assert not waited
+    assert threads == [torch_thread.all_threads()] and not decided.is_alive()
