@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from app.models import LoadedModel
 from cait.data import SCENE_SIDE
@@ -177,3 +177,14 @@ def cost_in_passes(what: str, passes: float, forward_seconds: float, *, reduced_
         f"{what} takes about {passes:.0f} forward passes of the model, at least {passes * forward_seconds:.1f} s "
         f"({measured}), and the figures on top."
     )
+
+
+def waiting_line(progress: Callable[..., Any]) -> Callable[[int], None]:
+    """What a long computation's progress line says while it waits for the long lane (`torch_thread.call_long`'s
+    on_wait): how many long computations of other pages, or of this one, run or wait before it."""
+
+    def tell(ahead: int) -> None:
+        others = "1 long computation" if ahead == 1 else f"{ahead} long computations"
+        progress(None, desc=f"waits: {others} (of this or other pages) first; Stop ends it now")
+
+    return tell

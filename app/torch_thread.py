@@ -113,10 +113,34 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class _Job:
-    """One long call: its page, whether that page's next image has cancelled it, and its own stop check."""
+    """One long call: its page, whether that page's next image has cancelled it, and its own stop check; whether
+    the lane started it, or its caller gave up on it while it waited (then the lane skips it)."""
 
     def __init__(self, page: str | None, stop: Callable[[], None] | None) -> None:
         self.page, self.cancelled, self.stop = page, threading.Event(), stop
+        self.started = self.abandoned = False
+        self.turn = threading.Lock()  # started or abandoned: one of the two, never both
+
+    def start(self) -> bool:
+        """The lane's turn came: False when its caller gave up meanwhile."""
+        with self.turn:
+            self.started = not self.abandoned
+            return self.started
+
+    def ended_while_waiting(self) -> None:
+        """Checked while the job waits for the lane: its cancel or its stop (which raises) ends it there, rather
+        than when the work ahead of it ends."""
+        with self.turn:
+            if self.started:
+                return
+            try:
+                if self.cancelled.is_set():
+                    raise Cancelled(f"long work of page {self.page} cancelled by its next image while it waited")
+                if self.stop is not None:
+                    self.stop()
+            except BaseException:
+                self.abandoned = True
+                raise
 
     def checkpoint(self) -> None:
         """Between two blocks of long work: wait while quick work runs; end the work once cancelled, or when its
@@ -149,12 +173,23 @@ def on_long_lane() -> bool:
     return getattr(_ON_LONG, "job", None) is not None
 
 
+_WAITING: list[_Job] = []  # the jobs asked for and not started, in order (under _JOBS_LOCK)
+_RUNNING: list[_Job] = []  # the job the lane runs (under _JOBS_LOCK)
+
+
+def _ahead(job: _Job) -> int:
+    """The jobs the lane runs or will run before `job` (0 once it started)."""
+    with _JOBS_LOCK:
+        return 0 if job.started else len(_RUNNING) + _WAITING.index(job) if job in _WAITING else 0
+
+
 def call_long(
     work: Callable[[], T],
     *,
     page: str | None = None,
     model: torch.nn.Module | None = None,
     stop: Callable[[], None] | None = None,
+    on_wait: Callable[[int], None] | None = None,
 ) -> T:
     """work() on the long lane, waiting for its result (exceptions, `Cancelled` too, are raised here), in a copy
     of the caller's context (gr.Progress reaches its page). Call it from an event handler that does not run on
@@ -167,9 +202,11 @@ def call_long(
         model: a CaiT whose blocks work runs: before each block (on this lane only) the work waits while quick
             work runs, and ends with `Cancelled` once cancelled. Without it the work neither gives way nor
             stops early; cancelled while it waits for the lane, it does not start.
-        stop: a check that raises to end the work (a page's Stop: `app.stops`), run when the work starts (a Stop
-            pressed while it waited for the lane is heard then), before each block of `model`, and while
-            `stoppable` waits; what it raises is raised here.
+        stop: a check that raises to end the work (a page's Stop: `app.stops`), run every PAUSE_CHECK_S while
+            the work waits for the lane (a Stop then ends it at once), when it starts, before each block of
+            `model`, and while `stoppable` waits; what it raises is raised here.
+        on_wait: told how many jobs run or wait before this one, whenever that changes while it waits for the
+            lane (not when the lane is free): what its page says meanwhile.
 
     Returns:
         What work() returned; `Cancelled` instead when its page moved on before it returned, even past the
@@ -183,20 +220,28 @@ def call_long(
     context = contextvars.copy_context()
     blocks = [*model.blocks, *model.blocks_token_only] if model is not None else []
 
-    def run() -> T:
+    def run() -> T | None:
+        with _JOBS_LOCK:
+            _WAITING.remove(job)
+            _RUNNING.append(job)
         _ON_LONG.job = job
         try:
+            if not job.start():
+                return None  # its caller gave up on it while it waited: nobody reads its answer
             job.checkpoint()  # cancelled while it waited for the lane, or quick work now: its turn first
             with hooks.before_each(blocks, job.checkpoint) if blocks else nullcontext():
                 return context.run(work)
         finally:
             _ON_LONG.job = None
+            with _JOBS_LOCK:
+                _RUNNING.remove(job)
 
     with _JOBS_LOCK:
         if page is not None:
             _PAGE_JOBS[page].add(job)
+        _WAITING.append(job)
     try:
-        answer = _LONG_EXECUTOR.submit(run).result()
+        answer = _waited(_LONG_EXECUTOR.submit(run), job, on_wait)
         # cancelled past its model's last block (drawing its figures): its answer is of an image the page left
         if job.cancelled.is_set():
             raise Cancelled(f"long work of page {page} cancelled by its next image after its last block")
@@ -223,6 +268,24 @@ def call_aside(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             torch.set_num_threads(interactive_threads())  # the long lane's own
 
     return call_long(run)
+
+
+def _waited(future: Future, job: _Job, on_wait: Callable[[int], None] | None) -> Any:
+    """The job's answer; while it waits for the lane, its cancel and stop are checked (they end it here) and
+    on_wait told how many jobs are before it."""
+    told = 0
+    while True:
+        try:
+            return future.result(timeout=PAUSE_CHECK_S)
+        except FutureTimeout:
+            pass
+        if job.started:
+            return future.result()  # its own checks are the lane's from now on
+        job.ended_while_waiting()
+        ahead = _ahead(job)
+        if on_wait is not None and ahead and ahead != told:
+            on_wait(ahead)
+        told = ahead
 
 
 def stoppable(fn: Callable[[], T]) -> T:

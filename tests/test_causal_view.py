@@ -683,3 +683,35 @@ def test_a_view_whose_page_moved_on_after_its_last_block_draws_nothing(handlers,
     causal.will_compute(loaded.choice, a, None, page)
     out = causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)
     assert set(out) == {p.cz_stop} and out[p.cz_stop].interactive is False
+
+
+def test_a_view_waiting_behind_another_pages_work_says_so_and_its_stop_is_heard_while_it_waits(handlers):
+    """Item 59.17: the long lane held by another page's work (until the test releases it), the tab's view waits:
+    its progress line says it waits behind other long work, and a Stop pressed then ends it at once, while the
+    other page's work still runs; the lane goes on with that work."""
+    import time
+
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    page = SimpleNamespace(session_hash="waiting-told")
+    told: list[str] = []
+    with lane_held_by_another_page() as release:
+        causal.will_compute(loaded.choice, a, None, page)  # the tab opened
+        answer = {}
+        progress = lambda *_, desc="", **__: told.append(desc)  # noqa: E731
+        waiting = threading.Thread(
+            target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, progress))
+        )
+        waiting.start()
+        for _ in range(600):
+            if told:
+                break
+            time.sleep(0.05)
+        assert told and told[0].startswith("waits: 1 long computation"), told
+        causal.stops.press(page)
+        waiting.join(30)
+        assert not waiting.is_alive() and not release.is_set()  # ended while the other work still held the lane
+    assert answer["out"][p.cz_cost].startswith("**Stopped**") and a.causal is None
