@@ -181,9 +181,13 @@ def cost_in_passes(what: str, passes: float, forward_seconds: float, *, reduced_
 
 def waiting_line(progress: Callable[..., Any]) -> Callable[[int], None]:
     """What a long computation's progress line says while it waits for the long lane (`torch_thread.call_long`'s
-    on_wait): how many long computations of other pages, or of this one, run or wait before it."""
+    on_wait): how many long computations of other pages, or of this one, run or wait before it; or, told 0, that it
+    gives way to views."""
 
     def tell(ahead: int) -> None:
+        if ahead == 0:
+            progress(None, desc="gives way to the views pages ask for meanwhile (at most twice its own time)")
+            return
         others = "1 long computation" if ahead == 1 else f"{ahead} long computations"
         progress(None, desc=f"waits: {others} (of this or other pages) first; Stop ends it now")
 

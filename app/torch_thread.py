@@ -35,8 +35,10 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import math
 import os
 import threading
+import time
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -51,6 +53,9 @@ T = TypeVar("T")
 _ALL_THREADS = torch.get_num_threads()  # torch's default (the physical cores), or OMP_NUM_THREADS
 LONG_NICE = 10  # the long lane's OS priority below the quick lane's (and the browser's): the kernel favours them
 PAUSE_CHECK_S = 0.1  # how often a paused long job looks whether it was cancelled
+# a long job gives way to quick work for at most this many times the time it ran, after a first grace: at most
+# (1 + ratio) times its time alone however busy the quick lane is, and a view asked as it starts served alone
+GIVE_WAY_RATIO, GIVE_WAY_GRACE_S = 2.0, 1.0
 
 _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cait-torch")
 _THREAD: list[threading.Thread] = []  # the executor's thread, once it has run something
@@ -87,10 +92,14 @@ class _QuickWork:
                 self.running -= 1
                 self.changed.notify_all()
 
-    def wait_until_none(self, cancelled: threading.Event) -> None:
+    def wait_until_none(self, cancelled: threading.Event, *, at_most: float = math.inf) -> bool:
+        """Wait while quick work runs, at most `at_most` seconds: whether any ran (the caller gave way)."""
+        deadline = time.monotonic() + at_most
         with self.changed:
-            while self.running and not cancelled.is_set():
-                self.changed.wait(PAUSE_CHECK_S)
+            waited = bool(self.running)
+            while self.running and not cancelled.is_set() and (left := deadline - time.monotonic()) > 0:
+                self.changed.wait(min(PAUSE_CHECK_S, left))
+            return waited
 
 
 _QUICK = _QuickWork()
@@ -116,10 +125,14 @@ class _Job:
     """One long call: its page, whether that page's next image has cancelled it, and its own stop check; whether
     the lane started it, or its caller gave up on it while it waited (then the lane skips it)."""
 
-    def __init__(self, page: str | None, stop: Callable[[], None] | None) -> None:
-        self.page, self.cancelled, self.stop = page, threading.Event(), stop
+    def __init__(
+        self, page: str | None, stop: Callable[[], None] | None, on_wait: Callable[[int], None] | None = None
+    ) -> None:
+        self.page, self.cancelled, self.stop, self.on_wait = page, threading.Event(), stop, on_wait
         self.started = self.abandoned = False
         self.turn = threading.Lock()  # started or abandoned: one of the two, never both
+        self.ran = self.gave_way = 0.0  # seconds it ran, and waited for quick work, since it started
+        self.since: float | None = None  # when its last checkpoint ended
 
     def start(self) -> bool:
         """The lane's turn came: False when its caller gave up meanwhile."""
@@ -148,11 +161,26 @@ class _Job:
         passes; this guards anyway)."""
         if getattr(_ON_LONG, "job", None) is not self:
             return
-        _QUICK.wait_until_none(self.cancelled)
+        self._give_way()
         if self.cancelled.is_set():
             raise Cancelled(f"long work of page {self.page} cancelled by its next image")
         if self.stop is not None:
             self.stop()
+
+    def _give_way(self) -> None:
+        """Wait while quick work runs, within the job's allowance (`GIVE_WAY_GRACE_S` and `GIVE_WAY_RATIO` times
+        what it ran): pages browsing without a pause would otherwise hold it back for ever (a 7 s view took
+        two minutes beside another page opening an example every 1.6 s). Its page is told when it gives way."""
+        now = time.monotonic()
+        if self.since is not None:
+            self.ran += now - self.since
+        allowance = GIVE_WAY_GRACE_S + GIVE_WAY_RATIO * self.ran - self.gave_way
+        if allowance > 0:
+            if _QUICK.running and self.on_wait is not None and self.gave_way == 0:
+                self.on_wait(0)  # the first time only: the next block's progress replaces the line
+            _QUICK.wait_until_none(self.cancelled, at_most=allowance)
+        self.since = time.monotonic()
+        self.gave_way += self.since - now
 
 
 def _long_lane_setup() -> None:
@@ -206,7 +234,8 @@ def call_long(
             the work waits for the lane (a Stop then ends it at once), when it starts, before each block of
             `model`, and while `stoppable` waits; what it raises is raised here.
         on_wait: told how many jobs run or wait before this one, whenever that changes while it waits for the
-            lane (not when the lane is free): what its page says meanwhile.
+            lane (not when the lane is free), and 0 the first time it gives way to quick work: what its page says
+            meanwhile.
 
     Returns:
         What work() returned; `Cancelled` instead when its page moved on before it returned, even past the
@@ -214,10 +243,12 @@ def call_long(
     """
     if on_torch_thread():
         raise RuntimeError("call_long from the quick lane: run the handler off it (torch_thread.handler(long=True))")
-    job = _Job(page, stop)
     if on_long_lane():  # long work inside long work: one job
         return work()
     context = contextvars.copy_context()
+    # told from the lane too, in a copy of the caller's context (gr.Progress finds its event there)
+    told = (lambda ahead: context.copy().run(on_wait, ahead)) if on_wait is not None else None
+    job = _Job(page, stop, told)
     blocks = [*model.blocks, *model.blocks_token_only] if model is not None else []
 
     def run() -> T | None:
