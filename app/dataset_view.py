@@ -298,6 +298,30 @@ def head_numbers(atlas: Atlas, k: int) -> list[list]:
     ]
 
 
+SPLIT_NAMES = {"entropy": "entropy", "dla": "DLA", "pointing": "pointing", "mass_in_box": "mass in box"}
+
+
+def heads_split(atlas: Atlas) -> tuple[list[str], list[list]]:
+    """Every head's numbers over the right and over the wrong predictions apart, and wrong minus right (the
+    atlas's `<number>_correct_mean`, `<number>_wrong_mean`, as heads.csv has them): does a head look elsewhere
+    when the model is wrong? (headers, one row per head in `heads` order); no column without the split (an atlas
+    of unlabelled images: ([], []))."""
+    first = atlas.heads[0] if atlas.heads else {}
+    numbers = [m for m in SPLIT_NAMES if first.get(f"{m}_correct_mean") is not None]
+    if not numbers:
+        return [], []
+    headers = ["head"] + [f"{SPLIT_NAMES[m]} {g}" for m in numbers for g in ("right", "wrong", "wrong − right")]
+    rows = []
+    for e in atlas.heads:
+        row: list = [head_name(e["layer"] - 1, e["head"] - 1)]
+        for m in numbers:
+            right, wrong = e.get(f"{m}_correct_mean"), e.get(f"{m}_wrong_mean")
+            apart = None if right is None or wrong is None else wrong - right
+            row += [_shown(right), _shown(wrong), _shown(apart)]
+        rows.append(row)
+    return headers, rows
+
+
 def _shown(v: float | None) -> float | None:
     return None if v is None else round(v, DIGITS)
 

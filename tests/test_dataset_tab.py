@@ -398,3 +398,27 @@ def test_an_example_or_an_upload_after_an_exemplar_leaves_no_exemplar_highlighte
     assert example[p.exemplars].constructor_args == {"selected_index": None} and example[p.image_in] == path
     upload = world.app.tabs.image.upload(choice=world.choice, ca_props=SHOWN, image_in={"path": path}, **LOOK)
     assert all(upload[g].constructor_args == {"selected_index": None} for g in (p.exemplars, p.examples))
+
+
+def test_a_table_across_heads_gives_the_right_and_wrong_split_and_a_row_opens_its_head(world):
+    """Item 59.22: every head's numbers over the right and the wrong predictions apart, as the atlas wrote them
+    (summary.json's `<number>_correct_mean` and `_wrong_mean`, heads.csv's), with wrong minus right; clicking a
+    row opens that head."""
+    dh, t = world.dh, world.dh.parts
+    summary = json.loads((world.atlas / "summary.json").read_text())
+    out = dh.open(str(world.atlas), world.choice)
+    table = out[t.heads_split]
+    headers, body = table.headers, table.value["data"]
+    assert headers[:4] == ["head", "entropy right", "entropy wrong", "entropy wrong − right"]
+    assert "mass in box wrong" in headers and len(body) == len(summary["heads"]) == 4
+    for row, entry in zip(body, summary["heads"]):
+        cells = dict(zip(headers, row))
+        assert cells["head"] == f"CA{entry['layer']} head {entry['head']}"
+        for number, name in (("entropy", "entropy"), ("dla", "DLA"), ("pointing", "pointing")):
+            right, wrong = entry[f"{number}_correct_mean"], entry[f"{number}_wrong_mean"]
+            assert cells[f"{name} right"] == pytest.approx(right, abs=5e-5)
+            assert cells[f"{name} wrong"] == pytest.approx(wrong, abs=5e-5)
+            assert cells[f"{name} wrong − right"] == pytest.approx(wrong - right, abs=1e-4)
+    atlas = out[t.atlas]
+    opened = dh.head_of_row(SimpleNamespace(index=[2, 1]), atlas=atlas, choice=world.choice, of_class=None)
+    assert opened[t.head] == 2 and opened[t.numbers] == dh.show_head(atlas, 2, world.choice)[t.numbers]
