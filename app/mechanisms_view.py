@@ -202,7 +202,7 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
     fig = make_subplots(rows=1, cols=3, subplot_titles=[p[0] for p in panels], horizontal_spacing=0.08)
     cells = list(range(1, g + 1))
     bound = max(float(np.abs(np.asarray(restored)).max()), float(np.abs(np.asarray(broken)).max())) or 1.0
-    number = ".0%" if shares else "+.3f"
+    number = ".0%" if shares else ".3f"  # no sign: plotly.js refuses "+.3f" (its hover then shows the raw number)
     for col, (_, values, name) in enumerate(panels, start=1):
         signed = col > 1
         colours = signed_heatmap(bound) if signed else dict(colorscale="Viridis")  # red: for the class

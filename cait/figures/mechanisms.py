@@ -146,10 +146,10 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
 
     if gap_too_small(gap):  # the Δlogits themselves, the shares would mean nothing
         text = [[f"{float(v):+.2f}" for v in row] for row in heads]
-        hover = "%{y} %{x}: Δlogit %{z:+.3f} (the gap is too small for a share)<extra></extra>"
+        hover = "%{y} %{x}: Δlogit %{z:.3f} (the gap is too small for a share)<extra></extra>"
     else:
         text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
-        hover = "%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>"
+        hover = "%{y} %{x}: Δlogit %{z:.3f} (%{text} of the gap)<extra></extra>"
     if ci95 is not None and not gap_too_small(gap):
         text = [[f"{t}<br>[{lo:.0%}, {hi:.0%}]" for t, (lo, hi) in zip(r, c)] for r, c in zip(text, ci95)]
     fig = go.Figure(
