@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import threading
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -716,37 +715,3 @@ def test_a_view_waiting_behind_another_pages_work_says_so_and_its_stop_is_heard_
         waiting.join(30)
         assert not waiting.is_alive() and not release.is_set()  # ended while the other work still held the lane
     assert answer["out"][p.cz_cost].startswith("**Stopped**") and a.causal is None
-
-
-# Plotly's hover formats: d3-format specifiers, which plotly.js (`Lib.adjustFormat`) prefixes with "~" unless they
-# start with one of "~,.0$" and name a type among "&fps": "+.3f" becomes "~+.3f", which d3 refuses, and the hover
-# shows the raw 17-digit number
-D3_FORMAT = re.compile(r"^(?:.?[<>=^])?[+\-( ]?[$#]?0?\d*,?(?:\.\d+)?~?[a-z%]?$")
-
-
-def plotly_takes(spec: str) -> bool:
-    adjusted = "~" + spec if not re.match(r"[~,.0$]", spec) and re.search(r"[&fps]", spec) else spec
-    return bool(D3_FORMAT.match(adjusted))
-
-
-def hover_formats(figure) -> list[str]:
-    return [f for trace in figure.data for f in re.findall(r"%\{[^}:]+:([^}]+)\}", trace.hovertemplate or "")]
-
-
-def test_every_hover_format_of_the_causal_and_mechanisms_figures_is_one_plotly_takes(setup):
-    """Polish of 59: the Causal bars, waterfall and knockout plots, the Mechanisms patching bars, heads grid and
-    token map format their hovers with specifiers plotly.js applies (checked by its own rule)."""
-    from cait.figures.mechanisms import heads_plotly, patching_plotly
-
-    assert plotly_takes(".3f") and plotly_takes(".0%") and not plotly_takes("+.3f")  # the rule itself
-    model, x, _ = setup
-    view = causal_view.compute(model, x, 3)
-    figures = [causal_view.head_figure(view, "a class"), causal_view.knockout_figure(view, model.cfg)]
-    branches, heads = np.array([[0.2, -0.1], [0.3, 0.05]]), np.array([[0.1, -0.2]])
-    for gap in (0.4, 2.0):
-        figures += [
-            patching_plotly(branches, gap, class_token=np.zeros(0), depth=1, ca_depth=1, title="t"),
-            heads_plotly(heads, gap, title="t"),
-        ]
-    formats = [f for fig in figures for f in hover_formats(fig)]
-    assert len(formats) >= 5 and all(plotly_takes(f) for f in formats), formats
