@@ -229,7 +229,7 @@ def token_verdict(tokens: dict) -> str:
     )
     return (
         f"The CA attention map {answer} ({said}); the best region alone restores {best:.0%} of the gap. Its top {k} "
-        f"regions {holds}include {overlap["mean"]:.0%} of the top {k} restoring regions (chance {top['chance']:.0%})."
+        f"regions {holds}include {overlap['mean']:.0%} of the top {k} restoring regions (chance {top['chance']:.0%})."
     )
 
 
