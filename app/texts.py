@@ -167,16 +167,16 @@ def cost_in_passes(what: str, passes: float, forward_seconds: float, *, reduced_
     time at this image's measured forward pass. A floor, not an estimate: drawing the figures and writing the
     numbers add a fixed time that outweighs a small model's few passes (benchmarks/README.md), and a forward
     measured in bf16 (reduced_precision) is faster than fp32."""
+    head = f"{what} takes {passes:.0f} forward passes of the model"
     if not math.isfinite(forward_seconds):  # not measured
-        return f"{what} takes about {passes:.0f} forward passes of the model."
+        return f"{head}, and the figures on top."
+    floor = f"at least {passes * forward_seconds:.1f} s"
     if reduced_precision:
-        measured = f"this image's forward pass took {forward_seconds:.2f} s in bf16, and fp32 is slower"
-    else:
-        measured = f"at this image's measured forward pass ({forward_seconds:.2f} s; it runs in fp32)"
-    return (
-        f"{what} takes about {passes:.0f} forward passes of the model, at least {passes * forward_seconds:.1f} s "
-        f"({measured}), and the figures on top."
-    )
+        return (
+            f"{head}: {floor}, as this image's forward pass took {forward_seconds:.2f} s in bf16 and fp32 is slower; "
+            "the figures come on top."
+        )
+    return f"{head}: {floor} at this image's forward pass of {forward_seconds:.2f} s in fp32; the figures come on top."
 
 
 def waiting_line(progress: Callable[..., Any]) -> Callable[[int], None]:

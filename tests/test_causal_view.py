@@ -289,7 +289,7 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
             handle.remove()
     passes = len(runs) / loaded.cfg.depth
     assert passes == causal_view.forward_passes(loaded.cfg)
-    assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
+    assert f"takes {passes:.0f} forward passes" in out[p.cz_cost] and "(" not in out[p.cz_cost]  # one hedge, no nesting
     assert f"at least {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]  # the figures come on top
     assert all(out[c] is None for c in handlers.page.causal.computed)  # said, not computed
     assert handlers.tabs.image.cleared(shown)[p.cz_cost] == ""
