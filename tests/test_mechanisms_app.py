@@ -463,6 +463,9 @@ def test_shares_are_withheld_when_the_gap_is_too_small():
         assert said in bars[0].hovertext[0]
         grid = heads_plotly(heads, gap, title="t").data[0]
         assert grid.text[0][0] == ("+0.10" if gap < 1 else "5%")
+    # a tiny negative share is "0%", not "-0%" (polish of 59)
+    tiny = heads_plotly(np.array([[-0.001, 0.3]]), 2.0, title="t", ci95=np.array([[[-0.004, 0.002], [0.1, 0.2]]]))
+    assert tiny.data[0].text[0][0] == "0%<br>[0%, 0%]"
 
 
 # ---------------------------------------------------------------------------------------------------------------
