@@ -181,6 +181,11 @@ def _rho(value: float | None) -> str:
     return "n/a (a flat map)" if value is None else f"{value:+.2f}"
 
 
+# the maps over the model's view: the signed ones nearly opaque, as their red (for the class) and blue must read over
+# a red garment; the attention's Viridis lets the image show a little more
+SIGNED_OPACITY, ATTENTION_OPACITY = 0.9, 0.8
+
+
 def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str):
     """The clean run's class attention per region beside where patching restores the answer (the clean
     region into the corrupted run) and where it breaks it (the corrupted region into the clean run), each
@@ -195,9 +200,9 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
     restored = numbers["restored_fraction"] if shares else numbers["restored"]
     broken = numbers["broken_fraction"] if shares else numbers["broken"]
     panels = [
-        ("class attention (CA mean), per region", numbers["attention"], "attention"),
-        (f"restored: clean region patched in ({unit})", restored, unit),
-        (f"broken: region corrupted ({unit})", broken, unit),
+        ("class attention (CA mean), per region", numbers["attention"], "class attention per region"),
+        (f"restored: clean region patched in ({unit})", restored, f"restored or broken ({unit})"),
+        (f"broken: region corrupted ({unit})", broken, f"restored or broken ({unit})"),
     ]
     fig = make_subplots(rows=1, cols=3, subplot_titles=[p[0] for p in panels], horizontal_spacing=0.08)
     cells = list(range(1, g + 1))
@@ -211,7 +216,7 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
                 z=on_patches(values, g, region),
                 x=cells,
                 y=cells,
-                opacity=0.65,
+                opacity=SIGNED_OPACITY if signed else ATTENTION_OPACITY,
                 **colours,
                 showscale=col != 2,  # the two signed panels share one scale
                 colorbar=dict(x=0.285 if col == 1 else 1.0, len=0.9, title=dict(text=name, side="right")),

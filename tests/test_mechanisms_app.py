@@ -428,6 +428,9 @@ def test_correlations_are_withheld_with_the_shares_when_the_gap_is_too_small(set
     assert numbers["rank_correlation"] == {"restored": None, "broken": None} and numbers["agreement"] is None
     title = mechanisms_view.token_map_figure(numbers, a.view, label="x").layout.title.text
     assert "no rank correlation" in title and "n/a" not in title and "rank correlation with" not in title
+    # polish of 59: the signed maps read over a red garment, and their colour bar says what it measures
+    figure = mechanisms_view.token_map_figure(numbers, a.view, label="x")
+    assert figure.data[1].opacity >= 0.85 and figure.data[2].colorbar.title.text == "restored or broken (Δlogit)"
 
 
 def test_the_token_map_says_how_much_restoration_the_top_attention_regions_hold(setup):
