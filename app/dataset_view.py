@@ -281,7 +281,9 @@ def heatmap(atlas: Atlas):
         return None
     z = np.array([[_number(r[CLASS_PREFIX + c]) for c in classes] for r in atlas.rows], dtype=float)
     rows = [head_name(e["layer"] - 1, e["head"] - 1) for e in atlas.heads]
-    return class_dla_figure(z, rows, classes)
+    # the images per column its title promises: counted from images.csv's predictions, as the atlas's page has them
+    counts = None if atlas.table is None else [atlas.table.predicted.count(c) for c in classes]
+    return class_dla_figure(z, rows, classes, counts=counts)
 
 
 def _number(cell: str) -> float:

@@ -97,9 +97,12 @@ def test_the_tab_shows_the_atlas_files_numbers(world):
         named = [e["path"] for e in entry["exemplars"]["concentrated"] + entry["exemplars"]["writes"]]
         assert [c.split(": ")[1].split(" · ")[0] for c in captions] == [Path(p).name for p in named]
     z = np.array(out[t.heatmap].data[0].z, dtype=float)
-    classes = list(out[t.heatmap].data[0].x)
+    columns = list(out[t.heatmap].data[0].x)
+    classes = [c.rsplit(" (n=", 1)[0] for c in columns]  # each column with its images, as its title promises
     assert z.shape == (4, len(classes))
     np.testing.assert_allclose(z[3], [float(heads[3][f"dla_mean_{c}"]) for c in classes])
+    predicted = [r["prediction"] for r in rows(world.atlas / "images.csv")]
+    assert columns == [f"{c} (n={predicted.count(c)})" for c in classes] and sum(map(predicted.count, classes)) == 40
 
 
 def test_exemplar_tiles_are_the_atlas_images(world):
