@@ -25,8 +25,11 @@ def precision_name(loaded: LoadedModel) -> str:
 
 
 def precision_decided(loaded: LoadedModel) -> str:
-    """The precision with how it was decided, for the header ("bf16 autocast, measured now")."""
-    return f"{precision_name(loaded)}, {loaded.precision.decided}" if loaded.precision else precision_name(loaded)
+    """The precision with how it was decided, for the header ("bf16 autocast, measured now"); before the server
+    decided it (bf16 timed at start-up), what holds until then, which a page opened meanwhile keeps saying."""
+    if loaded.precision is None:
+        return "fp32 while bf16 is timed at start-up: reload the page in a minute for the precision chosen"
+    return f"{precision_name(loaded)}, {loaded.precision.decided}"
 
 
 def card_link(loaded: LoadedModel) -> str:

@@ -835,3 +835,16 @@ def test_a_known_model_in_the_address_without_weights_here_is_said_as_an_unknown
     said = hub.missing_weights(hub.weights_status("cait_nano_64")).splitlines()[0]
     assert said in out[p.status] and out[p.status] == out[p.load_msg] and "cait_nano_64" in out[p.status]
     assert out[p.url_model] == handlers.default.name and p.choice not in out
+
+
+def test_the_header_before_the_precision_is_decided_says_so_and_what_to_do(loaded):
+    """Polish of 59: a page opened while the server times bf16 keeps its header; it says fp32 holds until then
+    and to reload, not a bare "fp32" that is stale once bf16 is chosen; decided, it says the choice."""
+    import dataclasses
+
+    from cait.runtime import PrecisionChoice
+
+    before = texts.header_markdown(dataclasses.replace(loaded, precision=None, dtype=None))
+    assert "fp32 while bf16 is timed" in before and "reload" in before
+    decided = dataclasses.replace(loaded, precision=PrecisionChoice(None, "measured now", "why"), dtype=None)
+    assert "(fp32, measured now)" in texts.header_markdown(decided)
