@@ -22,7 +22,9 @@ turns on it: a long saliency method delays another page's view by up to one meth
 is left to the browser, and a pass takes the time of the forward the page measured: what the stated costs are
 counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before each block of its model it
 waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
-long job loses the time of the quick work it let through. The two lanes share the models (no second copy):
+long job loses the time of the quick work it let through, up to an allowance (`GIVE_WAY_RATIO` times what it
+ran): past it, it runs beside quick work, so that pages that browse without a pause slow it at most threefold
+rather than stall it. The two lanes share the models (no second copy):
 the explanation hooks act only on the thread that opened them (`cait.explain.hooks`). A long job of a page's
 image is cancelled by the page's next image (`cancel_long`), whether it waits or runs, and its page's Stop
 (`call_long(stop=...)`, `app.stops`) is heard at the same points; a part of it that runs no block of the model
