@@ -99,9 +99,9 @@ def _log_precision(precision: PrecisionChoice) -> None:
 def decide_precision(
     args: argparse.Namespace, device: torch.device, cache: ModelCache, default: ModelChoice, demo: gr.Blocks
 ) -> None:
-    """Time bf16 against fp32 on the torch thread (it takes its turn with the pages' work there, whose timings
-    it would otherwise disturb), then run every model in the precision chosen and let the page say so."""
-    precision = torch_thread.call(choose_precision, args.precision, device, remeasure=args.remeasure_precision)
+    """Time bf16 against fp32 beside the quick lane (`torch_thread.call_aside`: a page's first click does not
+    wait for it), then run every model in the precision chosen and let the page say so."""
+    precision = torch_thread.call_aside(choose_precision, args.precision, device, remeasure=args.remeasure_precision)
     cache.set_precision(precision)
     _log_precision(precision)
     show_precision(demo, torch_thread.call(cache.get, default))

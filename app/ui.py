@@ -379,7 +379,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
     asked = named(page.talking, ImageAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props)
     progress = dict(show_progress_on=[s.top5], **MODEL_EVENTS)
     upload = s.image_in.upload(
-        on_torch(ev.upload),
+        tabs.model.after_swap(on_torch(ev.upload)),  # asked before the page's ?model= swap landed: its model
         inputs_kwargs=named(
             page.talking, UploadAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props, image_in=s.image_in
         ),
@@ -388,7 +388,8 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         **progress,
     )
     example = s.examples.select(
-        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
+        tabs.model.after_swap(on_torch(ev.example)), inputs_kwargs=asked,
+        outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
         **progress, **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
     )  # fmt: skip
     exemplar = tabs.dataset.wire(

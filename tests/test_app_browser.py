@@ -730,7 +730,7 @@ def test_the_causal_tab_of_a_deep_model_says_its_cost_shows_progress_and_stops(c
     try:
         pick_example(page, 0)
         page.get_by_role("tab", name="Causal").click()
-        expect(page.locator("#cz_cost")).to_contain_text("about 20 forward passes")  # 3 + (36 - 1) / 2
+        expect(page.locator("#cz_cost")).to_contain_text("takes 20 forward passes")  # 3 + (36 - 1) / 2
         expect(page.locator("#cz_cost")).to_contain_text(re.compile(r"knocking out block by block"))
         page.screenshot(path=SHOTS / "cait_app_causal_progress.png", full_page=True)
         page.locator("#cz_stop").click()

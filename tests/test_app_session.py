@@ -780,3 +780,73 @@ def test_the_talking_heads_query_sent_for_the_last_model_is_clamped_to_the_pages
     query = handlers.tabs.talking.query(choice=choice, analysis=a, th_layer=99, th_row=0, th_col="x")
     assert query[p.analysis].stages.layer == depth - 1 and query[p.th_layer].value == depth
     assert query[p.th_row].value == 1 and query[p.th_col].value == g // 2 + 1  # the lowest; not a number
+
+
+def test_an_example_clicked_before_the_address_swap_landed_is_analysed_by_the_swapped_model(handlers):
+    """Item 59.11: a page opened with ?model= sends an example's click with the model its state still names; the
+    wired handler waits for the page's swap (Gradio may run the click first) and analyses with the swapped
+    model; another page's click, or one after the swap, is not held."""
+    import gradio as gr
+    from gradio.helpers import special_args
+
+    from app.ui import compose, wire
+
+    demo, page, tabs = compose(handlers.cache.get(handlers.default), handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=handlers.default)
+    (example,) = [fn.fn for fn in demo.fns.values() if fn.name == "example"]
+    shown = tuple(page.ca.ca_props.value)
+    asked = {name: c.value for name, c in page.look().items()} | dict(ca_props=shown, th_layer=1)
+    path = str(SCENE)
+    evt = gr.SelectData(None, {"index": 0, "value": {"image": {"path": path}}})
+    request = SimpleNamespace(query_params={"model": "cait_nano_28"}, session_hash="swapping")
+
+    def click(choice, req) -> dict:  # the handler called as Gradio calls it: its special arguments found by Gradio
+        args, *_ = special_args(example, inputs=[evt], request=req)  # the event data as the page sends it
+        return example(*args, choice=choice, **asked)
+
+    answer = {}
+    clicked = threading.Thread(target=lambda: answer.update(out=click(handlers.default, request)))
+    clicked.start()  # the click reaches the server before the swap
+    clicked.join(1.0)
+    swapped = tabs.model.from_address(handlers.default, shown, request)
+    clicked.join(120)
+    assert swapped[page.shared.choice].name == "cait_nano_28"
+    assert answer["out"][page.shared.analysis].choice == swapped[page.shared.choice]
+    # the page's next click, with its state caught up, and another page's, go through as sent
+    other = SimpleNamespace(query_params={}, session_hash="plain")
+    for choice, req in ((swapped[page.shared.choice], request), (handlers.default, other)):
+        assert click(choice, req)[page.shared.analysis].choice == choice
+
+
+def test_a_known_model_in_the_address_without_weights_here_is_said_as_an_unknown_one(handlers):
+    """Item 59.18: ?model= naming a variant the server cannot load (no weights, no --random-init): a toast, the
+    status line where the page opens and the Load button's line say so with the loader's reason, and the address
+    names the model shown, as for an unknown name; the page keeps its model."""
+    from dataclasses import replace
+
+    from app.tabs.model import ModelTab
+
+    t, p = handlers.tabs.model, handlers.p
+    strict = ModelTab(
+        t.parts, t.shared, t.cache, default=replace(handlers.default, random_init=False), statuses=t.statuses,
+        ca_layers=t.ca_layers, page_for=t.page_for,
+    )  # fmt: skip
+    request = SimpleNamespace(query_params={"model": "cait_nano_64"}, session_hash="no-weights")
+    with pytest.warns(UserWarning, match="cait_nano_64"):
+        out = strict.from_address(handlers.default, SHOWN, request)
+    said = hub.missing_weights(hub.weights_status("cait_nano_64")).splitlines()[0]
+    assert said in out[p.status] and out[p.status] == out[p.load_msg] and "cait_nano_64" in out[p.status]
+    assert out[p.url_model] == handlers.default.name and p.choice not in out
+
+
+def test_the_header_before_the_precision_is_decided_says_so_and_what_to_do(loaded):
+    """Polish of 59: a page opened while the server times bf16 keeps its header; it says fp32 holds until then
+    and to reload, not a bare "fp32" that is stale once bf16 is chosen; decided, it says the choice."""
+    import dataclasses
+
+    from cait.runtime import PrecisionChoice
+
+    before = texts.header_markdown(dataclasses.replace(loaded, precision=None, dtype=None))
+    assert "fp32 while bf16 is timed" in before and "reload" in before
+    decided = dataclasses.replace(loaded, precision=PrecisionChoice(None, "measured now", "why"), dtype=None)
+    assert "(fp32, measured now)" in texts.header_markdown(decided)

@@ -97,9 +97,12 @@ def test_the_tab_shows_the_atlas_files_numbers(world):
         named = [e["path"] for e in entry["exemplars"]["concentrated"] + entry["exemplars"]["writes"]]
         assert [c.split(": ")[1].split(" · ")[0] for c in captions] == [Path(p).name for p in named]
     z = np.array(out[t.heatmap].data[0].z, dtype=float)
-    classes = list(out[t.heatmap].data[0].x)
+    columns = list(out[t.heatmap].data[0].x)
+    classes = [c.rsplit(" (n=", 1)[0] for c in columns]  # each column with its images, as its title promises
     assert z.shape == (4, len(classes))
     np.testing.assert_allclose(z[3], [float(heads[3][f"dla_mean_{c}"]) for c in classes])
+    predicted = [r["prediction"] for r in rows(world.atlas / "images.csv")]
+    assert columns == [f"{c} (n={predicted.count(c)})" for c in classes] and sum(map(predicted.count, classes)) == 40
 
 
 def test_exemplar_tiles_are_the_atlas_images(world):
@@ -422,3 +425,27 @@ def test_a_file_trained_again_at_the_atlass_path_is_another_model_to_the_tab_and
     capsys.readouterr()
     assert command_line_atlas(flags, tmp_path / "atlas") == 2
     assert f"weights id {before.weights_id} there, {after.weights_id} here" in capsys.readouterr().err
+
+
+def test_a_table_across_heads_gives_the_right_and_wrong_split_and_a_row_opens_its_head(world):
+    """Item 59.22: every head's numbers over the right and the wrong predictions apart, as the atlas wrote them
+    (summary.json's `<number>_correct_mean` and `_wrong_mean`, heads.csv's), with wrong minus right; clicking a
+    row opens that head."""
+    dh, t = world.dh, world.dh.parts
+    summary = json.loads((world.atlas / "summary.json").read_text())
+    out = dh.open(str(world.atlas), world.choice)
+    table = out[t.heads_split]
+    headers, body = table.headers, table.value["data"]
+    assert headers[:4] == ["head", "entropy right", "entropy wrong", "entropy wrong − right"]
+    assert "mass in box wrong" in headers and len(body) == len(summary["heads"]) == 4
+    for row, entry in zip(body, summary["heads"]):
+        cells = dict(zip(headers, row))
+        assert cells["head"] == f"CA{entry['layer']} head {entry['head']}"
+        for number, name in (("entropy", "entropy"), ("dla", "DLA"), ("pointing", "pointing")):
+            right, wrong = entry[f"{number}_correct_mean"], entry[f"{number}_wrong_mean"]
+            assert cells[f"{name} right"] == pytest.approx(right, abs=5e-5)
+            assert cells[f"{name} wrong"] == pytest.approx(wrong, abs=5e-5)
+            assert cells[f"{name} wrong − right"] == pytest.approx(wrong - right, abs=1e-4)
+    atlas = out[t.atlas]
+    opened = dh.head_of_row(SimpleNamespace(index=[2, 1]), atlas=atlas, choice=world.choice, of_class=None)
+    assert opened[t.head] == 2 and opened[t.numbers] == dh.show_head(atlas, 2, world.choice)[t.numbers]

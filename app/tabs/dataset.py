@@ -53,6 +53,7 @@ class DatasetParts:
     msg: gr.Markdown  # what went wrong, or that the atlas's model is not the page's
     overview: gr.Markdown
     heatmap: gr.Plot
+    heads_split: gr.Dataframe  # every head over the right and the wrong predictions apart; a row opens its head
     download: gr.DownloadButton  # the open atlas's files as a zip
     head: gr.Dropdown
     numbers: gr.Dataframe
@@ -67,7 +68,10 @@ class DatasetParts:
     @property
     def opened(self) -> list:
         """What opening an atlas writes."""
-        return [self.atlas, self.pick, self.msg, self.overview, self.heatmap, self.download, *self.head_shown]
+        return [
+            *(self.atlas, self.pick, self.msg, self.overview, self.heatmap, self.heads_split, self.download),
+            *self.head_shown,
+        ]
 
     @property
     def head_shown(self) -> list:
@@ -142,6 +146,11 @@ def build() -> DatasetParts:
         elem_id="ds_exemplars",
         elem_classes=["no-scroll"],
     )
+    parts["heads_split"] = gr.Dataframe(
+        label="Every head over the right and the wrong predictions (click a row to open its head)",
+        interactive=False,
+        elem_id="ds_heads_split",
+    )
     parts["heatmap"] = gr.Plot(label="Mean DLA, heads x predicted classes", elem_id="ds_heatmap")
     return DatasetParts(**parts)
 
@@ -183,6 +192,8 @@ class DatasetTab:
             log.info("could not open an atlas: %s", e)
             return out | {t.msg: f"**Cannot open this atlas:** {e}", t.head: gr.Dropdown(choices=[], value=None)}
         out.update({t.atlas: atlas, t.overview: dv.overview_markdown(atlas), t.heatmap: dv.heatmap(atlas)})
+        headers, split = dv.heads_split(atlas)
+        out[t.heads_split] = gr.Dataframe(value=split or None, headers=headers or None, visible=bool(split))
         out[t.download] = gr.DownloadButton(value=str(dv.zip_atlas(atlas, WORK.request_dir())), interactive=True)
         out[t.msg] = self._model_note(atlas, self.cache.get(choice))
         if not atlas.heads:
@@ -234,6 +245,12 @@ class DatasetTab:
             t.exemplars: gr.update(value=tiles or None, columns=atlas.columns()),
         }
         return out | ({t.msg: missing} if missing else {})
+
+    def head_of_row(self, evt: gr.SelectData, **picked: Any) -> dict:
+        """A row of the heads' table clicked: that head picked and shown (with the exemplar filters as they are).
+        picked: `show_head`'s arguments but the head, by name."""
+        head = int(evt.index[0]) if evt.index is not None else None
+        return {self.parts.head: head} | self.show_head(head=head, **picked)
 
     def _tiles(self, atlas: dv.Atlas, exemplars: list[dv.Exemplar], choice: ModelChoice) -> tuple[list, str]:
         """(image file, caption) per exemplar that can be read, and a message naming those that cannot."""
@@ -361,6 +378,10 @@ class DatasetTab:
         picked = dict(atlas=t.atlas, head=t.head, choice=s.choice, of_class=t.of_class, outcome=t.outcome)
         for control in (t.head, t.of_class, t.outcome):
             control.input(on_torch(self.show_head), inputs_kwargs=picked, outputs=head_shown, **MODEL_EVENTS)
+        by_row = {k: v for k, v in picked.items() if k != "head"}
+        t.heads_split.select(
+            on_torch(self.head_of_row), inputs_kwargs=by_row, outputs=[t.head, *head_shown], **MODEL_EVENTS
+        )
         self._wire_build()
         asked = named(t, ExemplarAsk, choice=s.choice, ca_props=ca_props, th_layer=th_layer, **look)
         return t.exemplars.select(

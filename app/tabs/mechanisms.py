@@ -14,7 +14,7 @@ import gradio as gr
 import numpy as np
 
 import cait
-from app import causal_view, mechanisms_view, session, torch_thread
+from app import causal_view, mechanisms_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices
 from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
@@ -354,7 +354,8 @@ class MechanismsTab:
 
     def _run_long(self, loaded: LoadedModel, total: int, run: LongRun, compute):
         """compute() on the long lane with its progress in images read through the head
-        (`mechanisms_view.counted_runs`) and the page's Stop, heard when it starts and before each
+        (`mechanisms_view.counted_runs`) and the page's Stop, heard while it waits for the lane (its line says it
+        waits), when it starts and before each
         block and each read of the head: its numbers, or the line to show instead (empty when the page's next
         image cancelled it)."""
         what = run.what
@@ -367,7 +368,9 @@ class MechanismsTab:
                 return compute()
 
         try:
-            return torch_thread.call_long(work, page=run.page, model=loaded.model, stop=check)
+            return torch_thread.call_long(
+                work, page=run.page, model=loaded.model, stop=check, on_wait=texts.waiting_line(run.progress)
+            )
         except torch_thread.Cancelled:
             log.info("%s cancelled by its page's next image", what)
             return ""
