@@ -56,12 +56,13 @@ def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(json.dumps({"format": FORMAT, **kept}))
 
 
-def _barrier() -> None:
+def barrier() -> None:
+    """Every rank waits here for the others (nothing without a process group)."""
     if dist.is_initialized():
         dist.barrier()
 
 
-def _ready_out(out: Path) -> FileLock | None:
+def ready_out(out: Path) -> FileLock | None:
     """Rank 0 makes OUT and its shards folder, proves them writable and locks OUT before any work (the others
     wait for the answer, an OutputError on every rank); returns the held lock (None on the other ranks)."""
 
@@ -72,15 +73,17 @@ def _ready_out(out: Path) -> FileLock | None:
     return rank_zero_does(ready)
 
 
-def _plan(out: Path, cover: Cover, recorded: dict, *, world: int, size: int, batch: int) -> list[list[range]]:
+def plan_shards(
+    out: Path, cover: Cover, recorded: dict, *, world: int, size: int, batch: int, error: type[InputError] = AtlasError
+) -> list[list[range]]:
     """Rank 0 checks the arguments and the shards on disk (a damaged or foreign shard is redone, skips are
     retried) and splits what is left over the ranks, saying the split; every rank gets rank 0's plan, or its
-    AtlasError."""
+    `error` (AtlasError; a comparison run raises its own)."""
 
     def plan() -> list[list[range]]:
         problem = args_problem(out, recorded)
         if problem:
-            raise AtlasError(problem)
+            raise error(problem)
         record_args(out, recorded)
         todo = todo_images(verified(out, cover, say=lambda line: print(line, file=sys.stderr)), len(cover.paths))
         runs = balanced_runs(todo, world, size, batch=batch)
@@ -136,13 +139,13 @@ def make(
     Returns:
         The atlas's folder, args.out."""
     out = Path(args.out)
-    lock = _ready_out(out)  # after the input is known good (no folder made for a typo), before any work
+    lock = ready_out(out)  # after the input is known good (no folder made for a typo), before any work
     try:
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
         cover = Cover.of(recorded, data.paths)
-        plan = _plan(out, cover, recorded, world=world, size=args.shard_size, batch=args.batch_size)
+        plan = plan_shards(out, cover, recorded, world=world, size=args.shard_size, batch=args.batch_size)
         dtype = precision.dtype
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
         options["patching"] = args.patching
@@ -150,7 +153,7 @@ def make(
         run_shards(
             loaded.model, data, plan[rank], out, cover, device=device, show=show, stop_after=args.stop_after, **options
         )
-        _barrier()  # every rank's shards are on disk before rank 0 looks
+        barrier()  # every rank's shards are on disk before rank 0 looks
         if rank == 0:
             done = shard_files(out)
             files = tiling(done, len(data))
