@@ -120,7 +120,7 @@ def test_no_import_cycle_in_the_package():
 
 # cait.evaluate is not here: its --help lists the explanation methods and corruptions, whose owners
 # (cait.explain.methods, cait.corruptions) build them from torch functions.
-@pytest.mark.parametrize("command", ["cait.data.export", "cait.data.products", "cait.atlas"])
+@pytest.mark.parametrize("command", ["cait.data.export", "cait.data.products", "cait.atlas", "cait.compare"])
 def test_a_commands_help_imports_no_torch(command):
     """`python -m COMMAND --help` answers without importing torch (seconds on a busy machine): its parser and
     the names its flags offer load first, the datasets and models only when the command runs."""

@@ -60,7 +60,7 @@ def test_the_flags_module_stays_torch_free():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("command", ["cait.evaluate", "cait.atlas", "analysis"])
+@pytest.mark.parametrize("command", ["cait.evaluate", "cait.atlas", "cait.compare", "analysis"])
 def test_every_command_line_loads_through_the_door(monkeypatch, capsys, tmp_path, command):
     """Each command's model comes from load_from_flags (the one loader), and its InputError is the command's
     one-line message and exit code 2."""
@@ -78,6 +78,11 @@ def test_every_command_line_loads_through_the_door(monkeypatch, capsys, tmp_path
         from cait.atlas.__main__ import main
 
         code = main(["--model", "cait_pico_32", "--data", "fashion-mnist-scenes", "--out", str(tmp_path / "a")])
+    elif command == "cait.compare":
+        from cait.compare.__main__ import main
+
+        pair = ["--model-a", "cait_pico_32", "--model-b", "cait_pico_32"]
+        code = main([*pair, "--data", "fashion-mnist-scenes", "--out", str(tmp_path / "c")])
     else:
         from layerscale_stats import main
 

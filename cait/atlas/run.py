@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -285,8 +285,15 @@ def _summary(
 def main_guarded(args: argparse.Namespace) -> int:
     """`run`, with bad input and file-system errors as one line on stderr (input errors from rank 0 only under
     torchrun) and exit code 2; Ctrl-C as a line saying how to continue and exit code 130."""
+    return guarded(lambda: run(args), "python -m cait.atlas")
+
+
+def guarded(work: Callable[[], object], prog: str) -> int:
+    """`work()` of a sharded command (`prog`, as its error lines name it): bad input and file-system errors as one
+    line on stderr (input errors from rank 0 only under torchrun) and exit code 2; Ctrl-C as a line saying how to
+    continue and exit code 130; 0 when it is done."""
     try:
-        run(args)
+        work()
     except RankFailed:  # rank 0 says what failed, with its traceback
         return 1
     except KeyboardInterrupt:
@@ -294,11 +301,11 @@ def main_guarded(args: argparse.Namespace) -> int:
             print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder made read-only mid-run: this rank's own problem, said by it
-        print(f"python -m cait.atlas: error: {write_failure(e)}; the shards written are kept", file=sys.stderr)
+        print(f"{prog}: error: {write_failure(e)}; the shards written are kept", file=sys.stderr)
         return 2
     except (InputError, ShardError) as e:  # a flag, file, model, image set or shard that cannot work
         if int(os.environ.get("RANK", "0")) == 0:
-            print(f"python -m cait.atlas: error: {_one_line(e)}", file=sys.stderr)
+            print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
 
