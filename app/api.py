@@ -13,7 +13,8 @@ from typing import Any, Callable
 import gradio as gr
 from gradio.data_classes import FileData
 
-from app import causal_view, mechanisms_view, session, torch_thread
+import cait
+from app import causal_view, compare_view, mechanisms_view, session, torch_thread
 from app.images import ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
@@ -230,6 +231,45 @@ class Analyze:
             return out
         work = lambda: {name: compute() for name, compute in later.items()}  # noqa: E731
         return in_order(out, torch_thread.call_long(work, model=loaded.model))
+
+
+class CompareImage:
+    """The /compare endpoint: one image through the server's default model (A) and a second variant (B), both
+    from the one model cache."""
+
+    def __init__(self, cache: ModelCache, default: ModelChoice):
+        self.cache, self.default = cache, default
+
+    def compare(self, image: FileData, model_b: str = "", target: int = -1) -> dict:
+        """One image through the server's default model (A) and the variant `model_b` (a name `cait.list_models`
+        lists; its weights as the server finds them, a random init only when the server runs with --random-init):
+        both top 5, every CA head's map of both paired by layer and head, B minus A where the grids match, each
+        head's direct write to class `target`'s logit (-1: A's top class), mean |gamma| and the image's residual
+        ratios per block of both. About four forward passes of each model.
+
+        Returns {"model_a", "model_b", "target", "predictions_a", "predictions_b", "layout", "pairs", "maps_a",
+        "maps_b", "differences", "dla_a", "dla_b", "gamma_a", "gamma_b", "residual_ratios_a",
+        "residual_ratios_b"}; "layout" says the arrays.
+        """
+        path = payload_path(image)
+        if path is None:
+            raise _refused("no image given")
+        try:
+            _choice(model_b, list(cait.list_models()), "model_b")
+            return torch_thread.handler(self._answer)(path, model_b, int(target))
+        except InputError as e:
+            prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
+            raise _refused(f"{prefix}{e}") from None
+        except Exception:
+            log.exception("/compare: internal error")
+            raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
+
+    def _answer(self, path: str, model_b: str, target: int) -> dict:
+        loaded = self.cache.get(self.default)
+        other = self.cache.get(ModelChoice(model_b, random_init=self.default.random_init))
+        x = session.model_input(path, loaded.cfg)[2]
+        seen, _ = compare_view.compared(loaded, x, path, other, None, target=None if target == -1 else target)
+        return compare_view.numbers(seen, loaded, other)
 
 
 def _refused(message: str) -> gr.Error:

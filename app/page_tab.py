@@ -13,7 +13,8 @@ class PageTab:
     (the first view empties what it does not fill; `cleared` empties it, `shown`: the class-attention galleries'
     props); `at_first_view`: shown with a new image's first view; `details` (writing `detailed`): the follow-up
     of a new image (ask: `app.ui.DetailsAsk`); `follow_up` (writing `followed`): what the tab computes of a new
-    image when it is on show; `for_model`: what it says of a new model; `wire`: its own events."""
+    image when it is on show; `for_model`: what it says of a new model; `wire`: its own events; `wire_image_picks`:
+    its tiles that open an image."""
 
     parts: Any  # the tab's components
     kept_on_new_model = False  # a new model leaves the tab as it is (the Dataset tab's open atlas)
@@ -49,3 +50,8 @@ class PageTab:
 
     def wire(self, demo: gr.Blocks, page: Any) -> None:
         pass
+
+    def wire_image_picks(self, demo: gr.Blocks, page: Any, outputs: list) -> list:
+        """The tab's galleries whose tile opens as the page's image, wired to write `outputs` (a new image's first
+        view): (the trigger, its event) each, for the page to chain the rest of a new image on."""
+        return []

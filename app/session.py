@@ -59,6 +59,7 @@ class Analysis:
     logit_lens: dict[str, Any] | None = None
     patching: dict[str, Any] | None = None
     token_patching: dict[str, Any] | None = None
+    path: str | None = None  # the image file analysed (what another model reads it from: the Compare tab)
 
     @property
     def top_class(self) -> int:
@@ -101,6 +102,7 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
         notes=decoded.notes,
         original_size=decoded.original_size,
         forward_seconds=forward_seconds,
+        path=path,
     )
 
 

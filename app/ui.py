@@ -18,7 +18,7 @@ from typing import Any
 import gradio as gr
 
 from app import session, style, texts, torch_thread
-from app.api import Analyze
+from app.api import Analyze, CompareImage
 from app.api_calls import guard_api_calls
 from app.choices import top_predictions
 from app.examples import served_paths
@@ -39,7 +39,8 @@ from app.shared import (
     named,
     within,
 )
-from app.tabs import causal, class_attention, dataset, layerscale, mechanisms, model, saliency, talking_heads
+from app.tabs import causal, class_attention, compare, dataset, layerscale, mechanisms, model, saliency, talking_heads
+from app.tabs.compare import COMPARE_TAB
 from app.workdir import FILE_TTL, WORK
 from cait import explain, hub
 
@@ -69,6 +70,7 @@ TABS = (
     (CAUSAL_TAB, "causal", causal.build, causal.CausalTab),
     (MECHANISMS_TAB, "mechanisms", mechanisms.build, mechanisms.MechanismsTab),
     ("Dataset", "dataset", dataset.build, dataset.DatasetTab),
+    (COMPARE_TAB, "compare", compare.build, compare.CompareTab),
     ("Model", "model", model.build, model.ModelTab),
 )
 
@@ -386,15 +388,13 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
         **progress, **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
     )  # fmt: skip
-    exemplar = tabs.dataset.wire_exemplars(
-        demo, look=page.look(), th_layer=page.talking.th_layer, ca_props=page.ca.ca_props, outputs=ev.results()
-    )
+    picks = [pick for tab in tabs.all for pick in tab.wire_image_picks(demo, page, ev.results())]
     details, arm, open_tab = _new_image_chain(page, tabs)
-    for event in (upload, example, exemplar):
+    for event in (upload, example, *(event for _, event in picks)):
         event.success(**details).success(**arm).success(**open_tab)
     # at the pick, off the queues: the page's long work of its last image ends before the new one's is asked for
     gr.on(
-        [s.image_in.upload, s.examples.select, page.dataset.exemplars.select], tabs.causal.moved_on, None, None,
+        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.moved_on, None, None,
         queue=False, api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     s.image_in.change(
@@ -413,6 +413,7 @@ def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default:
             tab.wire(demo, page)
         # off the quick lane: the answer takes each lane for its parts (`Analyze._answer`)
         gr.api(Analyze(cache, default).analyze, api_name="analyze", concurrency_id="model")
+        gr.api(CompareImage(cache, default).compare, api_name="compare", concurrency_id="model")
 
 
 def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:

@@ -355,6 +355,11 @@ class DatasetTab(PageTab):
             "again to continue."
         )
 
+    def wire_image_picks(self, demo: gr.Blocks, page: Any, outputs: list) -> list:
+        look, th_layer, ca_props = page.look(), page.talking.th_layer, page.ca.ca_props
+        event = self.wire_exemplars(demo, look=look, th_layer=th_layer, ca_props=ca_props, outputs=outputs)
+        return [(self.parts.exemplars.select, event)]
+
     def wire_exemplars(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
         """look, th_layer, ca_props: the other tabs' controls an exemplar is opened with; outputs: what opening it
         writes (the page's first view of an image, and this tab's message). Returns the exemplar's event, for the
