@@ -98,3 +98,18 @@ def test_the_wired_events_of_a_new_image_write_the_added_tab(toy_page):
     writers = {fn.name for fn in demo.fns.values() if box in fn.outputs}
     assert {"upload", "example", "open_exemplar", "details", "follow_up", "load", "from_address"} <= writers
     assert {fn.name for fn in demo.fns.values() if s.image_in in fn.inputs and box in fn.outputs} >= {"upload"}
+
+
+def test_every_step_writes_only_what_its_event_lists(toy_page):
+    """Each step of a new image, with every tab of the list taking part, writes only components its event lists
+    as outputs (Gradio refuses any other: "not specified as output of function")."""
+    demo, page, tabs, loaded = toy_page
+    shown, s = tuple(page.ca.ca_props.value), page.shared
+    results = set(tabs.image.results())
+    a = session.analyse(loaded, str(SCENE))
+    assert set(tabs.image.cleared(shown)) <= results
+    assert set(tabs.image.first_view(loaded, a, LOOK, shown, uploaded=False)) <= results
+    asked = dict(choice=loaded.choice, analysis=a, **vars(LOOK), th_layer=2, th_row=1, th_col=1, region_of=None)
+    detailed = {s.json_file, *(c for tab in tabs.all for c in tab.detailed())}
+    assert set(tabs.image.details(**asked)) <= detailed
+    assert set(tabs.image.page_for(loaded, shown)) <= set(page.everything())

@@ -53,14 +53,11 @@ class CompareParts:
     cmp_disagree: gr.Gallery
 
     @property
-    def results(self) -> list:
-        """What a new image (or a new model) empties here."""
-        return [self.cmp_top5, self.cmp_heads, self.cmp_dla, self.cmp_depth]
-
-    @property
     def shown(self) -> list:
-        """What the image's comparison writes: its results and the tab's line."""
-        return [*self.results, self.cmp_msg]
+        """What the image's comparison writes (and a new image, or a new model, empties)."""
+        return [self.cmp_top5, self.cmp_heads, self.cmp_dla, self.cmp_depth, self.cmp_msg]
+
+    results = shown
 
     @property
     def run_shown(self) -> list:
@@ -252,9 +249,6 @@ class CompareTab(PageTab):
 
     def follow_up(self, choice, a, request, progress) -> Any:
         return torch_thread.handler(self.opened)(choice, a, request)
-
-    def cleared(self, shown: tuple) -> dict:
-        return dict.fromkeys(self.parts.results) | {self.parts.cmp_msg: ""}
 
     def wire_image_picks(self, demo: gr.Blocks, page: Any, outputs: list) -> list:
         s = self.shared
