@@ -267,8 +267,8 @@ class CompareImage:
     def _answer(self, path: str, model_b: str, target: int) -> dict:
         loaded = self.cache.get(self.default)
         other = self.cache.get(ModelChoice(model_b, random_init=self.default.random_init))
-        x = session.model_input(path, loaded.cfg)[2]
-        seen, _ = compare_view.compared(loaded, x, path, other, None, target=None if target == -1 else target)
+        decoded, _, x = session.model_input(path, loaded.cfg)
+        seen, _ = compare_view.compared(loaded, x, decoded.image, other, None, target=None if target == -1 else target)
         return compare_view.numbers(seen, loaded, other)
 
 

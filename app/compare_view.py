@@ -28,13 +28,14 @@ from cait.figures.lines import LinePlot, Series
 DISAGREEMENTS_SHOWN = 12  # disagreement images opened in the tab at most (the run's page lists them all)
 
 
-def compared(a_model: LoadedModel, x_a: torch.Tensor, path: str, b_model: LoadedModel, run: CompareRun | None,
-             *, target: int | None = None) -> tuple[ImageComparison, Image.Image]:  # fmt: skip
-    """The image at `path` (`x_a`: as model A sees it) through both models: (the comparison, B's view of the
-    image). B reads the file through its own preprocessing; heads paired by `run`'s matching when one is open;
-    target: the class of the heads' direct logit attribution (None: A's top). Raises cait.InputError (one line)
-    for what cannot be compared."""
-    _, view_b, x_b = session.model_input(path, b_model.cfg)
+def compared(a_model: LoadedModel, x_a: torch.Tensor, image: Image.Image, b_model: LoadedModel,
+             run: CompareRun | None, *, target: int | None = None) -> tuple[ImageComparison, Image.Image]:  # fmt: skip
+    """The decoded `image` (`x_a`: as model A sees it) through both models: (the comparison, B's view of it). B
+    reads the image through its own preprocessing; heads paired by `run`'s matching when one is open; target:
+    the class of the heads' direct logit attribution (None: A's top). Raises cait.InputError (one line) for
+    what cannot be compared."""
+    mode = "RGB" if b_model.cfg.in_chans == 3 else "L"
+    view_b, x_b = session.model_input_of(image.convert(mode), b_model.cfg)
     with torch.no_grad():
         seen = compare_image(
             a_model.model, x_a.to(a_model.device), b_model.model, x_b.to(b_model.device),

@@ -57,7 +57,7 @@ def test_model_b_beside_the_pages_model_shows_each_models_own_numbers(world):
     assert f"Model B: **{B}**" in out[p.cmp_msg] and "heads paired by layer and head" in out[p.cmp_msg]
     assert f"A: {A}" in out[p.cmp_top5] and f"B: {B}" in out[p.cmp_top5]
     models = (world.loaded.model, world.app.cache.get(ModelChoice(B)).model)
-    xs = (a.x, session.model_input(a.path, models[1].cfg)[2])
+    xs = (a.x, session.model_input(world.loaded.examples[0][0], models[1].cfg)[2])
     heads = [min(m.cfg.num_heads for m in models)] * 2  # 3 heads of 4: paired by layer and head
     assert [c for _, c in out[p.cmp_heads]][:3] == ["A CA1 head 1", "B CA1 head 1", "grids differ: no difference map"]
     assert len(out[p.cmp_heads]) == 3 * sum(heads)

@@ -171,11 +171,11 @@ class CompareTab(PageTab):
     def view(self, choice, a, request: gr.Request | None = None) -> dict | None:
         """The page's image through A and B (None: no image, or no model B yet)."""
         b = self.sides(request).b
-        if a is None or a.choice != choice or b is None or a.path is None:
+        if a is None or a.choice != choice or b is None or a.source is None:
             return None
         loaded, other = self.cache.get(choice), self.cache.get(b)
         try:
-            seen, view_b = cv.compared(loaded, a.x, a.path, other, self.sides(request).run)
+            seen, view_b = cv.compared(loaded, a.x, a.source, other, self.sides(request).run)
         except InputError as e:
             return self.cleared(()) | {self.parts.cmp_msg: f"**Cannot compare:** {_first_line(e)}"}
         p, target = self.parts, loaded.labels[seen.target]
@@ -205,7 +205,7 @@ class CompareTab(PageTab):
         except InputError as e:  # the run's data is not readable here
             tiles, said = [], f"{len(run.disagreements):,} images answered differently ({_first_line(e)})"
         out = {
-            p.cmp_run_msg: f"Run of **{run.model_a}** (A) against **{run.model_b}** (B): {said}.",
+            p.cmp_run_msg: f"Compare run `{run.folder.name}`: {said}.",
             **dict(zip((p.cmp_cka, p.cmp_matrix), cv.run_figures(run))),
             p.cmp_disagree: tiles,
         }
