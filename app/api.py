@@ -211,14 +211,7 @@ class Analyze:
             raise _refused("no image given")
         asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
         asked |= dict(token_patching=token_patching, token_region=token_region)
-        try:
-            return self._answer(path, seed=seed, **asked, **options)
-        except InputError as e:
-            prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise _refused(f"{prefix}{e}") from None
-        except Exception:
-            log.exception("/analyze: internal error")
-            raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
+        return _calmly("analyze", lambda: self._answer(path, seed=seed, **asked, **options))
 
     def _answer(self, path: str, **asked: Any) -> dict[str, Any]:
         """`answer` as the server computes it, off the quick lane: what it answers at once on the quick lane (a
@@ -254,15 +247,12 @@ class CompareImage:
         path = payload_path(image)
         if path is None:
             raise _refused("no image given")
-        try:
-            _choice(model_b, list(cait.list_models()), "model_b")
+
+        def answer() -> dict:
+            _choice(model_b, list(cait.list_models()), "model_b")  # before any work
             return torch_thread.handler(self._answer)(path, model_b, int(target))
-        except InputError as e:
-            prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise _refused(f"{prefix}{e}") from None
-        except Exception:
-            log.exception("/compare: internal error")
-            raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
+
+        return _calmly("compare", answer)
 
     def _answer(self, path: str, model_b: str, target: int) -> dict:
         loaded = self.cache.get(self.default)
@@ -270,6 +260,19 @@ class CompareImage:
         decoded, _, x = session.model_input(path, loaded.cfg)
         seen, _ = compare_view.compared(loaded, x, decoded.image, other, None, target=None if target == -1 else target)
         return compare_view.numbers(seen, loaded, other)
+
+
+def _calmly(endpoint: str, compute: Callable[[], dict]) -> dict:
+    """An endpoint's answer: a caller's mistake (`InputError`) refused in one line, anything else one line saying
+    an internal error happened, with the traceback in the server log."""
+    try:
+        return compute()
+    except InputError as e:
+        prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
+        raise _refused(f"{prefix}{e}") from None
+    except Exception:
+        log.exception("/%s: internal error", endpoint)
+        raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
 
 
 def _refused(message: str) -> gr.Error:
