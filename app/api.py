@@ -13,7 +13,8 @@ from typing import Any, Callable
 import gradio as gr
 from gradio.data_classes import FileData
 
-from app import causal_view, mechanisms_view, session, torch_thread
+import cait
+from app import causal_view, compare_view, mechanisms_view, session, torch_thread
 from app.api_calls import refused
 from app.images import ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
@@ -222,14 +223,7 @@ class Analyze:
             raise refused("analyze", "no image given")
         asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
         asked |= dict(token_patching=token_patching, token_region=token_region)
-        try:
-            return self._answer(path, seed=seed, **asked, **options)
-        except InputError as e:
-            prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise refused("analyze", f"{prefix}{e}") from None
-        except Exception:
-            log.exception("/analyze: internal error")
-            raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
+        return _calmly("analyze", lambda: self._answer(path, seed=seed, **asked, **options))
 
     def _answer(self, path: str, **asked: Any) -> dict[str, Any]:
         """`answer` as the server computes it, off the quick lane: what it answers at once on the quick lane (a
@@ -242,3 +236,52 @@ class Analyze:
             return out
         work = lambda: {name: compute() for name, compute in later.items()}  # noqa: E731
         return in_order(out, torch_thread.call_long(work, model=loaded.model))
+
+
+class CompareImage:
+    """The /compare endpoint: one image through the server's default model (A) and a second variant (B), both
+    from the one model cache."""
+
+    def __init__(self, cache: ModelCache, default: ModelChoice):
+        self.cache, self.default = cache, default
+
+    def compare(self, image: FileData, model_b: str = "", target: int = -1) -> dict:
+        """One image through the server's default model (A) and the variant `model_b` (a name `cait.list_models`
+        lists; its weights as the server finds them, a random init only when the server runs with --random-init):
+        both top 5, every CA head's map of both paired by layer and head, B minus A where the grids match, each
+        head's direct write to class `target`'s logit (-1: A's top class), mean |gamma| and the image's residual
+        ratios per block of both. About two forward passes of each model.
+
+        Returns {"model_a", "model_b", "target", "predictions_a", "predictions_b", "layout", "pairs", "maps_a",
+        "maps_b", "differences", "dla_a", "dla_b", "gamma_a", "gamma_b", "residual_ratios_a",
+        "residual_ratios_b"}; "layout" says the arrays.
+        """
+        path = payload_path(image)
+        if path is None:
+            raise refused("compare", "no image given")
+
+        def answer() -> dict:
+            _choice(model_b, list(cait.list_models()), "model_b")  # before any work
+            return torch_thread.handler(self._answer)(path, model_b, int(target))
+
+        return _calmly("compare", answer)
+
+    def _answer(self, path: str, model_b: str, target: int) -> dict:
+        loaded = self.cache.get(self.default)
+        other = self.cache.get(ModelChoice(model_b, random_init=self.default.random_init))
+        decoded, _, x = session.model_input(path, loaded.cfg)
+        seen, _ = compare_view.compared(loaded, x, decoded.image, other, None, target=None if target == -1 else target)
+        return compare_view.numbers(seen, loaded, other)
+
+
+def _calmly(endpoint: str, compute: Callable[[], dict]) -> dict:
+    """An endpoint's answer: a caller's mistake (`InputError`) refused in one line, anything else one line saying
+    an internal error happened, with the traceback in the server log."""
+    try:
+        return compute()
+    except InputError as e:
+        prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
+        raise refused(endpoint, f"{prefix}{e}") from None
+    except Exception:
+        log.exception("/%s: internal error", endpoint)
+        raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None

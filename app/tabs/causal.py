@@ -13,6 +13,7 @@ import gradio as gr
 from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
 from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
 from cait.figures import head_name
@@ -127,7 +128,7 @@ def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
     return CausalParts(**parts)
 
 
-class CausalTab:
+class CausalTab(PageTab):
     """The tab's events and what it draws. Its three long computations (the view of the image's top class when
     the tab opens, another class's view, another part's knockout profile) run on the long lane with the page's
     one Stop (`PageStops`): each armed at once, off the queues, when it is asked for."""
@@ -332,14 +333,25 @@ class CausalTab:
         )
         return {self.parts.cz_cost: said}
 
-    def details(self, loaded: LoadedModel, a: session.Analysis) -> dict:
+    at_first_view = cost
+
+    def detailed(self) -> list:
+        return [self.parts.cz_class, self.parts.cz_head]
+
+    def details(self, loaded: LoadedModel, a: session.Analysis, ask: Any = None) -> dict:
         """The follow-up of a new image here: the class menu at the top class, the first head."""
         return {
             self.parts.cz_class: gr.Dropdown(choices=class_choices(loaded.labels), value=a.top_class),
             self.parts.cz_head: 0,
         }
 
-    def cleared(self) -> dict:
+    def followed(self) -> list:
+        return self.parts.opened
+
+    def follow_up(self, choice, a, request, progress) -> dict:  # on the long lane (its own progress and Stop)
+        return self.opened(choice, a, None, request, progress)
+
+    def cleared(self, shown: tuple = ()) -> dict:
         p = self.parts
         return dict.fromkeys(p.results) | {p.cz_cost: "", p.cz_stop: gr.Button(interactive=False)}
 
@@ -349,8 +361,9 @@ class CausalTab:
             self.parts.cz_head: gr.Radio(choices=causal_heads(loaded.cfg), value=0),
         }
 
-    def wire(self) -> None:
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
+        demo.unload(self.stops.drop)  # a closed page's Stop goes with it
         # Each long computation: armed at once, off the queues (a Stop pressed while it waits stops it when it
         # starts), then run on the long lane's queue (app.torch_thread: its handler is not on the quick lane, only
         # its loads)

@@ -16,6 +16,7 @@ import gradio as gr
 from app import dataset_view as dv
 from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
 from app.stops import Held, PageStops, Stopped, stop_once_none_runs
 from app.workdir import WORK, kept
@@ -102,7 +103,7 @@ def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> arg
     return parse_args(flags)
 
 
-def build() -> DatasetParts:
+def build(first: LoadedModel, tab: gr.Tab) -> DatasetParts:
     """The tab's components (inside its gr.Tab); empty until an atlas is opened."""
     gr.Markdown(
         f"A head atlas over a dataset (`python -m cait.atlas ... --out OUT`, or built here from the {dv.SCENES_SAID}): "
@@ -155,7 +156,7 @@ def build() -> DatasetParts:
     return DatasetParts(**parts)
 
 
-class DatasetTab:
+class DatasetTab(PageTab):
     """The tab's events. analyse(choice, path, look, sa_layer, shown, uploaded=, selected=): the page's first view
     of an image (`app.ui` composes it), for an exemplar opened."""
 
@@ -164,6 +165,12 @@ class DatasetTab:
     ):
         self.parts, self.shared, self.cache, self.places, self.analyse = parts, shared, cache, places, analyse
         self.stops = PageStops()
+
+    kept_on_new_model = True  # an open atlas stays open
+
+    @classmethod
+    def on_page(cls, parts: DatasetParts, page: Any) -> DatasetTab:
+        return cls(parts, page.shared, page.cache, page.places, analyse=page.image.analyse_path)
 
     def choices(self) -> list[tuple[str, str]]:
         """The atlases to offer: --atlas, those under --atlas-dir, those built here (label, folder)."""
@@ -365,7 +372,12 @@ class DatasetTab:
             "again to continue."
         )
 
-    def wire(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
+    def wire_image_picks(self, demo: gr.Blocks, page: Any, outputs: list) -> list:
+        look, th_layer, ca_props = page.look(), page.talking.th_layer, page.ca.ca_props
+        event = self.wire_exemplars(demo, look=look, th_layer=th_layer, ca_props=ca_props, outputs=outputs)
+        return [(self.parts.exemplars.select, event)]
+
+    def wire_exemplars(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
         """look, th_layer, ca_props: the other tabs' controls an exemplar is opened with; outputs: what opening it
         writes (the page's first view of an image, and this tab's message). Returns the exemplar's event, for the
         page's follow-ups to chain on."""

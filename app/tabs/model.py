@@ -18,6 +18,7 @@ import gradio as gr
 import cait
 from app import texts, torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import Shared, log
 from app.stops import MAX_PAGES, page_of
 from cait import hub
@@ -106,8 +107,9 @@ def _weights_line(status: hub.WeightsStatus) -> str:
     return f"Weights of {status.name}: {status.describe()}."
 
 
-def build(first: LoadedModel, statuses: list[hub.WeightsStatus]) -> ModelParts:
-    """The tab's components (inside its gr.Tab); statuses: every paper variant's weights (`hub.list_weights`)."""
+def build(first: LoadedModel, tab: gr.Tab) -> ModelParts:
+    """The tab's components (inside its gr.Tab), with every paper variant's weights (`hub.list_weights`)."""
+    statuses = hub.list_weights()
     parts: dict[str, Any] = {"model_md": gr.Markdown(texts.model_markdown(first), elem_id="model_md")}
     with gr.Accordion("Model card (how it was trained, what it does badly)", open=False):
         parts["card_md"] = gr.Markdown(texts.card_markdown(first) or "This model has no card.", elem_id="card_md")
@@ -137,7 +139,7 @@ def build(first: LoadedModel, statuses: list[hub.WeightsStatus]) -> ModelParts:
     return ModelParts(**parts)
 
 
-class ModelTab:
+class ModelTab(PageTab):
     """The tab's events. page_for(loaded, shown): everything on the page that a new model changes (the tabs
     emptied and redrawn for it; `app.ui` composes it); ca_layers: the class-attention layers the page can show."""
 
@@ -155,6 +157,12 @@ class ModelTab:
         self.parts, self.shared, self.cache, self.default = parts, shared, cache, default
         self.statuses, self.ca_layers, self.page_for = statuses, ca_layers, page_for
         self.swaps = AddressSwaps()
+
+    @classmethod
+    def on_page(cls, parts: ModelParts, page: Any) -> ModelTab:
+        statuses, ca_layers, page_for = hub.list_weights(), page.ca_layers, page.image.page_for
+        return cls(parts, page.shared, page.cache, default=page.default, statuses=statuses, ca_layers=ca_layers,
+                   page_for=page_for)  # fmt: skip
 
     def weights_status(self, name: str | None, checkpoint: str | None = None) -> str:
         """Where the chosen variant's weights would come from, without any request (cait.hub): from the
@@ -292,10 +300,10 @@ class ModelTab:
             p.variant: loaded.choice.name,
         }
 
-    def wire(self, demo: gr.Blocks, *, ca_props: gr.State, everything: list) -> None:
-        """ca_props: the Class attention tab's gallery props (what a new model empties); everything: what
-        `page_for` may write."""
-        p, shared = self.parts, self.shared
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
+        """A new model empties the Class attention tab's galleries (their props) and writes everything `page_for`
+        may write."""
+        p, shared, ca_props, everything = self.parts, self.shared, page.ca.ca_props, page.everything()
         asked = dict(choice=shared.choice, ca_props=ca_props, variant=p.variant, checkpoint=p.checkpoint)
         p.load_btn.click(
             self.load,
