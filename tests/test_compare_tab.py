@@ -17,7 +17,7 @@ import torch
 import cait
 import cait.compare
 from app import session
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import ModelCache, ModelChoice
 from app.tabs.class_attention import GalleryProps
 from cait import explain
@@ -31,7 +31,7 @@ LOOK = dict(cmap="inferno", alpha=0.5, scale="per tile", view="smooth", keep=1.0
 def world(tmp_path_factory):
     from app_tabs import page_under_test
 
-    cache = ModelCache(load_model, max_bytes=2**30, device=torch.device("cpu"))
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=torch.device("cpu"))
     app = page_under_test(cache, ModelChoice(A))
     loaded = cache.get(app.default)
     a = session.analyse(loaded, loaded.examples[0][0])

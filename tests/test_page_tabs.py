@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from app import session, ui
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import Look
@@ -66,7 +66,7 @@ def toy_build(first, tab) -> ToyParts:
 
 @pytest.fixture(scope="module")
 def toy_page():
-    cache = ModelCache(load_model, max_bytes=2**30, device=torch.device("cpu"))
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=torch.device("cpu"))
     choice = ModelChoice("cait_pico_32", random_init=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ui, "TABS", (*ui.TABS, ("Toy", "toy", toy_build, ToyTab)))
