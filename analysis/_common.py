@@ -26,6 +26,7 @@ from PIL import Image
 import cait
 from cait.config import DEFAULT_MODEL, CaiTConfig
 from cait.data import DataError, data_name, read_examples
+from cait.data.image_file import IMAGE_ERRORS, read_image, unreadable_reason
 from cait.errors import InputError
 from cait.flags import add_model_flags, add_precision_flag, add_threads_flag
 from cait.preprocess import model_view
@@ -136,10 +137,9 @@ def load_examples(
     out = []
     for f in files[:limit] if limit else files:
         try:
-            with Image.open(f.path) as im:
-                original = im.convert("RGB")
-        except Exception as e:
-            fail(f"{f.path}: not a readable image ({type(e).__name__})")
+            original = read_image(f.path, mode=cfg.image_mode)
+        except IMAGE_ERRORS as e:
+            fail(f"{f.path}: not a readable image ({unreadable_reason(e)})")
         box = None
         # A box is only valid if the image is square (the eval resize then scales both axes alike).
         if f.box is not None and original.width == original.height:

@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from cait.explain.agreement import map_agreement
 from cait.factory import load_from_flags
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
 from cait.preprocess import normalise, view_pixels
@@ -178,7 +179,28 @@ def token_summary(m: dict[str, torch.Tensor], args: argparse.Namespace) -> dict:
             "images": int(np.isfinite(rho_broken).sum()),
         },
         "best_region": restored(best, m["gap"], args.bootstrap),
+        "top_attention": top_attention_summary(m, args),
         "per_image_rank_correlation": [None if not np.isfinite(r) else float(r) for r in rho],
+    }
+
+
+def top_attention_summary(m: dict[str, torch.Tensor], args: argparse.Namespace) -> dict:
+    """Does attention find the few regions that restore? Per image (`cait.explain.agreement.map_agreement`): the
+    share of the positive restoration inside the top 10% of regions by attention, and how many of the top
+    restoring regions are among them; means over the images with intervals, beside chance."""
+    found = [map_agreement(a.numpy(), r.numpy()) for a, r in zip(m["attention"], m["restored"])]
+    held = np.array([f.share_in_top for f in found if f.share_in_top is not None])
+    overlap = np.array([f.overlap for f in found])
+    return {
+        "top_regions": found[0].top,
+        "chance": found[0].chance,
+        "share_in_top": (
+            {"mean": float(held.mean()), "ci95": bootstrap(held, np.mean, resamples=args.bootstrap)}
+            if len(held)
+            else None
+        ),  # None: no image had a region restore anything
+        "overlap": {"mean": float(overlap.mean()), "ci95": bootstrap(overlap, np.mean, resamples=args.bootstrap)},
+        "images": len(found),
     }
 
 
@@ -198,7 +220,17 @@ def token_verdict(tokens: dict) -> str:
     else:
         answer = f"does not predict {where}"
     best = tokens["best_region"]["restored"]
-    return f"The CA attention map {answer} ({said}); the best region alone restores {best:.0%} of the gap."
+    top = tokens["top_attention"]
+    held, overlap, k = top["share_in_top"], top["overlap"], top["top_regions"]
+    holds = (
+        ""
+        if held is None
+        else f"hold {held['mean']:.0%} [{held['ci95'][0]:.0%}, {held['ci95'][1]:.0%}] of the restoration and "
+    )
+    return (
+        f"The CA attention map {answer} ({said}); the best region alone restores {best:.0%} of the gap. Its top {k} "
+        f"regions {holds}include {overlap['mean']:.0%} of the top {k} restoring regions (chance {top['chance']:.0%})."
+    )
 
 
 def verdict(data: dict) -> str:

@@ -13,12 +13,14 @@ from typing import Any, Callable
 import gradio as gr
 from gradio.data_classes import FileData
 
-from app import causal_view, mechanisms_view, session, torch_thread
+import cait
+from app import causal_view, compare_view, mechanisms_view, session, torch_thread
+from app.api_calls import refused
 from app.images import ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
 from cait import explain
-from cait.errors import InputError
+from cait.errors import InputError, shown
 from cait.explain.attribution import checked_options
 from cait.explain.token_patching import checked_region
 from cait.robustness import parse_corruption
@@ -32,7 +34,7 @@ class AnalyzeError(InputError):
 
 def _choice(value: str, choices, what: str) -> str:
     if value not in choices:
-        raise AnalyzeError(f"unknown {what} {value!r}; choose from {', '.join(choices)}")
+        raise AnalyzeError(f"unknown {what} {shown(value)}; choose from {', '.join(choices)}")
     return value
 
 
@@ -51,6 +53,17 @@ def _corruption(spec: str) -> tuple[str, int]:
         raise
     except ValueError as e:  # parse_corruption's one line on the spec it was given
         raise AnalyzeError(str(e)) from None
+
+
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
+
+
+def _seed(value: Any) -> int:
+    """SmoothGrad's seed when torch can take it; AnalyzeError in one line otherwise."""
+    low, high = SEED_RANGE
+    if not low <= int(value) <= high:
+        raise AnalyzeError(f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {shown(value)}")
+    return int(value)
 
 
 SECTIONS = ("causal", "logit_lens", "patching", "token_patching")  # the opt-in sections, in the answer's order
@@ -86,15 +99,15 @@ def checked_call(
     **options: Any,
 ) -> Call:
     """An /analyze call's keywords (`Analyze.analyze` says each) checked before any work: an InputError in one
-    line for a bad method, option, corruption or region side (the class is checked against the image's
-    analysis, `answer_now`)."""
+    line for a bad method, option, class, seed, corruption or region side."""
     checked = _options(**options)  # the page's bounds: a bad value is one line naming the option
+    session.checked_target(int(target), loaded.cfg.num_classes)
     if method:
         _choice(method, list(explain.METHODS), "method")
     corruption = _corruption(patching) if patching else None
     token_corruption = _corruption(token_patching) if token_patching else None
     region = checked_region(token_region, loaded.cfg.grid_size, name="token_region")  # the page slider's bounds
-    return Call(method, int(target), bool(causal), bool(logit_lens), corruption, token_corruption, region, int(seed),
+    return Call(method, int(target), bool(causal), bool(logit_lens), corruption, token_corruption, region, _seed(seed),
                 checked)  # fmt: skip
 
 
@@ -179,7 +192,7 @@ class Analyze:
             smoothgrad_stdev, rollout_head_fusion, rollout_discard_ratio) and SmoothGrad's noise from `seed`
             (the same map for the same call).
         causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
-            patch, knockout profile, every head's zero ablation; about SA depth / 2 + 2 forward passes).
+            patch, knockout profile, every head's zero ablation; about SA depth / 2 + 1.5 forward passes).
         logit_lens: also the logit lens for class `target` (per SA depth: its probability and the top-1, where
             the answer forms; about 1.3 forward passes). Opt-in by keyword: logit_lens=True.
         patching: "CORRUPTION:SEVERITY" (e.g. "gaussian_noise:3"): also activation patching of class `target`'s
@@ -189,7 +202,7 @@ class Analyze:
             stage against the image under that corruption, per region of `token_region` x `token_region`
             patches (1 to the patch grid's side, as the Mechanisms tab's slider), both directions, beside the
             class attention per region with their rank correlations (the Mechanisms tab's map; at least two
-            forward passes and one class-stage run per region and direction). Opt-in by keyword:
+            forward passes and the class token's own path per region and direction). Opt-in by keyword:
             token_patching="contrast:5", token_region=2.
         Returns {"model", "image", "predictions" (top 5), "probabilities", "class_attention" {"maps"
         [ca_layer][head][row][col], "mean", "self_share"}, "residual_ratios", "methods"[, "attribution"
@@ -207,17 +220,10 @@ class Analyze:
         )
         path = payload_path(image)
         if path is None:
-            raise _refused("no image given")
+            raise refused("analyze", "no image given")
         asked = dict(method=method, target=target, causal=causal, logit_lens=logit_lens, patching=patching)
         asked |= dict(token_patching=token_patching, token_region=token_region)
-        try:
-            return self._answer(path, seed=seed, **asked, **options)
-        except InputError as e:
-            prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
-            raise _refused(f"{prefix}{e}") from None
-        except Exception:
-            log.exception("/analyze: internal error")
-            raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None
+        return _calmly("analyze", lambda: self._answer(path, seed=seed, **asked, **options))
 
     def _answer(self, path: str, **asked: Any) -> dict[str, Any]:
         """`answer` as the server computes it, off the quick lane: what it answers at once on the quick lane (a
@@ -232,8 +238,50 @@ class Analyze:
         return in_order(out, torch_thread.call_long(work, model=loaded.model))
 
 
-def _refused(message: str) -> gr.Error:
-    """A bad /analyze call's answer, logged as one line (Gradio would print the traceback: a caller's mistake
-    is not the server's)."""
-    log.info("/analyze refused: %s", message)
-    return gr.Error(message, print_exception=False)
+class CompareImage:
+    """The /compare endpoint: one image through the server's default model (A) and a second variant (B), both
+    from the one model cache."""
+
+    def __init__(self, cache: ModelCache, default: ModelChoice):
+        self.cache, self.default = cache, default
+
+    def compare(self, image: FileData, model_b: str = "", target: int = -1) -> dict:
+        """One image through the server's default model (A) and the variant `model_b` (a name `cait.list_models`
+        lists; its weights as the server finds them, a random init only when the server runs with --random-init):
+        both top 5, every CA head's map of both paired by layer and head, B minus A where the grids match, each
+        head's direct write to class `target`'s logit (-1: A's top class), mean |gamma| and the image's residual
+        ratios per block of both. About two forward passes of each model.
+
+        Returns {"model_a", "model_b", "target", "predictions_a", "predictions_b", "layout", "pairs", "maps_a",
+        "maps_b", "differences", "dla_a", "dla_b", "gamma_a", "gamma_b", "residual_ratios_a",
+        "residual_ratios_b"}; "layout" says the arrays.
+        """
+        path = payload_path(image)
+        if path is None:
+            raise refused("compare", "no image given")
+
+        def answer() -> dict:
+            _choice(model_b, list(cait.list_models()), "model_b")  # before any work
+            return torch_thread.handler(self._answer)(path, model_b, int(target))
+
+        return _calmly("compare", answer)
+
+    def _answer(self, path: str, model_b: str, target: int) -> dict:
+        loaded = self.cache.get(self.default)
+        other = self.cache.get(ModelChoice(model_b, random_init=self.default.random_init))
+        decoded, _, x = session.model_input(path, loaded.cfg)
+        seen, _ = compare_view.compared(loaded, x, decoded.image, other, None, target=None if target == -1 else target)
+        return compare_view.numbers(seen, loaded, other)
+
+
+def _calmly(endpoint: str, compute: Callable[[], dict]) -> dict:
+    """An endpoint's answer: a caller's mistake (`InputError`) refused in one line, anything else one line saying
+    an internal error happened, with the traceback in the server log."""
+    try:
+        return compute()
+    except InputError as e:
+        prefix = "Could not analyse this file: " if isinstance(e, ImageInputError) else ""
+        raise refused(endpoint, f"{prefix}{e}") from None
+    except Exception:
+        log.exception("/%s: internal error", endpoint)
+        raise gr.Error(INTERNAL_ERROR.replace("**", ""), print_exception=False) from None

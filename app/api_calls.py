@@ -20,6 +20,7 @@ from gradio.data_classes import FileData
 from gradio.utils import get_function_params
 
 from app.shared import log
+from cait.errors import cut, shown
 
 FILE_TYPE = "gradio.FileData"  # the "_type" of a file's "meta" in a call (gradio_client.handle_file makes it)
 
@@ -76,13 +77,8 @@ class Signature:
         for name, kind, value in zip(self.names, self.types, inputs):
             fits, said = _KINDS.get(kind, (lambda v: True, ""))
             if isinstance(value, bool) and kind is not bool or not fits(value):
-                return f"{name} must be {said}, got {_shown(value)}"
+                return f"{name} must be {said}, got {shown(value)}"
         return None
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def guard_api_calls(demo: gr.Blocks) -> None:
@@ -104,6 +100,8 @@ def guard_api_calls(demo: gr.Blocks) -> None:
         try:
             return await read(block_fn, inputs, state, explicit_call)
         except (ValueError, httpx.HTTPError) as e:  # Gradio's InvalidPathError is a ValueError
-            raise refused(signature.endpoint, f"the file was refused: {str(e).splitlines()[0]}") from None
+            raise refused(
+                signature.endpoint, f"the file was refused: {cut(str(e).splitlines()[0], limit=200)}"
+            ) from None
 
     demo.preprocess_data = checked  # Gradio's process_api reads every call's inputs through it

@@ -20,6 +20,7 @@ from app.choices import top_classes
 from app.figures import image_under
 from app.models import LoadedModel
 from cait import explain
+from cait.data.image_file import read_image
 from cait.explain import hooks
 from cait.explain.causal import BRANCH_GAMMAS
 from cait.figures import head_name
@@ -244,8 +245,7 @@ def reference_batch(paths: list[str], cfg) -> torch.Tensor:
     """The example images as a batch: what a mean ablation averages a head's output over."""
     views = []
     for path in paths:
-        with Image.open(path) as im:
-            views.append(view_tensor(model_view(im, cfg), cfg))  # model_view converts to the model's channels
+        views.append(view_tensor(model_view(read_image(path, mode=cfg.image_mode), cfg), cfg))
     return torch.stack(views)
 
 

@@ -198,8 +198,9 @@ class Atlas:
 
     def made_by(self, made_from: str) -> bool:
         """Whether the atlas's model is the one `made_from` describes (`cait.SourcedModel.made_from`, the one record
-        of the weights: their file with its architecture and training, or the seeded random init): the same
-        weights, however the server was started."""
+        of the weights: their file with its architecture and training and the weights' identity, a hash of their
+        content, or the seeded random init): the same weights, however the server was started; a file trained
+        again at the same path is another model."""
         return self.summary.get("model") == made_from
 
 
@@ -281,7 +282,9 @@ def heatmap(atlas: Atlas):
         return None
     z = np.array([[_number(r[CLASS_PREFIX + c]) for c in classes] for r in atlas.rows], dtype=float)
     rows = [head_name(e["layer"] - 1, e["head"] - 1) for e in atlas.heads]
-    return class_dla_figure(z, rows, classes)
+    # the images per column its title promises: counted from images.csv's predictions, as the atlas's page has them
+    counts = None if atlas.table is None else [atlas.table.predicted.count(c) for c in classes]
+    return class_dla_figure(z, rows, classes, counts=counts)
 
 
 def _number(cell: str) -> float:
@@ -296,6 +299,30 @@ def head_numbers(atlas: Atlas, k: int) -> list[list]:
         for mean, ci, label in NUMBERS
         if entry.get(mean) is not None
     ]
+
+
+SPLIT_NAMES = {"entropy": "entropy", "dla": "DLA", "pointing": "pointing", "mass_in_box": "mass in box"}
+
+
+def heads_split(atlas: Atlas) -> tuple[list[str], list[list]]:
+    """Every head's numbers over the right and over the wrong predictions apart, and wrong minus right (the
+    atlas's `<number>_correct_mean`, `<number>_wrong_mean`, as heads.csv has them): does a head look elsewhere
+    when the model is wrong? (headers, one row per head in `heads` order); no column without the split (an atlas
+    of unlabelled images: ([], []))."""
+    first = atlas.heads[0] if atlas.heads else {}
+    numbers = [m for m in SPLIT_NAMES if first.get(f"{m}_correct_mean") is not None]
+    if not numbers:
+        return [], []
+    headers = ["head"] + [f"{SPLIT_NAMES[m]} {g}" for m in numbers for g in ("right", "wrong", "wrong − right")]
+    rows = []
+    for e in atlas.heads:
+        row: list = [head_name(e["layer"] - 1, e["head"] - 1)]
+        for m in numbers:
+            right, wrong = e.get(f"{m}_correct_mean"), e.get(f"{m}_wrong_mean")
+            apart = None if right is None or wrong is None else wrong - right
+            row += [_shown(right), _shown(wrong), _shown(apart)]
+        rows.append(row)
+    return headers, rows
 
 
 def _shown(v: float | None) -> float | None:

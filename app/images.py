@@ -1,4 +1,6 @@
-"""Safe decoding of untrusted uploads into an RGB (or grey) PIL image the model can take.
+"""Safe decoding of untrusted uploads into an RGB (or grey) PIL image the model can take: the upload's limits
+(file size, megapixels) checked before anything is decoded, then the one decoder every reader of an image file
+calls (`cait.data.image_file`), so that an upload gives the pixels the atlas and the scripts read of the file.
 
 Every failure raises `ImageInputError` with one sentence a user can act on; oddities that still
 give a correct result (EXIF rotation, animation, transparency, 16-bit, tiny or very long images)
@@ -9,12 +11,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
+from cait.data.image_file import IMAGE_ERRORS, DecodedImage, decode_image
+from cait.data.names import DataError
 from cait.errors import InputError
 
 MAX_UPLOAD_MB = 20  # larger files are refused unread, with the same message as any other file that fails
@@ -49,9 +51,6 @@ STAND_IN_JS = f"""() => {{
     }}, true);
 }}"""
 MAX_PIXELS = 40_000_000  # refuse larger images before decoding (a 40 MP photo decodes to ~120 MB RGB)
-MAX_SIDE = 2048  # larger images are downscaled first: the models see at most 448 px anyway
-MAX_ASPECT = 4.0  # longer images are centre-cropped to this ratio first (see `_crop_aspect`)
-TINY_SIDE = 8  # below this the image has almost no information: say so, still classify
 
 
 class ImageInputError(InputError):
@@ -65,13 +64,6 @@ def payload_path(payload: object) -> str | None:
     if isinstance(payload, dict):
         return payload.get("path")
     return getattr(payload, "path", None) or (payload if isinstance(payload, str) else None)
-
-
-@dataclass
-class DecodedImage:
-    image: Image.Image  # RGB or L, at most MAX_SIDE on its long side
-    original_size: tuple[int, int]  # (width, height) as stored in the file
-    notes: list[str] = field(default_factory=list)  # what was done to get a correct result
 
 
 def load_image(
@@ -115,71 +107,11 @@ def load_image(
             )
         if width < 1 or height < 1:
             raise ImageInputError("the image has no pixels.")
-        notes = []
-        if getattr(im, "n_frames", 1) > 1:
-            notes.append(f"animated image with {im.n_frames} frames: used the first frame.")
-        if im.format == "JPEG" and max(width, height) > 2 * MAX_SIDE:
-            im.draft("RGB", (MAX_SIDE, MAX_SIDE))  # let libjpeg decode at a reduced scale: less memory
         try:
-            im.load()
-            rotated = ImageOps.exif_transpose(im)
-        except Exception as e:  # truncated data, broken codecs, corrupt EXIF
+            return decode_image(im, mode=mode)
+        except DataError as e:
+            raise ImageInputError(f"the image cannot be shown: {e}.") from None
+        except IMAGE_ERRORS as e:  # truncated data, broken codecs, corrupt EXIF
             raise ImageInputError(
                 f"the image file is truncated or corrupt and cannot be decoded ({type(e).__name__})."
             ) from None
-        if _exif_orientation(im) not in (None, 1):
-            notes.append("rotated as its EXIF orientation tag says.")
-        image = _to_mode(rotated, mode, notes)
-    image = _crop_aspect(image, notes)
-    if max(image.size) > MAX_SIDE:
-        image.thumbnail((MAX_SIDE, MAX_SIDE), Image.Resampling.LANCZOS)
-    if min(width, height) < TINY_SIDE:
-        notes.append(f"the image is only {width}x{height} pixels: it was upscaled and the result means little.")
-    return DecodedImage(image=image, original_size=(width, height), notes=notes)
-
-
-def _exif_orientation(im: Image.Image) -> int | None:
-    try:
-        return im.getexif().get(0x0112)
-    except Exception:
-        return None
-
-
-def _to_mode(im: Image.Image, mode: str, notes: list[str]) -> Image.Image:
-    """Colour conversion that keeps the picture: 16-bit and float data are rescaled (a plain
-    convert() would clip them to white), transparency is composited on white (a plain convert()
-    shows whatever colour the transparent pixels happen to hold)."""
-    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
-        data = np.asarray(im, dtype=np.float64)
-        top = 65535.0 if im.mode.startswith("I;16") or data.max() > 255 else 255.0
-        if im.mode == "F":
-            lo, hi = float(data.min()), float(data.max())
-            data, top = data - lo, max(hi - lo, 1e-12)
-        im = Image.fromarray(np.clip(data / top * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
-        notes.append("high bit depth image: rescaled to 8 bits.")
-    if im.mode == "P":
-        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
-    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
-        rgba = im.convert("RGBA")
-        if rgba.getchannel("A").getextrema()[0] < 255:
-            notes.append("transparent pixels were put on a white background.")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        im = Image.alpha_composite(background, rgba)
-    return im.convert(mode)  # CMYK, YCbCr, 1-bit, L and RGB all convert correctly from here
-
-
-def _crop_aspect(im: Image.Image, notes: list[str]) -> Image.Image:
-    """Centre-crop very long images to MAX_ASPECT. The eval transform keeps only the central
-    square anyway (short side resized to the input size, then centre crop), so the model sees
-    the same pixels; without this a 10000x1 strip would be resized to 2.2 million x 224 first."""
-    w, h = im.size
-    long, short = max(w, h), min(w, h)
-    if long <= MAX_ASPECT * short:
-        return im
-    keep = int(round(MAX_ASPECT * short))
-    notes.append(f"very elongated image ({w}x{h}): the model sees its centre, as with any image.")
-    if w > h:
-        left = (w - keep) // 2
-        return im.crop((left, 0, left + keep, h))
-    top = (h - keep) // 2
-    return im.crop((0, top, w, top + keep))

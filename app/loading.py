@@ -1,5 +1,6 @@
-"""The app's one way to load a model: `cait.load_model` (the library's one door, named the same), moved to the
-device and frozen, with everything the page shows about it (labels, examples, model card) as a `LoadedModel`."""
+"""The app's one way to load a model for its pages: through the library's one door (`cait.load_model`), moved
+to the device and frozen, with everything the page shows about it (labels, examples, model card) as a
+`LoadedModel`."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from cait.provenance import shipped_card
 from cait.runtime import PrecisionChoice
 
 
-def load_model(
+def load_page_model(
     choice: ModelChoice,
     device: torch.device,
     dtype: torch.dtype | None = None,
     precision: PrecisionChoice | None = None,
 ) -> LoadedModel:
-    """Build `choice` on `device` (`cait.load_model`). Raises cait.CheckpointError / ValueError with a one-line
-    reason."""
+    """The model `choice` names on `device`, as the pages take it (`cait.load_model`, then frozen). Raises
+    cait.CheckpointError / ValueError with a one-line reason."""
     sourced = cait.load_model(
         choice.name, choice.checkpoint, pretrained=choice.download, random_init=choice.random_init
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -23,6 +24,7 @@ from app.figures import image_under
 from cait import explain
 from cait.corruptions import corrupt
 from cait.explain import hooks
+from cait.explain.agreement import map_agreement, spearman
 from cait.explain.token_patching import region_sums, token_patching, token_patching_forwards
 from cait.figures import head_name
 from cait.figures.colours import signed_heatmap
@@ -118,17 +120,6 @@ def _origin(corruption: tuple[str, int] | None, second_image: str | None) -> dic
     return {"corruption": corruption[0], "severity": corruption[1]} if corruption else {"second_image": second_image}
 
 
-def rank_correlation(first: np.ndarray, second: np.ndarray) -> float | None:
-    """Spearman's rank correlation of two maps over their cells (ties ranked by their mean rank); None when
-    either map is flat, which ranks nothing."""
-    from scipy.stats import spearmanr  # the app's extra: only once a map is asked for
-
-    a, b = np.asarray(first, dtype=np.float64).ravel(), np.asarray(second, dtype=np.float64).ravel()
-    if a.std() == 0 or b.std() == 0:
-        return None
-    return float(spearmanr(a, b).statistic)
-
-
 def token_numbers(
     model: torch.nn.Module,
     clean: torch.Tensor,
@@ -158,7 +149,10 @@ def token_numbers(
         "run's; broken: the clean run's target logit minus that with the region's tokens taken from the "
         "corrupted run; *_fraction: over the gap (null when the gap is too small for shares, see "
         "`gap_too_small`); attention: the clean run's class attention per region (mean over CA layers and heads, "
-        "summed over the region); rank_correlation: Spearman's, over the regions, of attention with each map",
+        "summed over the region); rank_correlation: Spearman's, over the regions, of attention with each map (null "
+        "when the gap is too small for shares, or a map is flat); agreement: how well attention finds the regions "
+        "that restore (cait.explain.agreement.MapAgreement: the share of the positive restoration inside the top "
+        "10% of regions by attention, the overlap of both maps' top regions; null when the gap is too small)",
         "target": int(target),
         "region": int(region),
         "grid": int(out.grid),
@@ -171,7 +165,9 @@ def token_numbers(
         "restored_fraction": as_share(maps["restored"]),
         "broken_fraction": as_share(maps["broken"]),
         "attention": attention.tolist(),
-        "rank_correlation": {name: rank_correlation(attention, m) for name, m in maps.items()},
+        # withheld as the shares are: on a gap too small, the maps are noise and their ranks mean nothing
+        "rank_correlation": {name: None if gap_too_small(gap) else spearman(attention, m) for name, m in maps.items()},
+        "agreement": None if gap_too_small(gap) else asdict(map_agreement(attention, maps["restored"])),
     }
 
 
@@ -183,6 +179,11 @@ def on_patches(regions: np.ndarray, grid: int, region: int) -> np.ndarray:
 
 def _rho(value: float | None) -> str:
     return "n/a (a flat map)" if value is None else f"{value:+.2f}"
+
+
+# the maps over the model's view: the signed ones nearly opaque, as their red (for the class) and blue must read over
+# a red garment; the attention's Viridis lets the image show a little more
+SIGNED_OPACITY, ATTENTION_OPACITY = 0.9, 0.8
 
 
 def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str):
@@ -199,14 +200,14 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
     restored = numbers["restored_fraction"] if shares else numbers["restored"]
     broken = numbers["broken_fraction"] if shares else numbers["broken"]
     panels = [
-        ("class attention (CA mean), per region", numbers["attention"], "attention"),
-        (f"restored: clean region patched in ({unit})", restored, unit),
-        (f"broken: region corrupted ({unit})", broken, unit),
+        ("class attention (CA mean), per region", numbers["attention"], "class attention per region"),
+        (f"restored: clean region patched in ({unit})", restored, f"restored or broken ({unit})"),
+        (f"broken: region corrupted ({unit})", broken, f"restored or broken ({unit})"),
     ]
     fig = make_subplots(rows=1, cols=3, subplot_titles=[p[0] for p in panels], horizontal_spacing=0.08)
     cells = list(range(1, g + 1))
     bound = max(float(np.abs(np.asarray(restored)).max()), float(np.abs(np.asarray(broken)).max())) or 1.0
-    number = ".0%" if shares else "+.3f"
+    number = ".0%" if shares else ".3f"  # no sign: plotly.js refuses "+.3f" (its hover then shows the raw number)
     for col, (_, values, name) in enumerate(panels, start=1):
         signed = col > 1
         colours = signed_heatmap(bound) if signed else dict(colorscale="Viridis")  # red: for the class
@@ -215,7 +216,7 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
                 z=on_patches(values, g, region),
                 x=cells,
                 y=cells,
-                opacity=0.65,
+                opacity=SIGNED_OPACITY if signed else ATTENTION_OPACITY,
                 **colours,
                 showscale=col != 2,  # the two signed panels share one scale
                 colorbar=dict(x=0.285 if col == 1 else 1.0, len=0.9, title=dict(text=name, side="right")),
@@ -226,17 +227,29 @@ def token_map_figure(numbers: dict[str, Any], image: Image.Image, *, label: str)
         )
         image_under(fig, image, g, axis="" if col == 1 else str(col))
     rho = numbers["rank_correlation"]
-    title = (
-        f"Where '{label}' enters the class token (regions of {region}x{region} patches): rank correlation with "
-        f"class attention {_rho(rho['restored'])} (restored), {_rho(rho['broken'])} (broken)"
-    )
-    if not shares:
-        title += f"<br>{small_gap_words(gap)}"
+    title = f"Where '{label}' enters the class token (regions of {region}x{region} patches)"
+    if shares:
+        title += f"<br>{agreement_words(numbers['agreement'])}; rank correlation over all regions " + (
+            f"{_rho(rho['restored'])} (restored), {_rho(rho['broken'])} (broken)"
+        )
+    else:
+        title += f"<br>{small_gap_words(gap)}; no rank correlation either"
     fig.update_yaxes(range=[g + 0.5, 0.5], scaleanchor="x", showticklabels=False, showgrid=False)
     fig.update_xaxes(range=[0.5, g + 0.5], showticklabels=False, showgrid=False)
     fig.update_layout(title=dict(text=title, font=dict(size=14)), template="plotly_white", height=400)
     fig.update_layout(margin=dict(l=20, r=20, t=90, b=20))
     return fig
+
+
+def agreement_words(agreement: dict[str, Any]) -> str:
+    """What the title says of how well attention finds the regions that restore (`MapAgreement`, as a dict)."""
+    top, n = agreement["top"], agreement["regions"]
+    held = agreement["share_in_top"]
+    held = "nothing restored" if held is None else f"holds {held:.0%} of the restoration"
+    return (
+        f"the top {top} of {n} regions by attention {held} (chance {top / n:.0%}), "
+        f"{round(agreement['overlap'] * top)} of the top {top} restoring ones"
+    )
 
 
 def small_gap_words(gap: float) -> str:
@@ -290,12 +303,8 @@ def counted_runs(
         done[0] += int(args[0].shape[0])
         report(min(done[0], total), total)
 
-    handle = model.head.register_forward_pre_hook(on_head)
-    try:
-        with hooks.before_each([*model.blocks, *model.blocks_token_only], check):
-            yield
-    finally:
-        handle.remove()
+    with hooks.on_inputs(model.head, on_head), hooks.before_each([*model.blocks, *model.blocks_token_only], check):
+        yield
 
 
 def head_pairs(indices: list[int], heads: int) -> list[tuple[int, int]]:

@@ -87,7 +87,7 @@ class ModelCache:
     model at once load it once. A request keeps its model alive while it runs, even if evicted."""
 
     def __init__(self, loader: Callable[..., LoadedModel], *, max_bytes: int, **load_options: Any):
-        """loader(choice, **load_options) loads one model (the app's: `app.loading.load_model`, with its device,
+        """loader(choice, **load_options) loads one model (the app's: `app.loading.load_page_model`, with its device,
         dtype and precision as load_options)."""
         self._loader, self._options, self.max_bytes = loader, load_options, max_bytes
         self._models: OrderedDict[ModelChoice, LoadedModel] = OrderedDict()

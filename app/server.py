@@ -6,23 +6,26 @@ model computes."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
 import sys
 import threading
+from typing import Any
 
 import gradio as gr
 import torch
+from gradio.server_messages import ProcessCompletedMessage
 
 import cait
 from app import texts, torch_thread
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import log
-from app.tabs.dataset import AtlasPlaces
+from app.tabs.dataset import BUILT, AtlasPlaces
 from app.ui import build_app, launch
-from app.workdir import WORK
+from app.workdir import WORK, kept
 from cait import hub
 from cait.factory import requested_variant
 from cait.runtime import DeviceError, PrecisionChoice, choose_precision, known_precision, resolve_device
@@ -50,7 +53,7 @@ def serve(args: argparse.Namespace) -> int:
     if precision is not None:
         _log_precision(precision)
     cache = ModelCache(
-        load_model,  # every model of every page and of the Dataset tab's atlases: `cait.load_model`, on `device`
+        load_page_model,  # every model of every page and of the Dataset tab's atlases: `cait.load_model`, on `device`
         max_bytes=int(args.model_memory_gb * 2**30),
         device=device,
         dtype=None if precision is None else precision.dtype,
@@ -72,7 +75,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         places = AtlasPlaces.of(args.atlas, args.atlas_dir)
         demo = build_app(cache, default, places)
-        launch(demo, host=args.host, port=args.port, served=tuple(places.served()), block=False)
+        served = (*places.served(), str(kept(BUILT)))  # the atlases built in the Dataset tab link their pages too
+        launch(demo, host=args.host, port=args.port, served=served, block=False)
     except OSError as e:  # the port was taken between the check and the bind
         print(
             f"error: cannot serve on {args.host}:{args.port} ({e.strerror or e}); choose another with --port",
@@ -95,9 +99,9 @@ def _log_precision(precision: PrecisionChoice) -> None:
 def decide_precision(
     args: argparse.Namespace, device: torch.device, cache: ModelCache, default: ModelChoice, demo: gr.Blocks
 ) -> None:
-    """Time bf16 against fp32 on the torch thread (it takes its turn with the pages' work there, whose timings
-    it would otherwise disturb), then run every model in the precision chosen and let the page say so."""
-    precision = torch_thread.call(choose_precision, args.precision, device, remeasure=args.remeasure_precision)
+    """Time bf16 against fp32 beside the quick lane (`torch_thread.call_aside`: a page's first click does not
+    wait for it), then run every model in the precision chosen and let the page say so."""
+    precision = torch_thread.call_aside(choose_precision, args.precision, device, remeasure=args.remeasure_precision)
     cache.set_precision(precision)
     _log_precision(precision)
     show_precision(demo, torch_thread.call(cache.get, default))
@@ -111,6 +115,39 @@ def show_precision(demo: gr.Blocks, loaded: LoadedModel) -> None:
         if getattr(block, "elem_id", None) in shown:
             block.value = shown[block.elem_id]
     demo.config = demo.get_config_file()
+
+
+ANSWER_S = 1.0  # how long the stop waits for the callers' streams to send them why
+STOPPING = "The server is stopping (it was asked to end): this call was not finished. Call again once it is back."
+
+
+def tell_callers(demo: gr.Blocks, message: str) -> None:
+    """Answer every call the server holds (running or waiting) with `message` as its error and end its stream:
+    the callers learn why instead of a dropped connection, and the server's close does not wait for their
+    streams (it waited out its whole grace)."""
+    servers = getattr(getattr(demo, "server", None), "servers", None) or []
+    queue = getattr(demo, "_queue", None)
+    if not servers or queue is None:
+        return
+    answered = asyncio.run_coroutine_threadsafe(_answer_all(queue, message), servers[0].get_loop())
+    try:
+        answered.result(timeout=ANSWER_S + 1.0)
+    except Exception:  # the loop is gone or busy: the close goes on without it
+        log.warning("stopping: could not tell the waiting callers")
+
+
+async def _answer_all(queue: Any, message: str) -> None:
+    """On the server's event loop (Gradio's queue is not thread-safe): each event's error message, then a wait
+    (at most `ANSWER_S`) until each stream has sent it: a queue closed before would send "unexpected error"."""
+    running = [event for job in queue.active_jobs if job for event in job]
+    waiting = [event for events in queue.event_queue_per_concurrency_id.values() for event in events.queue]
+    for event in running + waiting:
+        queue.send_message(event, ProcessCompletedMessage(output={"error": message}, success=False, title="Error"))
+    pending = lambda e: e._id in queue.pending_event_ids_session.get(e.session_hash, ())  # noqa: E731
+    for _ in range(int(ANSWER_S / 0.05)):
+        if not any(e.alive and pending(e) for e in running + waiting):
+            return
+        await asyncio.sleep(0.05)
 
 
 class Shutdown:
@@ -128,9 +165,11 @@ class Shutdown:
             signal.signal(signum, self._on_signal)
 
     def wait(self) -> None:
-        """Block (the main thread) until a signal has ended the process."""
+        """Block (the main thread) until a signal has ended the process; once asked, without spinning (the set
+        event returned at once: the main thread held the GIL at 100% CPU and the shutdown's work crawled)."""
+        never = threading.Event()
         while True:
-            self._asked.wait(1.0)  # a timeout, so that the main thread runs the signal handler soon
+            never.wait(1.0)  # a timeout, so that the main thread runs the signal handler soon
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if self._asked.is_set():
@@ -144,6 +183,7 @@ class Shutdown:
         watchdog.daemon = True
         watchdog.start()
         if self.demo is not None:
+            tell_callers(self.demo, STOPPING)
             self.demo.close(verbose=False)
         self._end()
 

@@ -59,6 +59,9 @@ class Analysis:
     logit_lens: dict[str, Any] | None = None
     patching: dict[str, Any] | None = None
     token_patching: dict[str, Any] | None = None
+    # the decoded image, at most SOURCE_SIDE on a side: what another model reads it from (the Compare tab; the
+    # file itself may be gone by then)
+    source: Image.Image | None = None
 
     @property
     def top_class(self) -> int:
@@ -74,9 +77,23 @@ def _stages(layer: int, raw: torch.Tensor, after_proj_l: torch.Tensor, after_pro
 def model_input(path: str, cfg) -> tuple[DecodedImage, Image.Image, torch.Tensor]:
     """An image file decoded safely (ImageInputError for a bad one), what the model sees of it (`model_view`),
     and that as the model's input [1, C, H, W]."""
-    decoded = load_image(path, mode="RGB" if cfg.in_chans == 3 else "L")
-    view = model_view(decoded.image, cfg)
-    return decoded, view, view_tensor(view, cfg)[None]
+    decoded = load_image(path, mode=cfg.image_mode)
+    return decoded, *model_input_of(decoded.image, cfg)
+
+
+SOURCE_SIDE = 1024  # above every model's input side (448 at most): another model's view is not blurred by it
+
+
+def _bounded(image: Image.Image) -> Image.Image:
+    bounded = image.copy()
+    bounded.thumbnail((SOURCE_SIDE, SOURCE_SIDE))
+    return bounded
+
+
+def model_input_of(image: Image.Image, cfg) -> tuple[Image.Image, torch.Tensor]:
+    """A decoded image as a model sees it (`model_view`) and as its input [1, C, H, W]."""
+    view = model_view(image, cfg)
+    return view, view_tensor(view, cfg)[None]
 
 
 def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
@@ -101,6 +118,7 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
         notes=decoded.notes,
         original_size=decoded.original_size,
         forward_seconds=forward_seconds,
+        source=_bounded(decoded.image),
     )
 
 
@@ -341,11 +359,17 @@ class TargetError(InputError):
     """A class number that the model does not have."""
 
 
-def api_target(a: Analysis, target: int, classes: int) -> int:
-    """The class an /analyze call's `target` names: -1 the top prediction, else itself; TargetError in one line
-    for any other number."""
+def checked_target(target: int, classes: int) -> int:
+    """An /analyze call's `target` (-1: the top prediction) when a model of `classes` classes has it; TargetError
+    in one line for any other number (checked before any work)."""
     if not -1 <= target < classes:
         raise TargetError(f"target must be in 0..{classes - 1} or -1, got {target}")
+    return target
+
+
+def api_target(a: Analysis, target: int, classes: int) -> int:
+    """The class an /analyze call's `target` names: -1 the top prediction, else itself (`checked_target`)."""
+    target = checked_target(target, classes)
     return a.top_class if target == -1 else target
 
 

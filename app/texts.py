@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from app.models import LoadedModel
 from cait.data import SCENE_SIDE
@@ -25,8 +25,11 @@ def precision_name(loaded: LoadedModel) -> str:
 
 
 def precision_decided(loaded: LoadedModel) -> str:
-    """The precision with how it was decided, for the header ("bf16 autocast, measured now")."""
-    return f"{precision_name(loaded)}, {loaded.precision.decided}" if loaded.precision else precision_name(loaded)
+    """The precision with how it was decided, for the header ("bf16 autocast, measured now"); before the server
+    decided it (bf16 timed at start-up), what holds until then, which a page opened meanwhile keeps saying."""
+    if loaded.precision is None:
+        return "fp32 while bf16 is timed at start-up: reload the page in a minute for the precision chosen"
+    return f"{precision_name(loaded)}, {loaded.precision.decided}"
 
 
 def card_link(loaded: LoadedModel) -> str:
@@ -108,6 +111,7 @@ def model_markdown(loaded: LoadedModel) -> str:
     rows = [
         ("variant", loaded.name),
         ("weights", loaded.source),
+        ("weights identity", loaded.sourced.weights_id),
         ("device", f"{loaded.device}, {precision_name(loaded)} for forward-only passes"),
         *([("precision", f"{loaded.precision.decided}: {loaded.precision.reason}")] if loaded.precision else []),
         ("parameters", f"{loaded.model.num_params() / 1e6:.2f} M"),
@@ -167,13 +171,28 @@ def cost_in_passes(what: str, passes: float, forward_seconds: float, *, reduced_
     time at this image's measured forward pass. A floor, not an estimate: drawing the figures and writing the
     numbers add a fixed time that outweighs a small model's few passes (benchmarks/README.md), and a forward
     measured in bf16 (reduced_precision) is faster than fp32."""
+    head = f"{what} takes {passes:.0f} forward passes of the model"
     if not math.isfinite(forward_seconds):  # not measured
-        return f"{what} takes about {passes:.0f} forward passes of the model."
+        return f"{head}, and the figures on top."
+    floor = f"at least {passes * forward_seconds:.1f} s"
     if reduced_precision:
-        measured = f"this image's forward pass took {forward_seconds:.2f} s in bf16, and fp32 is slower"
-    else:
-        measured = f"at this image's measured forward pass ({forward_seconds:.2f} s; it runs in fp32)"
-    return (
-        f"{what} takes about {passes:.0f} forward passes of the model, at least {passes * forward_seconds:.1f} s "
-        f"({measured}), and the figures on top."
-    )
+        return (
+            f"{head}: {floor}, as this image's forward pass took {forward_seconds:.2f} s in bf16 and fp32 is slower; "
+            "the figures come on top."
+        )
+    return f"{head}: {floor} at this image's forward pass of {forward_seconds:.2f} s in fp32; the figures come on top."
+
+
+def waiting_line(progress: Callable[..., Any]) -> Callable[[int], None]:
+    """What a long computation's progress line says while it waits for the long lane (`torch_thread.call_long`'s
+    on_wait): how many long computations of other pages, or of this one, run or wait before it; or, told 0, that it
+    gives way to views."""
+
+    def tell(ahead: int) -> None:
+        if ahead == 0:
+            progress(None, desc="gives way to the views pages ask for meanwhile (at most twice its own time)")
+            return
+        others = "1 long computation" if ahead == 1 else f"{ahead} long computations"
+        progress(None, desc=f"waits: {others} (of this or other pages) first; Stop ends it now")
+
+    return tell

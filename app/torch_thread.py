@@ -22,7 +22,9 @@ turns on it: a long saliency method delays another page's view by up to one meth
 is left to the browser, and a pass takes the time of the forward the page measured: what the stated costs are
 counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before each block of its model it
 waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
-long job loses the time of the quick work it let through. The two lanes share the models (no second copy):
+long job loses the time of the quick work it let through, up to an allowance (`GIVE_WAY_RATIO` times what it
+ran): past it, it runs beside quick work, so that pages that browse without a pause slow it at most threefold
+rather than stall it. The two lanes share the models (no second copy):
 the explanation hooks act only on the thread that opened them (`cait.explain.hooks`). A long job of a page's
 image is cancelled by the page's next image (`cancel_long`), whether it waits or runs, and its page's Stop
 (`call_long(stop=...)`, `app.stops`) is heard at the same points; a part of it that runs no block of the model
@@ -35,8 +37,10 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import math
 import os
 import threading
+import time
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -51,6 +55,9 @@ T = TypeVar("T")
 _ALL_THREADS = torch.get_num_threads()  # torch's default (the physical cores), or OMP_NUM_THREADS
 LONG_NICE = 10  # the long lane's OS priority below the quick lane's (and the browser's): the kernel favours them
 PAUSE_CHECK_S = 0.1  # how often a paused long job looks whether it was cancelled
+# a long job gives way to quick work for at most this many times the time it ran, after a first grace: at most
+# (1 + ratio) times its time alone however busy the quick lane is, and a view asked as it starts served alone
+GIVE_WAY_RATIO, GIVE_WAY_GRACE_S = 2.0, 1.0
 
 _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cait-torch")
 _THREAD: list[threading.Thread] = []  # the executor's thread, once it has run something
@@ -87,10 +94,14 @@ class _QuickWork:
                 self.running -= 1
                 self.changed.notify_all()
 
-    def wait_until_none(self, cancelled: threading.Event) -> None:
+    def wait_until_none(self, cancelled: threading.Event, *, at_most: float = math.inf) -> bool:
+        """Wait while quick work runs, at most `at_most` seconds: whether any ran (the caller gave way)."""
+        deadline = time.monotonic() + at_most
         with self.changed:
-            while self.running and not cancelled.is_set():
-                self.changed.wait(PAUSE_CHECK_S)
+            waited = bool(self.running)
+            while self.running and not cancelled.is_set() and (left := deadline - time.monotonic()) > 0:
+                self.changed.wait(min(PAUSE_CHECK_S, left))
+            return waited
 
 
 _QUICK = _QuickWork()
@@ -113,10 +124,38 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class _Job:
-    """One long call: its page, whether that page's next image has cancelled it, and its own stop check."""
+    """One long call: its page, whether that page's next image has cancelled it, and its own stop check; whether
+    the lane started it, or its caller gave up on it while it waited (then the lane skips it)."""
 
-    def __init__(self, page: str | None, stop: Callable[[], None] | None) -> None:
-        self.page, self.cancelled, self.stop = page, threading.Event(), stop
+    def __init__(
+        self, page: str | None, stop: Callable[[], None] | None, on_wait: Callable[[int], None] | None = None
+    ) -> None:
+        self.page, self.cancelled, self.stop, self.on_wait = page, threading.Event(), stop, on_wait
+        self.started = self.abandoned = False
+        self.turn = threading.Lock()  # started or abandoned: one of the two, never both
+        self.ran = self.gave_way = 0.0  # seconds it ran, and waited for quick work, since it started
+        self.since: float | None = None  # when its last checkpoint ended
+
+    def start(self) -> bool:
+        """The lane's turn came: False when its caller gave up meanwhile."""
+        with self.turn:
+            self.started = not self.abandoned
+            return self.started
+
+    def ended_while_waiting(self) -> None:
+        """Checked while the job waits for the lane: its cancel or its stop (which raises) ends it there, rather
+        than when the work ahead of it ends."""
+        with self.turn:
+            if self.started:
+                return
+            try:
+                if self.cancelled.is_set():
+                    raise Cancelled(f"long work of page {self.page} cancelled by its next image while it waited")
+                if self.stop is not None:
+                    self.stop()
+            except BaseException:
+                self.abandoned = True
+                raise
 
     def checkpoint(self) -> None:
         """Between two blocks of long work: wait while quick work runs; end the work once cancelled, or when its
@@ -124,11 +163,26 @@ class _Job:
         passes; this guards anyway)."""
         if getattr(_ON_LONG, "job", None) is not self:
             return
-        _QUICK.wait_until_none(self.cancelled)
+        self._give_way()
         if self.cancelled.is_set():
             raise Cancelled(f"long work of page {self.page} cancelled by its next image")
         if self.stop is not None:
             self.stop()
+
+    def _give_way(self) -> None:
+        """Wait while quick work runs, within the job's allowance (`GIVE_WAY_GRACE_S` and `GIVE_WAY_RATIO` times
+        what it ran): pages browsing without a pause would otherwise hold it back for ever (a 7 s view took
+        two minutes beside another page opening an example every 1.6 s). Its page is told when it gives way."""
+        now = time.monotonic()
+        if self.since is not None:
+            self.ran += now - self.since
+        allowance = GIVE_WAY_GRACE_S + GIVE_WAY_RATIO * self.ran - self.gave_way
+        if allowance > 0:
+            if _QUICK.running and self.on_wait is not None and self.gave_way == 0:
+                self.on_wait(0)  # the first time only: the next block's progress replaces the line
+            _QUICK.wait_until_none(self.cancelled, at_most=allowance)
+        self.since = time.monotonic()
+        self.gave_way += self.since - now
 
 
 def _long_lane_setup() -> None:
@@ -149,12 +203,23 @@ def on_long_lane() -> bool:
     return getattr(_ON_LONG, "job", None) is not None
 
 
+_WAITING: list[_Job] = []  # the jobs asked for and not started, in order (under _JOBS_LOCK)
+_RUNNING: list[_Job] = []  # the job the lane runs (under _JOBS_LOCK)
+
+
+def _ahead(job: _Job) -> int:
+    """The jobs the lane runs or will run before `job` (0 once it started)."""
+    with _JOBS_LOCK:
+        return 0 if job.started else len(_RUNNING) + _WAITING.index(job) if job in _WAITING else 0
+
+
 def call_long(
     work: Callable[[], T],
     *,
     page: str | None = None,
     model: torch.nn.Module | None = None,
     stop: Callable[[], None] | None = None,
+    on_wait: Callable[[int], None] | None = None,
 ) -> T:
     """work() on the long lane, waiting for its result (exceptions, `Cancelled` too, are raised here), in a copy
     of the caller's context (gr.Progress reaches its page). Call it from an event handler that does not run on
@@ -167,41 +232,93 @@ def call_long(
         model: a CaiT whose blocks work runs: before each block (on this lane only) the work waits while quick
             work runs, and ends with `Cancelled` once cancelled. Without it the work neither gives way nor
             stops early; cancelled while it waits for the lane, it does not start.
-        stop: a check that raises to end the work (a page's Stop: `app.stops`), run when the work starts (a Stop
-            pressed while it waited for the lane is heard then), before each block of `model`, and while
-            `stoppable` waits; what it raises is raised here.
+        stop: a check that raises to end the work (a page's Stop: `app.stops`), run every PAUSE_CHECK_S while
+            the work waits for the lane (a Stop then ends it at once), when it starts, before each block of
+            `model`, and while `stoppable` waits; what it raises is raised here.
+        on_wait: told how many jobs run or wait before this one, whenever that changes while it waits for the
+            lane (not when the lane is free), and 0 the first time it gives way to quick work: what its page says
+            meanwhile.
 
     Returns:
-        What work() returned.
+        What work() returned; `Cancelled` instead when its page moved on before it returned, even past the
+        model's last block (its answer would be drawn over the page's next image).
     """
     if on_torch_thread():
         raise RuntimeError("call_long from the quick lane: run the handler off it (torch_thread.handler(long=True))")
-    job = _Job(page, stop)
     if on_long_lane():  # long work inside long work: one job
         return work()
     context = contextvars.copy_context()
+    # told from the lane too, in a copy of the caller's context (gr.Progress finds its event there)
+    told = (lambda ahead: context.copy().run(on_wait, ahead)) if on_wait is not None else None
+    job = _Job(page, stop, told)
     blocks = [*model.blocks, *model.blocks_token_only] if model is not None else []
 
-    def run() -> T:
+    def run() -> T | None:
+        with _JOBS_LOCK:
+            _WAITING.remove(job)
+            _RUNNING.append(job)
         _ON_LONG.job = job
         try:
+            if not job.start():
+                return None  # its caller gave up on it while it waited: nobody reads its answer
             job.checkpoint()  # cancelled while it waited for the lane, or quick work now: its turn first
             with hooks.before_each(blocks, job.checkpoint) if blocks else nullcontext():
                 return context.run(work)
         finally:
             _ON_LONG.job = None
+            with _JOBS_LOCK:
+                _RUNNING.remove(job)
 
     with _JOBS_LOCK:
         if page is not None:
             _PAGE_JOBS[page].add(job)
+        _WAITING.append(job)
     try:
-        return _LONG_EXECUTOR.submit(run).result()
+        answer = _waited(_LONG_EXECUTOR.submit(run), job, on_wait)
+        # cancelled past its model's last block (drawing its figures): its answer is of an image the page left
+        if job.cancelled.is_set():
+            raise Cancelled(f"long work of page {page} cancelled by its next image after its last block")
+        return answer
     finally:
         with _JOBS_LOCK:
             if page is not None:
                 _PAGE_JOBS[page].discard(job)
                 if not _PAGE_JOBS[page]:
                     del _PAGE_JOBS[page]
+
+
+def call_aside(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """fn(*args, **kwargs) on the long lane with all of torch's threads (as a plain quick call has them), waiting
+    for its result: for a measurement of seconds that must not hold the quick lane (the server's start-up bf16
+    probe: a click meanwhile waited for it), nor take the long lane's one-image thread count (its timing is
+    stored per thread count). It neither gives way nor stops: quick work runs beside it, at a higher priority."""
+
+    def run() -> T:
+        torch.set_num_threads(all_threads())
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(interactive_threads())  # the long lane's own
+
+    return call_long(run)
+
+
+def _waited(future: Future, job: _Job, on_wait: Callable[[int], None] | None) -> Any:
+    """The job's answer; while it waits for the lane, its cancel and stop are checked (they end it here) and
+    on_wait told how many jobs are before it."""
+    told = 0
+    while True:
+        try:
+            return future.result(timeout=PAUSE_CHECK_S)
+        except FutureTimeout:
+            pass
+        if job.started:
+            return future.result()  # its own checks are the lane's from now on
+        job.ended_while_waiting()
+        ahead = _ahead(job)
+        if on_wait is not None and ahead and ahead != told:
+            on_wait(ahead)
+        told = ahead
 
 
 def stoppable(fn: Callable[[], T]) -> T:
@@ -293,6 +410,7 @@ __all__ = [
     "Cancelled",
     "all_threads",
     "call",
+    "call_aside",
     "call_long",
     "cancel_long",
     "handler",

@@ -18,12 +18,13 @@ from typing import Any
 import gradio as gr
 
 from app import session, style, texts, torch_thread
-from app.api import Analyze
+from app.api import Analyze, CompareImage
 from app.api_calls import guard_api_calls
 from app.choices import top_predictions
 from app.examples import served_paths
 from app.images import MAX_RECEIVED_MB, MAX_UPLOAD_MB, STAND_IN_JS, ImageInputError, payload_path
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import (
     CAUSAL_TAB,
     CLASS_ATTENTION_TAB,
@@ -38,7 +39,8 @@ from app.shared import (
     named,
     within,
 )
-from app.tabs import causal, class_attention, dataset, layerscale, mechanisms, model, saliency, talking_heads
+from app.tabs import causal, class_attention, compare, dataset, layerscale, mechanisms, model, saliency, talking_heads
+from app.tabs.compare import COMPARE_TAB
 from app.workdir import FILE_TTL, WORK
 from cait import explain, hub
 
@@ -58,31 +60,43 @@ AFTER_TILES_SHOWN = """async (...inputs) => {
     return inputs;
 }"""
 THEME = dict(font=["DejaVu Sans", "sans-serif"], font_mono=["DejaVu Sans Mono", "monospace"])  # local fonts only
+# The page's tabs in order: (label, id, components, events); each events class a `PageTab`, which the page loops
+# over in every step of a new image or model. A new tab is a module of `app.tabs` and one line here.
+TABS = (
+    (CLASS_ATTENTION_TAB, "ca", class_attention.build, class_attention.ClassAttentionTab),
+    ("Saliency", "saliency", saliency.build, saliency.SaliencyTab),
+    ("LayerScale", "layerscale", layerscale.build, layerscale.LayerScaleTab),
+    ("Talking heads", "talking", talking_heads.build, talking_heads.TalkingHeadsTab),
+    (CAUSAL_TAB, "causal", causal.build, causal.CausalTab),
+    (MECHANISMS_TAB, "mechanisms", mechanisms.build, mechanisms.MechanismsTab),
+    ("Dataset", "dataset", dataset.build, dataset.DatasetTab),
+    (COMPARE_TAB, "compare", compare.build, compare.CompareTab),
+    ("Model", "model", model.build, model.ModelTab),
+)
 
 
 @dataclass
 class Page:
-    """The page's components: the shared ones and each tab's."""
+    """The page's components: the shared ones and each tab's by its id (`page.causal`: the Causal tab's)."""
 
     shared: Shared
-    ca: class_attention.ClassAttentionParts
-    saliency: saliency.SaliencyParts
-    layerscale: layerscale.LayerScaleParts
-    talking: talking_heads.TalkingHeadsParts
-    causal: causal.CausalParts
-    mechanisms: mechanisms.MechanismsParts
-    dataset: dataset.DatasetParts
-    model: model.ModelParts
+    parts: dict[str, Any]  # in the page's order (`TABS`)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.__dict__.get("parts", {}):
+            return self.__dict__["parts"][name]
+        raise AttributeError(name)
 
     def look(self) -> dict[str, Any]:
         """The Class attention tab's look controls by name, which other events read too."""
         return dict(zip(("cmap", "alpha", "scale", "view", "keep"), self.ca.look))
 
     def everything(self) -> list:
-        """Every component of the page but the Dataset tab's (a new model leaves an open atlas as it is)."""
-        groups = (self.shared, self.ca, self.saliency, self.layerscale, self.talking, self.causal)
+        """Every component a new model may write: the shared ones and every tab's but those it leaves as they are
+        (`PageTab.kept_on_new_model`: an open atlas)."""
+        kept = {tab_id for _, tab_id, _, events in TABS if events.kept_on_new_model}
         found = []
-        for group in (*groups, self.mechanisms, self.model):
+        for group in (self.shared, *(v for k, v in self.parts.items() if k not in kept)):
             for f in fields(group):
                 value = getattr(group, f.name)
                 found += value if isinstance(value, list) else [value]
@@ -119,22 +133,20 @@ class UploadAsk(ImageAsk):
 
 
 class Tabs:
-    """Every tab's events, on one page's components."""
+    """Every tab's events, on one page's components (`tabs.causal`: the Causal tab's), and what the tabs' events
+    are made with (`PageTab.on_page`)."""
 
     def __init__(self, page: Page, cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces, ca: int):
-        s = page.shared
+        self.shared, self.cache, self.default, self.places, self.ca_layers = page.shared, cache, default, places, ca
         self.image = ImageEvents(page, self, cache)
-        self.ca = class_attention.ClassAttentionTab(page.ca, s, cache)
-        self.saliency = saliency.SaliencyTab(page.saliency, s, cache)
-        self.layerscale = layerscale.LayerScaleTab(page.layerscale)
-        self.talking = talking_heads.TalkingHeadsTab(page.talking, s, cache)
-        self.causal = causal.CausalTab(page.causal, s, cache)
-        self.mechanisms = mechanisms.MechanismsTab(page.mechanisms, s, cache)
-        self.dataset = dataset.DatasetTab(page.dataset, s, cache, places, analyse=self.image.analyse_path)
-        statuses = hub.list_weights()
-        self.model = model.ModelTab(
-            page.model, s, cache, default=default, statuses=statuses, ca_layers=ca, page_for=self.image.page_for
-        )
+        self.by_id = {tab_id: events.on_page(page.parts[tab_id], self) for _, tab_id, _, events in TABS}
+        self.by_label = {label: self.by_id[tab_id] for label, tab_id, _, _ in TABS}
+        self.all: list[PageTab] = list(self.by_id.values())
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.__dict__.get("by_id", {}):
+            return self.__dict__["by_id"][name]
+        raise AttributeError(name)
 
 
 class ImageEvents:
@@ -149,23 +161,29 @@ class ImageEvents:
         first view empties their value only (the choices, 1000 for ImageNet, are sent by `details` with the new
         image's class), so an image that failed keeps no class of the last one, and a new one starts from its top
         class."""
-        p, s = self.page, self.page.shared
-        tabs = (p.ca, p.saliency, p.layerscale, p.talking, p.causal, p.mechanisms)
-        return [s.analysis, s.top5, s.status, s.grid_file, s.json_file, *(c for t in tabs for c in t.results)]
+        s = self.page.shared
+        return [
+            s.analysis,
+            s.top5,
+            s.status,
+            s.grid_file,
+            s.json_file,
+            *(c for t in self.tabs.all for c in t.results()),
+        ]
 
     def cleared(self, shown: tuple, status: str = "") -> dict:
         """Every result of the last image emptied (a removed image, a new model, a file that failed); shown: the CA
         galleries' props as the page has them."""
-        t, s = self.tabs, self.page.shared
+        s = self.page.shared
         out = dict.fromkeys(self.results()) | {s.top5: "", s.status: status}
-        for tab in (t.saliency, t.layerscale, t.talking, t.causal, t.mechanisms):
-            out |= tab.cleared()
-        return out | t.ca.cleared(shown)
+        for tab in self.tabs.all:
+            out |= tab.cleared(shown)
+        return out
 
     def page_for(self, loaded: LoadedModel, shown: tuple) -> dict:
         """Everything on the page that a new model changes: the last image's results emptied, every control
         that depends on the model set for `loaded`."""
-        t, s = self.tabs, self.page.shared
+        s = self.page.shared
         out = self.cleared(shown)
         out |= {
             s.choice: loaded.choice,
@@ -173,7 +191,7 @@ class ImageEvents:
             s.examples: gr.Gallery(value=loaded.examples),
             s.image_in: None,
         }
-        for tab in (t.layerscale, t.talking, t.saliency, t.causal, t.model):
+        for tab in self.tabs.all:
             out |= tab.for_model(loaded)
         return out
 
@@ -197,7 +215,9 @@ class ImageEvents:
         out = self.cleared(shown, texts.status_markdown(loaded, preds[0], a.notes, uploaded=uploaded))
         out |= self.tabs.ca.outputs(a, look, selected, shown, sheet=False)
         out |= {s.analysis: a, s.top5: texts.top5_html(preds), self.page.ca.selected: selected}
-        return out | self.tabs.causal.cost(loaded, a)
+        for tab in self.tabs.all:
+            out |= tab.at_first_view(loaded, a)
+        return out
 
     def analyse_path(self, choice: ModelChoice, path: str | None, look: Look, sa_layer: int, shown: tuple, *,
                      uploaded: bool, selected: tuple[int, int] | None = None) -> dict:  # fmt: skip
@@ -241,29 +261,22 @@ class ImageEvents:
         """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
         talking-heads tab, about two forward passes in all (the SA distances take one); what costs more waits for
         its tab (`follow_up`). asked: the fields of `DetailsAsk`, by name."""
-        t, ask = self.tabs, DetailsAsk(**asked)
+        ask = DetailsAsk(**asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
             return gr.skip()
         loaded = self.cache.get(ask.choice)
         out = {self.page.shared.json_file: session.numbers_file(loaded, a)}
-        out |= (
-            t.ca.details(loaded, a, ask.look)
-            | t.layerscale.details(a)
-            | t.saliency.details(loaded, a, ask.region_of, ask.region_share)
-        )
-        out |= t.talking.outputs(loaded, a, ask.th_row, ask.th_col, ask.th_layer)
-        return out | t.causal.details(loaded, a)
+        for tab in self.tabs.all:
+            out |= tab.details(loaded, a, ask)
+        return out
 
     def follow_up(self, choice, a, open_tab, request: gr.Request | None = None, progress=gr.Progress()):
         """After a new image's `details`: what the tab on show computes of it, at once and in an event of its own
         (the Causal tab's view with its progress and Stop, the Mechanisms tab's lens); a tab not on show computes
         its part once opened."""
-        if open_tab == CAUSAL_TAB:  # on the long lane (its own progress and Stop)
-            return self.tabs.causal.opened(choice, a, None, request, progress)
-        if open_tab == MECHANISMS_TAB:
-            return torch_thread.handler(self.tabs.mechanisms.opened)(choice, a, None)
-        return gr.skip()  # the first view emptied both tabs (`cleared`)
+        tab = self.tabs.by_label.get(open_tab)
+        return gr.skip() if tab is None else tab.follow_up(choice, a, request, progress)  # else: emptied (`cleared`)
 
     @staticmethod
     def tab_opened(evt: gr.SelectData) -> str:
@@ -274,28 +287,15 @@ def compose(first: LoadedModel, cache: ModelCache, places: dataset.AtlasPlaces) 
     """The page for a session that starts with `first` (each session may then load its own model), and its tabs'
     events (not wired yet). The page shows as many class-attention layers as `first` has, at least
     `class_attention.MIN_CA_LAYERS`."""
-    ca_layers = max(class_attention.MIN_CA_LAYERS, first.cfg.depth_token_only)
+    parts = {}
     with gr.Blocks(title="CaiT lens", delete_cache=(FILE_TTL, FILE_TTL)) as demo:
         shared = _inputs(first)
         with gr.Tabs() as shared["tabs"]:
-            with gr.Tab(CLASS_ATTENTION_TAB, id="ca"):
-                ca = class_attention.build(ca_layers)
-            with gr.Tab("Saliency", id="saliency"):
-                sal = saliency.build(first)
-            with gr.Tab("LayerScale", id="layerscale"):
-                ls = layerscale.build(layerscale.layerscale_figure(first))
-            with gr.Tab("Talking heads", id="talking"):
-                th = talking_heads.build(first)
-            with gr.Tab(CAUSAL_TAB, id="causal") as tab:
-                cz = causal.build(first, tab)
-            with gr.Tab(MECHANISMS_TAB, id="mechanisms") as tab:
-                mx = mechanisms.build(first, tab)
-            with gr.Tab("Dataset", id="dataset"):
-                ds = dataset.build()
-            with gr.Tab("Model", id="model"):
-                md = model.build(first, hub.list_weights())
-    page = Page(Shared(**shared), ca, sal, ls, th, cz, mx, ds, md)
-    return demo, page, Tabs(page, cache, first.choice, places, ca_layers)
+            for label, tab_id, build, _ in TABS:
+                with gr.Tab(label, id=tab_id) as tab:
+                    parts[tab_id] = build(first, tab)
+    page = Page(Shared(**shared), parts)
+    return demo, page, Tabs(page, cache, first.choice, places, class_attention.layers_shown(first))
 
 
 def _inputs(first: LoadedModel) -> dict[str, Any]:
@@ -335,16 +335,13 @@ def _new_image_chain(page: Page, tabs: Tabs) -> tuple[dict, dict, dict]:
     """The events that follow a new image's first view, in order: its details (the other tabs and the downloads),
     the Causal tab's Stop armed, and what the open tab computes."""
     s, ev, on_torch = page.shared, tabs.image, torch_thread.handler  # every handler that computes: app.torch_thread
+    detailed = dict.fromkeys(c for tab in tabs.all for c in tab.detailed())
     details = dict(
         fn=on_torch(ev.details),
         inputs_kwargs=named(
             (page.saliency, page.talking), DetailsAsk, **page.look(), choice=s.choice, analysis=s.analysis
         ),
-        outputs=[
-            *(s.grid_file, s.json_file, page.layerscale.ratio_plot, page.ca.head_stats),
-            *(page.talking.th_gallery, page.talking.th_plot, page.talking.th_pick, *page.talking.query),
-            *(page.saliency.sal_class, page.saliency.sal_region, page.causal.cz_class, page.causal.cz_head),
-        ],
+        outputs=[s.json_file, *detailed],
         show_progress="hidden",
         js=AFTER_TILES_SHOWN,
         **MODEL_EVENTS,
@@ -355,7 +352,7 @@ def _new_image_chain(page: Page, tabs: Tabs) -> tuple[dict, dict, dict]:
         fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
         api_visibility="private", show_progress="hidden",
     )  # fmt: skip
-    in_open_tab = [*page.causal.opened, *page.mechanisms.opened, s.json_file]
+    in_open_tab = list(dict.fromkeys([*(c for tab in tabs.all for c in tab.followed()), s.json_file]))
     open_tab = dict(  # not on the quick lane: the Causal view runs on the long one (app.torch_thread)
         fn=answering(
             ev.follow_up, said=lambda line: {s.status: line, page.causal.cz_stop: gr.Button(interactive=False)}
@@ -379,7 +376,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
     asked = named(page.talking, ImageAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props)
     progress = dict(show_progress_on=[s.top5], **MODEL_EVENTS)
     upload = s.image_in.upload(
-        on_torch(ev.upload),
+        tabs.model.after_swap(on_torch(ev.upload)),  # asked before the page's ?model= swap landed: its model
         inputs_kwargs=named(
             page.talking, UploadAsk, **page.look(), choice=s.choice, ca_props=page.ca.ca_props, image_in=s.image_in
         ),
@@ -388,18 +385,17 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         **progress,
     )
     example = s.examples.select(
-        on_torch(ev.example), inputs_kwargs=asked, outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
+        tabs.model.after_swap(on_torch(ev.example)), inputs_kwargs=asked,
+        outputs=[*ev.results(), s.image_in, page.dataset.exemplars],
         **progress, **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
     )  # fmt: skip
-    exemplar = tabs.dataset.wire(
-        demo, look=page.look(), th_layer=page.talking.th_layer, ca_props=page.ca.ca_props, outputs=ev.results()
-    )
+    picks = [pick for tab in tabs.all for pick in tab.wire_image_picks(demo, page, ev.results())]
     details, arm, open_tab = _new_image_chain(page, tabs)
-    for event in (upload, example, exemplar):
+    for event in (upload, example, *(event for _, event in picks)):
         event.success(**details).success(**arm).success(**open_tab)
     # at the pick, off the queues: the page's long work of its last image ends before the new one's is asked for
     gr.on(
-        [s.image_in.upload, s.examples.select, page.dataset.exemplars.select], tabs.causal.moved_on, None, None,
+        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.moved_on, None, None,
         queue=False, api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     s.image_in.change(
@@ -414,16 +410,11 @@ def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default:
     """Every event of the page, and /analyze."""
     with demo:
         _wire_image(demo, page, tabs)
-        tabs.ca.wire()
-        tabs.saliency.wire(page.look())
-        tabs.talking.wire()
-        tabs.causal.wire()
-        tabs.mechanisms.wire()
-        tabs.model.wire(demo, ca_props=page.ca.ca_props, everything=page.everything())
-        demo.unload(tabs.causal.stops.drop)  # a closed page's Stop goes with it
-        demo.unload(tabs.mechanisms.drop)
+        for tab in tabs.all:
+            tab.wire(demo, page)
         # off the quick lane: the answer takes each lane for its parts (`Analyze._answer`)
         gr.api(Analyze(cache, default).analyze, api_name="analyze", concurrency_id="model")
+        gr.api(CompareImage(cache, default).compare, api_name="compare", concurrency_id="model")
 
 
 def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlaces | None = None) -> gr.Blocks:

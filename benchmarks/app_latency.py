@@ -65,7 +65,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 from app import causal_view, torch_thread  # noqa: E402
 from app.choices import region_choices  # noqa: E402
-from app.loading import load_model  # noqa: E402
+from app.loading import load_page_model  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.session import analyse, saliency_rows  # noqa: E402
 from app.shared import SCALES, VIEWS, Look  # noqa: E402
@@ -261,8 +261,8 @@ def startup_seconds(repeats: int) -> float:
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     dtype = inference_dtype(args.precision, CPU, remeasure=args.remeasure_precision)
     choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
-    app = ModelCache(load_model, max_bytes=2**34, device=CPU, dtype=dtype)
-    fp32 = ModelCache(load_model, max_bytes=2**34, device=CPU)
+    app = ModelCache(load_page_model, max_bytes=2**34, device=CPU, dtype=dtype)
+    fp32 = ModelCache(load_page_model, max_bytes=2**34, device=CPU)
     loaded = torch_thread.call(app.get, choice)
     image = loaded.examples[0][0]
     first = torch_thread.call(analyse, loaded, image)
@@ -348,7 +348,7 @@ def big_model_goals(name: str, forward_repeats: int) -> dict:
     """A big model's follow-up, Causal tab cost and Stop, through the page's handlers in process (see the
     module doc), each over a plain forward of the same model timed in the same run (before and after)."""
     choice = ModelChoice(name, random_init=True)
-    cache = ModelCache(load_model, max_bytes=2**36, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**36, device=CPU)
     loaded = torch_thread.call(cache.get, choice)
     _, _, tabs = torch_thread.call(compose, loaded, cache, AtlasPlaces.of(None, None))  # components only
     torch_thread.call(analyse, loaded, loaded.examples[0][0])  # the first of a process warms up, not timed
@@ -425,7 +425,7 @@ def beside_long_work(name: str, repeats: int) -> dict:
     (before: one torch thread ran everything); and the Causal view's own seconds alone and with a new image's
     view asked every second meanwhile (what the long job loses to the quick lane's priority)."""
     choice = ModelChoice(name, random_init=True)
-    cache = ModelCache(load_model, max_bytes=2**34, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**34, device=CPU)
     loaded = torch_thread.call(cache.get, choice)
     _, page, tabs = torch_thread.call(compose, loaded, cache, AtlasPlaces.of(None, None))
     image, shown = loaded.examples[0][0], tuple(page.ca.ca_props.value)

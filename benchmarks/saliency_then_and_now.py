@@ -53,13 +53,13 @@ print(json.dumps({{"seconds": time.perf_counter() - start, "methods": len(explai
 
 NOW = """
 import json, time, torch
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import ModelChoice
 from app.session import analyse, saliency_rows
 from cait import explain
 from cait.runtime import inference_dtype
 cpu = torch.device("cpu")
-loaded = load_model(ModelChoice("{model}", random_init=True), cpu, inference_dtype("{precision}", cpu))
+loaded = load_page_model(ModelChoice("{model}", random_init=True), cpu, inference_dtype("{precision}", cpu))
 a = analyse(loaded, "{image}")
 list(saliency_rows(loaded, a, target=0, methods=["saliency"], options=explain.MethodOptions()))  # warm-up
 methods = list(explain.METHODS)

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from app_latency import CPU, EXAMPLES_READY, browser_rounds, click_example, free_port  # noqa: E402
 
 from app import session, torch_thread, ui  # noqa: E402
-from app.loading import load_model  # noqa: E402
+from app.loading import load_page_model  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
 from cait.flags import add_precision_flag  # noqa: E402
@@ -71,7 +71,7 @@ def phases(browser: dict, stamps: dict[str, float]) -> dict[str, float]:
 
 
 def measure(name: str, dtype: torch.dtype | None, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
-    cache = ModelCache(load_model, max_bytes=2**34, device=CPU, dtype=dtype)
+    cache = ModelCache(load_page_model, max_bytes=2**34, device=CPU, dtype=dtype)
     choice = ModelChoice(name, random_init=True)  # timing: random weights serve where none are cached
     loaded = torch_thread.call(cache.get, choice)
     x = torch_thread.call(session.analyse, loaded, loaded.examples[0][0]).x

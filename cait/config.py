@@ -65,6 +65,11 @@ class _StoredConfig:
         """Whether the head predicts ImageNet-1k (the paper's variants), named by timm's class list."""
         return self.labels == "imagenet"
 
+    @property
+    def image_mode(self) -> str:
+        """The PIL mode of the pictures the model sees: "RGB" for 3 input channels, "L" (grey) for 1."""
+        return "RGB" if self.in_chans == 3 else "L"
+
     def view_geometry(self, width: int, height: int) -> tuple[tuple[int, int], tuple[int, int]]:
         """Where an image of (width, height) lands in the model's evaluation view: the (width, height) it is
         resized to (short side floor(img_size / crop_pct)) and the (left, top) of the centred img_size crop.

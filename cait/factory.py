@@ -130,13 +130,14 @@ def check_checkpoint_file(path: Path) -> Path:
     )
 
 
-def load_from_flags(args: argparse.Namespace, *, cnn: bool = False, **overrides: Any) -> SourcedModel:
+def load_from_flags(args: argparse.Namespace, *, cnn: bool = False, side: str = "", **overrides: Any) -> SourcedModel:
     """The model `add_model_flags`' flags ask for, through the one door (`cait.load_model`), for every command
     line; a random init (--random-init, no weights here) is said once on stderr as well as on every output.
 
     Args:
         args: parsed flags holding model, checkpoint, pretrained and random_init.
         cnn: accept a timm CNN checkpoint (cait.evaluate scores one on top-1).
+        side: which model of a two-model tool, as `add_model_flags` named its flags (args.model_a for "a").
         overrides: config fields to change, as `cait.load_model` takes them (e.g. img_size=384).
 
     Returns:
@@ -145,8 +146,14 @@ def load_from_flags(args: argparse.Namespace, *, cnn: bool = False, **overrides:
     Raises:
         InputError: one line, for a name, file or flag that cannot work (the command says it and exits 2).
     """
+    flag = lambda name: getattr(args, f"{name}_{side}" if side else name)  # noqa: E731
     loaded = load_model(
-        args.model, args.checkpoint, pretrained=args.pretrained, random_init=args.random_init, cnn=cnn, **overrides
+        flag("model"),
+        flag("checkpoint"),
+        pretrained=flag("pretrained"),
+        random_init=flag("random_init"),
+        cnn=cnn,
+        **overrides,
     )
     if not loaded.trained:
         print(f"WARNING: {loaded.notice}; using a RANDOM INIT (every output says so)", file=sys.stderr)

@@ -19,22 +19,29 @@ def add_model_flags(
     checkpoint_help: str = "weights file: ours (.safetensors, carries its config), timm's or the official deit .pth",
     pretrained_help: str = "a paper variant's official weights (timm's files on the Hugging Face Hub): from "
     "the local cache, downloaded once when missing (HF_HUB_OFFLINE=1: the cache only)",
+    side: str = "",
 ) -> None:
     """--model, --checkpoint, --pretrained and --random-init: what `cait.load_model` takes. Its policy for missing
     weights, the same in every tool: a variant without weights here (not shipped, not in the local Hugging Face
-    cache) is an error naming the ways out, unless --random-init asks for a seeded random init."""
+    cache) is an error naming the ways out, unless --random-init asks for a seeded random init. side: a tool of
+    two models names each one's flags with it (side "a": --model-a, --checkpoint-a, ..., read as args.model_a)."""
+    suffix = f"-{side}" if side else ""
     p.add_argument(
-        "--model",
+        f"--model{suffix}",
         default=None,
         metavar="VARIANT",
         choices=list_models(),
-        help=f"variant name (default {DEFAULT_MODEL}, or the one a checkpoint of ours describes; timm and deit "
-        f"files need it): {', '.join(list_models())}",
+        help=(
+            f"variant name (default {DEFAULT_MODEL}, or the one a checkpoint of ours describes; timm and deit "
+            if not side
+            else f"model {side.upper()}'s variant name (no default: give it or a checkpoint of ours; timm and deit "
+        )
+        + f"files need it): {', '.join(list_models())}",
     )
-    p.add_argument("--checkpoint", default=None, help=checkpoint_help)
-    p.add_argument("--pretrained", action="store_true", help=pretrained_help)
+    p.add_argument(f"--checkpoint{suffix}", default=None, help=checkpoint_help)
+    p.add_argument(f"--pretrained{suffix}", action="store_true", help=pretrained_help)
     p.add_argument(
-        "--random-init",
+        f"--random-init{suffix}",
         action="store_true",
         help="when the variant has no weights here (not shipped, not in the local Hugging Face cache), a seeded "
         "random init, said on every output (RANDOM INIT), instead of an error naming the ways out (--pretrained, "

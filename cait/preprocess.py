@@ -34,7 +34,7 @@ def model_view(image: Image.Image, cfg: CaiTConfig) -> Image.Image:
     square); timm's evaluation transform, pixel for pixel (tested). Figures draw heat maps on this view, so
     that a map and its pixels line up. Written with PIL, which torchvision calls for PIL images anyway:
     importing torchvision costs the app's start about a second (it pulls in torch._dynamo)."""
-    image = image.convert("RGB" if cfg.in_chans == 3 else "L")
+    image = image.convert(cfg.image_mode)
     size, (left, top) = cfg.view_geometry(*image.size)
     view = image.resize(size, Image.Resampling.BICUBIC)
     return view.crop((left, top, left + cfg.img_size, top + cfg.img_size))

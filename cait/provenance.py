@@ -6,8 +6,10 @@ what a figure or a number was made from.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from torch import nn
@@ -65,6 +67,7 @@ class SourcedModel:
     made_from: str  # one line for figures and numbers: the file with its architecture and training
     status: WeightsStatus | None = None  # where the variant's weights stood at the load (None: a checkpoint)
     notice: str = ""  # "" or why the weights are random, for wherever the model's numbers are shown
+    weights_id: str = ""  # what the weights are, whatever their path: `weights_identity`; in `made_from` too
 
     @property
     def trained(self) -> bool:
@@ -94,6 +97,28 @@ def describe_checkpoint(path: Path, cfg: CaiTConfig, meta: dict[str, str]) -> st
     return f"{path.name} ({describe_architecture(cfg)}{trained})"
 
 
+def weights_identity(path: Path | None, status: WeightsStatus | None) -> str:
+    """The identity of the weights a load read from `path` (None: the seeded random init): "Hub revision <12
+    hex>" for timm's weights from the Hugging Face cache (a snapshot holds one revision's files), else "sha256
+    <12 hex>" of the file's bytes, so that a file trained again at the same path is another model everywhere
+    (its atlases, its numbers). Hashed once per file version (`file_sha256`)."""
+    if path is None:
+        return f"random init, seed {RANDOM_SEED}"
+    if status is not None and status.repo_id and path.parent.parent.name == "snapshots":
+        return f"Hub revision {path.parent.name[:12]}"
+    found = path.stat()
+    return f"sha256 {file_sha256(str(path.resolve()), found.st_ino, found.st_mtime_ns, found.st_size)[:12]}"
+
+
+@lru_cache(maxsize=64)
+def file_sha256(path: str, inode: int, mtime_ns: int, size: int) -> str:
+    """The file's sha256, kept per version of the file (inode, mtime, size: an atomic rewrite is a new inode), so
+    that loading the same file again (the app's model cache, a second tool) costs nothing more; the first load
+    of a file reads it twice (measured in benchmarks/README.md)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def scale_note(cfg: CaiTConfig) -> str:
     """Said after every description of one of our models."""
     # Our Fashion-MNIST models are miniatures: never let their numbers pass for the paper's.
@@ -112,16 +137,16 @@ def sourced(
     shipped or official weights (`weights`: what they are, `cait.hub.LocalWeights.source`; `meta`: the file's
     metadata); or, without a file, the seeded random init that random_init (`status`: why) or weights=False
     (`status` None) asked for, flagged everywhere."""
-    cfg = model.cfg
+    cfg, identity = model.cfg, weights_identity(path, status)
     if path is None:
         why = "no shipped or cached weights" if status else "a random init as asked"
         made = f"RANDOM INIT {name} ({describe_architecture(cfg)}): {why}, NOT a trained model"
         notice = f"Untrained: no weights for {name} here ({status.describe()})" if status else "Untrained: asked for"
-        return SourcedModel(model, name, f"random init (seed {RANDOM_SEED})", made, status=status, notice=notice)
+        source = f"random init (seed {RANDOM_SEED})"
+        return SourcedModel(model, name, source, made, status=status, notice=notice, weights_id=identity)
     if isinstance(cfg, CNNConfig):
-        return SourcedModel(
-            model, name, f"checkpoint {path}", f"checkpoint {path.name} (timm {cfg.arch}, {cfg.img_size}px)"
-        )
+        made = f"checkpoint {path.name} (timm {cfg.arch}, {cfg.img_size}px); weights {identity}"
+        return SourcedModel(model, name, f"checkpoint {path}", made, weights_id=identity)
     if status is None:
         made, source = "checkpoint " + describe_checkpoint(path, cfg, meta), f"checkpoint {path}"
     elif status.where == "shipped":
@@ -131,4 +156,5 @@ def sourced(
             f"official {name} weights, timm's {weights} ({describe_architecture(cfg)})",
             f"official weights: {weights}",
         )
-    return SourcedModel(model, name, source, made + scale_note(cfg), status=status)
+    made += f"{scale_note(cfg)}; weights {identity}"
+    return SourcedModel(model, name, source, made, status=status, weights_id=identity)

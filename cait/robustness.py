@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .data.scenes import PIXEL_NOISE
-from .errors import InputError
+from .errors import InputError, shown
 
 # The records' helpers (shipped_summary, headline) serve the app, whose start would pay a second for
 # torchvision's import: cait.corruptions is imported only where its names are needed.
@@ -41,9 +41,9 @@ def parse_corruptions(specs: Sequence[str]) -> list[tuple[str, int]]:
     for spec in specs:
         name, _, severity = spec.partition(":")
         if name != "all" and name not in CORRUPTIONS:
-            raise CorruptionError(f"unknown corruption {name!r}; choose from all, {', '.join(CORRUPTIONS)}")
+            raise CorruptionError(f"unknown corruption {shown(name)}; choose from all, {', '.join(CORRUPTIONS)}")
         if severity and (not severity.isdigit() or int(severity) not in SEVERITIES):
-            raise CorruptionError(f"severity must be 1-5, got {severity!r} in {spec!r}")
+            raise CorruptionError(f"severity must be 1-5, got {shown(severity)} in {shown(spec)}")
         names = list(CORRUPTIONS) if name == "all" else [name]
         severities = [int(severity)] if severity else list(SEVERITIES)
         pairs += [(n, s) for n in names for s in severities if (n, s) not in pairs]
@@ -55,7 +55,7 @@ def parse_corruption(spec: str) -> tuple[str, int]:
     run); CorruptionError in one line otherwise."""
     pairs = parse_corruptions([spec])
     if len(pairs) != 1 or ":" not in spec:
-        raise CorruptionError(f"give one corruption as NAME:SEVERITY (e.g. gaussian_noise:3), got {spec!r}")
+        raise CorruptionError(f"give one corruption as NAME:SEVERITY (e.g. gaussian_noise:3), got {shown(spec)}")
     return pairs[0]
 
 

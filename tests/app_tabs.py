@@ -22,8 +22,7 @@ class PageUnderTest:
     def p(self) -> SimpleNamespace:
         """Every component of the page by its name (the names are unique across the page)."""
         found = {}
-        for group in fields(self.page):
-            parts = getattr(self.page, group.name)
+        for parts in (self.page.shared, *self.page.parts.values()):
             found.update({f.name: getattr(parts, f.name) for f in fields(parts)})
         return SimpleNamespace(**found)
 

@@ -160,3 +160,17 @@ def wait_until_served(proc: subprocess.Popen, url: str, log: Path, *, within: fl
     proc.kill()
     proc.wait()
     raise AssertionError(f"the page was not served within {within:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def killed_after_first_shard(command: list[str], out: Path, *, cwd: Path, env: dict) -> dict[str, int]:
+    """Start a sharded command (the atlas, a comparison), SIGKILL it as soon as OUT/shards/ holds a shard, and
+    return the shard files left, by name, with their modification times (to tell the kept from the redone)."""
+    import signal
+
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not list((out / "shards").glob("*.npz")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return {p.name: p.stat().st_mtime_ns for p in (out / "shards").glob("*.npz")}

@@ -4,6 +4,8 @@ line naming the option, before any forward pass."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from app import api, session
@@ -59,3 +61,40 @@ def test_the_bounds_and_the_defaults():
         assert getattr(checked_options(**{name: high}), name) == high
     assert checked_options(ig_steps=32.0, smoothgrad_samples="8").smoothgrad_samples == 8
     assert checked_options() == DEFAULTS
+
+
+@pytest.mark.parametrize(
+    "asked, message",
+    [
+        ({"seed": 2**70}, f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {2**70}"),
+        ({"seed": -(2**70)}, f"seed must be a whole number from -2**63 to 2**64 - 1 (torch's seeds), got {-(2**70)}"),
+        ({"target": 10}, "target must be in 0..9 or -1, got 10"),
+        ({"target": -2}, "target must be in 0..9 or -1, got -2"),
+    ],
+)
+def test_a_bad_seed_or_target_is_refused_before_any_work(asked, message, monkeypatch):
+    """Issue 59: a seed torch cannot take answered "Internal error"; a class the model lacks was refused only
+    after the analysis' forward pass. Both are refused in one line before any work, as the options are."""
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the image was analysed before the call was checked")
+
+    monkeypatch.setattr(session, "analyse", no_work)
+    loaded = SimpleNamespace(cfg=SimpleNamespace(num_classes=10, grid_size=4))
+    with pytest.raises(InputError) as refused:
+        api.answer(loaded, "image.png", **{**ASKED, **asked})
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    "name", ["method", "ig_baseline", "rollout_head_fusion", "smoothgrad_stdev", "patching", "token_region"]
+)
+def test_a_refusal_cuts_the_value_it_echoes(name, monkeypatch):
+    """Issue 59: a 100,000-character value was answered and logged whole. Every refusal shows at most its
+    first 80 characters, as the raw-call checks do (`cait.errors.shown`)."""
+    monkeypatch.setattr(session, "analyse", lambda *a, **k: pytest.fail("analysed a bad call"))
+    loaded = SimpleNamespace(cfg=SimpleNamespace(num_classes=10, grid_size=4))
+    with pytest.raises(InputError) as refused:
+        api.answer(loaded, "image.png", **{**ASKED, "token_region": 1, name: "x" * 100_000})
+    message = str(refused.value)
+    assert "'" + "x" * 76 + "..." in message and len(message) < 400, message[:400]

@@ -23,13 +23,14 @@ from PIL import Image
 
 import cait
 from cait import explain
+from cait.data import image_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from app import images, torch_thread  # noqa: E402
+from app import torch_thread  # noqa: E402
 from app.examples import find_examples  # noqa: E402
 from app.images import ImageInputError, load_image  # noqa: E402
-from app.loading import load_model as load_choice  # noqa: E402
+from app.loading import load_page_model as load_choice  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.session import analyse  # noqa: E402
 from app.ui import build_app, launch  # noqa: E402
@@ -125,7 +126,7 @@ def test_animated_gif_uses_first_frame(tmp_path):
 def test_tiny_huge_and_elongated_images_give_bounded_model_input(tmp_path, size):
     out = load_image(save(Image.new("RGB", size, (10, 120, 200)), tmp_path / "odd.png"))
     w, h = out.image.size
-    assert max(w, h) <= images.MAX_SIDE and max(w, h) <= images.MAX_ASPECT * min(w, h) + 1
+    assert max(w, h) <= image_file.MAX_SIDE and max(w, h) <= image_file.MAX_ASPECT * min(w, h) + 1
     x = cait.preprocess.to_batch([out.image], cait.get_config("cait_pico_32"))
     assert x.shape == (1, 3, 32, 32)
     assert torch.allclose(x[0, 2], x[0, 2, 0, 0])  # a flat colour stays flat

@@ -165,7 +165,9 @@ def test_the_token_map_says_its_cost_first_and_the_stops_are_enabled_only_while_
         page.locator("#mx_token_run").click()
         title = page.locator("#mx_tokens .gtitle")
         expect(title).to_contain_text("regions of 3x3 patches")
-        expect(title).to_contain_text(re.compile(r"rank correlation with class attention [+-][0-9.]+ \(restored\)"))
+        expect(title).to_contain_text(re.compile(r"rank correlation over all regions [+-][0-9.]+ \(restored\)"))
+        held = re.compile(r"the top 4 of 36 regions by attention holds [0-9]+% of the restoration")  # 59.19
+        expect(title).to_contain_text(held)
         assert page.evaluate(PLOT_NOTES, "mx_tokens")[0].startswith("class attention")
         for stop in ("#mx_patch_stop", "#mx_token_stop"):
             expect(page.locator(stop)).to_be_disabled()

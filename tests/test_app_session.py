@@ -21,7 +21,7 @@ from PIL import Image
 import cait
 from app import figures, session, texts
 from app import main as cli
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import Look
 from app.tabs.class_attention import GalleryProps
@@ -148,7 +148,7 @@ def test_cache_loads_each_model_once_and_others_meanwhile():
 
 
 def test_an_evicted_model_is_freed():
-    cache = ModelCache(lambda c: load_model(c, CPU), max_bytes=1)
+    cache = ModelCache(lambda c: load_page_model(c, CPU), max_bytes=1)
     first = weakref.ref(cache.get(ModelChoice("cait_pico_32", random_init=True)).model)
     cache.get(ModelChoice("cait_nano_64", random_init=True))
     assert first() is None and cache.cached == [ModelChoice("cait_nano_64", random_init=True)]
@@ -161,7 +161,7 @@ def test_an_evicted_model_is_freed():
 def loaded(tmp_path_factory) -> LoadedModel:
     path = tmp_path_factory.mktemp("ckpt") / "nano.safetensors"
     cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
-    return load_model(ModelChoice(name=None, checkpoint=str(path)), CPU)
+    return load_page_model(ModelChoice(name=None, checkpoint=str(path)), CPU)
 
 
 def test_analysis_is_the_models_own_numbers(loaded):
@@ -256,7 +256,7 @@ def test_each_saliency_method_is_charged_its_own_time(loaded):
 
 
 def test_the_default_model_is_described_from_its_shipped_files():
-    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    loaded = load_page_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     top1 = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.eval.json").read_text())["top1"]
     header = texts.header_markdown(loaded)
     assert f"{top1:.1%}" in header and "model card in the Model tab" in header
@@ -269,7 +269,7 @@ def test_the_default_model_is_described_from_its_shipped_files():
     assert "(< 0.1%)" in texts.status_markdown(loaded, top, [], uploaded=False)
     top5 = texts.top5_html([{"label": "Bag", "probability": 0.9951}, {"label": "Coat <b>", "probability": 0.0042}])
     assert "99.5%" in top5 and "0.4%" in top5 and "Coat &lt;b&gt;" in top5  # small values keep a decimal
-    untrained = load_model(ModelChoice("cait_pico_32", random_init=True), CPU)
+    untrained = load_page_model(ModelChoice("cait_pico_32", random_init=True), CPU)
     assert "Untrained" in texts.header_markdown(untrained) and "mean nothing" in texts.header_markdown(untrained)
     assert "Hugging Face cache" not in header  # nothing cached: no offer
 
@@ -277,18 +277,20 @@ def test_the_default_model_is_described_from_its_shipped_files():
 def test_the_model_tab_says_the_default_models_robustness_from_its_shipped_record():
     from cait.robustness import headline
 
-    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    loaded = load_page_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     record = json.loads((WEIGHTS_DIR / f"{cait.DEFAULT_MODEL}.robustness.json").read_text())
     tab = texts.model_markdown(loaded)
     assert f"| robustness (corrupted test images) | {headline(record)}" in tab
+    identity = loaded.sourced.weights_id
+    assert f"| weights identity | {identity} |" in tab and identity.startswith("sha256")
     assert f"{record['mean_top1_by_severity']['3']:.1%} mean over 9 corruptions at severity 3" in tab
     assert "robustness" not in texts.model_markdown(
-        load_model(ModelChoice("cait_pico_32", random_init=True), CPU)
+        load_page_model(ModelChoice("cait_pico_32", random_init=True), CPU)
     )  # no record
 
 
 def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists_every_variant():
-    loaded = load_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
+    loaded = load_page_model(ModelChoice(cait.DEFAULT_MODEL), CPU)
     header = texts.header_markdown(loaded, ["cait_xxs24_224", "cait_s24_384"])
     assert "local Hugging Face cache: **cait_xxs24_224, cait_s24_384**" in header and "Model tab" in header
     assert texts.cached_offer(["cait_xxs24_224"], "cait_xxs24_224") == ""  # the page already shows it
@@ -313,7 +315,7 @@ def test_the_first_screen_offers_cached_official_weights_and_the_model_tab_lists
 )
 def test_checkpoints_that_cannot_be_say_what_they_are(tmp_path, make, message):
     with pytest.raises(cait.CheckpointError, match=message) as info:
-        load_model(ModelChoice("cait_pico_32", str(make(tmp_path))), CPU)
+        load_page_model(ModelChoice("cait_pico_32", str(make(tmp_path))), CPU)
     assert "\n" not in str(info.value)
 
 
@@ -327,7 +329,7 @@ SHOWN_ANALYSED = tuple(GalleryProps(i < 2, 5, f"CA layer {i + 1}") for i in rang
 def handlers():
     from app_tabs import page_under_test
 
-    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=CPU)
     return page_under_test(cache, ModelChoice("cait_pico_32", random_init=True))  # components only: no server
 
 
@@ -778,3 +780,73 @@ def test_the_talking_heads_query_sent_for_the_last_model_is_clamped_to_the_pages
     query = handlers.tabs.talking.query(choice=choice, analysis=a, th_layer=99, th_row=0, th_col="x")
     assert query[p.analysis].stages.layer == depth - 1 and query[p.th_layer].value == depth
     assert query[p.th_row].value == 1 and query[p.th_col].value == g // 2 + 1  # the lowest; not a number
+
+
+def test_an_example_clicked_before_the_address_swap_landed_is_analysed_by_the_swapped_model(handlers):
+    """Item 59.11: a page opened with ?model= sends an example's click with the model its state still names; the
+    wired handler waits for the page's swap (Gradio may run the click first) and analyses with the swapped
+    model; another page's click, or one after the swap, is not held."""
+    import gradio as gr
+    from gradio.helpers import special_args
+
+    from app.ui import compose, wire
+
+    demo, page, tabs = compose(handlers.cache.get(handlers.default), handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=handlers.default)
+    (example,) = [fn.fn for fn in demo.fns.values() if fn.name == "example"]
+    shown = tuple(page.ca.ca_props.value)
+    asked = {name: c.value for name, c in page.look().items()} | dict(ca_props=shown, th_layer=1)
+    path = str(SCENE)
+    evt = gr.SelectData(None, {"index": 0, "value": {"image": {"path": path}}})
+    request = SimpleNamespace(query_params={"model": "cait_nano_28"}, session_hash="swapping")
+
+    def click(choice, req) -> dict:  # the handler called as Gradio calls it: its special arguments found by Gradio
+        args, *_ = special_args(example, inputs=[evt], request=req)  # the event data as the page sends it
+        return example(*args, choice=choice, **asked)
+
+    answer = {}
+    clicked = threading.Thread(target=lambda: answer.update(out=click(handlers.default, request)))
+    clicked.start()  # the click reaches the server before the swap
+    clicked.join(1.0)
+    swapped = tabs.model.from_address(handlers.default, shown, request)
+    clicked.join(120)
+    assert swapped[page.shared.choice].name == "cait_nano_28"
+    assert answer["out"][page.shared.analysis].choice == swapped[page.shared.choice]
+    # the page's next click, with its state caught up, and another page's, go through as sent
+    other = SimpleNamespace(query_params={}, session_hash="plain")
+    for choice, req in ((swapped[page.shared.choice], request), (handlers.default, other)):
+        assert click(choice, req)[page.shared.analysis].choice == choice
+
+
+def test_a_known_model_in_the_address_without_weights_here_is_said_as_an_unknown_one(handlers):
+    """Item 59.18: ?model= naming a variant the server cannot load (no weights, no --random-init): a toast, the
+    status line where the page opens and the Load button's line say so with the loader's reason, and the address
+    names the model shown, as for an unknown name; the page keeps its model."""
+    from dataclasses import replace
+
+    from app.tabs.model import ModelTab
+
+    t, p = handlers.tabs.model, handlers.p
+    strict = ModelTab(
+        t.parts, t.shared, t.cache, default=replace(handlers.default, random_init=False), statuses=t.statuses,
+        ca_layers=t.ca_layers, page_for=t.page_for,
+    )  # fmt: skip
+    request = SimpleNamespace(query_params={"model": "cait_nano_64"}, session_hash="no-weights")
+    with pytest.warns(UserWarning, match="cait_nano_64"):
+        out = strict.from_address(handlers.default, SHOWN, request)
+    said = hub.missing_weights(hub.weights_status("cait_nano_64")).splitlines()[0]
+    assert said in out[p.status] and out[p.status] == out[p.load_msg] and "cait_nano_64" in out[p.status]
+    assert out[p.url_model] == handlers.default.name and p.choice not in out
+
+
+def test_the_header_before_the_precision_is_decided_says_so_and_what_to_do(loaded):
+    """Polish of 59: a page opened while the server times bf16 keeps its header; it says fp32 holds until then
+    and to reload, not a bare "fp32" that is stale once bf16 is chosen; decided, it says the choice."""
+    import dataclasses
+
+    from cait.runtime import PrecisionChoice
+
+    before = texts.header_markdown(dataclasses.replace(loaded, precision=None, dtype=None))
+    assert "fp32 while bf16 is timed" in before and "reload" in before
+    decided = dataclasses.replace(loaded, precision=PrecisionChoice(None, "measured now", "why"), dtype=None)
+    assert "(fp32, measured now)" in texts.header_markdown(decided)

@@ -19,6 +19,7 @@ from conftest import randomise_
 from PIL import Image
 
 import cait
+from cait.atlas import report
 from cait.atlas.__main__ import main as atlas
 from cait.checkpoint import save_weights
 from cait.evaluate.__main__ import main as evaluate
@@ -214,7 +215,8 @@ def test_limit_takes_every_class_and_a_16_bit_png_is_not_white(world, tmp_path):
     assert {r["label"] for r in _rows(out / "images.csv")} == set(SQUARE)
     deep, flat = tmp_path / "deep", tmp_path / "flat"
     values = np.linspace(1028, 49858, 32 * 32).reshape(32, 32).astype(np.uint16)
-    for folder, image in ((deep, Image.fromarray(values)), (flat, Image.fromarray((values >> 8).astype(np.uint8)))):
+    twin = np.floor(values / 65535 * 255 + 0.5).astype(np.uint8)  # the decoder rounds 16 bits to 8
+    for folder, image in ((deep, Image.fromarray(values)), (flat, Image.fromarray(twin))):
         folder.mkdir()
         image.save(folder / "x.png")
         model = ["--checkpoint", str(world["root"] / "pico.safetensors")]
@@ -222,3 +224,75 @@ def test_limit_takes_every_class_and_a_16_bit_png_is_not_white(world, tmp_path):
     got = [_rows(f / "atlas" / "images.csv")[0] for f in (deep, flat)]
     assert got[0]["prediction"] == got[1]["prediction"]
     assert float(got[0]["probability"]) == pytest.approx(float(got[1]["probability"]), abs=1e-6)
+
+
+def test_boxes_none_in_view_finish_the_atlas_without_the_box_numbers(world, tmp_path, capsys):
+    """Issue 59: boxes given but none in the model's view (here every box's width and height misread as a
+    corner: negative sizes) finish the atlas with every number that needs no box; the box columns are empty
+    and summary.json and the page say why."""
+    data = tmp_path / "data"
+    for k in range(3):
+        _noise(data / "Bag" / f"{k}.png", (32, 32), k)
+    coco = _coco(tmp_path / "boxes.json", {f"Bag/{k}.png": [20, 20, 4 - 20, 4 - 20 - k] for k in range(3)}, None)
+    model = ["--checkpoint", str(world["root"] / "pico.safetensors")]
+    out = tmp_path / "atlas"
+    with pytest.warns(UserWarning, match="left out"):
+        assert atlas([*model, "--data", str(data), "--boxes", str(coco), "--workers", "0", "--out", str(out)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    rows = _rows(out / "images.csv")
+    assert len(rows) == 3 and all(r["ca1_head1_entropy"] != "" and r["ca1_head1_pointing"] == "" for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["boxes"]["images_with_box"] == 0 and summary["heads"][0]["pointing_mean"] is None
+    assert summary["heads"][0]["entropy_mean"] is not None
+    heads = _rows(out / "heads.csv")
+    assert heads[0]["pointing_images"] == "0" and heads[0]["mass_in_box_mean"] == ""
+    page = (out / "atlas.html").read_text()
+    assert "no image has a box in the model&#x27;s view" in page
+
+
+def test_the_heads_table_says_each_columns_own_image_count(world):
+    """Issue 59: the table's header counted all / right / wrong images over every number, while pointing and
+    mass in the box are over the images with a box in view. Each column says its own n, counted here from
+    images.csv."""
+    rows = _rows(world["out"] / "images.csv")
+    boxed = [r for r in rows if r["ca1_head1_pointing"] != ""]
+    page = (world["out"] / "atlas.html").read_text()
+    header = re.search(r"<tr><th rowspan='2'>head</th>.*?</tr><tr>(.*?)</tr>", page).group(1)
+    cells = re.findall(r"<th>(\w+) \((\d+)\)</th>", header)
+    expected = []
+    for of in (rows, rows, boxed, boxed):  # entropy, DLA, pointing, mass in box
+        right = sum(r["correct"] == "True" for r in of)
+        expected += [("all", str(len(of))), ("right", str(right)), ("wrong", str(len(of) - right))]
+    assert cells == expected
+
+
+def test_a_box_of_an_unreadable_image_counts_the_same_with_or_without_sizes(world, tmp_path, capsys):
+    """Issue 59: the box of an unreadable image was scored-and-then-not when the COCO file gave width and height
+    ("4 scored" early, 2 scored at the end), left out when it did not. Now both files give one count, in the
+    reader's warning (which opens each boxed file's header, not its pixels), summary.json and the closing line:
+    a file PIL cannot open and a truncated one (whose header reads) are each a box left out as unreadable."""
+    data = tmp_path / "data"
+    for k in range(2):
+        _noise(data / "Bag" / f"{k}.png", (32, 32), k)
+    (data / "Bag" / "broken.png").write_text("not an image")
+    whole = io.BytesIO()
+    Image.new("RGB", (32, 32), "red").save(whole, format="PNG")
+    (data / "Bag" / "cut.png").write_bytes(whole.getvalue()[:60])  # the header, not the pixels
+    names = ["Bag/0.png", "Bag/1.png", "Bag/broken.png", "Bag/cut.png"]
+    model = ["--checkpoint", str(world["root"] / "pico.safetensors"), "--data", str(data), "--workers", "0"]
+    said, closed = {}, {}
+    for sizes in (None, {n: (32, 32) for n in names}):
+        coco = _coco(tmp_path / f"boxes{sizes is None}.json", {n: [2, 2, 20, 20] for n in names}, sizes)
+        out = tmp_path / f"atlas{sizes is None}"
+        with pytest.warns(UserWarning) as warned:
+            assert atlas([*model, "--boxes", str(coco), "--exemplars", "1", "--out", str(out)]) == 0
+        boxes = json.loads((out / "summary.json").read_text())["boxes"]
+        assert boxes["images_with_box"] == 2 and boxes["left_out"] == {"unreadable": 2}, boxes
+        closing = [line for line in capsys.readouterr().err.splitlines() if "are scored" in line]
+        said[sizes is None] = [str(w.message).split(": ", 1)[1] for w in warned if "scored" in str(w.message)]
+        closed[sizes is None] = closing
+        assert closing == [report.box_line(boxes)]
+    early = "3 image(s) with a box in the model's view are scored; 1 box(es) left out: 1 of an image that cannot "
+    early += "be read"
+    assert said[True] == said[False] == [early]
+    assert closed[True] == closed[False]

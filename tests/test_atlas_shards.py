@@ -54,7 +54,9 @@ def assert_as_reference(out: Path, reference: Path) -> None:
 
 
 def one_error_line(err: str) -> str:
-    return conftest.one_error_line(err, progress="atlas:")
+    """The one error line, besides the progress bar and the line saying a rerun continues."""
+    said = [line for line in err.splitlines() if not line.startswith(("continuing: ", "all 12 images were done"))]
+    return conftest.one_error_line("\n".join(said), progress="atlas:")
 
 
 def test_damaged_emptied_and_swapped_shards_are_redone_with_a_line(small, capsys):
@@ -70,6 +72,27 @@ def test_damaged_emptied_and_swapped_shards_are_redone_with_a_line(small, capsys
     assert f"{first.name} is damaged (" in err and f"{second.name} is damaged (" in err, err
     assert f"{third.name} holds images 0-4, not the ones its name says: redoing it" in err, err
     assert shard_names(out) == shard_names(small["reference"])
+    assert_as_reference(out, small["reference"])
+
+
+def test_a_shard_whose_numbers_changed_but_whose_file_and_record_hold_is_redone_by_its_checksum(small, capsys):
+    """A well-formed shard of the right name, range, images and arguments, one of its numbers changed (a bit
+    flipped on disk, a bug in a writer): only its checksum tells, and the shard is redone."""
+    out = small["root"] / "flipped"
+    shutil.copytree(small["reference"], out)
+    shard = sorted((out / "shards").glob("*.npz"))[1]
+    with np.load(shard, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    changed = next(k for k, a in arrays.items() if a.dtype.kind == "f" and a.size and np.isfinite(a).any())
+    arrays[changed] = arrays[changed].copy()
+    arrays[changed].flat[int(np.flatnonzero(np.isfinite(arrays[changed]))[0])] += 1.0
+    with open(shard, "wb") as f:
+        np.savez(f, **arrays)  # the same record (its meta array, with the old checksum)
+    capsys.readouterr()
+    assert main([*small["args"], "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{shard.name} is damaged (its checksum does not match): redoing it" in err, err
+    assert err.count("redoing it") == 1
     assert_as_reference(out, small["reference"])
 
 
@@ -106,6 +129,47 @@ def test_a_skipped_image_is_retried_when_it_is_readable_again(small, capsys):
     assert "skipped 1 unreadable image(s): retrying them" in capsys.readouterr().err
     for name in FILES[:3]:  # the same images as the reference now (only the data's folder name differs)
         assert (out / name).read_text().replace(str(data.name), "data") == (small["reference"] / name).read_text()
+
+
+def test_a_file_that_stays_unreadable_does_not_redo_its_shard(small, capsys):
+    """Issue 59: a file that stayed unreadable made every rerun of a finished atlas recompute its whole shard.
+    A rerun tries the skipped file alone; failing again for the same reason, the shard is kept, and a line says
+    so; failing for another reason (here: gone), the shard is redone."""
+    data = small["root"] / "data_broken"
+    shutil.copytree(small["root"] / "data", data)
+    broken = sorted((data / "Coat").glob("*.png"))[0]
+    broken.write_bytes(b"not an image")
+    args = [str(data) if a == str(small["root"] / "data") else a for a in small["args"]]
+    out = small["root"] / "broken"
+    assert main([*args, "--out", str(out)]) == 0
+    shard = next(p for p in (out / "shards").glob("*.npz") if _skips(p))
+    made = shard.stat().st_mtime_ns, shard.stat().st_ino
+    capsys.readouterr()
+    assert main([*args, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"{shard.name}: its 1 unreadable image(s) failed again for the same reason (not an image PIL can read)" in err
+    )
+    assert (shard.stat().st_mtime_ns, shard.stat().st_ino) == made  # not recomputed
+    assert json.loads((out / "summary.json").read_text())["skipped"] == [f"Coat/{broken.name}"]
+    broken.write_bytes(_truncated_png())
+    assert main([*args, "--out", str(out)]) == 0
+    assert f"{shard.name} skipped 1 unreadable image(s): retrying them" in capsys.readouterr().err
+    assert (shard.stat().st_mtime_ns, shard.stat().st_ino) != made
+
+
+def _truncated_png() -> bytes:
+    """A PNG whose header reads and whose pixels are cut off: another reason than "not an image"."""
+    from PIL import Image
+
+    whole = io.BytesIO()
+    Image.new("RGB", (32, 32), "red").save(whole, format="PNG")
+    return whole.getvalue()[:60]
+
+
+def _skips(shard: Path) -> int:
+    with np.load(shard) as f:
+        return len(f["skipped"])
 
 
 def _files(out: Path) -> dict[Path, bytes]:
@@ -240,3 +304,90 @@ def test_torchrun_merge_waits_for_a_slow_rank(small):
         proc.stderr
     )
     assert_as_reference(out, small["reference"])
+
+
+def test_messages_name_the_file_the_folder_and_the_resume(small, capsys, monkeypatch):
+    """Issue 59: a full disk while merging named no file; "the shards written are kept" was said of an --out
+    that was gone; a folder in place of a shard was announced "redoing it" and then failed; a resuming rerun said
+    nothing. Each now says what is so, in one line."""
+    out = small["root"] / "messages"
+    shutil.copytree(small["reference"], out)
+    (out / "summary.json").unlink()
+
+    def full(path, *args, **kwargs):  # what a write() on a full disk raises: no file name
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atlas_run.report, "write_csv", full)
+    capsys.readouterr()
+    assert main([*small["args"], "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "all 12 images were done before: merging" in err
+    line = one_error_line(err)
+    assert line.startswith(f"python -m cait.atlas: error: cannot write {out}") and "No space left on device" in line
+    assert line.endswith("the shards written are kept"), line
+
+    def gone(args):  # --out deleted while the run wrote it, then the disk fails
+        shutil.rmtree(args.out)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args.out / "shards" / "x.npz"))
+
+    monkeypatch.setattr(atlas_run, "run", gone)
+    assert main([*small["args"], "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "No space left on device" in line and "kept" not in line, line
+    monkeypatch.undo()
+
+    shutil.copytree(small["reference"], out)
+    first = sorted((out / "shards").glob("*.npz"))[0]
+    first.unlink()
+    first.mkdir()
+    assert main([*small["args"], "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.endswith(f"{first} is a folder, not a shard file: move or delete it"), line
+    first.rmdir()
+    assert main([*small["args"], "--out", str(out)]) == 0
+    assert "continuing: 8 of 12 images were done before, 4 to do" in capsys.readouterr().err
+
+
+def test_data_warnings_are_one_line_and_said_by_rank_zero_only():
+    """Issue 59: a DataWarning printed its source line on every run, and once per torchrun rank."""
+    import warnings
+
+    from cait.data import DataWarning
+
+    with atlas_run.one_line_warnings(rank=0):
+        assert warnings.formatwarning(DataWarning("3 boxes left out"), DataWarning, "x.py", 1, "code") == (
+            "warning: 3 boxes left out\n"
+        )
+        assert "code" in warnings.formatwarning(UserWarning("other"), UserWarning, "x.py", 1, "code")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with atlas_run.one_line_warnings(rank=1):
+            warnings.warn("3 boxes left out", DataWarning)
+    assert said == []
+
+
+def test_a_skip_reason_names_no_absolute_path(tmp_path):
+    from cait.data.image_file import unreadable_reason
+
+    path = str(tmp_path / "a.png")
+    reason = unreadable_reason(PermissionError(errno.EACCES, os.strerror(errno.EACCES), path))
+    assert reason == "PermissionError: Permission denied" and str(tmp_path) not in reason
+
+
+def test_the_sums_are_the_same_whatever_the_shard_boundaries():
+    """Issue 59: one process and torchrun differed in the 16th digit when their shards split the images at other
+    places (float64 sums per shard, then over the shards). The running sums add image by image in image order:
+    the same bits whatever the boundaries."""
+    from cait.atlas.report import Moments, Ratio
+
+    rng = np.random.default_rng(0)
+    values = (rng.standard_normal((200, 3, 4)) * 10.0 ** rng.integers(-6, 6, (200, 3, 4))).astype(np.float32)
+    gap = rng.standard_normal(200).astype(np.float32)
+    results = []
+    for cuts in ([0, 200], [0, 64, 128, 192, 200], [0, 7, 80, 151, 200]):
+        mo, ratio = Moments((3, 4)), Ratio((3, 4))
+        for start, stop in zip(cuts, cuts[1:]):
+            mo.add(values[start:stop])
+            ratio.add(values[start:stop], gap[start:stop])
+        results.append(np.stack([mo.mean, mo.std, mo.half_width, ratio.ratio, ratio.half_width]))
+    assert results[0].tobytes() == results[1].tobytes() == results[2].tobytes()

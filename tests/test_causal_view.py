@@ -138,10 +138,10 @@ def test_a_mean_ablation_averages_over_the_models_examples_and_a_zero_one_over_n
 def handlers():
     from app_tabs import page_under_test
 
-    from app.loading import load_model
+    from app.loading import load_page_model
     from app.models import ModelCache, ModelChoice
 
-    cache = ModelCache(load_model, max_bytes=2**30, device=torch.device("cpu"))
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=torch.device("cpu"))
     return page_under_test(cache, ModelChoice("cait_pico_32", random_init=True))  # components only: no server
 
 
@@ -289,7 +289,7 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
             handle.remove()
     passes = len(runs) / loaded.cfg.depth
     assert passes == causal_view.forward_passes(loaded.cfg)
-    assert f"about {passes:.0f} forward passes" in out[p.cz_cost]
+    assert f"takes {passes:.0f} forward passes" in out[p.cz_cost] and "(" not in out[p.cz_cost]  # one hedge, no nesting
     assert f"at least {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]  # the figures come on top
     assert all(out[c] is None for c in handlers.page.causal.computed)  # said, not computed
     assert handlers.tabs.image.cleared(shown)[p.cz_cost] == ""
@@ -638,3 +638,80 @@ def test_the_per_patch_write_is_drawn_by_the_one_colour_convention(setup):
     maps = causal_view.maps_figure(view, np.ones((g, g)) / g**2, 1, 0)
     assert signed_by_the_convention(maps.data[1], float(np.abs(view.patches[1, 0]).max()))
     assert maps.data[0].colorscale != maps.data[1].colorscale  # attention (unsigned) keeps its own scale
+
+
+def test_the_stop_keeps_its_label_whatever_the_arming_steps_answer(handlers):
+    """Item 59.12: an event whose one output is the Stop answers it with a button or a skip, never an empty dict
+    (Gradio takes a lone output's answer as its value: the Stop read "{}" after a new image while another tab
+    was open). Checked through Gradio's own postprocessing of the wired page's arming step."""
+    import asyncio
+
+    from app import session
+    from app.ui import compose, wire
+
+    demo, page, tabs = compose(handlers.cache.get(handlers.default), handlers.cache, AtlasPlaces.of(None, None))
+    wire(demo, page, tabs, cache=handlers.cache, default=handlers.default)
+    loaded = handlers.cache.get(handlers.default)
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    arming = [fn for fn in demo.fns.values() if fn.outputs == [page.causal.cz_stop] and fn.name == "new_image"]
+    assert arming
+    for open_tab in (CLASS_ATTENTION_TAB, CAUSAL_TAB):
+        answer = tabs.causal.new_image(open_tab, a, SimpleNamespace(session_hash="label"))
+        sent = asyncio.run(demo.postprocess_data(arming[0], answer, None))[0]
+        assert not (isinstance(sent, dict) and sent.get("value") not in (None, "Stop")), sent
+        assert sent not in ("{}", {}), sent
+
+
+def test_a_view_whose_page_moved_on_after_its_last_block_draws_nothing(handlers, monkeypatch):
+    """Item 59.14: the page picks its next image while its Causal view draws its figures (past the last block,
+    where the lane checks for a cancel): the view's answer is only the Stop, never the last image's figures
+    drawn over the next image."""
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    session.sa_distance(loaded, a)  # its one pass done: writing the download runs no block of the model
+    page = SimpleNamespace(session_hash="moved-on-while-drawing")
+    written = session.numbers_file
+
+    def picked_meanwhile(*args, **kwargs):
+        causal.moved_on(page)  # the pick arrives while the download is written, after every pass of the model
+        return written(*args, **kwargs)
+
+    monkeypatch.setattr(session, "numbers_file", picked_meanwhile)
+    causal.will_compute(loaded.choice, a, None, page)
+    out = causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)
+    assert set(out) == {p.cz_stop} and out[p.cz_stop].interactive is False
+
+
+def test_a_view_waiting_behind_another_pages_work_says_so_and_its_stop_is_heard_while_it_waits(handlers):
+    """Item 59.17: the long lane held by another page's work (until the test releases it), the tab's view waits:
+    its progress line says it waits behind other long work, and a Stop pressed then ends it at once, while the
+    other page's work still runs; the lane goes on with that work."""
+    import time
+
+    from app import session
+
+    p, loaded, causal = handlers.p, handlers.cache.get(handlers.default), handlers.tabs.causal
+    causal.kept = causal_view.Kept()
+    a = session.analyse(loaded, str(read_examples()[0].path))
+    page = SimpleNamespace(session_hash="waiting-told")
+    told: list[str] = []
+    with lane_held_by_another_page() as release:
+        causal.will_compute(loaded.choice, a, None, page)  # the tab opened
+        answer = {}
+        progress = lambda *_, desc="", **__: told.append(desc)  # noqa: E731
+        waiting = threading.Thread(
+            target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, progress))
+        )
+        waiting.start()
+        for _ in range(600):
+            if told:
+                break
+            time.sleep(0.05)
+        assert told and told[0].startswith("waits: 1 long computation"), told
+        causal.stops.press(page)
+        waiting.join(30)
+        assert not waiting.is_alive() and not release.is_set()  # ended while the other work still held the lane
+    assert answer["out"][p.cz_cost].startswith("**Stopped**") and a.causal is None

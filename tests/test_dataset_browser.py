@@ -51,6 +51,11 @@ def test_an_exemplar_opens_in_the_single_image_view_with_its_head(chromium, atla
         expect(page.locator("#ds_exemplars img")).to_have_count(4)  # 2 most concentrated, 2 writing most
         atlas_page = page.locator("#ds_overview a").get_attribute("href")
         assert b"Head atlas" in fetch(page.url.rstrip("/") + atlas_page)  # the link opens atlas.html
+        # 59.22: the heads' table with the right/wrong split; a click on a row opens its head
+        split = page.locator("#ds_heads_split")
+        expect(split).to_contain_text("entropy wrong − right")
+        split.get_by_text("CA2 head 1", exact=True).click()
+        expect(page.locator("#ds_head input")).to_have_value("CA2 head 1")
         page.locator("#ds_head input").click()
         page.get_by_role("option", name="CA2 head 2").click()
         expect(page.locator("#ds_numbers")).to_contain_text("direct logit attribution")

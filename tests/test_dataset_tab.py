@@ -20,7 +20,7 @@ from PIL import Image
 import cait
 from app import dataset_view as dv
 from app import torch_thread
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import ModelCache, ModelChoice
 from app.shared import CLASS_ATTENTION_TAB
 from app.tabs.class_attention import GalleryProps
@@ -54,7 +54,7 @@ def world(tmp_path_factory):
     flags += ["--exemplars", "3", "--workers", "0", "--device", "cpu"]
     atlases = root / "atlases"
     assert atlas_main([*flags, "--out", str(atlases / "pico")]) == 0
-    cache = ModelCache(load_model, max_bytes=2**30, device=CPU)
+    cache = ModelCache(load_page_model, max_bytes=2**30, device=CPU)
     choice = ModelChoice(None, str(weights))
     app = page_under_test(cache, choice, AtlasPlaces.of(str(atlases / "pico"), None))
     return SimpleNamespace(
@@ -97,9 +97,12 @@ def test_the_tab_shows_the_atlas_files_numbers(world):
         named = [e["path"] for e in entry["exemplars"]["concentrated"] + entry["exemplars"]["writes"]]
         assert [c.split(": ")[1].split(" · ")[0] for c in captions] == [Path(p).name for p in named]
     z = np.array(out[t.heatmap].data[0].z, dtype=float)
-    classes = list(out[t.heatmap].data[0].x)
+    columns = list(out[t.heatmap].data[0].x)
+    classes = [c.rsplit(" (n=", 1)[0] for c in columns]  # each column with its images, as its title promises
     assert z.shape == (4, len(classes))
     np.testing.assert_allclose(z[3], [float(heads[3][f"dla_mean_{c}"]) for c in classes])
+    predicted = [r["prediction"] for r in rows(world.atlas / "images.csv")]
+    assert columns == [f"{c} (n={predicted.count(c)})" for c in classes] and sum(map(predicted.count, classes)) == 40
 
 
 def test_exemplar_tiles_are_the_atlas_images(world):
@@ -233,7 +236,7 @@ def test_an_atlas_built_in_the_tab_takes_the_caches_model_within_a_ceiling_of_on
     from cait import factory
 
     loads = []
-    counted = lambda choice, **options: loads.append(choice) or load_model(choice, **options)  # noqa: E731
+    counted = lambda choice, **options: loads.append(choice) or load_page_model(choice, **options)  # noqa: E731
     one_copy = world.app.cache.get(world.choice).nbytes
     cache = ModelCache(counted, max_bytes=one_copy, device=CPU)
     app = page_under_test(cache, world.choice)
@@ -398,3 +401,51 @@ def test_an_example_or_an_upload_after_an_exemplar_leaves_no_exemplar_highlighte
     assert example[p.exemplars].constructor_args == {"selected_index": None} and example[p.image_in] == path
     upload = world.app.tabs.image.upload(choice=world.choice, ca_props=SHOWN, image_in={"path": path}, **LOOK)
     assert all(upload[g].constructor_args == {"selected_index": None} for g in (p.exemplars, p.examples))
+
+
+def test_a_file_trained_again_at_the_atlass_path_is_another_model_to_the_tab_and_the_command_line(
+    world, tmp_path, capsys
+):
+    """The weights' identity in the atlas's record: the page of the file's new weights finds the atlas of the
+    old ones made by another model (its built atlases go to another folder), and the command line refuses to
+    continue it, though every flag, the checkpoint's path too, is the same."""
+    import shutil
+
+    weights = tmp_path / "pico.safetensors"
+    shutil.copy(world.weights, weights)
+    flags = ["--checkpoint", str(weights), "--data", str(world.scenes), "--limit", "4"]
+    assert command_line_atlas(flags, tmp_path / "atlas") == 0
+    atlas, choice = dv.read_atlas(tmp_path / "atlas"), ModelChoice(None, str(weights))
+    before = load_page_model(choice, CPU).sourced
+    cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=9), weights)
+    after = load_page_model(choice, CPU).sourced
+    assert atlas.made_by(before.made_from) and not atlas.made_by(after.made_from)
+    folders = {dv.built_folder(tmp_path, "pico", made.made_from, 8) for made in (before, after)}
+    assert len(folders) == 2
+    capsys.readouterr()
+    assert command_line_atlas(flags, tmp_path / "atlas") == 2
+    assert f"weights id {before.weights_id} there, {after.weights_id} here" in capsys.readouterr().err
+
+
+def test_a_table_across_heads_gives_the_right_and_wrong_split_and_a_row_opens_its_head(world):
+    """Item 59.22: every head's numbers over the right and the wrong predictions apart, as the atlas wrote them
+    (summary.json's `<number>_correct_mean` and `_wrong_mean`, heads.csv's), with wrong minus right; clicking a
+    row opens that head."""
+    dh, t = world.dh, world.dh.parts
+    summary = json.loads((world.atlas / "summary.json").read_text())
+    out = dh.open(str(world.atlas), world.choice)
+    table = out[t.heads_split]
+    headers, body = table.headers, table.value["data"]
+    assert headers[:4] == ["head", "entropy right", "entropy wrong", "entropy wrong − right"]
+    assert "mass in box wrong" in headers and len(body) == len(summary["heads"]) == 4
+    for row, entry in zip(body, summary["heads"]):
+        cells = dict(zip(headers, row))
+        assert cells["head"] == f"CA{entry['layer']} head {entry['head']}"
+        for number, name in (("entropy", "entropy"), ("dla", "DLA"), ("pointing", "pointing")):
+            right, wrong = entry[f"{number}_correct_mean"], entry[f"{number}_wrong_mean"]
+            assert cells[f"{name} right"] == pytest.approx(right, abs=5e-5)
+            assert cells[f"{name} wrong"] == pytest.approx(wrong, abs=5e-5)
+            assert cells[f"{name} wrong − right"] == pytest.approx(wrong - right, abs=1e-4)
+    atlas = out[t.atlas]
+    opened = dh.head_of_row(SimpleNamespace(index=[2, 1]), atlas=atlas, choice=world.choice, of_class=None)
+    assert opened[t.head] == 2 and opened[t.numbers] == dh.show_head(atlas, 2, world.choice)[t.numbers]

@@ -1,7 +1,7 @@
 """Every third-party import is declared in pyproject.toml, so that an install from it runs what it ships: the
-`cait` package its core dependencies (and the `figures` and `atlas` extras, which its drawing code and the head
-atlas's parquet copies import lazily), the app, analysis, benchmarks and scripts the core and the extras, the
-tests also the `test` extra."""
+`cait` package its core dependencies (and the `figures`, `atlas` and `compare` extras, which its drawing code, the
+head atlas's parquet copies and the comparison's scipy import lazily), the app, analysis, benchmarks and scripts
+the core and the extras, the tests also the `test` extra."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ CORE = _names(PROJECT["dependencies"])
 EXTRAS = {extra: _names(deps) for extra, deps in PROJECT["optional-dependencies"].items()}
 ALL_BUT_TESTS = CORE.union(*(deps for extra, deps in EXTRAS.items() if extra != "test"))
 ALLOWED = {
-    "cait": CORE | EXTRAS["figures"] | EXTRAS["atlas"],
+    "cait": CORE | EXTRAS["figures"] | EXTRAS["atlas"] | EXTRAS["compare"],
     "app": ALL_BUT_TESTS,
     "analysis": ALL_BUT_TESTS,
     "benchmarks": ALL_BUT_TESTS | EXTRAS["test"],  # app_latency.py drives the page with the tests' playwright

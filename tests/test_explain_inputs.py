@@ -35,6 +35,11 @@ def _x(model: nn.Module) -> torch.Tensor:
     return torch.randn(B, cfg.in_chans, cfg.img_size, cfg.img_size, generator=torch.Generator().manual_seed(0))
 
 
+def _good() -> torch.Tensor:
+    """A good x for cait_pico_32 (when the argument under test is another)."""
+    return torch.randn(B, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
 def _heat() -> torch.Tensor:
     return torch.rand(B, 4, 4)  # cait_pico_32's 4 x 4 patch grid
 
@@ -61,6 +66,13 @@ METHODS = {
     "layerscale_stats": (lambda m, x, t: explain.layerscale_stats(m, x), False, False, "x"),
     "endpoint_probabilities": (lambda m, x, t: explain.endpoint_probabilities(m, x, t), False, True, "x"),
     "deletion_insertion": (lambda m, x, t: explain.deletion_insertion(m, x, t, _heat(), 2), False, True, "x"),
+    "token_patching": (lambda m, x, t: explain.token_patching(m, x, x.clone(), t), True, True, "clean"),
+    "head_ablation reference": (
+        lambda m, x, t: explain.head_ablation(m, _good(), layer=0, head=0, reference=x),
+        True,
+        False,
+        "reference",
+    ),
 }
 NAMES = sorted(METHODS)
 
@@ -126,3 +138,25 @@ def test_good_targets_in_the_forms_captum_takes(model):
     expected = explain.direct_logit_attribution(model, x, torch.tensor([3, 3])).heads
     for target in (3, [3, 3], torch.tensor([[3], [3]])):
         torch.testing.assert_close(explain.direct_logit_attribution(model, x, target).heads, expected)
+
+
+def test_methods_that_name_a_ca_layer_follow_the_models_ca_depth_or_are_refused_in_one_line():
+    """caK_mean is the mean over heads of CA layer K's class attention for every K the model has (a third CA
+    layer has its method too); a layer the model lacks is one input error, also where the maps are given."""
+    x, target = _good(), torch.zeros(B, dtype=torch.long)
+    deep = _model(depth_token_only=3)
+    got = explain.saliency_map(deep, x, target, "ca3_mean")
+    torch.testing.assert_close(got, explain.class_attention(deep, x).maps[:, 2].mean(dim=1))
+    shallow = _model(depth_token_only=1)
+    maps = explain.class_attention(shallow, x).maps
+    asks = {
+        "saliency_map": lambda: explain.saliency_map(shallow, x, target, "ca2_mean"),
+        "saliency_maps": lambda: list(explain.saliency_maps(shallow, x, target, ["ca1_mean", "ca2_mean"])),
+        "given maps": lambda: list(explain.saliency_maps(shallow, x, target, ["ca2_mean"], class_attention_maps=maps)),
+    }
+    for ask in asks.values():
+        with pytest.raises(cait.InputError, match=r"^method 'ca2_mean' reads CA layer 2; this model has 1") as e:
+            ask()
+        assert "\n" not in str(e.value)
+    with pytest.raises(cait.InputError, match="unknown method 'ca0_mean'"):
+        explain.saliency_map(shallow, x, target, "ca0_mean")

@@ -162,6 +162,7 @@ def test_download_with_progress_then_the_cache_then_offline_give_timms_logits(st
     model = loaded.model
     assert len(stand_in.requests) == requests and loaded.source == f"official weights: {REPO} ({hub.HUB_FILENAME})"
     assert loaded.status.where == "cached" and loaded.trained
+    assert loaded.weights_id == f"Hub revision {stand_in.commit[:12]}" and loaded.made_from.endswith(loaded.weights_id)
     x = images(1)
     with torch.no_grad():
         torch.testing.assert_close(model(x), theirs(x), atol=1e-4, rtol=0)
@@ -241,7 +242,7 @@ def _counting(monkeypatch, function) -> list[str]:
 def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monkeypatch, name, random_init):
     import argparse
 
-    from app.loading import load_model as app_load
+    from app.loading import load_page_model as app_load
     from app.models import ModelChoice
     from cait.factory import load_from_flags
 
@@ -263,7 +264,7 @@ def test_a_load_reads_the_config_once_and_computes_the_weights_status_once(monke
 def test_missing_weights_are_the_same_one_line_from_the_app_evaluate_and_the_analysis_scripts(capsys, tmp_path):
     from layerscale_stats import main as analysis_main
 
-    from app.loading import load_model as app_load
+    from app.loading import load_page_model as app_load
     from app.models import ModelChoice
     from cait.evaluate.__main__ import main as evaluate_main
 

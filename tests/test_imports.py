@@ -120,7 +120,7 @@ def test_no_import_cycle_in_the_package():
 
 # cait.evaluate is not here: its --help lists the explanation methods and corruptions, whose owners
 # (cait.explain.methods, cait.corruptions) build them from torch functions.
-@pytest.mark.parametrize("command", ["cait.data.export", "cait.data.products", "cait.atlas"])
+@pytest.mark.parametrize("command", ["cait.data.export", "cait.data.products", "cait.atlas", "cait.compare"])
 def test_a_commands_help_imports_no_torch(command):
     """`python -m COMMAND --help` answers without importing torch (seconds on a busy machine): its parser and
     the names its flags offer load first, the datasets and models only when the command runs."""
@@ -138,3 +138,18 @@ def test_a_commands_help_imports_no_torch(command):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage: python -m " + command in proc.stdout
     assert proc.stdout.rstrip().endswith("exit 0 torch False")
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name with a leading underscore is its module's own: no module of the package, the app, the analysis
+    scripts, the benchmarks or the maintenance scripts imports one from another module (a private module's
+    public names, `from ._checks import check_input`, are fine)."""
+    root = PACKAGE.parent
+    found = []
+    for folder in ("cait", "app", "analysis", "benchmarks", "scripts"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ImportFrom):
+                    private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                    found += [f"{path.relative_to(root)}:{node.lineno} {name}" for name in private]
+    assert not found, found

@@ -12,7 +12,7 @@ from PIL import Image
 import cait
 from cait.config import CNNConfig
 from cait.corruptions import corrupt
-from cait.data.image_file import eight_bit
+from cait.data.image_file import decode_image
 from cait.runtime import autocast_dtype, choose_precision
 from cait.train.augment import parse_randaug
 
@@ -33,7 +33,7 @@ CPU = torch.device("cpu")
         ),
         (lambda: corrupt(torch.rand(1, 3, 32, 32), "contrast", 9, generator=torch.Generator()), "severity must be 1-5"),
         (lambda: corrupt(torch.rand(3, 32, 32), "contrast", 3, generator=torch.Generator()), "x must be a batch"),
-        (lambda: eight_bit(Image.fromarray(np.zeros((4, 4), np.float32))), "32-bit floating-point image"),
+        (lambda: decode_image(Image.fromarray(np.full((4, 4), -1, np.int32))), "32-bit integer image .* no 8-bit"),
     ],
 )
 def test_a_users_mistake_is_an_input_error(call, message):

@@ -71,3 +71,32 @@ def test_a_plain_forward_in_another_thread_is_not_observed(model):
         "ca": (2, cfg.depth_token_only),
         "ca_ffn": (2, cfg.depth_token_only),
     }
+
+
+def test_every_blocks_residual_ratios_are_branch_over_residual_norms(model):
+    """Each SA and CA block's attention and MLP ratios against the pass rewritten by hand from the blocks'
+    parts (branch norm over the norm of the stream it is added to, per token, averaged over the tokens)."""
+    x = torch.randn(2, 3, 32, 32)
+
+    def ratio(branch: torch.Tensor, stream: torch.Tensor) -> torch.Tensor:
+        return (branch.norm(dim=-1) / stream.norm(dim=-1)).mean(dim=1)
+
+    expected: dict[str, list[torch.Tensor]] = {"sa": [], "ffn": [], "ca": [], "ca_ffn": []}
+    with torch.no_grad():
+        got = model.forward_insights(x).residual_ratios
+        tokens = model.patch_embed(x) + model.pos_embed
+        for blk in model.blocks:
+            attn = blk.gamma_1 * blk.attn(blk.norm1(tokens))
+            expected["sa"].append(ratio(attn, tokens))
+            mlp = blk.gamma_2 * blk.mlp(blk.norm2(tokens + attn))
+            expected["ffn"].append(ratio(mlp, tokens + attn))
+            tokens = tokens + attn + mlp
+        cls = model.cls_token.expand(2, 1, -1)
+        for blk in model.blocks_token_only:
+            attn = blk.gamma_1 * blk.attn(blk.norm1(torch.cat((cls, tokens), dim=1)))
+            expected["ca"].append(ratio(attn, cls))
+            mlp = blk.gamma_2 * blk.mlp(blk.norm2(cls + attn))
+            expected["ca_ffn"].append(ratio(mlp, cls + attn))
+            cls = cls + attn + mlp
+    for kind, ratios in expected.items():
+        torch.testing.assert_close(got[kind], torch.stack(ratios, dim=1), msg=kind)

@@ -419,3 +419,24 @@ def test_every_hook_is_removed_however_the_pass_ends(small):
     with pytest.raises(RuntimeError, match="stop"), before_each([ca.attn], stop):
         explain.class_specific_attention(model, x, target)
     assert _hooks(model) == 0
+
+
+HOOK_MODULES = {"cait/explain/hooks.py", "cait/insights.py"}  # the two that register forward hooks, thread-guarded
+
+
+def test_forward_hooks_are_registered_only_by_the_hooks_modules():
+    """Every forward hook of the library and the app goes through `cait.explain.hooks` (or `cait.insights`),
+    whose hooks act on their own thread's passes only: the app runs quick views beside long work on one model,
+    and a hook registered elsewhere (the Mechanisms tab's progress on the head, once) acted on every thread's
+    passes. Read from the source: any call of a `register_forward_*hook` method outside those modules."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted([*root.joinpath("cait").rglob("*.py"), *root.joinpath("app").rglob("*.py")]):
+        where = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=where)):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("register_forward_"):
+                found.append(f"{where}:{node.lineno}")
+    assert found and all(place.split(":")[0] in HOOK_MODULES for place in found), found

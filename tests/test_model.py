@@ -272,3 +272,30 @@ def test_lean_forward_uses_fused_class_attention():
         model.forward_insights(x)
     assert probed.names.count(F.scaled_dot_product_attention.__name__) == model.cfg.depth_token_only
     assert probed.names.count("softmax") == model.cfg.depth + model.cfg.depth_token_only
+
+
+def _drop_rate(block: torch.nn.Module) -> float:
+    """A block's stochastic-depth probability: timm's DropPath keeps it as drop_prob, ours as p; an Identity
+    (timm's block without one) drops nothing."""
+    path = block.drop_path
+    return 0.0 if isinstance(path, torch.nn.Identity) else float(getattr(path, "drop_prob", getattr(path, "p", -1)))
+
+
+def test_training_mode_drops_paths_where_timm_does_and_never_in_the_class_attention_blocks():
+    """With stochastic depth asked for, timm's CaiT drops the SA blocks' branches and never a CA block's (its
+    drop_path is an Identity): ours block by block the same, and a CA block in training mode gives timm's
+    output with the same weights, call after call (nothing random in it)."""
+    from cait.reference import timm_cait
+
+    cfg = cait.get_config("cait_pico_32").replace(drop_path_rate=0.3)
+    ours = randomise_(cait.CaiT(cfg)).train()
+    theirs = timm_cait(cfg, ours.state_dict()).train()
+    for stage in ("blocks", "blocks_token_only"):
+        want = [_drop_rate(b) for b in getattr(theirs, stage)]
+        assert [_drop_rate(b) for b in getattr(ours, stage)] == want, stage
+    assert {_drop_rate(b) for b in theirs.blocks} == {0.3} and {_drop_rate(b) for b in theirs.blocks_token_only} == {0}
+    gen = torch.Generator().manual_seed(0)
+    x, x_cls = torch.randn(4, cfg.num_patches, cfg.embed_dim, generator=gen), torch.randn(4, 1, cfg.embed_dim)
+    for mine, timms in zip(ours.blocks_token_only, theirs.blocks_token_only):
+        for _ in range(3):
+            torch.testing.assert_close(mine(x, x_cls), timms(x, x_cls))

@@ -60,7 +60,7 @@ def test_the_flags_module_stays_torch_free():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("command", ["cait.evaluate", "cait.atlas", "analysis"])
+@pytest.mark.parametrize("command", ["cait.evaluate", "cait.atlas", "cait.compare", "analysis"])
 def test_every_command_line_loads_through_the_door(monkeypatch, capsys, tmp_path, command):
     """Each command's model comes from load_from_flags (the one loader), and its InputError is the command's
     one-line message and exit code 2."""
@@ -78,6 +78,11 @@ def test_every_command_line_loads_through_the_door(monkeypatch, capsys, tmp_path
         from cait.atlas.__main__ import main
 
         code = main(["--model", "cait_pico_32", "--data", "fashion-mnist-scenes", "--out", str(tmp_path / "a")])
+    elif command == "cait.compare":
+        from cait.compare.__main__ import main
+
+        pair = ["--model-a", "cait_pico_32", "--model-b", "cait_pico_32"]
+        code = main([*pair, "--data", "fashion-mnist-scenes", "--out", str(tmp_path / "c")])
     else:
         from layerscale_stats import main
 
@@ -86,3 +91,28 @@ def test_every_command_line_loads_through_the_door(monkeypatch, capsys, tmp_path
         code = exit_.value.code
     assert code == 2
     assert capsys.readouterr().err.strip().endswith("error: the door was asked")
+
+
+def test_weights_are_known_by_their_content_and_a_file_trained_again_at_its_path_is_another_model(tmp_path):
+    """The weights' identity (`SourcedModel.weights_id`, in `made_from`, the line every output carries) is the
+    sha256 of the file, hashed by hashlib here: another file at the same path is another model, the same bytes
+    again the same one; a second load of one file version reads no byte for its identity."""
+    import hashlib
+
+    from conftest import randomise_
+
+    from cait.provenance import file_sha256
+
+    path, twins = tmp_path / "pico.safetensors", []
+    for seed in (1, 2, 1):  # trained, trained again, the first weights back
+        cait.save_weights(randomise_(cait.load_model("cait_pico_32", weights=False).model, seed=seed), path)
+        twins.append(cait.load_model(checkpoint=path))
+        want = "sha256 " + hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        assert twins[-1].weights_id == want and twins[-1].made_from.endswith(f"; weights {want}")
+    first, retrained, back = twins
+    assert retrained.weights_id != first.weights_id and retrained.made_from != first.made_from
+    assert back.weights_id == first.weights_id and back.made_from == first.made_from
+    hashed = file_sha256.cache_info().misses
+    assert cait.load_model(checkpoint=path).weights_id == back.weights_id
+    assert file_sha256.cache_info().misses == hashed  # the same file version: not hashed again
+    assert cait.load_model("cait_pico_32", weights=False).weights_id == "random init, seed 0"

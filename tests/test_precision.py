@@ -8,7 +8,7 @@ import torch
 
 import cait
 from app import session
-from app.loading import load_model
+from app.loading import load_page_model
 from app.models import ModelChoice
 from cait import explain
 from cait.data import DataError, FashionMNISTScenes
@@ -68,7 +68,7 @@ def test_gradients_and_attributions_stay_fp32(tmp_path):
     path = tmp_path / "nano.safetensors"
     cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
     choice = ModelChoice(None, str(path))
-    fast, exact = load_model(choice, CPU, torch.bfloat16), load_model(choice, CPU, None)
+    fast, exact = load_page_model(choice, CPU, torch.bfloat16), load_page_model(choice, CPU, None)
     scene = sorted(cait.data.EXAMPLES_DIR.glob("scene_*.png"))[0]
     a = session.analyse(fast, str(scene))
     assert a.ca_maps.dtype == a.probs.dtype == "float32"
@@ -117,7 +117,7 @@ def test_the_saliency_tab_reads_what_it_can_from_the_analysis(tmp_path):
 
     path = tmp_path / "nano.safetensors"
     cait.save_weights(randomise_(cait.load_model("cait_nano_64", weights=False).model), path)
-    fast = load_model(ModelChoice(None, str(path)), CPU, torch.bfloat16)
+    fast = load_page_model(ModelChoice(None, str(path)), CPU, torch.bfloat16)
     a = session.analyse(fast, str(sorted(cait.data.EXAMPLES_DIR.glob("scene_*.png"))[0]))
     rows = {
         r.method: r

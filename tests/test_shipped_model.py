@@ -94,7 +94,7 @@ def test_a_variant_declared_before_its_weights_ship(monkeypatch):
     or with random_init (--random-init) a random model that the app and the analysis scripts say is one."""
     import argparse
 
-    from app.loading import load_model as app_model
+    from app.loading import load_page_model as app_model
     from app.models import ModelChoice
     from cait.config import VARIANTS
     from cait.factory import load_from_flags

@@ -126,7 +126,7 @@ def test_bad_input_is_one_input_error(twins, pair):
     for kwargs, message in bad:
         with pytest.raises(cait.InputError, match=message):
             explain.token_patching(ours, clean, corrupted, target, **kwargs)
-    with pytest.raises(explain.TokenPatchingError, match="one class in 0..9 per image"):
+    with pytest.raises(explain.TokenPatchingError, match=r"target holds classes outside 0..9 \(this model has 10\)"):
         explain.token_patching(ours, clean, corrupted, torch.tensor([0, 1, 10]))
     with pytest.raises(explain.TokenPatchingError, match="one corrupted image per clean one"):
         explain.token_patching(ours, clean, corrupted[:2], target)
@@ -136,3 +136,55 @@ def test_bad_input_is_one_input_error(twins, pair):
     x = torch.randn(1, 3, 32, 32)
     with pytest.raises(explain.TokenPatchingError, match="class-attention stage"):
         explain.token_patching(vit, x, x, torch.tensor([0]))
+
+
+@pytest.mark.parametrize("region, direction", [(1, "both"), (4, "restore")])
+def test_the_stated_cost_is_what_a_flop_counter_counts(pair, region, direction):
+    """`token_patching_forwards` against torch's FLOP counter run over `token_patching` itself and over a
+    plain forward (an independent count of the matrix products; the few multiply-adds it does not see, the
+    class token's score against its own key and the swapped patches', keep the two within 1%)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from cait.explain.token_patching import token_patching_forwards
+
+    torch.manual_seed(0)
+    ours = cait.CaiT(CFG).eval().requires_grad_(False)  # the counter's module tracker wants no leaf needing grad
+    clean, corrupted, target = (t[:1] for t in pair)
+
+    def counted(fn) -> int:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            fn()
+        return counter.get_total_flops()
+
+    kw = dict(region=region, direction=direction)
+    patching = counted(lambda: explain.token_patching(ours, clean, corrupted, target, **kw))
+    whole = counted(lambda: ours(clean))
+    stated = token_patching_forwards(ours, region=region, direction=direction)
+    assert stated == pytest.approx(patching / whole, rel=0.01)
+
+
+@pytest.mark.parametrize("residual_scale", ["scalar", "rezero", "none"])
+def test_every_residual_scale_equals_the_models_own_class_stage_on_mixed_tokens(residual_scale):
+    """The ablations' class stages (one gamma per branch, no norms with ReZero, no gamma) against the model's
+    own `forward_class_attention` run on the patch tokens with a region swapped (the direct way, which shares
+    no code with the cached keys and values)."""
+    cfg = cait.get_config("cait_pico_32", residual_scale=residual_scale, init_values=0.5, depth=1)
+    torch.manual_seed(0)
+    model = cait.CaiT(cfg).eval()
+    with torch.no_grad():  # ReZero starts its gammas at 0: give every branch a weight
+        for name, p in model.named_parameters():
+            if "gamma" in name:
+                p.copy_(torch.rand_like(p) + 0.5)
+    g = torch.Generator().manual_seed(2)
+    clean = torch.randn(2, 3, cfg.img_size, cfg.img_size, generator=g)
+    corrupted, target = torch.randn(clean.shape, generator=g), torch.tensor([1, 3])
+    got = explain.token_patching(model, clean, corrupted, target, region=2)
+    masks = explain.region_masks(cfg.grid_size, 2)
+    with torch.no_grad():
+        tokens = [model.forward_self_attention(x) for x in (clean, corrupted)]
+        mixed = torch.where(masks[None, :, :, None], tokens[0][:, None], tokens[1][:, None])  # [B, M, N, d]
+        logits = model.forward_head(model.forward_class_attention(mixed.flatten(0, 1))).view(2, len(masks), -1)
+        corrupted_logit = model(corrupted).gather(1, target.view(-1, 1))
+    expected = logits.gather(2, target.view(-1, 1, 1).expand(-1, len(masks), 1))[..., 0] - corrupted_logit
+    assert expected.abs().max() > 1e-2  # the regions matter: the check can tell a wrong path apart
+    torch.testing.assert_close(got.restored.flatten(1), expected, atol=1e-5, rtol=1e-5)

@@ -13,6 +13,7 @@ import gradio as gr
 from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
 from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
 from cait.figures import head_name
@@ -127,7 +128,7 @@ def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
     return CausalParts(**parts)
 
 
-class CausalTab:
+class CausalTab(PageTab):
     """The tab's events and what it draws. Its three long computations (the view of the image's top class when
     the tab opens, another class's view, another part's knockout profile) run on the long lane with the page's
     one Stop (`PageStops`): each armed at once, off the queues, when it is asked for."""
@@ -192,8 +193,9 @@ class CausalTab:
     def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
         """The page has a new image `a` (off the queues, before what the open tab computes of it): its view armed
         and the Stop enabled if the tab is on show (it computes it). Otherwise the Stop is left as it is: the tab
-        may have been opened after the pick, and its armed view be waiting for the long lane."""
-        return self._arm(True, request) if open_tab == CAUSAL_TAB and a is not None else {}
+        may have been opened after the pick, and its armed view be waiting for the long lane: skipped, not an
+        empty dict, which Gradio would take as the lone output's value (the Stop's label read "{}")."""
+        return self._arm(True, request) if open_tab == CAUSAL_TAB and a is not None else gr.skip()
 
     def _held(self, request, compute: Callable[[Held], dict | None]) -> dict:
         """compute(held) holding the page's Stop (`PageStops.holding`) until it returns or raises: its answer, with
@@ -201,17 +203,20 @@ class CausalTab:
         when it has nothing to show (None: cancelled by the page's next image)."""
         with self.stops.holding(request) as held:
             out = compute(held)
-        return (out or {}) | stop_once_none_runs(self.parts.cz_stop, held.still_needed)
+        return (out or {}) | stop_once_none_runs(self.parts.cz_stop, held.still_needed) or gr.skip()
 
     def _on_long_lane(
-        self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str], *, what: str
+        self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str], *, what: str, progress
     ) -> dict | None:
-        """work() (`what`, for the log) on the long lane for the page's image, the page's Stop heard when it starts
-        and before each block (then the cost line says stopped()); None when the page's next image cancelled it
-        (that image's first view emptied the tab)."""
+        """work() (`what`, for the log) on the long lane for the page's image, the page's Stop heard while it waits
+        for the lane, when it starts and before each block (then the cost line says stopped()), its progress line
+        saying when it waits; None when the page's next image cancelled it (that image's first view emptied the
+        tab)."""
         stop = lambda: held.stop_if_pressed(stopped())  # noqa: E731
         try:
-            return torch_thread.call_long(work, page=page_of(request), model=loaded.model, stop=stop)
+            return torch_thread.call_long(
+                work, page=page_of(request), model=loaded.model, stop=stop, on_wait=texts.waiting_line(progress)
+            )
         except torch_thread.Cancelled:
             log.info("%s cancelled by its page's next image", what)
             return None
@@ -265,7 +270,7 @@ class CausalTab:
 
         stopped = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
         what = "causal view" if keep else f"causal view of class {target}"
-        return self._on_long_lane(work, loaded, request, held, stopped, what=what)
+        return self._on_long_lane(work, loaded, request, held, stopped, what=what, progress=progress)
 
     def choose_class(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another class chosen: the attribution and knockouts for its logit, on the long lane with its progress
@@ -304,7 +309,9 @@ class CausalTab:
                 return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, done, what)}
 
             stopped = f"**Stopped:** the knockout profile of the {what} did not finish; choose it again to compute it."
-            return self._on_long_lane(work, loaded, request, held, lambda: stopped, what=f"knockout profile ({what})")
+            return self._on_long_lane(
+                work, loaded, request, held, lambda: stopped, what=f"knockout profile ({what})", progress=progress
+            )
 
         return self._held(request, profile)
 
@@ -326,14 +333,25 @@ class CausalTab:
         )
         return {self.parts.cz_cost: said}
 
-    def details(self, loaded: LoadedModel, a: session.Analysis) -> dict:
+    at_first_view = cost
+
+    def detailed(self) -> list:
+        return [self.parts.cz_class, self.parts.cz_head]
+
+    def details(self, loaded: LoadedModel, a: session.Analysis, ask: Any = None) -> dict:
         """The follow-up of a new image here: the class menu at the top class, the first head."""
         return {
             self.parts.cz_class: gr.Dropdown(choices=class_choices(loaded.labels), value=a.top_class),
             self.parts.cz_head: 0,
         }
 
-    def cleared(self) -> dict:
+    def followed(self) -> list:
+        return self.parts.opened
+
+    def follow_up(self, choice, a, request, progress) -> dict:  # on the long lane (its own progress and Stop)
+        return self.opened(choice, a, None, request, progress)
+
+    def cleared(self, shown: tuple = ()) -> dict:
         p = self.parts
         return dict.fromkeys(p.results) | {p.cz_cost: "", p.cz_stop: gr.Button(interactive=False)}
 
@@ -343,8 +361,9 @@ class CausalTab:
             self.parts.cz_head: gr.Radio(choices=causal_heads(loaded.cfg), value=0),
         }
 
-    def wire(self) -> None:
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
+        demo.unload(self.stops.drop)  # a closed page's Stop goes with it
         # Each long computation: armed at once, off the queues (a Stop pressed while it waits stops it when it
         # starts), then run on the long lane's queue (app.torch_thread: its handler is not on the quick lane, only
         # its loads)

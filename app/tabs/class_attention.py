@@ -11,6 +11,7 @@ import gradio as gr
 from app import figures, session, torch_thread
 from app.choices import colour_scale_image
 from app.models import LoadedModel, ModelCache
+from app.page_tab import PageTab
 from app.shared import SCALES, VIEWS, Look, Shared, named
 from app.workdir import WORK
 from cait.figures import attention_tile, attention_tiles, colour_bar, display_base, grid_columns, tile_sheet
@@ -88,8 +89,14 @@ def _colour_bar(cmap: str, scale: str):
     return colour_bar(cmap, "0" if shared else "each tile's min", "layer max" if shared else "each tile's max")
 
 
-def build(layers: int) -> ClassAttentionParts:
-    """The tab's components (inside its gr.Tab) with `layers` CA galleries."""
+def layers_shown(first: LoadedModel) -> int:
+    """How many CA galleries a page that starts with `first` shows."""
+    return max(MIN_CA_LAYERS, first.cfg.depth_token_only)
+
+
+def build(first: LoadedModel, tab: gr.Tab) -> ClassAttentionParts:
+    """The tab's components (inside its gr.Tab), with as many CA galleries as the page shows (`layers_shown`)."""
+    layers = layers_shown(first)
     gr.Markdown(
         "Attention of the class token to every patch: one block per class-attention layer, its head mean "
         "first, then every head. *self* is the share the class token keeps for itself (not drawn). "
@@ -131,7 +138,7 @@ def build(layers: int) -> ClassAttentionParts:
     return ClassAttentionParts(**parts)
 
 
-class ClassAttentionTab:
+class ClassAttentionTab(PageTab):
     """The tab's events and what it draws of an analysis."""
 
     def __init__(self, parts: ClassAttentionParts, shared: Shared, cache: ModelCache):
@@ -220,8 +227,12 @@ class ClassAttentionTab:
 
         return enlarge_tile
 
-    def details(self, loaded: LoadedModel, a: session.Analysis, look: Look) -> dict:
+    def detailed(self) -> list:
+        return [self.shared.grid_file, self.parts.head_stats]
+
+    def details(self, loaded: LoadedModel, a: session.Analysis, ask: Any) -> dict:
         """The follow-up of a new image here: the per-head statistics and the PNG grid."""
+        look = ask.look
         tiles = attention_tiles(a.view, a.ca_maps, a.self_share, **look.tile_args())
         return {
             self.shared.grid_file: self.sheet(tiles, look),
@@ -233,7 +244,7 @@ class ClassAttentionTab:
             ),
         }
 
-    def wire(self) -> None:
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
         p, shared = self.parts, self.shared
         redraw_outputs = [*p.ca_galleries, p.ca_props, p.colour_bar, shared.grid_file, p.ca_big]
         redraw = torch_thread.handler(self.redraw)  # every handler that computes: see app.torch_thread

@@ -16,6 +16,7 @@ import gradio as gr
 from app import dataset_view as dv
 from app import torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
 from app.stops import Held, PageStops, Stopped, stop_once_none_runs
 from app.workdir import WORK, kept
@@ -53,6 +54,7 @@ class DatasetParts:
     msg: gr.Markdown  # what went wrong, or that the atlas's model is not the page's
     overview: gr.Markdown
     heatmap: gr.Plot
+    heads_split: gr.Dataframe  # every head over the right and the wrong predictions apart; a row opens its head
     download: gr.DownloadButton  # the open atlas's files as a zip
     head: gr.Dropdown
     numbers: gr.Dataframe
@@ -67,7 +69,10 @@ class DatasetParts:
     @property
     def opened(self) -> list:
         """What opening an atlas writes."""
-        return [self.atlas, self.pick, self.msg, self.overview, self.heatmap, self.download, *self.head_shown]
+        return [
+            *(self.atlas, self.pick, self.msg, self.overview, self.heatmap, self.heads_split, self.download),
+            *self.head_shown,
+        ]
 
     @property
     def head_shown(self) -> list:
@@ -98,7 +103,7 @@ def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> arg
     return parse_args(flags)
 
 
-def build() -> DatasetParts:
+def build(first: LoadedModel, tab: gr.Tab) -> DatasetParts:
     """The tab's components (inside its gr.Tab); empty until an atlas is opened."""
     gr.Markdown(
         f"A head atlas over a dataset (`python -m cait.atlas ... --out OUT`, or built here from the {dv.SCENES_SAID}): "
@@ -142,11 +147,16 @@ def build() -> DatasetParts:
         elem_id="ds_exemplars",
         elem_classes=["no-scroll"],
     )
+    parts["heads_split"] = gr.Dataframe(
+        label="Every head over the right and the wrong predictions (click a row to open its head)",
+        interactive=False,
+        elem_id="ds_heads_split",
+    )
     parts["heatmap"] = gr.Plot(label="Mean DLA, heads x predicted classes", elem_id="ds_heatmap")
     return DatasetParts(**parts)
 
 
-class DatasetTab:
+class DatasetTab(PageTab):
     """The tab's events. analyse(choice, path, look, sa_layer, shown, uploaded=, selected=): the page's first view
     of an image (`app.ui` composes it), for an exemplar opened."""
 
@@ -155,6 +165,12 @@ class DatasetTab:
     ):
         self.parts, self.shared, self.cache, self.places, self.analyse = parts, shared, cache, places, analyse
         self.stops = PageStops()
+
+    kept_on_new_model = True  # an open atlas stays open
+
+    @classmethod
+    def on_page(cls, parts: DatasetParts, page: Any) -> DatasetTab:
+        return cls(parts, page.shared, page.cache, page.places, analyse=page.image.analyse_path)
 
     def choices(self) -> list[tuple[str, str]]:
         """The atlases to offer: --atlas, those under --atlas-dir, those built here (label, folder)."""
@@ -183,6 +199,8 @@ class DatasetTab:
             log.info("could not open an atlas: %s", e)
             return out | {t.msg: f"**Cannot open this atlas:** {e}", t.head: gr.Dropdown(choices=[], value=None)}
         out.update({t.atlas: atlas, t.overview: dv.overview_markdown(atlas), t.heatmap: dv.heatmap(atlas)})
+        headers, split = dv.heads_split(atlas)
+        out[t.heads_split] = gr.Dataframe(value=split or None, headers=headers or None, visible=bool(split))
         out[t.download] = gr.DownloadButton(value=str(dv.zip_atlas(atlas, WORK.request_dir())), interactive=True)
         out[t.msg] = self._model_note(atlas, self.cache.get(choice))
         if not atlas.heads:
@@ -234,6 +252,12 @@ class DatasetTab:
             t.exemplars: gr.update(value=tiles or None, columns=atlas.columns()),
         }
         return out | ({t.msg: missing} if missing else {})
+
+    def head_of_row(self, evt: gr.SelectData, **picked: Any) -> dict:
+        """A row of the heads' table clicked: that head picked and shown (with the exemplar filters as they are).
+        picked: `show_head`'s arguments but the head, by name."""
+        head = int(evt.index[0]) if evt.index is not None else None
+        return {self.parts.head: head} | self.show_head(head=head, **picked)
 
     def _tiles(self, atlas: dv.Atlas, exemplars: list[dv.Exemplar], choice: ModelChoice) -> tuple[list, str]:
         """(image file, caption) per exemplar that can be read, and a message naming those that cannot."""
@@ -348,7 +372,12 @@ class DatasetTab:
             "again to continue."
         )
 
-    def wire(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
+    def wire_image_picks(self, demo: gr.Blocks, page: Any, outputs: list) -> list:
+        look, th_layer, ca_props = page.look(), page.talking.th_layer, page.ca.ca_props
+        event = self.wire_exemplars(demo, look=look, th_layer=th_layer, ca_props=ca_props, outputs=outputs)
+        return [(self.parts.exemplars.select, event)]
+
+    def wire_exemplars(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
         """look, th_layer, ca_props: the other tabs' controls an exemplar is opened with; outputs: what opening it
         writes (the page's first view of an image, and this tab's message). Returns the exemplar's event, for the
         page's follow-ups to chain on."""
@@ -361,6 +390,10 @@ class DatasetTab:
         picked = dict(atlas=t.atlas, head=t.head, choice=s.choice, of_class=t.of_class, outcome=t.outcome)
         for control in (t.head, t.of_class, t.outcome):
             control.input(on_torch(self.show_head), inputs_kwargs=picked, outputs=head_shown, **MODEL_EVENTS)
+        by_row = {k: v for k, v in picked.items() if k != "head"}
+        t.heads_split.select(
+            on_torch(self.head_of_row), inputs_kwargs=by_row, outputs=[t.head, *head_shown], **MODEL_EVENTS
+        )
         self._wire_build()
         asked = named(t, ExemplarAsk, choice=s.choice, ca_props=ca_props, th_layer=th_layer, **look)
         return t.exemplars.select(

@@ -4,11 +4,13 @@ ratios."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
 from app import session
 from app.models import LoadedModel
+from app.page_tab import PageTab
 from cait import explain
 from cait.figures import layerscale_plot, residual_ratio_plot, to_plotly
 
@@ -29,24 +31,29 @@ class LayerScaleParts:
         return [self.ratio_plot]
 
 
-def build(figure) -> LayerScaleParts:
+def build(first: LoadedModel, tab: gr.Tab) -> LayerScaleParts:
     """The tab's components (inside its gr.Tab), with the first model's figure."""
+    figure = layerscale_figure(first)
     return LayerScaleParts(
         ls_plot=gr.Plot(value=figure, label="LayerScale per depth", elem_id="ls_plot"),
         ratio_plot=gr.Plot(label="Residual-branch ratio of the analysed image", elem_id="ratio_plot"),
     )
 
 
-class LayerScaleTab:
+class LayerScaleTab(PageTab):
     def __init__(self, parts: LayerScaleParts):
         self.parts = parts
 
-    def details(self, a: session.Analysis) -> dict:
+    @classmethod
+    def on_page(cls, parts: LayerScaleParts, page: Any) -> LayerScaleTab:
+        return cls(parts)
+
+    def detailed(self) -> list:
+        return [self.parts.ratio_plot]
+
+    def details(self, loaded: LoadedModel, a: session.Analysis, ask: Any) -> dict:
         """The follow-up of a new image here: its residual-branch ratios."""
         return {self.parts.ratio_plot: to_plotly(residual_ratio_plot(a.ratios))}
-
-    def cleared(self) -> dict:
-        return dict.fromkeys(self.parts.results)
 
     def for_model(self, loaded: LoadedModel) -> dict:
         return {self.parts.ls_plot: layerscale_figure(loaded)}

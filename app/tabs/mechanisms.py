@@ -14,10 +14,11 @@ import gradio as gr
 import numpy as np
 
 import cait
-from app import causal_view, mechanisms_view, session, torch_thread
+from app import causal_view, mechanisms_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices
 from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
 from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
 from app.texts import NO_IMAGE, cost_in_passes
@@ -259,7 +260,7 @@ def _second_run(loaded: LoadedModel, a: session.Analysis, ask: PatchAsk):
     return view, x, {"second_image": Path(path).name}
 
 
-class MechanismsTab:
+class MechanismsTab(PageTab):
     """The tab's events and what it draws."""
 
     def __init__(self, parts: MechanismsParts, shared: Shared, cache: ModelCache):
@@ -354,7 +355,8 @@ class MechanismsTab:
 
     def _run_long(self, loaded: LoadedModel, total: int, run: LongRun, compute):
         """compute() on the long lane with its progress in images read through the head
-        (`mechanisms_view.counted_runs`) and the page's Stop, heard when it starts and before each
+        (`mechanisms_view.counted_runs`) and the page's Stop, heard while it waits for the lane (its line says it
+        waits), when it starts and before each
         block and each read of the head: its numbers, or the line to show instead (empty when the page's next
         image cancelled it)."""
         what = run.what
@@ -367,7 +369,9 @@ class MechanismsTab:
                 return compute()
 
         try:
-            return torch_thread.call_long(work, page=run.page, model=loaded.model, stop=check)
+            return torch_thread.call_long(
+                work, page=run.page, model=loaded.model, stop=check, on_wait=texts.waiting_line(run.progress)
+            )
         except torch_thread.Cancelled:
             log.info("%s cancelled by its page's next image", what)
             return ""
@@ -495,16 +499,20 @@ class MechanismsTab:
         )
         return {p.mx_ablation: mechanisms_view.ablation_html(result, ask.mx_mode)}
 
-    def cleared(self) -> dict:
-        return dict.fromkeys(self.parts.results)
+    def followed(self) -> list:
+        return self.parts.opened
+
+    def follow_up(self, choice, a, request, progress) -> dict:
+        return torch_thread.handler(self.opened)(choice, a, None)
 
     def drop(self, request: gr.Request | None = None) -> None:
         """The page closed: its Stops go with it."""
         self.patch_stops.drop(request)
         self.token_stops.drop(request)
 
-    def wire(self) -> None:
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
+        demo.unload(self.drop)
         said = lambda line: {p.mx_msg: line}  # noqa: E731
         p.mechanisms_tab.select(
             on_torch(answering(self.open_asked, said=said)),

@@ -4,6 +4,12 @@ with its progress, when asked), where each paper variant's weights come from, an
 
 from __future__ import annotations
 
+import functools
+import inspect
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -12,8 +18,12 @@ import gradio as gr
 import cait
 from app import texts, torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import Shared, log
+from app.stops import MAX_PAGES, page_of
 from cait import hub
+
+SWAP_WAIT_S = 120  # how long a new image waits at most for its page's address swap to land
 
 # After a load: the page's variant goes into the address (?model=...) without a reload, so that a reload or a
 # shared link opens the same model (`ModelTab.from_address`); "" (a checkpoint file) takes it out.
@@ -23,6 +33,48 @@ KEEP_MODEL_IN_ADDRESS = """(name) => {
     if (name) url.searchParams.set('model', name); else url.searchParams.delete('model');
     window.history.replaceState(null, '', url);
 }"""
+
+
+class AddressSwaps:
+    """Each page's ?model= swap (`ModelTab.from_address`) as a future of (the model it replaced, the one it
+    loaded), so that a new image asked before the swap landed is analysed by the model the page is getting, not
+    the one its state still names: the browser sends the image's event with the old model, and Gradio may run it
+    before the swap, or beside it. At most MAX_PAGES kept. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._swaps: OrderedDict[str | None, Future] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, page: str | None) -> Future:
+        """The page's swap, made by whichever comes first: the swap or an image waiting for it."""
+        with self._lock:
+            swap = self._swaps.setdefault(page, Future())
+            self._swaps.move_to_end(page)
+            while len(self._swaps) > MAX_PAGES:
+                self._swaps.popitem(last=False)
+            return swap
+
+    def landed(self, page: str | None, before: ModelChoice, after: ModelChoice) -> None:
+        swap = self.of(page)
+        if not swap.done():
+            swap.set_result((before, after))
+
+    def settled(self, choice: ModelChoice, request: gr.Request | None) -> ModelChoice:
+        """The model an image event of the page must use: `choice` (what the page's state sent), unless the
+        page's address names another known variant, whose swap has not landed when the event was sent: then the
+        swap's model once it landed (or `choice`, when the swap kept it or SWAP_WAIT_S passed)."""
+        asked = (getattr(request, "query_params", None) or {}).get("model") or ""
+        if not asked.strip() or asked.strip() == choice.name or asked.strip() not in cait.list_models():
+            return choice
+        swap = self.of(page_of(request))
+        if not swap.done():
+            log.info("an image asked before its page's swap to %s landed waits for it", asked.strip())
+        try:
+            before, after = swap.result(timeout=SWAP_WAIT_S)
+        except FutureTimeout:
+            log.warning("the address swap of a page did not land in %d s: its image uses %s", SWAP_WAIT_S, choice)
+            return choice
+        return after if choice == before else choice
 
 
 @dataclass
@@ -55,8 +107,9 @@ def _weights_line(status: hub.WeightsStatus) -> str:
     return f"Weights of {status.name}: {status.describe()}."
 
 
-def build(first: LoadedModel, statuses: list[hub.WeightsStatus]) -> ModelParts:
-    """The tab's components (inside its gr.Tab); statuses: every paper variant's weights (`hub.list_weights`)."""
+def build(first: LoadedModel, tab: gr.Tab) -> ModelParts:
+    """The tab's components (inside its gr.Tab), with every paper variant's weights (`hub.list_weights`)."""
+    statuses = hub.list_weights()
     parts: dict[str, Any] = {"model_md": gr.Markdown(texts.model_markdown(first), elem_id="model_md")}
     with gr.Accordion("Model card (how it was trained, what it does badly)", open=False):
         parts["card_md"] = gr.Markdown(texts.card_markdown(first) or "This model has no card.", elem_id="card_md")
@@ -86,7 +139,7 @@ def build(first: LoadedModel, statuses: list[hub.WeightsStatus]) -> ModelParts:
     return ModelParts(**parts)
 
 
-class ModelTab:
+class ModelTab(PageTab):
     """The tab's events. page_for(loaded, shown): everything on the page that a new model changes (the tabs
     emptied and redrawn for it; `app.ui` composes it); ca_layers: the class-attention layers the page can show."""
 
@@ -103,6 +156,13 @@ class ModelTab:
     ):
         self.parts, self.shared, self.cache, self.default = parts, shared, cache, default
         self.statuses, self.ca_layers, self.page_for = statuses, ca_layers, page_for
+        self.swaps = AddressSwaps()
+
+    @classmethod
+    def on_page(cls, parts: ModelParts, page: Any) -> ModelTab:
+        statuses, ca_layers, page_for = hub.list_weights(), page.ca_layers, page.image.page_for
+        return cls(parts, page.shared, page.cache, default=page.default, statuses=statuses, ca_layers=ca_layers,
+                   page_for=page_for)  # fmt: skip
 
     def weights_status(self, name: str | None, checkpoint: str | None = None) -> str:
         """Where the chosen variant's weights would come from, without any request (cait.hub): from the
@@ -172,20 +232,65 @@ class ModelTab:
 
     def from_address(self, choice: ModelChoice, shown: tuple, request: gr.Request) -> dict:
         """A page opened (or reloaded) with ?model=VARIANT starts with that variant, as if loaded here; an unknown
-        name is said next to the Load button."""
+        name is said next to the Load button. The page's images asked meanwhile wait for it (`after_swap`)."""
         name = (request.query_params.get("model") or "").strip() if request else ""
         if not name or name == choice.name:
             return gr.skip()
+        out: dict = {}
+        try:
+            out = self._swapped(choice, shown, name)
+        finally:  # landed, loaded or not: the page's state names its model from this answer on
+            self.swaps.landed(page_of(request), choice, out.get(self.shared.choice, choice))
+        return out
+
+    def after_swap(self, handler: Callable) -> Callable:
+        """`handler` (an image event's, taking `choice` by name) run with the model its page's address swap gives
+        when the event was sent before that swap landed (`AddressSwaps.settled`). It waits here, off the quick
+        lane, which the swap needs. Gradio reads the handler's signature with the page's request added."""
+        signature = inspect.signature(handler)
+        params = list(signature.parameters.values())
+        request = inspect.Parameter(
+            "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request
+        )
+        where = next((i for i, q in enumerate(params) if q.kind is inspect.Parameter.VAR_KEYWORD), len(params))
+        with_request = signature.replace(parameters=[*params[:where], request, *params[where:]])
+        rest = params[where].name if where < len(params) else None  # the handler's **asked, if it has one
+
+        @functools.wraps(handler)
+        def waiting(*args: Any, **kwargs: Any) -> Any:
+            bound = with_request.bind(*args, **kwargs)
+            page = bound.arguments.pop("request", None)
+            named = bound.arguments[rest] if rest else bound.arguments
+            named["choice"] = self.swaps.settled(named["choice"], page)
+            return handler(*bound.args, **bound.kwargs)
+
+        waiting.__signature__ = with_request  # type: ignore[attr-defined]
+        waiting.__annotations__ = {**getattr(handler, "__annotations__", {}), "request": gr.Request}
+        return waiting
+
+    def _swapped(self, choice: ModelChoice, shown: tuple, name: str) -> dict:
+        """The page's answer to an address naming `name`, another model than its `choice`."""
         if name not in cait.list_models():
-            said = f"**The address asks for an unknown model** `{name}`; this page shows {choice}."
-            gr.Warning(said.replace("**", ""))
-            return {
-                self.parts.load_msg: said,
-                self.shared.status: said,  # on the first tab too, where the page opens
-                # the address names the model shown, not the unknown one
-                self.parts.url_model: choice.name if choice.checkpoint is None else "",
-            }
-        return self.load(choice=choice, ca_props=shown, variant=name, checkpoint="", download=False)
+            return self._address_refused(f"**The address asks for an unknown model** `{name}`", choice)
+        out = self.load(choice=choice, ca_props=shown, variant=name, checkpoint="", download=False)
+        if self.shared.choice in out:
+            return out
+        # a known variant this server cannot load (no weights here): said as an unknown name is, with the reason
+        reason = out[self.parts.load_msg].removeprefix("**Could not load the model:** ").split("\n")[0]
+        return self._address_refused(
+            f"**The address asks for** `{name}`**, which cannot be loaded here:** {reason}", choice
+        )
+
+    def _address_refused(self, said: str, choice: ModelChoice) -> dict:
+        """The page keeps `choice` though its address asked for another model: `said` (why) in a toast, next to
+        the Load button and in the status line where the page opens; the address then names the model shown."""
+        said = f"{said.rstrip('.')}; this page shows {choice}."
+        gr.Warning(said.replace("**", ""))
+        return {
+            self.parts.load_msg: said,
+            self.shared.status: said,
+            self.parts.url_model: choice.name if choice.checkpoint is None else "",
+        }
 
     def for_model(self, loaded: LoadedModel) -> dict:
         p = self.parts
@@ -195,10 +300,10 @@ class ModelTab:
             p.variant: loaded.choice.name,
         }
 
-    def wire(self, demo: gr.Blocks, *, ca_props: gr.State, everything: list) -> None:
-        """ca_props: the Class attention tab's gallery props (what a new model empties); everything: what
-        `page_for` may write."""
-        p, shared = self.parts, self.shared
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
+        """A new model empties the Class attention tab's galleries (their props) and writes everything `page_for`
+        may write."""
+        p, shared, ca_props, everything = self.parts, self.shared, page.ca.ca_props, page.everything()
         asked = dict(choice=shared.choice, ca_props=ca_props, variant=p.variant, checkpoint=p.checkpoint)
         p.load_btn.click(
             self.load,
@@ -210,11 +315,14 @@ class ModelTab:
         ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)
         for control in (p.variant, p.checkpoint):
             control.change(self.weights_status, [p.variant, p.checkpoint], p.weights_md, api_visibility="private")
+        # a group of its own, unlimited: the page's images asked before it landed wait for it (`after_swap`) in
+        # the model group's places, and it must not wait behind them
         demo.load(
             self.from_address,
             [shared.choice, ca_props],
             everything,
             show_progress_on=[p.load_msg],
-            concurrency_id="model",
+            concurrency_id="address",
+            concurrency_limit=None,
             api_visibility="private",
         ).then(None, p.url_model, None, js=KEEP_MODEL_IN_ADDRESS)

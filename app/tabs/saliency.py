@@ -14,6 +14,7 @@ import cait
 from app import figures, session, texts, torch_thread
 from app.choices import class_choices, colour_scale_image, map_names, ranked_classes, region_choices
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
 from cait import explain
 from cait.explain.attribution import OPTION_BOUNDS
@@ -169,7 +170,7 @@ def _map_of(name: str) -> tuple[int, int | None]:
     return int(layer[2:]) - 1, None if what == "mean" else int(what.split()[1]) - 1
 
 
-def build(first: LoadedModel) -> SaliencyParts:
+def build(first: LoadedModel, tab: gr.Tab) -> SaliencyParts:
     """The tab's components (inside its gr.Tab)."""
     gr.Markdown(
         "Maps for a chosen class, side by side, each with its deletion AUC (lower = more faithful) and "
@@ -281,7 +282,7 @@ def _regions_and_scores(cfg: cait.CaiTConfig, parts: dict) -> None:
         )
 
 
-class SaliencyTab:
+class SaliencyTab(PageTab):
     """The tab's events and what it draws."""
 
     def __init__(self, parts: SaliencyParts, shared: Shared, cache: ModelCache):
@@ -372,13 +373,16 @@ class SaliencyTab:
         image = figures.region_image(a.view, mask, box, img_size)
         return {self.parts.sal_region: gr.Image(value=image, label=label)}
 
-    def details(self, loaded: LoadedModel, a: session.Analysis, region_of: str | None, share: float) -> dict:
+    def detailed(self) -> list:
+        return [self.parts.sal_class, self.parts.sal_region]
+
+    def details(self, loaded: LoadedModel, a: session.Analysis, ask: Any) -> dict:
         """The follow-up of a new image here: the class menu and the region of focus."""
         return {self.parts.sal_class: gr.Dropdown(choices=class_choices(loaded.labels), value=a.top_class)} | (
-            self.region(a, region_of, share)
+            self.region(a, ask.region_of, ask.region_share)
         )
 
-    def cleared(self) -> dict:
+    def cleared(self, shown: tuple) -> dict:
         return dict.fromkeys(self.parts.results) | {self.parts.sal_msg: ""}
 
     def for_model(self, loaded: LoadedModel) -> dict:
@@ -389,9 +393,9 @@ class SaliencyTab:
             self.parts.region_of: gr.Dropdown(choices=regions, value=regions[0]),
         }
 
-    def wire(self, look: dict[str, Any]) -> None:
-        """look: the Class attention tab's controls by name (cmap, alpha, view), which the maps are drawn with."""
-        p, shared, on_torch = self.parts, self.shared, torch_thread.handler
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
+        """The maps are drawn with the Class attention tab's look (cmap, alpha, view)."""
+        look, p, shared, on_torch = page.look(), self.parts, self.shared, torch_thread.handler
         said = lambda line: {p.sal_msg: line}  # noqa: E731
         p.sal_run.click(
             on_torch(answering(self.run, said=said), batched=True),

@@ -11,6 +11,7 @@ import gradio as gr
 import cait
 from app import figures, session, torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
+from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, NO_BOUNDS_CHECK, Shared, answering, named, within
 from app.workdir import WORK
 from cait import explain
@@ -71,7 +72,7 @@ class QueryAsk:
     th_col: int
 
 
-def build(first: LoadedModel) -> TalkingHeadsParts:
+def build(first: LoadedModel, tab: gr.Tab) -> TalkingHeadsParts:
     """The tab's components (inside its gr.Tab)."""
     gr.Markdown(
         "Where one query patch (outlined) looks in a self-attention layer, per head, at each stage of the "
@@ -104,7 +105,7 @@ def build(first: LoadedModel) -> TalkingHeadsParts:
     return TalkingHeadsParts(th_layer, th_row, th_col, th_pick, th_gallery, th_plot)
 
 
-class TalkingHeadsTab:
+class TalkingHeadsTab(PageTab):
     """The tab's events and what it draws."""
 
     def __init__(self, parts: TalkingHeadsParts, shared: Shared, cache: ModelCache):
@@ -156,8 +157,11 @@ class TalkingHeadsTab:
         out = self.query(choice=choice, analysis=a, th_layer=layer, th_row=row, th_col=col)
         return {self.parts.th_row: row, self.parts.th_col: col, **out}
 
-    def cleared(self) -> dict:
-        return dict.fromkeys(self.parts.results)
+    def detailed(self) -> list:
+        return [self.parts.th_gallery, self.parts.th_plot, self.parts.th_pick, *self.parts.query]
+
+    def details(self, loaded: LoadedModel, a: session.Analysis, ask: Any) -> dict:
+        return self.outputs(loaded, a, ask.th_row, ask.th_col, ask.th_layer)
 
     def for_model(self, loaded: LoadedModel) -> dict:
         p, cfg, g = self.parts, loaded.cfg, loaded.cfg.grid_size
@@ -168,7 +172,7 @@ class TalkingHeadsTab:
             p.th_gallery: gr.Gallery(value=None, columns=talking_columns(cfg)),
         }
 
-    def wire(self) -> None:
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
         p, shared, on_torch = self.parts, self.shared, torch_thread.handler
         shown = [shared.analysis, p.th_gallery, p.th_plot, p.th_pick, *p.query]
         # input, not release: arrow keys and a typed value + Enter redraw too (a drag's steps: only the latest);

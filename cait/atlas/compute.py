@@ -29,7 +29,7 @@ def head_numbers(boxes: bool) -> tuple[str, ...]:
     return HEAD_NUMBERS if boxes else HEAD_NUMBERS[:2]
 
 
-def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa_inputs: bool):
+def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa_inputs: bool, keep_maps: bool = False):
     """Everything but the knockouts, from one pass that keeps each SA layer's distances, not its maps
     (`explain.head_stats.distance_reduce`), and with keep_sa_inputs its SA states
     (`explain.causal.recorded_sa_inputs`), so the knockouts need no pass of their own."""
@@ -53,6 +53,8 @@ def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa
         "box_share": box_share(boxes, cfg.img_size),  # the chance level of both localisation scores
         "distance": distance.float(),
     }
+    if keep_maps:  # the maps themselves, for a reader that compares them (`cait.compare`)
+        numbers["maps"] = maps.float()
     return numbers, sa_inputs
 
 
@@ -112,15 +114,16 @@ def batch_numbers(
     knockouts: bool,
     dtype: torch.dtype | None,
     corrupted: torch.Tensor | None = None,
+    keep_maps: bool = False,
 ) -> dict[str, np.ndarray]:
     """Per image of the normalised batch x [B, C, H, W] (boxes [B, 4] in input pixels, NaN rows without):
     prediction, probability, per CA head (`HEAD_NUMBERS`) [B, L, H], SA distances [B, D, H], with
     knockouts the logit change per block [B, K], and with `corrupted` (the normalised corrupted batch) the
-    activation patching of the predicted class (`patching_numbers`), as numpy arrays. dtype: the autocast
-    dtype (None: fp32)."""
+    activation patching of the predicted class (`patching_numbers`), with keep_maps the class-attention maps
+    [B, L, H, g, g], as numpy arrays. dtype: the autocast dtype (None: fp32)."""
     boxes = boxes.to(x.device).float()
     with autocast(dtype, x.device):
-        out, sa_inputs = _one_pass(model, x, boxes, keep_sa_inputs=knockouts)
+        out, sa_inputs = _one_pass(model, x, boxes, keep_sa_inputs=knockouts, keep_maps=keep_maps)
         if knockouts:  # from the pass's own SA states: one forward fewer than knockout_profile alone
             out["knockout"] = explain.knockout_profile(model, x, out["prediction"], sa_inputs=sa_inputs).float()
     if corrupted is not None:

@@ -38,7 +38,7 @@ def _figure_id(index: int, fig) -> str:
     return f"figure-{index}-{slug}" if slug else f"figure-{index}"
 
 
-def _figure_html(index: int, fig) -> str:
+def figure_html(index: int, fig) -> str:
     return fig.to_html(
         full_html=False, include_plotlyjs=False, config={"displaylogo": False}, div_id=_figure_id(index, fig)
     )
@@ -140,7 +140,7 @@ def confusion_figure(confusion: dict[str, Any], most: int = 40):
     return fig
 
 
-def _jpeg(image: Image.Image) -> str:
+def jpeg_data_uri(image: Image.Image) -> str:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=80)
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
@@ -189,7 +189,7 @@ def exemplar_tiles(tally: Tally, model, data, dtype) -> dict[tuple[int, int], di
             kinds = {"concentrated": tally.concentrated[k], "writes": tally.writing[k]}
             tiles[l, h] = {
                 kind: [
-                    (i, _jpeg(whole_tile(images[i], maps[where[i], l, h], items[where[i]][2], model.cfg)))
+                    (i, jpeg_data_uri(whole_tile(images[i], maps[where[i], l, h], items[where[i]][2], model.cfg)))
                     for i, _ in top.best()
                 ]
                 for kind, top in kinds.items()
@@ -242,16 +242,14 @@ def _mean_pm(mean: float | None, ci: list | None) -> str:
 
 def _heads_table(summary: dict) -> str:
     """Per head each number's mean ± the half width of its 95% interval, over all images and, on labelled
-    data, over the right and the wrong predictions apart (image counts in the header; the localisation numbers
-    are over the images with a box of these)."""
+    data, over the right and the wrong predictions apart (each column's image count in its header: the
+    localisation numbers are over the images with a box in view)."""
     first = summary["heads"][0]
     numbers = [m for m in NUMBER_NAMES if first[f"{m}_mean"] is not None]
     outcomes = [o for o in ("correct", "wrong") if f"{numbers[0]}_{o}_mean" in first]
-    right = round(summary["top1"] * summary["labelled"]) if outcomes else 0
-    count = {"": summary["images"], "_correct": right, "_wrong": summary["labelled"] - right}
     groups = [("all", "")] + [(o if o == "wrong" else "right", f"_{o}") for o in outcomes]
     top = "".join(f"<th colspan='{len(groups)}'>{NUMBER_NAMES[m]}</th>" for m in numbers)
-    sub = "".join(f"<th>{g} ({count[s]})</th>" for _ in numbers for g, s in groups)
+    sub = "".join(f"<th>{g} ({first[f'{m}{s}_images']})</th>" for m in numbers for g, s in groups)
     body = "".join(
         f"<tr><td>{head_name(e['layer'] - 1, e['head'] - 1)}</td>"
         + "".join(f"<td>{_mean_pm(e[f'{m}{s}_mean'], e[f'{m}{s}_ci95'])}</td>" for m in numbers for _, s in groups)
@@ -317,7 +315,7 @@ def _figures(summary: dict, tally: Tally, hist: dict, model, names: list[str]) -
         )
     if summary.get("patching"):
         figs += patching_figures(summary["patching"], cfg, summary["images"])
-    return [_figure_html(i, f) for i, f in enumerate(figs)]
+    return [figure_html(i, f) for i, f in enumerate(figs)]
 
 
 def patching_figures(patching: dict, cfg, images: int) -> list:

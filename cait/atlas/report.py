@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,8 +30,16 @@ def block_label(name: str) -> str:
     return f"{'ca' if stage == 'blocks_token_only' else 'sa'}{int(k) + 1}"
 
 
+def _added(total: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`total` plus every row of `values` (along the first axis), one row at a time in order: float64 sums
+    that do not depend on where the rows were cut into shards (a sum per shard, then over the shards, would
+    round differently for one process and torchrun's ranks)."""
+    return np.add.accumulate(np.concatenate([total[None], values]), axis=0)[-1] if len(values) else total
+
+
 class Moments:
-    """Running count, sum, sum of squares, min and max over the first axis, NaNs left out (float64)."""
+    """Running count, sum, sum of squares, min and max over the first axis, NaNs left out (float64; the sums in
+    image order, `_added`)."""
 
     def __init__(self, shape: tuple[int, ...]):
         self.n, self.sum, self.sq = np.zeros(shape), np.zeros(shape), np.zeros(shape)
@@ -40,8 +49,8 @@ class Moments:
         v = values.astype(np.float64)
         seen = ~np.isnan(v)
         self.n += seen.sum(0)
-        self.sum += np.where(seen, v, 0).sum(0)
-        self.sq += np.where(seen, v * v, 0).sum(0)
+        self.sum = _added(self.sum, np.where(seen, v, 0))
+        self.sq = _added(self.sq, np.where(seen, v * v, 0))
         if len(v):
             self.lo = np.fmin(self.lo, np.nanmin(np.where(seen, v, np.inf), 0))
             self.hi = np.fmax(self.hi, np.nanmax(np.where(seen, v, -np.inf), 0))
@@ -66,7 +75,7 @@ class Moments:
 
 class Ratio:
     """The ratio of two running means over the first axis, sum(a) / sum(g), with a 95% interval by the delta
-    method (from running sums of a, g, their squares and product; float64). For activation patching: a
+    method (from running sums of a, g, their squares and product; float64, in image order). For activation patching: a
     component's mean restored logit over the mean gap, the share of the gap it restores."""
 
     def __init__(self, shape: tuple[int, ...]):
@@ -77,11 +86,11 @@ class Ratio:
         a = a.astype(np.float64)
         g = g.astype(np.float64).reshape((-1,) + (1,) * (a.ndim - 1))
         self.n += len(a)
-        self.a += a.sum(0)
-        self.g += np.broadcast_to(g, a.shape).sum(0)
-        self.aa += (a * a).sum(0)
-        self.gg += np.broadcast_to(g * g, a.shape).sum(0)
-        self.ag += (a * g).sum(0)
+        self.a = _added(self.a, a)
+        self.g = _added(self.g, np.broadcast_to(g, a.shape))
+        self.aa = _added(self.aa, a * a)
+        self.gg = _added(self.gg, np.broadcast_to(g * g, a.shape))
+        self.ag = _added(self.ag, a * g)
 
     @property
     def ratio(self) -> np.ndarray:
@@ -370,9 +379,11 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def histograms(shards: list[Path], tally: Tally, *, boxes: bool) -> dict[str, dict[str, Any]]:
-    """Per number, shared bin edges over all heads and the counts of each head [L, H, BINS] (a second read of
-    the shards: the edges need the first pass's extremes)."""
-    numbers = [m for m in head_numbers(boxes) if m != "pointing"]  # a hit is 0 or 1: its rate is in the table
+    """Per number with a value, shared bin edges over all heads and the counts of each head [L, H, BINS] (a
+    second read of the shards: the edges need the first pass's extremes). A localisation number of data whose
+    boxes all lie outside the model's view has no value, so no histogram."""
+    # a hit is 0 or 1: its rate is in the table
+    numbers = [m for m in head_numbers(boxes) if m != "pointing" and tally.moments[m].n.any()]
     edges = {}
     for m in numbers:
         lo, hi = float(np.min(tally.moments[m].lo)), float(np.max(tally.moments[m].hi))
@@ -487,9 +498,9 @@ def token_patching_entry(tally: Tally) -> dict[str, Any]:
 
 
 def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[str, Any]]:
-    """summary.json's `heads`: per CA head (numbered from 1) the mean of each number with its interval (named
-    as in heads.csv: `<number>_mean`, `<number>_ci95`), on labelled data also over the right and the wrong
-    predictions apart (`<number>_correct_mean`, ...), and its exemplars."""
+    """summary.json's `heads`: per CA head (numbered from 1) the mean of each number with its interval and the
+    images it is over (named as in heads.csv: `<number>_mean`, `<number>_ci95`, `<number>_images`), on labelled
+    data also over the right and the wrong predictions apart (`<number>_correct_mean`, ...), and its exemplars."""
     entries = []
     for l in range(tally.layers):
         for h in range(tally.heads):
@@ -497,10 +508,13 @@ def head_entries(tally: Tally, paths: list[str], *, boxes: bool) -> list[dict[st
             for m in HEAD_NUMBERS:
                 stats = _interval(tally.moments[m], (l, h)) if m in head_numbers(boxes) else {}
                 entry |= {f"{m}_mean": stats.get("mean"), f"{m}_ci95": stats.get("ci95")}
+                entry[f"{m}_images"] = int(tally.moments[m].n[l, h]) if m in head_numbers(boxes) else 0
             for outcome in OUTCOMES if tally.labelled else ():
                 for m in head_numbers(boxes):
-                    stats = _interval(tally.by_outcome[outcome][m], (l, h))
-                    entry |= {f"{m}_{outcome}_mean": stats["mean"], f"{m}_{outcome}_ci95": stats["ci95"]}
+                    mo, name = tally.by_outcome[outcome][m], f"{m}_{outcome}"
+                    stats = _interval(mo, (l, h))
+                    entry |= {f"{name}_mean": stats["mean"], f"{name}_ci95": stats["ci95"]}
+                    entry[f"{name}_images"] = int(mo.n[l, h])
             entry["exemplars"] = {
                 "concentrated": [{"path": paths[i], "entropy": -v} for i, v in tally.concentrated[k].best()],
                 "writes": [{"path": paths[i], "dla": v} for i, v in tally.writing[k].best()],
@@ -528,19 +542,28 @@ def class_entries(tally: Tally, names: list[str]) -> dict[str, Any]:
 
 def box_line(entry: dict[str, Any]) -> str:
     """summary.json's `boxes` in one line (the log's and the page's): what is scored, what was left out and why."""
-    return BoxCount(entry["images_with_box"], entry["left_out"]).line()
+    line = BoxCount(entry["images_with_box"], entry["left_out"]).line()
+    return line + (f"; {entry['no_scores']}" if entry.get("no_scores") else "")
 
 
-def box_entry(tally: Tally, count: BoxCount | None) -> dict[str, Any]:
+def box_entry(tally: Tally, count: BoxCount | None, boxes: np.ndarray) -> dict[str, Any]:
     """summary.json's `boxes`: how many readable images had a box the model sees (the images every
-    localisation score is over), what the reader left out and why, and the chance level of the pointing game
-    and the mass in the box (the mean box share of the image, with its interval)."""
+    localisation score is over), what was left out and why (the reader's count, and the boxes of images that
+    opened but could not be decoded, `boxes` [N, 4] NaN rows without), and the chance level of the pointing
+    game and the mass in the box (the mean box share of the image, with its interval)."""
     share = tally.moments.get("box_share")
     scored = 0 if share is None else int(share.n)
-    entry = {"images_with_box": scored, "left_out": dict(count.left_out) if count else {}}
+    left = Counter(count.left_out if count else {})
+    left["unreadable"] += int((~np.isnan(boxes[sorted(tally.skipped)]).any(-1)).sum()) if tally.skipped else 0
+    entry = {"images_with_box": scored, "left_out": {k: left[k] for k in LEFT_OUT if left[k]}}
     entry["left_out_reasons"] = {k: LEFT_OUT[k] for k in entry["left_out"]}
     stats = _interval(share, ()) if scored else {"mean": None, "ci95": None}
-    return entry | {"box_share_mean": stats["mean"], "box_share_ci95": stats["ci95"]}
+    entry |= {"box_share_mean": stats["mean"], "box_share_ci95": stats["ci95"]}
+    return entry | ({} if scored else {"no_scores": NO_BOX_IN_VIEW})
+
+
+# why the localisation columns of an atlas are empty when boxes were given but none lies in the model's view
+NO_BOX_IN_VIEW = "no image has a box in the model's view: the pointing and mass-in-box columns are empty"
 
 
 def block_entries(tally: Tally, names: list[str], gamma: list[float]) -> list[dict[str, Any]]:

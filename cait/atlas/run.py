@@ -8,15 +8,17 @@ import json
 import os
 import shutil
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 from filelock import FileLock
 
 from .. import explain
-from ..data import ImageSet, read_images
+from ..data import DataWarning, ImageSet, read_images
 from ..distributed import RankFailed, balanced_runs, gather_all, process_group, rank_zero_does
 from ..errors import InputError
 from ..factory import load_from_flags
@@ -56,33 +58,48 @@ def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(json.dumps({"format": FORMAT, **kept}))
 
 
-def _barrier() -> None:
+def barrier() -> None:
+    """Every rank waits here for the others (nothing without a process group)."""
     if dist.is_initialized():
         dist.barrier()
 
 
-def _ready_out(out: Path) -> FileLock | None:
+def ready_out(out: Path, *, what: str = "atlas") -> FileLock | None:
     """Rank 0 makes OUT and its shards folder, proves them writable and locks OUT before any work (the others
-    wait for the answer, an OutputError on every rank); returns the held lock (None on the other ranks)."""
+    wait for the answer, an OutputError on every rank); returns the held lock (None on the other ranks). what:
+    the kind of run, as a refusal names it."""
 
     def ready() -> FileLock:
         writable_folder(out / SHARD_DIR)
-        return lock_out(out)
+        return lock_out(out, what=what)
 
     return rank_zero_does(ready)
 
 
-def _plan(out: Path, cover: Cover, recorded: dict, *, world: int, size: int, batch: int) -> list[list[range]]:
+def plan_shards(
+    out: Path,
+    cover: Cover,
+    recorded: dict,
+    *,
+    world: int,
+    size: int,
+    batch: int,
+    error: type[InputError] = AtlasError,
+    skip_reason: Callable | None = None,
+) -> list[list[range]]:
     """Rank 0 checks the arguments and the shards on disk (a damaged or foreign shard is redone, skips are
-    retried) and splits what is left over the ranks, saying the split; every rank gets rank 0's plan, or its
-    AtlasError."""
+    retried unless they fail again alike: `shards.verified`, asking `skip_reason`) and splits what is left over
+    the ranks, saying the split; every rank gets rank 0's plan, or its `error` (AtlasError; a comparison run
+    raises its own)."""
 
     def plan() -> list[list[range]]:
         problem = args_problem(out, recorded)
         if problem:
-            raise AtlasError(problem)
+            raise error(problem)
         record_args(out, recorded)
-        todo = todo_images(verified(out, cover, say=lambda line: print(line, file=sys.stderr)), len(cover.paths))
+        say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+        todo = todo_images(verified(out, cover, say=say, skip_reason=skip_reason), len(cover.paths))
+        _say_resumed(len(cover.paths), len(todo))
         runs = balanced_runs(todo, world, size, batch=batch)
         if world > 1 and todo:
             split = ", ".join(
@@ -92,6 +109,35 @@ def _plan(out: Path, cover: Cover, recorded: dict, *, world: int, size: int, bat
         return runs
 
     return gather_all(rank_zero_does(plan))[0]
+
+
+def _say_resumed(images: int, todo: int) -> None:
+    """A line when the shards on disk already hold some of the images: the run continues an earlier one."""
+    if todo == 0:
+        print(f"all {images} images were done before: merging", file=sys.stderr)
+    elif todo < images:
+        print(f"continuing: {images - todo} of {images} images were done before, {todo} to do", file=sys.stderr)
+
+
+@contextmanager
+def one_line_warnings(*, rank: int) -> Iterator[None]:
+    """Inside, a `DataWarning` (data used, not all as asked) prints as one line, without the source line
+    Python adds, and only on rank 0 (every rank reads the same data: one says it)."""
+    with warnings.catch_warnings():
+        if rank:
+            warnings.simplefilter("ignore", DataWarning)
+        shown = warnings.formatwarning
+
+        def one_line(message, category, filename, lineno, line=None) -> str:
+            if issubclass(category, DataWarning):
+                return f"warning: {message}\n"
+            return shown(message, category, filename, lineno, line)
+
+        warnings.formatwarning = one_line
+        try:
+            yield
+        finally:
+            warnings.formatwarning = shown
 
 
 def read_data(args: argparse.Namespace, cfg) -> ImageSet:
@@ -108,7 +154,8 @@ def run(args: argparse.Namespace) -> Path:
     with process_group(args.device) as (rank, world, device):
         loaded = load_from_flags(args)
         loaded.model.to(device).eval()
-        data = read_data(args, loaded.model.cfg)
+        with one_line_warnings(rank=rank):
+            data = read_data(args, loaded.model.cfg)
         return make(args, loaded, data, device=device, rank=rank, world=world)
 
 
@@ -136,13 +183,16 @@ def make(
     Returns:
         The atlas's folder, args.out."""
     out = Path(args.out)
-    lock = _ready_out(out)  # after the input is known good (no folder made for a typo), before any work
+    lock = ready_out(out)  # after the input is known good (no folder made for a typo), before any work
     try:
         precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
+        # and the weights' identity: a file trained again at the same path is another model, never continued
         recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
+        recorded["weights_id"] = loaded.weights_id
         cover = Cover.of(recorded, data.paths)
-        plan = _plan(out, cover, recorded, world=world, size=args.shard_size, batch=args.batch_size)
+        sizes = dict(world=world, size=args.shard_size, batch=args.batch_size)
+        plan = plan_shards(out, cover, recorded, **sizes, skip_reason=data.skip_reason)
         dtype = precision.dtype
         options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
         options["patching"] = args.patching
@@ -150,7 +200,7 @@ def make(
         run_shards(
             loaded.model, data, plan[rank], out, cover, device=device, show=show, stop_after=args.stop_after, **options
         )
-        _barrier()  # every rank's shards are on disk before rank 0 looks
+        barrier()  # every rank's shards are on disk before rank 0 looks
         if rank == 0:
             done = shard_files(out)
             files = tiling(done, len(data))
@@ -177,7 +227,12 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: ar
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        skipped = _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
+        try:
+            skipped = _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
+        except OSError as e:  # a write() on a full disk names no file: name the atlas's folder
+            if e.filename is None and e.strerror:
+                raise OSError(e.errno, f"{e.strerror} (writing the merged files)", str(out)) from None
+            raise
         readable = len(skipped) < len(data)
         for name in MERGED if readable else ("skipped.csv",):
             if (stage / name).exists():
@@ -262,7 +317,7 @@ def _summary(
         "dla": "each CA head's direct write to the logit of the class the model predicted (cait.explain)",
         "heads": report.head_entries(tally, data.paths, boxes=boxes) if images else [],
         "sa_attention_distance": None,
-        "boxes": report.box_entry(tally, data.box_count) if boxes else None,
+        "boxes": report.box_entry(tally, data.box_count, data.boxes.numpy()) if boxes else None,
         **report.class_entries(tally, list(class_names(cfg))),
     }
     if distance is not None:
@@ -282,8 +337,15 @@ def _summary(
 def main_guarded(args: argparse.Namespace) -> int:
     """`run`, with bad input and file-system errors as one line on stderr (input errors from rank 0 only under
     torchrun) and exit code 2; Ctrl-C as a line saying how to continue and exit code 130."""
+    return guarded(lambda: run(args), "python -m cait.atlas", args.out)
+
+
+def guarded(work: Callable[[], object], prog: str, out: str | Path) -> int:
+    """`work()` of a sharded command (`prog`, as its error lines name it, writing into `out`): bad input and
+    file-system errors as one line on stderr (input errors from rank 0 only under torchrun) and exit code 2; Ctrl-C
+    as a line saying how to continue and exit code 130; 0 when it is done."""
     try:
-        run(args)
+        work()
     except RankFailed:  # rank 0 says what failed, with its traceback
         return 1
     except KeyboardInterrupt:
@@ -291,11 +353,12 @@ def main_guarded(args: argparse.Namespace) -> int:
             print("\ninterrupted: the shards written are kept; the same command continues", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a folder made read-only mid-run: this rank's own problem, said by it
-        print(f"python -m cait.atlas: error: {write_failure(e)}; the shards written are kept", file=sys.stderr)
+        kept = "; the shards written are kept" if any((Path(out) / SHARD_DIR).glob("shard-*.npz")) else ""
+        print(f"{prog}: error: {write_failure(e)}{kept}", file=sys.stderr)
         return 2
     except (InputError, ShardError) as e:  # a flag, file, model, image set or shard that cannot work
         if int(os.environ.get("RANK", "0")) == 0:
-            print(f"python -m cait.atlas: error: {_one_line(e)}", file=sys.stderr)
+            print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
 

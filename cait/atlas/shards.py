@@ -5,9 +5,10 @@ so a kill or a full disk leaves no half shard.
 A shard carries what it covers: its image range, a hash of those images' paths, a hash of the arguments that
 change the numbers (and of the atlas's `FORMAT`), and a checksum of its arrays. A rerun verifies every shard on
 disk and redoes one that is damaged, made for other images or arguments, or that skipped images (an unreadable
-file may be readable now), saying so in a line. What is left to do is split evenly over torchrun's ranks in whole
-batches (the batches of a one-process run, so the numbers are the same), in shards of at most --shard-size
-images, whatever the shard size (`cait.distributed.balanced_runs`)."""
+file may be readable now; a shard whose skipped files fail again for the reasons it recorded is kept), saying so
+in a line. What is left to do is split evenly over torchrun's ranks in whole batches (the batches of a
+one-process run, so the numbers are the same), in shards of at most --shard-size images,
+whatever the shard size (`cait.distributed.balanced_runs`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ ARGS_FILE = "atlas_args.json"  # the arguments the shards were made with, and th
 FORMAT = 1
 SHARD_DIR = "shards"
 META = "meta"  # the shard's array holding what it covers, as JSON
+SKIP_REASONS = "skip_reasons"  # the shard's array of why each skipped image could not be read
 
 
 class ShardError(ValueError):
@@ -141,28 +143,45 @@ def tiling(files: dict[range, Path], images: int) -> list[Path] | None:
     return order
 
 
-def verified(out: Path, cover: Cover, *, say=print) -> list[range]:
+def verified(
+    out: Path, cover: Cover, *, say=print, skip_reason: Callable[[int], str | None] | None = None
+) -> list[range]:
     """The image ranges the shards on disk hold, after checking each: a damaged or foreign shard, and one that
     skipped images (to retry them), is removed with a line saying so, and so are leftover temporary files (the
-    caller holds OUT's lock: no other run writes there)."""
+    caller holds OUT's lock: no other run writes there). skip_reason: why image i cannot be read now (None: it
+    reads); a shard whose skipped images all fail again for the reasons it recorded is kept, with a line."""
     for leftover in (out / SHARD_DIR).glob("*.tmp"):
         leftover.unlink(missing_ok=True)
     kept = []
     for images, path in shard_files(out).items():
+        if path.is_dir():  # not ours to delete
+            raise ShardError(f"{path} is a folder, not a shard file: move or delete it")
         try:
             if images.stop > len(cover.paths):
                 raise ShardError(f"{path.name} covers images past the {len(cover.paths)} of this data")
-            skipped = len(read_shard(path, cover)["skipped"])
+            shard = read_shard(path, cover)
         except ShardError as e:
             say(f"{e}: redoing it")
             path.unlink(missing_ok=True)
             continue
-        if skipped:
+        skipped = len(shard["skipped"])
+        if skipped and _fail_again(shard, skip_reason):
+            reasons = ", ".join(sorted(set(shard[SKIP_REASONS].tolist())))
+            say(f"{path.name}: its {skipped} unreadable image(s) failed again for the same reason ({reasons}): kept")
+        elif skipped:
             say(f"{path.name} skipped {skipped} unreadable image(s): retrying them")
             path.unlink(missing_ok=True)
             continue
         kept.append(images)
     return kept
+
+
+def _fail_again(shard: dict[str, np.ndarray], skip_reason: Callable[[int], str | None] | None) -> bool:
+    """Whether every image the shard skipped still cannot be read, for the reason the shard recorded (a file
+    tried alone: cheaper than redoing its shard)."""
+    if skip_reason is None or SKIP_REASONS not in shard:
+        return False
+    return all(skip_reason(i) == why for i, why in zip(shard["skipped"].tolist(), shard[SKIP_REASONS].tolist()))
 
 
 def todo_images(done: list[range], images: int) -> list[int]:
@@ -210,7 +229,7 @@ def _made_before_formats(out: Path, sign: str) -> str:
 def _flag(key: str) -> str:
     """How a recorded argument is named in a message: as its flag, or in words for what the run found (how many
     images the data held, the precision --precision chose)."""
-    return key.replace("_", " ") if key in ("images", "precision_used") else f"--{key.replace('_', '-')}"
+    return key.replace("_", " ") if key in ("images", "precision_used", "weights_id") else f"--{key.replace('_', '-')}"
 
 
 def record_args(out: Path, recorded: dict[str, Any]) -> None:
@@ -244,6 +263,13 @@ def _shard_numbers(
         yield rows
 
 
+def _skip_reasons(data: Dataset, skipped: np.ndarray) -> np.ndarray:
+    """Why each skipped image could not be read (`ImageSet.skip_reason`; "" for a dataset that cannot say), kept
+    in its shard so that a rerun can tell a file that still fails the same way from one to retry."""
+    reason = getattr(data, "skip_reason", None)
+    return np.array([(reason(i) or "") if reason else "" for i in skipped.tolist()], dtype=str)
+
+
 def run_shards(
     model: nn.Module,
     data: Dataset,
@@ -271,4 +297,5 @@ def run_shards(
             parts = list(_shard_numbers(model, loader, **numbers))
             keys = {k for p in parts for k in p}
             arrays = {k: np.concatenate([p[k] for p in parts if k in p]) for k in keys}
+            arrays[SKIP_REASONS] = _skip_reasons(data, arrays["skipped"])
             write_shard(shard_path(out, images), arrays, cover.meta(images))

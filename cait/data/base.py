@@ -57,6 +57,8 @@ class ImageFolderData(Dataset):
     def __init__(self, root: str | Path, split: str, *, subset: int | None = None):
         from torchvision.datasets import ImageFolder
 
+        from .image_file import read_image
+
         path = Path(root) / split
         if not path.is_dir():
             raise DataError(
@@ -64,7 +66,7 @@ class ImageFolderData(Dataset):
                 f"{Path(root)}/val/<class>/ with images"
             )
         try:
-            self.folder = ImageFolder(str(path))
+            self.folder = ImageFolder(str(path), loader=read_image)  # the one decoder, as every reader
         except (FileNotFoundError, RuntimeError) as e:
             raise DataError(f"{path} holds no usable images: {e}") from None
         self.classes = tuple(self.folder.classes)

@@ -100,13 +100,13 @@ def _box_in_view(
     box: list[float], size: tuple[int, int] | None, image: Path, cfg: CaiTConfig
 ) -> tuple[torch.Tensor | None, str | None]:
     """(the box in input pixels, None) or (None, the `LEFT_OUT` reason it is not scored). size: the image's
-    (width, height) from the COCO file, else read from the file's header."""
-    if size is None:
-        try:
-            with Image.open(image) as opened:  # reads the header only
-                size = opened.size
-        except IMAGE_ERRORS:
-            return None, "unreadable"
+    (width, height) from the COCO file, else read from the file's header. The header is read either way: a box of
+    an image that cannot be opened is left out whether or not the COCO file gives its size."""
+    try:
+        with Image.open(image) as opened:  # reads the header only
+            size = size or opened.size
+    except IMAGE_ERRORS:
+        return None, "unreadable"
     x0, y0, x1, y1 = box
     if x0 >= size[0] or y0 >= size[1] or x1 <= 0 or y1 <= 0:
         return None, "outside_image"

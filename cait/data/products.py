@@ -101,7 +101,7 @@ class ProductPhotos:
 
     def render(self, i: int) -> np.ndarray:
         """The uint8 [canvas, canvas, 3] photo of garment i."""
-        from .scenes import _blur
+        from .scenes import gaussian_blur
 
         d, c = self.draws[i], self.canvas
         ramp = np.linspace(0, 1, c)[:, None, None] ** 2  # darker towards the bottom, as a studio sweep falls off
@@ -111,7 +111,7 @@ class ProductPhotos:
         g[d["y0"] : d["y0"] + d["side"], d["x0"] : d["x0"] + d["side"]] = np.asarray(frame, np.float64) / 255
         g = np.clip(g, 0, 1)
         dx, dy = d["shadow_offset"]
-        shadow = _blur(np.roll((g > 0.1).astype(np.float64), (dy, dx), axis=(0, 1)), d["shadow_blur"])
+        shadow = gaussian_blur(np.roll((g > 0.1).astype(np.float64), (dy, dx), axis=(0, 1)), d["shadow_blur"])
         img *= 1 - d["shadow_strength"] * shadow[..., None]
         img = img * (1 - g[..., None]) + d["colour"] * g[..., None]  # ink on paper: g is the colour's opacity
         img += np.random.default_rng(d["noise_seed"]).normal(0, NOISE, img.shape)

@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from ..config import CaiTConfig
 from .coco import BoxCount, read_coco_boxes
-from .image_file import IMAGE_ERRORS, eight_bit, unreadable_reason
+from .image_file import IMAGE_ERRORS, read_image, unreadable_reason
 from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning, split_name
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
@@ -184,15 +184,14 @@ class _ItemImage:
 
 
 class _FileImage:
-    """Loads file i under a root, decoded in full here so that a truncated file fails now, not later."""
+    """Loads file i under a root in `mode` (the model's channels) by the one decoder (`read_image`), decoded in
+    full here so that a truncated file fails now, not later."""
 
-    def __init__(self, root: Path, paths: list[str]):
-        self.root, self.paths = root, paths
+    def __init__(self, root: Path, paths: list[str], mode: str):
+        self.root, self.paths, self.mode = root, paths, mode
 
     def __call__(self, i: int) -> Image.Image:
-        with Image.open(self.root / self.paths[i]) as image:
-            image.load()  # a loaded image stays usable after its file is closed
-        return eight_bit(image)
+        return read_image(self.root / self.paths[i], mode=self.mode)
 
 
 def image_extensions() -> frozenset[str]:
@@ -297,7 +296,7 @@ def _folder(
     return ImageSet(
         name=name,
         paths=paths,
-        load=_FileImage(root, paths),
+        load=_FileImage(root, paths, cfg.image_mode),
         cfg=cfg,
         labels=labels,
         boxes=box_tensor,

@@ -232,7 +232,7 @@ class FashionMNISTScenes(Dataset):
                 colour = tint * (1 - style["garment_depth"] * shade)
             else:
                 colour = tint * (style["garment_floor"] + (1 - style["garment_floor"]) * shade)
-            alpha = np.clip(_blur(g[..., 0], style["garment_blur"])[..., None] * 1.6, 0, 1) * self._box_mask(i)
+            alpha = np.clip(gaussian_blur(g[..., 0], style["garment_blur"])[..., None] * 1.6, 0, 1) * self._box_mask(i)
         alpha = alpha * rng.uniform(0.85, 1.0)
         if garment:
             _paste(img, alpha, colour, self.x0[i], self.y0[i])
@@ -272,7 +272,7 @@ def _resize(arr: np.ndarray, side: int) -> np.ndarray:
     return np.stack([_resize(arr[..., k], side) for k in range(arr.shape[-1])], axis=-1)
 
 
-def _blur(arr: np.ndarray, sigma: float) -> np.ndarray:
+def gaussian_blur(arr: np.ndarray, sigma: float) -> np.ndarray:
     """Gaussian blur (std `sigma` pixels, 3 sigma each side, zeros beyond the edge) of a float [h, w] array."""
     if sigma <= 0:
         return arr

@@ -40,6 +40,17 @@ def check_class_stage(model: nn.Module) -> None:
         )
 
 
+def check_ca_layer(model: nn.Module, method: str, layer: int) -> None:
+    """ExplainInputError unless the model has CA layer `layer` (0-based), which `method` reads."""
+    depth = check_model(model).depth_token_only
+    if not 0 <= layer < depth:
+        named = ", ".join(f"ca{k}_mean" for k in range(1, depth + 1)) or "none"
+        raise ExplainInputError(
+            f"method {method!r} reads CA layer {layer + 1}; this model has {depth} CA layer(s) (its methods of a "
+            f"CA layer: {named})"
+        )
+
+
 def check_input(model: nn.Module, x: torch.Tensor, *, name: str = "x") -> None:
     """ExplainInputError unless `x` (called `name` in the message) is a finite float batch [B, C, H, W] of the
     model's input shape whose values can be normalised pixels."""

@@ -1,6 +1,7 @@
 """The stage plumbing every causal explanation shares: eval mode without autograd, the tokens entering each SA
 block, the class-attention stage's class tokens (so a knockout, an ablation or a patch re-runs only a suffix),
-patch scores on the grid, and the difference two runs make to the target logit."""
+the class stage's keys and values of one run's patch tokens (so a re-run of the class stage recomputes only the
+class token's own path), patch scores on the grid, and the difference two runs make to the target logit."""
 
 from __future__ import annotations
 
@@ -62,3 +63,126 @@ def sa_states(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     for k in range(len(model.blocks)):
         states.append(model.forward_sa_blocks(states[-1], start=k, stop=k + 1))
     return states
+
+
+# ----------------------------------------------------------------------------------------------------
+# the class token's own path on a run's cached keys and values
+
+
+@dataclass
+class ClassStageKeys:
+    """Each CA block's keys and values of one run's patch tokens, [B, heads, N, d / heads] per block. The class
+    stage never changes the patch tokens, and LayerNorm and the projections act per token, so these are fixed
+    per run: re-running the class stage for another class token, or with some patches taken from another run,
+    only recomputes the class token's own path (one query, its own key and value, one attention row, the
+    projection and the MLP of one token)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
+def _heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """[B, T, d] -> [B, heads, T, d / heads]."""
+    B, T, d = t.shape
+    return t.view(B, T, heads, d // heads).transpose(1, 2)
+
+
+def class_stage_keys(model: nn.Module, tokens: torch.Tensor) -> ClassStageKeys:
+    """Every CA block's keys and values of the patch tokens [B, N, d] the class stage reads (one run's)."""
+    keys, values = [], []
+    for blk in model.blocks_token_only:
+        x = blk.norm1(tokens)
+        keys.append(_heads(blk.attn.k(x), blk.attn.num_heads))
+        values.append(_heads(blk.attn.v(x), blk.attn.num_heads))
+    return ClassStageKeys(keys, values)
+
+
+def _by_token(t: torch.Tensor) -> torch.Tensor:
+    """[B, h, T, e] -> [B, T, h, e], a view: index it by (image, token) to read or write every head."""
+    return t.permute(0, 2, 1, 3)
+
+
+def _by_entry(t: torch.Tensor) -> torch.Tensor:
+    """Attention scores [B, h, M, N] -> [B, M, N, h], a view: index it by (image, row, patch)."""
+    return t.permute(0, 2, 3, 1)
+
+
+@dataclass
+class _Swap:
+    """The entries (image, row, patch) of a batch of mixed runs whose patch is read from the source run."""
+
+    image: torch.Tensor  # [nnz] long
+    row: torch.Tensor  # [nnz] long
+    patch: torch.Tensor  # [nnz] long
+    rows: int  # mixed runs per image
+
+
+def _class_attention(blk: nn.Module, cls: torch.Tensor, base: tuple, source: tuple | None, swap: _Swap | None):
+    """Block `blk`'s attention output for class tokens cls [B, M, d] (M = 1: one shared by every row of
+    `swap`), reading the base run's keys and values (`base`: (keys, values)) except at `swap`'s entries, read
+    from `source`. The softmax is written out so that the source entries are gathered, not the whole rows."""
+    attn = blk.attn
+    u = blk.norm1(cls)
+    q = _heads(attn.q(u), attn.num_heads) * attn.scale  # [B, h, M, e]
+    k_own, v_own = _heads(attn.k(u), attn.num_heads), _heads(attn.v(u), attn.num_heads)
+    own = (q * k_own).sum(-1, keepdim=True)  # [B, h, M, 1]: the class token's attention to itself
+    scores = q @ base[0].transpose(-2, -1)  # [B, h, M, N]
+    if swap is not None:
+        if q.shape[2] != swap.rows:  # one class token for every row: its scores once, spread to the rows
+            scores = scores.expand(-1, -1, swap.rows, -1).clone()
+        q_rows = swap.row if q.shape[2] == swap.rows else torch.zeros_like(swap.row)
+        k_src = _by_token(source[0])[swap.image, swap.patch]  # [nnz, h, e]
+        _by_entry(scores)[swap.image, swap.row, swap.patch] = (_by_token(q)[swap.image, q_rows] * k_src).sum(-1)
+    top = torch.maximum(scores.amax(-1, keepdim=True), own)
+    weights, own = (scores - top).exp(), (own - top).exp()
+    total = weights.sum(-1, keepdim=True) + own
+    out = own * v_own
+    if swap is not None:
+        from_source = _by_entry(weights)[swap.image, swap.row, swap.patch]  # [nnz, h]
+        _by_entry(weights)[swap.image, swap.row, swap.patch] = 0
+        out = out + weights @ base[1]
+        v_src = _by_token(source[1])[swap.image, swap.patch]  # [nnz, h, e]
+        _by_token(out).index_put_((swap.image, swap.row), from_source[..., None] * v_src, accumulate=True)
+    else:
+        out = out + weights @ base[1]
+    out = (out / total).transpose(1, 2)
+    return attn.proj(out.reshape(*out.shape[:2], -1))
+
+
+def class_token_logits(
+    model: nn.Module,
+    base: ClassStageKeys,
+    *,
+    cls: torch.Tensor | None = None,
+    start: int = 0,
+    source: ClassStageKeys | None = None,
+    swapped: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Logits [B, M, K] of the class stage from CA block `start` on, final norm and head, on a run's cached
+    keys and values (`class_stage_keys`): the model's own class stage, to float precision.
+
+    Args:
+        model: a CaiT with a class-attention stage.
+        base: the keys and values of the patch tokens read.
+        cls: class tokens entering block `start` [B, M, d] (default: the model's, M = 1).
+        start: the first CA block run.
+        source: another run's keys and values, read at the patches `swapped` marks.
+        swapped: bool [B or 1, M', N]: row m reads patch n from `source` where True (M' mixed runs per image;
+            with M = 1 the class token is shared by them).
+
+    Returns:
+        Logits [B, M or M', K].
+    """
+    B = base.keys[0].shape[0]
+    cls = model.cls_token.expand(B, 1, -1) if cls is None else cls
+    swap = None
+    if swapped is not None:
+        image, row, patch = swapped.expand(B, -1, -1).nonzero(as_tuple=True)
+        swap = _Swap(image, row, patch, swapped.shape[-2])
+    for c in range(start, len(model.blocks_token_only)):
+        blk = model.blocks_token_only[c]
+        src = None if source is None else (source.keys[c], source.values[c])
+        cls = cls + blk.drop_path(blk.gamma_1 * _class_attention(blk, cls, (base.keys[c], base.values[c]), src, swap))
+        cls = cls + blk.drop_path(blk.gamma_2 * blk.mlp(blk.norm2(cls)))
+    logits = model.forward_head(model.norm(cls).flatten(0, 1)[:, None])
+    return logits.view(B, -1, logits.shape[-1])

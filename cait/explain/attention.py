@@ -16,7 +16,7 @@ from torch import nn
 
 from ._checks import ExplainInputError, check_class_stage, check_input, check_target
 from ._stage import grid
-from .hooks import recorded, registered, this_thread_only
+from .hooks import on_inputs, recorded
 
 
 @dataclass
@@ -97,8 +97,8 @@ def class_specific_attention(model: nn.Module, x: torch.Tensor, target: torch.Te
     def leaf_patches(module, args):  # patch tokens entering the CA stage: cut the SA graph here
         return (args[0].detach().requires_grad_(True), *args[1:])
 
-    cut = ca_blocks[0].register_forward_pre_hook(this_thread_only(leaf_patches))
-    with registered([cut]), input_gradients(model), recorded(_attention_points(model, sa=False)) as seen:
+    points = _attention_points(model, sa=False)
+    with on_inputs(ca_blocks[0], leaf_patches), input_gradients(model), recorded(points) as seen:
         ins = model.forward_insights(x.clone())
         score = ins.logits.gather(1, target.view(-1, 1).to(ins.logits.device).clone()).sum()
         grads = torch.autograd.grad(score, [seen["ca", i, "o"] for i in range(len(ca_blocks))])

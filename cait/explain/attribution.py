@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError
+from ..errors import InputError, shown
 from ._checks import ExplainInputError, check_input, check_target
 from .attention import input_gradients
 from .metrics import images_per_pass
@@ -78,7 +78,7 @@ def checked_options(**values: Any) -> MethodOptions:
             typed[name] = kind(value) if number is None else int(number)
         except (TypeError, ValueError, OverflowError):
             what = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
-            raise OptionError(f"{name} must be {what}, got {value!r}") from None
+            raise OptionError(f"{name} must be {what}, got {shown(value)}") from None
         low, high = OPTION_BOUNDS.get(name, (None, None))
         if low is not None and not low <= typed[name] <= high:  # NaN fails too
             raise OptionError(f"{name} must be between {low:g} and {high:g}, got {typed[name]:g}")

@@ -19,7 +19,7 @@ from torch import nn
 
 from ._checks import ExplainInputError, check_class_stage, check_input, check_target
 from ._stage import ClassStage, class_stage, evaluating, grid, sa_states, target_difference
-from .hooks import recorded, registered, silenced, this_thread_only
+from .hooks import on_inputs, recorded, silenced
 
 Branch = Literal["both", "attn", "mlp"]
 BRANCH_GAMMAS = {"both": ("gamma_1", "gamma_2"), "attn": ("gamma_1",), "mlp": ("gamma_2",)}
@@ -317,7 +317,7 @@ class HeadAblation:
 def mean_head_outputs(model: nn.Module, reference: torch.Tensor) -> torch.Tensor:
     """Mean over the reference images of every CA head's output, the input of attn.proj [L, d] (heads
     concatenated): what a mean ablation puts in place of a head."""
-    check_input(model, reference)
+    check_input(model, reference, name="reference")
     check_class_stage(model)
     with evaluating(model):
         _, seen = _record_class_stage(model, reference)
@@ -337,7 +337,7 @@ def _without_heads(blk: nn.Module, heads: list[int], fills: torch.Tensor | None)
             o[..., head * width : (head + 1) * width] = 0 if fills is None else fills[head]
         return (o, *args[1:])
 
-    with registered([blk.attn.proj.register_forward_pre_hook(this_thread_only(replaced))]):
+    with on_inputs(blk.attn.proj, replaced):
         yield
 
 

@@ -68,6 +68,14 @@ def silenced(module: nn.Module) -> Iterator[None]:
 
 
 @contextmanager
+def on_inputs(module: nn.Module, fn: Callable[[nn.Module, tuple], tuple | None]) -> Iterator[None]:
+    """While open, fn(module, args) runs before every forward call of `module`; a tuple it returns replaces the
+    call's inputs (None: unchanged), an exception it raises ends the pass there."""
+    with registered([module.register_forward_pre_hook(this_thread_only(fn))]):
+        yield
+
+
+@contextmanager
 def before_each(modules: Iterable[nn.Module], check: Callable[[], None]) -> Iterator[None]:
     """While open, `check()` runs before every forward call of each of `modules`; an exception it raises ends
     the pass there (a Stop button heard within one block's time, whatever the pass)."""

@@ -16,7 +16,8 @@ from ._checks import ExplainInputError
 DEFAULT_SHARE = 0.5
 
 
-def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
+def size_pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    """An image size as (height, width): one int for a square, or a pair."""
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
@@ -25,7 +26,7 @@ def upsample(heat: torch.Tensor, size: int | tuple[int, int]) -> torch.Tensor:
     sits at its patch centre, pixels between centres blend linearly, and the outer half patch is flat."""
     lead = heat.shape[:-2]
     flat = heat.reshape(-1, 1, *heat.shape[-2:]).float()
-    out = F.interpolate(flat, size=_pair(size), mode="bilinear", align_corners=False)
+    out = F.interpolate(flat, size=size_pair(size), mode="bilinear", align_corners=False)
     return out.reshape(*lead, *out.shape[-2:])
 
 
@@ -125,7 +126,7 @@ def _blend_table(cmap: str, alpha: float) -> np.ndarray:
 def mask_to_boxes(mask: torch.Tensor, img_size: int | tuple[int, int]) -> torch.Tensor:
     """Bounding boxes [B, 4] (x0, y0, x1, y1, input pixels) of the True patches of mask [B, g, g];
     an empty mask gives the whole image."""
-    H, W = _pair(img_size)
+    H, W = size_pair(img_size)
     B, g, _ = mask.shape
     rows, cols = mask.any(dim=2), mask.any(dim=1)  # [B, g] occupied grid rows / columns
     idx = torch.arange(g, device=mask.device)

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
-from ._checks import ExplainInputError, check_input, check_target
+from ._checks import ExplainInputError, check_ca_layer, check_input, check_target
 from .attention import ROLLOUT_STAGES, class_attention, class_specific_attention, gradient_rollout, rollout, rollouts
 from .attribution import CAPTUM_METHODS, DEFAULT_OPTIONS, MethodOptions, attribution
 
@@ -45,13 +46,15 @@ class MethodTable(Mapping):
         self._methods = methods
 
     def canonical(self, name: str) -> str:
-        """`name` if it is a method; ExplainInputError naming the choices otherwise."""
-        if name not in self._methods:
+        """`name` if it is a method (caK_mean for any CA layer K from 1); ExplainInputError naming the choices
+        otherwise."""
+        if name not in self._methods and ca_mean_layer(name) is None:
             raise ExplainInputError(f"unknown method {name!r}; choose from {', '.join(self._methods)}")
         return name
 
     def __getitem__(self, name: str) -> Method:
-        return self._methods[name]
+        layer = ca_mean_layer(name)
+        return self._methods[name] if layer is None else _ca_mean(layer)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._methods)
@@ -60,7 +63,27 @@ class MethodTable(Mapping):
         return len(self._methods)
 
 
+# the methods of a CA layer listed (every paper variant has two CA layers); caK_mean reads the model's K-th
 CA_MEAN_METHODS = {"ca1_mean": 0, "ca2_mean": 1}  # name -> CA layer (0-based)
+_CA_MEAN = re.compile(r"ca([1-9][0-9]*)_mean")
+
+
+def ca_mean_layer(name: str) -> int | None:
+    """The CA layer (0-based) method `name` reads (caK_mean: the K-th, for any K from 1), None for the others."""
+    found = _CA_MEAN.fullmatch(name) if isinstance(name, str) else None
+    return None if found is None else int(found.group(1)) - 1
+
+
+def _checked_methods(model: nn.Module, methods: Iterable[str]) -> list[str]:
+    """`methods` by their names, each one a method (`METHODS.canonical`) that this model can run: one that reads
+    a CA layer needs the model to have it (`check_ca_layer`)."""
+    names = [METHODS.canonical(m) for m in methods]
+    for name in names:
+        if (layer := ca_mean_layer(name)) is not None:
+            check_ca_layer(model, name, layer)
+    return names
+
+
 ROLLOUT_METHODS = {f"rollout_{stage}": stage for stage in ROLLOUT_STAGES}  # name -> SA attention stage
 
 METHODS = MethodTable(
@@ -89,8 +112,8 @@ def saliency_map(
     Returns:
         The heat map on the patch grid [B, g, g], higher = more important.
     """
-    name = METHODS.canonical(method)
     check_input(model, x)
+    (name,) = _checked_methods(model, [method])
     return METHODS[name](model, x, check_target(model, target, x.shape[0], x.device), options).detach()
 
 
@@ -107,15 +130,15 @@ def saliency_maps(
     methods share done once: every rollout asked for comes from one forward pass (at the first of them),
     and with class_attention_maps [B, L, heads, g, g] (e.g. from the analysis already shown) the CA head
     means are read from it instead of another forward pass."""
-    names = [METHODS.canonical(m) for m in methods]
     check_input(model, x)
+    names = _checked_methods(model, methods)
     target = check_target(model, target, x.shape[0], x.device)
     done: dict[str, torch.Tensor] = {}
     for name in names:
         if name in done:
             pass
-        elif name in CA_MEAN_METHODS and class_attention_maps is not None:
-            done[name] = class_attention_maps.mean(dim=2)[:, CA_MEAN_METHODS[name]]
+        elif ca_mean_layer(name) is not None and class_attention_maps is not None:
+            done[name] = class_attention_maps.mean(dim=2)[:, ca_mean_layer(name)]
         elif name in ROLLOUT_METHODS:
             stages = tuple(ROLLOUT_METHODS[n] for n in names if n in ROLLOUT_METHODS)
             maps = rollouts(

@@ -7,11 +7,11 @@ from torch import nn
 
 from ..runtime import autocast
 from ._checks import ExplainInputError, check_input, check_target
-from .maps import _pair
+from .maps import size_pair
 
 
 def _patch_edges(g: int, img_size: int | tuple[int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    H, W = _pair(img_size)
+    H, W = size_pair(img_size)
     steps = torch.arange(g + 1, device=device, dtype=torch.float32)
     return steps * W / g, steps * H / g  # x edges, y edges
 

@@ -4,10 +4,12 @@ The class token reads the image only in the class-attention (CA) stage, from the
 leaves; the CA stage never changes them. So one region of those tokens taken from a clean run into a corrupted
 one (every other token stays corrupted), with only the CA stage, final norm and head re-run, measures how much
 of the clean-corrupted logit gap that region carries into the class token; the reverse (one region of the
-clean run corrupted) measures how much the answer loses without it. Each image costs one SA pass of each run
-and one CA-stage run per region and direction, the regions batched. Regions are squares of `region` x `region`
-patches in row-major order (the last row and column of regions are smaller when `region` does not divide the
-grid); maps are [B, R, R] with R = ceil(grid / region).
+clean run corrupted) measures how much the answer loses without it. Each image costs one forward of each run,
+which keeps every CA block's keys and values of the patch tokens (LayerNorm and the projections act per
+token, so these are fixed per run), then per region and direction only the class token's own path on rows of
+those keys and values (`_stage.class_token_logits`), the regions batched: about two forwards in all.
+Regions are squares of `region` x `region` patches in row-major order (the last row and column of regions are
+smaller when `region` does not divide the grid); maps are [B, R, R] with R = ceil(grid / region).
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ..errors import InputError
-from ._checks import check_class_stage, check_input
-from ._stage import evaluating, target_difference
+from ..config import CaiTConfig
+from ..errors import InputError, shown
+from ._checks import check_class_stage, check_input, check_target
+from ._stage import ClassStageKeys, class_stage_keys, class_token_logits, evaluating, target_difference
 
 Direction = Literal["both", "restore", "break"]
 DIRECTIONS = ("both", "restore", "break")
-CHUNK_VALUES = 1 << 24  # token values per batched CA-stage run (64 MB in fp32): bounds the memory of many regions
+CHUNK_VALUES = 1 << 24  # attention or MLP values per batch of patched runs (64 MB in fp32): bounds many regions' memory
 
 
 class TokenPatchingError(InputError):
@@ -57,7 +60,7 @@ def checked_region(value: Any, grid: int, *, name: str = "region") -> int:
     except (TypeError, ValueError):
         number = math.nan
     if not number.is_integer() or not low <= number <= high:  # NaN fails both
-        raise TokenPatchingError(f"{name} must be a whole number of patches from {low} to {high}, got {value!r}")
+        raise TokenPatchingError(f"{name} must be a whole number of patches from {low} to {high}, got {shown(value)}")
     return int(number)
 
 
@@ -104,15 +107,20 @@ def class_stage_patched(
     Returns:
         Logits [B, M, classes].
     """
-    B, N, d = tokens.shape
-    chunk = max(1, CHUNK_VALUES // (B * N * d))
-    out = []
     with evaluating(model):
-        for part in masks.to(tokens.device).split(chunk):
-            mixed = torch.where(part[None, :, :, None], source[:, None], tokens[:, None])  # [B, m, N, d]
-            logits = model.forward_head(model.forward_class_attention(mixed.flatten(0, 1)))
-            out.append(logits.view(B, len(part), -1))
-    return torch.cat(out, dim=1)
+        return _patched(model, class_stage_keys(model, tokens), class_stage_keys(model, source), masks)
+
+
+def _patched(model: nn.Module, base: ClassStageKeys, source: ClassStageKeys, masks: torch.Tensor) -> torch.Tensor:
+    """Logits [B, M, K] of the class stage on the run `base` with the patches of each mask ([M, N], or
+    [B, M, N] one set per image) read from the run `source`: the class token's own path per mask, on both
+    runs' cached keys and values (`class_stage_keys`), in chunks of masks that bound memory."""
+    B, heads, N, _ = base.keys[0].shape
+    width = max(heads * N, model.cfg.embed_dim * model.cfg.mlp_ratio_token_only)  # values per mask and image
+    chunk = max(1, int(CHUNK_VALUES // (B * width)))
+    masks = masks.to(base.keys[0].device)
+    parts = [class_token_logits(model, base, source=source, swapped=part) for part in masks.split(chunk, dim=-2)]
+    return torch.cat(parts, dim=1)
 
 
 @dataclass
@@ -152,6 +160,7 @@ def _checked(model: nn.Module, clean, corrupted, target, region, direction, top)
         check_input(model, clean, name="clean")
         check_input(model, corrupted, name="corrupted")
         check_class_stage(model)
+        target = check_target(model, target, clean.shape[0], clean.device)
     except InputError as e:
         raise TokenPatchingError(str(e)) from None
     if clean.shape[0] != corrupted.shape[0]:
@@ -164,10 +173,6 @@ def _checked(model: nn.Module, clean, corrupted, target, region, direction, top)
         raise TokenPatchingError(f"top must be a whole number of regions from 0 to {regions}, got {top!r}")
     if top and direction == "break":
         raise TokenPatchingError("top patches the best regions into the corrupted run: ask direction restore or both")
-    target = torch.as_tensor(target, device=clean.device).long().view(-1)
-    classes = model.cfg.num_classes
-    if len(target) != clean.shape[0] or target.min() < 0 or target.max() >= classes:
-        raise TokenPatchingError(f"target must be one class in 0..{classes - 1} per image, got {target.tolist()}")
     return target
 
 
@@ -203,11 +208,11 @@ def token_patching(
     masks = region_masks(model.cfg.grid_size, region)
     per_side = math.isqrt(len(masks))
     with evaluating(model):
-        runs = [model.forward_self_attention(x) for x in (clean, corrupted)]
-        logits = [model.forward_head(model.forward_class_attention(t)) for t in runs]
+        runs = [class_stage_keys(model, model.forward_self_attention(x)) for x in (clean, corrupted)]
+        logits = [class_token_logits(model, run)[:, 0] for run in runs]
 
-        def target_logit(base: torch.Tensor, source: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
-            out = class_stage_patched(model, base, source, which)  # [B, M, K]
+        def target_logit(base: ClassStageKeys, source: ClassStageKeys, which: torch.Tensor) -> torch.Tensor:
+            out = _patched(model, base, source, which)  # [B, M, K]
             return out.gather(2, target.view(-1, 1, 1).expand(-1, out.shape[1], 1))[..., 0]
 
         base = [out.gather(1, target.view(-1, 1)) for out in logits]  # [B, 1] each
@@ -217,9 +222,7 @@ def token_patching(
             if top:
                 best = restored.flatten(1).topk(top, dim=1).indices  # [B, top]
                 together = masks.to(best.device)[best].any(1)  # [B, N]: each image's own set
-                mixed = torch.where(together[..., None], runs[0], runs[1])
-                top_logits = model.forward_head(model.forward_class_attention(mixed))
-                top_restored = top_logits.gather(1, target.view(-1, 1))[:, 0] - base[1][:, 0]
+                top_restored = target_logit(runs[1], runs[0], together[:, None])[:, 0] - base[1][:, 0]
         if direction in ("both", "break"):
             broken = (base[0] - target_logit(runs[0], runs[1], masks)).view(-1, per_side, per_side)
     grid = model.cfg.grid_size
@@ -228,9 +231,9 @@ def token_patching(
 
 def token_patching_forwards(model: nn.Module, *, region: int = 1, direction: Direction = "both") -> float:
     """What `token_patching` of one image costs, in forward passes of the model by multiply-accumulates
-    (`CaiT.flops`): the clean and the corrupted run (one forward each), then one run of the class stage and
-    head (`CaiT.class_stage_flops`) per region and direction. A floor: building each batch of token sets and
-    the batching itself cost time no FLOP count sees.
+    (`CaiT.flops`): the clean and the corrupted run (one forward each, the class stage's keys and values of
+    the patch tokens kept), then per region and direction the class token's own path on those keys and values
+    (`class_token_flops`). A floor: gathering the swapped entries and the softmax cost time no FLOP count sees.
 
     Args:
         model: a CaiT with a class-attention stage.
@@ -242,8 +245,31 @@ def token_patching_forwards(model: nn.Module, *, region: int = 1, direction: Dir
     """
     if direction not in DIRECTIONS:
         raise TokenPatchingError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
-    runs = len(region_masks(model.cfg.grid_size, region)) * (2 if direction == "both" else 1)
-    return 2 + runs * model.class_stage_flops() / model.flops()
+    regions = len(region_masks(model.cfg.grid_size, region))
+    directions = 2 if direction == "both" else 1
+    return 2 + directions * class_token_flops(model.cfg, regions) / model.flops()
+
+
+def class_token_flops(cfg: CaiTConfig, runs: int) -> int:
+    """Multiply-accumulates of `runs` patched runs of the class stage and head on two runs' cached keys and
+    values (`_stage.class_token_logits`), the swapped patches partitioning the grid (each patch swapped in one
+    run). The first CA block's class token is the model's own in every run, so its query, key, value and
+    scores against the base run are computed once; from then on each run's class token has its own.
+
+    Args:
+        cfg: the model's config.
+        runs: how many patched runs (regions).
+
+    Returns:
+        Multiply-accumulates of all of them.
+    """
+    d, n, depth = cfg.embed_dim, cfg.num_patches, cfg.depth_token_only
+    mlp = 2 * d * int(d * cfg.mlp_ratio_token_only)
+    shared = 3 * d * d + n * d + d  # block 1: q, k, v of the class token, its scores against the base keys
+    first = n * d + d * d + mlp  # per run: the weighted base values, the projection, the MLP
+    later = 4 * d * d + 2 * n * d + d + mlp  # per run and later block: the class token's whole path
+    swapped = 2 * n * d * depth  # every block: each swapped patch's score and weighted value, once in all
+    return shared + runs * (first + (depth - 1) * later + d * cfg.num_classes) + swapped
 
 
 def region_sums(maps: torch.Tensor, region: int) -> torch.Tensor:

@@ -47,7 +47,7 @@ def knockout_plotly(
             name=f"logit change, {stage} block knocked out",
             error_y=None if error is None else dict(type="data", array=list(error)[part], visible=True),
             hovertext=labels[part],
-            hovertemplate="%{hovertext} knocked out: logit change %{y:+.3f}<extra></extra>",
+            hovertemplate="%{hovertext} knocked out: logit change %{y:.3f}<extra></extra>",
         )
     fig.add_scatter(
         x=pos,
@@ -107,7 +107,7 @@ def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title:
             name=named,
             marker_color=colour,
             customdata=[[layer, h] for h in range(len(row))],
-            hovertemplate=f"{named}, %{{x}}: %{{y:+.3f}} logit<extra></extra>",
+            hovertemplate=f"{named}, %{{x}}: %{{y:.3f}} logit<extra></extra>",
             row=1,
             col=1,
         )
@@ -118,7 +118,7 @@ def head_attribution_plotly(heads, parts: Sequence[tuple[str, float]], *, title:
                 name=f"CA{layer + 1} effect of removal (zero ablation)",
                 marker=dict(color="white", line=dict(color=colour, width=2), pattern=dict(shape="/", fgcolor=colour)),
                 customdata=[[layer, h] for h in range(len(row))],
-                hovertemplate=f"CA{layer + 1} %{{x}} removed: logit change %{{y:+.3f}}<extra></extra>",
+                hovertemplate=f"CA{layer + 1} %{{x}} removed: logit change %{{y:.3f}}<extra></extra>",
                 row=1,
                 col=1,
             )
@@ -146,7 +146,7 @@ def add_logit_waterfall(fig, parts: Sequence[tuple[str, float]], *, row: int | N
             measure=["relative"] * len(values) + ["total"],
             texttemplate="%{y:.2f}",
             textposition="outside",
-            hovertemplate="%{x}: %{delta:+.3f}, the logit so far %{final:.3f}<extra></extra>",
+            hovertemplate="%{x}: %{delta:.3f}, the logit so far %{final:.3f}<extra></extra>",
             connector=dict(line=dict(color="#999", width=1)),
             # red for the class, blue against it, as the per-patch maps (plotly's default red is "against")
             increasing=dict(marker=dict(color=FOR_CLASS)),

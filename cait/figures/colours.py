@@ -5,6 +5,7 @@ from __future__ import annotations
 
 SIGNED = "RdBu_r"  # the diverging scale, one name in matplotlib and plotly: blue at the low end, red at the high end
 FOR_CLASS, AGAINST = "#d6604d", "#4393c3"  # that scale's red and blue, for bars
+MODEL_A, MODEL_B = "#1b9e77", "#7570b3"  # two models side by side (a comparison): neither red nor blue
 LEGEND_GAP = 64  # pixels between the plot area and a legend below it: room for the tick labels and the axis title
 
 

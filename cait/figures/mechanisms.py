@@ -88,8 +88,14 @@ def gap_too_small(gap: float) -> bool:
     return not abs(gap) >= MEANINGFUL_GAP
 
 
+def _percent(fraction: float) -> str:
+    """A share in whole percent, without the "-0%" of a tiny negative one."""
+    said = f"{fraction:.0%}"
+    return "0%" if said == "-0%" else said
+
+
 def _share(value: float, gap: float) -> str:
-    return "gap too small for a share" if gap_too_small(gap) else f"{value / gap:.0%} of the gap"
+    return "gap too small for a share" if gap_too_small(gap) else f"{_percent(value / gap)} of the gap"
 
 
 WHOLE_STREAM = "whole stream patched: the clean run, by construction (orientation)"
@@ -146,12 +152,12 @@ def heads_plotly(heads: np.ndarray, gap: float, *, title: str, ci95: np.ndarray 
 
     if gap_too_small(gap):  # the Δlogits themselves, the shares would mean nothing
         text = [[f"{float(v):+.2f}" for v in row] for row in heads]
-        hover = "%{y} %{x}: Δlogit %{z:+.3f} (the gap is too small for a share)<extra></extra>"
+        hover = "%{y} %{x}: Δlogit %{z:.3f} (the gap is too small for a share)<extra></extra>"
     else:
         text = [[_share(float(v), gap).replace(" of the gap", "") for v in row] for row in heads]
-        hover = "%{y} %{x}: Δlogit %{z:+.3f} (%{text} of the gap)<extra></extra>"
+        hover = "%{y} %{x}: Δlogit %{z:.3f} (%{text} of the gap)<extra></extra>"
     if ci95 is not None and not gap_too_small(gap):
-        text = [[f"{t}<br>[{lo:.0%}, {hi:.0%}]" for t, (lo, hi) in zip(r, c)] for r, c in zip(text, ci95)]
+        text = [[f"{t}<br>[{_percent(lo)}, {_percent(hi)}]" for t, (lo, hi) in zip(r, c)] for r, c in zip(text, ci95)]
     fig = go.Figure(
         go.Heatmap(
             z=heads,

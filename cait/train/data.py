@@ -43,7 +43,7 @@ def train_transform(cfg: ModelConfig, args: argparse.Namespace):
         std=rgb_std,
         separate=True,
     )
-    mode = "RGB" if cfg.in_chans == 3 else "L"
+    mode = cfg.image_mode
     final = T.Compose(
         [
             T.PILToTensor(),
