@@ -29,7 +29,17 @@ from .attention import (
     rollouts,
     talking_heads,
 )
-from .attribution import CAPTUM_METHODS, IG_BASELINES, Attribution, MethodOptions, attribution, ig_baseline
+from .attribution import (
+    CAPTUM_METHODS,
+    IG_BASELINES,
+    Attribution,
+    MethodOptions,
+    Option,
+    attribution,
+    checked_options,
+    ig_baseline,
+    method_options,
+)
 from .causal import (
     HeadAblation,
     LogitAttribution,
@@ -101,6 +111,9 @@ __all__ = [
     "mean_attention_distances",
     "Method",
     "MethodOptions",
+    "Option",
+    "checked_options",
+    "method_options",
     "METHODS",
     "mixing_matrices",
     "overlay",
