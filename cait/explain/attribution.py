@@ -68,10 +68,12 @@ _CAPTUM_KEYWORDS |= {"smoothgrad_stdev": "stdevs"}
 
 
 def method_options() -> dict[str, Option]:
-    """Every option of every method of `cait.explain.METHODS`, by name, in the order the methods declare them."""
+    """Every option of every method of `cait.explain.METHODS`, by name: captum's methods' first (in the order their
+    records have always listed them), then the others' in the menu's order."""
     from .methods import METHODS  # the methods import this module: read them when asked
 
-    return {o.name: o for entry in METHODS.entries() for o in entry.options}
+    declared = (*CAPTUM_OPTIONS.values(), *(entry.options for entry in METHODS.entries()))
+    return {o.name: o for options in declared for o in options}
 
 
 class MethodOptions:
