@@ -98,7 +98,7 @@ def checked_call(
     checked = explain.checked_options(**options)  # the methods' bounds: a bad value is one line naming it
     session.checked_target(int(target), loaded.cfg.num_classes)
     if method:
-        _choice(method, list(explain.METHODS), "method")
+        _choice(method, explain.METHODS.names(loaded.cfg.depth_token_only), "method")
     corruption = _corruption(patching) if patching else None
     token_corruption = _corruption(token_patching) if token_patching else None
     region = checked_region(token_region, loaded.cfg.grid_size, name="token_region")  # the page slider's bounds
@@ -113,7 +113,7 @@ def answer_now(loaded: LoadedModel, path: str, call: Call) -> tuple[dict[str, An
     use. Raises ImageInputError for a bad file, TargetError for a class the model does not have."""
     a = session.analyse(loaded, path)
     out = session.numbers(loaded, a)
-    out["methods"] = list(explain.METHODS)
+    out["methods"] = explain.METHODS.names(loaded.cfg.depth_token_only)
     target = session.api_target(a, call.target, loaded.cfg.num_classes)
     if call.method:
         out["attribution"] = session.attribution_for_api(

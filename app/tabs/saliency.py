@@ -167,7 +167,7 @@ def build(first: LoadedModel, tab: gr.Tab) -> SaliencyParts:
     )
     parts: dict[str, Any] = {"sal_class": gr.Dropdown(label="Class", choices=[], elem_id="sal_class")}
     parts["sal_methods"] = gr.CheckboxGroup(
-        list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
+        _menu(first), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
     _method_options(parts)
     parts["sal_score"] = gr.Checkbox(
@@ -195,6 +195,11 @@ def build(first: LoadedModel, tab: gr.Tab) -> SaliencyParts:
     parts["sal_big"] = gr.Plot(label="Selected map (click one; hover: the value)", elem_id="sal_big")
     _regions_and_scores(first.cfg, parts)
     return SaliencyParts(**parts)
+
+
+def _menu(loaded: LoadedModel) -> list[str]:
+    """The saliency methods of `loaded`'s model: caK_mean for each of its CA layers, then the others."""
+    return explain.METHODS.names(loaded.cfg.depth_token_only)
 
 
 def _control(option: explain.Option) -> gr.components.Component:
@@ -282,7 +287,7 @@ class SaliencyTab(PageTab):
             yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
             return
         loaded = self.cache.get(ask.choice)
-        methods = [m for m in explain.METHODS if m in ask.sal_methods]  # the menu's order, whatever the ticking
+        methods = [m for m in _menu(loaded) if m in ask.sal_methods]  # the menu's order, whatever the ticking
         targets = [a.top_class if ask.sal_class is None else int(ask.sal_class)]
         if int(ask.sal_topk or 1) > 1:
             targets = ranked_classes(a.probs, int(ask.sal_topk))
@@ -365,10 +370,12 @@ class SaliencyTab(PageTab):
         return dict.fromkeys(self.parts.results) | {self.parts.sal_msg: ""}
 
     def for_model(self, loaded: LoadedModel) -> dict:
-        """What depends on the page's model here: the class menu and the maps a region is drawn from."""
+        """What depends on the page's model here: the class menu, the methods (a CA layer's with each of its CA
+        layers; the default ticks) and the maps a region is drawn from."""
         regions = region_choices(loaded.cfg)
         return {
             self.parts.sal_class: gr.Dropdown(choices=[], value=None),
+            self.parts.sal_methods: gr.CheckboxGroup(choices=_menu(loaded), value=list(SALIENCY_DEFAULT)),
             self.parts.region_of: gr.Dropdown(choices=regions, value=regions[0]),
         }
 
