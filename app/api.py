@@ -7,7 +7,9 @@ patchings) on the long lane, as the tabs do, and the rest on the quick lane (`ap
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
+from inspect import Parameter
 from typing import Any, Callable
 
 import gradio as gr
@@ -21,11 +23,8 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
 from cait import explain
 from cait.errors import InputError, shown
-from cait.explain.attribution import checked_options
 from cait.explain.token_patching import checked_region
 from cait.robustness import parse_corruption
-
-_OPTIONS = explain.MethodOptions()  # the method settings' defaults
 
 
 class AnalyzeError(InputError):
@@ -36,14 +35,6 @@ def _choice(value: str, choices, what: str) -> str:
     if value not in choices:
         raise AnalyzeError(f"unknown {what} {shown(value)}; choose from {', '.join(choices)}")
     return value
-
-
-def _options(**given: Any) -> explain.MethodOptions:
-    """The method settings of a call: the names checked against explain's own lists, the numbers against its
-    bounds (`checked_options`, which the page's sliders span)."""
-    _choice(given["ig_baseline"], explain.IG_BASELINES, "integrated-gradients baseline")
-    _choice(given["rollout_head_fusion"], explain.HEAD_FUSIONS, "rollout head fusion")
-    return checked_options(**given)
 
 
 def _corruption(spec: str) -> tuple[str, int]:
@@ -66,6 +57,10 @@ def _seed(value: Any) -> int:
     return int(value)
 
 
+# /analyze's keywords in the order it published them (a caller may pass them by position); an option since, after
+PUBLISHED = ("image", "method", "target", "ig_steps", "causal", "ig_baseline", "signed", "smoothgrad_samples",
+             "smoothgrad_stdev", "rollout_head_fusion", "rollout_discard_ratio", "seed", "logit_lens", "patching",
+             "token_patching", "token_region")  # fmt: skip
 SECTIONS = ("causal", "logit_lens", "patching", "token_patching")  # the opt-in sections, in the answer's order
 LONG_SECTIONS = ("causal", "patching", "token_patching")  # many passes each: computed on the long lane
 
@@ -100,10 +95,10 @@ def checked_call(
 ) -> Call:
     """An /analyze call's keywords (`Analyze.analyze` says each) checked before any work: an InputError in one
     line for a bad method, option, class, seed, corruption or region side."""
-    checked = _options(**options)  # the page's bounds: a bad value is one line naming the option
+    checked = explain.checked_options(**options)  # the methods' bounds: a bad value is one line naming it
     session.checked_target(int(target), loaded.cfg.num_classes)
     if method:
-        _choice(method, list(explain.METHODS), "method")
+        _choice(method, explain.METHODS.names(loaded.cfg.depth_token_only), "method")
     corruption = _corruption(patching) if patching else None
     token_corruption = _corruption(token_patching) if token_patching else None
     region = checked_region(token_region, loaded.cfg.grid_size, name="token_region")  # the page slider's bounds
@@ -118,7 +113,7 @@ def answer_now(loaded: LoadedModel, path: str, call: Call) -> tuple[dict[str, An
     use. Raises ImageInputError for a bad file, TargetError for a class the model does not have."""
     a = session.analyse(loaded, path)
     out = session.numbers(loaded, a)
-    out["methods"] = list(explain.METHODS)
+    out["methods"] = explain.METHODS.names(loaded.cfg.depth_token_only)
     target = session.api_target(a, call.target, loaded.cfg.num_classes)
     if call.method:
         out["attribution"] = session.attribution_for_api(
@@ -164,33 +159,45 @@ class Analyze:
     def __init__(self, cache: ModelCache, default: ModelChoice):
         self.cache, self.default = cache, default
 
+    def published(self) -> Callable[..., dict]:
+        """`analyze` with every method option as a keyword of its own, with its declared default and type (what
+        gr.api publishes and `app.api_calls` checks), in /analyze's published order, a newer option after them."""
+        own = list(inspect.signature(self.analyze).parameters.values())[:-1]  # without **options
+        options = [Parameter(o.name, Parameter.POSITIONAL_OR_KEYWORD, default=o.default, annotation=o.kind)
+                   for o in explain.method_options().values()]  # fmt: skip
+        ordered = sorted(
+            own + options, key=lambda p: PUBLISHED.index(p.name) if p.name in PUBLISHED else len(PUBLISHED)
+        )
+        signature = inspect.Signature(ordered, return_annotation=dict)
+
+        @functools.wraps(self.analyze)
+        def analyze(*args: Any, **kwargs: Any) -> dict:
+            return self.analyze(**signature.bind(*args, **kwargs).arguments)
+
+        analyze.__signature__ = signature  # type: ignore[attr-defined]
+        analyze.__annotations__ = {p.name: p.annotation for p in ordered} | {"return": dict}
+        return analyze
+
     def analyze(
         self,
         image: FileData,
         method: str = "",
         target: int = -1,
-        ig_steps: int = _OPTIONS.ig_steps,
         causal: bool = False,
-        ig_baseline: str = _OPTIONS.ig_baseline,
-        signed: bool = _OPTIONS.signed,
-        smoothgrad_samples: int = _OPTIONS.smoothgrad_samples,
-        smoothgrad_stdev: float = _OPTIONS.smoothgrad_stdev,
-        rollout_head_fusion: str = _OPTIONS.rollout_head_fusion,
-        rollout_discard_ratio: float = _OPTIONS.rollout_discard_ratio,
         seed: int = session.DEFAULT_SEED,
         logit_lens: bool = False,
         patching: str = "",
         token_patching: str = "",
         token_region: int = mechanisms_view.DEFAULT_REGION,
+        **options: Any,
     ) -> dict:
         """Predictions and class-attention maps for one image, by the server's default model.
 
         image: the image file (gradio_client: handle_file(path)).
         method: "" for none, or a saliency method (see the "methods" field of the answer) to also compute
-            its patch-grid map for class `target` (-1: the top prediction), with the method settings named as
-            the fields of `cait.explain.MethodOptions` (ig_steps, ig_baseline, signed, smoothgrad_samples,
-            smoothgrad_stdev, rollout_head_fusion, rollout_discard_ratio) and SmoothGrad's noise from `seed`
-            (the same map for the same call).
+            its patch-grid map for class `target` (-1: the top prediction), with the method options by name,
+            each as its method declares it (`cait.explain.method_options`: ig_steps, ig_baseline, signed, ...),
+            and SmoothGrad's noise from `seed` (the same map for the same call).
         causal: also the Causal tab's numbers for class `target` (direct logit attribution per head and
             patch, knockout profile, every head's zero ablation; about SA depth / 2 + 1.5 forward passes).
         logit_lens: also the logit lens for class `target` (per SA depth: its probability and the top-1, where
@@ -209,15 +216,6 @@ class Analyze:
         {"method", "target", "options", "patch"}][, "causal"][, "logit_lens"][, "patching"][, "token_patching"]};
         each of the last three has a "layout" key saying its arrays.
         """
-        options = dict(
-            ig_steps=int(ig_steps),
-            ig_baseline=ig_baseline,
-            signed=bool(signed),
-            smoothgrad_samples=int(smoothgrad_samples),
-            smoothgrad_stdev=float(smoothgrad_stdev),
-            rollout_head_fusion=rollout_head_fusion,
-            rollout_discard_ratio=float(rollout_discard_ratio),
-        )
         path = payload_path(image)
         if path is None:
             raise refused("analyze", "no image given")

@@ -228,22 +228,13 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 
 
 def options_record(options: MethodOptions, seed: int) -> dict[str, Any]:
-    """The method settings a saliency run used, JSON-able: the fields of `MethodOptions` plus SmoothGrad's seed."""
-    return {**dataclasses.asdict(options), "seed": int(seed)}
+    """The method settings a saliency run used, JSON-able: every method option plus SmoothGrad's seed."""
+    return {**options.as_dict(), "seed": int(seed)}
 
 
 def options_caption(method: str, options: MethodOptions, seed: int) -> str:
-    """The settings that shaped `method`'s map, in a few words ("" for a method without any)."""
-    said = []
-    if method == "integrated_gradients":
-        said.append(f"{options.ig_steps} steps from the {options.ig_baseline} baseline")
-    elif method == "smoothgrad":
-        said.append(f"{options.smoothgrad_samples} samples, noise {options.smoothgrad_stdev:g}, seed {seed}")
-    elif method in ROLLOUT_METHODS:
-        said.append(f"{options.rollout_head_fusion} fusion, discard {options.rollout_discard_ratio:g}")
-    if options.signed and method in explain.CAPTUM_METHODS and method != "occlusion":  # occlusion: always signed
-        said.append("signed")
-    return ", ".join(said)
+    """The settings that shaped `method`'s map, in a few words ("" for a method without any): its entry's."""
+    return ", ".join(explain.METHODS[method].said(options, seed))
 
 
 @dataclass

@@ -65,11 +65,13 @@ class ImageAsk:
 def named(parts: Any, ask: type, **more: Any) -> dict[str, Any]:
     """The components the fields of the dataclass `ask` are named after, found in `parts` (one components
     dataclass, or several in a tuple) and `more`: an event's `inputs_kwargs`, so that its handler gets each value
-    as the keyword of that name."""
+    as the keyword of that name; a field named as a dict of components (e.g. the method options' controls) stands
+    for each of them, by its own name."""
     found = dict(more)
     for group in parts if isinstance(parts, tuple) else (parts,):
         found.update({f.name: getattr(group, f.name) for f in fields(group)})
-    return {f.name: found[f.name] for f in fields(ask)}
+    named = [found[f.name] if isinstance(found[f.name], dict) else {f.name: found[f.name]} for f in fields(ask)]
+    return {name: component for some in named for name, component in some.items()}
 
 
 def answering(fn: Callable, *, said: Callable[[str], Any] | None = None) -> Callable:

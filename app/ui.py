@@ -413,7 +413,7 @@ def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default:
         for tab in tabs.all:
             tab.wire(demo, page)
         # off the quick lane: the answer takes each lane for its parts (`Analyze._answer`)
-        gr.api(Analyze(cache, default).analyze, api_name="analyze", concurrency_id="model")
+        gr.api(Analyze(cache, default).published(), api_name="analyze", concurrency_id="model")
         gr.api(CompareImage(cache, default).compare, api_name="compare", concurrency_id="model")
 
 

@@ -23,7 +23,9 @@ class PageUnderTest:
         """Every component of the page by its name (the names are unique across the page)."""
         found = {}
         for parts in (self.page.shared, *self.page.parts.values()):
-            found.update({f.name: getattr(parts, f.name) for f in fields(parts)})
+            for f in fields(parts):  # a dict of components (the method options' controls): each by its name
+                value = getattr(parts, f.name)
+                found.update(value if isinstance(value, dict) else {f.name: value})
         return SimpleNamespace(**found)
 
 

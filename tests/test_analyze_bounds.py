@@ -80,7 +80,7 @@ def test_a_bad_seed_or_target_is_refused_before_any_work(asked, message, monkeyp
         raise AssertionError("the image was analysed before the call was checked")
 
     monkeypatch.setattr(session, "analyse", no_work)
-    loaded = SimpleNamespace(cfg=SimpleNamespace(num_classes=10, grid_size=4))
+    loaded = SimpleNamespace(cfg=SimpleNamespace(num_classes=10, grid_size=4, depth_token_only=2))
     with pytest.raises(InputError) as refused:
         api.answer(loaded, "image.png", **{**ASKED, **asked})
     assert str(refused.value) == message
@@ -93,7 +93,7 @@ def test_a_refusal_cuts_the_value_it_echoes(name, monkeypatch):
     """Issue 59: a 100,000-character value was answered and logged whole. Every refusal shows at most its
     first 80 characters, as the raw-call checks do (`cait.errors.shown`)."""
     monkeypatch.setattr(session, "analyse", lambda *a, **k: pytest.fail("analysed a bad call"))
-    loaded = SimpleNamespace(cfg=SimpleNamespace(num_classes=10, grid_size=4))
+    loaded = SimpleNamespace(cfg=SimpleNamespace(num_classes=10, grid_size=4, depth_token_only=2))
     with pytest.raises(InputError) as refused:
         api.answer(loaded, "image.png", **{**ASKED, "token_region": 1, name: "x" * 100_000})
     message = str(refused.value)

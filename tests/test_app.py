@@ -4,7 +4,6 @@ a message and the server keeps serving)."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import logging
 import os
@@ -357,7 +356,7 @@ def test_analyze_takes_the_method_options_by_name_and_a_seed(server):
     )["attribution"]
     first, again, other = call(5), call(5), call(6)
     assert first["patch"] == again["patch"] and first["patch"] != other["patch"]
-    assert first["options"] == {**dataclasses.asdict(explain.MethodOptions(**options)), "seed": 5}
+    assert first["options"] == {**explain.MethodOptions(**options).as_dict(), "seed": 5}
     assert np.min(first["patch"]) < 0  # signed, as asked (|attribution| is never negative)
     rollout = server["client"].predict(
         path, method="rollout_raw", rollout_head_fusion="max", rollout_discard_ratio=0.5, api_name="/analyze"

@@ -421,7 +421,7 @@ def test_an_enlarged_signed_map_is_centred_on_zero_and_named_for_its_method(page
     expect(options.locator("#ig_steps")).to_be_visible()
     heights = [
         page.locator(f"#{c} label, #{c} .label-text, #{c} span[data-testid=block-info]").first.bounding_box()
-        for c in ("discard", "sg_noise", "ig_steps")
+        for c in ("rollout_discard_ratio", "smoothgrad_stdev", "ig_steps")
     ]
     assert all(h is not None and h["height"] < 60 for h in heights), heights  # at most two lines, not five
     page.locator("#signed input").check()

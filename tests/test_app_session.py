@@ -616,7 +616,7 @@ def test_the_saliency_tabs_method_options_reach_the_maps(handlers):
         np.asarray(figures.saliency_tile(a.view, h[0], cmap="gray", alpha=1.0, smooth=False), dtype=float)
         for h in (default, want)
     ]
-    chosen = dict(sg_samples=16, sg_noise=0.15, fusion="max", discard=0.5)
+    chosen = dict(smoothgrad_samples=16, smoothgrad_stdev=0.15, rollout_head_fusion="max", rollout_discard_ratio=0.5)
     for options, mine, other in (({}, *drawn), (chosen, *drawn[::-1])):
         (shown,) = run(**options)  # the gallery's value, as Gradio encoded it (a file)
         image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
@@ -628,7 +628,8 @@ def test_saliency_runs_record_their_options_and_smoothgrad_its_seed(handlers):
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
     methods = ["rollout_raw", "smoothgrad", "integrated_gradients"]
-    chosen = dict(sg_samples=6, sg_noise=0.3, fusion="max", discard=0.2, ig_steps=8, ig_baseline="black")
+    chosen = dict(smoothgrad_samples=6, smoothgrad_stdev=0.3, rollout_head_fusion="max", rollout_discard_ratio=0.2)
+    chosen |= dict(ig_steps=8, ig_baseline="black")
     run = lambda seed: saliency_steps(handlers, a, methods, sal_score=False, signed=True, sg_seed=seed, **chosen)
     first, again, other = run(7), run(7), run(8)
     captions = [s["caption"] for s in first[-2][p.sal_gallery].value]
@@ -743,8 +744,8 @@ def test_the_saliency_tabs_sliders_span_the_bounds_analyze_accepts(handlers):
     from cait.explain.attribution import OPTION_BOUNDS
 
     p = handlers.p
-    sliders = dict(ig_steps=p.ig_steps, smoothgrad_samples=p.sg_samples, smoothgrad_stdev=p.sg_noise)
-    sliders["rollout_discard_ratio"] = p.discard
+    sliders = dict(ig_steps=p.ig_steps, smoothgrad_samples=p.smoothgrad_samples, smoothgrad_stdev=p.smoothgrad_stdev)
+    sliders["rollout_discard_ratio"] = p.rollout_discard_ratio
     assert {name: (s.minimum, s.maximum) for name, s in sliders.items()} == OPTION_BOUNDS
 
 

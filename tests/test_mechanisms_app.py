@@ -4,7 +4,6 @@ top-5 is that of a twin model with those heads' outputs zeroed by hooks, and bad
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -551,7 +550,7 @@ def test_analyze_computes_the_causal_view_and_both_patchings_on_the_long_lane_to
     with Blocks(model) as ran:
         out = Analyze(handlers.cache, loaded.choice).analyze({"path": examples[1]}, **sections)
     # the blocks each part runs, counted on this thread
-    plain = dict(method="", target=-1, logit_lens=False, seed=0, **dataclasses.asdict(explain.MethodOptions()))
+    plain = dict(method="", target=-1, logit_lens=False, seed=0, **explain.MethodOptions().as_dict())
     with Blocks(model) as quick:
         api.answer_now(loaded, examples[1], api.checked_call(loaded, causal=False, patching="", **plain))
     with Blocks(model) as long:

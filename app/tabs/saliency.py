@@ -3,6 +3,8 @@ deletion/insertion AUCs, the method options, the enlarged map, and the paper's F
 
 from __future__ import annotations
 
+from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -17,7 +19,6 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
 from cait import explain
-from cait.explain.attribution import OPTION_BOUNDS
 from cait.figures.attention import head_name
 
 SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
@@ -28,14 +29,8 @@ _OPTIONS = explain.MethodOptions()  # the method settings' defaults
 class SaliencyParts:
     sal_class: gr.Dropdown
     sal_methods: gr.CheckboxGroup
-    ig_steps: gr.Slider
-    ig_baseline: gr.Dropdown
-    sg_samples: gr.Slider
-    sg_noise: gr.Slider
+    method_options: dict[str, gr.components.Component]  # option name -> its control (`explain.method_options`)
     sg_seed: gr.Number
-    fusion: gr.Dropdown
-    discard: gr.Slider
-    signed: gr.Checkbox
     sal_score: gr.Checkbox
     sal_topk: gr.Slider
     sal_run: gr.Button
@@ -67,7 +62,8 @@ class SaliencyParts:
 @dataclass(frozen=True)
 class SaliencyAsk:
     """What the run button sends, each field named as its component (`app.shared.named`: Gradio passes each value
-    as the keyword of that name); a method setting not given is `explain.MethodOptions`'."""
+    as the keyword of that name); method_options: the methods' options by name (`explain.method_options`), each
+    its default unless given."""
 
     choice: ModelChoice
     analysis: session.Analysis | None
@@ -78,26 +74,19 @@ class SaliencyAsk:
     view: str
     sal_score: bool = True  # the deletion/insertion AUCs after the maps
     sal_topk: int = 1  # > 1: each method for each of the top k predicted classes instead of sal_class
-    ig_steps: int = _OPTIONS.ig_steps
-    sg_samples: int = _OPTIONS.smoothgrad_samples
-    sg_noise: float = _OPTIONS.smoothgrad_stdev
-    fusion: str = _OPTIONS.rollout_head_fusion
-    discard: float = _OPTIONS.rollout_discard_ratio
-    ig_baseline: str = _OPTIONS.ig_baseline
-    signed: bool = _OPTIONS.signed
     sg_seed: int = session.DEFAULT_SEED  # SmoothGrad's noise
+    method_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, asked: dict[str, Any]) -> SaliencyAsk:
+        """The ask of a run's inputs by name, the method options among them gathered in method_options."""
+        names = explain.method_options()
+        given = {k: v for k, v in asked.items() if k in names}
+        return cls(**{k: v for k, v in asked.items() if k not in names}, method_options=given)
 
     def options(self) -> explain.MethodOptions:
-        """The method settings as `explain.MethodOptions` (the page's sliders send floats)."""
-        return explain.MethodOptions(
-            ig_steps=int(self.ig_steps),
-            smoothgrad_samples=int(self.sg_samples),
-            smoothgrad_stdev=float(self.sg_noise),
-            rollout_head_fusion=self.fusion,
-            rollout_discard_ratio=float(self.discard),
-            ig_baseline=self.ig_baseline,
-            signed=bool(self.signed),
-        )
+        """The method settings as `explain.MethodOptions`, typed and checked (the page's sliders send floats)."""
+        return explain.checked_options(**self.method_options)
 
 
 @dataclass(frozen=True)
@@ -178,7 +167,7 @@ def build(first: LoadedModel, tab: gr.Tab) -> SaliencyParts:
     )
     parts: dict[str, Any] = {"sal_class": gr.Dropdown(label="Class", choices=[], elem_id="sal_class")}
     parts["sal_methods"] = gr.CheckboxGroup(
-        list(explain.METHODS), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
+        _menu(first), value=list(SALIENCY_DEFAULT), label="Methods", elem_id="sal_methods"
     )
     _method_options(parts)
     parts["sal_score"] = gr.Checkbox(
@@ -208,53 +197,48 @@ def build(first: LoadedModel, tab: gr.Tab) -> SaliencyParts:
     return SaliencyParts(**parts)
 
 
-# one slider per option of `OPTION_BOUNDS` (the sliders span what /analyze accepts): its component name, step, label
-SLIDERS = {
-    "ig_steps": ("ig_steps", 4, "Integrated-gradients steps"),
-    "smoothgrad_samples": ("sg_samples", 2, "SmoothGrad samples"),
-    "smoothgrad_stdev": ("sg_noise", 0.05, "SmoothGrad noise (std, normalised units)"),
-    "rollout_discard_ratio": ("discard", 0.05, "Rollout discard ratio (lowest weights of each layer set to 0)"),
-}
+def _menu(loaded: LoadedModel) -> list[str]:
+    """The saliency methods of `loaded`'s model: caK_mean for each of its CA layers, then the others."""
+    return explain.METHODS.names(loaded.cfg.depth_token_only)
 
 
-def _slider(option: str) -> gr.Slider:
-    """The slider of a method option, from its bounds and its default (`explain.MethodOptions`)."""
-    name, step, label = SLIDERS[option]
-    default = getattr(explain.MethodOptions(), option)
-    return gr.Slider(*OPTION_BOUNDS[option], value=default, step=step, label=label, elem_id=name)
+def _control(option: explain.Option) -> gr.components.Component:
+    """A method option's control, from its declaration: a slider over its bounds (those /analyze accepts), a menu
+    of its choices, a tick box, or a plain field."""
+    said = dict(value=option.default, label=option.help, elem_id=option.name)
+    if option.bounds is not None:
+        return gr.Slider(*option.bounds, step=option.step, **said)
+    if option.choices:
+        return gr.Dropdown(list(option.choices), info=option.note or None, **said)
+    if option.kind is bool:
+        return gr.Checkbox(**said)
+    return gr.Textbox(**said) if option.kind is str else gr.Number(**said)
+
+
+def _option_rows() -> list[tuple[str, list[explain.Option]]]:
+    """The method options a row each method (the first to declare an option places it), IG's and SmoothGrad's
+    first; an option several methods share after them, alone."""
+    entries = {name: explain.METHODS[name] for name in ("integrated_gradients", "smoothgrad", *explain.METHODS)}
+    users = Counter(o.name for options in {e.options for e in entries.values()} for o in options)
+    rows, placed = [], set()
+    for name, entry in entries.items():
+        row = [o for o in entry.options if users[o.name] == 1 and o.name not in placed]
+        placed |= {o.name for o in row}
+        rows += [(name, row)] if row else []
+    shared = [o for o in explain.method_options().values() if users[o.name] > 1]
+    return rows + [(o.name, [o]) for o in shared]
 
 
 def _method_options(parts: dict) -> None:
-    defaults = explain.MethodOptions()
+    controls = parts["method_options"] = {}
     with gr.Accordion("Method options (integrated gradients, SmoothGrad, rollout)", open=False):
-        with gr.Row():  # one method's settings a row, so that no label wraps
-            parts["ig_steps"] = _slider("ig_steps")
-            parts["ig_baseline"] = gr.Dropdown(
-                list(explain.IG_BASELINES),
-                value=defaults.ig_baseline,
-                label="Integrated-gradients baseline",
-                info="mean: the normalisation's mean colour",
-                elem_id="ig_baseline",
-            )
-        with gr.Row():
-            parts["sg_samples"] = _slider("smoothgrad_samples")
-            parts["sg_noise"] = _slider("smoothgrad_stdev")
-            parts["sg_seed"] = gr.Number(
-                value=session.DEFAULT_SEED, precision=0, label="SmoothGrad seed", elem_id="sg_seed"
-            )
-        with gr.Row():
-            parts["fusion"] = gr.Dropdown(
-                list(explain.HEAD_FUSIONS),
-                value=defaults.rollout_head_fusion,
-                label="Rollout head fusion",
-                elem_id="fusion",
-            )
-            parts["discard"] = _slider("rollout_discard_ratio")
-        parts["signed"] = gr.Checkbox(
-            value=defaults.signed,
-            label="Signed attributions (captum methods: red for the class, blue against it; else |attribution|)",
-            elem_id="signed",
-        )
+        for method, options in _option_rows():
+            with gr.Row() if len(options) > 1 else nullcontext():
+                controls |= {o.name: _control(o) for o in options}  # one method's settings a row: no label wraps
+                if method == "smoothgrad":
+                    parts["sg_seed"] = gr.Number(
+                        value=session.DEFAULT_SEED, precision=0, label="SmoothGrad seed", elem_id="sg_seed"
+                    )
 
 
 def _regions_and_scores(cfg: cait.CaiTConfig, parts: dict) -> None:
@@ -294,7 +278,7 @@ class SaliencyTab(PageTab):
         deletion/insertion AUCs one by one (the gallery label counts them), so the maps are not held back by the
         scoring, which takes most of the time, and the wait is told by real progress.
         asked: the fields of `SaliencyAsk`, by name."""
-        p, ask = self.parts, SaliencyAsk(**asked)
+        p, ask = self.parts, SaliencyAsk.of(asked)
         a = ask.analysis
         if a is None or a.choice != ask.choice:
             yield {p.sal_msg: texts.NO_IMAGE}
@@ -303,7 +287,7 @@ class SaliencyTab(PageTab):
             yield {p.sal_msg: "**Tick at least one saliency method.** The maps of the last run stay below."}
             return
         loaded = self.cache.get(ask.choice)
-        methods = [m for m in explain.METHODS if m in ask.sal_methods]  # the menu's order, whatever the ticking
+        methods = [m for m in _menu(loaded) if m in ask.sal_methods]  # the menu's order, whatever the ticking
         targets = [a.top_class if ask.sal_class is None else int(ask.sal_class)]
         if int(ask.sal_topk or 1) > 1:
             targets = ranked_classes(a.probs, int(ask.sal_topk))
@@ -386,10 +370,12 @@ class SaliencyTab(PageTab):
         return dict.fromkeys(self.parts.results) | {self.parts.sal_msg: ""}
 
     def for_model(self, loaded: LoadedModel) -> dict:
-        """What depends on the page's model here: the class menu and the maps a region is drawn from."""
+        """What depends on the page's model here: the class menu, the methods (a CA layer's with each of its CA
+        layers; the default ticks) and the maps a region is drawn from."""
         regions = region_choices(loaded.cfg)
         return {
             self.parts.sal_class: gr.Dropdown(choices=[], value=None),
+            self.parts.sal_methods: gr.CheckboxGroup(choices=_menu(loaded), value=list(SALIENCY_DEFAULT)),
             self.parts.region_of: gr.Dropdown(choices=regions, value=regions[0]),
         }
 

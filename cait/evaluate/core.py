@@ -24,7 +24,7 @@ from ..model import CaiT
 from ..preprocess import normalise
 from ..runtime import autocast
 
-CHEAP_METHODS = (
+CHEAP_METHODS = (  # a model of two CA layers' (the paper's); `cheap_methods` gives any model's
     "ca1_mean",
     "ca2_mean",
     "class_specific",
@@ -33,6 +33,13 @@ CHEAP_METHODS = (
     "rollout_after_proj_w",
     "gradient_rollout",  # one forward and one backward: about 3 forwards (benchmarks/README.md)
 )
+
+
+def cheap_methods(ca_depth: int) -> list[str]:
+    """The methods of about one pass each for a model of `ca_depth` CA layers: caK_mean for each, then the others."""
+    return [*explain.ca_mean_methods(ca_depth), *(m for m in CHEAP_METHODS if explain.ca_mean_layer(m) is None)]
+
+
 # images the explanation methods see at once, whatever --batch-size: their gradients and rollouts keep every
 # layer's activations or attention per image (about 50 MB each on cait_micro_136), so a batch of 128 at once
 # peaked near 8 GB; in chunks of 16 the evaluation's peak memory stays under 3 GB (benchmarks/README.md)
@@ -215,10 +222,12 @@ def evaluate(
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     mine = rank_indices(len(data), batch_size, rank, world)
     loader = DataLoader(Subset(data, mine), batch_size=batch_size, num_workers=workers)
-    asked = [explain.METHODS.canonical(m) for m in (explain.METHODS if methods is None else methods)]
+    ca_depth = model.cfg.depth_token_only if isinstance(model, CaiT) else 0
+    every = explain.METHODS.names(ca_depth) if isinstance(model, CaiT) else explain.METHODS
+    asked = [explain.METHODS.canonical(m) for m in (every if methods is None else methods)]
     todo = {
-        "cheap": [m for m in asked if m in CHEAP_METHODS],
-        "costly": [m for m in asked if m not in CHEAP_METHODS],
+        "cheap": [m for m in asked if m in cheap_methods(ca_depth)],
+        "costly": [m for m in asked if m not in cheap_methods(ca_depth)],
         "subset": attribution_subset,
     }
     classes = model.cfg.num_classes

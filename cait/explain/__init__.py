@@ -29,7 +29,17 @@ from .attention import (
     rollouts,
     talking_heads,
 )
-from .attribution import CAPTUM_METHODS, IG_BASELINES, Attribution, MethodOptions, attribution, ig_baseline
+from .attribution import (
+    CAPTUM_METHODS,
+    IG_BASELINES,
+    Attribution,
+    MethodOptions,
+    Option,
+    attribution,
+    checked_options,
+    ig_baseline,
+    method_options,
+)
 from .causal import (
     HeadAblation,
     LogitAttribution,
@@ -50,7 +60,7 @@ from .head_stats import (
 from .layerscale import layerscale_stats, layerscale_stats_from_metrics
 from .maps import DEFAULT_SHARE, overlay, overlays, regions_of_focus, upsample
 from .mechanisms import GRANULARITIES, Patching, activation_patching, answer_forms_at, logit_lens
-from .methods import METHODS, Method, saliency_map, saliency_maps
+from .methods import METHODS, Method, ca_mean_layer, ca_mean_methods, saliency_map, saliency_maps
 from .metrics import deletion_insertion, endpoint_probabilities, head_localization, mass_in_box, pointing_game
 from .token_patching import (
     DIRECTIONS,
@@ -101,7 +111,12 @@ __all__ = [
     "mean_attention_distances",
     "Method",
     "MethodOptions",
+    "Option",
+    "checked_options",
+    "method_options",
     "METHODS",
+    "ca_mean_layer",
+    "ca_mean_methods",
     "mixing_matrices",
     "overlay",
     "overlays",

@@ -5,6 +5,7 @@ Baselines are 0 in normalised space, i.e. an image at the dataset mean colour (a
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,74 +21,166 @@ CAPTUM_METHODS = ("integrated_gradients", "saliency", "smoothgrad", "occlusion")
 
 
 @dataclass(frozen=True)
-class MethodOptions:
-    """The settings of the explanation methods that have any. Every method of `cait.explain.METHODS`
-    takes the whole set and reads what concerns it, so callers never special-case a method."""
+class Option:
+    """One setting of a saliency method, declared beside the method (`cait.explain.methods.Entry`): its default
+    (whose type is the option's), its bounds, its help line. The app's controls, /analyze's checks and the captions
+    read these, so that a new option is the method's keyword and this declaration, nothing else."""
 
-    ig_steps: int = 32  # integrated gradients: Gauss-Legendre steps from the baseline
-    ig_baseline: str = "mean"  # integrated gradients: the image it starts from, one of IG_BASELINES
-    signed: bool = False  # gradient methods: attributions summed over channels with their sign, not |.|
-    smoothgrad_samples: int = 16  # smoothgrad: noisy copies whose saliency is averaged
-    smoothgrad_stdev: float = 0.15  # smoothgrad: noise standard deviation, in normalised units
-    rollout_head_fusion: str = "mean"  # rollout: a layer's heads merged by "mean", "max" or "min"
-    rollout_discard_ratio: float = 0.0  # rollout: share of each SA layer's lowest weights set to 0
+    name: str  # the method's keyword, /analyze's keyword, the app's control
+    default: Any
+    help: str  # one line: what it sets (the app's label)
+    bounds: tuple[float, float] | None = None  # what a caller may ask (inclusive), for a number
+    step: float | None = None  # the granularity the app's slider offers, for a number
+    choices: tuple[str, ...] = ()  # the values of a named option
+    note: str = ""  # a hint beside the control
 
-    def captum_kwargs(self, method: str) -> dict[str, Any]:
-        """The keyword arguments of `attribution` for `method` that these options set."""
-        signed = {"signed": True} if self.signed and method != "occlusion" else {}  # occlusion: always signed
-        if method == "integrated_gradients":
-            return {"n_steps": self.ig_steps, "baseline": self.ig_baseline, **signed}
-        if method == "smoothgrad":
-            return {"nt_samples": self.smoothgrad_samples, "stdevs": self.smoothgrad_stdev, **signed}
-        return signed
-
-
-DEFAULT_OPTIONS = MethodOptions()
-# what a caller may ask of each numeric option (inclusive): the app's sliders span these, and /analyze refuses
-# anything outside, so that no call holds the model for minutes (IG and SmoothGrad cost grows with the count)
-OPTION_BOUNDS: dict[str, tuple[float, float]] = {
-    "ig_steps": (4, 128),
-    "smoothgrad_samples": (2, 64),
-    "smoothgrad_stdev": (0.0, 1.0),
-    "rollout_discard_ratio": (0.0, 0.95),
-}
-
-
-class OptionError(InputError):
-    """A method option outside `OPTION_BOUNDS` or of the wrong type; the message names it."""
-
-
-def checked_options(**values: Any) -> MethodOptions:
-    """`MethodOptions` from loosely typed values (a web client's numbers and strings), each converted to its
-    field's type and checked against `OPTION_BOUNDS`.
-
-    Args:
-        values: fields of `MethodOptions` by name; the ones not given keep their defaults.
-
-    Returns:
-        The options. Raises OptionError in one line naming the first option that does not fit."""
-    kinds = {"ig_steps": int, "smoothgrad_samples": int, "signed": bool, "smoothgrad_stdev": float}
-    kinds |= {"rollout_discard_ratio": float, "ig_baseline": str, "rollout_head_fusion": str}
-    typed = {}
-    for name, value in values.items():
-        kind = kinds[name]
-        try:
-            number = float(value) if kind is int else None
-            if number is not None and not number.is_integer():
-                raise ValueError
-            typed[name] = kind(value) if number is None else int(number)
-        except (TypeError, ValueError, OverflowError):
-            what = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
-            raise OptionError(f"{name} must be {what}, got {shown(value)}") from None
-        low, high = OPTION_BOUNDS.get(name, (None, None))
-        if low is not None and not low <= typed[name] <= high:  # NaN fails too
-            raise OptionError(f"{name} must be between {low:g} and {high:g}, got {typed[name]:g}")
-    return MethodOptions(**typed)
+    @property
+    def kind(self) -> type:
+        """The option's type: its default's."""
+        return type(self.default)
 
 
 # integrated gradients' baselines, as captum Insights offers them: the normalisation's mean colour (0 in
 # normalised units, the usual default), a black image, the image blurred, Gaussian noise
 IG_BASELINES = ("mean", "black", "blurred", "noise")
+# IG and SmoothGrad's bounds keep any call from holding the model for minutes (the cost grows with the count)
+IG_STEPS = Option("ig_steps", 32, "Integrated-gradients steps", bounds=(4, 128), step=4)
+IG_BASELINE = Option(
+    "ig_baseline", "mean", "Integrated-gradients baseline", choices=IG_BASELINES,
+    note="mean: the normalisation's mean colour",
+)  # fmt: skip
+SIGNED = Option(
+    "signed", False, "Signed attributions (captum methods: red for the class, blue against it; else |attribution|)"
+)
+SMOOTHGRAD_SAMPLES = Option("smoothgrad_samples", 16, "SmoothGrad samples", bounds=(2, 64), step=2)
+SMOOTHGRAD_STDEV = Option(
+    "smoothgrad_stdev", 0.15, "SmoothGrad noise (std, normalised units)", bounds=(0.0, 1.0), step=0.05
+)
+# each captum method's options (occlusion: none, its map always signed), and the keyword of `attribution` each sets
+CAPTUM_OPTIONS: dict[str, tuple[Option, ...]] = {
+    "integrated_gradients": (IG_STEPS, IG_BASELINE, SIGNED),
+    "saliency": (SIGNED,),
+    "smoothgrad": (SMOOTHGRAD_SAMPLES, SMOOTHGRAD_STDEV, SIGNED),
+    "occlusion": (),
+}
+_CAPTUM_KEYWORDS = {"ig_steps": "n_steps", "ig_baseline": "baseline", "smoothgrad_samples": "nt_samples"}
+_CAPTUM_KEYWORDS |= {"smoothgrad_stdev": "stdevs"}
+
+
+def method_options() -> dict[str, Option]:
+    """Every option of every method of `cait.explain.METHODS`, by name: captum's methods' first (in the order their
+    records have always listed them), then the others' in the menu's order."""
+    from .methods import METHODS  # the methods import this module: read them when asked
+
+    declared = (*CAPTUM_OPTIONS.values(), *(entry.options for entry in METHODS.entries()))
+    return {o.name: o for options in declared for o in options}
+
+
+class MethodOptions:
+    """The settings of the explanation methods that have any (`method_options`), each its declared default unless
+    given. Every method of `cait.explain.METHODS` takes the whole set and reads what concerns it, so callers never
+    special-case a method. Immutable; options.ig_steps reads one."""
+
+    def __init__(self, **values: Any):
+        if values and (unknown := set(values) - set(method_options())):
+            raise TypeError(f"unknown method option(s) {sorted(unknown)}; choose from {', '.join(method_options())}")
+        object.__setattr__(self, "_given", dict(values))
+
+    def __getattr__(self, name: str) -> Any:
+        given = self.__dict__.get("_given", {})
+        if name in given:
+            return given[name]
+        option = method_options().get(name) if not name.startswith("_") else None
+        if option is None:
+            raise AttributeError(name)
+        return option.default
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("MethodOptions is immutable")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option by name, in `method_options`' order."""
+        return {name: getattr(self, name) for name in method_options()}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MethodOptions) and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().items()))
+
+    def __repr__(self) -> str:
+        return f"MethodOptions({', '.join(f'{k}={v!r}' for k, v in self.as_dict().items())})"
+
+    def captum_kwargs(self, method: str) -> dict[str, Any]:
+        """The keyword arguments of `attribution` for `method` that these options set."""
+        return captum_keywords(method, {o.name: getattr(self, o.name) for o in CAPTUM_OPTIONS.get(method, ())})
+
+
+def captum_keywords(method: str, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` of `method`'s options (`CAPTUM_OPTIONS`) as the keywords of `attribution` (`signed` only when set)."""
+    said = {_CAPTUM_KEYWORDS.get(name, name): value for name, value in values.items()}
+    return said if said.get("signed") else {k: v for k, v in said.items() if k != "signed"}
+
+
+DEFAULT_OPTIONS = MethodOptions()
+
+
+class _Bounds(Mapping):
+    """name -> (low, high) of every numeric option, as the methods declare them now (`method_options`)."""
+
+    def _bounds(self) -> dict[str, tuple[float, float]]:
+        return {name: o.bounds for name, o in method_options().items() if o.bounds is not None}
+
+    def __getitem__(self, name: str) -> tuple[float, float]:
+        return self._bounds()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._bounds())
+
+    def __len__(self) -> int:
+        return len(self._bounds())
+
+
+# what a caller may ask of each numeric option (inclusive): the app's sliders span these, and /analyze refuses
+# anything outside
+OPTION_BOUNDS: Mapping[str, tuple[float, float]] = _Bounds()
+
+
+class OptionError(InputError):
+    """A method option outside its bounds, not one of its choices or of the wrong type; the message names it."""
+
+
+def checked_option(option: Option, value: Any) -> Any:
+    """`value` converted to `option`'s type and checked against its bounds or choices; OptionError in one line."""
+    kind, name = option.kind, option.name
+    try:
+        number = float(value) if kind is int else None
+        if number is not None and not number.is_integer():
+            raise ValueError
+        typed = kind(value) if number is None else int(number)
+    except (TypeError, ValueError, OverflowError):
+        what = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
+        raise OptionError(f"{name} must be {what}, got {shown(value)}") from None
+    if option.bounds is not None and not option.bounds[0] <= typed <= option.bounds[1]:  # NaN fails too
+        low, high = option.bounds
+        raise OptionError(f"{name} must be between {low:g} and {high:g}, got {typed:g}")
+    if option.choices and typed not in option.choices:
+        raise OptionError(f"unknown {option.help[0].lower()}{option.help[1:]} {shown(value)}; choose from "
+                          f"{', '.join(option.choices)}")  # fmt: skip
+    return typed
+
+
+def checked_options(**values: Any) -> MethodOptions:
+    """`MethodOptions` from loosely typed values (a web client's numbers and strings), each converted to its
+    option's type and checked against its bounds and choices (`Option`).
+
+    Args:
+        values: options by name (`method_options`); the ones not given keep their defaults.
+
+    Returns:
+        The options. Raises OptionError in one line naming the first option that does not fit."""
+    known = method_options()
+    return MethodOptions(**{name: checked_option(known[name], value) for name, value in values.items()})
 
 
 def ig_baseline(x: torch.Tensor, name: str, cfg) -> torch.Tensor:

@@ -5,44 +5,103 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 from ._checks import ExplainInputError, check_ca_layer, check_input, check_target
-from .attention import ROLLOUT_STAGES, class_attention, class_specific_attention, gradient_rollout, rollout, rollouts
-from .attribution import CAPTUM_METHODS, DEFAULT_OPTIONS, MethodOptions, attribution
+from .attention import (
+    HEAD_FUSIONS,
+    ROLLOUT_STAGES,
+    class_attention,
+    class_specific_attention,
+    gradient_rollout,
+    rollout,
+    rollouts,
+)
+from .attribution import (
+    CAPTUM_METHODS,
+    CAPTUM_OPTIONS,
+    DEFAULT_OPTIONS,
+    SIGNED,
+    MethodOptions,
+    Option,
+    attribution,
+    captum_keywords,
+)
 
 Method = Callable[..., torch.Tensor]  # (model, x, target, options=DEFAULT_OPTIONS) -> [B, g, g]
 
-
-def _ca_mean(layer: int) -> Method:
-    # target and options are unused: plain class attention does not depend on the class asked about
-    return lambda model, x, target, options=DEFAULT_OPTIONS: class_attention(model, x).mean[:, layer]
-
-
-def _options_unused(method: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]) -> Method:
-    # methods without settings take the options all methods are called with, and ignore them
-    return lambda model, x, target, options=DEFAULT_OPTIONS: method(model, x, target)
+ROLLOUT_HEAD_FUSION = Option("rollout_head_fusion", "mean", "Rollout head fusion", choices=HEAD_FUSIONS)
+ROLLOUT_DISCARD_RATIO = Option(
+    "rollout_discard_ratio", 0.0, "Rollout discard ratio (lowest weights of each layer set to 0)", bounds=(0.0, 0.95),
+    step=0.05,
+)  # fmt: skip
 
 
-def _rollout(stage: str) -> Method:
-    return lambda model, x, target, options=DEFAULT_OPTIONS: rollout(
-        model, x, stage=stage, head_fusion=options.rollout_head_fusion, discard_ratio=options.rollout_discard_ratio
-    )
+@dataclass(frozen=True)
+class Entry:
+    """A method with the options it takes: `compute(model, x, target, **{option.name: value})`, as captum keeps a
+    method's settings in its signature; called as every method is, `entry(model, x, target, options)`, it reads
+    its own options out of the `MethodOptions`. caption: how its map's settings are said (str.format of the option
+    values and SmoothGrad's `seed`; the options it leaves out follow as "name value")."""
+
+    compute: Callable[..., torch.Tensor]
+    options: tuple[Option, ...] = ()
+    caption: str = ""
+
+    def __call__(
+        self, model: nn.Module, x: torch.Tensor, target: torch.Tensor, options: MethodOptions = DEFAULT_OPTIONS
+    ) -> torch.Tensor:
+        return self.compute(model, x, target, **{o.name: getattr(options, o.name) for o in self.options})
+
+    def said(self, options: MethodOptions, seed: int) -> list[str]:
+        """The settings that shape this method's map, in a few words each ("signed" when signed is set)."""
+        values = {o.name: getattr(options, o.name) for o in self.options}
+        said = [self.caption.format(**values, seed=seed)] if self.caption else []
+        rest = [o for o in self.options if o is not SIGNED and "{" + o.name not in self.caption]
+        said += [f"{o.name} {values[o.name]:g}" if o.bounds else f"{o.name} {values[o.name]}" for o in rest]
+        return said + (["signed"] if values.get("signed") else [])
 
 
-def _captum(method: str) -> Method:
-    return lambda model, x, target, options=DEFAULT_OPTIONS: (
-        attribution(model, x, target, method, **options.captum_kwargs(method)).patch
+def _ca_mean(layer: int) -> Entry:
+    # target is unused: plain class attention does not depend on the class asked about
+    return Entry(lambda model, x, target: class_attention(model, x).mean[:, layer])
+
+
+def _rollout(stage: str) -> Entry:
+    return Entry(
+        lambda model, x, target, **options: rollout(
+            model, x, stage=stage, head_fusion=options["rollout_head_fusion"],
+            discard_ratio=options["rollout_discard_ratio"],
+        ),
+        (ROLLOUT_HEAD_FUSION, ROLLOUT_DISCARD_RATIO),
+        "{rollout_head_fusion} fusion, discard {rollout_discard_ratio:g}",
+    )  # fmt: skip
+
+
+_CAPTUM_CAPTIONS = {
+    "integrated_gradients": "{ig_steps} steps from the {ig_baseline} baseline",
+    "smoothgrad": "{smoothgrad_samples} samples, noise {smoothgrad_stdev:g}, seed {seed}",
+}
+
+
+def _captum(method: str) -> Entry:
+    return Entry(
+        lambda model, x, target, **options: (
+            attribution(model, x, target, method, **captum_keywords(method, options)).patch
+        ),
+        CAPTUM_OPTIONS[method],
+        _CAPTUM_CAPTIONS.get(method, ""),
     )
 
 
 class MethodTable(Mapping):
     """name -> method, with a lookup that names the choices when there is no such method."""
 
-    def __init__(self, methods: dict[str, Method]):
+    def __init__(self, methods: dict[str, Entry]):
         self._methods = methods
 
     def canonical(self, name: str) -> str:
@@ -52,9 +111,17 @@ class MethodTable(Mapping):
             raise ExplainInputError(f"unknown method {name!r}; choose from {', '.join(self._methods)}")
         return name
 
-    def __getitem__(self, name: str) -> Method:
+    def __getitem__(self, name: str) -> Entry:
         layer = ca_mean_layer(name)
         return self._methods[name] if layer is None else _ca_mean(layer)
+
+    def entries(self) -> Iterator[Entry]:
+        """Every listed method's entry, in order."""
+        return iter(self._methods.values())
+
+    def names(self, ca_depth: int) -> list[str]:
+        """The methods for a model of `ca_depth` CA layers: caK_mean for each of its layers, then the others."""
+        return [*ca_mean_methods(ca_depth), *(name for name in self._methods if ca_mean_layer(name) is None)]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._methods)
@@ -63,9 +130,17 @@ class MethodTable(Mapping):
         return len(self._methods)
 
 
-# the methods of a CA layer listed (every paper variant has two CA layers); caK_mean reads the model's K-th
-CA_MEAN_METHODS = {"ca1_mean": 0, "ca2_mean": 1}  # name -> CA layer (0-based)
 _CA_MEAN = re.compile(r"ca([1-9][0-9]*)_mean")
+
+
+def ca_mean_methods(ca_depth: int) -> dict[str, int]:
+    """The head-mean map of each CA layer of a model of `ca_depth` CA layers: name (caK_mean) -> layer (0-based)."""
+    return {f"ca{layer + 1}_mean": layer for layer in range(ca_depth)}
+
+
+# the CA layers' methods listed when no model is at hand (every paper variant has two CA layers); `MethodTable.names`
+# lists a model's, and caK_mean reads the K-th of any model that has it
+CA_MEAN_METHODS = ca_mean_methods(2)
 
 
 def ca_mean_layer(name: str) -> int | None:
@@ -89,9 +164,9 @@ ROLLOUT_METHODS = {f"rollout_{stage}": stage for stage in ROLLOUT_STAGES}  # nam
 METHODS = MethodTable(
     {
         **{name: _ca_mean(layer) for name, layer in CA_MEAN_METHODS.items()},
-        "class_specific": _options_unused(class_specific_attention),
+        "class_specific": Entry(class_specific_attention),
         **{name: _rollout(stage) for name, stage in ROLLOUT_METHODS.items()},
-        "gradient_rollout": _options_unused(gradient_rollout),
+        "gradient_rollout": Entry(gradient_rollout),
         **{name: _captum(name) for name in CAPTUM_METHODS},
     }
 )
