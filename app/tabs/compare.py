@@ -175,7 +175,7 @@ class CompareTab(PageTab):
             return None
         loaded, other = self.cache.get(choice), self.cache.get(b)
         try:
-            seen, view_b = cv.compared(loaded, a.x, a.source, other, self.sides(request).run)
+            seen, view_b = cv.compared(loaded, a.x, a.source, other, self.sides(request).run, seen_a=cv.seen_of(a))
         except InputError as e:
             return self.cleared(()) | {self.parts.cmp_msg: f"**Cannot compare:** {_first_line(e)}"}
         p, target = self.parts, loaded.labels[seen.target]

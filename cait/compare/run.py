@@ -25,8 +25,8 @@ from ..provenance import SourcedModel
 from . import report
 from .atlases import compare_atlases
 from .compute import PairedImages, pair_numbers
-from .merge import check_comparable, write_merged
-from .options import CompareError, CompareOptions, Side
+from .merge import write_merged
+from .options import CompareError, CompareOptions, Side, check_comparable
 
 Progress = Callable[[int, int], None]  # (images done, images to do) of this run
 # What a comparison's shards hold and mean, recorded beside the atlas's shard FORMAT; bumped when it changes.
@@ -85,7 +85,7 @@ def run_compare(
         return compare_atlases(options)
     with process_group(options.device) as (rank, world, device):
         loaded = [load_side(options.a, "A"), load_side(options.b, "B")]
-        names = check_comparable(*loaded)
+        names = check_comparable(*(side.model for side in loaded))
         for side in loaded:
             side.model.to(device).eval()
         data = [_read(options, side.model.cfg) for side in loaded]
