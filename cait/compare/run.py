@@ -132,7 +132,14 @@ def _make(
         recorded = recorded_options(options, len(data[0]))
         cover = Cover.of(recorded, data[0].paths)
         plan = plan_shards(
-            out, cover, recorded, world=world, size=options.shard_size, batch=options.batch_size, error=CompareError
+            out,
+            cover,
+            recorded,
+            world=world,
+            size=options.shard_size,
+            batch=options.batch_size,
+            error=CompareError,
+            what="comparison",
         )
         paired = PairedImages(*data)
         todo = plan[rank][: options.stop_after]
