@@ -163,3 +163,17 @@ def test_the_view_reuses_the_pages_analysis_and_runs_each_model_once(world):
         for hook in hooks:
             hook.remove()
     assert passes == {"A": 1, "B": 1} and len(out[world.p.cmp_heads]) == 3 * 6
+
+
+def test_a_build_runs_on_the_caches_models_not_copies_of_its_own(world, monkeypatch):
+    """The tab hands the run the models its cache holds (one copy of each in memory): loading a side is never
+    asked for, and the run is built and opened."""
+    import cait.compare.run
+
+    def no_second_copy(*args, **kwargs):
+        raise AssertionError("the build loaded a model of its own")
+
+    monkeypatch.setattr(cait.compare.run, "load_side", no_second_copy)
+    choose(world, B)
+    out = world.tab.build_run(world.loaded.choice, 4, world.a, None, lambda *a, **k: None)
+    assert "images answered differently" in out[world.p.cmp_run_msg]

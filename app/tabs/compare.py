@@ -227,7 +227,10 @@ class CompareTab(PageTab):
                 device=self.cache.get(choice).device.type,
             )  # fmt: skip
             report = lambda done, total: progress((done, total), desc="comparing", unit="images")  # noqa: E731
-            work = lambda: cait.compare.run_compare(options, progress=report, should_stop=held.pressed)  # noqa: E731
+            models = (self.cache.get(choice).sourced, self.cache.get(b).sourced)  # the page's copies, not new ones
+            work = lambda: cait.compare.run_compare(  # noqa: E731
+                options, progress=report, should_stop=held.pressed, models=models
+            )
             from cait.compare.run import CompareStopped  # torch-heavy: only once a run is built
 
             try:

@@ -62,7 +62,11 @@ def recorded_options(options: CompareOptions, images: int) -> dict:
 
 
 def run_compare(
-    options: CompareOptions, *, progress: Progress | None = None, should_stop: Callable[[], bool] | None = None
+    options: CompareOptions,
+    *,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    models: tuple[SourcedModel, SourcedModel] | None = None,
 ) -> Path:
     """Compare model A with model B over the images `options` ask for, writing the run's files to options.out
     (`cait.compare.files`); under torchrun this process is one rank of the run.
@@ -72,6 +76,8 @@ def run_compare(
         progress: called after each batch with (images done, images to do) of this process.
         should_stop: called before each batch; a true answer ends the run there (`CompareStopped`), the shards
             written kept: the same options continue. An exception it raises ends the run the same way.
+        models: models A and B already loaded (an app's cache holds them: no second copy in memory), used
+            instead of loading options.a and options.b, which the run still records: they must name these models.
 
     Returns:
         options.out (its files are complete when every shard is done; `read_run` reads them).
@@ -84,7 +90,7 @@ def run_compare(
     if options.atlas_a is not None:
         return compare_atlases(options)
     with process_group(options.device) as (rank, world, device):
-        loaded = [load_side(options.a, "A"), load_side(options.b, "B")]
+        loaded = list(models) if models is not None else [load_side(options.a, "A"), load_side(options.b, "B")]
         names = check_comparable(*(side.model for side in loaded))
         for side in loaded:
             side.model.to(device).eval()
