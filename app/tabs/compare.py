@@ -236,7 +236,7 @@ class CompareTab(PageTab):
             try:
                 torch_thread.call_long(work, stop=lambda: held.stop_if_pressed("run stopped"))
             except (Stopped, CompareStopped):
-                return {self.parts.cmp_run_msg: f"**Stopped** (kept in `{out}`); build it again to continue."}
+                return {self.parts.cmp_run_msg: _stopped_line(out, n)}
             except (InputError, OSError) as e:
                 return {self.parts.cmp_run_msg: f"**Could not build the run:** {_first_line(e)}"}
         return torch_thread.call(self.open_run, str(out), choice, a, request)
@@ -287,6 +287,14 @@ class CompareTab(PageTab):
             **LONG_EVENTS,
         ).then(self._ended, None, p.cmp_stop, **off_queue)  # fmt: skip
         p.cmp_stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
+
+
+def _stopped_line(out, n: int) -> str:
+    """What a stopped build did: the scenes its shards hold, kept where it continues from."""
+    from cait.atlas.shards import shard_files
+
+    done = sum(len(r) for r in shard_files(out))
+    return f"**Stopped** with {done:,} of {n:,} scenes done (kept in `{out}`); build it again to continue."
 
 
 def _side(choice: ModelChoice) -> cait.compare.Side:
