@@ -137,16 +137,8 @@ def _make(
     try:
         recorded = recorded_options(options, len(data[0]))
         cover = Cover.of(recorded, data[0].paths)
-        plan = plan_shards(
-            out,
-            cover,
-            recorded,
-            world=world,
-            size=options.shard_size,
-            batch=options.batch_size,
-            error=CompareError,
-            what="comparison",
-        )
+        sizes = dict(world=world, size=options.shard_size, batch=options.batch_size)
+        plan = plan_shards(out, cover, recorded, **sizes, error=CompareError, what="comparison")
         paired = PairedImages(*data)
         todo = plan[rank][: options.stop_after]
         _run_shards(
