@@ -248,7 +248,7 @@ class CompareImage:
         lists; its weights as the server finds them, a random init only when the server runs with --random-init):
         both top 5, every CA head's map of both paired by layer and head, B minus A where the grids match, each
         head's direct write to class `target`'s logit (-1: A's top class), mean |gamma| and the image's residual
-        ratios per block of both. About two forward passes of each model.
+        ratios per block of both. One forward pass of each model.
 
         Returns {"model_a", "model_b", "target", "predictions_a", "predictions_b", "layout", "pairs", "maps_a",
         "maps_b", "differences", "dla_a", "dla_b", "gamma_a", "gamma_b", "residual_ratios_a",

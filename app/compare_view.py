@@ -16,7 +16,7 @@ from app import figures, session, texts
 from app.models import LoadedModel
 from cait.atlas.shards import ARGS_FILE
 from cait.compare import CompareRun
-from cait.compare.image import ImageComparison, compare_image
+from cait.compare.image import ImageComparison, Seen, compare_image
 from cait.data import read_images
 from cait.figures import compare as compare_figures
 from cait.figures import to_plotly
@@ -29,19 +29,26 @@ DISAGREEMENTS_SHOWN = 12  # disagreement images opened in the tab at most (the r
 
 
 def compared(a_model: LoadedModel, x_a: torch.Tensor, image: Image.Image, b_model: LoadedModel,
-             run: CompareRun | None, *, target: int | None = None) -> tuple[ImageComparison, Image.Image]:  # fmt: skip
+             run: CompareRun | None, *, target: int | None = None,
+             seen_a: Seen | None = None) -> tuple[ImageComparison, Image.Image]:  # fmt: skip
     """The decoded `image` (`x_a`: as model A sees it) through both models: (the comparison, B's view of it). B
     reads the image through its own preprocessing; heads paired by `run`'s matching when one is open; target:
-    the class of the heads' direct logit attribution (None: A's top). Raises cait.InputError (one line) for
-    what cannot be compared."""
+    the class of the heads' direct logit attribution (None: A's top); seen_a: A's answer, maps and ratios when
+    a pass already gave them (the page's analysis: `seen_of`). Raises cait.InputError (one line) for what
+    cannot be compared."""
     mode = "RGB" if b_model.cfg.in_chans == 3 else "L"
     view_b, x_b = session.model_input_of(image.convert(mode), b_model.cfg)
     with torch.no_grad():
         seen = compare_image(
             a_model.model, x_a.to(a_model.device), b_model.model, x_b.to(b_model.device),
-            matching=None if run is None else run.matching, target=target,
+            matching=None if run is None else run.matching, target=target, seen_a=seen_a,
         )  # fmt: skip
     return seen, view_b
+
+
+def seen_of(a: session.Analysis) -> Seen:
+    """What the page's analysis already holds of model A's pass: its answer, maps and residual ratios."""
+    return Seen(a.probs, a.ca_maps, a.ratios)
 
 
 def top5_html(seen: ImageComparison, labels: tuple[str, ...], names: tuple[str, str]) -> str:

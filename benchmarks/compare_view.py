@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the page without a server (app_tabs)
 
 from app import torch_thread  # noqa: E402
-from app.loading import load_model  # noqa: E402
+from app.loading import load_page_model  # noqa: E402
 from app.models import ModelCache, ModelChoice  # noqa: E402
 from app.shared import Look  # noqa: E402
 from cait.timing import time_interleaved  # noqa: E402
@@ -30,7 +30,7 @@ def ratio(a: str, b: str, *, repeats: int) -> dict[str, float]:
     """Seconds of one model's first view (model `a`) and of the Compare tab's view of `a` against `b`."""
     from app_tabs import page_under_test
 
-    cache = ModelCache(load_model, max_bytes=2**31, device=torch.device("cpu"))
+    cache = ModelCache(load_page_model, max_bytes=2**31, device=torch.device("cpu"))
     page = torch_thread.call(page_under_test, cache, ModelChoice(a))
     tabs, choice = page.tabs, page.default
     path = cache.get(choice).examples[0][0]

@@ -250,3 +250,13 @@ def test_a_second_run_into_a_locked_out_is_refused(setup, capsys):
         line = conftest.one_error_line(capsys.readouterr().err, progress="compare:")
         assert f"another comparison run is writing to {out}" in line
     assert not list(out.glob("shards/*.npz")) and not (out / "summary.json").exists()
+
+
+def test_a_rerun_with_other_options_is_refused_as_a_comparison(setup, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "rerun"
+    shutil.copytree(setup["reference"], out)
+    assert main([*setup["pair"], "--limit", "12", "--out", str(out)]) == 2
+    line = conftest.one_error_line(capsys.readouterr().err, progress="compare:")
+    assert f"{out} holds a comparison made with other arguments (--limit 16 there, 12 here" in line

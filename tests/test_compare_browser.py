@@ -1,32 +1,57 @@
 """The Compare tab in a real browser (Debian's headless Chromium through Playwright), the shipped 28-px model
 against the 136-px one: both models side by side on the page's image, a compare run built in the tab whose Stop
-ends it (the build held in the browser until the test lets it go, never raced), built again to the end, its figures
-shown and a disagreement image opened as the page's image. One server for the module."""
+ends it (the build held on the server partway, at a gate the test opens: never raced) keeping the shard it wrote,
+built again to the end, its figures shown and a disagreement image opened as the page's image. One server for the
+module (`compare_gate_app.py`: the app with the gate)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+from conftest import wait_until_served
 from playwright.sync_api import expect
-from test_app_browser import NEW_JSON, chromium, json_href, open_page, pick_example, start_server, stop_server  # noqa: F401
-from test_dataset_browser import held_build
+from test_app import ROOT, free_port
+from test_app_browser import NEW_JSON, chromium, json_href, open_page, pick_example, stop_server  # noqa: F401
 
 A, B = "cait_nano_28", "cait_micro_136"
 SCENES = 40
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    """The app as a user starts it, on the 28-px model."""
-    proc, url = start_server(["--model", A], tmp_path_factory.mktemp("compare") / "server.log")
+def gated(tmp_path_factory):
+    """The app as a user starts it, on the 28-px model, with the compare build's gate: (url, the file the build
+    writes when it waits at the gate, the file that opens it)."""
+    folder = tmp_path_factory.mktemp("compare")
+    reached, opened = folder / "reached", folder / "open"
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env |= {"CAIT_GATE_REACHED": str(reached), "CAIT_GATE_OPEN": str(opened)}
+    log = folder / "server.log"
+    command = [sys.executable, str(ROOT / "tests" / "compare_gate_app.py"), "--port", str(port), "--device", "cpu"]
+    proc = subprocess.Popen([*command, "--model", A], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/"
     try:
-        yield url
+        wait_until_served(proc, url, log)
+        yield url, reached, opened
     finally:
         stop_server(proc)
 
 
-def test_two_models_side_by_side_a_stopped_run_and_its_disagreements(chromium, url):  # noqa: F811
+def wait_for(path: Path, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"the build never reached its gate ({path.name})"
+        time.sleep(0.1)
+
+
+def test_two_models_side_by_side_a_stopped_run_and_its_disagreements(chromium, gated):  # noqa: F811
+    url, reached, opened = gated
     page = open_page(chromium, url)
     try:
         pick_example(page)
@@ -39,22 +64,17 @@ def test_two_models_side_by_side_a_stopped_run_and_its_disagreements(chromium, u
         expect(page.locator("#cmp_heads img")).to_have_count(3 * 2 * 3)  # 2 CA layers x 3 shared heads x (A, B, -)
         expect(page.locator("#cmp_dla .js-plotly-plot")).to_have_count(1)
         expect(page.locator("#cmp_depth .js-plotly-plot")).to_have_count(1)
-        # a run asked for and held in the browser before it reaches the queue (the gate the test opens): a Stop
-        # pressed meanwhile ends it when it starts
+        # a run built and held partway at the server's gate (two batches done, one shard of 32 scenes written):
+        # the Stop pressed meanwhile is answered at once, and the build stops there, keeping that shard
         page.locator("#cmp_scenes input").fill(str(SCENES))
-        held = held_build(page, SCENES)
         page.locator("#cmp_build").click()
         expect(page.locator("#cmp_stop")).to_be_enabled()
-        for _ in range(300):
-            if held:
-                break
-            page.wait_for_timeout(100)
-        assert held, "the build never asked the queue"
-        with page.expect_response(lambda r: r.url.endswith("/run/predict")):  # the Stop, off the queue
+        wait_for(reached)
+        with page.expect_response(lambda r: r.url.endswith("/run/predict")) as answer:  # the Stop, off the queue
             page.locator("#cmp_stop").click()
-        held[0].continue_()
-        page.unroute("**/queue/join*")
-        expect(page.locator("#cmp_run_msg")).to_contain_text("Stopped")
+        assert answer.value.ok
+        opened.touch()
+        expect(page.locator("#cmp_run_msg")).to_contain_text(f"Stopped with 32 of {SCENES} scenes done")
         expect(page.locator("#cmp_stop")).to_be_disabled()
         # built again: it continues to the end and opens
         page.locator("#cmp_build").click()

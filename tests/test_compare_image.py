@@ -14,7 +14,8 @@ from PIL import Image
 
 import cait
 from cait import explain
-from cait.compare.image import compare_image
+from cait.compare.image import Seen, compare_image
+from cait.compare.options import CompareError
 from cait.explain._checks import ExplainInputError
 from cait.preprocess import to_batch
 
@@ -80,6 +81,24 @@ def test_a_model_against_itself_differs_nowhere_and_defaults_to_its_top_class(pi
     assert np.abs(seen.differences[1]).max() > 0
 
 
+def test_model_as_seen_before_gives_the_same_numbers(sizes):
+    """A's answer, maps and ratios taken from a pass already made (the app's analysis) change nothing."""
+    a, b = sizes
+    x_a, x_b = batch(a), batch(b)
+    with torch.no_grad():
+        insights = a.forward_insights(x_a)
+    before = Seen(
+        insights.logits[0].softmax(-1).numpy(),
+        explain.ClassAttention.from_insights(insights).maps[0].numpy(),
+        {kind: values[0].tolist() for kind, values in insights.residual_ratios.items()},
+    )
+    fresh, reused = compare_image(a, x_a, b, x_b), compare_image(a, x_a, b, x_b, seen_a=before)
+    assert reused.target == fresh.target and reused.top_a == fresh.top_a and reused.top_b == fresh.top_b
+    for name in ("maps_a", "maps_b", "dla_a", "dla_b"):
+        np.testing.assert_array_equal(getattr(reused, name), getattr(fresh, name))
+    assert reused.ratios_a == fresh.ratios_a and reused.ratios_b == fresh.ratios_b
+
+
 def test_a_runs_matching_pairs_the_heads(sizes):
     a, b = sizes
     matching = [((2, 1), (1, 4), 0.9), ((1, 3), (2, 2), 0.5)]
@@ -104,5 +123,5 @@ def test_what_cannot_be_compared_is_one_line(sizes, asked, said):
 
 def test_models_of_different_class_sets_are_refused(pico):
     five = cait.load_model("cait_pico_32", weights=False, num_classes=5).model.eval()
-    with pytest.raises(ExplainInputError, match="the two models answer different classes"):
+    with pytest.raises(CompareError, match="the two models answer different classes"):
         compare_image(pico, batch(pico), five, batch(five))

@@ -145,3 +145,35 @@ def test_the_compare_endpoint_answers_by_name_and_refuses_in_one_line(world, mon
     monkeypatch.setattr(session, "model_input", no_work)
     with pytest.raises(gr.Error, match="unknown model_b 'nope'; choose from "):
         endpoint.compare({"path": path}, model_b="nope")
+
+
+def test_the_view_reuses_the_pages_analysis_and_runs_each_model_once(world):
+    """Model A's answer, maps and ratios are the analysis' (no pass of its own for them); its heads' writes and
+    all of model B's numbers come from one pass each."""
+    choose(world, B)
+    models = {"A": world.loaded.model, "B": world.app.cache.get(ModelChoice(B)).model}
+    passes = {side: 0 for side in models}
+    hooks = [
+        model.patch_embed.register_forward_hook(lambda *_, side=side: passes.__setitem__(side, passes[side] + 1))
+        for side, model in models.items()
+    ]
+    try:
+        out = world.tab.view(world.loaded.choice, world.a)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert passes == {"A": 1, "B": 1} and len(out[world.p.cmp_heads]) == 3 * 6
+
+
+def test_a_build_runs_on_the_caches_models_not_copies_of_its_own(world, monkeypatch):
+    """The tab hands the run the models its cache holds (one copy of each in memory): loading a side is never
+    asked for, and the run is built and opened."""
+    import cait.compare.run
+
+    def no_second_copy(*args, **kwargs):
+        raise AssertionError("the build loaded a model of its own")
+
+    monkeypatch.setattr(cait.compare.run, "load_side", no_second_copy)
+    choose(world, B)
+    out = world.tab.build_run(world.loaded.choice, 4, world.a, None, lambda *a, **k: None)
+    assert "images answered differently" in out[world.p.cmp_run_msg]

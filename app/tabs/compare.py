@@ -175,7 +175,7 @@ class CompareTab(PageTab):
             return None
         loaded, other = self.cache.get(choice), self.cache.get(b)
         try:
-            seen, view_b = cv.compared(loaded, a.x, a.source, other, self.sides(request).run)
+            seen, view_b = cv.compared(loaded, a.x, a.source, other, self.sides(request).run, seen_a=cv.seen_of(a))
         except InputError as e:
             return self.cleared(()) | {self.parts.cmp_msg: f"**Cannot compare:** {_first_line(e)}"}
         p, target = self.parts, loaded.labels[seen.target]
@@ -227,13 +227,16 @@ class CompareTab(PageTab):
                 device=self.cache.get(choice).device.type,
             )  # fmt: skip
             report = lambda done, total: progress((done, total), desc="comparing", unit="images")  # noqa: E731
-            work = lambda: cait.compare.run_compare(options, progress=report, should_stop=held.pressed)  # noqa: E731
+            models = (self.cache.get(choice).sourced, self.cache.get(b).sourced)  # the page's copies, not new ones
+            work = lambda: cait.compare.run_compare(  # noqa: E731
+                options, progress=report, should_stop=held.pressed, models=models
+            )
             from cait.compare.run import CompareStopped  # torch-heavy: only once a run is built
 
             try:
                 torch_thread.call_long(work, stop=lambda: held.stop_if_pressed("run stopped"))
             except (Stopped, CompareStopped):
-                return {self.parts.cmp_run_msg: f"**Stopped** (kept in `{out}`); build it again to continue."}
+                return {self.parts.cmp_run_msg: _stopped_line(out, n)}
             except (InputError, OSError) as e:
                 return {self.parts.cmp_run_msg: f"**Could not build the run:** {_first_line(e)}"}
         return torch_thread.call(self.open_run, str(out), choice, a, request)
@@ -284,6 +287,14 @@ class CompareTab(PageTab):
             **LONG_EVENTS,
         ).then(self._ended, None, p.cmp_stop, **off_queue)  # fmt: skip
         p.cmp_stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
+
+
+def _stopped_line(out, n: int) -> str:
+    """What a stopped build did: the scenes its shards hold, kept where it continues from."""
+    from cait.atlas.shards import shard_files
+
+    done = sum(len(r) for r in shard_files(out))
+    return f"**Stopped** with {done:,} of {n:,} scenes done (kept in `{out}`); build it again to continue."
 
 
 def _side(choice: ModelChoice) -> cait.compare.Side:

@@ -86,14 +86,15 @@ def plan_shards(
     batch: int,
     error: type[InputError] = AtlasError,
     skip_reason: Callable | None = None,
+    what: str = "atlas",
 ) -> list[list[range]]:
     """Rank 0 checks the arguments and the shards on disk (a damaged or foreign shard is redone, skips are
     retried unless they fail again alike: `shards.verified`, asking `skip_reason`) and splits what is left over
     the ranks, saying the split; every rank gets rank 0's plan, or its `error` (AtlasError; a comparison run
-    raises its own)."""
+    raises its own, and `what` names it in the lines)."""
 
     def plan() -> list[list[range]]:
-        problem = args_problem(out, recorded)
+        problem = args_problem(out, recorded, what=what)
         if problem:
             raise error(problem)
         record_args(out, recorded)

@@ -192,36 +192,38 @@ def todo_images(done: list[range], images: int) -> list[int]:
     return np.flatnonzero(~covered).tolist()
 
 
-def args_problem(out: Path, recorded: dict[str, Any]) -> str | None:
+def args_problem(out: Path, recorded: dict[str, Any], *, what: str = "atlas") -> str | None:
     """One line when OUT already holds an atlas this run cannot continue: made by a cait.atlas of another format
     (`FORMAT`; one from before atlas_args.json existed has only its merged files), or with other arguments.
-    None: there is nothing, or shards that can be continued."""
+    None: there is nothing, or shards that can be continued. what: the run's kind, as the lines name it (an atlas,
+    a comparison: `cait.compare` shares this folder's machinery)."""
+    a_what = f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
     try:
         before = json.loads((out / ARGS_FILE).read_text())
     except FileNotFoundError:
-        return _made_before_formats(out, "no " + ARGS_FILE) if (out / "summary.json").exists() else None
+        return _made_before_formats(out, "no " + ARGS_FILE, a_what) if (out / "summary.json").exists() else None
     except (OSError, ValueError) as e:
         return f"{out / ARGS_FILE} is unreadable ({type(e).__name__}); use another --out or delete it"
     if not isinstance(before, dict):
-        return f"{out / ARGS_FILE} is not an atlas's arguments; use another --out or delete it"
+        return f"{out / ARGS_FILE} is not {a_what}'s arguments; use another --out or delete it"
     made = before.get("format")
     if made is None:
-        return _made_before_formats(out, f"no format in {ARGS_FILE}")
+        return _made_before_formats(out, f"no format in {ARGS_FILE}", a_what)
     if made != FORMAT:
         which = "a newer" if isinstance(made, int) and made > FORMAT else "another"
         return (
-            f"{out} holds an atlas of format {made}, made by {which} version of cait.atlas (this one makes format "
+            f"{out} holds {a_what} of format {made}, made by {which} version of cait.atlas (this one makes format "
             f"{FORMAT}): it cannot be continued; use another --out, or delete it to make it again"
         )
     changed = [f"{_flag(k)} {before.get(k)} there, {v} here" for k, v in recorded.items() if before.get(k) != v]
     if not changed:
         return None
-    return f"{out} holds an atlas made with other arguments ({'; '.join(changed)}): use another --out or delete it"
+    return f"{out} holds {a_what} made with other arguments ({'; '.join(changed)}): use another --out or delete it"
 
 
-def _made_before_formats(out: Path, sign: str) -> str:
+def _made_before_formats(out: Path, sign: str, a_what: str) -> str:
     return (
-        f"{out} holds an atlas made by an older version of cait.atlas ({sign}): it cannot be continued; use "
+        f"{out} holds {a_what} made by an older version of cait.atlas ({sign}): it cannot be continued; use "
         f"another --out, or delete it to make it again"
     )
 

@@ -19,8 +19,8 @@ from ..atlas.shards import ARGS_FILE
 from ..data import read_images
 from ..explain.metrics import head_row
 from ..factory import load_from_flags
-from .merge import check_comparable, write_merged
-from .options import CompareError, CompareOptions
+from .merge import write_merged
+from .options import CompareError, CompareOptions, check_comparable
 
 MODEL_FLAGS = ("model", "checkpoint", "pretrained", "random_init")
 
@@ -69,7 +69,7 @@ def compare_atlases(options: CompareOptions) -> Path:
     (args_a, rows_a), (args_b, rows_b) = read_atlas(folders[0]), read_atlas(folders[1])
     same_images(rows_a, rows_b, folders)
     loaded = [load_from_flags(argparse.Namespace(**{k: args.get(k) for k in MODEL_FLAGS})) for args in (args_a, args_b)]
-    names = check_comparable(*loaded)
+    names = check_comparable(*(side.model for side in loaded))
     data = [
         read_images(
             args["data"],

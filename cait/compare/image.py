@@ -15,9 +15,9 @@ from torch import nn
 from ..explain import direct_logit_attribution
 from ..explain._checks import ExplainInputError, check_class_stage, check_input
 from ..explain.attention import ClassAttention
+from ..explain.causal import predicted_attribution
 from ..explain.layerscale import layerscale_stats
-from ..preprocess import class_names
-from .options import Head
+from .options import Head, check_comparable
 
 TOP = 5  # predictions shown per model
 
@@ -52,6 +52,17 @@ class ImageComparison:
     ratios_b: dict[str, list[float]]
 
 
+@dataclass
+class Seen:
+    """What one pass of a model already gave for the image (the app's analysis, say), so that it is not run
+    again: its class probabilities [K], every CA head's map [layers, heads, g, g] and its residual-branch ratios
+    per depth, by "sa", "ffn", "ca", "ca_ffn"."""
+
+    probs: np.ndarray
+    maps: np.ndarray
+    ratios: dict[str, list[float]]
+
+
 def compare_image(
     model_a: nn.Module,
     x_a: torch.Tensor,
@@ -60,6 +71,7 @@ def compare_image(
     *,
     matching: Sequence[tuple[Head, Head, float]] | None = None,
     target: int | None = None,
+    seen_a: Seen | None = None,
 ) -> ImageComparison:
     """One image compared across two models of the same classes.
 
@@ -69,6 +81,8 @@ def compare_image(
         matching: a compare run's head matching (`CompareRun.matching`, heads numbered from 1); None pairs the
             heads by layer and head, as far as both have them.
         target: the class the heads' direct logit attribution is of (default: model A's top class).
+        seen_a: what a pass of model A on `x_a` already gave (its answer, maps and ratios): A's side then costs
+            only the pass its direct logit attribution needs.
 
     Returns:
         `ImageComparison`.
@@ -78,43 +92,41 @@ def compare_image(
         check_class_stage(model)
         if x.shape[0] != 1:
             raise ExplainInputError(f"x_{side} must hold one image, got a batch of {x.shape[0]}")
-    _check_same_classes(model_a, model_b)
-    with torch.no_grad():  # one pass each: the maps, the answers and the ratios
-        insights_a, insights_b = model_a.forward_insights(x_a), model_b.forward_insights(x_b)
-    seen_a, seen_b = ClassAttention.from_insights(insights_a), ClassAttention.from_insights(insights_b)
-    top_a, top_b = _top(seen_a.logits[0]), _top(seen_b.logits[0])
-    if target is None:
-        target = top_a[0][0]
-    elif not 0 <= int(target) < model_a.cfg.num_classes:
+    check_comparable(model_a, model_b)
+    if target is not None and not 0 <= int(target) < model_a.cfg.num_classes:
         raise ExplainInputError(f"target must be a class in 0..{model_a.cfg.num_classes - 1}, got {target}")
-    maps_a, maps_b = seen_a.maps[0].float().cpu().numpy(), seen_b.maps[0].float().cpu().numpy()
+    dla_a = None
+    if seen_a is None:  # one pass: the maps, the answer, the ratios and the heads' writes
+        insights_a, dla_a = predicted_attribution(model_a, x_a, target=target)
+        seen_a = _seen(insights_a)
+    top_a = _top(torch.as_tensor(seen_a.probs))
+    target = top_a[0][0] if target is None else int(target)
+    if dla_a is None:
+        dla_a = direct_logit_attribution(model_a, x_a, target)
+    insights_b, dla_b = predicted_attribution(model_b, x_b, target=target)
+    seen_b = _seen(insights_b)
+    maps_a, maps_b = seen_a.maps, seen_b.maps
     pairs = _pairs(maps_a.shape[:2], maps_b.shape[:2], matching)
     same_grid = maps_a.shape[2:] == maps_b.shape[2:]
     differences = [
         maps_b[lb - 1, hb - 1] - maps_a[la - 1, ha - 1] if same_grid else None for (la, ha), (lb, hb) in pairs
     ]
-    dla = [
-        direct_logit_attribution(m, x, int(target)).heads[0].float().cpu().numpy()
-        for m, x in ((model_a, x_a), (model_b, x_b))
-    ]
+    heads = [d.heads[0].detach().float().cpu().numpy() for d in (dla_a, dla_b)]
     return ImageComparison(
-        top_a, top_b, int(target), maps_a, maps_b, pairs, differences, *dla,
+        top_a, _top(torch.as_tensor(seen_b.probs)), target, maps_a, maps_b, pairs, differences, *heads,
         gamma_a=gamma_per_depth(model_a), gamma_b=gamma_per_depth(model_b),
-        ratios_a=_ratios(insights_a), ratios_b=_ratios(insights_b),
+        ratios_a=seen_a.ratios, ratios_b=seen_b.ratios,
     )  # fmt: skip
 
 
-def _check_same_classes(model_a: nn.Module, model_b: nn.Module) -> None:
-    names_a, names_b = list(class_names(model_a.cfg)), list(class_names(model_b.cfg))
-    if names_a != names_b:
-        raise ExplainInputError(
-            f"the two models answer different classes ({len(names_a)} classes, first {names_a[:3]}, against "
-            f"{len(names_b)}, first {names_b[:3]}): their answers cannot be compared"
-        )
+def _seen(insights) -> Seen:
+    probs = insights.logits[0].detach().float().softmax(-1).cpu().numpy()
+    maps = ClassAttention.from_insights(insights).maps[0].detach().float().cpu().numpy()
+    return Seen(probs, maps, _ratios(insights))
 
 
-def _top(logits: torch.Tensor) -> list[tuple[int, float]]:
-    probs = logits.detach().float().softmax(-1)
+def _top(probs: torch.Tensor) -> list[tuple[int, float]]:
+    probs = probs.detach().float()
     values, indices = probs.topk(min(TOP, probs.numel()))
     return [(int(i), float(v)) for i, v in zip(indices, values)]
 

@@ -16,24 +16,11 @@ from ..atlas.report import write_csv
 from ..data import ImageSet
 from ..explain.causal import block_names
 from ..explain.metrics import head_row
-from ..preprocess import class_names
 from ..provenance import SourcedModel
 from . import report
 from .files import FILES
 from .heads import match_heads
-from .options import CompareError
 from .page import write_page
-
-
-def check_comparable(a: SourcedModel, b: SourcedModel) -> list[str]:
-    """The two models' shared class names; CompareError when they differ (their answers cannot be compared)."""
-    names_a, names_b = list(class_names(a.model.cfg)), list(class_names(b.model.cfg))
-    if names_a != names_b:
-        raise CompareError(
-            f"the two models answer different classes ({len(names_a)} classes, first {names_a[:3]}, against "
-            f"{len(names_b)}, first {names_b[:3]}): their answers cannot be compared"
-        )
-    return names_a
 
 
 def write_merged(

@@ -65,3 +65,23 @@ class CompareOptions:
 
 class CompareError(InputError):
     """A comparison that cannot be made as asked; the message is one line."""
+
+
+def check_comparable(model_a, model_b) -> list[str]:
+    """The two models' shared class names; CompareError when they differ (their answers cannot be compared).
+
+    Args:
+        model_a, model_b: CaiTs from `cait.load_model`.
+
+    Returns:
+        The class names, in the models' order.
+    """
+    from ..preprocess import class_names  # here: the options stay importable without torch
+
+    names_a, names_b = list(class_names(model_a.cfg)), list(class_names(model_b.cfg))
+    if names_a != names_b:
+        raise CompareError(
+            f"the two models answer different classes ({len(names_a)} classes, first {names_a[:3]}, against "
+            f"{len(names_b)}, first {names_b[:3]}): their answers cannot be compared"
+        )
+    return names_a

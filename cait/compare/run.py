@@ -25,8 +25,8 @@ from ..provenance import SourcedModel
 from . import report
 from .atlases import compare_atlases
 from .compute import PairedImages, pair_numbers
-from .merge import check_comparable, write_merged
-from .options import CompareError, CompareOptions, Side
+from .merge import write_merged
+from .options import CompareError, CompareOptions, Side, check_comparable
 
 Progress = Callable[[int, int], None]  # (images done, images to do) of this run
 # What a comparison's shards hold and mean, recorded beside the atlas's shard FORMAT; bumped when it changes.
@@ -62,7 +62,11 @@ def recorded_options(options: CompareOptions, images: int) -> dict:
 
 
 def run_compare(
-    options: CompareOptions, *, progress: Progress | None = None, should_stop: Callable[[], bool] | None = None
+    options: CompareOptions,
+    *,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    models: tuple[SourcedModel, SourcedModel] | None = None,
 ) -> Path:
     """Compare model A with model B over the images `options` ask for, writing the run's files to options.out
     (`cait.compare.files`); under torchrun this process is one rank of the run.
@@ -72,6 +76,8 @@ def run_compare(
         progress: called after each batch with (images done, images to do) of this process.
         should_stop: called before each batch; a true answer ends the run there (`CompareStopped`), the shards
             written kept: the same options continue. An exception it raises ends the run the same way.
+        models: models A and B already loaded (an app's cache holds them: no second copy in memory), used
+            instead of loading options.a and options.b, which the run still records: they must name these models.
 
     Returns:
         options.out (its files are complete when every shard is done; `read_run` reads them).
@@ -84,8 +90,8 @@ def run_compare(
     if options.atlas_a is not None:
         return compare_atlases(options)
     with process_group(options.device) as (rank, world, device):
-        loaded = [load_side(options.a, "A"), load_side(options.b, "B")]
-        names = check_comparable(*loaded)
+        loaded = list(models) if models is not None else [load_side(options.a, "A"), load_side(options.b, "B")]
+        names = check_comparable(*(side.model for side in loaded))
         for side in loaded:
             side.model.to(device).eval()
         data = [_read(options, side.model.cfg) for side in loaded]
@@ -131,9 +137,8 @@ def _make(
     try:
         recorded = recorded_options(options, len(data[0]))
         cover = Cover.of(recorded, data[0].paths)
-        plan = plan_shards(
-            out, cover, recorded, world=world, size=options.shard_size, batch=options.batch_size, error=CompareError
-        )
+        sizes = dict(world=world, size=options.shard_size, batch=options.batch_size)
+        plan = plan_shards(out, cover, recorded, **sizes, error=CompareError, what="comparison")
         paired = PairedImages(*data)
         todo = plan[rank][: options.stop_after]
         _run_shards(

@@ -112,16 +112,24 @@ def direct_logit_attribution(model: nn.Module, x: torch.Tensor, target: torch.Te
 
 
 def predicted_attribution(
-    model: nn.Module, x: torch.Tensor, *, sa_layers: tuple[int, ...] = (), sa_reduce=None
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    sa_layers: tuple[int, ...] = (),
+    sa_reduce=None,
+    target: torch.Tensor | Sequence[int] | int | None = None,
 ) -> tuple[object, LogitAttribution]:
-    """One forward pass: its `Insights` (class-attention maps, the SA attention of `sa_layers` or what
-    `sa_reduce` keeps of it, see `CaiT.forward_insights`) and the direct logit attribution to each image's
-    predicted class, for summaries over many images that need both and can afford only one pass."""
+    """One forward pass: its `Insights` (class-attention maps, residual-branch ratios, the SA attention of
+    `sa_layers` or what `sa_reduce` keeps of it, see `CaiT.forward_insights`) and the direct logit attribution
+    to each image's predicted class (or to `target`, as `direct_logit_attribution` takes it), for views that
+    need both and can afford only one pass."""
     check_input(model, x)
     check_class_stage(model)
+    if target is not None:
+        target = check_target(model, target, x.shape[0], x.device)
     with evaluating(model):
         ins, seen = _record_class_stage(model, x, sa_layers, sa_reduce)
-        return ins, _attribute(model, ins, seen, ins.logits.argmax(-1))
+        return ins, _attribute(model, ins, seen, ins.logits.argmax(-1) if target is None else target)
 
 
 def _attribute(model: nn.Module, ins, seen: dict, target: torch.Tensor) -> LogitAttribution:
