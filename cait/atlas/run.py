@@ -18,7 +18,7 @@ import torch.distributed as dist
 from filelock import FileLock
 
 from .. import explain
-from ..data import DataWarning, ImageSet, read_images
+from ..data import DataWarning, ImageSet, read_from_flags
 from ..distributed import RankFailed, balanced_runs, gather_all, process_group, rank_zero_does
 from ..errors import InputError
 from ..factory import load_from_flags
@@ -142,7 +142,7 @@ def one_line_warnings(*, rank: int) -> Iterator[None]:
 
 def read_data(args: argparse.Namespace, cfg) -> ImageSet:
     """The images `args` ask for (--data, --boxes, --limit, --sample), as the atlas reads them (not normalised)."""
-    return read_images(args.data, cfg, boxes=args.boxes, limit=args.limit, sample=args.sample, normalise=False)
+    return read_from_flags(args, cfg, normalise=False)
 
 
 def run(args: argparse.Namespace) -> Path:
