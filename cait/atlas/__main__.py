@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..flags import add_data_flags, add_device_flag, add_model_flags, add_precision_flag, add_threads_flag
+from .options import AtlasOptions
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from .run import main_guarded  # after parsing: --help and a bad flag answer without importing torch
 
-    return main_guarded(args)
+    return main_guarded(AtlasOptions.from_flags(args))
 
 
 if __name__ == "__main__":
