@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 
 from .config import DEFAULT_MODEL, list_models
-from .data.names import SAMPLES
 
 DEVICES = ("auto", "cpu", "cuda")  # auto = CUDA when there is one, else the CPU
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto = bf16 where it measures faster than fp32, else fp32
@@ -83,6 +82,7 @@ def add_threads_flag(
     p.add_argument("--threads", type=int, default=default, metavar="N", help=help)
 
 
+SAMPLES = ("stratified", "first")  # how --limit picks its images from a folder (`cait.data.limit_subset`)
 SAMPLE_HELP = (
     "which N images --limit takes from a folder: stratified (default: a seeded share of each class folder, of a "
     "flat folder a seeded random N) or first (the first N in folder order)"

@@ -11,7 +11,6 @@ SPLIT_FILES = {"train": "train", "val": "t10k"}  # val is Fashion-MNIST's 10k te
 DATA_NAMES = {"fashion-mnist": "Fashion-MNIST", "fashion-mnist-scenes": "Fashion-MNIST scenes"}  # as shown
 SPLIT_GARMENTS = {"train": "training garments", "val": "test garments"}  # the Fashion-MNIST images a split draws on
 NATIVE_INPUT = {"fashion-mnist": (28, 1), "fashion-mnist-scenes": (64, 3)}  # built-in data: (side, channels)
-SAMPLES = ("stratified", "first")  # how a limit picks its images from a folder (`limit_subset`)
 SCENE_STYLES = ("default", "varied", "light", "mixed", "blend")
 SCENE_SIDE = 64  # pixels a side of a rendered scene; models with a larger input see it upscaled
 # the boxes of an export under way (`cait.data.export`), removed once boxes.json is written: the reader warns

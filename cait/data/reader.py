@@ -21,9 +21,10 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import CaiTConfig
+from ..flags import SAMPLES
 from .coco import BoxCount, read_coco_boxes
 from .image_file import IMAGE_ERRORS, read_image, unreadable_reason
-from .names import SAMPLES, SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning, split_name
+from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning, split_name
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")
