@@ -42,15 +42,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--model-a", default="cait_micro_136", help="model A (default cait_micro_136)")
     p.add_argument("--model-b", default="cait_nano_28", help="model B (default cait_nano_28)")
-    add_data_flags(
-        p,
-        default="fashion-mnist",
-        help="the images (default fashion-mnist: its test split)",
-        boxes="COCO-format boxes of a folder's images",
-        limit="images (default 500)",
-        limit_default=500,
-        sample=None,
-    )
+    said = dict(boxes="COCO-format boxes of a folder's images")
+    said |= dict(help="the images (default fashion-mnist: its test split)", limit="images (default 500)", sample=None)
+    add_data_flags(p, default="fashion-mnist", limit_default=500, **said)
     p.add_argument("--run", type=Path, default=None, help="a finished comparison to read instead of making one")
     p.add_argument("--out", type=Path, default=Path("out") / "compare_models", help="output directory")
     return p.parse_args(argv)

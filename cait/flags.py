@@ -1,7 +1,6 @@
 """The command-line flags every tool shares, declared once: which model (--model, --checkpoint, --pretrained,
 --random-init), which images (--data, --boxes, --limit, --sample) and where and in which precision it runs
-(--device, --precision). Torch-free, so --help answers
-at once."""
+(--device, --precision). Torch-free, so --help answers at once."""
 
 from __future__ import annotations
 
