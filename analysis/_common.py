@@ -161,28 +161,26 @@ def default_images(cfg: CaiTConfig) -> list[Path] | None:
 def add_data_flags(p: argparse.ArgumentParser, *, default: str) -> None:
     """--data/--boxes/--limit (`--scenes` is the same flag as --limit): the images a script averages over,
     read by `cait.data.read_images`. `default`: what the script uses without --data, for the help."""
-    g = p.add_argument_group("data (cait.data.read_images)")
-    g.add_argument(
-        "--data",
-        default=None,
+    cait.flags.add_data_flags(
+        p.add_argument_group("data (cait.data.read_images)"),
         help="fashion-mnist-scenes, fashion-mnist, or a folder of images (class folders, or a flat folder: no "
         f"labels); default: {default}",
-    )
-    g.add_argument("--boxes", default=None, metavar="FILE", help="COCO-format boxes (JSON) of the folder's images")
-    g.add_argument(
-        "--limit", "--scenes", dest="limit", type=int, default=None, help="only the first N images (--scenes: the same)"
+        boxes_metavar="FILE",
+        limit="only the first N images (--scenes: the same)",
+        limit_aliases=("--scenes",),
+        sample=None,
     )
 
 
 def read_data(args: argparse.Namespace, cfg: CaiTConfig, *, limit: int | None = None, normalise: bool = True):
     """The ImageSet --data/--boxes/--limit ask for (`limit`: the count when --limit is not given); bad data is
     one line and exit code 2."""
-    from cait.data import read_images
+    from cait.data import read_from_flags
 
     if args.limit is not None and args.limit <= 0:
         fail("--limit must be positive")
     try:
-        return read_images(args.data, cfg, boxes=args.boxes, limit=args.limit or limit, normalise=normalise)
+        return read_from_flags(args, cfg, limit=limit, normalise=normalise)
     except DataError as e:
         fail(str(e))
 

@@ -27,6 +27,7 @@ from _common import calm, fail, matplotlib_pyplot, out_dir, save_html, save_png,
 
 from cait.compare import CompareOptions, CompareRun, CompareRunError, Side, read_run
 from cait.figures.compare import cka_plotly, head_similarity_plotly
+from cait.flags import add_data_flags
 
 CKA_BAR = 0.7  # a block "stays alike" when some block of the other model reaches this linear CKA
 HEAD_BAR = 0.5  # a matched head has a partner at a mean Spearman correlation of its maps of at least this
@@ -41,9 +42,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--model-a", default="cait_micro_136", help="model A (default cait_micro_136)")
     p.add_argument("--model-b", default="cait_nano_28", help="model B (default cait_nano_28)")
-    p.add_argument("--data", default="fashion-mnist", help="the images (default fashion-mnist: its test split)")
-    p.add_argument("--boxes", default=None, help="COCO-format boxes of a folder's images")
-    p.add_argument("--limit", type=int, default=500, help="images (default 500)")
+    said = dict(boxes="COCO-format boxes of a folder's images")
+    said |= dict(help="the images (default fashion-mnist: its test split)", limit="images (default 500)", sample=None)
+    add_data_flags(p, default="fashion-mnist", limit_default=500, **said)
     p.add_argument("--run", type=Path, default=None, help="a finished comparison to read instead of making one")
     p.add_argument("--out", type=Path, default=Path("out") / "compare_models", help="output directory")
     return p.parse_args(argv)

@@ -37,6 +37,7 @@ from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from cait.explain.agreement import map_agreement
 from cait.factory import load_from_flags
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
+from cait.flags import add_data_flags
 from cait.preprocess import normalise, view_pixels
 
 BATCH = 25
@@ -55,11 +56,11 @@ def views(model, args: argparse.Namespace) -> tuple[torch.Tensor, str]:
         if not examples:
             fail("no images: give --images")
         return torch.stack([view_pixels(e.image) for e in examples]), f"{len(examples)} photos"
-    from cait.data import DataError, read_images
+    from cait.data import DataError, read_from_flags
 
     n = QUICK_IMAGES if args.quick else args.scenes
     try:
-        data = read_images(args.data, model.cfg, limit=n, normalise=False)
+        data = read_from_flags(args, model.cfg, limit=n, normalise=False)
     except DataError as e:
         fail(str(e).splitlines()[0])
     readable = [data[i] for i in range(len(data))]
@@ -398,8 +399,13 @@ def token_figure(x: torch.Tensor, m: dict[str, torch.Tensor], data: dict, *, sho
 @calm
 def main(argv: list[str] | None = None) -> int:
     p = parser("mechanisms", __doc__, images=True)
-    p.add_argument(
-        "--data", default=SCENES, help=f"{SCENES} (default) or a folder of images (python -m cait.data.export)"
+    add_data_flags(
+        p,
+        default=SCENES,
+        help=f"{SCENES} (default) or a folder of images (python -m cait.data.export)",
+        boxes=None,
+        limit=None,
+        sample=None,
     )
     p.add_argument("--scenes", type=int, default=200, help="images of --data (default 200)")
     p.add_argument("--corruption", default="gaussian_noise", choices=list(CORRUPTIONS), help="the corrupted run's")

@@ -1,6 +1,6 @@
 """The command-line flags every tool shares, declared once: which model (--model, --checkpoint, --pretrained,
---random-init) and where and in which precision it runs (--device, --precision). Torch-free, so --help answers
-at once."""
+--random-init), which images (--data, --boxes, --limit, --sample) and where and in which precision it runs
+(--device, --precision). Torch-free, so --help answers at once."""
 
 from __future__ import annotations
 
@@ -80,3 +80,35 @@ def add_threads_flag(
     """--threads: how many threads torch uses (None: torch's own choice, one per core)."""
     # type int, not a checking function: cait.train converts flags given from Python by their type
     p.add_argument("--threads", type=int, default=default, metavar="N", help=help)
+
+
+SAMPLES = ("stratified", "first")  # how --limit picks its images from a folder (`cait.data.limit_subset`)
+SAMPLE_HELP = (
+    "which N images --limit takes from a folder: stratified (default: a seeded share of each class folder, of a "
+    "flat folder a seeded random N) or first (the first N in folder order)"
+)
+
+
+def add_data_flags(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    default: str | None = None,
+    required: bool = False,
+    help: str = "an image folder (class folders or flat), or fashion-mnist-scenes",
+    boxes: str | None = "COCO-format boxes (JSON) of the folder's images",
+    boxes_metavar: str | None = None,
+    limit: str | None = "only N images (of a folder: see --sample)",
+    limit_aliases: tuple[str, ...] = (),
+    limit_default: int | None = None,
+    sample: str | None = SAMPLE_HELP,
+) -> None:
+    """The image-set flags every command reads through `cait.data.read_from_flags`: --data (`default`, or
+    `required`), --boxes, --limit (with `limit_aliases`, e.g. "--subset") and --sample. Each help is the command's
+    own sentence; a help of None leaves that flag out (a command without boxes, or with its own count)."""
+    p.add_argument("--data", required=required, default=default, help=help)
+    if boxes is not None:
+        p.add_argument("--boxes", default=None, metavar=boxes_metavar, help=boxes)
+    if limit is not None:
+        p.add_argument("--limit", *limit_aliases, dest="limit", type=int, default=limit_default, help=limit)
+    if sample is not None:
+        p.add_argument("--sample", choices=SAMPLES, default="stratified", help=sample)

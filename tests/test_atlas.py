@@ -396,3 +396,19 @@ def test_exported_scenes_give_the_scenes_own_numbers(setup):
         for column in r:
             if column.endswith(("_pointing", "_mass_in_box", "_entropy", "_dla")) or column in ("label", "prediction"):
                 assert _close(r[column], twin[column], 1e-4), (index, column, r[column], twin[column])
+
+
+def test_the_library_entry_with_options_writes_the_command_lines_files(setup):
+    """`cait.atlas.run.run(AtlasOptions(...))`, built in Python, makes the atlas the command line made, bit for
+    bit, and records the same arguments (so either continues the other)."""
+    from cait.atlas.options import AtlasOptions
+    from cait.atlas.run import run
+    from cait.atlas.shards import ARGS_FILE
+
+    out = setup["root"] / "options"
+    scenes, weights = setup["scenes"], setup["root"] / "pico.safetensors"
+    options = AtlasOptions(out=out, data=str(scenes), checkpoint=str(weights), boxes=str(scenes / "boxes.json"))
+    more = dict(knockouts=True, shard_size=32, batch_size=16, exemplars=2, workers=0, patching=("gaussian_noise", 3))
+    assert run(AtlasOptions(**{**options.__dict__, **more})) == out
+    for name in ("atlas.html", "images.csv", "heads.csv", "summary.json", ARGS_FILE):
+        assert (out / name).read_bytes() == (setup["full"] / name).read_bytes(), name

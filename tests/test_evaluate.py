@@ -193,6 +193,7 @@ def test_without_flags_the_default_model_is_scored_with_its_shipped_weights(monk
     instead; the weights are compared with the shipped file as safetensors reads it."""
     from safetensors.torch import load_file
 
+    from cait.data import reader
     from cait.evaluate import __main__ as cli
 
     seen = {}
@@ -206,7 +207,7 @@ def test_without_flags_the_default_model_is_scored_with_its_shipped_weights(monk
         return read_images("fashion-mnist-scenes", cfg, limit=2)
 
     monkeypatch.setattr(cli, "evaluate", scored)
-    monkeypatch.setattr(cli, "read_images", dataset)
+    monkeypatch.setattr(reader, "read_images", dataset)  # what cait.data.read_from_flags calls
     assert cli.main([]) == 0
     cfg = cait.get_config(cait.DEFAULT_MODEL)
     assert not seen["model"].cfg.network_differences(cfg) and seen["methods"] is None  # every method

@@ -6,7 +6,6 @@ reads the atlas."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +19,7 @@ from app.page_tab import PageTab
 from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
 from app.stops import Held, PageStops, Stopped, stop_once_none_runs
 from app.workdir import WORK, kept
+from cait.atlas.options import AtlasOptions
 from cait.data import DataError
 from cait.data.image_file import IMAGE_ERRORS
 from cait.errors import InputError
@@ -90,17 +90,21 @@ class ExemplarAsk(ImageAsk):
     outcome: str = dv.OUTCOMES[0]
 
 
-def scenes_args(choice: ModelChoice, scenes: int, out: Path, device: str) -> argparse.Namespace:
-    """`python -m cait.atlas`'s arguments for the first `scenes` test scenes and the page's model, into `out`
-    (its own defaults for everything else; no loader processes inside the server)."""
-    from cait.atlas.__main__ import parse_args
-
-    flags = ["--data", dv.SCENES, "--limit", str(scenes), "--out", str(out), "--workers", "0", "--device", device]
-    flags += ["--shard-size", str(dv.BUILT_SHARD)]
-    flags += ["--model", choice.name] if choice.name else []
-    flags += ["--checkpoint", choice.checkpoint] if choice.checkpoint else []
-    flags += ["--pretrained"] * choice.download + ["--random-init"] * choice.random_init
-    return parse_args(flags)
+def scenes_options(choice: ModelChoice, scenes: int, out: Path, device: str) -> AtlasOptions:
+    """The atlas of the first `scenes` test scenes for the page's model, into `out` (the command line's defaults
+    for everything else; no loader processes inside the server)."""
+    return AtlasOptions(
+        out=out,
+        data=dv.SCENES,
+        limit=scenes,
+        workers=0,
+        device=device,
+        shard_size=dv.BUILT_SHARD,
+        model=choice.name or None,
+        checkpoint=choice.checkpoint or None,
+        pretrained=bool(choice.download),
+        random_init=bool(choice.random_init),
+    )
 
 
 def build(first: LoadedModel, tab: gr.Tab) -> DatasetParts:
@@ -345,11 +349,11 @@ class DatasetTab(PageTab):
         loaded = torch_thread.call(self.cache.get, choice)
         out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
         progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
-        args = scenes_args(choice, n, out, loaded.device.type)
+        options = scenes_options(choice, n, out, loaded.device.type)
 
         def work() -> None:
-            data = torch_thread.stoppable(lambda: read_data(args, loaded.cfg))
-            make(args, loaded.sourced, data, device=loaded.device)
+            data = torch_thread.stoppable(lambda: read_data(options, loaded.cfg))
+            make(options, loaded.sourced, data, device=loaded.device)
 
         try:
             torch_thread.call_long(work, model=loaded.model, stop=lambda: held.stop_if_pressed("build stopped"))

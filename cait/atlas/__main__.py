@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError
-from ..flags import add_device_flag, add_model_flags, add_precision_flag, add_threads_flag
+from ..flags import add_data_flags, add_device_flag, add_model_flags, add_precision_flag, add_threads_flag
+from .options import AtlasOptions
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -18,17 +19,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "sharded over processes under torchrun.",
     )
     add_model_flags(p)
-    p.add_argument("--data", required=True, help="an image folder (class folders or flat), or fashion-mnist-scenes")
-    p.add_argument("--boxes", default=None, help="COCO-format boxes (JSON) of the folder's images")
+    add_data_flags(p, required=True)
     p.add_argument("--out", type=Path, required=True, help="output directory (a rerun into it continues)")
-    p.add_argument("--limit", type=int, default=None, help="only N images (of a folder: see --sample)")
-    p.add_argument(
-        "--sample",
-        choices=("stratified", "first"),
-        default="stratified",
-        help="which N images --limit takes from a folder: stratified (default: a seeded share of each class "
-        "folder, of a flat folder a seeded random N) or first (the first N in folder order)",
-    )
     p.add_argument("--knockouts", action="store_true", help="also the logit change when each block is knocked out")
     p.add_argument(
         "--patching",
@@ -73,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from .run import main_guarded  # after parsing: --help and a bad flag answer without importing torch
 
-    return main_guarded(args)
+    return main_guarded(AtlasOptions.from_flags(args))
 
 
 if __name__ == "__main__":

@@ -3,13 +3,13 @@ done) merge them into the atlas's files."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import warnings
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from filelock import FileLock
 
 from .. import explain
-from ..data import DataWarning, ImageSet, read_images
+from ..data import DataWarning, ImageSet, read_from_flags
 from ..distributed import RankFailed, balanced_runs, gather_all, process_group, rank_zero_does
 from ..errors import InputError
 from ..factory import load_from_flags
@@ -27,6 +27,7 @@ from ..preprocess import class_names
 from ..provenance import SourcedModel
 from ..runtime import choose_precision
 from . import report
+from .options import AtlasOptions
 from .outdir import lock_out
 from .page import write_page
 from .shards import (
@@ -51,11 +52,16 @@ class AtlasError(InputError):
     """An atlas that cannot be made as asked; the message is one line."""
 
 
-def recorded_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The arguments that change the numbers, and the shards' format, as atlas_args.json holds them (JSON's types:
-    a tuple is a list)."""
-    kept = {k: v for k, v in sorted(vars(args).items()) if k not in FREE_ARGS}
+def recorded_args(options: AtlasOptions) -> dict[str, Any]:
+    """The options that change the numbers, and the shards' format, as atlas_args.json holds them (JSON's types:
+    a tuple is a list, a path a string); the keys are the command line's flags (AtlasOptions' fields)."""
+    kept = {k: _plain(v) for k, v in sorted(asdict(options).items()) if k not in FREE_ARGS}
     return json.loads(json.dumps({"format": FORMAT, **kept}))
+
+
+def _plain(value: Any) -> Any:
+    """A path as the text the command line gave; everything else as it is (JSON turns a tuple into a list)."""
+    return str(value) if isinstance(value, Path) else value
 
 
 def barrier() -> None:
@@ -141,27 +147,27 @@ def one_line_warnings(*, rank: int) -> Iterator[None]:
             warnings.formatwarning = shown
 
 
-def read_data(args: argparse.Namespace, cfg) -> ImageSet:
-    """The images `args` ask for (--data, --boxes, --limit, --sample), as the atlas reads them (not normalised)."""
-    return read_images(args.data, cfg, boxes=args.boxes, limit=args.limit, sample=args.sample, normalise=False)
+def read_data(options: AtlasOptions, cfg) -> ImageSet:
+    """The images `options` ask for (data, boxes, limit, sample), as the atlas reads them (not normalised)."""
+    return read_from_flags(options, cfg, normalise=False)
 
 
-def run(args: argparse.Namespace) -> Path:
-    """Make the atlas `args` ask for in args.out, loading its model and images (`make` does the rest); under
+def run(options: AtlasOptions) -> Path:
+    """Make the atlas `options` ask for in options.out, loading its model and images (`make` does the rest); under
     torchrun this process is one rank of it. Raises `AtlasError` (and the reader's / loader's one-line errors,
     `OutputError` for an output that cannot be written) for input that cannot work."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    with process_group(args.device) as (rank, world, device):
-        loaded = load_from_flags(args)
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    with process_group(options.device) as (rank, world, device):
+        loaded = load_from_flags(options)
         loaded.model.to(device).eval()
         with one_line_warnings(rank=rank):
-            data = read_data(args, loaded.model.cfg)
-        return make(args, loaded, data, device=device, rank=rank, world=world)
+            data = read_data(options, loaded.model.cfg)
+        return make(options, loaded, data, device=device, rank=rank, world=world)
 
 
 def make(
-    args: argparse.Namespace,
+    options: AtlasOptions,
     loaded: SourcedModel,
     data: ImageSet,
     *,
@@ -169,37 +175,45 @@ def make(
     rank: int = 0,
     world: int = 1,
 ) -> Path:
-    """The atlas `args` ask for in args.out, of `loaded`'s model (on `device`, in eval mode) over `data` (read
+    """The atlas `options` ask for in options.out, of `loaded`'s model (on `device`, in eval mode) over `data` (read
     with normalise=False), both given by the caller: the command line loads them (`run`), the app takes the model
     from its cache. Rank `rank` of `world` computes its shards; rank 0 merges them once all are done.
 
     Args:
-        args: the command line's arguments (`python -m cait.atlas`), which the atlas records.
+        options: what to make (`AtlasOptions`: the command line's flags), which the atlas records.
         loaded: the model with the record of where its weights came from.
-        data: the images, as `cait.data.read_images` reads args.data.
+        data: the images, as `cait.data.read_images` reads options.data.
         device: where the model is.
         rank: this process's rank under torchrun (0 alone).
         world: the number of ranks (1 alone).
 
     Returns:
-        The atlas's folder, args.out."""
-    out = Path(args.out)
+        The atlas's folder, options.out."""
+    out = Path(options.out)
     lock = ready_out(out)  # after the input is known good (no folder made for a typo), before any work
     try:
-        precision = choose_precision(args.precision, device, remeasure=args.remeasure_precision)
+        precision = choose_precision(options.precision, device, remeasure=options.remeasure_precision)
         # what auto chose is recorded too: shards of one atlas all come from one precision
         # and the weights' identity: a file trained again at the same path is another model, never continued
-        recorded = recorded_args(args) | {"images": len(data), "precision_used": precision.name}
+        recorded = recorded_args(options) | {"images": len(data), "precision_used": precision.name}
         recorded["weights_id"] = loaded.weights_id
         cover = Cover.of(recorded, data.paths)
-        sizes = dict(world=world, size=args.shard_size, batch=args.batch_size)
+        sizes = dict(world=world, size=options.shard_size, batch=options.batch_size)
         plan = plan_shards(out, cover, recorded, **sizes, skip_reason=data.skip_reason)
         dtype = precision.dtype
-        options = dict(batch_size=args.batch_size, workers=args.workers, knockouts=args.knockouts, dtype=dtype)
-        options["patching"] = args.patching
+        passes = dict(batch_size=options.batch_size, workers=options.workers, knockouts=options.knockouts, dtype=dtype)
+        passes["patching"] = options.patching
         show = rank == 0
         run_shards(
-            loaded.model, data, plan[rank], out, cover, device=device, show=show, stop_after=args.stop_after, **options
+            loaded.model,
+            data,
+            plan[rank],
+            out,
+            cover,
+            device=device,
+            show=show,
+            stop_after=options.stop_after,
+            **passes,
         )
         barrier()  # every rank's shards are on disk before rank 0 looks
         if rank == 0:
@@ -209,7 +223,7 @@ def make(
                 left = len(todo_images(list(done), len(data)))
                 print(f"stopped with {left} of {len(data)} images to do: the same command continues", file=sys.stderr)
             else:
-                merge(out, loaded, data, files, args=args, dtype=dtype)
+                merge(out, loaded, data, files, options=options, dtype=dtype)
         return out
     finally:
         if lock is not None:
@@ -219,7 +233,7 @@ def make(
 MERGED = ("images.csv", "skipped.csv", "heads.csv", "images.parquet", "heads.parquet", "summary.json", "atlas.html")
 
 
-def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: argparse.Namespace, dtype) -> None:
+def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, options: AtlasOptions, dtype) -> None:
     """images.csv (and skipped.csv beside it), heads.csv, summary.json (and parquet copies), then atlas.html,
     from the shard files in image order. Every file is written in a staging folder and renamed into OUT when all
     are done: a failure midway leaves OUT's files as they were, never half written. Raises AtlasError, naming
@@ -229,7 +243,7 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: ar
     stage.mkdir()
     try:
         try:
-            skipped = _write_merged(stage, loaded, data, shards, args=args, dtype=dtype)
+            skipped = _write_merged(stage, loaded, data, shards, options=options, dtype=dtype)
         except OSError as e:  # a write() on a full disk names no file: name the atlas's folder
             if e.filename is None and e.strerror:
                 raise OSError(e.errno, f"{e.strerror} (writing the merged files)", str(out)) from None
@@ -246,16 +260,16 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: ar
 
 
 def _write_merged(
-    out: Path, loaded: SourcedModel, data, shards: list[Path], *, args: argparse.Namespace, dtype
+    out: Path, loaded: SourcedModel, data, shards: list[Path], *, options: AtlasOptions, dtype
 ) -> list[tuple[str, str]]:
     """The merged files into `out`; the skipped images and why. Of data with no readable image, only
     images.csv and skipped.csv."""
     model, cfg = loaded.model, loaded.model.cfg
     boxes = data.boxes is not None
-    blocks = explain.causal.block_names(model) if args.knockouts else None
+    blocks = explain.causal.block_names(model) if options.knockouts else None
     names = list(class_names(cfg))
-    tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, args.exemplars)
-    patched = explain.causal.block_names(model) if args.patching else None
+    tally = report.Tally(cfg.depth_token_only, cfg.num_heads, cfg.num_classes, options.exemplars)
+    patched = explain.causal.block_names(model) if options.patching else None
     report.write_images_csv(
         out / "images.csv",
         shards,
@@ -274,7 +288,7 @@ def _write_merged(
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
     precision = "fp32" if dtype is None else "bf16"
-    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=args.patching)
+    summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=options.patching)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     hist = report.histograms(shards, tally, boxes=boxes)
     page = dict(model=model, data=data, names=names, dtype=dtype, skipped=skipped)
@@ -335,10 +349,10 @@ def _summary(
     return summary
 
 
-def main_guarded(args: argparse.Namespace) -> int:
+def main_guarded(options: AtlasOptions) -> int:
     """`run`, with bad input and file-system errors as one line on stderr (input errors from rank 0 only under
     torchrun) and exit code 2; Ctrl-C as a line saying how to continue and exit code 130."""
-    return guarded(lambda: run(args), "python -m cait.atlas", args.out)
+    return guarded(lambda: run(options), "python -m cait.atlas", options.out)
 
 
 def guarded(work: Callable[[], object], prog: str, out: str | Path) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..flags import add_device_flag, add_model_flags
+from ..flags import add_data_flags, add_device_flag, add_model_flags
 from .options import CompareOptions, Side
 
 
@@ -23,8 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             side=side,
             checkpoint_help=f"model {side.upper()}'s weights file (ours, timm's or the official deit .pth)",
         )
-    p.add_argument("--data", default=None, help="an image folder (class folders or flat), or fashion-mnist-scenes")
-    p.add_argument("--boxes", default=None, help="COCO-format boxes (JSON) of the folder's images")
+    add_data_flags(p, sample="which N --limit takes")
     p.add_argument(
         "--atlas-a",
         type=Path,
@@ -35,8 +34,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--atlas-b", type=Path, default=None, help="a finished atlas of model B over the same images")
     p.add_argument("--out", type=Path, required=True, help="output directory (a rerun into it continues)")
-    p.add_argument("--limit", type=int, default=None, help="only N images (of a folder: see --sample)")
-    p.add_argument("--sample", choices=("stratified", "first"), default="stratified", help="which N --limit takes")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch, CKA's minibatch (default 64)")
     p.add_argument("--shard-size", type=int, default=256, help="images per shard file (what a resume skips)")
     p.add_argument("--stop-after", type=int, default=None, metavar="N", help="stop after N shards (rerun continues)")

@@ -1,6 +1,7 @@
 """Datasets: real Fashion-MNIST (Debian's files), Fashion-MNIST scenes (with boxes), any ImageFolder
 directory, and the shipped example images. `build_dataset` picks one by name (PIL images, for training);
 `read_images` reads any of them, or a folder with COCO boxes, as the model sees it (for runs over a dataset);
+`read_from_flags` reads what `cait.flags.add_data_flags`' flags ask for;
 `split_name` is how every page, figure and log names a split of the built-in data."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _LAZY = {
     "load_fashion_mnist": "fashion_mnist",
     "ImageSet": "reader",
     "read_images": "reader",
+    "read_from_flags": "reader",
     "FashionMNISTScenes": "scenes",
 }
 __getattr__ = lazy_attributes(__name__, _LAZY)
@@ -49,6 +51,7 @@ __all__ = [
     "load_fashion_mnist",
     "read_examples",
     "read_images",
+    "read_from_flags",
     "split_name",
 ]
 

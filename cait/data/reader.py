@@ -21,13 +21,13 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import CaiTConfig
+from ..flags import SAMPLES
 from .coco import BoxCount, read_coco_boxes
 from .image_file import IMAGE_ERRORS, read_image, unreadable_reason
 from .names import SPLIT_FILES, UNFINISHED_EXPORT, DataError, DataWarning, split_name
 
 BUILT_IN = ("fashion-mnist-scenes", "fashion-mnist")
 SYNSET = re.compile(r"n\d{8}")
-SAMPLES = ("stratified", "first")  # how a limit picks its images from a folder (`limit_subset`)
 SAMPLE_SEED = 0  # the seed of a stratified subset: the same N images every run
 
 
@@ -88,6 +88,29 @@ class ImageSet(Dataset):
         except IMAGE_ERRORS:
             x, ok = torch.zeros(self.cfg.in_chans, self.cfg.img_size, self.cfg.img_size), False
         return (normalise(x, self.cfg) if self.normalise and ok else x), label, box, i, ok
+
+
+def read_from_flags(args, cfg: CaiTConfig, *, limit: int | None = None, **options) -> ImageSet:
+    """The images `cait.flags.add_data_flags`' flags ask for (--data, and --boxes, --limit, --sample where the
+    command declares them), through `read_images`; the one reader of every command's image set.
+
+    Args:
+        args: the parsed flags (an `argparse.Namespace`, or options holding the same names).
+        cfg: the model's config (its input size and classes).
+        limit: the count when --limit is not given (or the command has none).
+        options: more of `read_images`' keywords (normalise, scene_seed, ...).
+
+    Returns:
+        The `ImageSet`; raises DataError (one line) for data that cannot be read."""
+    given = getattr(args, "limit", None)
+    return read_images(
+        args.data,
+        cfg,
+        boxes=getattr(args, "boxes", None),
+        limit=limit if given is None else given,
+        sample=getattr(args, "sample", "stratified"),
+        **options,
+    )
 
 
 def read_images(

@@ -39,11 +39,11 @@ from pathlib import Path
 from .. import explain
 from ..checkpoint import atomic_write
 from ..corruptions import CORRUPTIONS
-from ..data import SCENE_STYLES, ImageSet, read_images
+from ..data import SCENE_STYLES, ImageSet, read_from_flags
 from ..distributed import gather_all, process_group
 from ..errors import InputError
 from ..factory import load_from_flags
-from ..flags import add_device_flag, add_model_flags, add_precision_flag
+from ..flags import add_data_flags, add_device_flag, add_model_flags, add_precision_flag
 from ..model import CaiT
 from ..outputs import writable_file, write_failure
 from ..provenance import SourcedModel
@@ -72,17 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
     """Which images, at what size, and how the scenes are drawn."""
-    p.add_argument(
-        "--data",
+    add_data_flags(
+        p,
         default="fashion-mnist-scenes",
         help="fashion-mnist-scenes (has boxes), fashion-mnist, or a folder of images: class folders (top-1 where "
         "they name the model's classes; DIR/val/ when it holds images) or a flat folder (no labels: no top-1)",
-    )
-    p.add_argument(
-        "--boxes",
-        default=None,
-        metavar="FILE",
-        help="COCO-format boxes (JSON) of a folder's images: the localization table on the images they box",
+        boxes="COCO-format boxes (JSON) of a folder's images: the localization table on the images they box",
+        boxes_metavar="FILE",
+        limit="only N images (--subset: the same); of a folder see --sample",
+        limit_aliases=("--subset",),
+        sample="which N images --limit takes from a folder: stratified (default: a seeded share of each class "
+        "folder) or first (the first N in folder order)",
     )
     p.add_argument(
         "--img-size",
@@ -90,21 +90,6 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="test at this input size instead of the model's (the position embedding is resampled, "
         "DeiT's rule): a test size above the training size can score higher (FixRes)",
-    )
-    p.add_argument(
-        "--limit",
-        "--subset",
-        dest="limit",
-        type=int,
-        default=None,
-        help="only N images (--subset: the same); of a folder see --sample",
-    )
-    p.add_argument(
-        "--sample",
-        choices=("stratified", "first"),
-        default="stratified",
-        help="which N images --limit takes from a folder: stratified (default: a seeded share of each class "
-        "folder) or first (the first N in folder order)",
     )
     p.add_argument(
         "--scene-seed",
@@ -212,12 +197,9 @@ def _model_and_data(args: argparse.Namespace) -> tuple[SourcedModel, ImageSet]:
             f"{args.checkpoint} holds a CNN ({loaded.model.cfg.arch}): it has no class attention, so "
             f"--methods does not apply (it is scored on top-1 and per class)"
         )
-    data = read_images(
-        args.data,
+    data = read_from_flags(
+        args,
         loaded.model.cfg,
-        boxes=args.boxes,
-        limit=args.limit,
-        sample=args.sample,
         scene_seed=args.scene_seed,
         scene_style=args.scene_style,
         pixel_noise=args.pixel_noise,
