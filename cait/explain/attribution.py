@@ -5,7 +5,7 @@ Baselines are 0 in normalised space, i.e. an image at the dataset mean colour (a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,12 +67,20 @@ _CAPTUM_KEYWORDS = {"ig_steps": "n_steps", "ig_baseline": "baseline", "smoothgra
 _CAPTUM_KEYWORDS |= {"smoothgrad_stdev": "stdevs"}
 
 
+# What declares the options of the methods beyond captum's: `cait.explain.methods` adds its menu's entries when it
+# is imported (it imports this module, so this module cannot import it).
+_OPTION_SOURCES: list[Callable[[], Iterable[tuple[Option, ...]]]] = []
+
+
+def add_option_source(source: Callable[[], Iterable[tuple[Option, ...]]]) -> None:
+    """Makes `method_options` also read `source()`: the options of each method it declares, read when asked."""
+    _OPTION_SOURCES.append(source)
+
+
 def method_options() -> dict[str, Option]:
     """Every option of every method of `cait.explain.METHODS`, by name: captum's methods' first (in the order their
     records have always listed them), then the others' in the menu's order."""
-    from .methods import METHODS  # the methods import this module: read them when asked
-
-    declared = (*CAPTUM_OPTIONS.values(), *(entry.options for entry in METHODS.entries()))
+    declared = (*CAPTUM_OPTIONS.values(), *(options for source in _OPTION_SOURCES for options in source()))
     return {o.name: o for options in declared for o in options}
 
 

@@ -28,6 +28,7 @@ from .attribution import (
     SIGNED,
     MethodOptions,
     Option,
+    add_option_source,
     attribution,
     captum_keywords,
 )
@@ -170,6 +171,7 @@ METHODS = MethodTable(
         **{name: _captum(name) for name in CAPTUM_METHODS},
     }
 )
+add_option_source(lambda: (entry.options for entry in METHODS.entries()))
 
 
 def saliency_map(
