@@ -76,7 +76,7 @@ def uploaded(url: str, path: Path) -> dict:
 
 
 # /analyze's inputs after the image, with their defaults, as the endpoint publishes them
-OPTIONS = {n: p.default for n, p in list(inspect.signature(Analyze.analyze).parameters.items())[2:]}
+OPTIONS = {n: p.default for n, p in list(inspect.signature(Analyze(None, None).published()).parameters.items())[1:]}
 INPUTS = 1 + len(OPTIONS)
 IMAGE = object()  # stands for a file uploaded as gradio_client does
 
