@@ -36,8 +36,7 @@ def compared(a_model: LoadedModel, x_a: torch.Tensor, image: Image.Image, b_mode
     the class of the heads' direct logit attribution (None: A's top); seen_a: A's answer, maps and ratios when
     a pass already gave them (the page's analysis: `seen_of`). Raises cait.InputError (one line) for what
     cannot be compared."""
-    mode = "RGB" if b_model.cfg.in_chans == 3 else "L"
-    view_b, x_b = session.model_input_of(image.convert(mode), b_model.cfg)
+    view_b, x_b = session.model_input_of(image.convert(b_model.cfg.image_mode), b_model.cfg)
     with torch.no_grad():
         seen = compare_image(
             a_model.model, x_a.to(a_model.device), b_model.model, x_b.to(b_model.device),
