@@ -26,24 +26,30 @@ MAX_UPLOAD_MB = 20  # larger files are refused unread, with the same message as 
 MAX_RECEIVED_MB = 5 * MAX_UPLOAD_MB
 # Beyond MAX_RECEIVED_MB the page does not send the file but a stand-in naming its size (`STAND_IN_JS`), which
 # `load_image` refuses with the same message as any file over the limit: Gradio's own browser check would answer
-# with a red error toast, and no event would reach the server to clear the last image's highlight.
+# with a red error toast, and no event would reach the server to clear the last image's highlight. For the same
+# reason a file the browser does not type as an image (a PDF, a file of unknown extension) is sent typed as one,
+# past Gradio's check of the image box's "image/*": the decoder tells it apart, as it does a corrupt image.
 STAND_IN = b"cait-lens stand-in for a file of this many bytes: "
+UNTYPED_IMAGE = "image/x-unknown"  # the type a file the browser types as no image is sent with (`STAND_IN_JS`)
 STAND_IN_JS = f"""() => {{
-    const limit = {MAX_RECEIVED_MB * 2**20}, mark = {STAND_IN.decode()!r};
+    const limit = {MAX_RECEIVED_MB * 2**20}, mark = {STAND_IN.decode()!r}, anyImage = {UNTYPED_IMAGE!r};
+    const image = (f) => f.type.startsWith("image/");
+    const sent = (f) => f.size > limit ? new File([mark + f.size], f.name, {{type: image(f) ? f.type : anyImage}})
+        : image(f) ? f : new File([f], f.name, {{type: anyImage}});
     const swapped = (files) => {{
         const out = new DataTransfer();
-        for (const f of files) out.items.add(f.size > limit ? new File([mark + f.size], f.name, {{type: f.type}}) : f);
+        for (const f of files) out.items.add(sent(f));
         return out;
     }};
-    const tooLarge = (files) => [...(files || [])].some((f) => f.size > limit);
+    const toSwap = (files) => [...(files || [])].some((f) => f.size > limit || !image(f));
     document.addEventListener("change", (event) => {{  // capture: before Gradio's own listener reads the files
         const input = event.target;
-        if (input.type === "file" && input.closest("#image_in") && tooLarge(input.files)) {{
+        if (input.type === "file" && input.closest("#image_in") && toSwap(input.files)) {{
             input.files = swapped(input.files).files;
         }}
     }}, true);
     document.addEventListener("drop", (event) => {{
-        if (!event.isTrusted || !event.target.closest?.("#image_in") || !tooLarge(event.dataTransfer?.files)) return;
+        if (!event.isTrusted || !event.target.closest?.("#image_in") || !toSwap(event.dataTransfer?.files)) return;
         event.preventDefault();
         event.stopImmediatePropagation();
         const again = {{bubbles: true, cancelable: true, dataTransfer: swapped(event.dataTransfer.files)}};

@@ -310,6 +310,27 @@ def test_a_file_over_what_the_server_takes_is_refused_calmly_too(page):
     pick_example(page, 1)
 
 
+def test_a_file_that_is_no_image_is_refused_like_a_corrupt_one(page):
+    """A PDF (a type the browser does not call an image) reaches the server and is refused in the status line as
+    a corrupt image is, not by Gradio's error toast: the last image's results, its picture in the image box and
+    the example's highlight go."""
+    page.get_by_role("tab", name="Class attention").click()
+    pick_example(page, 0)
+    expect(page.locator(CHOSEN_EXAMPLE)).to_have_count(1)
+    shown = page.locator("#image_in img").get_attribute("src")
+    pdf = page.tmp / "paper.pdf"
+    pdf.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Type /Catalog >> endobj\ntrailer << >>\n%%EOF\n")
+    upload_and_settle(page, pdf)
+    expect(page.locator("#status")).to_contain_text("Could not analyse this file")
+    expect(page.locator("#status")).to_contain_text("'paper.pdf' is not an image format this app can read")
+    expect(grid_images(page)).to_have_count(0)
+    expect(page.locator(CHOSEN_EXAMPLE)).to_have_count(0)
+    expect(page.locator("#image_in img")).not_to_have_attribute("src", shown)
+    assert_no_error_state(page, page.tmp / "server.log")
+    page.locator("#image_in button[aria-label='Remove Image']").click()
+    pick_example(page, 1)
+
+
 RADIO_LOOK = """(radio) => {
     const s = getComputedStyle(radio);
     return {checked: radio.checked, fill: s.backgroundColor, border: s.borderColor, dot: s.backgroundImage};
