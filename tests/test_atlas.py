@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -327,6 +328,17 @@ def test_the_same_command_twice_writes_the_same_bytes(setup):
     page = (again / "atlas.html").read_text()
     ids = re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)
     assert len(ids) >= 4 and len(set(ids)) == len(ids) and "figure-0-per-head-map-entropy-nats" in ids
+
+
+def test_the_merge_phase_has_a_named_progress_bar(setup, capsys):
+    """The last phase, merging the shards into the atlas's files, says what it is on stderr (and so in the app's
+    progress, which follows tqdm), not a bare time: a finished atlas run again goes straight to it."""
+    again = setup["root"] / "merged_again"
+    shutil.copytree(setup["full"], again)
+    capsys.readouterr()
+    assert main([*setup["args"], "--out", str(again)]) == 0
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert re.search(r"^atlas: merging the shards into its files: 100%.* 5/5 ", err, re.M), err
 
 
 def test_page_is_self_contained_and_names_data_and_model(setup):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +135,17 @@ def test_refusals_are_one_line_and_write_nothing(setup, three_classes, case, cap
 def test_a_folder_without_a_finished_run_is_one_line(tmp_path):
     with pytest.raises(CompareRunError, match="holds no finished comparison run"):
         read_run(tmp_path)
+
+
+def test_the_merge_phase_has_a_named_progress_bar(setup, tmp_path, capsys):
+    """The last phase, merging the shards into the run's files, says what it is on stderr, not a bare time: a
+    finished run run again goes straight to it."""
+    again = tmp_path / "again"
+    shutil.copytree(setup["reference"], again)
+    capsys.readouterr()
+    assert main([*setup["pair"], "--out", str(again)]) == 0
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert re.search(r"^compare: merging the shards into its files: 100%.* 2/2 ", err, re.M), err
 
 
 def test_the_library_run_reports_progress_and_stops_when_asked(setup):

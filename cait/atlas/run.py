@@ -39,6 +39,7 @@ from .shards import (
     record_args,
     run_shards,
     shard_files,
+    merging_bar,
     tiling,
     todo_images,
     verified,
@@ -230,6 +231,7 @@ def make(
             lock.release()
 
 
+MERGE_STEPS = 5  # `_write_merged`'s: images.csv, heads.csv, summary.json, the histograms, atlas.html
 MERGED = ("images.csv", "skipped.csv", "heads.csv", "images.parquet", "heads.parquet", "summary.json", "atlas.html")
 
 
@@ -243,7 +245,8 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, options:
     stage.mkdir()
     try:
         try:
-            skipped = _write_merged(stage, loaded, data, shards, options=options, dtype=dtype)
+            with merging_bar("atlas", MERGE_STEPS) as bar:
+                skipped = _write_merged(stage, loaded, data, shards, options=options, dtype=dtype, step=bar.update)
         except OSError as e:  # a write() on a full disk names no file: name the atlas's folder
             if e.filename is None and e.strerror:
                 raise OSError(e.errno, f"{e.strerror} (writing the merged files)", str(out)) from None
@@ -260,10 +263,10 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, options:
 
 
 def _write_merged(
-    out: Path, loaded: SourcedModel, data, shards: list[Path], *, options: AtlasOptions, dtype
+    out: Path, loaded: SourcedModel, data, shards: list[Path], *, options: AtlasOptions, dtype, step: Callable
 ) -> list[tuple[str, str]]:
     """The merged files into `out`; the skipped images and why. Of data with no readable image, only
-    images.csv and skipped.csv."""
+    images.csv and skipped.csv. step: called after each of the MERGE_STEPS steps done."""
     model, cfg = loaded.model, loaded.model.cfg
     boxes = data.boxes is not None
     blocks = explain.causal.block_names(model) if options.knockouts else None
@@ -282,17 +285,22 @@ def _write_merged(
     )
     skipped = [(data.paths[i], data.skip_reason(i) or "unreadable") for i in sorted(tally.skipped)]
     report.write_skipped_csv(out / "skipped.csv", skipped)
+    step()
     if len(skipped) == len(data):
         return skipped
     report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes))
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
+    step()
     precision = "fp32" if dtype is None else "bf16"
     summary = _summary(tally, loaded, data, blocks, boxes=boxes, precision=precision, patching=options.patching)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    step()
     hist = report.histograms(shards, tally, boxes=boxes)
+    step()
     page = dict(model=model, data=data, names=names, dtype=dtype, skipped=skipped)
     write_page(out / "atlas.html", summary, tally, hist, **page)
+    step()
     if boxes:
         print(report.box_line(summary["boxes"]), file=sys.stderr)
     return skipped

@@ -243,6 +243,13 @@ def write_atomic(path: Path, data: bytes) -> None:
     atomic_write(path, lambda f: f.write(data))
 
 
+def merging_bar(what: str, steps: int) -> tqdm:
+    """The progress bar of a run's last phase (rank 0's), the shards merged into the run's files, in `steps`
+    steps: named, so that the command line and the app's progress (which follows tqdm) say what the phase is
+    rather than a bare time. what: the run's name ("atlas", "compare")."""
+    return tqdm(total=steps, unit="step", desc=f"{what}: merging the shards into its files", file=sys.stderr)
+
+
 def _shard_numbers(
     model: nn.Module,
     loader: DataLoader,

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from ..atlas.run import barrier, guarded, plan_shards, ready_out
-from ..atlas.shards import FORMAT, Cover, shard_files, shard_path, tiling, todo_images, write_shard
+from ..atlas.shards import FORMAT, Cover, merging_bar, shard_files, shard_path, tiling, todo_images, write_shard
 from ..data import ImageSet, read_images
 from ..distributed import process_group
 from ..factory import load_from_flags
@@ -180,11 +180,14 @@ def _run_shards(loaded, paired, todo, out, cover, *, options, device, show, call
 
 
 def merge(out: Path, loaded, data, names: list[str], shards: list[Path], cover: Cover, *, options) -> None:
-    """The run's files from the shards in image order (`write_merged`)."""
-    arrays = report.merged(shards, cover)
-    if not len(arrays.get("index", [])):
-        raise CompareError(f"none of the {len(data[0])} images could be read by both models")
-    write_merged(out, loaded, data, names, arrays, options=options)
+    """The run's files from the shards in image order (`write_merged`), in two steps on a named progress bar."""
+    with merging_bar("compare", 2) as bar:
+        arrays = report.merged(shards, cover)
+        if not len(arrays.get("index", [])):
+            raise CompareError(f"none of the {len(data[0])} images could be read by both models")
+        bar.update()
+        write_merged(out, loaded, data, names, arrays, options=options)
+        bar.update()
 
 
 def main_guarded(options: CompareOptions) -> int:
