@@ -36,10 +36,10 @@ from .shards import (
     Cover,
     ShardError,
     args_problem,
+    merging_bar,
     record_args,
     run_shards,
     shard_files,
-    merging_bar,
     tiling,
     todo_images,
     verified,
@@ -246,7 +246,11 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, options:
     try:
         try:
             with merging_bar("atlas", MERGE_STEPS) as bar:
-                skipped = _write_merged(stage, loaded, data, shards, options=options, dtype=dtype, step=bar.update)
+                skipped, said = _write_merged(
+                    stage, loaded, data, shards, options=options, dtype=dtype, step=bar.update
+                )
+            if said:  # after the bar's last line, not on it
+                print(said, file=sys.stderr)
         except OSError as e:  # a write() on a full disk names no file: name the atlas's folder
             if e.filename is None and e.strerror:
                 raise OSError(e.errno, f"{e.strerror} (writing the merged files)", str(out)) from None
@@ -264,9 +268,10 @@ def merge(out: Path, loaded: SourcedModel, data, shards: list[Path], *, options:
 
 def _write_merged(
     out: Path, loaded: SourcedModel, data, shards: list[Path], *, options: AtlasOptions, dtype, step: Callable
-) -> list[tuple[str, str]]:
-    """The merged files into `out`; the skipped images and why. Of data with no readable image, only
-    images.csv and skipped.csv. step: called after each of the MERGE_STEPS steps done."""
+) -> tuple[list[tuple[str, str]], str | None]:
+    """The merged files into `out`; the skipped images and why, and the line saying what the boxes scored (None
+    without boxes). Of data with no readable image, only images.csv and skipped.csv. step: called after each of
+    the MERGE_STEPS steps done."""
     model, cfg = loaded.model, loaded.model.cfg
     boxes = data.boxes is not None
     blocks = explain.causal.block_names(model) if options.knockouts else None
@@ -287,7 +292,7 @@ def _write_merged(
     report.write_skipped_csv(out / "skipped.csv", skipped)
     step()
     if len(skipped) == len(data):
-        return skipped
+        return skipped, None
     report.write_csv(out / "heads.csv", report.head_rows(tally, names, boxes=boxes))
     for name in ("images.csv", "heads.csv"):
         report.write_parquet(out / name)
@@ -301,9 +306,7 @@ def _write_merged(
     page = dict(model=model, data=data, names=names, dtype=dtype, skipped=skipped)
     write_page(out / "atlas.html", summary, tally, hist, **page)
     step()
-    if boxes:
-        print(report.box_line(summary["boxes"]), file=sys.stderr)
-    return skipped
+    return skipped, report.box_line(summary["boxes"]) if boxes else None
 
 
 def _refuse_unreadable(out: Path, skipped: list[tuple[str, str]]) -> None:
