@@ -269,8 +269,10 @@ def test_the_heads_table_says_each_columns_own_image_count(world):
 def test_a_box_of_an_unreadable_image_counts_the_same_with_or_without_sizes(world, tmp_path, capsys):
     """Issue 59: the box of an unreadable image was scored-and-then-not when the COCO file gave width and height
     ("4 scored" early, 2 scored at the end), left out when it did not. Now both files give one count, in the
-    reader's warning (which opens each boxed file's header, not its pixels), summary.json and the closing line:
-    a file PIL cannot open and a truncated one (whose header reads) are each a box left out as unreadable."""
+    reader's warning, summary.json and the closing line: a file PIL cannot open and truncated ones (a PNG and a
+    JPEG whose headers read) are each a box left out as unreadable. The reader's warning, made from the files'
+    headers before any pixel is decoded, counts the truncated ones as boxed and says they are scored only if
+    they decode: it never says more images "are scored" than the closing line."""
     data = tmp_path / "data"
     for k in range(2):
         _noise(data / "Bag" / f"{k}.png", (32, 32), k)
@@ -278,7 +280,10 @@ def test_a_box_of_an_unreadable_image_counts_the_same_with_or_without_sizes(worl
     whole = io.BytesIO()
     Image.new("RGB", (32, 32), "red").save(whole, format="PNG")
     (data / "Bag" / "cut.png").write_bytes(whole.getvalue()[:60])  # the header, not the pixels
-    names = ["Bag/0.png", "Bag/1.png", "Bag/broken.png", "Bag/cut.png"]
+    whole = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), np.uint8)).save(whole, format="JPEG")
+    (data / "Bag" / "cut.jpg").write_bytes(whole.getvalue()[: len(whole.getvalue()) // 2])
+    names = ["Bag/0.png", "Bag/1.png", "Bag/broken.png", "Bag/cut.png", "Bag/cut.jpg"]
     model = ["--checkpoint", str(world["root"] / "pico.safetensors"), "--data", str(data), "--workers", "0"]
     said, closed = {}, {}
     for sizes in (None, {n: (32, 32) for n in names}):
@@ -287,12 +292,12 @@ def test_a_box_of_an_unreadable_image_counts_the_same_with_or_without_sizes(worl
         with pytest.warns(UserWarning) as warned:
             assert atlas([*model, "--boxes", str(coco), "--exemplars", "1", "--out", str(out)]) == 0
         boxes = json.loads((out / "summary.json").read_text())["boxes"]
-        assert boxes["images_with_box"] == 2 and boxes["left_out"] == {"unreadable": 2}, boxes
+        assert boxes["images_with_box"] == 2 and boxes["left_out"] == {"unreadable": 3}, boxes
         closing = [line for line in capsys.readouterr().err.splitlines() if "are scored" in line]
         said[sizes is None] = [str(w.message).split(": ", 1)[1] for w in warned if "scored" in str(w.message)]
         closed[sizes is None] = closing
-        assert closing == [report.box_line(boxes)]
-    early = "3 image(s) with a box in the model's view are scored; 1 box(es) left out: 1 of an image that cannot "
-    early += "be read"
+        assert closing == [report.box_line(boxes)] and closing[0].startswith("2 image(s)")
+    early = "4 image(s) with a box in the model's view by their headers, scored if their pixels decode (the closing "
+    early += "line counts them); 1 box(es) left out: 1 of an image that cannot be read"
     assert said[True] == said[False] == [early]
     assert closed[True] == closed[False]

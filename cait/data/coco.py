@@ -38,9 +38,16 @@ class BoxCount:
     boxed: int = 0
     left_out: dict[str, int] = field(default_factory=dict)
 
-    def line(self) -> str:
-        """One line for a log and a page: what is scored and what was left out and why."""
+    def line(self, *, decoded: bool = True) -> str:
+        """One line for a log and a page: what is scored and what was left out and why. decoded: False for the
+        reader's count, made from the files' headers: a file whose header reads but whose pixels do not decode
+        (truncated) is known only at the pass, so the line promises no score, and the closing count says."""
         text = f"{self.boxed:,} image(s) with a box in the model's view are scored"
+        if not decoded:
+            text = (
+                f"{self.boxed:,} image(s) with a box in the model's view by their headers, scored if their pixels "
+                "decode (the closing line counts them)"
+            )
         if self.left_out:
             reasons = ", ".join(f"{n:,} {LEFT_OUT[k]}" for k, n in self.left_out.items())
             text += f"; {sum(self.left_out.values()):,} box(es) left out: {reasons}"
@@ -92,7 +99,7 @@ def read_coco_boxes(
     count = BoxCount(int((~out.isnan().any(-1)).sum()), {k: left[k] for k in LEFT_OUT if left[k]})
     if count.left_out:
         missing = _missing(Path(file), root, unmatched)
-        warnings.warn(f"{Path(file).name}: {count.line()}{missing}", DataWarning, stacklevel=2)
+        warnings.warn(f"{Path(file).name}: {count.line(decoded=False)}{missing}", DataWarning, stacklevel=2)
     return out, count
 
 
