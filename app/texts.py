@@ -166,21 +166,33 @@ def status_markdown(loaded: LoadedModel, top: dict, notes: list[str], *, uploade
     return "  \n".join(lines)
 
 
-def cost_in_passes(what: str, passes: float, forward_seconds: float, *, reduced_precision: bool) -> str:
-    """What `what` costs, said before it runs: `passes` fp32 forward passes of the model, and at least their
-    time at this image's measured forward pass. A floor, not an estimate: drawing the figures and writing the
-    numbers add a fixed time that outweighs a small model's few passes (benchmarks/README.md), and a forward
-    measured in bf16 (reduced_precision) is faster than fp32."""
+def cost_in_passes(what: str, passes: float, forward_seconds: float, *, loaded: LoadedModel) -> str:
+    """What `what` costs, said before it runs: `passes` fp32 forward passes of `loaded`'s model, and at least
+    their time, from this image's measured forward pass. A floor, not an estimate: drawing the figures and writing
+    the numbers add a fixed time that outweighs a small model's few passes (benchmarks/README.md). A forward
+    measured in bf16 is turned into fp32's time by the ratio the start-up precision probe timed on this CPU
+    (`PrecisionChoice.bf16_speedup`): bf16 is the faster one on some CPUs and the slower on others (AVX512-BF16
+    without AMX); without a timing, the line says that it assumes fp32 as fast."""
     head = f"{what} takes {passes:.0f} forward passes of the model"
     if not math.isfinite(forward_seconds):  # not measured
         return f"{head}, and the figures on top."
-    floor = f"at least {passes * forward_seconds:.1f} s"
-    if reduced_precision:
+    took = f"this image's forward pass took {forward_seconds:.2f} s"
+    if loaded.dtype is None:
         return (
-            f"{head}: {floor}, as this image's forward pass took {forward_seconds:.2f} s in bf16 and fp32 is slower; "
-            "the figures come on top."
+            f"{head}: at least {passes * forward_seconds:.1f} s at this image's forward pass of "
+            f"{forward_seconds:.2f} s in fp32; the figures come on top."
         )
-    return f"{head}: {floor} at this image's forward pass of {forward_seconds:.2f} s in fp32; the figures come on top."
+    speedup = loaded.precision.bf16_speedup if loaded.precision is not None else None
+    if speedup is None:
+        return (
+            f"{head}: at least {passes * forward_seconds:.1f} s if fp32 runs as fast as bf16, which was not timed "
+            f"on this device, as {took} in bf16; the figures come on top."
+        )
+    pace = f"{speedup:.2f}x slower" if speedup >= 1 else f"{1 / speedup:.2f}x faster"
+    return (
+        f"{head}: at least {passes * forward_seconds * speedup:.1f} s, as {took} in bf16 and fp32 ran {pace} than "
+        "bf16 in the start-up timing on this CPU; the figures come on top."
+    )
 
 
 def waiting_line(progress: Callable[..., Any]) -> Callable[[int], None]:

@@ -66,27 +66,30 @@ def fast_bf16(device: torch.device, *, remeasure: bool = False) -> bool:
     return _auto_bf16(device, remeasure=remeasure)[0]
 
 
-def _auto_bf16(device: torch.device, *, remeasure: bool = False, measure: bool = True) -> tuple[bool, str, str] | None:
-    """What "auto" decides on `device`: bf16 or not, how it was decided in a few words, and why in a sentence
-    (None: only a timing can say, and `measure` is off)."""
+def _auto_bf16(
+    device: torch.device, *, remeasure: bool = False, measure: bool = True
+) -> tuple[bool, str, str, float | None] | None:
+    """What "auto" decides on `device`: bf16 or not, how it was decided in a few words, why in a sentence, and
+    the bf16 speed-up timed (None: not timed); None when only a timing can say and `measure` is off."""
     if device.type == "cuda":
         ok = torch.cuda.is_bf16_supported()
-        return ok, "CUDA says", f"this CUDA device {'supports' if ok else 'does not support'} bf16"
-    if not any(getattr(torch.cpu, probe, lambda: False)() for probe in _CPU_BF16_PROBES):
+        return ok, "CUDA says", f"this CUDA device {'supports' if ok else 'does not support'} bf16", None
+    if not _bf16_instructions():
         why = "this CPU has no bf16 instructions (AVX512-BF16 or AMX): bf16 would be emulated"
-        return False, "no bf16 instructions", why
+        return False, "no bf16 instructions", why, None
     probe = stored_bf16_speedup(remeasure=remeasure, measure=measure)
     if probe is None:
         return None
     if probe.speedup is None:
-        return False, probe.decided, f"{probe.where}, so fp32"
+        return False, probe.decided, f"{probe.where}, so fp32", None
     fast = probe.speedup >= BF16_MIN_SPEEDUP
     verdict = "so bf16" if fast else f"below the {BF16_MIN_SPEEDUP:g}x bf16 must gain, so fp32"
-    return (
-        fast,
-        probe.decided,
-        f"bf16 ran a whole forward at {probe.speedup:.2f}x fp32's speed on this CPU, {verdict} ({probe.where})",
-    )
+    why = f"bf16 ran a whole forward at {probe.speedup:.2f}x fp32's speed on this CPU, {verdict} ({probe.where})"
+    return fast, probe.decided, why, probe.speedup
+
+
+def _bf16_instructions() -> bool:
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in _CPU_BF16_PROBES)
 
 
 def cpu_model() -> str:
@@ -238,6 +241,10 @@ class PrecisionChoice:
     dtype: torch.dtype | None  # autocast dtype, None = fp32
     decided: str  # in a few words: "asked for", "measured now", "remembered from DATE on this CPU", ...
     reason: str  # the whole why, in a sentence
+    # fp32's time over bf16's for a whole forward on this CPU, as the probe timed it (`stored_bf16_speedup`):
+    # below 1 bf16 is the slower one (AVX512-BF16 without AMX). None: not timed (CUDA, no bf16 instructions,
+    # a precision asked for with no timing kept)
+    bf16_speedup: float | None = None
 
     @property
     def name(self) -> str:
@@ -260,12 +267,16 @@ def _precision(precision: str, device: torch.device, *, remeasure: bool, measure
     if precision not in INFERENCE_PRECISIONS:
         raise InputError(f"--precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
     if precision != "auto":
-        return PrecisionChoice(_DTYPES[precision], "asked for", f"--precision {precision} was asked for")
+        # bf16 asked for on a CPU: the speed-up kept from an earlier timing, if any (never timed here)
+        kept = device.type == "cpu" and precision == "bf16" and _bf16_instructions()
+        probe = stored_bf16_speedup(measure=False) if kept else None
+        speedup = None if probe is None else probe.speedup
+        return PrecisionChoice(_DTYPES[precision], "asked for", f"--precision {precision} was asked for", speedup)
     auto = _auto_bf16(device, remeasure=remeasure, measure=measure)
     if auto is None:
         return None
-    fast, decided, why = auto
-    return PrecisionChoice(torch.bfloat16 if fast else None, decided, f"--precision auto: {why}")
+    fast, decided, why, speedup = auto
+    return PrecisionChoice(torch.bfloat16 if fast else None, decided, f"--precision auto: {why}", speedup)
 
 
 def autocast(dtype: torch.dtype | None, device: torch.device) -> contextlib.AbstractContextManager:

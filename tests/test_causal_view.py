@@ -23,6 +23,7 @@ from app.tabs.dataset import AtlasPlaces
 from cait import explain
 from cait.data import read_examples
 from cait.preprocess import class_names
+from cait.runtime import PrecisionChoice
 
 
 @pytest.fixture(scope="module")
@@ -293,9 +294,16 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
     assert f"at least {passes * a.forward_seconds:.1f} s" in out[p.cz_cost]  # the figures come on top
     assert all(out[c] is None for c in handlers.page.causal.computed)  # said, not computed
     assert handlers.tabs.image.cleared(shown)[p.cz_cost] == ""
-    # a bf16 session's forward is faster than the tab's fp32 passes: its time is said as a floor
-    said = texts.cost_in_passes("Computing this tab", passes, 0.5, reduced_precision=True)
-    assert f"at least {passes * 0.5:.1f} s" in said and "in bf16" in said
+    # a bf16 session's forward becomes the tab's fp32 passes by the start-up probe's ratio, whichever is faster
+    for speedup, pace in ((2.5, "fp32 ran 2.50x slower than bf16"), (0.8, "fp32 ran 1.25x faster than bf16")):
+        probed = PrecisionChoice(torch.bfloat16, "measured now", "why", bf16_speedup=speedup)
+        bf16 = dataclasses.replace(loaded, dtype=torch.bfloat16, precision=probed)
+        said = texts.cost_in_passes("Computing this tab", passes, 0.5, loaded=bf16)
+        assert f"at least {passes * 0.5 * speedup:.1f} s" in said and "0.50 s in bf16" in said and pace in said
+        assert "(" not in said
+    unprobed = dataclasses.replace(loaded, dtype=torch.bfloat16, precision=PrecisionChoice(torch.bfloat16, "x", "y"))
+    said = texts.cost_in_passes("Computing this tab", passes, 0.5, loaded=unprobed)
+    assert f"at least {passes * 0.5:.1f} s if fp32 runs as fast as bf16, which was not timed" in said
 
 
 def test_the_tab_tells_its_progress_by_phase_block_by_block_stops_and_goes_on_from_there(handlers):

@@ -52,6 +52,22 @@ def test_precision_auto_takes_bf16_only_where_it_measures_faster(
     assert autocast_dtype("fp32", torch.device("cpu")) is None
 
 
+@pytest.mark.parametrize("speedup", [2.6, 0.73])  # bf16 faster (Zen 4), bf16 slower (AVX512-BF16 without AMX)
+def test_the_precision_chosen_carries_the_ratio_the_probe_timed(monkeypatch, tmp_path, speedup):
+    """What the page says of fp32's time beside a bf16 forward comes from the probe's timing, kept in the choice:
+    auto's own timing, and the one kept from it when bf16 is asked for (which times nothing)."""
+    _cpu_flags(monkeypatch, avx512_bf16=True, amx=False)
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: speedup)
+    monkeypatch.setattr(runtime, "user_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(runtime, "machine_load", lambda: 0.1)
+    cpu = torch.device("cpu")
+    assert runtime.choose_precision("auto", cpu).bf16_speedup == speedup
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: pytest.fail("timed bf16 that was asked for"))
+    asked = runtime.choose_precision("bf16", cpu)
+    assert asked.dtype is torch.bfloat16 and asked.bf16_speedup == speedup
+    assert runtime.choose_precision("fp32", cpu).bf16_speedup is None
+
+
 def test_a_cpu_without_bf16_instructions_is_fp32_without_timing_anything(monkeypatch):
     _cpu_flags(monkeypatch, avx512_bf16=False, amx=False)
     monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: pytest.fail("timed a CPU that emulates bf16"))

@@ -328,9 +328,7 @@ class CausalTab(PageTab):
         """The first view of a new image here (and the line once a view is computed): what computing the tab
         costs."""
         passes = causal_view.forward_passes(loaded.cfg)
-        said = texts.cost_in_passes(
-            "Computing this tab", passes, a.forward_seconds, reduced_precision=loaded.dtype is not None
-        )
+        said = texts.cost_in_passes("Computing this tab", passes, a.forward_seconds, loaded=loaded)
         return {self.parts.cz_cost: said}
 
     at_first_view = cost

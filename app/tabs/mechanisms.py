@@ -282,9 +282,7 @@ class MechanismsTab(PageTab):
         passes = mechanisms_view.patching_forwards(loaded.cfg)
         return {
             p.mx_lens: figure,
-            p.mx_cost: cost_in_passes(
-                "Patching", passes, a.forward_seconds, reduced_precision=loaded.dtype is not None
-            ),
+            p.mx_cost: cost_in_passes("Patching", passes, a.forward_seconds, loaded=loaded),
             self.shared.json_file: session.numbers_file(loaded, a),
         }
 
