@@ -245,6 +245,50 @@ def test_boxes_out_of_view_or_bad_are_left_out_and_counted(tmp_path):
     assert images.box_count.left_out == {"out_of_view": 2, "bad_size": 1, "outside_image": 1, "not_in_folder": 1}
 
 
+RED = (4, 9, 16, 19)  # the stored pixels (x0, y0, x1, y1) of the red patch in `_tagged`'s 40x30 JPEG
+
+
+def _tagged(path, orientation: int) -> None:
+    """A 40x30 JPEG, black with a red patch at `RED` in its stored pixels, tagged with EXIF `orientation`."""
+    a = np.zeros((30, 40, 3), np.uint8)
+    a[RED[1] : RED[3], RED[0] : RED[2]] = (255, 0, 0)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(a).save(path, quality=95, exif=exif.tobytes())
+
+
+def _red_box(x: torch.Tensor) -> torch.Tensor:
+    """The red patch's (x0, y0, x1, y1) in a model view [3, H, W] with values in [0, 1]."""
+    ys, xs = torch.nonzero((x[0] > 0.5) & (x[1] < 0.35) & (x[2] < 0.35), as_tuple=True)
+    return torch.tensor([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], dtype=torch.float32)
+
+
+def test_boxes_of_an_exif_rotated_jpeg_follow_the_rotation_the_decoder_applies(tmp_path):
+    """A box in the stored pixels of a JPEG tagged with each EXIF orientation (the COCO file giving the stored
+    width and height, or none) lands on the patch it boxes in the model's view, which is of the picture turned
+    upright by the decoder; a COCO file giving the upright size has its box drawn on the upright picture."""
+    for k in range(1, 9):
+        _tagged(tmp_path / f"{k}.jpg", k)
+    x, y, right, bottom = RED
+    stored = [x, y, right - x, bottom - y]
+    entries = [{"id": k, "file_name": f"{k}.jpg"} | ({"width": 40, "height": 30} if k % 2 else {}) for k in range(1, 9)]
+    anns = [{"image_id": k, "bbox": stored} for k in range(1, 9)]
+    images = read_images(str(tmp_path), PICO, boxes=_coco(tmp_path / "stored.json", entries, anns), normalise=False)
+    assert images.box_count.boxed == 8 and not images.box_count.left_out
+    for k in range(8):
+        view, _, box, _, ok = images[k]
+        assert ok and images.paths[k] == f"{k + 1}.jpg"
+        torch.testing.assert_close(box, _red_box(view), atol=1.5, rtol=0, msg=f"orientation {k + 1}")
+    # orientation 6 (turned 90 degrees clockwise to stand up): the upright picture is 30x40, its patch at
+    # x 30 - 19 .. 30 - 9, y 4 .. 16; a COCO file of that size boxes it there
+    upright = [{"id": 1, "file_name": "6.jpg", "width": 30, "height": 40}]
+    turned = [{"image_id": 1, "bbox": [30 - bottom, x, bottom - y, right - x]}]
+    boxes = _coco(tmp_path / "upright.json", upright, turned)
+    images = read_images(str(tmp_path), PICO, boxes=boxes, normalise=False)
+    view, _, box, _, _ = images[images.paths.index("6.jpg")]
+    torch.testing.assert_close(box, _red_box(view), atol=1.5, rtol=0)
+
+
 def test_a_sixteen_bit_png_is_scaled_to_eight_bits(tmp_path):
     values = np.linspace(1028, 49858, 32 * 32).reshape(32, 32).astype(np.uint16)
     Image.fromarray(values).save(tmp_path / "deep.png")

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from ..config import CaiTConfig
-from .image_file import IMAGE_ERRORS
+from .image_file import IMAGE_ERRORS, exif_orientation, upright_box
 from .names import DataError, DataWarning
 
 # why a box is left out, and how a line says it (after "N box(es) ...")
@@ -111,7 +111,7 @@ def _box_in_view(
     an image that cannot be opened is left out whether or not the COCO file gives its size."""
     try:
         with Image.open(image) as opened:  # reads the header only
-            size = size or opened.size
+            box, size = _upright(box, size, opened.size, exif_orientation(opened))
     except IMAGE_ERRORS:
         return None, "unreadable"
     x0, y0, x1, y1 = box
@@ -121,6 +121,22 @@ def _box_in_view(
     if seen[2] <= seen[0] or seen[3] <= seen[1]:
         return None, "out_of_view"
     return seen, None
+
+
+def _upright(
+    box: list[float], given: tuple[int, int] | None, stored: tuple[int, int], orientation: int | None
+) -> tuple[list[float], tuple[int, int]]:
+    """A COCO box and its image's size in the picture the model sees, which the decoder turns upright as the
+    file's EXIF orientation says (a phone photo). The COCO format defines no orientation: we read its width and
+    height as those of the file as stored and its boxes as indexing the stored pixels (what a tool that reads
+    the pixel grid, as the format describes it, writes), and turn the box as the decoder turns the pixels. One
+    exception, told by the numbers: a COCO file giving the upright size, width and height swapped from the
+    stored ones, was made by a tool that showed the picture upright, and its boxes are drawn there already.
+    given: the COCO file's (width, height), else None; stored: the file header's."""
+    frame = given or stored
+    if orientation in (5, 6, 7, 8) and given is not None and tuple(given) == stored[::-1] != stored:
+        return list(box), tuple(given)
+    return upright_box(box, frame, orientation)
 
 
 def _missing(file: Path, root: Path, unmatched: list[str]) -> str:

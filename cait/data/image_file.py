@@ -71,7 +71,7 @@ def decode_image(im: Image.Image, *, mode: str = "RGB", background: tuple[int, i
         raise
     except Exception as e:  # corrupt EXIF and broken codecs raise anything: the file is at fault, not the code
         raise OSError(f"truncated or corrupt image data ({type(e).__name__})") from e
-    if _exif_orientation(im) not in (None, 1):
+    if exif_orientation(im) not in (None, 1):
         notes.append("rotated as its EXIF orientation tag says.")
     # bounded in RGB whatever the mode asked, so that a grey picture is the grey of the RGB one (which a reader
     # that knows no model, training's ImageFolder, hands on)
@@ -90,11 +90,39 @@ def read_image(path: str | os.PathLike, *, mode: str = "RGB", background: tuple[
         return decode_image(im, mode=mode, background=background).image
 
 
-def _exif_orientation(im: Image.Image) -> int | None:
+def exif_orientation(im: Image.Image) -> int | None:
+    """The EXIF orientation tag of an opened image (1-8; None: none, or a corrupt EXIF block)."""
     try:
         return im.getexif().get(0x0112)
     except Exception:  # a corrupt EXIF block: no orientation to report (exif_transpose read it already)
         return None
+
+
+# where `decode_image` (through ImageOps.exif_transpose) moves a point (x, y) of a stored picture of size (w, h),
+# per EXIF orientation: 2 mirrored, 3 turned half round, 4 flipped, 5 transposed, 6 turned a quarter clockwise,
+# 7 transversed, 8 turned a quarter anticlockwise; 5-8 swap the width and the height
+_UPRIGHT = {
+    2: lambda x, y, w, h: (w - x, y),
+    3: lambda x, y, w, h: (w - x, h - y),
+    4: lambda x, y, w, h: (x, h - y),
+    5: lambda x, y, w, h: (y, x),
+    6: lambda x, y, w, h: (h - y, x),
+    7: lambda x, y, w, h: (h - y, w - x),
+    8: lambda x, y, w, h: (y, w - x),
+}
+
+
+def upright_box(
+    box: list[float], size: tuple[int, int], orientation: int | None
+) -> tuple[list[float], tuple[int, int]]:
+    """A box (x0, y0, x1, y1) in the pixels of a picture of `size` (width, height) as stored, and that size, in
+    the picture `decode_image` gives, turned upright as its EXIF `orientation` says (unchanged for none)."""
+    turn = _UPRIGHT.get(orientation)
+    if turn is None:
+        return list(box), tuple(size)
+    w, h = size
+    (ax, ay), (bx, by) = turn(box[0], box[1], w, h), turn(box[2], box[3], w, h)
+    return [min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)], ((h, w) if orientation >= 5 else (w, h))
 
 
 def _to_rgb(im: Image.Image, notes: list[str], background: tuple[int, int, int]) -> Image.Image:
