@@ -185,8 +185,8 @@ def cost_in_passes(what: str, passes: float, forward_seconds: float, *, loaded: 
     speedup = loaded.precision.bf16_speedup if loaded.precision is not None else None
     if speedup is None:
         return (
-            f"{head}: at least {passes * forward_seconds:.1f} s if fp32 runs as fast as bf16, which was not timed "
-            f"on this device, as {took} in bf16; the figures come on top."
+            f"{head}: at least {passes * forward_seconds:.1f} s if fp32 runs as fast as bf16, which this device has "
+            f"not timed; {took} in bf16, and the figures come on top."
         )
     pace = f"{speedup:.2f}x slower" if speedup >= 1 else f"{1 / speedup:.2f}x faster"
     return (

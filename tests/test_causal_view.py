@@ -303,7 +303,7 @@ def test_the_tab_says_its_cost_before_it_is_computed(handlers):
         assert "(" not in said
     unprobed = dataclasses.replace(loaded, dtype=torch.bfloat16, precision=PrecisionChoice(torch.bfloat16, "x", "y"))
     said = texts.cost_in_passes("Computing this tab", passes, 0.5, loaded=unprobed)
-    assert f"at least {passes * 0.5:.1f} s if fp32 runs as fast as bf16, which was not timed" in said
+    assert f"at least {passes * 0.5:.1f} s if fp32 runs as fast as bf16, which this device has not timed" in said
 
 
 def test_the_tab_tells_its_progress_by_phase_block_by_block_stops_and_goes_on_from_there(handlers):

@@ -128,11 +128,11 @@ def _upright(
 ) -> tuple[list[float], tuple[int, int]]:
     """A COCO box and its image's size in the picture the model sees, which the decoder turns upright as the
     file's EXIF orientation says (a phone photo). The COCO format defines no orientation: we read its width and
-    height as those of the file as stored and its boxes as indexing the stored pixels (what a tool that reads
-    the pixel grid, as the format describes it, writes), and turn the box as the decoder turns the pixels. One
-    exception, told by the numbers: a COCO file giving the upright size, width and height swapped from the
-    stored ones, was made by a tool that showed the picture upright, and its boxes are drawn there already.
-    given: the COCO file's (width, height), else None; stored: the file header's."""
+    height as those of the file as stored and its boxes as indexing the stored pixels, the grid the file holds,
+    and turn the box as the decoder turns the pixels. One exception, told by the numbers: a COCO file giving
+    the upright size, width and height swapped from the stored ones, was made by a tool that showed the picture
+    upright, and its boxes are drawn there already. given: the COCO file's (width, height), else None; stored:
+    the file header's."""
     frame = given or stored
     if orientation in (5, 6, 7, 8) and given is not None and tuple(given) == stored[::-1] != stored:
         return list(box), tuple(given)
