@@ -35,7 +35,7 @@ from _common import (
     write_json,
 )
 
-from cait.explain import mean_attention_distances, uniform_attention_distance
+from cait.explain.head_stats import mean_attention_distances, uniform_attention_distance
 from cait.factory import load_from_flags
 from cait.figures import distance_plot, to_matplotlib, to_plotly
 
@@ -44,7 +44,7 @@ BATCH = 8  # images per forward pass: the per-layer maps of a batch are what tak
 
 def distances(model, batches, args) -> torch.Tensor:
     """[images, SA layers, heads] mean attention distance in pixels of normalised batches (the atlas's per-head
-    number, `cait.explain.mean_attention_distances`)."""
+    number, `cait.explain.head_stats.mean_attention_distances`)."""
     out = []
     for x in batches:
         with forward_only(args):
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             "grid_size": cfg.grid_size,
             "uniform_attention_px": uniform,
             "layout": "[sa_layer][head], 0-based; pixels of the model input; weights after proj_w in absolute "
-            "value, renormalised per query patch (cait.explain.mean_attention_distance)",
+            "value, renormalised per query patch (cait.explain.head_stats.mean_attention_distance)",
             "mean_distance": per_head.tolist(),
             "std_over_images": each.std(0, unbiased=False).tolist(),
         },

@@ -42,6 +42,8 @@ from _common import (
 from scipy.stats import spearmanr
 
 from cait import explain
+from cait.explain.causal import block_gamma_mean_abs
+from cait.explain.metrics import head_localization
 from cait.factory import load_from_flags
 from cait.figures.causal import knockout_matplotlib, knockout_plotly, logit_parts_matplotlib, logit_parts_plotly
 
@@ -82,7 +84,7 @@ def measure(model, batches) -> dict[str, torch.Tensor]:
         maps = explain.class_attention(model, x).maps  # [B, L, H, g, g]
         hits = torch.full(dla.heads.shape, float("nan"))
         if boxes is not None:  # the atlas's per-head pointing, from its one owner
-            hits = explain.head_localization(maps, boxes, cfg.img_size)[0]
+            hits = head_localization(maps, boxes, cfg.img_size)[0]
         out["pointing"].append(hits)
     return {**{k: torch.cat(v) for k, v in out.items()}, "part_names": part_names}
 
@@ -263,7 +265,7 @@ def heads_html(data: dict, made_from: str, path) -> None:
 
 def results(model, m: dict[str, torch.Tensor], made_from: str, data_name: str, skipped: list[str], args) -> dict:
     """The JSON of the script: per block |gamma| and knockout, the rank correlations and verdicts, per head."""
-    gamma = explain.block_gamma_mean_abs(model).numpy()
+    gamma = block_gamma_mean_abs(model).numpy()
     delta = m["delta"].numpy()
     sa = model.cfg.depth
     overall = rank_correlation(gamma, delta, resamples=args.bootstrap)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from _common import calm, fail, out_dir, parser, save_html, save_png, write_csv, write_json
 
-from cait.explain import layerscale_stats, layerscale_stats_from_metrics
+from cait.explain.layerscale import layerscale_stats, layerscale_stats_from_metrics
 from cait.factory import load_from_flags
 from cait.figures import LinePlot, layerscale_epochs_plot, layerscale_plot, to_matplotlib, to_plotly
 from cait.runs import RunDir

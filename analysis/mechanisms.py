@@ -35,6 +35,8 @@ from tqdm import tqdm
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from cait.explain.agreement import map_agreement
+from cait.explain.mechanisms import answer_forms_at
+from cait.explain.token_patching import region_sums
 from cait.factory import load_from_flags
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
 from cait.flags import add_data_flags
@@ -86,7 +88,7 @@ def measure(model, x: torch.Tensor, args: argparse.Namespace) -> dict[str, torch
         by_block = explain.activation_patching(model, clean, corrupted, target)
         by_head = explain.activation_patching(model, clean, corrupted, target, granularity="head")
         tokens = explain.token_patching(model, clean, corrupted, target, region=args.region)
-        attention = explain.region_sums(explain.class_attention(model, clean).maps.mean((1, 2)), args.region)
+        attention = region_sums(explain.class_attention(model, clean).maps.mean((1, 2)), args.region)
         for key, value in (
             ("lens", lens),
             ("target", target),
@@ -141,7 +143,7 @@ def restored(values: torch.Tensor, gap: torch.Tensor, resamples: int) -> dict:
 
 def forms_at(rows: list[dict]) -> int | None:
     """The first SA depth from which the lens's top-1 agrees with the final prediction for most images."""
-    return explain.answer_forms_at([r["top1_agreement"] for r in rows], most=MOST)
+    return answer_forms_at([r["top1_agreement"] for r in rows], most=MOST)
 
 
 def carriers(blocks: list[dict], heads: list[dict], *, top: int = 3) -> list[tuple[str, float]]:

@@ -46,6 +46,7 @@ from torchvision.transforms.v2.functional import normalize
 
 from cait import explain
 from cait.corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from cait.explain.maps import regions_of_focus
 from cait.factory import load_from_flags
 from cait.figures import LinePlot, Series, to_matplotlib, to_plotly
 from cait.preprocess import view_pixels
@@ -103,7 +104,7 @@ def score(run: dict, clean: dict, labels, boxes, img_size: int) -> dict:
     agree = run["predicted"] == clean["predicted"]
     right = agree if labels is None else run["predicted"] == labels
     was_right = torch.ones_like(right) if labels is None else clean["predicted"] == labels
-    mask, _ = explain.regions_of_focus(clean["heat"], img_size=img_size)
+    mask, _ = regions_of_focus(clean["heat"], img_size=img_size)
     mass = run["heat"].clamp_min(0)
     kept = (mass * mask).flatten(1).sum(1) / mass.flatten(1).sum(1).clamp_min(1e-12)
     row = {

@@ -5,7 +5,7 @@
     python analysis/saliency.py --data DIR --boxes boxes.json [--limit N]   # localization over your images
 
 Regions of focus: the smallest set of patches holding half of the first class-attention layer's mass
-(head mean, `cait.explain.regions_of_focus`), shown bright with its bounding box, captioned with the
+(head mean, `cait.explain.maps.regions_of_focus`), shown bright with its bounding box, captioned with the
 predicted class and its probability. On images with a known garment box (the shipped example scenes
 list theirs in cait/examples/examples.json) the same run scores every method of cait.explain.METHODS
 with `cait.evaluate.evaluate` (pointing game and mass in box, true class as target) and writes the table.
@@ -47,6 +47,7 @@ from PIL import Image
 from cait import explain
 from cait.data import ImagesWithBoxes
 from cait.evaluate import CHEAP_METHODS, evaluate
+from cait.explain.maps import DEFAULT_SHARE, regions_of_focus
 from cait.factory import load_from_flags
 from cait.preprocess import class_names
 
@@ -82,7 +83,7 @@ def regions_png(examples, masks, boxes, captions, made_from, path) -> None:
             ax.add_patch(Rectangle((gx0 - 0.5, gy0 - 0.5), gx1 - gx0, gy1 - gy0, fill=False, ec="cyan", lw=1, ls="--"))
         ax.set_title(caption, fontsize=8)
     fig.suptitle(
-        f"Regions of focus of CA layer 1 (head mean, {int(100 * explain.DEFAULT_SHARE)}% of the mass; "
+        f"Regions of focus of CA layer 1 (head mean, {int(100 * DEFAULT_SHARE)}% of the mass; "
         f"yellow: its box, cyan dashed: garment box)",
         fontsize=9,
     )
@@ -93,7 +94,7 @@ def regions_png(examples, masks, boxes, captions, made_from, path) -> None:
 def _dim_outside(image, mask: torch.Tensor) -> np.ndarray:
     """The image with the patches outside the region darkened to a third."""
     arr = np.asarray(image, dtype=np.float32) / 255
-    # nearest, not explain.upsample: a region is a set of whole patches, not a smooth map
+    # nearest, not explain.maps.upsample: a region is a set of whole patches, not a smooth map
     keep = F.interpolate(mask.float()[None, None], size=arr.shape[:2], mode="nearest")[0, 0].numpy() > 0.5
     return np.where(keep[..., None], arr, arr / 3)
 
@@ -168,7 +169,7 @@ def write_regions(loaded, examples: list[Example], args, out, *, made_from: str)
     model, cfg = loaded.model, loaded.model.cfg
     with forward_only(args):
         ca = explain.class_attention(model, batch_of(examples, cfg))
-    masks, boxes = explain.regions_of_focus(ca.mean[:, 0], img_size=cfg.img_size)
+    masks, boxes = regions_of_focus(ca.mean[:, 0], img_size=cfg.img_size)
     probs = ca.logits.softmax(-1)
     names = class_names(cfg)
     top = probs.argmax(-1)
@@ -188,7 +189,7 @@ def write_regions(loaded, examples: list[Example], args, out, *, made_from: str)
     ]
     write_json(
         out / "regions_of_focus.json",
-        {"made_from": made_from, "share": explain.DEFAULT_SHARE, "images": images},
+        {"made_from": made_from, "share": DEFAULT_SHARE, "images": images},
     )
     for e, caption, m in zip(examples, captions, masks):
         print(f"{e.name}: {caption}, region of {int(m.sum())}/{m.numel()} patches")

@@ -23,6 +23,7 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import INTERNAL_ERROR, log
 from cait import explain
 from cait.errors import InputError, shown
+from cait.explain.attribution import checked_options
 from cait.explain.token_patching import checked_region
 from cait.robustness import parse_corruption
 
@@ -95,7 +96,7 @@ def checked_call(
 ) -> Call:
     """An /analyze call's keywords (`Analyze.analyze` says each) checked before any work: an InputError in one
     line for a bad method, option, class, seed, corruption or region side."""
-    checked = explain.checked_options(**options)  # the methods' bounds: a bad value is one line naming it
+    checked = checked_options(**options)  # the methods' bounds: a bad value is one line naming it
     session.checked_target(int(target), loaded.cfg.num_classes)
     if method:
         _choice(method, explain.METHODS.names(loaded.cfg.depth_token_only), "method")

@@ -22,7 +22,7 @@ from app.models import LoadedModel
 from cait import explain
 from cait.data.image_file import read_image
 from cait.explain import hooks
-from cait.explain.causal import BRANCH_GAMMAS
+from cait.explain.causal import BRANCH_GAMMAS, block_gamma_mean_abs
 from cait.figures import head_name
 from cait.figures.causal import head_attribution_plotly, knockout_plotly
 from cait.figures.colours import signed_heatmap
@@ -114,7 +114,7 @@ def compute(
         removal_top1=ablated.argmax(-1).cpu().numpy(),
         parts={name: float(value[0]) for name, value in dla.parts().items()},
         knockout=numpy(knockout),
-        gamma={b: explain.block_gamma_mean_abs(model, branch=b).numpy() for b in BRANCH_GAMMAS},
+        gamma={b: block_gamma_mean_abs(model, branch=b).numpy() for b in BRANCH_GAMMAS},
     )
     return partial.view
 

@@ -14,7 +14,7 @@ import torch
 from PIL import Image, ImageDraw
 from plotly.subplots import make_subplots
 
-from cait.explain import overlay, overlays
+from cait.explain.maps import overlay, overlays
 from cait.figures.attention import TILE, display_base
 from cait.figures.colours import SIGNED, legend_below, signed_heatmap
 

@@ -25,6 +25,7 @@ from cait import explain
 from cait.corruptions import corrupt
 from cait.explain import hooks
 from cait.explain.agreement import map_agreement, spearman
+from cait.explain.mechanisms import answer_forms_at
 from cait.explain.token_patching import region_sums, token_patching, token_patching_forwards
 from cait.figures import head_name
 from cait.figures.colours import signed_heatmap
@@ -52,7 +53,7 @@ def lens(model: torch.nn.Module, x: torch.Tensor, target: int, labels: tuple[str
         "top1": top.tolist(),
         "top1_label": [labels[int(i)] for i in top],
         "top1_probability": top_p.tolist(),
-        "forms_at": explain.answer_forms_at([float(int(t) == final) for t in top]),
+        "forms_at": answer_forms_at([float(int(t) == final) for t in top]),
     }
 
 

@@ -21,7 +21,11 @@ from app.workdir import WORK
 from cait import explain
 from cait.errors import InputError
 from cait.explain import ClassAttention, MethodOptions
+from cait.explain import maps as heat_maps
+from cait.explain.head_stats import attention_distances_by_stage, attention_entropy, uniform_attention_distance
+from cait.explain.layerscale import layerscale_stats
 from cait.explain.methods import ROLLOUT_METHODS
+from cait.explain.metrics import endpoint_probabilities
 from cait.preprocess import model_view, view_tensor
 
 
@@ -50,7 +54,7 @@ class Analysis:
     notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
     forward_seconds: float = float("nan")  # the analysis' forward pass: what the cost of more passes is told in
-    # SA stage (explain.DISTANCE_STAGES) -> [SA layers, heads] mean attention distance (px), once computed
+    # SA stage (explain.head_stats.DISTANCE_STAGES) -> [SA layers, heads] mean attention distance (px), once computed
     sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
     saliency: list[dict[str, Any]] | None = None  # the last saliency run's numbers (the download), once computed
@@ -133,7 +137,7 @@ def with_sa_layer(loaded: LoadedModel, a: Analysis, layer: int) -> Analysis:
 
 def ca_entropy(a: Analysis) -> np.ndarray:
     """Entropy (nats) of each class-attention head's map over the patches: [CA layers, heads]."""
-    return explain.attention_entropy(torch.from_numpy(a.ca_maps)).numpy()
+    return attention_entropy(torch.from_numpy(a.ca_maps)).numpy()
 
 
 def sa_distance(loaded: LoadedModel, a: Analysis) -> dict[str, np.ndarray]:
@@ -142,14 +146,14 @@ def sa_distance(loaded: LoadedModel, a: Analysis) -> dict[str, np.ndarray]:
     kept in the analysis."""
     if a.sa_distance is None:
         with loaded.forward_only():
-            by_stage = explain.attention_distances_by_stage(loaded.model, a.x.to(loaded.device))
+            by_stage = attention_distances_by_stage(loaded.model, a.x.to(loaded.device))
         a.sa_distance = {stage: d[0].float().cpu().numpy() for stage, d in by_stage.items()}
     return a.sa_distance
 
 
 def uniform_distance(loaded: LoadedModel) -> float:
     """The mean attention distance (px) of uniform attention over the model's patch grid."""
-    return explain.uniform_attention_distance(loaded.cfg.grid_size, loaded.cfg.patch_size)
+    return uniform_attention_distance(loaded.cfg.grid_size, loaded.cfg.patch_size)
 
 
 def numbers(loaded: LoadedModel, a: Analysis) -> dict[str, Any]:
@@ -196,7 +200,7 @@ def numbers_file(loaded: LoadedModel, a: Analysis) -> str:
     the causal view, the last saliency run, and the Mechanisms tab's last logit lens, patching and token-patching
     run (each kept on the analysis, so that writing the file for one keeps the others)."""
     data = numbers(loaded, a)
-    data["layerscale"] = explain.layerscale_stats(loaded.model)
+    data["layerscale"] = layerscale_stats(loaded.model)
     # sections computed on demand: a reader of the file learns what is missing and how to get it
     on_demand = {
         "causal": (a.causal, "open the Causal tab"),
@@ -326,7 +330,7 @@ def scored(loaded: LoadedModel, a: Analysis, rows: list[SaliencyRow], *, target:
     x, t = a.x.to(loaded.device), torch.tensor([target], device=loaded.device)
     start = time.perf_counter()
     with torch.inference_mode():
-        endpoints = explain.endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
+        endpoints = endpoint_probabilities(loaded.model, x, t, forward_dtype=loaded.dtype)
         for row in rows:
             scores = explain.deletion_insertion(
                 loaded.model, x, t, row.heat[None].to(loaded.device), forward_dtype=loaded.dtype, endpoints=endpoints
@@ -342,7 +346,7 @@ def regions_of_focus(
     """The paper's Fig. 7 region of one class-attention map (CA `layer`, `head` or None for the head mean,
     0-based) holding `share` of its mass: patch mask [g, g] and its box in input pixels."""
     heat = a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head]
-    mask, boxes = explain.regions_of_focus(torch.from_numpy(heat)[None], float(share), img_size=img_size)
+    mask, boxes = heat_maps.regions_of_focus(torch.from_numpy(heat)[None], float(share), img_size=img_size)
     return mask[0], tuple(boxes[0].tolist())
 
 

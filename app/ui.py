@@ -42,7 +42,8 @@ from app.shared import (
 from app.tabs import causal, class_attention, compare, dataset, layerscale, mechanisms, model, saliency, talking_heads
 from app.tabs.compare import COMPARE_TAB
 from app.workdir import FILE_TTL, WORK
-from cait import explain, hub
+from cait import hub
+from cait.explain.maps import DEFAULT_SHARE
 
 log = logging.getLogger("cait.app")
 CONCURRENCY = 2  # model runs at once (all model events share one concurrency group)
@@ -118,7 +119,7 @@ class DetailsAsk:
     th_row: int
     th_col: int
     region_of: str | None  # the map whose region of focus is drawn
-    region_share: float = explain.DEFAULT_SHARE  # the share of its attention mass the region of focus holds
+    region_share: float = DEFAULT_SHARE  # the share of its attention mass the region of focus holds
 
     @property
     def look(self) -> Look:

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 import cait
 from cait import explain
+from cait.explain.maps import regions_of_focus
 from cait.flags import add_threads_flag
 from cait.timing import time_interleaved
 
@@ -82,7 +83,7 @@ def benchmark(name: str, batch: int, repeats: int, only: list[str] | None) -> li
             model(x)
 
     def regions():
-        explain.regions_of_focus(explain.class_attention(model, x).mean[:, 0], img_size=cfg.img_size)
+        regions_of_focus(explain.class_attention(model, x).mean[:, 0], img_size=cfg.img_size)
 
     methods: dict[str, Callable[[], object]] = {
         "ca_maps": lambda: explain.class_attention(model, x),

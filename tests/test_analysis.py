@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 
 import cait
 from cait import explain
+from cait.explain.maps import regions_of_focus
 from cait.metrics import percent
 from cait.preprocess import to_batch
 
@@ -179,7 +180,7 @@ def test_saliency_regions_and_localization(gallery, checkpoint):
     regions = json.loads((gallery / "saliency" / "regions_of_focus.json").read_text())
     files = sorted(EXAMPLES.glob("scene_*.png"))[:4]
     ca = explain.class_attention(model, to_batch([Image.open(f) for f in files], model.cfg))
-    masks, boxes = explain.regions_of_focus(ca.mean[:, 0], img_size=model.cfg.img_size)
+    masks, boxes = regions_of_focus(ca.mean[:, 0], img_size=model.cfg.img_size)
     for b, record in enumerate(regions["images"]):
         assert torch.equal(torch.tensor(record["mask"]), masks[b])
         assert record["region_box"] == pytest.approx(boxes[b].tolist())

@@ -1,6 +1,6 @@
 """analysis/mechanisms.py and the helpers the analysis scripts share, against the library's one owner of each:
-the class attention per token-patching region (`cait.explain.region_sums`), the images' name (the reader's),
-the built-in data's name (`cait.data.data_name`) and a saved result read again for --replot."""
+the class attention per token-patching region (`cait.explain.token_patching.region_sums`), the images' name
+(the reader's), the built-in data's name (`cait.data.data_name`) and a saved result read again for --replot."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from PIL import Image
 import cait
 from cait import explain
 from cait.data import data_name, read_images, split_name
+from cait.explain.token_patching import region_sums
 from cait.preprocess import normalise
 
 
@@ -26,10 +27,10 @@ def pico():
 
 
 def test_attention_per_region_is_the_librarys_region_sums(pico, monkeypatch):
-    """The script sums the class attention over the regions through `explain.region_sums` (no copy of its own),
-    and the sums equal each region's patches added up here by reshaping the map."""
-    called, real = [], explain.region_sums
-    monkeypatch.setattr(explain, "region_sums", lambda maps, region: called.append(region) or real(maps, region))
+    """The script sums the class attention over the regions through the library's `region_sums` (no copy of
+    its own), and the sums equal each region's patches added up here by reshaping the map."""
+    called, real = [], region_sums
+    monkeypatch.setattr(mechanisms, "region_sums", lambda maps, region: called.append(region) or real(maps, region))
     torch.manual_seed(0)
     cfg = pico.cfg
     x = torch.rand(3, cfg.in_chans, cfg.img_size, cfg.img_size)

@@ -29,6 +29,8 @@ from app.tabs.dataset import AtlasPlaces
 from app.workdir import WorkDir
 from cait import explain, hub
 from cait.checkpoint import WEIGHTS_DIR
+from cait.explain.head_stats import attention_entropy, mean_attention_distances
+from cait.explain.maps import regions_of_focus
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -182,11 +184,11 @@ def test_analysis_is_the_models_own_numbers(loaded):
     data = json.loads(json.dumps(session.numbers(loaded, a)))  # JSON-able
     assert data["predictions"][0]["index"] == a.top_class and len(data["class_attention"]["maps"]) == 2
     # the per-head statistics: the same numbers as cait.explain on the model's own maps
-    np.testing.assert_allclose(data["class_attention"]["entropy"], explain.attention_entropy(ca.maps[0]), rtol=1e-4)
+    np.testing.assert_allclose(data["class_attention"]["entropy"], attention_entropy(ca.maps[0]), rtol=1e-4)
     distance = np.array(data["self_attention"]["mean_distance"])
     assert distance.shape == (loaded.cfg.depth, loaded.cfg.num_heads)
     with torch.inference_mode():
-        np.testing.assert_allclose(distance, explain.mean_attention_distances(loaded.model, x)[0], rtol=1e-4)
+        np.testing.assert_allclose(distance, mean_attention_distances(loaded.model, x)[0], rtol=1e-4)
     # on the softmax after proj_l, the ViT paper's definition as it stands: sum_k p(q, k) |q - k| averaged over q
     g, size = loaded.cfg.grid_size, loaded.cfg.patch_size
     centres = np.stack(np.meshgrid(np.arange(g), np.arange(g), indexing="ij"), -1).reshape(-1, 2) * size
@@ -532,7 +534,7 @@ def test_the_region_of_focus_follows_the_chosen_map_and_share(handlers):
         assert shown.label == f"Regions of focus: {source}, {share:.0%} of its attention mass"
         layer, head = (0, None) if source == "CA1 mean" else (1, 0)
         mask, _ = session.regions_of_focus(a, layer=layer, head=head, share=share, img_size=loaded.cfg.img_size)
-        want, _ = explain.regions_of_focus(
+        want, _ = regions_of_focus(
             torch.from_numpy(a.ca_maps[layer].mean(0) if head is None else a.ca_maps[layer, head])[None],
             share,
             img_size=loaded.cfg.img_size,

@@ -26,6 +26,8 @@ from cait.atlas import compute
 from cait.atlas.__main__ import main
 from cait.corruptions import corrupt
 from cait.data import read_images
+from cait.explain.causal import block_gamma_mean_abs
+from cait.explain.head_stats import attention_entropy, mean_attention_distances
 from cait.figures.mechanisms import gap_too_small
 from cait.preprocess import normalise
 
@@ -129,7 +131,7 @@ def test_head_numbers_equal_explain_on_maps_computed_here(setup):
                 assert float(r[f"{head}_mass_in_box"]) == pytest.approx(
                     float(explain.mass_in_box(heat, box[None], img)[0]), abs=1e-5
                 )
-                assert float(r[f"{head}_entropy"]) == pytest.approx(float(explain.attention_entropy(heat)[0]), abs=1e-5)
+                assert float(r[f"{head}_entropy"]) == pytest.approx(float(attention_entropy(heat)[0]), abs=1e-5)
                 assert float(r[f"{head}_dla"]) == pytest.approx(float(dla[l, h]), abs=1e-5)
         blocks = explain.causal.block_names(model)
         names = [n.replace("blocks_token_only.", "ca").replace("blocks.", "sa") for n in blocks]
@@ -277,14 +279,14 @@ def test_summary_means_and_distances(setup):
     data = read_images(str(setup["scenes"]), model.cfg)
     x = torch.stack([item[0] for item in data if item[4]])
     with torch.inference_mode():
-        each = explain.mean_attention_distances(model, x)  # [images, D, H], from its own passes
+        each = mean_attention_distances(model, x)  # [images, D, H], from its own passes
     per_head = torch.tensor(summary["sa_attention_distance"]["per_head_px"])
     torch.testing.assert_close(per_head, each.mean(0), atol=1e-4, rtol=0)
     uniform = explain.head_stats.patch_distances(model.cfg.grid_size, model.cfg.patch_size).mean().item()
     assert summary["sa_attention_distance"]["uniform_px"] == pytest.approx(uniform)
     blocks = summary["blocks"]
     assert [b["name"] for b in blocks] == explain.causal.block_names(model)
-    gamma = explain.block_gamma_mean_abs(model)
+    gamma = block_gamma_mean_abs(model)
     assert [b["gamma_mean_abs"] for b in blocks] == pytest.approx(gamma.tolist())
 
 

@@ -16,6 +16,7 @@ from PIL import Image
 
 import cait
 from cait import explain
+from cait.explain.head_stats import mean_attention_distances
 from cait.preprocess import model_view, to_batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ def test_attention_distance_script_writes_the_models_own_distances(tmp_path):
     data = json.loads((out / "attention_distance.json").read_text())
     x = to_batch([model_view(Image.open(p).convert("RGB"), model.cfg).convert("RGB") for p in EXAMPLES], model.cfg)
     with torch.inference_mode():
-        want = explain.mean_attention_distances(model.eval(), x).mean(0)
+        want = mean_attention_distances(model.eval(), x).mean(0)
     np.testing.assert_allclose(data["mean_distance"], want.numpy(), rtol=1e-4)
     assert np.array(data["mean_distance"]).shape == (model.cfg.depth, model.cfg.num_heads)
     uniform = explain.head_stats.patch_distances(model.cfg.grid_size, model.cfg.patch_size).mean().item()

@@ -22,6 +22,7 @@ from app.shared import CAUSAL_TAB, CLASS_ATTENTION_TAB, Look
 from app.tabs.dataset import AtlasPlaces
 from cait import explain
 from cait.data import read_examples
+from cait.explain.maps import DEFAULT_SHARE
 from cait.preprocess import class_names
 from cait.runtime import PrecisionChoice
 
@@ -180,7 +181,7 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     )
     assert a.causal is None
     # the region of focus holds its own share of the mass (half), not the tiles' "keep all"
-    assert out[p.sal_region].label.endswith(f"{explain.DEFAULT_SHARE:.0%} of its attention mass") and look["keep"] == 1
+    assert out[p.sal_region].label.endswith(f"{DEFAULT_SHARE:.0%} of its attention mass") and look["keep"] == 1
     data = json.loads(open(out[p.json_file]).read())
     assert "causal" not in data and "Causal tab" in data["not_computed"]["causal"]
     opened = handlers.tabs.causal.opened(loaded.choice, a, None)

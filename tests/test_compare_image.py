@@ -17,6 +17,7 @@ from cait import explain
 from cait.compare.image import Seen, compare_image
 from cait.compare.options import CompareError
 from cait.explain._checks import ExplainInputError
+from cait.explain.layerscale import layerscale_stats
 from cait.preprocess import to_batch
 
 SCENES = sorted((Path(__file__).parents[1] / "cait" / "examples").glob("scene_*.png"))
@@ -57,7 +58,7 @@ def test_each_side_is_the_explain_functions_on_that_model_alone(sizes):
             insights = model.forward_insights(x)
         for kind, values in insights.residual_ratios.items():
             np.testing.assert_allclose(ratios[kind], values[0].numpy(), atol=1e-6)
-    rows = explain.layerscale_stats(b)
+    rows = layerscale_stats(b)
     for stage, gamma in (("sa", "gamma_1"), ("ca", "gamma_2")):
         expected = [r["mean"] for r in rows if r["stage"] == stage and r["gamma"] == gamma]
         assert seen.gamma_b[f"{stage} {gamma}"] == pytest.approx(expected)

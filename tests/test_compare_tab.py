@@ -21,6 +21,7 @@ from app.loading import load_page_model
 from app.models import ModelCache, ModelChoice
 from app.tabs.class_attention import GalleryProps
 from cait import explain
+from cait.explain.layerscale import layerscale_stats
 
 A, B = "cait_nano_28", "cait_micro_136"
 SHOWN = tuple(GalleryProps(False, None, f"CA layer {i + 1}") for i in range(4))  # the galleries before an image
@@ -65,7 +66,7 @@ def test_model_b_beside_the_pages_model_shows_each_models_own_numbers(world):
     for side, model, x in zip("AB", models, xs):
         dla = explain.direct_logit_attribution(model, x, a.top_class).heads[0]
         np.testing.assert_allclose(bars[side], dla[:, :3].reshape(-1).numpy(), rtol=1e-4, atol=1e-5)
-        rows = explain.layerscale_stats(model)
+        rows = layerscale_stats(model)
         gamma = [r["mean"] for r in rows if r["gamma"] == "gamma_1"]  # SA then CA, in depth order
         line = next(t for t in out[p.cmp_depth].data if t.name == f"{side} attention" and t.xaxis == "x")
         np.testing.assert_allclose(line.y, gamma, rtol=1e-6)

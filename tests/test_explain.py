@@ -13,7 +13,11 @@ from PIL import Image
 
 import cait
 from cait import explain
+from cait.explain.attention import ROLLOUT_STAGES, rollouts
 from cait.explain.attribution import patch_sum
+from cait.explain.layerscale import layerscale_stats, layerscale_stats_from_metrics
+from cait.explain.maps import overlay, overlays, regions_of_focus, upsample
+from cait.explain.metrics import endpoint_probabilities
 
 GRID, PATCH = 4, 8  # cait_pico_32: 32 px, patch 8
 
@@ -308,37 +312,37 @@ def test_regions_of_focus_smallest_set_and_box():
     heat = torch.zeros(2, 4, 4)
     heat[0, 1, 2], heat[0, 3, 0], heat[0, 0, 0] = 0.55, 0.3, 0.15
     heat[1] = 1.0 / 16
-    mask, boxes = explain.regions_of_focus(heat, 0.5, img_size=32)
+    mask, boxes = regions_of_focus(heat, 0.5, img_size=32)
     assert mask[0].sum() == 1 and mask[0, 1, 2]
     torch.testing.assert_close(boxes[0], torch.tensor([16.0, 8.0, 24.0, 16.0]))
     assert mask[1].sum() == 8  # uniform: half of the patches
-    mask, boxes = explain.regions_of_focus(heat, 0.8, img_size=(32, 64))
+    mask, boxes = regions_of_focus(heat, 0.8, img_size=(32, 64))
     assert mask[0].sum() == 2 and mask[0, 3, 0]
     torch.testing.assert_close(boxes[0], torch.tensor([0.0, 8.0, 24.0, 32.0]) * torch.tensor([2.0, 1.0, 2.0, 1.0]))
     with pytest.raises(ValueError, match="share"):
-        explain.regions_of_focus(heat, 1.5, img_size=32)
+        regions_of_focus(heat, 1.5, img_size=32)
 
 
 def test_upsample_and_overlay():
     heat = torch.arange(16.0).reshape(1, 4, 4)
-    up = explain.upsample(heat, 32)
+    up = upsample(heat, 32)
     assert up.shape == (1, 32, 32)
     # the centre of patch (1, 2) lies between pixels 11/12 and 19/20: bilinear gives its value there
     torch.testing.assert_close(up[0, 11:13, 19:21].mean(), torch.tensor(6.0))
     image = Image.new("RGB", (40, 40), (10, 200, 30))
-    assert explain.overlay(image, heat[0], alpha=0.0).tobytes() == image.tobytes()
-    full = explain.overlay(image, heat[0], cmap="gray", alpha=1.0)
+    assert overlay(image, heat[0], alpha=0.0).tobytes() == image.tobytes()
+    full = overlay(image, heat[0], cmap="gray", alpha=1.0)
     assert full.getpixel((0, 0)) == (0, 0, 0) and full.getpixel((39, 39)) == (255, 255, 255)
 
 
 def overlay_by_formula(image, heat_2d, *, cmap, alpha, value_range=None, smooth=True):
     """The overlay computed the straightforward way (matplotlib's colormap on every pixel, float blend):
-    what `explain.overlay`'s lookup table must reproduce byte for byte."""
+    what `explain.maps.overlay`'s lookup table must reproduce byte for byte."""
     import matplotlib
 
     base = image.convert("RGB")
     size = (base.height, base.width)
-    heat = explain.upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size)[0, 0]
+    heat = upsample(heat_2d, size) if smooth else F.interpolate(heat_2d[None, None], size=size)[0, 0]
     heat = heat.numpy()
     lo, hi = value_range if value_range is not None else (float(heat.min()), float(heat.max()))
     heat = np.clip((heat - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(heat)
@@ -357,13 +361,13 @@ def test_overlay_lookup_gives_the_formulas_bytes(cmap):
     ranges = [None, None, (0.0, 0.5), (0.1, 0.9), None]
     for alpha in (0.0, 0.35, 0.5, 1.0):
         for smooth in (True, False):
-            fast = explain.overlays(image, heats, cmap=cmap, alpha=alpha, value_ranges=ranges, smooth=smooth)
+            fast = overlays(image, heats, cmap=cmap, alpha=alpha, value_ranges=ranges, smooth=smooth)
             for heat, value_range, tile in zip(heats, ranges, fast):
                 expected = overlay_by_formula(
                     image, heat, cmap=cmap, alpha=alpha, value_range=value_range, smooth=smooth
                 )
                 assert tile.tobytes() == expected.tobytes(), (alpha, smooth, value_range)
-            one = explain.overlay(image, heats[3], cmap=cmap, alpha=alpha, value_range=ranges[3], smooth=smooth)
+            one = overlay(image, heats[3], cmap=cmap, alpha=alpha, value_range=ranges[3], smooth=smooth)
             assert one.tobytes() == fast[3].tobytes()
 
 
@@ -422,7 +426,7 @@ def test_class_attention_points_at_the_object_once_trained(trained):
     boxes = patch_boxes(pos)
     ca1 = explain.class_attention(model, x).mean[:, 0]
     assert explain.pointing_game(ca1, boxes, 32).float().mean() > 0.5  # chance: 1/16
-    mask, region = explain.regions_of_focus(ca1, img_size=32)
+    mask, region = regions_of_focus(ca1, img_size=32)
     assert explain.mass_in_box(mask.float(), boxes, 32).mean() > 0.3
 
 
@@ -461,7 +465,7 @@ def test_layerscale_stats_from_model():
     model = pico()
     with torch.no_grad():
         model.blocks[1].gamma_2.copy_(-torch.linspace(1, 32, 32))  # |gamma| = 1..32
-    rows = explain.layerscale_stats(model, torch.randn(2, 3, 32, 32))
+    rows = layerscale_stats(model, torch.randn(2, 3, 32, 32))
     assert [(r["stage"], r["layer"], r["gamma"]) for r in rows[:4]] == [
         ("sa", 0, "gamma_1"),
         ("sa", 0, "gamma_2"),
@@ -485,7 +489,7 @@ def test_layerscale_stats_from_metrics(tmp_path):
     ]
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"epoch": 3, "layersc')  # torn last line
-    rows = explain.layerscale_stats_from_metrics(tmp_path)
+    rows = layerscale_stats_from_metrics(tmp_path)
     assert [(r["epoch"], r["stage"], r["layer"], r["gamma"]) for r in rows] == [
         (1, "sa", 0, "gamma_1"),
         (2, "sa", 0, "gamma_1"),
@@ -493,13 +497,13 @@ def test_layerscale_stats_from_metrics(tmp_path):
     ]
     assert rows[1]["p90"] == 0.3 and rows[2]["mean"] == 0.1
     with pytest.raises(FileNotFoundError, match="no metrics file"):
-        explain.layerscale_stats_from_metrics(tmp_path / "missing")
+        layerscale_stats_from_metrics(tmp_path / "missing")
     path.write_text('{"epoch": 1, "layerscale": {"sa.0.gamma_1": [1.0]}}\n')  # a form nothing writes
     with pytest.raises(ValueError, match="epoch 1: 'layerscale' is not a list of rows"):
-        explain.layerscale_stats_from_metrics(path)
+        layerscale_stats_from_metrics(path)
     path.write_text('{"epoch": 1, "loss": 2.3}\n')
     with pytest.raises(ValueError, match="no line has a 'layerscale' field"):
-        explain.layerscale_stats_from_metrics(path)
+        layerscale_stats_from_metrics(path)
 
 
 def test_perturbation_methods_in_small_batches_give_the_one_batch_numbers():
@@ -537,8 +541,8 @@ def test_shared_work_gives_each_methods_own_map():
     assert [n for n, _ in shared] == [explain.METHODS.canonical(n) for n in names]
     for name, heat in shared:
         torch.testing.assert_close(heat, explain.saliency_map(model, x, target, name, options), atol=1e-6, rtol=1e-6)
-    rollouts = explain.rollouts(model, x)
-    assert set(rollouts) == set(explain.ROLLOUT_STAGES)
+    by_stage = rollouts(model, x)
+    assert set(by_stage) == set(ROLLOUT_STAGES)
     without_maps = dict(explain.saliency_maps(model, x, target, ["ca1_mean"]))  # then a forward pass of its own
     torch.testing.assert_close(without_maps["ca1_mean"], maps.mean(2)[:, 0])
 
@@ -550,7 +554,7 @@ def test_deletion_insertion_ends_given_or_computed_are_the_same():
     gen = torch.Generator().manual_seed(9)
     x = torch.randn(2, 3, 32, 32, generator=gen)
     target = torch.tensor([0, 3])
-    ends = explain.endpoint_probabilities(model, x, target)
+    ends = endpoint_probabilities(model, x, target)
     with torch.no_grad():
         probs = lambda images: model(images).softmax(-1).gather(1, target[:, None])[:, 0]
         torch.testing.assert_close(ends, torch.stack((probs(x), probs(torch.zeros_like(x))), dim=1))

@@ -11,6 +11,10 @@ from torch import nn
 
 import cait
 from cait import explain
+from cait.explain.attention import rollouts
+from cait.explain.head_stats import attention_distances_by_stage, mean_attention_distances
+from cait.explain.layerscale import layerscale_stats
+from cait.explain.metrics import endpoint_probabilities
 
 B = 2
 
@@ -49,7 +53,7 @@ METHODS = {
     "class_attention": (lambda m, x, t: explain.class_attention(m, x), False, False, "x"),
     "class_specific_attention": (lambda m, x, t: explain.class_specific_attention(m, x, t), True, True, "x"),
     "rollout": (lambda m, x, t: explain.rollout(m, x), False, False, "x"),
-    "rollouts": (lambda m, x, t: explain.rollouts(m, x), False, False, "x"),
+    "rollouts": (lambda m, x, t: rollouts(m, x), False, False, "x"),
     "gradient_rollout": (lambda m, x, t: explain.gradient_rollout(m, x, t), False, True, "x"),
     "talking_heads": (lambda m, x, t: explain.talking_heads(m, x, 0), False, False, "x"),
     "attribution": (lambda m, x, t: explain.attribution(m, x, t, "saliency"), False, True, "x"),
@@ -61,10 +65,10 @@ METHODS = {
     "all_head_ablations": (lambda m, x, t: explain.all_head_ablations(m, x), True, False, "x"),
     "logit_lens": (lambda m, x, t: explain.logit_lens(m, x), True, False, "x"),
     "activation_patching": (lambda m, x, t: explain.activation_patching(m, x, x.clone(), t), True, True, "clean"),
-    "mean_attention_distances": (lambda m, x, t: explain.mean_attention_distances(m, x), False, False, "x"),
-    "attention_distances_by_stage": (lambda m, x, t: explain.attention_distances_by_stage(m, x), False, False, "x"),
-    "layerscale_stats": (lambda m, x, t: explain.layerscale_stats(m, x), False, False, "x"),
-    "endpoint_probabilities": (lambda m, x, t: explain.endpoint_probabilities(m, x, t), False, True, "x"),
+    "mean_attention_distances": (lambda m, x, t: mean_attention_distances(m, x), False, False, "x"),
+    "attention_distances_by_stage": (lambda m, x, t: attention_distances_by_stage(m, x), False, False, "x"),
+    "layerscale_stats": (lambda m, x, t: layerscale_stats(m, x), False, False, "x"),
+    "endpoint_probabilities": (lambda m, x, t: endpoint_probabilities(m, x, t), False, True, "x"),
     "deletion_insertion": (lambda m, x, t: explain.deletion_insertion(m, x, t, _heat(), 2), False, True, "x"),
     "token_patching": (lambda m, x, t: explain.token_patching(m, x, x.clone(), t), True, True, "clean"),
     "head_ablation reference": (

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 import cait
-from cait import explain
+from cait.explain.head_stats import (
+    attention_entropy,
+    mean_attention_distance,
+    mean_attention_distances,
+    uniform_attention_distance,
+)
 
 
 def test_entropy_of_known_distributions():
@@ -17,13 +22,13 @@ def test_entropy_of_known_distributions():
     peaked[2, 1] = 0.3  # one patch holds all of the map (the rest of the row went to the class token)
     two = torch.zeros(4, 4)
     two[0, 0] = two[3, 3] = 0.2
-    out = explain.attention_entropy(torch.stack([uniform, peaked, two]))
+    out = attention_entropy(torch.stack([uniform, peaked, two]))
     assert out.tolist() == pytest.approx([math.log(16), 0.0, math.log(2)], abs=1e-6)
 
 
 def test_entropy_equals_a_direct_sum_per_head():
     maps = torch.rand(2, 3, 5, 5)  # [CA layers, heads, g, g]
-    got = explain.attention_entropy(maps)
+    got = attention_entropy(maps)
     assert got.shape == (2, 3)
     for layer in range(2):
         for head in range(3):
@@ -49,12 +54,12 @@ def distance_by_loops(attn: torch.Tensor, patch_size: int) -> float:
 
 def test_mean_attention_distance_equals_loops_also_for_negative_weights():
     attn = torch.randn(2, 9, 9)  # proj_w's weights: signed, rows not summing to 1
-    got = explain.mean_attention_distance(attn, patch_size=16)
+    got = mean_attention_distance(attn, patch_size=16)
     assert got.tolist() == pytest.approx([distance_by_loops(attn[h], 16) for h in range(2)], rel=1e-5)
     local = torch.eye(9)[None]  # every patch looks at itself only
-    assert explain.mean_attention_distance(local, patch_size=16).item() == 0.0
+    assert mean_attention_distance(local, patch_size=16).item() == 0.0
     with pytest.raises(ValueError, match="square patch grid"):
-        explain.mean_attention_distance(torch.rand(1, 8, 8), patch_size=16)
+        mean_attention_distance(torch.rand(1, 8, 8), patch_size=16)
 
 
 def test_mean_attention_distances_of_a_model_match_each_layers_own_maps():
@@ -62,7 +67,7 @@ def test_mean_attention_distances_of_a_model_match_each_layers_own_maps():
     model = cait.load_model("cait_pico_32", weights=False).model.eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.inference_mode():
-        got = explain.mean_attention_distances(model, x)
+        got = mean_attention_distances(model, x)
         ins = model.forward_insights(x, sa_layers=tuple(range(model.cfg.depth)))
     assert got.shape == (2, model.cfg.depth, model.cfg.num_heads)
     for layer in range(model.cfg.depth):
@@ -85,7 +90,7 @@ def test_uniform_distance_is_exact_whatever_the_thread_count(grid, patch):
         got = []
         for n in (1, 2, 3, 4):
             torch.set_num_threads(n)
-            got.append(explain.uniform_attention_distance(grid, patch))
+            got.append(uniform_attention_distance(grid, patch))
     finally:
         torch.set_num_threads(threads)
     assert len(set(got)) == 1 and got[0] == pytest.approx(want, rel=1e-12)

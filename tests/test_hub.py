@@ -37,6 +37,7 @@ import cait
 from cait import explain, hub
 from cait.config import RELEASED, VARIANTS, is_paper_variant
 from cait.data.photos import PHOTOS, available_photos
+from cait.explain import layerscale
 from cait.runtime import CACHE_ENV
 
 NAME = "cait_xxs24_224"
@@ -315,7 +316,7 @@ def test_analysis_pretrained_draws_the_papers_figure_from_the_downloaded_weights
     assert layerscale_stats.main(["--model", NAME, "--pretrained", "--out", str(tmp_path / "ls")]) == 0
     assert len(stand_in.requests) == requests
     rows = json.loads((tmp_path / "ls" / "layerscale_stats.json").read_text())["rows"]
-    expected = explain.layerscale_stats(ours)
+    expected = layerscale.layerscale_stats(ours)
     assert [(r["stage"], r["layer"], r["gamma"]) for r in rows] == [
         (r["stage"], r["layer"], r["gamma"]) for r in expected
     ]

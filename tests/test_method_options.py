@@ -20,11 +20,11 @@ from app.shared import named
 from app.tabs import saliency
 from cait import explain
 from cait.evaluate import cheap_methods
-from cait.explain.attribution import SIGNED, OptionError
+from cait.explain.attribution import SIGNED, Option, OptionError
 from cait.explain.methods import Entry
 
 SCENE = sorted((Path(__file__).resolve().parents[1] / "cait" / "examples").glob("scene_*.png"))[0]
-TOY = explain.Option("toy_gain", 1.0, "Toy gain", bounds=(0.5, 2.0), step=0.5)
+TOY = Option("toy_gain", 1.0, "Toy gain", bounds=(0.5, 2.0), step=0.5)
 
 
 @pytest.fixture(scope="module")

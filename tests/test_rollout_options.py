@@ -9,6 +9,7 @@ import torch
 from test_explain import pico, sharpen
 
 from cait import explain
+from cait.explain.attribution import IG_BASELINES, ig_baseline
 
 
 def fused_rows(heads: list, i: int, n: int, fusion: str) -> list[float]:
@@ -76,7 +77,7 @@ def test_rollout_options_reach_the_methods_and_are_checked():
         explain.rollout(model, x, discard_ratio=1.0)
 
 
-@pytest.mark.parametrize("baseline", explain.IG_BASELINES)
+@pytest.mark.parametrize("baseline", IG_BASELINES)
 def test_integrated_gradients_from_each_baseline_is_complete(baseline):
     """The attributions sum to the logit at the image minus the logit at the chosen baseline."""
     model = pico().double()
@@ -86,17 +87,17 @@ def test_integrated_gradients_from_each_baseline_is_complete(baseline):
     target = torch.tensor([3, 9])
     options = explain.MethodOptions(ig_steps=64, ig_baseline=baseline)
     att = explain.attribution(model, x, target, "integrated_gradients", **options.captum_kwargs("integrated_gradients"))
-    start = explain.ig_baseline(x, baseline, model.cfg)
+    start = ig_baseline(x, baseline, model.cfg)
     with torch.no_grad():
         gap = (model(x) - model(start)).gather(1, target[:, None]).squeeze(1)
     total = att.raw.sum(dim=(1, 2, 3))
     assert ((total - gap).abs() <= 0.05 * gap.abs()).all(), (total, gap)
-    black = explain.ig_baseline(x, "black", model.cfg)  # a black picture, normalised: (0 - mean) / std
+    black = ig_baseline(x, "black", model.cfg)  # a black picture, normalised: (0 - mean) / std
     torch.testing.assert_close(
         black[0, :, 0, 0], -torch.tensor(model.cfg.mean, dtype=x.dtype) / torch.tensor(model.cfg.std, dtype=x.dtype)
     )
     with pytest.raises(ValueError, match="unknown integrated-gradients baseline"):
-        explain.ig_baseline(x, "grey", model.cfg)
+        ig_baseline(x, "grey", model.cfg)
 
 
 @pytest.mark.parametrize("method", ["integrated_gradients", "saliency", "smoothgrad"])

@@ -9,6 +9,7 @@ import cait
 from cait import explain
 from cait.checkpoint import WEIGHTS_DIR, CheckpointError
 from cait.data import FashionMNISTScenes, build_dataset
+from cait.explain.metrics import endpoint_probabilities
 from cait.preprocess import eval_transform
 
 N = 96  # test scenes used here: enough to separate a trained model from chance, quick on 2 cores
@@ -73,7 +74,7 @@ def test_deletion_of_the_attention_ranking_beats_random(shipped):
     # 4 steps cost half of 8 and separate them as well: mean deletion AUC 0.17 vs random's 0.40, insertion 0.60
     # vs 0.39 (8 steps: 0.14 vs 0.41, 0.63 vs 0.39; 16: 0.13 vs 0.41, 0.64 vs 0.39), ours ahead on 11 and 12 of
     # the 12 scenes each time
-    ends = explain.endpoint_probabilities(model, x, y)  # the curves' two ends, the same for both maps
+    ends = endpoint_probabilities(model, x, y)  # the curves' two ends, the same for both maps
     ours = explain.deletion_insertion(model, x, y, heat, steps=4, endpoints=ends)
     rand = explain.deletion_insertion(model, x, y, random_heat, steps=4, endpoints=ends)
     assert ours["deletion_auc"].mean() < rand["deletion_auc"].mean()

@@ -10,6 +10,7 @@ import torch
 
 import cait
 from cait import explain
+from cait.explain.token_patching import TokenPatchingError, class_stage_patched, region_boxes, region_masks
 
 CFG = cait.get_config("cait_pico_32", img_size=48, depth=3)  # a 6 x 6 grid: region 4 leaves a smaller last row
 
@@ -60,7 +61,7 @@ def test_every_region_equals_timm_patched_by_a_hook(twins, pair, region):
     ours, theirs = twins(CFG)
     clean, corrupted, target = pair
     got = explain.token_patching(ours, clean, corrupted, target, region=region, top=2)
-    masks = explain.region_masks(CFG.grid_size, region)
+    masks = region_masks(CFG.grid_size, region)
     side = -(-CFG.grid_size // region)
     assert got.restored.shape == got.broken.shape == (3, side, side)
     with torch.no_grad():
@@ -91,7 +92,7 @@ def test_all_regions_at_once_is_the_clean_run_and_none_the_corrupted(twins, pair
     with torch.no_grad():
         tokens = [ours.forward_self_attention(x) for x in (clean, corrupted)]
         masks = torch.tensor([[True], [False]]).expand(2, CFG.num_patches)  # every patch, then none
-        logits = explain.class_stage_patched(ours, tokens[1], tokens[0], masks)
+        logits = class_stage_patched(ours, tokens[1], tokens[0], masks)
         torch.testing.assert_close(logits[:, 0], ours(clean), atol=1e-5, rtol=0)
         torch.testing.assert_close(logits[:, 1], ours(corrupted), atol=1e-5, rtol=0)
     # the single regions do not add up to the whole: the class stage is not linear in its tokens
@@ -101,11 +102,11 @@ def test_all_regions_at_once_is_the_clean_run_and_none_the_corrupted(twins, pair
 
 
 def test_regions_partition_the_grid_and_their_boxes():
-    masks = explain.region_masks(6, 4)
+    masks = region_masks(6, 4)
     assert masks.shape == (4, 36) and masks.sum(0).eq(1).all()
     assert masks.sum(1).tolist() == [16, 8, 8, 4]
     assert masks[1].view(6, 6)[:4, 4:].all() and masks[3].view(6, 6)[4:, 4:].all()
-    boxes = explain.region_boxes(6, 4, 8)
+    boxes = region_boxes(6, 4, 8)
     assert boxes.tolist() == [[0, 0, 32, 32], [32, 0, 48, 32], [0, 32, 32, 48], [32, 32, 48, 48]]
     one = explain.TokenPatching(torch.zeros(1), torch.zeros(1, 2), torch.zeros(1, 2), 4, 6, None, None)
     spread = one.on_patches(torch.tensor([[[1.0, 2.0], [3.0, 4.0]]]))
@@ -126,15 +127,15 @@ def test_bad_input_is_one_input_error(twins, pair):
     for kwargs, message in bad:
         with pytest.raises(cait.InputError, match=message):
             explain.token_patching(ours, clean, corrupted, target, **kwargs)
-    with pytest.raises(explain.TokenPatchingError, match=r"target holds classes outside 0..9 \(this model has 10\)"):
+    with pytest.raises(TokenPatchingError, match=r"target holds classes outside 0..9 \(this model has 10\)"):
         explain.token_patching(ours, clean, corrupted, torch.tensor([0, 1, 10]))
-    with pytest.raises(explain.TokenPatchingError, match="one corrupted image per clean one"):
+    with pytest.raises(TokenPatchingError, match="one corrupted image per clean one"):
         explain.token_patching(ours, clean, corrupted[:2], target)
-    with pytest.raises(explain.TokenPatchingError, match=r"clean must be a normalised batch \[B, 3, 48, 48\]"):
+    with pytest.raises(TokenPatchingError, match=r"clean must be a normalised batch \[B, 3, 48, 48\]"):
         explain.token_patching(ours, clean[:, :, :32], corrupted, target)
     vit = cait.load_model("cait_pico_32", weights=False, class_token_at=1, depth_token_only=0).model
     x = torch.randn(1, 3, 32, 32)
-    with pytest.raises(explain.TokenPatchingError, match="class-attention stage"):
+    with pytest.raises(TokenPatchingError, match="class-attention stage"):
         explain.token_patching(vit, x, x, torch.tensor([0]))
 
 
@@ -179,7 +180,7 @@ def test_every_residual_scale_equals_the_models_own_class_stage_on_mixed_tokens(
     clean = torch.randn(2, 3, cfg.img_size, cfg.img_size, generator=g)
     corrupted, target = torch.randn(clean.shape, generator=g), torch.tensor([1, 3])
     got = explain.token_patching(model, clean, corrupted, target, region=2)
-    masks = explain.region_masks(cfg.grid_size, 2)
+    masks = region_masks(cfg.grid_size, 2)
     with torch.no_grad():
         tokens = [model.forward_self_attention(x) for x in (clean, corrupted)]
         mixed = torch.where(masks[None, :, :, None], tokens[0][:, None], tokens[1][:, None])  # [B, M, N, d]

@@ -11,13 +11,13 @@ import gradio as gr
 from app import session
 from app.models import LoadedModel
 from app.page_tab import PageTab
-from cait import explain
+from cait.explain.layerscale import layerscale_stats
 from cait.figures import layerscale_plot, residual_ratio_plot, to_plotly
 
 
 def layerscale_figure(loaded: LoadedModel):
     """The model's LayerScale per depth, beside its init value."""
-    return to_plotly(layerscale_plot(explain.layerscale_stats(loaded.model), init_values=loaded.cfg.init_values))
+    return to_plotly(layerscale_plot(layerscale_stats(loaded.model), init_values=loaded.cfg.init_values))
 
 
 @dataclass

@@ -19,6 +19,8 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
 from cait import explain
+from cait.explain.attribution import CAPTUM_METHODS, Option, checked_options
+from cait.explain.maps import DEFAULT_SHARE
 from cait.figures.attention import head_name
 
 SALIENCY_DEFAULT = ("class_specific", "rollout_after_proj_l", "saliency")
@@ -86,7 +88,7 @@ class SaliencyAsk:
 
     def options(self) -> explain.MethodOptions:
         """The method settings as `explain.MethodOptions`, typed and checked (the page's sliders send floats)."""
-        return explain.checked_options(**self.method_options)
+        return checked_options(**self.method_options)
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ def _menu(loaded: LoadedModel) -> list[str]:
     return explain.METHODS.names(loaded.cfg.depth_token_only)
 
 
-def _control(option: explain.Option) -> gr.components.Component:
+def _control(option: Option) -> gr.components.Component:
     """A method option's control, from its declaration: a slider over its bounds (those /analyze accepts), a menu
     of its choices, a tick box, or a plain field."""
     said = dict(value=option.default, label=option.help, elem_id=option.name)
@@ -215,7 +217,7 @@ def _control(option: explain.Option) -> gr.components.Component:
     return gr.Textbox(**said) if option.kind is str else gr.Number(**said)
 
 
-def _option_rows() -> list[tuple[str, list[explain.Option]]]:
+def _option_rows() -> list[tuple[str, list[Option]]]:
     """The method options a row each method (the first to declare an option places it), IG's and SmoothGrad's
     first; an option several methods share after them, alone."""
     entries = {name: explain.METHODS[name] for name in ("integrated_gradients", "smoothgrad", *explain.METHODS)}
@@ -250,7 +252,7 @@ def _regions_and_scores(cfg: cait.CaiTConfig, parts: dict) -> None:
             parts["region_share"] = gr.Slider(
                 0.05,
                 0.95,
-                value=explain.DEFAULT_SHARE,
+                value=DEFAULT_SHARE,
                 step=0.05,
                 label="Share of the map's attention mass the region holds",
                 elem_id="region_share",
@@ -300,7 +302,7 @@ class SaliencyTab(PageTab):
             name = loaded.labels[t]
             rows = session.unscored_rows(loaded, a, target=t, methods=methods, options=options, seed=seed)
             for row in rows:
-                signed = options.signed and row.method in explain.CAPTUM_METHODS
+                signed = options.signed and row.method in CAPTUM_METHODS
                 run.add(name, row, figures.saliency_tile(a.view, row.heat, signed=signed, **look), signed)
             yield self.progress(run)
             for row in session.scored(loaded, a, rows, target=t) if ask.sal_score else []:

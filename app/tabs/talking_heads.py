@@ -14,7 +14,7 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, NO_BOUNDS_CHECK, Shared, answering, named, within
 from app.workdir import WORK
-from cait import explain
+from cait.explain.attention import mixing_matrices
 
 
 def middle(grid: int) -> int:
@@ -122,7 +122,7 @@ class TalkingHeadsTab(PageTab):
         tiles = figures.query_tiles(
             a.view, {"raw": st.raw, "after_proj_l": st.after_proj_l, "after_proj_w": st.after_proj_w}, patch
         )
-        proj_l, proj_w = (m.float().cpu().numpy() for m in explain.mixing_matrices(loaded.model, st.layer))
+        proj_l, proj_w = (m.float().cpu().numpy() for m in mixing_matrices(loaded.model, st.layer))
         files = figures.save_tiles([image for image, _ in tiles], WORK.request_dir(), "query")
         p = self.parts
         drawn = {p.th_row: (row, row_i, g), p.th_col: (col, col_i, g)}

@@ -16,7 +16,9 @@ from torch import nn
 
 from .. import explain
 from ..corruptions import corrupt
-from ..explain.metrics import box_share
+from ..explain.head_stats import attention_entropy
+from ..explain.metrics import box_share, head_localization
+from ..explain.token_patching import region_boxes
 from ..runtime import autocast
 
 # columns of a shard and their shape after the image axis (L: CA layers, H: heads, D: SA layers, K: blocks)
@@ -42,11 +44,11 @@ def _one_pass(model: nn.Module, x: torch.Tensor, boxes: torch.Tensor, *, keep_sa
     maps = explain.ClassAttention.from_insights(ins).maps  # [B, L, H, g, g]
     probs = ins.logits.float().softmax(-1)
     prediction = dla.target
-    pointing, mass = explain.head_localization(maps, boxes, cfg.img_size)
+    pointing, mass = head_localization(maps, boxes, cfg.img_size)
     numbers = {
         "prediction": prediction,
         "probability": probs.gather(1, prediction[:, None])[:, 0],
-        "entropy": explain.attention_entropy(maps),
+        "entropy": attention_entropy(maps),
         "dla": dla.heads.float(),
         "pointing": pointing,
         "mass_in_box": mass,
@@ -84,7 +86,7 @@ def patching_numbers(
         model, x, corrupted, target, region=TOKEN_REGION, direction="restore", top=TOKEN_TOP
     )
     best_restored, best = tokens.restored.flatten(1).max(1)
-    region = explain.region_boxes(tokens.grid, tokens.region, model.cfg.patch_size).to(x.device)[best]
+    region = region_boxes(tokens.grid, tokens.region, model.cfg.patch_size).to(x.device)[best]
     return {
         "patch_branches": by_block.branches.float(),
         "patch_class_token": by_block.class_token.float(),

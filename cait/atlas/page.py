@@ -19,6 +19,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from .. import explain
+from ..explain.maps import overlay
 from ..figures import distance_plot, head_name, to_plotly
 from ..figures.causal import knockout_plotly
 from ..figures.colours import signed_heatmap
@@ -154,7 +155,7 @@ def whole_tile(image: Image.Image, heat: torch.Tensor, box: torch.Tensor, cfg) -
     scaled = image.convert("RGB").resize((width, height), Image.Resampling.BICUBIC)
     view = (left, top, left + cfg.img_size, top + cfg.img_size)
     tile = Image.blend(scaled, Image.new("RGB", scaled.size, "white"), 0.6)
-    tile.paste(explain.overlay(scaled.crop(view), heat), view[:2])
+    tile.paste(overlay(scaled.crop(view), heat), view[:2])
     f = THUMB / height
     tile = tile.resize((max(1, round(width * f)), THUMB), Image.Resampling.BILINEAR)
     draw = ImageDraw.Draw(tile)

@@ -21,6 +21,8 @@ from .. import explain
 from ..data import DataWarning, ImageSet, read_from_flags
 from ..distributed import RankFailed, balanced_runs, gather_all, process_group, rank_zero_does
 from ..errors import InputError
+from ..explain.causal import block_gamma_mean_abs
+from ..explain.head_stats import uniform_attention_distance
 from ..factory import load_from_flags
 from ..outputs import writable_folder, write_failure
 from ..preprocess import class_names
@@ -350,10 +352,10 @@ def _summary(
         summary["sa_attention_distance"] = {
             "per_head_px": distance.mean.tolist(),  # [SA layer][head], from 0
             "head_mean_by_depth_px": distance.mean.mean(1).tolist(),
-            "uniform_px": explain.uniform_attention_distance(cfg.grid_size, cfg.patch_size),
+            "uniform_px": uniform_attention_distance(cfg.grid_size, cfg.patch_size),
         }
     if blocks is not None and images:
-        gamma = explain.block_gamma_mean_abs(loaded.model).tolist()
+        gamma = block_gamma_mean_abs(loaded.model).tolist()
         summary["blocks"] = report.block_entries(tally, blocks, gamma)
     if patching is not None and images:
         summary["patching"] = report.patching_entry(tally, explain.causal.block_names(loaded.model), patching)

@@ -18,7 +18,8 @@ from tqdm import tqdm
 from .. import explain
 from ..data.reader import ImageSet, dataset_images
 from ..distributed import gather_all, rank_indices
-from ..explain.metrics import box_share
+from ..explain.methods import ca_mean_layer, ca_mean_methods
+from ..explain.metrics import box_share, head_localization
 from ..metrics import as_dict, per_class_top1, top1_from_counts
 from ..model import CaiT
 from ..preprocess import normalise
@@ -37,7 +38,7 @@ CHEAP_METHODS = (  # a model of two CA layers' (the paper's); `cheap_methods` gi
 
 def cheap_methods(ca_depth: int) -> list[str]:
     """The methods of about one pass each for a model of `ca_depth` CA layers: caK_mean for each, then the others."""
-    return [*explain.ca_mean_methods(ca_depth), *(m for m in CHEAP_METHODS if explain.ca_mean_layer(m) is None)]
+    return [*ca_mean_methods(ca_depth), *(m for m in CHEAP_METHODS if ca_mean_layer(m) is None)]
 
 
 # images the explanation methods see at once, whatever --batch-size: their gradients and rollouts keep every
@@ -112,13 +113,13 @@ class _Tally:
 
 def _localize(tally: _Tally, model: CaiT, x, y, boxes, maps, groups, *, shared: torch.Tensor | None) -> None:
     """Add one batch of images with boxes to the localization tally: chance (the box's share of the image),
-    every CA head (`explain.head_localization`, as `cait.atlas`) and their mean, and each group of methods on
+    every CA head (`explain.metrics.head_localization`, as `cait.atlas`) and their mean, and each group of methods on
     its first `todo` images. Work shared between methods is done once (saliency_maps); the CA head means
     reuse the classification pass's maps (`shared`) when that pass ran in fp32, as the methods do."""
     img_size = model.cfg.img_size
     chance = box_share(boxes, img_size)
     tally.add_scores("chance", chance, chance)
-    pointing, mass = explain.head_localization(maps, boxes, img_size)
+    pointing, mass = head_localization(maps, boxes, img_size)
     for layer, h in itertools.product(range(pointing.shape[1]), range(pointing.shape[2])):
         tally.add_scores(explain.metrics.head_row(layer, h), pointing[:, layer, h], mass[:, layer, h])
     tally.add("ca_mean_both_layers", maps.mean(dim=(1, 2)), boxes, img_size)

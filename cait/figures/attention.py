@@ -57,7 +57,7 @@ def attention_tile(
 ) -> Tile:
     """One tile of `attention_tiles` (head None: the head mean), drawn on `base` at its size. keep_mass < 1
     dims every patch outside the smallest set holding that share of the map's mass (the paper's Fig. 7
-    rule, `cait.explain.regions_of_focus`) and says how many patches that set has."""
+    rule, `cait.explain.maps.regions_of_focus`) and says how many patches that set has."""
     return _tiles(
         base,
         maps,

@@ -10,7 +10,7 @@ from .lines import LinePlot, Series
 
 def distance_plot(per_head: torch.Tensor, uniform: float, *, images: int) -> LinePlot:
     """per_head [SA layers, heads] (mean over images): the head mean, the band min .. max over heads, and the
-    level uniform attention gives (`cait.explain.uniform_attention_distance`)."""
+    level uniform attention gives (`cait.explain.head_stats.uniform_attention_distance`)."""
     layers = list(range(1, per_head.shape[0] + 1))
     hover = [", ".join(f"h{h + 1} {v:.1f}" for h, v in enumerate(row.tolist())) for row in per_head]
     return LinePlot(

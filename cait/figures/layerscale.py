@@ -26,7 +26,7 @@ def _depths(rows: list[dict]) -> tuple[int, int]:
 
 
 def layerscale_plot(rows: list[dict], *, init_values: float | None) -> LinePlot:
-    """|gamma| per depth from `cait.explain.layerscale_stats` rows: one panel per branch, the median over
+    """|gamma| per depth from `cait.explain.layerscale.layerscale_stats` rows: one panel per branch, the median over
     channels with its p10-p90 band (mean on hover), SA and CA blocks in two colours, the init eps dashed."""
     depth, ca_depth = _depths(rows)
     series = []

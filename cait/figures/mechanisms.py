@@ -35,7 +35,7 @@ def lens_plotly(
 ):
     """The lens along SA depth (x = 0: the patch embedding, k: after SA block k): the probability of the class
     `target` (line) and of the lens's own top-1 (bars, named), with a line where the answer (the last top-1,
-    the model's prediction) forms: `forms_at`, as `cait.explain.answer_forms_at` gives it."""
+    the model's prediction) forms: `forms_at`, as `cait.explain.mechanisms.answer_forms_at` gives it."""
     import plotly.graph_objects as go
 
     x = list(range(len(probability)))

@@ -60,7 +60,7 @@ from ..cnn import TimmCNN, load_cnn_weights
 from ..config import CaiTConfig, CNNConfig
 from ..distributed import RankFailed, process_group, rank_zero_does
 from ..errors import InputError
-from ..explain import layerscale_stats
+from ..explain.layerscale import layerscale_stats
 from ..metrics import top1_from_counts
 from ..model import CaiT
 from ..outputs import writable_folder
