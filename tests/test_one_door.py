@@ -4,6 +4,7 @@ command line, and no second name."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import subprocess
 import sys
 
@@ -65,6 +66,10 @@ def test_every_command_line_loads_through_the_door(monkeypatch, capsys, tmp_path
     """Each command's model comes from load_from_flags (the one loader), and its InputError is the command's
     one-line message and exit code 2."""
     import cait.factory
+
+    # Import the commands first: a module importing `load_model` by name while the patch stands would keep the fake.
+    for module in ("cait.evaluate.__main__", "cait.atlas.__main__", "cait.compare.__main__", "layerscale_stats"):
+        importlib.import_module(module)
 
     def door(*args, **kwargs):
         raise cait.InputError("the door was asked")
