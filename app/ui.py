@@ -349,7 +349,7 @@ def _new_image_chain(page: Page, tabs: Tabs) -> tuple[dict, dict, dict]:
     )
     # a Stop from now on counts for the new image's view when the Causal tab is on show
     arm = dict(
-        fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
+        fn=tabs.causal.stops.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
         api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     in_open_tab = list(dict.fromkeys([*(c for tab in tabs.all for c in tab.followed()), s.json_file]))
@@ -395,7 +395,7 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         event.success(**details).success(**arm).success(**open_tab)
     # at the pick, off the queues: the page's long work of its last image ends before the new one's is asked for
     gr.on(
-        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.moved_on, None, None,
+        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.stops.moved_on, None, None,
         queue=False, api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     s.image_in.change(
