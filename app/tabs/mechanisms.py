@@ -14,13 +14,14 @@ import gradio as gr
 import numpy as np
 
 import cait
-from app import causal_view, mechanisms_view, session, texts, torch_thread
+from app import causal_view, mechanisms_view, session, torch_thread
 from app.choices import causal_heads, class_choices
+from app.long_work import Ended, LongWork, did_not_finish
 from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
-from app.shared import LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
+from app.shared import MODEL_EVENTS, Shared, answering, named
+from app.stops import Held
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.errors import InputError
 from cait.explain.token_patching import checked_region, region_bounds
@@ -128,17 +129,6 @@ class AblateAsk:
     mx_class: int | None
     mx_heads: list[int]
     mx_mode: str
-
-
-@dataclass(frozen=True)
-class LongRun:
-    """One long run under way: its hold on the page's Stop, its page (whose next image cancels it), its progress
-    bar, and what it is called in its progress and its Stopped line."""
-
-    held: Held
-    page: str | None
-    progress: Any
-    what: str
 
 
 def without_class_stage(cfg: cait.CaiTConfig) -> bool:
@@ -265,7 +255,7 @@ class MechanismsTab(PageTab):
 
     def __init__(self, parts: MechanismsParts, shared: Shared, cache: ModelCache):
         self.parts, self.shared, self.cache = parts, shared, cache
-        self.patch_stops, self.token_stops = PageStops(), PageStops()  # each long run's own Stop, per page
+        self.runs = PatchingRuns(parts, shared, cache)
 
     def lens(self, loaded: LoadedModel, a: session.Analysis, target: int) -> dict:
         """The lens figure of class `target`, the cost line of patching, and the JSON download rewritten with
@@ -353,31 +343,95 @@ class MechanismsTab(PageTab):
             gr.update(visible=upload),
         ]
 
-    def _run_long(self, loaded: LoadedModel, total: int, run: LongRun, compute):
-        """compute() on the long lane with its progress in images read through the head
+    def ablate(self, **asked: Any) -> dict:
+        """The ticked heads removed together: Δlogit of the chosen class and the new top-5. asked: `AblateAsk`'s
+        fields, by name."""
+        p, ask = self.parts, AblateAsk(**asked)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
+            return {p.mx_ablation: NO_IMAGE}
+        if not ask.mx_heads:
+            return {p.mx_ablation: "<p><b>Tick at least one head.</b></p>"}
+        loaded = self.cache.get(ask.choice)
+        result = mechanisms_view.set_ablation(
+            loaded.model,
+            a.x.to(loaded.device),
+            heads=mechanisms_view.head_pairs(ask.mx_heads, loaded.cfg.num_heads),
+            target=_target(a, ask.mx_class, loaded.cfg.num_classes),
+            labels=loaded.labels,
+            reference=causal_view.ablation_reference(loaded, ask.mx_mode),
+        )
+        return {p.mx_ablation: mechanisms_view.ablation_html(result, ask.mx_mode)}
+
+    def followed(self) -> list:
+        return self.parts.opened
+
+    def follow_up(self, choice, a, request, progress) -> dict:
+        return torch_thread.handler(self.opened)(choice, a, None)
+
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
+        p, shared, on_torch = self.parts, self.shared, torch_thread.handler
+        said = lambda line: {p.mx_msg: line}  # noqa: E731
+        p.mechanisms_tab.select(
+            on_torch(answering(self.open_asked, said=said)),
+            inputs_kwargs=named(p, OpenAsk, choice=shared.choice, analysis=shared.analysis),
+            outputs=[*p.opened, shared.json_file],
+            **MODEL_EVENTS,
+        )
+        p.mx_class.input(
+            on_torch(answering(self.choose_class, said=said)),
+            [shared.choice, shared.analysis, p.mx_class],
+            [p.mx_lens, p.mx_cost, shared.json_file, p.mx_msg],
+            **MODEL_EVENTS,
+        )
+        # off the model queue and the torch thread: the line is arithmetic on the loaded model's config
+        p.mx_region.change(
+            answering(self.token_cost),
+            [shared.choice, shared.analysis, p.mx_region],
+            p.mx_token_cost,
+            queue=False,
+            api_visibility="private",
+        )
+        p.mx_source.change(
+            self.source,
+            p.mx_source,
+            [p.mx_corruption, p.mx_severity, p.mx_example, p.mx_upload],
+            queue=False,
+            api_visibility="private",
+        )
+        self.runs.wire(demo)
+        p.mx_ablate.click(
+            on_torch(answering(self.ablate, said=lambda line: {p.mx_ablation: line})),
+            inputs_kwargs=named(p, AblateAsk, choice=shared.choice, analysis=shared.analysis),
+            outputs=p.mx_ablation,
+            **MODEL_EVENTS,
+        )
+
+
+class PatchingRuns:
+    """The tab's two long runs against a second, corrupted run (activation patching over depth, token patching
+    into the class stage), each with its own Stop (`LongWork`, per page)."""
+
+    def __init__(self, parts: MechanismsParts, shared: Shared, cache: ModelCache):
+        self.parts, self.shared, self.cache = parts, shared, cache
+        self.patch_stops, self.token_stops = LongWork(parts.mx_patch_stop), LongWork(parts.mx_token_stop)
+
+    def _run_long(self, stops: LongWork, loaded: LoadedModel, compute: Callable[[], dict], *, total: int,
+                  held: Held, progress, what: str) -> dict | str:  # fmt: skip
+        """compute() on the long lane (`stops.run`) with its progress in images read through the head
         (`mechanisms_view.counted_runs`) and the page's Stop, heard while it waits for the lane (its line says it
-        waits), when it starts and before each
-        block and each read of the head: its numbers, or the line to show instead (empty when the page's next
-        image cancelled it)."""
-        what = run.what
-        stopped = f"**Stopped:** {what} did not finish; press its button again to compute it."
-        check = lambda: run.held.stop_if_pressed(stopped)  # noqa: E731
-        report = lambda done, all_: run.progress((done, all_), desc=what, unit="runs")  # noqa: E731
+        waits), when it starts and before each block and each read of the head: its numbers, or the line to show
+        instead (empty when the page's next image cancelled it)."""
+        check = lambda: held.stop_if_pressed(what)  # noqa: E731
+        report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
 
         def work() -> dict:
             with mechanisms_view.counted_runs(loaded.model, total, report=report, check=check):
                 return compute()
 
-        try:
-            return torch_thread.call_long(
-                work, page=run.page, model=loaded.model, stop=check, on_wait=texts.waiting_line(run.progress)
-            )
-        except torch_thread.Cancelled:
-            log.info("%s cancelled by its page's next image", what)
-            return ""
-        except Stopped as e:
-            log.info("%s stopped by its page", what)
-            return str(e)
+        stopped = did_not_finish(what, "press its button again to compute it.")
+        got = stops.run(work, held=held, what=what, stopped=lambda: stopped, model=loaded.model, progress=progress)
+        return got.line if isinstance(got, Ended) else got
 
     def _asked(self, ask: PatchAsk, failed: Callable[[str], dict]):
         """(loaded, analysis, target, shown second image, corrupted input, origin) of a patching request, or the
@@ -413,7 +467,9 @@ class MechanismsTab(PageTab):
             loaded, a, target, shown, corrupted, origin = got
             x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
             compute = lambda: mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)  # noqa: E731
-            n = self._run_long(loaded, total, LongRun(held, page_of(request), progress, "patching"), compute)
+            n = self._run_long(
+                self.patch_stops, loaded, compute, total=total, held=held, progress=progress, what="patching"
+            )
         if isinstance(n, str):
             return self.patch_failed(n)
         a.patching = n
@@ -467,7 +523,9 @@ class MechanismsTab(PageTab):
             compute = lambda: mechanisms_view.token_numbers(  # noqa: E731
                 loaded.model, x, corrupted, target, region=region, **origin
             )
-            n = self._run_long(loaded, total, LongRun(held, page_of(request), progress, "token patching"), compute)
+            n = self._run_long(
+                self.token_stops, loaded, compute, total=total, held=held, progress=progress, what="token patching"
+            )
         if isinstance(n, str):
             return self.token_failed(n)
         a.token_patching = n
@@ -479,110 +537,18 @@ class MechanismsTab(PageTab):
             self.shared.json_file: session.numbers_file(loaded, a),
         }
 
-    def ablate(self, **asked: Any) -> dict:
-        """The ticked heads removed together: Δlogit of the chosen class and the new top-5. asked: `AblateAsk`'s
-        fields, by name."""
-        p, ask = self.parts, AblateAsk(**asked)
-        a = ask.analysis
-        if a is None or a.choice != ask.choice:
-            return {p.mx_ablation: NO_IMAGE}
-        if not ask.mx_heads:
-            return {p.mx_ablation: "<p><b>Tick at least one head.</b></p>"}
-        loaded = self.cache.get(ask.choice)
-        result = mechanisms_view.set_ablation(
-            loaded.model,
-            a.x.to(loaded.device),
-            heads=mechanisms_view.head_pairs(ask.mx_heads, loaded.cfg.num_heads),
-            target=_target(a, ask.mx_class, loaded.cfg.num_classes),
-            labels=loaded.labels,
-            reference=causal_view.ablation_reference(loaded, ask.mx_mode),
-        )
-        return {p.mx_ablation: mechanisms_view.ablation_html(result, ask.mx_mode)}
-
-    def followed(self) -> list:
-        return self.parts.opened
-
-    def follow_up(self, choice, a, request, progress) -> dict:
-        return torch_thread.handler(self.opened)(choice, a, None)
-
-    def drop(self, request: gr.Request | None = None) -> None:
-        """The page closed: its Stops go with it."""
-        self.patch_stops.drop(request)
-        self.token_stops.drop(request)
-
-    def wire(self, demo: gr.Blocks, page: Any) -> None:
-        p, shared, on_torch = self.parts, self.shared, torch_thread.handler
-        demo.unload(self.drop)
-        said = lambda line: {p.mx_msg: line}  # noqa: E731
-        p.mechanisms_tab.select(
-            on_torch(answering(self.open_asked, said=said)),
-            inputs_kwargs=named(p, OpenAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[*p.opened, shared.json_file],
-            **MODEL_EVENTS,
-        )
-        p.mx_class.input(
-            on_torch(answering(self.choose_class, said=said)),
-            [shared.choice, shared.analysis, p.mx_class],
-            [p.mx_lens, p.mx_cost, shared.json_file, p.mx_msg],
-            **MODEL_EVENTS,
-        )
-        # off the model queue and the torch thread: the line is arithmetic on the loaded model's config
-        p.mx_region.change(
-            answering(self.token_cost),
-            [shared.choice, shared.analysis, p.mx_region],
-            p.mx_token_cost,
-            queue=False,
-            api_visibility="private",
-        )
-        p.mx_source.change(
-            self.source,
-            p.mx_source,
-            [p.mx_corruption, p.mx_severity, p.mx_example, p.mx_upload],
-            queue=False,
-            api_visibility="private",
-        )
-        patch_outputs = [p.mx_msg, shared.json_file, *p.patched]
-        self.wire_long_run(
-            p.mx_patch_run, p.mx_patch_stop, self.patch_stops, answering(self.patch, said=self.patch_failed),
+    def wire(self, demo: gr.Blocks) -> None:
+        """Each run's button: armed and its Stop enabled at once (off the model queue: a Stop pressed while the
+        run still waits counts), the run on the long lane with its progress, then its Stop disabled unless
+        another run of the page has not ended, whether this one finished, failed or stopped."""
+        p, shared = self.parts, self.shared
+        self.patch_stops.wire(
+            demo, p.mx_patch_run.click, answering(self.patch, said=self.patch_failed),
             inputs_kwargs=named(p, PatchAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=patch_outputs, progress_on=p.mx_patch,
+            outputs=[p.mx_msg, shared.json_file, *p.patched], show_progress_on=[p.mx_patch],
         )  # fmt: skip
-        self.wire_long_run(
-            p.mx_token_run, p.mx_token_stop, self.token_stops, answering(self.tokens, said=self.token_failed),
+        self.token_stops.wire(
+            demo, p.mx_token_run.click, answering(self.tokens, said=self.token_failed),
             inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[p.mx_msg, p.mx_second, p.mx_tokens, shared.json_file], progress_on=p.mx_tokens,
+            outputs=[p.mx_msg, p.mx_second, p.mx_tokens, shared.json_file], show_progress_on=[p.mx_tokens],
         )  # fmt: skip
-        p.mx_ablate.click(
-            on_torch(answering(self.ablate, said=lambda line: {p.mx_ablation: line})),
-            inputs_kwargs=named(p, AblateAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=p.mx_ablation,
-            **MODEL_EVENTS,
-        )
-
-    @staticmethod
-    def wire_long_run(
-        run: gr.Button, stop: gr.Button, stops: PageStops, fn: Callable, *, inputs_kwargs, outputs, progress_on
-    ) -> None:
-        """A long run's button: armed and its Stop enabled at once (off the model queue: a Stop pressed while the
-        run still waits counts), the run on the long lane with its progress (`torch_thread.call_long`, in the
-        handler), then its Stop disabled unless another run of the page has not ended (`stop_once_none_runs`),
-        whether this one finished, failed or stopped."""
-
-        def armed(request: gr.Request | None = None) -> gr.Button:
-            stops.arm(request)
-            return gr.Button(interactive=True)
-
-        def ended(request: gr.Request | None = None) -> dict:
-            return stop_once_none_runs(stop, stops.running(request))
-
-        started = run.click(armed, None, stop, queue=False, api_visibility="private")
-        ran = started.then(
-            fn,
-            inputs_kwargs=inputs_kwargs,
-            outputs=outputs,
-            show_progress_on=[progress_on],
-            **LONG_EVENTS,
-        )
-        ran.then(ended, None, stop, queue=False, api_visibility="private")
-        # off the queues: it must get through while the run it stops holds them
-        stop.click(stops.press, None, None, queue=False, api_visibility="private")
