@@ -395,8 +395,8 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         event.success(**details).success(**arm).success(**open_tab)
     # at the pick, off the queues: the page's long work of its last image ends before the new one's is asked for
     gr.on(
-        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.stops.moved_on, None, None,
-        queue=False, api_visibility="private", show_progress="hidden",
+        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.stops.moved_on,
+        None, None, queue=False, api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     s.image_in.change(
         ev.image_changed, [s.image_in, page.ca.ca_props], ev.results(), preprocess=False, queue=False,
