@@ -18,7 +18,6 @@ from app.long_work import Ended, LongWork, scenes_done
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
-from app.stops import Held
 from app.workdir import WORK, kept
 from cait.atlas.options import AtlasOptions
 from cait.config import CaiTConfig
@@ -330,14 +329,8 @@ class DatasetTab(PageTab):
         return out
 
     def wire_image_picks(self, demo: gr.Blocks, page: Any, outputs: list) -> list:
-        look, th_layer, ca_props = page.look(), page.talking.th_layer, page.ca.ca_props
-        event = self.wire_exemplars(demo, look=look, th_layer=th_layer, ca_props=ca_props, outputs=outputs)
-        return [(self.parts.exemplars.select, event)]
-
-    def wire_exemplars(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
-        """look, th_layer, ca_props: the other tabs' controls an exemplar is opened with; outputs: what opening it
-        writes (the page's first view of an image, and this tab's message). Returns the exemplar's event, for the
-        page's follow-ups to chain on."""
+        """The tab's events; an exemplar opens with the other tabs' controls (the page's look, talking-heads layer
+        and class-attention props), writing `outputs` (the page's first view of an image) and this tab's message."""
         t, s = self.parts, self.shared
         on_torch = torch_thread.handler  # the page's model may have to be loaded (its config reads the atlas's data)
         demo.load(on_torch(self.start), s.choice, t.opened, **MODEL_EVENTS)
@@ -351,8 +344,9 @@ class DatasetTab(PageTab):
             on_torch(self.head_of_row), inputs_kwargs=by_row, outputs=[t.head, *head_shown], **MODEL_EVENTS
         )
         self.builder.wire(demo, s.choice)
-        asked = named(t, ExemplarAsk, choice=s.choice, ca_props=ca_props, th_layer=th_layer, **look)
-        return t.exemplars.select(
+        asked = named(t, ExemplarAsk, choice=s.choice, ca_props=page.ca.ca_props, th_layer=page.talking.th_layer,
+                      **page.look())  # fmt: skip
+        event = t.exemplars.select(
             on_torch(self.open_exemplar),
             inputs_kwargs=asked,
             outputs=[*outputs, s.image_in, s.examples, s.tabs, s.open_tab, t.msg],
@@ -360,6 +354,7 @@ class DatasetTab(PageTab):
             **MODEL_EVENTS,
             **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
         )
+        return [(t.exemplars.select, event)]
 
 
 class AtlasBuilder:
@@ -369,43 +364,33 @@ class AtlasBuilder:
     def __init__(self, parts: DatasetParts, cache: ModelCache, stops: LongWork, open: Callable[..., dict]):
         self.parts, self.cache, self.stops, self.open = parts, cache, stops, open
 
-    def build_atlas(
-        self,
-        choice: ModelChoice,
-        scenes: float,
-        request: gr.Request | None = None,
-        progress=gr.Progress(track_tqdm=True),
-    ) -> dict:
+    def build_atlas(self, choice: ModelChoice, scenes: float, request: gr.Request | None = None,
+                    progress=gr.Progress(track_tqdm=True)) -> dict:  # fmt: skip
         """An atlas of `scenes` val scenes for the page's model (`cait.atlas.run.make`, in this process: its
         progress bar is the page's; the model is the cache's, never a second copy), kept in the user cache
         (`dv.built_folder`), then opened. It runs on the long lane (`torch_thread.call_long`), giving way to the
         pages' quick views at every block. The page's Stop (armed by the button) ends it while it reads
         its scenes (`torch_thread.stoppable`) or before the next block the model runs: the shards written are kept,
         and building the same atlas again continues from them, as the command line does."""
-        with self.stops.holding(request) as held:
-            return self._build(choice, int(scenes or 0), held, progress)
-
-    def _build(self, choice: ModelChoice, n: int, held: Held, progress) -> dict:
-        """`build_atlas` of `n` scenes, holding the page's Stop (`held`)."""
         from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
 
-        if not 1 <= n <= dv.MAX_SCENES:
-            return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
-        loaded = torch_thread.call(self.cache.get, choice)
-        out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
-        progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
-        options = scenes_options(choice, n, out, loaded.device.type)
+        with self.stops.holding(request) as held:
+            n = int(scenes or 0)
+            if not 1 <= n <= dv.MAX_SCENES:
+                return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
+            loaded = torch_thread.call(self.cache.get, choice)
+            out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
+            progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
+            options = scenes_options(choice, n, out, loaded.device.type)
 
-        def work() -> None:
-            data = torch_thread.stoppable(lambda: read_data(options, loaded.cfg))
-            make(options, loaded.sourced, data, device=loaded.device)
+            def work() -> None:
+                data = torch_thread.stoppable(lambda: read_data(options, loaded.cfg))
+                make(options, loaded.sourced, data, device=loaded.device)
 
-        stopped = lambda: scenes_done(out, n, "build the same number of scenes again")  # noqa: E731
-        # the atlas's and the reader's one-line errors, a full disk: said as the build's line
-        refused = "Could not build the atlas"
-        ended = self.stops.run(
-            work, held=held, what="atlas build", stopped=stopped, model=loaded.model, of_image=False, refused=refused
-        )
+            stopped = lambda: scenes_done(out, n, "build the same number of scenes again")  # noqa: E731
+            # the atlas's and the reader's one-line errors, a full disk: the build's line
+            ended = self.stops.run(work, held=held, what="atlas build", stopped=stopped, model=loaded.model,
+                                   of_image=False, refused="Could not build the atlas")  # fmt: skip
         if isinstance(ended, Ended):
             return {self.parts.msg: ended.line}
         return torch_thread.call(self.open, str(out), choice)
