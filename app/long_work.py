@@ -15,7 +15,7 @@ import gradio as gr
 
 from app import texts, torch_thread
 from app.shared import LONG_EVENTS
-from app.stops import Held, PageStops, Stopped, stop_once_none_runs
+from app.stops import Held, PageStops, Stopped, page_of
 from cait.errors import InputError
 
 if TYPE_CHECKING:
@@ -33,6 +33,11 @@ class Ended:
 
     line: str
     cancelled: bool = False
+
+
+def first_line(e: Exception) -> str:
+    """What an error says, in one line (its type's name when it says nothing)."""
+    return (str(e).splitlines() or [type(e).__name__])[0]
 
 
 def did_not_finish(what: str, again: str) -> str:
@@ -70,33 +75,37 @@ class LongWork(PageStops):
 
     def ended(self, request: gr.Request | None = None) -> dict:
         """Work ended (finished, failed or stopped): the Stop disabled unless other work of the page has not."""
-        return stop_once_none_runs(self.button, self.running(request))
+        return self._disabled_unless(self.running(request))
+
+    def _disabled_unless(self, still_needed: bool) -> dict:
+        """What work that ended writes of the Stop: disabled when it was the page's last one, else nothing. Never
+        "enabled": the answers of two computations may reach the page in either order, and the one that ended
+        first must not enable the Stop after the last one disabled it."""
+        return {} if still_needed else {self.button: gr.Button(interactive=False)}
 
     def answered(self, request: gr.Request | None, compute: Callable[[Held], dict | None]) -> dict:
         """compute(held) holding the page's Stop until it returns or raises: its answer, with the Stop disabled
         when it was the page's last work to end; only that Stop when it has nothing to show (None)."""
         with self.holding(request) as held:
             out = compute(held)
-        return (out or {}) | stop_once_none_runs(self.button, held.still_needed) or gr.skip()
+        return (out or {}) | self._disabled_unless(held.still_needed) or gr.skip()
+
+    @staticmethod
+    def moved_on(request: gr.Request | None = None) -> None:
+        """An image picked or uploaded (at once, off the queues, before its analysis): the page's long work of its
+        last image is cancelled. At the pick, not later in the new image's event chain: by then the user may have
+        opened a tab, and its work on the new image must not be cancelled."""
+        torch_thread.cancel_long(page_of(request))
 
     def run(self, work: Callable[[], T], *, held: Held, what: str, stopped: Callable[[], str],
             model: torch.nn.Module | None = None, progress: Any = None, of_image: bool = True,
             refused: str | None = None, stopped_by: tuple[type[Exception], ...] = ()) -> T | Ended:  # fmt: skip
         """work() on the long lane, the page's Stop (`held`) heard while it waits for the lane, when it starts and
-        before each block of `model` (`torch_thread.call_long`).
-
-        Args:
-            what: the work, for the log.
-            stopped: the line said once the Stop ended it (asked after it ended: what it did by then).
-            progress: the page's progress bar, which says while the work waits (None: nothing said).
-            of_image: the page's next image cancels it (work on one image).
-            refused: the start of the line said for a user's error (`InputError`) or a file's (`OSError`), then its
-                first line; None: those are raised.
-            stopped_by: more exceptions that mean the Stop ended it (raised by the work itself).
-
-        Returns:
-            What work() returned, or `Ended` with the line to show instead.
-        """
+        before each block of `model` (`torch_thread.call_long`): its answer, or `Ended` with the line said instead.
+        what: the work, for the log; stopped(): the line once the Stop ended it (or one of `stopped_by`, raised by
+        the work itself); progress: the page's bar, which says while the work waits (None: nothing said);
+        of_image: the page's next image cancels it; refused: the line's start for a user's error (`InputError`)
+        or a file's (`OSError`), then its first line (None: those are raised)."""
         on_wait = texts.waiting_line(progress) if progress is not None else None
         page = held.page if of_image else None
         try:
@@ -112,9 +121,8 @@ class LongWork(PageStops):
         except (InputError, OSError) as e:
             if refused is None:
                 raise
-            first = (str(e).splitlines() or [type(e).__name__])[0]
-            log.info("%s refused: %s", what, first)
-            return Ended(f"**{refused}:** {first}")
+            log.info("%s refused: %s", what, first_line(e))
+            return Ended(f"**{refused}:** {first_line(e)}")
 
     def wire_stop(self, demo: gr.Blocks) -> None:
         """The Stop button stops the page's work asked before it; a closed page's Stop goes with it."""

@@ -15,7 +15,7 @@ from app.long_work import Ended, LongWork, did_not_finish
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import Held, page_of
+from app.stops import Held
 from cait.figures import head_name
 
 
@@ -149,13 +149,6 @@ class CausalStop(LongWork):
         """Another class or knockout asked for (at once, off the queues): armed when the page has an image of its
         model to compute it for."""
         return self.arm_if(a is not None and a.choice == choice, request)
-
-    @staticmethod
-    def moved_on(request: gr.Request | None = None) -> None:
-        """An image picked or uploaded (at once, off the queues, before its analysis): the page's long work of its
-        last image is cancelled. At the pick, not later in the new image's event chain: by then the user may have
-        opened the tab, and its view of the new image must not be cancelled."""
-        torch_thread.cancel_long(page_of(request))
 
     def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
         """The page has a new image `a` (off the queues, before what the open tab computes of it): its view armed

@@ -7,8 +7,6 @@ matrix and matching, whose disagreement images open as the page's image."""
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,11 +16,11 @@ import cait.compare
 from app import compare_view as cv
 from app import dataset_view as dv
 from app import torch_thread
-from app.long_work import Ended, LongWork, scenes_done
+from app.long_work import Ended, LongWork, first_line, scenes_done
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
-from app.stops import MAX_PAGES, page_of
+from app.stops import ByPage, page_of
 from app.workdir import WORK, kept
 from cait.errors import InputError
 
@@ -83,25 +81,6 @@ class Sides:
     run: cait.compare.CompareRun | None = None
 
 
-class PageSides:
-    """Each page's `Sides`, by page: dropped when its page closes, at most MAX_PAGES kept. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._pages: OrderedDict[str | None, Sides] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def of(self, request: gr.Request | None) -> Sides:
-        with self._lock:
-            sides = self._pages.setdefault(page_of(request), Sides())
-            while len(self._pages) > MAX_PAGES:
-                self._pages.popitem(last=False)
-            return sides
-
-    def drop(self, request: gr.Request | None = None) -> None:
-        with self._lock:
-            self._pages.pop(page_of(request), None)
-
-
 def build(first: LoadedModel, tab: gr.Tab) -> CompareParts:
     """The tab's components (inside `tab`)."""
     gr.Markdown(
@@ -140,17 +119,13 @@ def build(first: LoadedModel, tab: gr.Tab) -> CompareParts:
     return CompareParts(**parts)
 
 
-def _first_line(e: Exception) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0]
-
-
 class CompareTab(PageTab):
     """The tab's events; each page's model B and run are kept here (`Sides`, by page), dropped when it closes."""
 
     def __init__(self, parts: CompareParts, shared: Shared, cache: ModelCache, *, default: ModelChoice, image: Any):
         self.parts, self.shared, self.cache, self.default, self.image = parts, shared, cache, default, image
         self.stops = LongWork(parts.cmp_stop)  # the page's Stop of its compare run's build
-        self.pages = PageSides()
+        self.pages = ByPage(Sides)  # each page's model B and run, dropped when it closes
 
     @classmethod
     def on_page(cls, parts: CompareParts, page: Any) -> CompareTab:
@@ -167,9 +142,9 @@ class CompareTab(PageTab):
         try:
             other = self.cache.get(wanted)
         except (InputError, OSError) as e:  # a user's choice, or a file that failed
-            log.info("could not load model B %s: %s", wanted, _first_line(e))
-            return {self.parts.cmp_msg: f"**Could not load model B:** {_first_line(e)}"}
-        self.pages.of(request).b = wanted
+            log.info("could not load model B %s: %s", wanted, first_line(e))
+            return {self.parts.cmp_msg: f"**Could not load model B:** {first_line(e)}"}
+        self.pages.of(page_of(request)).b = wanted
         shown = self.view(choice, a, request) or {}
         return shown | {
             self.parts.cmp_msg: f"Model B: **{other.name}** ({other.source}). {shown.get(self.parts.cmp_msg, '')}"
@@ -177,16 +152,16 @@ class CompareTab(PageTab):
 
     def view(self, choice, a, request: gr.Request | None = None) -> dict | None:
         """The page's image through A and B (None: no image, or no model B yet)."""
-        b = self.pages.of(request).b
-        if a is None or a.choice != choice or b is None or a.source is None:
+        sides = self.pages.of(page_of(request))
+        if a is None or a.choice != choice or sides.b is None or a.source is None:
             return None
-        loaded, other = self.cache.get(choice), self.cache.get(b)
+        loaded, other = self.cache.get(choice), self.cache.get(sides.b)
         try:
-            seen, view_b = cv.compared(loaded, a.x, a.source, other, self.pages.of(request).run, seen_a=cv.seen_of(a))
+            seen, view_b = cv.compared(loaded, a.x, a.source, other, sides.run, seen_a=cv.seen_of(a))
         except InputError as e:
-            return self.cleared(()) | {self.parts.cmp_msg: f"**Cannot compare:** {_first_line(e)}"}
+            return self.cleared(()) | {self.parts.cmp_msg: f"**Cannot compare:** {first_line(e)}"}
         p, target = self.parts, loaded.labels[seen.target]
-        paired = "by the open run's matching" if self.pages.of(request).run else "by layer and head"
+        paired = "by the open run's matching" if sides.run else "by layer and head"
         return {
             p.cmp_top5: cv.top5_html(seen, loaded.labels, (f"A: {loaded.name}", f"B: {other.name}")),
             p.cmp_heads: cv.head_tiles(seen, a.view, view_b, cmap=CMAP, alpha=ALPHA),
@@ -204,13 +179,13 @@ class CompareTab(PageTab):
         try:
             run = cait.compare.read_run((folder or "").strip() or ".")
         except InputError as e:
-            return {p.cmp_run_msg: f"**Not a compare run:** {_first_line(e)}"}
-        self.pages.of(request).run = run
+            return {p.cmp_run_msg: f"**Not a compare run:** {first_line(e)}"}
+        self.pages.of(page_of(request)).run = run
         loaded = self.cache.get(choice)
         try:
             tiles, said = cv.disagreement_tiles(run, loaded.cfg, WORK.request_dir())
         except InputError as e:  # the run's data is not readable here
-            tiles, said = [], f"{len(run.disagreements):,} images answered differently ({_first_line(e)})"
+            tiles, said = [], f"{len(run.disagreements):,} images answered differently ({first_line(e)})"
         out = {
             p.cmp_run_msg: f"Compare run `{run.folder.name}`: {said}.",
             **dict(zip((p.cmp_cka, p.cmp_matrix), cv.run_figures(run))),
@@ -223,7 +198,7 @@ class CompareTab(PageTab):
         kept in the user cache, on the long lane; the page's Stop ends it before its next batch (the shards
         written are kept: building it again continues), then opened."""
         with self.stops.holding(request) as held:
-            b, n = self.pages.of(request).b, int(scenes or 0)
+            b, n = self.pages.of(page_of(request)).b, int(scenes or 0)
             if b is None:
                 return {self.parts.cmp_run_msg: "**Choose model B first** (above)."}
             if not 1 <= n <= dv.MAX_SCENES:

@@ -21,7 +21,6 @@ from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, Shared, answering, named
-from app.stops import Held
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.errors import InputError
 from cait.explain.token_patching import checked_region, region_bounds
@@ -416,22 +415,29 @@ class PatchingRuns:
         self.parts, self.shared, self.cache = parts, shared, cache
         self.patch_stops, self.token_stops = LongWork(parts.mx_patch_stop), LongWork(parts.mx_token_stop)
 
-    def _run_long(self, stops: LongWork, loaded: LoadedModel, compute: Callable[[], dict], *, total: int,
-                  held: Held, progress, what: str) -> dict | str:  # fmt: skip
-        """compute() on the long lane (`stops.run`) with its progress in images read through the head
-        (`mechanisms_view.counted_runs`) and the page's Stop, heard while it waits for the lane (its line says it
-        waits), when it starts and before each block and each read of the head: its numbers, or the line to show
-        instead (empty when the page's next image cancelled it)."""
-        check = lambda: held.stop_if_pressed(what)  # noqa: E731
-        report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
+    def _run(self, stops: LongWork, ask: PatchAsk, failed: Callable[[str], dict], plan: Callable, *, request,
+             progress, what: str) -> tuple | dict:  # fmt: skip
+        """A patching run of `ask` holding the page's Stop (`stops`): plan(loaded, x, corrupted, target, origin)
+        says (the runs it reads through the head, the computation); that on the long lane with its progress in runs
+        (`mechanisms_view.counted_runs`) and the Stop, heard while it waits for the lane (its line says it waits),
+        when it starts and before each block and each read of the head. Returns (loaded, analysis, target, shown
+        second image, numbers), or failed(the line said instead: what is missing, or how it ended)."""
+        with stops.holding(request) as held:
+            got = torch_thread.call(self._asked, ask, failed)
+            if isinstance(got, dict):
+                return got
+            loaded, a, target, shown, corrupted, origin = got
+            total, compute = plan(loaded, a.x.to(loaded.device), corrupted, target, origin)
+            check = lambda: held.stop_if_pressed(what)  # noqa: E731
+            report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
 
-        def work() -> dict:
-            with mechanisms_view.counted_runs(loaded.model, total, report=report, check=check):
-                return compute()
+            def work() -> dict:
+                with mechanisms_view.counted_runs(loaded.model, total, report=report, check=check):
+                    return compute()
 
-        stopped = did_not_finish(what, "press its button again to compute it.")
-        got = stops.run(work, held=held, what=what, stopped=lambda: stopped, model=loaded.model, progress=progress)
-        return got.line if isinstance(got, Ended) else got
+            stopped = did_not_finish(what, "press its button again to compute it.")
+            n = stops.run(work, held=held, what=what, stopped=lambda: stopped, model=loaded.model, progress=progress)
+        return failed(n.line) if isinstance(n, Ended) else (loaded, a, target, shown, n)
 
     def _asked(self, ask: PatchAsk, failed: Callable[[str], dict]):
         """(loaded, analysis, target, shown second image, corrupted input, origin) of a patching request, or the
@@ -459,19 +465,16 @@ class PatchingRuns:
         and the CA heads' grid, in Δlogit, each with the share of the gap it restores (when the gap is large
         enough for shares). Progress per patched run; the page's Stop (armed by the button) ends it. asked:
         `PatchAsk`'s fields."""
-        p = self.parts
-        with self.patch_stops.holding(request) as held:
-            got = torch_thread.call(self._asked, PatchAsk(**asked), self.patch_failed)
-            if isinstance(got, dict):
-                return got
-            loaded, a, target, shown, corrupted, origin = got
-            x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
-            compute = lambda: mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)  # noqa: E731
-            n = self._run_long(
-                self.patch_stops, loaded, compute, total=total, held=held, progress=progress, what="patching"
-            )
-        if isinstance(n, str):
-            return self.patch_failed(n)
+        p, mv = self.parts, mechanisms_view
+        plan = lambda loaded, x, corrupted, target, origin: (  # noqa: E731
+            mv.patching_runs(loaded.cfg),
+            lambda: mv.patching_numbers(loaded.model, x, corrupted, target, **origin),
+        )
+        got = self._run(self.patch_stops, PatchAsk(**asked), self.patch_failed, plan, request=request,
+                        progress=progress, what="patching")  # fmt: skip
+        if isinstance(got, dict):
+            return got
+        loaded, a, _, shown, n = got
         a.patching = n
         return {
             p.mx_msg: self.small_gap_note(n["gap"]),
@@ -512,22 +515,18 @@ class PatchingRuns:
         both directions, drawn over the image beside the class attention with their rank correlation, and kept
         for the JSON download. Progress per region run; the page's Stop (armed by the button) ends it.
         asked: `TokenAsk`'s fields."""
-        p, ask = self.parts, TokenAsk(**asked)
-        with self.token_stops.holding(request) as held:
-            got = torch_thread.call(self._asked, ask, self.token_failed)
-            if isinstance(got, dict):
-                return got
-            loaded, a, target, shown, corrupted, origin = got
+        p, ask, mv = self.parts, TokenAsk(**asked), mechanisms_view
+
+        def plan(loaded, x, corrupted, target, origin) -> tuple:
             region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
-            x, total = a.x.to(loaded.device), mechanisms_view.token_runs(loaded.cfg, region)
-            compute = lambda: mechanisms_view.token_numbers(  # noqa: E731
-                loaded.model, x, corrupted, target, region=region, **origin
-            )
-            n = self._run_long(
-                self.token_stops, loaded, compute, total=total, held=held, progress=progress, what="token patching"
-            )
-        if isinstance(n, str):
-            return self.token_failed(n)
+            compute = lambda: mv.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)  # noqa: E731
+            return mv.token_runs(loaded.cfg, region), compute
+
+        got = self._run(self.token_stops, ask, self.token_failed, plan, request=request, progress=progress,
+                        what="token patching")  # fmt: skip
+        if isinstance(got, dict):
+            return got
+        loaded, a, target, shown, n = got
         a.token_patching = n
         figure = mechanisms_view.token_map_figure(n, a.view, label=loaded.labels[target])
         return {
