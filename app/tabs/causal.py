@@ -47,12 +47,6 @@ class CausalParts:
         return [*self.computed, self.cz_cost, self.cz_stop]
 
     @property
-    def long_outputs(self) -> list:
-        """What the tab's long computations write besides their results: the cost line (its progress, or why
-        it stopped) and the Stop (enabled while a computation of the page has not ended)."""
-        return [self.cz_cost, self.cz_stop]
-
-    @property
     def results(self) -> list:
         """What a new image (or a new model) empties here (and the Stop, disabled: nothing runs for it)."""
         return [self.cz_cost, self.cz_class, self.cz_stop, *self.computed]
@@ -235,62 +229,56 @@ class CausalTab(PageTab):
         it (`moved_on`): then only the Stop is written."""
         if not computes(choice, a, shown):
             return gr.skip()
+        return self._view(request, choice, a, a.top_class, progress, again="open the tab again", keep=True)
+
+    def _view(self, request, choice: ModelChoice, a: session.Analysis, target: int | None, progress, *, again: str,
+              head: int = 0, mode: str = causal_view.ABLATIONS[0], keep: bool = False) -> dict:  # fmt: skip
+        """The view of class `target` (None: nothing to compute) on the long lane as far as `Kept` has it, computed
+        on with its progress, holding the page's Stop (whose line says how far it got, and to ask `again`): what
+        the tab shows of it (head `head` picked, removed by `mode`) and, with `keep` (the top class's view), its
+        numbers kept on the analysis and the download rewritten; only the Stop when the page's next image
+        cancelled it (that image's first view emptied the tab)."""
 
         def view(held: Held) -> dict | None:
+            if target is None:
+                return {}
             loaded = torch_thread.call(self.cache.get, choice)
-            again = "open the tab again to go on from there."
-            return self._view(loaded, a, a.top_class, progress, held, again=again, keep=True)
+            partial = self.kept.of(loaded.choice, a.x, target)
+            knocked = [len(partial.knocked), loaded.cfg.depth + loaded.cfg.depth_token_only]  # done, of all
+
+            def on_block(done: int, total: int) -> None:
+                knocked[:] = done, total
+                progress((done, total), desc="knocking out block by block", unit="blocks")
+
+            def on_first_phase(done: int, total: int) -> None:
+                progress((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
+
+            def work() -> dict:
+                x = a.x.to(loaded.device)
+                view = causal_view.compute(
+                    loaded.model, x, target, on_block=on_block, on_first_phase=on_first_phase, partial=partial
+                )
+                out = self.figures.outputs(loaded, a, view, head, mode) | self.figures.cost(loaded, a)
+                if not keep:
+                    return out
+                a.causal = causal_view.numbers(loaded.model, x, view)
+                return out | {self.shared.json_file: session.numbers_file(loaded, a)}
+
+            stopped = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again} to go on from there."  # noqa: E731
+            what = "causal view" if keep else f"causal view of class {target}"
+            got = self.stops.run(work, held=held, what=what, stopped=stopped, model=loaded.model, progress=progress)
+            return self.stops.shown(got)
 
         return self.stops.answered(request, view)
-
-    def _view(self, loaded: LoadedModel, a: session.Analysis, target: int, progress, held: Held, *, again: str,
-              head: int = 0, mode: str = causal_view.ABLATIONS[0], keep: bool = False) -> dict | None:  # fmt: skip
-        """The view of class `target` on the long lane as far as `Kept` has it, computed on with its progress and
-        the page's Stop (whose line says how far it got, then `again`): what the tab shows of it (head `head`
-        picked, removed by `mode`) and, with `keep` (the top class's view), its numbers kept on the analysis and
-        the download rewritten; None when the page's next image cancelled it (that image's first view emptied
-        the tab)."""
-        partial = self.kept.of(loaded.choice, a.x, target)
-        knocked = [len(partial.knocked), loaded.cfg.depth + loaded.cfg.depth_token_only]  # knockouts done, of all
-
-        def on_block(done: int, total: int) -> None:
-            knocked[:] = done, total
-            progress((done, total), desc="knocking out block by block", unit="blocks")
-
-        def on_first_phase(done: int, total: int) -> None:
-            progress((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
-
-        def work() -> dict:
-            x = a.x.to(loaded.device)
-            view = causal_view.compute(
-                loaded.model, x, target, on_block=on_block, on_first_phase=on_first_phase, partial=partial
-            )
-            out = self.figures.outputs(loaded, a, view, head, mode) | self.figures.cost(loaded, a)
-            if not keep:
-                return out
-            a.causal = causal_view.numbers(loaded.model, x, view)
-            return out | {self.shared.json_file: session.numbers_file(loaded, a)}
-
-        stopped = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
-        what = "causal view" if keep else f"causal view of class {target}"
-        got = self.stops.run(work, held=held, what=what, stopped=stopped, model=loaded.model, progress=progress)
-        return self.stops.shown(got)
 
     def choose_class(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another class chosen: the attribution and knockouts for its logit, on the long lane with its progress
         and the page's Stop (kept as far as done, as the top class's). asked: `ClassAsk`'s fields."""
         ask = ClassAsk(**asked)
-        a = ask.analysis
-
-        def view(held: Held) -> dict | None:
-            if a is None or a.choice != ask.choice or ask.cz_class is None:
-                return {}
-            loaded = torch_thread.call(self.cache.get, ask.choice)
-            again = "choose the class again to go on from there."
-            head, mode = int(ask.cz_head or 0), ask.cz_mode
-            return self._view(loaded, a, int(ask.cz_class), progress, held, again=again, head=head, mode=mode)
-
-        return self.stops.answered(request, view)
+        a, asked_for = ask.analysis, ask.cz_class
+        target = None if a is None or a.choice != ask.choice or asked_for is None else int(asked_for)
+        head, again = int(ask.cz_head or 0), "choose the class again"
+        return self._view(request, ask.choice, a, target, progress, again=again, head=head, mode=ask.cz_mode)
 
     def knockout(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it, on
@@ -365,14 +353,14 @@ class CausalTab(PageTab):
         p.cz_class.input(stops.armed, asked, p.cz_stop, **off_queue).then(
             answering(self.choose_class, said=stops.failed),
             inputs_kwargs=named(p, ClassAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[*p.computed, *p.long_outputs],
+            outputs=p.opened,
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
         p.cz_knockout_of.input(stops.armed, asked, p.cz_stop, **off_queue).then(
             answering(self.knockout, said=stops.failed),
             inputs_kwargs=named(p, KnockoutAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[p.cz_knockout, *p.long_outputs],
+            outputs=[p.cz_knockout, p.cz_cost, p.cz_stop],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )

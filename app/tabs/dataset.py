@@ -343,7 +343,9 @@ class DatasetTab(PageTab):
         t.heads_split.select(
             on_torch(self.head_of_row), inputs_kwargs=by_row, outputs=[t.head, *head_shown], **MODEL_EVENTS
         )
-        self.builder.wire(demo, s.choice)
+        # Build: armed and the Stop enabled at once, off the queues, the build on the long lane's queue
+        self.stops.wire(demo, t.build.click, self.builder.build_atlas, inputs=[s.choice, t.scenes], outputs=t.opened,
+                        show_progress_on=[t.overview])  # fmt: skip
         asked = named(t, ExemplarAsk, choice=s.choice, ca_props=page.ca.ca_props, th_layer=page.talking.th_layer,
                       **page.look())  # fmt: skip
         event = t.exemplars.select(
@@ -394,12 +396,3 @@ class AtlasBuilder:
         if isinstance(ended, Ended):
             return {self.parts.msg: ended.line}
         return torch_thread.call(self.open, str(out), choice)
-
-    def wire(self, demo: gr.Blocks, choice: gr.State) -> None:
-        """Build: armed and the Stop enabled at once, off the queues (a Stop pressed while the build waits stops it
-        when it starts), the build on the long lane's queue, then the Stop's state."""
-        t = self.parts
-        self.stops.wire(
-            demo, t.build.click, self.build_atlas, inputs=[choice, t.scenes], outputs=t.opened,
-            show_progress_on=[t.overview],
-        )  # fmt: skip
