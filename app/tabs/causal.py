@@ -224,17 +224,18 @@ class CausalTab(PageTab):
     def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
         """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
         already, and the JSON download rewritten with its numbers. Progress is told by phase, block by block; the
-        page's Stop (armed by `will_compute`) ends the work before the next block the model runs, and what
+        page's Stop (armed by `CausalStop.will_compute`) ends the work before the next block the model runs, and what
         was done is kept (`causal_view.Kept`): opened again, it goes on from there. The page's next image cancels
-        it (`moved_on`): then only the Stop is written."""
+        it (`LongWork.moved_on`): then only the Stop is written."""
         if not computes(choice, a, shown):
             return gr.skip()
-        return self._view(request, choice, a, a.top_class, progress, again="open the tab again", keep=True)
+        again = "open the tab again to go on from there."
+        return self._view(request, choice, a, a.top_class, progress, again=again, keep=True)
 
     def _view(self, request, choice: ModelChoice, a: session.Analysis, target: int | None, progress, *, again: str,
               head: int = 0, mode: str = causal_view.ABLATIONS[0], keep: bool = False) -> dict:  # fmt: skip
         """The view of class `target` (None: nothing to compute) on the long lane as far as `Kept` has it, computed
-        on with its progress, holding the page's Stop (whose line says how far it got, and to ask `again`): what
+        on with its progress, holding the page's Stop (whose line says how far it got, then `again`): what
         the tab shows of it (head `head` picked, removed by `mode`) and, with `keep` (the top class's view), its
         numbers kept on the analysis and the download rewritten; only the Stop when the page's next image
         cancelled it (that image's first view emptied the tab)."""
@@ -264,9 +265,9 @@ class CausalTab(PageTab):
                 a.causal = causal_view.numbers(loaded.model, x, view)
                 return out | {self.shared.json_file: session.numbers_file(loaded, a)}
 
-            stopped = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again} to go on from there."  # noqa: E731
+            done = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
             what = "causal view" if keep else f"causal view of class {target}"
-            got = self.stops.run(work, held=held, what=what, stopped=stopped, model=loaded.model, progress=progress)
+            got = self.stops.run(work, held=held, what=what, stopped=done, model=loaded.model, progress=progress)
             return self.stops.shown(got)
 
         return self.stops.answered(request, view)
@@ -277,7 +278,7 @@ class CausalTab(PageTab):
         ask = ClassAsk(**asked)
         a, asked_for = ask.analysis, ask.cz_class
         target = None if a is None or a.choice != ask.choice or asked_for is None else int(asked_for)
-        head, again = int(ask.cz_head or 0), "choose the class again"
+        head, again = int(ask.cz_head or 0), "choose the class again to go on from there."
         return self._view(request, ask.choice, a, target, progress, again=again, head=head, mode=ask.cz_mode)
 
     def knockout(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:

@@ -519,8 +519,8 @@ class PatchingRuns:
 
         def plan(loaded, x, corrupted, target, origin) -> tuple:
             region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
-            compute = lambda: mv.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)  # noqa: E731
-            return mv.token_runs(loaded.cfg, region), compute
+            n = lambda: mv.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)  # noqa: E731
+            return mv.token_runs(loaded.cfg, region), n
 
         got = self._run(self.token_stops, ask, self.token_failed, plan, request=request, progress=progress,
                         what="token patching")  # fmt: skip
