@@ -24,7 +24,7 @@ import gradio as gr
 
 T = TypeVar("T")
 
-MAX_PAGES = 1024  # pages whose Stop is remembered at most (each is dropped when its page closes)
+MAX_PAGES = 1024  # pages whose Stops and values (`ByPage`) are kept at most (each dropped when its page closes)
 
 
 def page_of(request: gr.Request | None) -> str | None:
