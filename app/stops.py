@@ -18,11 +18,13 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Generic, Iterator, TypeVar
 
 import gradio as gr
 
-MAX_PAGES = 1024  # pages whose Stop is remembered at most (each is dropped when its page closes)
+T = TypeVar("T")
+
+MAX_PAGES = 1024  # pages whose Stops and values (`ByPage`) are kept at most (each dropped when its page closes)
 
 
 def page_of(request: gr.Request | None) -> str | None:
@@ -31,15 +33,33 @@ def page_of(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None)
 
 
+class ByPage(Generic[T]):
+    """A value per page (key: `page_of`), made by `new` when first asked for, the latest MAX_PAGES kept (each is
+    dropped when its page closes). Thread-safe; `lock` guards a value's own changes too."""
+
+    def __init__(self, new: Callable[[], T]) -> None:
+        self._values: OrderedDict[str | None, T] = OrderedDict()
+        self._new, self.lock = new, threading.RLock()
+
+    def of(self, key: str | None) -> T:
+        """The page's value (made now if it has none)."""
+        with self.lock:
+            value = self._values[key] = self._values.pop(key) if key in self._values else self._new()
+            while len(self._values) > MAX_PAGES:
+                self._values.popitem(last=False)
+            return value
+
+    def drop(self, request: gr.Request | None = None) -> None:
+        """The page closed."""
+        with self.lock:
+            self._values.pop(page_of(request), None)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 class Stopped(Exception):
     """A page's Stop button ended its computation (the message says so)."""
-
-
-def stop_once_none_runs(button: gr.Button, still_needed: bool) -> dict:
-    """What a computation that ended writes of its page's Stop `button`: disabled when it was the page's last one
-    to end, else nothing. Never "enabled": the answers of two computations may reach the page in either order,
-    and the one that ended first must not enable the Stop after the last one disabled it."""
-    return {} if still_needed else {button: gr.Button(interactive=False)}
 
 
 @dataclass
@@ -75,35 +95,26 @@ class PageStops:
     """One Stop per page (its Gradio session). Thread-safe."""
 
     def __init__(self) -> None:
-        self._pages: OrderedDict[str | None, _Page] = OrderedDict()
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-
-    def _page(self, key: str | None) -> _Page:
-        """The page's record (called under the lock)."""
-        page = self._pages.setdefault(key, _Page())
-        self._pages.move_to_end(key)
-        while len(self._pages) > MAX_PAGES:
-            self._pages.popitem(last=False)
-        return page
+        self._pages = ByPage(_Page)
+        self._lock, self._ids = self._pages.lock, itertools.count(1)
 
     def arm(self, request: gr.Request | None = None) -> None:
         """A computation asked for (at once, off the queues): a Stop pressed from now on stops it, even before its
         handler starts; one pressed before does not."""
         with self._lock:
-            page = self._page(page_of(request))
+            page = self._pages.of(page_of(request))
             page.asks += 1
             page.waiting = page.asks
 
     def press(self, request: gr.Request | None = None) -> None:
         """The Stop button: every computation of this page asked before now stops."""
         with self._lock:
-            page = self._page(page_of(request))
+            page = self._pages.of(page_of(request))
             page.stopped_upto = page.asks
 
     def stopped(self, key: str | None, ask: int) -> bool:
         with self._lock:
-            return self._page(key).stopped_upto >= ask
+            return self._pages.of(key).stopped_upto >= ask
 
     @contextmanager
     def holding(self, request: gr.Request | None) -> Iterator[Held]:
@@ -112,7 +123,7 @@ class PageStops:
         page still runs."""
         key, me = page_of(request), next(self._ids)
         with self._lock:
-            page = self._page(key)
+            page = self._pages.of(key)
             if page.waiting is None:
                 page.asks += 1
                 page.waiting = page.asks
@@ -123,19 +134,18 @@ class PageStops:
             yield held
         finally:
             with self._lock:
-                page = self._page(key)
+                page = self._pages.of(key)
                 page.running.pop(me, None)
                 held.still_needed = bool(page.running)
 
     def running(self, request: gr.Request | None) -> bool:
         """Whether a computation of this page runs (its Stop is enabled while one does)."""
         with self._lock:
-            return bool(self._page(page_of(request)).running)
+            return bool(self._pages.of(page_of(request)).running)
 
     def drop(self, request: gr.Request | None = None) -> None:
         """The page closed."""
-        with self._lock:
-            self._pages.pop(page_of(request), None)
+        self._pages.drop(request)
 
     def __len__(self) -> int:
         return len(self._pages)

@@ -150,6 +150,17 @@ class Tabs:
         raise AttributeError(name)
 
 
+def unselected(*galleries: gr.Gallery) -> dict:
+    """No tile of `galleries` framed as the page's image any more: their props only, their tiles stay (a
+    component, not gr.update, which drops a None)."""
+    return {gallery: gr.Gallery(selected_index=None) for gallery in galleries}
+
+
+def tab_opened(evt: gr.SelectData) -> str:
+    """The label of the tab the page shows now."""
+    return evt.value
+
+
 class ImageEvents:
     """What a new image (or a new model) does across the tabs: each tab's part, composed."""
 
@@ -236,19 +247,13 @@ class ImageEvents:
         log.info("analysed %s with %s in %.2f s", Path(path).name, loaded.name, time.perf_counter() - start)
         return self.first_view(loaded, a, look, shown, uploaded=uploaded, selected=selected)
 
-    @staticmethod
-    def unselected(*galleries: gr.Gallery) -> dict:
-        """No tile of `galleries` framed as the page's image any more: their props only, their tiles stay (a
-        component, not gr.update, which drops a None)."""
-        return {gallery: gr.Gallery(selected_index=None) for gallery in galleries}
-
     def upload(self, **asked: Any) -> dict:
         """An uploaded file analysed (or refused, in the status line); no example, and no atlas exemplar, is
         highlighted any more. asked: `UploadAsk`'s fields, by name."""
         ask = UploadAsk(**asked)
         path = payload_path(ask.image_in)
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=True)
-        return out | self.unselected(self.page.shared.examples, self.page.dataset.exemplars)
+        return out | unselected(self.page.shared.examples, self.page.dataset.exemplars)
 
     def example(self, evt: gr.SelectData, **asked: Any) -> dict:
         """An example clicked: analysed, and shown in the image box; an atlas exemplar opened before is highlighted
@@ -256,7 +261,7 @@ class ImageEvents:
         ask = ImageAsk(**asked)
         path = evt.value["image"]["path"]
         out = self.analyse_path(ask.choice, path, ask.look, ask.th_layer, ask.ca_props, uploaded=False)
-        return out | {self.page.shared.image_in: path} | self.unselected(self.page.dataset.exemplars)
+        return out | {self.page.shared.image_in: path} | unselected(self.page.dataset.exemplars)
 
     def details(self, **asked: Any) -> dict:
         """After the first view of an image: the downloads, the residual ratios, the per-head statistics and the
@@ -278,10 +283,6 @@ class ImageEvents:
         its part once opened."""
         tab = self.tabs.by_label.get(open_tab)
         return gr.skip() if tab is None else tab.follow_up(choice, a, request, progress)  # else: emptied (`cleared`)
-
-    @staticmethod
-    def tab_opened(evt: gr.SelectData) -> str:
-        return evt.value
 
 
 def compose(first: LoadedModel, cache: ModelCache, places: dataset.AtlasPlaces) -> tuple[gr.Blocks, Page, Tabs]:
@@ -350,7 +351,7 @@ def _new_image_chain(page: Page, tabs: Tabs) -> tuple[dict, dict, dict]:
     )
     # a Stop from now on counts for the new image's view when the Causal tab is on show
     arm = dict(
-        fn=tabs.causal.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
+        fn=tabs.causal.stops.new_image, inputs=[s.open_tab, s.analysis], outputs=page.causal.cz_stop, queue=False,
         api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     in_open_tab = list(dict.fromkeys([*(c for tab in tabs.all for c in tab.followed()), s.json_file]))
@@ -396,15 +397,15 @@ def _wire_image(demo: gr.Blocks, page: Page, tabs: Tabs) -> None:
         event.success(**details).success(**arm).success(**open_tab)
     # at the pick, off the queues: the page's long work of its last image ends before the new one's is asked for
     gr.on(
-        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.moved_on, None, None,
-        queue=False, api_visibility="private", show_progress="hidden",
+        [s.image_in.upload, s.examples.select, *(trigger for trigger, _ in picks)], tabs.causal.stops.moved_on,
+        None, None, queue=False, api_visibility="private", show_progress="hidden",
     )  # fmt: skip
     s.image_in.change(
         ev.image_changed, [s.image_in, page.ca.ca_props], ev.results(), preprocess=False, queue=False,
         api_visibility="private",
     )  # fmt: skip
     # which tab is open (for the follow-up), at once and off the model queue
-    s.tabs.select(ev.tab_opened, None, s.open_tab, queue=False, api_visibility="private")
+    s.tabs.select(tab_opened, None, s.open_tab, queue=False, api_visibility="private")
 
 
 def wire(demo: gr.Blocks, page: Page, tabs: Tabs, *, cache: ModelCache, default: ModelChoice) -> None:

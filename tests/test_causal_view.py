@@ -201,7 +201,7 @@ def test_the_tab_follows_the_image_the_class_and_the_head(handlers):
     )
     assert other[p.cz_state].target == (a.top_class + 1) % 10
     heads = loaded.cfg.num_heads
-    picked = handlers.tabs.causal.head(  # CA2 head 2
+    picked = handlers.tabs.causal.figures.head(  # CA2 head 2
         choice=loaded.choice, analysis=a, cz_state=view, cz_head=heads + 1, cz_mode=causal_view.ABLATIONS[1]
     )
     assert "without CA2 head 2" in picked[p.cz_top5] and set(picked) == {p.cz_maps, p.cz_top5}
@@ -392,7 +392,7 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     a = session.analyse(loaded, str(read_examples()[0].path))
     page = SimpleNamespace(session_hash="waiting")
     with lane_held_by_another_page() as release:
-        causal.will_compute(loaded.choice, a, None, page)  # the tab opened
+        causal.stops.will_compute(loaded.choice, a, None, page)  # the tab opened
         answer = {}
         waiting = threading.Thread(
             target=lambda: answer.update(out=causal.opened(loaded.choice, a, None, page, lambda *_, **__: None))
@@ -406,7 +406,7 @@ def test_a_stop_pressed_while_the_tab_waits_for_the_long_lane_stops_it_when_it_s
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     said = f"**Stopped** after 0 of {blocks} knockouts; open the tab again to go on from there."
     assert answer["out"][p.cz_cost] == said and a.causal is None
-    causal.will_compute(loaded.choice, a, None, page)  # opened again
+    causal.stops.will_compute(loaded.choice, a, None, page)  # opened again
     assert causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)[p.cz_state] is not None
 
 
@@ -440,15 +440,15 @@ def test_the_tab_opened_before_a_new_images_chain_arms_keeps_its_view_and_stop_t
         return answer["out"], done
 
     with lane_held_by_another_page() as release:
-        assert causal.will_compute(loaded.choice, a, None, page)[p.cz_stop].interactive  # the tab opened
-        out, late = view_waiting_for_the_lane(release, lambda: causal.new_image(CLASS_ATTENTION_TAB, a, page))
+        assert causal.stops.will_compute(loaded.choice, a, None, page)[p.cz_stop].interactive  # the tab opened
+        out, late = view_waiting_for_the_lane(release, lambda: causal.stops.new_image(CLASS_ATTENTION_TAB, a, page))
     assert late.get(p.cz_stop, gr.Button(interactive=True)).interactive  # the Stop left enabled
     assert out[p.cz_state] is not None and out[p.cz_stop].interactive is False  # computed, then nothing runs
     # the page's next pick while its view waits: cancelled, nothing shown, the Stop disabled
     causal.kept = causal_view.Kept()
     with lane_held_by_another_page() as release:
-        causal.will_compute(loaded.choice, a, None, page)
-        out, _ = view_waiting_for_the_lane(release, lambda: causal.moved_on(page))
+        causal.stops.will_compute(loaded.choice, a, None, page)
+        out, _ = view_waiting_for_the_lane(release, lambda: causal.stops.moved_on(page))
     assert set(out) == {p.cz_stop} and out[p.cz_stop].interactive is False
 
 
@@ -543,7 +543,7 @@ def test_another_class_and_another_knockout_stop_with_the_tabs_stop_and_the_clas
     blocks = loaded.cfg.depth + loaded.cfg.depth_token_only
     other = (a.top_class + 1) % loaded.cfg.num_classes
     asked = dict(choice=loaded.choice, analysis=a, cz_class=other, cz_head=1, cz_mode=causal_view.ABLATIONS[0])
-    armed = causal.armed(loaded.choice, a, page)
+    armed = causal.stops.armed(loaded.choice, a, page)
     assert armed[p.cz_stop].interactive is True
     ran_after = []
     model_blocks = [*loaded.model.blocks, *loaded.model.blocks_token_only]
@@ -559,14 +559,14 @@ def test_another_class_and_another_knockout_stop_with_the_tabs_stop_and_the_clas
     assert ran_after and not any(ran_after)  # no block after the Stop
     # chosen again: from the third knockout to the whole view of that class
     seen = []
-    causal.armed(loaded.choice, a, page)
+    causal.stops.armed(loaded.choice, a, page)
     out = causal.choose_class(page, lambda done, **kw: seen.append(done), **asked)
     assert out[p.cz_state].target == other and seen[0] == (2, blocks) and out[p.cz_stop].interactive is False
     np.testing.assert_allclose(
         out[p.cz_state].knockout, causal_view.compute(loaded.model, a.x, other).knockout, atol=1e-5
     )
     # the knockout profile of a branch: stopped at its first block
-    causal.armed(loaded.choice, a, page)
+    causal.stops.armed(loaded.choice, a, page)
     progress = _progress_that_stops(causal, page, lambda done, *_: done == 1)
     asked = dict(choice=loaded.choice, analysis=a, cz_state=view, cz_knockout_of="MLP branch")
     out = causal.knockout(page, progress, **asked)
@@ -603,7 +603,7 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
     answers, threads = {}, []
     with lane_held_by_another_page() as release:
         for name, ask in asks.items():
-            causal.armed(loaded.choice, a, page)  # asked (the tab opened, the menu, the radio)
+            causal.stops.armed(loaded.choice, a, page)  # asked (the tab opened, the menu, the radio)
             threads.append(threading.Thread(target=lambda n=name, f=ask: answers.update({n: f()})))
             threads[-1].start()
         time.sleep(0.5)  # each waits for the lane
@@ -621,7 +621,7 @@ def test_a_stop_pressed_while_the_tabs_computations_wait_behind_other_long_work_
     # only the last one to end writes the Stop (disabled): the others' answers may reach the page after it
     written = [out[p.cz_stop] for out in answers.values() if p.cz_stop in out]
     assert len(written) == 1 and written[0].interactive is False
-    causal.armed(loaded.choice, a, page)  # asked after the Stop: it runs
+    causal.stops.armed(loaded.choice, a, page)  # asked after the Stop: it runs
     assert p.cz_state in asks["class"]() and a.causal is None
 
 
@@ -665,7 +665,7 @@ def test_the_stop_keeps_its_label_whatever_the_arming_steps_answer(handlers):
     arming = [fn for fn in demo.fns.values() if fn.outputs == [page.causal.cz_stop] and fn.name == "new_image"]
     assert arming
     for open_tab in (CLASS_ATTENTION_TAB, CAUSAL_TAB):
-        answer = tabs.causal.new_image(open_tab, a, SimpleNamespace(session_hash="label"))
+        answer = tabs.causal.stops.new_image(open_tab, a, SimpleNamespace(session_hash="label"))
         sent = asyncio.run(demo.postprocess_data(arming[0], answer, None))[0]
         assert not (isinstance(sent, dict) and sent.get("value") not in (None, "Stop")), sent
         assert sent not in ("{}", {}), sent
@@ -685,11 +685,11 @@ def test_a_view_whose_page_moved_on_after_its_last_block_draws_nothing(handlers,
     written = session.numbers_file
 
     def picked_meanwhile(*args, **kwargs):
-        causal.moved_on(page)  # the pick arrives while the download is written, after every pass of the model
+        causal.stops.moved_on(page)  # the pick arrives while the download is written, after every pass of the model
         return written(*args, **kwargs)
 
     monkeypatch.setattr(session, "numbers_file", picked_meanwhile)
-    causal.will_compute(loaded.choice, a, None, page)
+    causal.stops.will_compute(loaded.choice, a, None, page)
     out = causal.opened(loaded.choice, a, None, page, lambda *_, **__: None)
     assert set(out) == {p.cz_stop} and out[p.cz_stop].interactive is False
 
@@ -708,7 +708,7 @@ def test_a_view_waiting_behind_another_pages_work_says_so_and_its_stop_is_heard_
     page = SimpleNamespace(session_hash="waiting-told")
     told: list[str] = []
     with lane_held_by_another_page() as release:
-        causal.will_compute(loaded.choice, a, None, page)  # the tab opened
+        causal.stops.will_compute(loaded.choice, a, None, page)  # the tab opened
         answer = {}
         progress = lambda *_, desc="", **__: told.append(desc)  # noqa: E731
         waiting = threading.Thread(

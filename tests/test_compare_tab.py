@@ -46,7 +46,7 @@ def world(tmp_path_factory):
 
 
 def choose(world, variant=None, checkpoint=None) -> dict:
-    world.tab.sides(None).run = None
+    world.tab.pages.of(None).run = None
     return world.tab.choose(
         choice=world.loaded.choice, analysis=world.a, cmp_variant=variant, cmp_checkpoint=checkpoint
     )

@@ -213,8 +213,8 @@ def test_the_tab_offers_the_atlases_of_a_folder(world, tmp_path):
 
 def test_an_atlas_built_in_the_tab_equals_the_command_lines(world, tmp_path):
     dh, t = world.dh, world.dh.parts
-    assert "Choose 1 to 2,000 scenes" in dh.build_atlas(world.choice, 2001)[t.msg]
-    out = dh.build_atlas(world.choice, 24)
+    assert "Choose 1 to 2,000 scenes" in dh.builder.build_atlas(world.choice, 2001)[t.msg]
+    out = dh.builder.build_atlas(world.choice, 24)
     built = out[t.atlas].folder
     flags = ["--checkpoint", str(world.weights), "--data", "fashion-mnist-scenes", "--limit", "24"]
     assert command_line_atlas(flags, tmp_path / "cli") == 0
@@ -242,7 +242,7 @@ def test_an_atlas_built_in_the_tab_takes_the_caches_model_within_a_ceiling_of_on
     app = page_under_test(cache, world.choice)
     from_disk, real = [], factory.load_model
     monkeypatch.setattr(factory, "load_model", lambda *a, **k: from_disk.append(a) or real(*a, **k))
-    out = app.tabs.dataset.build_atlas(world.choice, 8)
+    out = app.tabs.dataset.builder.build_atlas(world.choice, 8)
     assert out[app.p.msg] == "" and out[app.p.atlas].summary["images"] == 8
     assert loads == [world.choice] and from_disk == []
     assert cache.cached == [world.choice] and cache.nbytes == one_copy <= cache.max_bytes
@@ -321,12 +321,12 @@ def test_a_stopped_build_keeps_its_shards_and_the_next_build_continues_them(worl
 
     monkeypatch.setattr(shards, "write_shard", write_then_stop)
     n = 2 * dv.BUILT_SHARD + 8
-    out = dh.build_atlas(world.choice, n, request=page)
+    out = dh.builder.build_atlas(world.choice, n, request=page)
     assert out[t.msg].startswith("**Stopped** with 64 of 136 scenes done") and len(written) == 1
     loaded = world.app.cache.get(world.choice)
     folder = dv.built_folder(dh_kept(), loaded.name, loaded.sourced.made_from, n)
     assert str(folder) in out[t.msg] and not (folder / "summary.json").exists()
-    out = dh.build_atlas(world.choice, n, request=page)
+    out = dh.builder.build_atlas(world.choice, n, request=page)
     assert out[t.atlas].folder == folder and written[1:] == written[1:3] and len(written) == 3  # the rest only
     flags = ["--checkpoint", str(world.weights), "--data", "fashion-mnist-scenes", "--limit", str(n)]
     flags += ["--shard-size", str(dv.BUILT_SHARD)]  # float64 sums taken shard by shard: the same shards
@@ -371,10 +371,10 @@ def test_a_stop_pressed_while_a_build_reads_its_scenes_ends_it_then(world, monke
 
     monkeypatch.setattr(atlas_run, "read_data", slow_read)
     page = SimpleNamespace(session_hash="reading-page")
-    dh._armed(page)  # the Build button
+    dh.stops.asked(page)  # the Build button
     answer = {}
     n = 44  # a count no other test builds: the user cache keeps atlases, and one finished would need no reading
-    builder = threading.Thread(target=lambda: answer.update(out=dh.build_atlas(world.choice, n, page)))
+    builder = threading.Thread(target=lambda: answer.update(out=dh.builder.build_atlas(world.choice, n, page)))
     builder.start()
     try:
         assert reading.wait(60)
@@ -385,7 +385,7 @@ def test_a_stop_pressed_while_a_build_reads_its_scenes_ends_it_then(world, monke
         release.set()
         builder.join(120)
     assert answer["out"][t.msg].startswith(f"**Stopped** with 0 of {n} scenes done")
-    assert dh._ended(page)[t.stop].interactive is False  # nothing of the page runs: disabled
+    assert dh.stops.ended(page)[t.stop].interactive is False  # nothing of the page runs: disabled
 
 
 def test_an_example_or_an_upload_after_an_exemplar_leaves_no_exemplar_highlighted(world):

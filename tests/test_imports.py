@@ -1,7 +1,8 @@
 """No import cycle in cait/: every `import` and `from ... import`, at module level or inside a function, read
 from the source (ast), relative ones resolved. A cycle through function-level imports works only as long as
 each import runs late enough; it ties the modules into one, which the package's layering is meant to prevent.
-Imports under `if TYPE_CHECKING:` never run (annotations only), so they are no edge."""
+Imports under `if TYPE_CHECKING:` never run (annotations only), so they are no edge. And the structure the code
+keeps: no private name imported across modules, no class of the app over twelve methods."""
 
 from __future__ import annotations
 
@@ -152,4 +153,31 @@ def test_no_module_imports_another_modules_private_names():
                 if isinstance(node, ast.ImportFrom):
                     private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                     found += [f"{path.relative_to(root)}:{node.lineno} {name}" for name in private]
+    assert not found, found
+
+
+MAX_METHODS = 12  # a class with more does more than one thing (split it by what its methods share)
+
+
+def methods_over(source: str, most: int = MAX_METHODS) -> list[str]:
+    """The classes of `source` with more than `most` methods (functions defined in the class body), with their
+    count."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            n = sum(isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) for item in node.body)
+            found += [f"{node.name} ({n})"] if n > most else []
+    return found
+
+
+def test_no_class_of_the_app_has_more_than_twelve_methods():
+    """Each class of `app/` holds one concern: its methods (the defs of its body) number 12 at most."""
+    many = "class Many:\n" + "".join(f"    def m{k}(self):\n        def inner(): pass\n" for k in range(13))
+    assert methods_over(many) == ["Many (13)"] and methods_over(many, 13) == []  # nested defs do not count
+    root = PACKAGE.parent
+    found = {
+        str(path.relative_to(root)): over
+        for path in sorted((root / "app").rglob("*.py"))
+        if (over := methods_over(path.read_text()))
+    }
     assert not found, found

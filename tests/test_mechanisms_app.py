@@ -47,7 +47,7 @@ def setup(tmp_path_factory):
 def patch(handlers, a, **named) -> dict:
     ask = dict(choice=a.choice, analysis=a, mx_class=None, mx_source=SOURCES[0], mx_corruption="gaussian_noise")
     ask |= dict(mx_severity=3, mx_example=None, mx_upload=None)
-    return handlers.tabs.mechanisms.patch(**(ask | named))
+    return handlers.tabs.mechanisms.runs.patch(**(ask | named))
 
 
 def test_the_lens_drawn_is_explains(setup):
@@ -245,7 +245,7 @@ def test_errors_come_in_two_kinds_a_users_calm_line_and_an_internal_one_with_the
 def tokens(handlers, a, **named) -> dict:
     ask = dict(choice=a.choice, analysis=a, mx_class=None, mx_source=SOURCES[0], mx_corruption="contrast")
     ask |= dict(mx_severity=5, mx_example=None, mx_upload=None, mx_region=1)
-    return handlers.tabs.mechanisms.tokens(**(ask | named))
+    return handlers.tabs.mechanisms.runs.tokens(**(ask | named))
 
 
 def spearman(u: np.ndarray, v: np.ndarray) -> float:
@@ -308,7 +308,7 @@ def test_the_token_map_drawn_is_an_independent_hooked_run_beside_the_class_atten
     np.testing.assert_allclose(attention_z, attention.ravel()[rows], atol=1e-5)
     if abs(gap) >= 1:  # the correlations are withheld with the shares (test_correlations_are_withheld_...)
         assert f"{spearman(attention, restored):+.2f} (restored)" in figure.layout.title.text
-    assert out[p.mx_second].size == a.view.size and out[p.mx_msg] == handlers.tabs.mechanisms.small_gap_note(gap)
+    assert out[p.mx_second].size == a.view.size and out[p.mx_msg] == handlers.tabs.mechanisms.runs.small_gap_note(gap)
     # both signed panels by the one colour convention, on one scale
     bound = max(np.abs(restored_z).max(), np.abs(np.array(figure.data[2].z)).max())
     assert all(signed_by_the_convention(trace, bound) for trace in figure.data[1:])
@@ -414,16 +414,16 @@ def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_
     assert seen[-1] == (total, total) and p.mx_tokens in drawn
     # a Stop pressed while the run waits (asked: its button) stops it when it starts; the earlier map and bars
     # are emptied
-    tab.token_stops.arm(None)
-    tab.token_stops.press(None)
+    tab.runs.token_stops.arm(None)
+    tab.runs.token_stops.press(None)
     stopped = tokens(handlers, a, mx_region=region, progress=progress)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_tokens] is None
-    tab.patch_stops.arm(None)
-    tab.patch_stops.press(None)
+    tab.runs.patch_stops.arm(None)
+    tab.runs.patch_stops.press(None)
     stopped = patch(handlers, a, progress=progress)
     assert stopped[p.mx_msg].startswith("**Stopped:**") and stopped[p.mx_patch] is None
-    assert not tab.patch_stops.running(None) and not tab.token_stops.running(None)  # each ended
-    tab.token_stops.arm(None)  # asked after the Stop: it runs
+    assert not tab.runs.patch_stops.running(None) and not tab.runs.token_stops.running(None)  # each ended
+    tab.runs.token_stops.arm(None)  # asked after the Stop: it runs
     assert p.mx_tokens in tokens(handlers, a, mx_region=region, progress=progress)
 
 
@@ -449,14 +449,14 @@ def test_a_view_beside_a_token_patching_run_whose_stop_was_pressed_answers(setup
 
     monkeypatch.setattr(mechanisms_view, "token_numbers", held)
     request, answer = SimpleNamespace(session_hash="running-page"), {}
-    tab.token_stops.arm(request)
+    tab.runs.token_stops.arm(request)
     progress = lambda done_total, **kw: seen.append(done_total)  # noqa: E731
     run = lambda: answer.update(out=tokens(handlers, a, request=request, progress=progress))  # noqa: E731
     runner = threading.Thread(target=run)
     runner.start()
     try:
         assert inside.wait(60)
-        tab.token_stops.press(request)
+        tab.runs.token_stops.press(request)
         beside = torch_thread.call(session.analyse, loaded, examples[1])  # another page's view, same model
     finally:
         release.set()

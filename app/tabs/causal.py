@@ -4,21 +4,19 @@ its progress block by block, and a Stop that always stops (`PageStops`). `app.ca
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import gradio as gr
 
 from app import causal_view, session, texts, torch_thread
 from app.choices import causal_heads, class_choices, top5_html
+from app.long_work import Ended, LongWork, did_not_finish
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import CAUSAL_TAB, LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
+from app.stops import Held
 from cait.figures import head_name
-
-log = logging.getLogger("cait.app")
 
 
 @dataclass
@@ -47,12 +45,6 @@ class CausalParts:
         """What computing the tab's view writes: the view, the cost line (its progress, or why it stopped) and the
         Stop (enabled while the view is computed)."""
         return [*self.computed, self.cz_cost, self.cz_stop]
-
-    @property
-    def long_outputs(self) -> list:
-        """What the tab's long computations write besides their results: the cost line (its progress, or why
-        it stopped) and the Stop (enabled while a computation of the page has not ended)."""
-        return [self.cz_cost, self.cz_stop]
 
     @property
     def results(self) -> list:
@@ -128,15 +120,53 @@ def build(first: LoadedModel, tab: gr.Tab) -> CausalParts:
     return CausalParts(**parts)
 
 
-class CausalTab(PageTab):
-    """The tab's events and what it draws. Its three long computations (the view of the image's top class when
-    the tab opens, another class's view, another part's knockout profile) run on the long lane with the page's
-    one Stop (`PageStops`): each armed at once, off the queues, when it is asked for."""
+def computes(choice, a, shown) -> bool:
+    """Whether opening the tab computes its view: an image analysed by the page's model, not on show yet."""
+    return a is not None and a.choice == choice and shown is None
 
-    def __init__(self, parts: CausalParts, shared: Shared, cache: ModelCache):
-        self.parts, self.shared, self.cache = parts, shared, cache
-        self.stops = PageStops()
-        self.kept = causal_view.Kept()  # views computed or begun, shared by every page
+
+class CausalStop(LongWork):
+    """The tab's one Stop over its three long computations (the view of the image's top class when the tab opens,
+    another class's view, another part's knockout profile): each armed at once, off the queues, when it is asked
+    for."""
+
+    def __init__(self, parts: CausalParts):
+        super().__init__(parts.cz_stop)
+        self.cost = parts.cz_cost
+
+    def will_compute(self, choice, a, shown, request: gr.Request | None = None) -> dict:
+        """The tab opened (at once, off the queues): its view armed when it computes, so that a Stop from now on
+        counts, even while the computation waits for the long lane."""
+        return self.arm_if(computes(choice, a, shown), request)
+
+    def armed(self, choice, a, request: gr.Request | None = None) -> dict:
+        """Another class or knockout asked for (at once, off the queues): armed when the page has an image of its
+        model to compute it for."""
+        return self.arm_if(a is not None and a.choice == choice, request)
+
+    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
+        """The page has a new image `a` (off the queues, before what the open tab computes of it): its view armed
+        and the Stop enabled if the tab is on show (it computes it). Otherwise the Stop is left as it is: the tab
+        may have been opened after the pick, and its armed view be waiting for the long lane: skipped, not an
+        empty dict, which Gradio would take as the lone output's value (the Stop's label read "{}")."""
+        return self.arm_if(True, request) if open_tab == CAUSAL_TAB and a is not None else gr.skip()
+
+    def shown(self, got: dict | Ended) -> dict | None:
+        """What a computation shows: its answer, the line it ended with, or nothing once cancelled."""
+        if not isinstance(got, Ended):
+            return got
+        return None if got.cancelled else {self.cost: got.line}
+
+    def failed(self, line: str) -> dict:
+        """A computation that failed: its line where the tab says its cost, and the Stop disabled."""
+        return {self.cost: line, self.button: gr.Button(interactive=False)}
+
+
+class CausalFigures:
+    """What the tab draws of a computed view, and its quick event (another head picked)."""
+
+    def __init__(self, parts: CausalParts, cache: ModelCache):
+        self.parts, self.cache = parts, cache
 
     def outputs(self, loaded: LoadedModel, a: session.Analysis, view, head: int, mode: str) -> dict:
         """The tab for `view` (a `causal_view.CausalView`) with head `head` (layer * heads + head) picked: the
@@ -161,134 +191,93 @@ class CausalTab(PageTab):
             self.parts.cz_top5: top5_html(top5, f"without {head_name(layer, head)}"),
         }
 
-    @staticmethod
-    def computes(choice, a, shown) -> bool:
-        """Whether opening the tab computes its view: an image analysed by the page's model, not on show yet."""
-        return a is not None and a.choice == choice and shown is None
+    def head(self, **asked: Any) -> dict:
+        """Another head picked (or another way to remove it): its maps and the top-5 without it. asked:
+        `HeadAsk`'s fields."""
+        ask = HeadAsk(**asked)
+        a, view = ask.analysis, ask.cz_state
+        if a is None or a.choice != ask.choice or view is None or ask.cz_head is None:
+            return {}
+        return self.head_outputs(self.cache.get(ask.choice), a, view, int(ask.cz_head), ask.cz_mode)
 
-    def _arm(self, asks: bool, request: gr.Request | None) -> dict:
-        """A computation asked for (`asks`: armed, `PageStops.arm`) or not: the Stop, enabled while a computation
-        of the page is asked for or runs."""
-        if asks:
-            self.stops.arm(request)
-        return {self.parts.cz_stop: gr.Button(interactive=asks or self.stops.running(request))}
+    def cost(self, loaded: LoadedModel, a: session.Analysis) -> dict:
+        """The first view of a new image here (and the line once a view is computed): what computing the tab
+        costs."""
+        passes = causal_view.forward_passes(loaded.cfg)
+        said = texts.cost_in_passes("Computing this tab", passes, a.forward_seconds, loaded=loaded)
+        return {self.parts.cz_cost: said}
 
-    def will_compute(self, choice, a, shown, request: gr.Request | None = None) -> dict:
-        """The tab opened (at once, off the queues): its view armed when it computes, so that a Stop from now on
-        counts, even while the computation waits for the long lane."""
-        return self._arm(self.computes(choice, a, shown), request)
 
-    def armed(self, choice, a, request: gr.Request | None = None) -> dict:
-        """Another class or knockout asked for (at once, off the queues): armed when the page has an image of its
-        model to compute it for."""
-        return self._arm(a is not None and a.choice == choice, request)
+class CausalTab(PageTab):
+    """The tab's events. Its three long computations run on the long lane with the page's one Stop
+    (`CausalStop`); `CausalFigures` draws what they computed."""
 
-    @staticmethod
-    def moved_on(request: gr.Request | None = None) -> None:
-        """An image picked or uploaded (at once, off the queues, before its analysis): the page's long work of its
-        last image is cancelled. At the pick, not later in the new image's event chain: by then the user may have
-        opened the tab, and its view of the new image must not be cancelled."""
-        torch_thread.cancel_long(page_of(request))
-
-    def new_image(self, open_tab: str, a, request: gr.Request | None = None) -> dict:
-        """The page has a new image `a` (off the queues, before what the open tab computes of it): its view armed
-        and the Stop enabled if the tab is on show (it computes it). Otherwise the Stop is left as it is: the tab
-        may have been opened after the pick, and its armed view be waiting for the long lane: skipped, not an
-        empty dict, which Gradio would take as the lone output's value (the Stop's label read "{}")."""
-        return self._arm(True, request) if open_tab == CAUSAL_TAB and a is not None else gr.skip()
-
-    def _held(self, request, compute: Callable[[Held], dict | None]) -> dict:
-        """compute(held) holding the page's Stop (`PageStops.holding`) until it returns or raises: its answer, with
-        the Stop disabled when it was the page's last computation to end (`stop_once_none_runs`); only that Stop
-        when it has nothing to show (None: cancelled by the page's next image)."""
-        with self.stops.holding(request) as held:
-            out = compute(held)
-        return (out or {}) | stop_once_none_runs(self.parts.cz_stop, held.still_needed) or gr.skip()
-
-    def _on_long_lane(
-        self, work, loaded: LoadedModel, request, held: Held, stopped: Callable[[], str], *, what: str, progress
-    ) -> dict | None:
-        """work() (`what`, for the log) on the long lane for the page's image, the page's Stop heard while it waits
-        for the lane, when it starts and before each block (then the cost line says stopped()), its progress line
-        saying when it waits; None when the page's next image cancelled it (that image's first view emptied the
-        tab)."""
-        stop = lambda: held.stop_if_pressed(stopped())  # noqa: E731
-        try:
-            return torch_thread.call_long(
-                work, page=page_of(request), model=loaded.model, stop=stop, on_wait=texts.waiting_line(progress)
-            )
-        except torch_thread.Cancelled:
-            log.info("%s cancelled by its page's next image", what)
-            return None
-        except Stopped as e:
-            log.info("%s stopped by its page", what)
-            return {self.parts.cz_cost: str(e)}
+    def __init__(self, parts: CausalParts, shared: Shared, cache: ModelCache):
+        self.parts, self.shared, self.cache = parts, shared, cache
+        self.stops = CausalStop(parts)
+        self.figures = CausalFigures(parts, cache)
+        self.at_first_view = self.figures.cost  # a new image's first view says what computing the tab costs
+        self.kept = causal_view.Kept()  # views computed or begun, shared by every page
 
     def opened(self, choice, a, shown, request: gr.Request | None = None, progress=gr.Progress()) -> dict:
         """The tab opened: its view of the image's top class, computed now on the long lane unless it is on show
         already, and the JSON download rewritten with its numbers. Progress is told by phase, block by block; the
-        page's Stop (armed by `will_compute`) ends the work before the next block the model runs, and what
+        page's Stop (armed by `CausalStop.will_compute`) ends the work before the next block the model runs, and what
         was done is kept (`causal_view.Kept`): opened again, it goes on from there. The page's next image cancels
-        it (`moved_on`): then only the Stop is written."""
-        if not self.computes(choice, a, shown):
+        it (`LongWork.moved_on`): then only the Stop is written."""
+        if not computes(choice, a, shown):
             return gr.skip()
+        again = "open the tab again to go on from there."
+        return self._view(request, choice, a, a.top_class, progress, again=again, keep=True)
+
+    def _view(self, request, choice: ModelChoice, a: session.Analysis, target: int | None, progress, *, again: str,
+              head: int = 0, mode: str = causal_view.ABLATIONS[0], keep: bool = False) -> dict:  # fmt: skip
+        """The view of class `target` (None: nothing to compute) on the long lane as far as `Kept` has it, computed
+        on with its progress, holding the page's Stop (whose line says how far it got, then `again`): what
+        the tab shows of it (head `head` picked, removed by `mode`) and, with `keep` (the top class's view), its
+        numbers kept on the analysis and the download rewritten; only the Stop when the page's next image
+        cancelled it (that image's first view emptied the tab)."""
 
         def view(held: Held) -> dict | None:
+            if target is None:
+                return {}
             loaded = torch_thread.call(self.cache.get, choice)
-            again = "open the tab again to go on from there."
-            return self._view(loaded, a, a.top_class, progress, held, request=request, again=again, keep=True)
+            partial = self.kept.of(loaded.choice, a.x, target)
+            knocked = [len(partial.knocked), loaded.cfg.depth + loaded.cfg.depth_token_only]  # done, of all
 
-        return self._held(request, view)
+            def on_block(done: int, total: int) -> None:
+                knocked[:] = done, total
+                progress((done, total), desc="knocking out block by block", unit="blocks")
 
-    def _view(self, loaded: LoadedModel, a: session.Analysis, target: int, progress, held: Held, *, request,
-              again: str, head: int = 0, mode: str = causal_view.ABLATIONS[0],
-              keep: bool = False) -> dict | None:  # fmt: skip
-        """The view of class `target` on the long lane as far as `Kept` has it, computed on with its progress and
-        the page's Stop (whose line says how far it got, then `again`): what the tab shows of it (head `head`
-        picked, removed by `mode`) and, with `keep` (the top class's view), its numbers kept on the analysis and
-        the download rewritten."""
-        partial = self.kept.of(loaded.choice, a.x, target)
-        knocked = [len(partial.knocked), loaded.cfg.depth + loaded.cfg.depth_token_only]  # knockouts done, of all
+            def on_first_phase(done: int, total: int) -> None:
+                progress((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
 
-        def on_block(done: int, total: int) -> None:
-            knocked[:] = done, total
-            progress((done, total), desc="knocking out block by block", unit="blocks")
+            def work() -> dict:
+                x = a.x.to(loaded.device)
+                view = causal_view.compute(
+                    loaded.model, x, target, on_block=on_block, on_first_phase=on_first_phase, partial=partial
+                )
+                out = self.figures.outputs(loaded, a, view, head, mode) | self.figures.cost(loaded, a)
+                if not keep:
+                    return out
+                a.causal = causal_view.numbers(loaded.model, x, view)
+                return out | {self.shared.json_file: session.numbers_file(loaded, a)}
 
-        def on_first_phase(done: int, total: int) -> None:
-            progress((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
+            done = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
+            what = "causal view" if keep else f"causal view of class {target}"
+            got = self.stops.run(work, held=held, what=what, stopped=done, model=loaded.model, progress=progress)
+            return self.stops.shown(got)
 
-        def work() -> dict:
-            x = a.x.to(loaded.device)
-            view = causal_view.compute(
-                loaded.model, x, target, on_block=on_block, on_first_phase=on_first_phase, partial=partial
-            )
-            out = self.outputs(loaded, a, view, head, mode) | self.cost(loaded, a)
-            if not keep:
-                return out
-            a.causal = causal_view.numbers(loaded.model, x, view)
-            return out | {self.shared.json_file: session.numbers_file(loaded, a)}
-
-        stopped = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
-        what = "causal view" if keep else f"causal view of class {target}"
-        return self._on_long_lane(work, loaded, request, held, stopped, what=what, progress=progress)
+        return self.stops.answered(request, view)
 
     def choose_class(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another class chosen: the attribution and knockouts for its logit, on the long lane with its progress
         and the page's Stop (kept as far as done, as the top class's). asked: `ClassAsk`'s fields."""
         ask = ClassAsk(**asked)
-        a = ask.analysis
-
-        def view(held: Held) -> dict | None:
-            if a is None or a.choice != ask.choice or ask.cz_class is None:
-                return {}
-            loaded = torch_thread.call(self.cache.get, ask.choice)
-            again = "choose the class again to go on from there."
-            head, mode = int(ask.cz_head or 0), ask.cz_mode
-            return self._view(
-                loaded, a, int(ask.cz_class), progress, held, request=request, again=again, head=head, mode=mode
-            )
-
-        return self._held(request, view)
+        a, asked_for = ask.analysis, ask.cz_class
+        target = None if a is None or a.choice != ask.choice or asked_for is None else int(asked_for)
+        head, again = int(ask.cz_head or 0), "choose the class again to go on from there."
+        return self._view(request, ask.choice, a, target, progress, again=again, head=head, mode=ask.cz_mode)
 
     def knockout(self, request: gr.Request | None = None, progress=gr.Progress(), **asked: Any) -> dict:
         """Another part to knock out of each block (whole block, attention or MLP branch): the profile for it, on
@@ -308,30 +297,14 @@ class CausalTab(PageTab):
                 done = causal_view.branch_knockout(loaded.model, a.x.to(loaded.device), view, what, on_block=on_block)
                 return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, done, what)}
 
-            stopped = f"**Stopped:** the knockout profile of the {what} did not finish; choose it again to compute it."
-            return self._on_long_lane(
-                work, loaded, request, held, lambda: stopped, what=f"knockout profile ({what})", progress=progress
-            )
+            line = did_not_finish(f"the knockout profile of the {what}", "choose it again to compute it.")
+            got = self.stops.run(
+                work, held=held, what=f"knockout profile ({what})", stopped=lambda: line, model=loaded.model,
+                progress=progress,
+            )  # fmt: skip
+            return self.stops.shown(got)
 
-        return self._held(request, profile)
-
-    def head(self, **asked: Any) -> dict:
-        """Another head picked (or another way to remove it): its maps and the top-5 without it. asked:
-        `HeadAsk`'s fields."""
-        ask = HeadAsk(**asked)
-        a, view = ask.analysis, ask.cz_state
-        if a is None or a.choice != ask.choice or view is None or ask.cz_head is None:
-            return {}
-        return self.head_outputs(self.cache.get(ask.choice), a, view, int(ask.cz_head), ask.cz_mode)
-
-    def cost(self, loaded: LoadedModel, a: session.Analysis) -> dict:
-        """The first view of a new image here (and the line once a view is computed): what computing the tab
-        costs."""
-        passes = causal_view.forward_passes(loaded.cfg)
-        said = texts.cost_in_passes("Computing this tab", passes, a.forward_seconds, loaded=loaded)
-        return {self.parts.cz_cost: said}
-
-    at_first_view = cost
+        return self.stops.answered(request, profile)
 
     def detailed(self) -> list:
         return [self.parts.cz_class, self.parts.cz_head]
@@ -360,46 +333,40 @@ class CausalTab(PageTab):
         }
 
     def wire(self, demo: gr.Blocks, page: Any) -> None:
-        p, shared, on_torch = self.parts, self.shared, torch_thread.handler
-        demo.unload(self.stops.drop)  # a closed page's Stop goes with it
+        p, shared, stops = self.parts, self.shared, self.stops
+        stops.wire_stop(demo)
         # Each long computation: armed at once, off the queues (a Stop pressed while it waits stops it when it
         # starts), then run on the long lane's queue (app.torch_thread: its handler is not on the quick lane, only
         # its loads)
         shown = [shared.choice, shared.analysis, p.cz_state]
         off_queue = dict(queue=False, api_visibility="private", show_progress="hidden")
-        p.causal_tab.select(self.will_compute, shown, p.cz_stop, **off_queue).then(
-            answering(self.opened, said=self._failed),
+        p.causal_tab.select(stops.will_compute, shown, p.cz_stop, **off_queue).then(
+            answering(self.opened, said=stops.failed),
             shown,
             outputs=[*p.opened, shared.json_file],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
-        # off the model queue: it must get through while the computation it stops holds the queue
-        p.cz_stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
         # input, not change: the follow-up of a new image sets the class and the head itself
         asked = [shared.choice, shared.analysis]
-        p.cz_class.input(self.armed, asked, p.cz_stop, **off_queue).then(
-            answering(self.choose_class, said=self._failed),
+        p.cz_class.input(stops.armed, asked, p.cz_stop, **off_queue).then(
+            answering(self.choose_class, said=stops.failed),
             inputs_kwargs=named(p, ClassAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[*p.computed, *p.long_outputs],
+            outputs=p.opened,
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
-        p.cz_knockout_of.input(self.armed, asked, p.cz_stop, **off_queue).then(
-            answering(self.knockout, said=self._failed),
+        p.cz_knockout_of.input(stops.armed, asked, p.cz_stop, **off_queue).then(
+            answering(self.knockout, said=stops.failed),
             inputs_kwargs=named(p, KnockoutAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[p.cz_knockout, *p.long_outputs],
+            outputs=[p.cz_knockout, p.cz_cost, p.cz_stop],
             show_progress_on=[p.cz_cost],
             **LONG_EVENTS,
         )
         for control in (p.cz_head, p.cz_mode):
             control.input(
-                on_torch(answering(self.head)),
+                torch_thread.handler(answering(self.figures.head)),
                 inputs_kwargs=named(p, HeadAsk, choice=shared.choice, analysis=shared.analysis),
                 outputs=[p.cz_maps, p.cz_top5],
                 **MODEL_EVENTS,
             )
-
-    def _failed(self, line: str) -> dict:
-        """A computation that failed: its line where the tab says its cost, and the Stop disabled."""
-        return {self.parts.cz_cost: line, self.parts.cz_stop: gr.Button(interactive=False)}

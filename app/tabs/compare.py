@@ -7,8 +7,6 @@ matrix and matching, whose disagreement images open as the page's image."""
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +16,11 @@ import cait.compare
 from app import compare_view as cv
 from app import dataset_view as dv
 from app import torch_thread
+from app.long_work import Ended, LongWork, first_line, scenes_done
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
-from app.shared import LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
-from app.stops import MAX_PAGES, PageStops, Stopped, page_of, stop_once_none_runs
+from app.shared import MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
+from app.stops import ByPage, page_of
 from app.workdir import WORK, kept
 from cait.errors import InputError
 
@@ -120,34 +119,17 @@ def build(first: LoadedModel, tab: gr.Tab) -> CompareParts:
     return CompareParts(**parts)
 
 
-def _first_line(e: Exception) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0]
-
-
 class CompareTab(PageTab):
     """The tab's events; each page's model B and run are kept here (`Sides`, by page), dropped when it closes."""
 
     def __init__(self, parts: CompareParts, shared: Shared, cache: ModelCache, *, default: ModelChoice, image: Any):
         self.parts, self.shared, self.cache, self.default, self.image = parts, shared, cache, default, image
-        self.stops = PageStops()
-        self._pages: OrderedDict[str | None, Sides] = OrderedDict()
-        self._lock = threading.Lock()
+        self.stops = LongWork(parts.cmp_stop)  # the page's Stop of its compare run's build
+        self.pages = ByPage(Sides)  # each page's model B and run, dropped when it closes
 
     @classmethod
     def on_page(cls, parts: CompareParts, page: Any) -> CompareTab:
         return cls(parts, page.shared, page.cache, default=page.default, image=page.image)
-
-    def sides(self, request: gr.Request | None) -> Sides:
-        with self._lock:
-            sides = self._pages.setdefault(page_of(request), Sides())
-            while len(self._pages) > MAX_PAGES:
-                self._pages.popitem(last=False)
-            return sides
-
-    def drop(self, request: gr.Request | None = None) -> None:
-        with self._lock:
-            self._pages.pop(page_of(request), None)
-        self.stops.drop(request)
 
     def choose(self, request: gr.Request | None = None, **asked: Any) -> dict:
         """Model B chosen (loaded into the page's model cache; a calm line when it does not load), then the
@@ -160,9 +142,9 @@ class CompareTab(PageTab):
         try:
             other = self.cache.get(wanted)
         except (InputError, OSError) as e:  # a user's choice, or a file that failed
-            log.info("could not load model B %s: %s", wanted, _first_line(e))
-            return {self.parts.cmp_msg: f"**Could not load model B:** {_first_line(e)}"}
-        self.sides(request).b = wanted
+            log.info("could not load model B %s: %s", wanted, first_line(e))
+            return {self.parts.cmp_msg: f"**Could not load model B:** {first_line(e)}"}
+        self.pages.of(page_of(request)).b = wanted
         shown = self.view(choice, a, request) or {}
         return shown | {
             self.parts.cmp_msg: f"Model B: **{other.name}** ({other.source}). {shown.get(self.parts.cmp_msg, '')}"
@@ -170,16 +152,16 @@ class CompareTab(PageTab):
 
     def view(self, choice, a, request: gr.Request | None = None) -> dict | None:
         """The page's image through A and B (None: no image, or no model B yet)."""
-        b = self.sides(request).b
-        if a is None or a.choice != choice or b is None or a.source is None:
+        sides = self.pages.of(page_of(request))
+        if a is None or a.choice != choice or sides.b is None or a.source is None:
             return None
-        loaded, other = self.cache.get(choice), self.cache.get(b)
+        loaded, other = self.cache.get(choice), self.cache.get(sides.b)
         try:
-            seen, view_b = cv.compared(loaded, a.x, a.source, other, self.sides(request).run, seen_a=cv.seen_of(a))
+            seen, view_b = cv.compared(loaded, a.x, a.source, other, sides.run, seen_a=cv.seen_of(a))
         except InputError as e:
-            return self.cleared(()) | {self.parts.cmp_msg: f"**Cannot compare:** {_first_line(e)}"}
+            return self.cleared(()) | {self.parts.cmp_msg: f"**Cannot compare:** {first_line(e)}"}
         p, target = self.parts, loaded.labels[seen.target]
-        paired = "by the open run's matching" if self.sides(request).run else "by layer and head"
+        paired = "by the open run's matching" if sides.run else "by layer and head"
         return {
             p.cmp_top5: cv.top5_html(seen, loaded.labels, (f"A: {loaded.name}", f"B: {other.name}")),
             p.cmp_heads: cv.head_tiles(seen, a.view, view_b, cmap=CMAP, alpha=ALPHA),
@@ -197,13 +179,13 @@ class CompareTab(PageTab):
         try:
             run = cait.compare.read_run((folder or "").strip() or ".")
         except InputError as e:
-            return {p.cmp_run_msg: f"**Not a compare run:** {_first_line(e)}"}
-        self.sides(request).run = run
+            return {p.cmp_run_msg: f"**Not a compare run:** {first_line(e)}"}
+        self.pages.of(page_of(request)).run = run
         loaded = self.cache.get(choice)
         try:
             tiles, said = cv.disagreement_tiles(run, loaded.cfg, WORK.request_dir())
         except InputError as e:  # the run's data is not readable here
-            tiles, said = [], f"{len(run.disagreements):,} images answered differently ({_first_line(e)})"
+            tiles, said = [], f"{len(run.disagreements):,} images answered differently ({first_line(e)})"
         out = {
             p.cmp_run_msg: f"Compare run `{run.folder.name}`: {said}.",
             **dict(zip((p.cmp_cka, p.cmp_matrix), cv.run_figures(run))),
@@ -216,7 +198,7 @@ class CompareTab(PageTab):
         kept in the user cache, on the long lane; the page's Stop ends it before its next batch (the shards
         written are kept: building it again continues), then opened."""
         with self.stops.holding(request) as held:
-            b, n = self.sides(request).b, int(scenes or 0)
+            b, n = self.pages.of(page_of(request)).b, int(scenes or 0)
             if b is None:
                 return {self.parts.cmp_run_msg: "**Choose model B first** (above)."}
             if not 1 <= n <= dv.MAX_SCENES:
@@ -233,12 +215,12 @@ class CompareTab(PageTab):
             )
             from cait.compare.run import CompareStopped  # torch-heavy: only once a run is built
 
-            try:
-                torch_thread.call_long(work, stop=lambda: held.stop_if_pressed("run stopped"))
-            except (Stopped, CompareStopped):
-                return {self.parts.cmp_run_msg: _stopped_line(out, n)}
-            except (InputError, OSError) as e:
-                return {self.parts.cmp_run_msg: f"**Could not build the run:** {_first_line(e)}"}
+            ended = self.stops.run(
+                work, held=held, what="compare run", stopped=lambda: scenes_done(out, n, "build it again"),
+                of_image=False, refused="Could not build the run", stopped_by=(CompareStopped,),
+            )  # fmt: skip
+        if isinstance(ended, Ended):
+            return {self.parts.cmp_run_msg: ended.line}
         return torch_thread.call(self.open_run, str(out), choice, a, request)
 
     def pick(self, evt: gr.SelectData, **asked: Any) -> dict:
@@ -262,17 +244,9 @@ class CompareTab(PageTab):
         )  # fmt: skip
         return [(self.parts.cmp_disagree.select, event)]
 
-    def _armed(self, request: gr.Request) -> gr.Button:
-        """A build asked for: armed (a Stop pressed from now on stops it), and this page's Stop enabled."""
-        self.stops.arm(request)
-        return gr.Button(interactive=True)
-
-    def _ended(self, request: gr.Request) -> dict:
-        return stop_once_none_runs(self.parts.cmp_stop, self.stops.running(request))
-
     def wire(self, demo: gr.Blocks, page: Any) -> None:
         p, s, on_torch = self.parts, self.shared, torch_thread.handler
-        demo.unload(self.drop)
+        demo.unload(self.pages.drop)
         image = [s.choice, s.analysis]
         p.compare_tab.select(on_torch(self.opened), image, p.shown, **MODEL_EVENTS)
         asked = named(p, ChooseAsk, choice=s.choice, analysis=s.analysis)
@@ -281,20 +255,10 @@ class CompareTab(PageTab):
         )
         opened = [*p.run_shown, *p.shown]
         p.cmp_open.click(on_torch(self.open_run), [p.cmp_folder, *image], opened, **MODEL_EVENTS)
-        off_queue = dict(queue=False, api_visibility="private", show_progress="hidden")
-        p.cmp_build.click(self._armed, None, p.cmp_stop, **off_queue).then(
-            self.build_run, [s.choice, p.cmp_scenes, s.analysis], opened, show_progress_on=[p.cmp_run_msg],
-            **LONG_EVENTS,
-        ).then(self._ended, None, p.cmp_stop, **off_queue)  # fmt: skip
-        p.cmp_stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
-
-
-def _stopped_line(out, n: int) -> str:
-    """What a stopped build did: the scenes its shards hold, kept where it continues from."""
-    from cait.atlas.shards import shard_files
-
-    done = sum(len(r) for r in shard_files(out))
-    return f"**Stopped** with {done:,} of {n:,} scenes done (kept in `{out}`); build it again to continue."
+        self.stops.wire(
+            demo, p.cmp_build.click, self.build_run, hidden=True, inputs=[s.choice, p.cmp_scenes, s.analysis],
+            outputs=opened, show_progress_on=[p.cmp_run_msg],
+        )  # fmt: skip
 
 
 def _side(choice: ModelChoice) -> cait.compare.Side:

@@ -14,15 +14,15 @@ import gradio as gr
 
 from app import dataset_view as dv
 from app import torch_thread
+from app.long_work import Ended, LongWork, scenes_done
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
-from app.shared import CLASS_ATTENTION_TAB, LONG_EVENTS, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
-from app.stops import Held, PageStops, Stopped, stop_once_none_runs
+from app.shared import CLASS_ATTENTION_TAB, MODEL_EVENTS, NO_BOUNDS_CHECK, ImageAsk, Shared, log, named
 from app.workdir import WORK, kept
 from cait.atlas.options import AtlasOptions
+from cait.config import CaiTConfig
 from cait.data import DataError
 from cait.data.image_file import IMAGE_ERRORS
-from cait.errors import InputError
 from cait.figures import head_name
 
 BUILT = "atlases"  # the user cache's folder of the atlases built in the app (`app.workdir.kept`)
@@ -160,6 +160,26 @@ def build(first: LoadedModel, tab: gr.Tab) -> DatasetParts:
     return DatasetParts(**parts)
 
 
+def model_note(atlas: dv.Atlas, loaded: LoadedModel) -> str:
+    """What the tab says when the atlas was made with another model than the page's (else nothing)."""
+    if atlas.made_by(loaded.sourced.made_from):
+        return ""
+    return (
+        f"This atlas was made with another model than this page's ({loaded.choice}): an exemplar opens with the "
+        f"page's model. Load the atlas's model in the Model tab to see its heads."
+    )
+
+
+def exemplar_file(atlas: dv.Atlas, exemplar: dv.Exemplar, cfg: CaiTConfig) -> str:
+    """The exemplar as a PNG file in the work folder (built-in scenes have no file of their own), read for a model
+    of config `cfg`."""
+    images, index = dv.atlas_images(atlas, cfg)
+    image = images.image(index[exemplar.path])
+    path = WORK.request_dir() / f"{Path(exemplar.path).stem}.png"
+    image.save(path)
+    return str(path)
+
+
 class DatasetTab(PageTab):
     """The tab's events. analyse(choice, path, look, sa_layer, shown, uploaded=, selected=): the page's first view
     of an image (`app.ui` composes it), for an exemplar opened."""
@@ -168,7 +188,8 @@ class DatasetTab(PageTab):
         self, parts: DatasetParts, shared: Shared, cache: ModelCache, places: AtlasPlaces, analyse: Callable[..., dict]
     ):
         self.parts, self.shared, self.cache, self.places, self.analyse = parts, shared, cache, places, analyse
-        self.stops = PageStops()
+        self.stops = LongWork(parts.stop)  # the page's Stop of its atlas build
+        self.builder = AtlasBuilder(parts, cache, self.stops, self.open)
 
     kept_on_new_model = True  # an open atlas stays open
 
@@ -206,7 +227,7 @@ class DatasetTab(PageTab):
         headers, split = dv.heads_split(atlas)
         out[t.heads_split] = gr.Dataframe(value=split or None, headers=headers or None, visible=bool(split))
         out[t.download] = gr.DownloadButton(value=str(dv.zip_atlas(atlas, WORK.request_dir())), interactive=True)
-        out[t.msg] = self._model_note(atlas, self.cache.get(choice))
+        out[t.msg] = model_note(atlas, self.cache.get(choice))
         if not atlas.heads:
             return out | {t.msg: "**This atlas holds no readable image.**", t.head: gr.Dropdown(choices=[])}
         out[t.head] = gr.Dropdown(choices=atlas.head_choices(), value=0)
@@ -221,15 +242,6 @@ class DatasetTab(PageTab):
             self.parts.of_class: gr.Dropdown(choices=choices, value=dv.ALL_CLASSES if classes else None),
             self.parts.outcome: gr.Radio(value=dv.OUTCOMES[0], interactive=bool(classes)),
         }
-
-    @staticmethod
-    def _model_note(atlas: dv.Atlas, loaded: LoadedModel) -> str:
-        if atlas.made_by(loaded.sourced.made_from):
-            return ""
-        return (
-            f"This atlas was made with another model than this page's ({loaded.choice}): an exemplar opens with the "
-            f"page's model. Load the atlas's model in the Model tab to see its heads."
-        )
 
     def show_head(
         self,
@@ -292,7 +304,7 @@ class DatasetTab(PageTab):
         cls = None if ask.of_class in (None, dv.ALL_CLASSES) else ask.of_class
         exemplar = atlas.exemplars(int(k), cls, ask.outcome or dv.OUTCOMES[0])[int(evt.index)]
         try:
-            path = self._image_file(atlas, exemplar, choice)
+            path = exemplar_file(atlas, exemplar, self.cache.get(choice).cfg)
         except (DataError, dv.NotAnAtlas, KeyError, *IMAGE_ERRORS) as e:
             problem = f"{exemplar.path} is no longer in the atlas's data" if isinstance(e, KeyError) else str(e)
             log.info("could not open an exemplar: %s", problem)
@@ -308,7 +320,7 @@ class DatasetTab(PageTab):
         out[s.examples] = gr.Gallery(selected_index=None)  # one selection frame on the page: the exemplar's
         out[s.tabs] = gr.Tabs(selected="ca")
         out[s.open_tab] = CLASS_ATTENTION_TAB
-        out[t.msg] = self._model_note(atlas, loaded)
+        out[t.msg] = model_note(atlas, loaded)
         if out.get(s.analysis) is not None:
             name = head_name(head[0], head[1])
             out[s.status] += (
@@ -316,79 +328,12 @@ class DatasetTab(PageTab):
             )
         return out
 
-    def _image_file(self, atlas: dv.Atlas, exemplar: dv.Exemplar, choice: ModelChoice) -> str:
-        """The exemplar as a PNG file in the work folder (built-in scenes have no file of their own)."""
-        images, index = dv.atlas_images(atlas, self.cache.get(choice).cfg)
-        image = images.image(index[exemplar.path])
-        path = WORK.request_dir() / f"{Path(exemplar.path).stem}.png"
-        image.save(path)
-        return str(path)
-
-    def build_atlas(
-        self,
-        choice: ModelChoice,
-        scenes: float,
-        request: gr.Request | None = None,
-        progress=gr.Progress(track_tqdm=True),
-    ) -> dict:
-        """An atlas of `scenes` val scenes for the page's model (`cait.atlas.run.make`, in this process: its
-        progress bar is the page's; the model is the cache's, never a second copy), kept in the user cache
-        (`dv.built_folder`), then opened. It runs on the long lane (`torch_thread.call_long`), giving way to the
-        pages' quick views at every block. The page's Stop (armed by the button) ends it while it reads
-        its scenes (`torch_thread.stoppable`) or before the next block the model runs: the shards written are kept,
-        and building the same atlas again continues from them, as the command line does."""
-        with self.stops.holding(request) as held:
-            return self._build(choice, int(scenes or 0), held, progress)
-
-    def _build(self, choice: ModelChoice, n: int, held: Held, progress) -> dict:
-        """`build_atlas` of `n` scenes, holding the page's Stop (`held`)."""
-        from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
-
-        if not 1 <= n <= dv.MAX_SCENES:
-            return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
-        loaded = torch_thread.call(self.cache.get, choice)
-        out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
-        progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
-        options = scenes_options(choice, n, out, loaded.device.type)
-
-        def work() -> None:
-            data = torch_thread.stoppable(lambda: read_data(options, loaded.cfg))
-            make(options, loaded.sourced, data, device=loaded.device)
-
-        try:
-            torch_thread.call_long(work, model=loaded.model, stop=lambda: held.stop_if_pressed("build stopped"))
-        except Stopped:
-            log.info("atlas build stopped by its page")
-            return {self.parts.msg: self._stopped_line(out, n)}
-        except (InputError, OSError) as e:  # the atlas's and the reader's one-line errors, a full disk
-            first = (str(e).splitlines() or [type(e).__name__])[0]
-            log.info("could not build an atlas: %s", first)
-            return {self.parts.msg: f"**Could not build the atlas:** {first}"}
-        return torch_thread.call(self.open, str(out), choice)
-
-    @staticmethod
-    def _stopped_line(out: Path, n: int) -> str:
-        from cait.atlas.shards import shard_files
-
-        done = sum(len(r) for r in shard_files(out))
-        return (
-            f"**Stopped** with {done:,} of {n:,} scenes done (kept in `{out}`); build the same number of scenes "
-            "again to continue."
-        )
-
     def wire_image_picks(self, demo: gr.Blocks, page: Any, outputs: list) -> list:
-        look, th_layer, ca_props = page.look(), page.talking.th_layer, page.ca.ca_props
-        event = self.wire_exemplars(demo, look=look, th_layer=th_layer, ca_props=ca_props, outputs=outputs)
-        return [(self.parts.exemplars.select, event)]
-
-    def wire_exemplars(self, demo: gr.Blocks, *, look: dict[str, Any], th_layer: Any, ca_props: Any, outputs: list):
-        """look, th_layer, ca_props: the other tabs' controls an exemplar is opened with; outputs: what opening it
-        writes (the page's first view of an image, and this tab's message). Returns the exemplar's event, for the
-        page's follow-ups to chain on."""
+        """The tab's events; an exemplar opens with the other tabs' controls (the page's look, talking-heads layer
+        and class-attention props), writing `outputs` (the page's first view of an image) and this tab's message."""
         t, s = self.parts, self.shared
         on_torch = torch_thread.handler  # the page's model may have to be loaded (its config reads the atlas's data)
         demo.load(on_torch(self.start), s.choice, t.opened, **MODEL_EVENTS)
-        demo.unload(self.stops.drop)  # a closed page's Stop goes with it
         t.pick.input(on_torch(self.open), [t.pick, s.choice], t.opened, **MODEL_EVENTS)
         head_shown = [t.numbers, t.per_class, t.exemplars, t.msg]
         picked = dict(atlas=t.atlas, head=t.head, choice=s.choice, of_class=t.of_class, outcome=t.outcome)
@@ -398,9 +343,12 @@ class DatasetTab(PageTab):
         t.heads_split.select(
             on_torch(self.head_of_row), inputs_kwargs=by_row, outputs=[t.head, *head_shown], **MODEL_EVENTS
         )
-        self._wire_build()
-        asked = named(t, ExemplarAsk, choice=s.choice, ca_props=ca_props, th_layer=th_layer, **look)
-        return t.exemplars.select(
+        # Build: armed and the Stop enabled at once, off the queues, the build on the long lane's queue
+        self.stops.wire(demo, t.build.click, self.builder.build_atlas, inputs=[s.choice, t.scenes], outputs=t.opened,
+                        show_progress_on=[t.overview])  # fmt: skip
+        asked = named(t, ExemplarAsk, choice=s.choice, ca_props=page.ca.ca_props, th_layer=page.talking.th_layer,
+                      **page.look())  # fmt: skip
+        event = t.exemplars.select(
             on_torch(self.open_exemplar),
             inputs_kwargs=asked,
             outputs=[*outputs, s.image_in, s.examples, s.tabs, s.open_tab, t.msg],
@@ -408,27 +356,43 @@ class DatasetTab(PageTab):
             **MODEL_EVENTS,
             **NO_BOUNDS_CHECK,  # the talking-heads layer: clamped to the page's model by the analysis
         )
+        return [(t.exemplars.select, event)]
 
-    def _armed(self, request: gr.Request) -> gr.Button:
-        """A build asked for: armed (a Stop pressed from now on stops it), and this page's Stop enabled."""
-        self.stops.arm(request)
-        return gr.Button(interactive=True)
 
-    def _ended(self, request: gr.Request) -> dict:
-        """A build ended: the Stop disabled unless another build of the page has not (`stop_once_none_runs`)."""
-        return stop_once_none_runs(self.parts.stop, self.stops.running(request))
+class AtlasBuilder:
+    """An atlas of the shipped val scenes built for the page's model, with the page's Stop (`stops`), then opened
+    (`open(folder, choice)`: the tab's)."""
 
-    def _wire_build(self) -> None:
-        """Build: armed and the Stop enabled at once, off the queues (a Stop pressed while the build
-        waits stops it when it starts), the build on the long lane's queue, then the Stop's state."""
-        t, s = self.parts, self.shared
-        started = t.build.click(self._armed, None, t.stop, queue=False, api_visibility="private")
-        started.then(
-            self.build_atlas,
-            [s.choice, t.scenes],
-            t.opened,
-            show_progress_on=[t.overview],
-            **LONG_EVENTS,
-        ).then(self._ended, None, t.stop, queue=False, api_visibility="private")
-        # off the model queue: it must get through while the build it stops holds the queue
-        t.stop.click(self.stops.press, None, None, queue=False, api_visibility="private")
+    def __init__(self, parts: DatasetParts, cache: ModelCache, stops: LongWork, open: Callable[..., dict]):
+        self.parts, self.cache, self.stops, self.open = parts, cache, stops, open
+
+    def build_atlas(self, choice: ModelChoice, scenes: float, request: gr.Request | None = None,
+                    progress=gr.Progress(track_tqdm=True)) -> dict:  # fmt: skip
+        """An atlas of `scenes` val scenes for the page's model (`cait.atlas.run.make`, in this process: its
+        progress bar is the page's; the model is the cache's, never a second copy), kept in the user cache
+        (`dv.built_folder`), then opened. It runs on the long lane (`torch_thread.call_long`), giving way to the
+        pages' quick views at every block. The page's Stop (armed by the button) ends it while it reads
+        its scenes (`torch_thread.stoppable`) or before the next block the model runs: the shards written are kept,
+        and building the same atlas again continues from them, as the command line does."""
+        from cait.atlas.run import make, read_data  # torch-heavy: only once an atlas is built
+
+        with self.stops.holding(request) as held:
+            n = int(scenes or 0)
+            if not 1 <= n <= dv.MAX_SCENES:
+                return {self.parts.msg: f"**Choose 1 to {dv.MAX_SCENES:,} scenes** (got {n})."}
+            loaded = torch_thread.call(self.cache.get, choice)
+            out = dv.built_folder(kept(BUILT), loaded.name, loaded.sourced.made_from, n)
+            progress(0, desc=f"atlas of {n} {dv.SPLIT} scenes: reading the scenes")
+            options = scenes_options(choice, n, out, loaded.device.type)
+
+            def work() -> None:
+                data = torch_thread.stoppable(lambda: read_data(options, loaded.cfg))
+                make(options, loaded.sourced, data, device=loaded.device)
+
+            stopped = lambda: scenes_done(out, n, "build the same number of scenes again")  # noqa: E731
+            # the atlas's and the reader's one-line errors, a full disk: the build's line
+            ended = self.stops.run(work, held=held, what="atlas build", stopped=stopped, model=loaded.model,
+                                   of_image=False, refused="Could not build the atlas")  # fmt: skip
+        if isinstance(ended, Ended):
+            return {self.parts.msg: ended.line}
+        return torch_thread.call(self.open, str(out), choice)

@@ -14,13 +14,13 @@ import gradio as gr
 import numpy as np
 
 import cait
-from app import causal_view, mechanisms_view, session, texts, torch_thread
+from app import causal_view, mechanisms_view, session, torch_thread
 from app.choices import causal_heads, class_choices
+from app.long_work import Ended, LongWork, did_not_finish
 from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
-from app.shared import LONG_EVENTS, MODEL_EVENTS, Shared, answering, named
-from app.stops import Held, PageStops, Stopped, page_of, stop_once_none_runs
+from app.shared import MODEL_EVENTS, Shared, answering, named
 from app.texts import NO_IMAGE, cost_in_passes
 from cait.errors import InputError
 from cait.explain.token_patching import checked_region, region_bounds
@@ -128,17 +128,6 @@ class AblateAsk:
     mx_class: int | None
     mx_heads: list[int]
     mx_mode: str
-
-
-@dataclass(frozen=True)
-class LongRun:
-    """One long run under way: its hold on the page's Stop, its page (whose next image cancels it), its progress
-    bar, and what it is called in its progress and its Stopped line."""
-
-    held: Held
-    page: str | None
-    progress: Any
-    what: str
 
 
 def without_class_stage(cfg: cait.CaiTConfig) -> bool:
@@ -265,7 +254,7 @@ class MechanismsTab(PageTab):
 
     def __init__(self, parts: MechanismsParts, shared: Shared, cache: ModelCache):
         self.parts, self.shared, self.cache = parts, shared, cache
-        self.patch_stops, self.token_stops = PageStops(), PageStops()  # each long run's own Stop, per page
+        self.runs = PatchingRuns(parts, shared, cache)
 
     def lens(self, loaded: LoadedModel, a: session.Analysis, target: int) -> dict:
         """The lens figure of class `target`, the cost line of patching, and the JSON download rewritten with
@@ -351,31 +340,102 @@ class MechanismsTab(PageTab):
             gr.update(visible=upload),
         ]
 
-    def _run_long(self, loaded: LoadedModel, total: int, run: LongRun, compute):
-        """compute() on the long lane with its progress in images read through the head
-        (`mechanisms_view.counted_runs`) and the page's Stop, heard while it waits for the lane (its line says it
-        waits), when it starts and before each
-        block and each read of the head: its numbers, or the line to show instead (empty when the page's next
-        image cancelled it)."""
-        what = run.what
-        stopped = f"**Stopped:** {what} did not finish; press its button again to compute it."
-        check = lambda: run.held.stop_if_pressed(stopped)  # noqa: E731
-        report = lambda done, all_: run.progress((done, all_), desc=what, unit="runs")  # noqa: E731
+    def ablate(self, **asked: Any) -> dict:
+        """The ticked heads removed together: Δlogit of the chosen class and the new top-5. asked: `AblateAsk`'s
+        fields, by name."""
+        p, ask = self.parts, AblateAsk(**asked)
+        a = ask.analysis
+        if a is None or a.choice != ask.choice:
+            return {p.mx_ablation: NO_IMAGE}
+        if not ask.mx_heads:
+            return {p.mx_ablation: "<p><b>Tick at least one head.</b></p>"}
+        loaded = self.cache.get(ask.choice)
+        result = mechanisms_view.set_ablation(
+            loaded.model,
+            a.x.to(loaded.device),
+            heads=mechanisms_view.head_pairs(ask.mx_heads, loaded.cfg.num_heads),
+            target=_target(a, ask.mx_class, loaded.cfg.num_classes),
+            labels=loaded.labels,
+            reference=causal_view.ablation_reference(loaded, ask.mx_mode),
+        )
+        return {p.mx_ablation: mechanisms_view.ablation_html(result, ask.mx_mode)}
 
-        def work() -> dict:
-            with mechanisms_view.counted_runs(loaded.model, total, report=report, check=check):
-                return compute()
+    def followed(self) -> list:
+        return self.parts.opened
 
-        try:
-            return torch_thread.call_long(
-                work, page=run.page, model=loaded.model, stop=check, on_wait=texts.waiting_line(run.progress)
-            )
-        except torch_thread.Cancelled:
-            log.info("%s cancelled by its page's next image", what)
-            return ""
-        except Stopped as e:
-            log.info("%s stopped by its page", what)
-            return str(e)
+    def follow_up(self, choice, a, request, progress) -> dict:
+        return torch_thread.handler(self.opened)(choice, a, None)
+
+    def wire(self, demo: gr.Blocks, page: Any) -> None:
+        p, shared, on_torch = self.parts, self.shared, torch_thread.handler
+        said = lambda line: {p.mx_msg: line}  # noqa: E731
+        p.mechanisms_tab.select(
+            on_torch(answering(self.open_asked, said=said)),
+            inputs_kwargs=named(p, OpenAsk, choice=shared.choice, analysis=shared.analysis),
+            outputs=[*p.opened, shared.json_file],
+            **MODEL_EVENTS,
+        )
+        p.mx_class.input(
+            on_torch(answering(self.choose_class, said=said)),
+            [shared.choice, shared.analysis, p.mx_class],
+            [p.mx_lens, p.mx_cost, shared.json_file, p.mx_msg],
+            **MODEL_EVENTS,
+        )
+        # off the model queue and the torch thread: the line is arithmetic on the loaded model's config
+        p.mx_region.change(
+            answering(self.token_cost),
+            [shared.choice, shared.analysis, p.mx_region],
+            p.mx_token_cost,
+            queue=False,
+            api_visibility="private",
+        )
+        p.mx_source.change(
+            self.source,
+            p.mx_source,
+            [p.mx_corruption, p.mx_severity, p.mx_example, p.mx_upload],
+            queue=False,
+            api_visibility="private",
+        )
+        self.runs.wire(demo)
+        p.mx_ablate.click(
+            on_torch(answering(self.ablate, said=lambda line: {p.mx_ablation: line})),
+            inputs_kwargs=named(p, AblateAsk, choice=shared.choice, analysis=shared.analysis),
+            outputs=p.mx_ablation,
+            **MODEL_EVENTS,
+        )
+
+
+class PatchingRuns:
+    """The tab's two long runs against a second, corrupted run (activation patching over depth, token patching
+    into the class stage), each with its own Stop (`LongWork`, per page)."""
+
+    def __init__(self, parts: MechanismsParts, shared: Shared, cache: ModelCache):
+        self.parts, self.shared, self.cache = parts, shared, cache
+        self.patch_stops, self.token_stops = LongWork(parts.mx_patch_stop), LongWork(parts.mx_token_stop)
+
+    def _run(self, stops: LongWork, ask: PatchAsk, failed: Callable[[str], dict], plan: Callable, *, request,
+             progress, what: str) -> tuple | dict:  # fmt: skip
+        """A patching run of `ask` holding the page's Stop (`stops`): plan(loaded, x, corrupted, target, origin)
+        says (the runs it reads through the head, the computation); that on the long lane with its progress in runs
+        (`mechanisms_view.counted_runs`) and the Stop, heard while it waits for the lane (its line says it waits),
+        when it starts and before each block and each read of the head. Returns (loaded, analysis, target, shown
+        second image, numbers), or failed(the line said instead: what is missing, or how it ended)."""
+        with stops.holding(request) as held:
+            got = torch_thread.call(self._asked, ask, failed)
+            if isinstance(got, dict):
+                return got
+            loaded, a, target, shown, corrupted, origin = got
+            total, compute = plan(loaded, a.x.to(loaded.device), corrupted, target, origin)
+            check = lambda: held.stop_if_pressed(what)  # noqa: E731
+            report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
+
+            def work() -> dict:
+                with mechanisms_view.counted_runs(loaded.model, total, report=report, check=check):
+                    return compute()
+
+            stopped = did_not_finish(what, "press its button again to compute it.")
+            n = stops.run(work, held=held, what=what, stopped=lambda: stopped, model=loaded.model, progress=progress)
+        return failed(n.line) if isinstance(n, Ended) else (loaded, a, target, shown, n)
 
     def _asked(self, ask: PatchAsk, failed: Callable[[str], dict]):
         """(loaded, analysis, target, shown second image, corrupted input, origin) of a patching request, or the
@@ -403,17 +463,16 @@ class MechanismsTab(PageTab):
         and the CA heads' grid, in Δlogit, each with the share of the gap it restores (when the gap is large
         enough for shares). Progress per patched run; the page's Stop (armed by the button) ends it. asked:
         `PatchAsk`'s fields."""
-        p = self.parts
-        with self.patch_stops.holding(request) as held:
-            got = torch_thread.call(self._asked, PatchAsk(**asked), self.patch_failed)
-            if isinstance(got, dict):
-                return got
-            loaded, a, target, shown, corrupted, origin = got
-            x, total = a.x.to(loaded.device), mechanisms_view.patching_runs(loaded.cfg)
-            compute = lambda: mechanisms_view.patching_numbers(loaded.model, x, corrupted, target, **origin)  # noqa: E731
-            n = self._run_long(loaded, total, LongRun(held, page_of(request), progress, "patching"), compute)
-        if isinstance(n, str):
-            return self.patch_failed(n)
+        p, mv = self.parts, mechanisms_view
+        plan = lambda loaded, x, corrupted, target, origin: (  # noqa: E731
+            mv.patching_runs(loaded.cfg),
+            lambda: mv.patching_numbers(loaded.model, x, corrupted, target, **origin),
+        )
+        got = self._run(self.patch_stops, PatchAsk(**asked), self.patch_failed, plan, request=request,
+                        progress=progress, what="patching")  # fmt: skip
+        if isinstance(got, dict):
+            return got
+        loaded, a, _, shown, n = got
         a.patching = n
         return {
             p.mx_msg: self.small_gap_note(n["gap"]),
@@ -454,20 +513,18 @@ class MechanismsTab(PageTab):
         both directions, drawn over the image beside the class attention with their rank correlation, and kept
         for the JSON download. Progress per region run; the page's Stop (armed by the button) ends it.
         asked: `TokenAsk`'s fields."""
-        p, ask = self.parts, TokenAsk(**asked)
-        with self.token_stops.holding(request) as held:
-            got = torch_thread.call(self._asked, ask, self.token_failed)
-            if isinstance(got, dict):
-                return got
-            loaded, a, target, shown, corrupted, origin = got
+        p, ask, mv = self.parts, TokenAsk(**asked), mechanisms_view
+
+        def plan(loaded, x, corrupted, target, origin) -> tuple:
             region = checked_region(ask.mx_region, loaded.cfg.grid_size, name="region side")
-            x, total = a.x.to(loaded.device), mechanisms_view.token_runs(loaded.cfg, region)
-            compute = lambda: mechanisms_view.token_numbers(  # noqa: E731
-                loaded.model, x, corrupted, target, region=region, **origin
-            )
-            n = self._run_long(loaded, total, LongRun(held, page_of(request), progress, "token patching"), compute)
-        if isinstance(n, str):
-            return self.token_failed(n)
+            n = lambda: mv.token_numbers(loaded.model, x, corrupted, target, region=region, **origin)  # noqa: E731
+            return mv.token_runs(loaded.cfg, region), n
+
+        got = self._run(self.token_stops, ask, self.token_failed, plan, request=request, progress=progress,
+                        what="token patching")  # fmt: skip
+        if isinstance(got, dict):
+            return got
+        loaded, a, target, shown, n = got
         a.token_patching = n
         figure = mechanisms_view.token_map_figure(n, a.view, label=loaded.labels[target])
         return {
@@ -477,110 +534,18 @@ class MechanismsTab(PageTab):
             self.shared.json_file: session.numbers_file(loaded, a),
         }
 
-    def ablate(self, **asked: Any) -> dict:
-        """The ticked heads removed together: Δlogit of the chosen class and the new top-5. asked: `AblateAsk`'s
-        fields, by name."""
-        p, ask = self.parts, AblateAsk(**asked)
-        a = ask.analysis
-        if a is None or a.choice != ask.choice:
-            return {p.mx_ablation: NO_IMAGE}
-        if not ask.mx_heads:
-            return {p.mx_ablation: "<p><b>Tick at least one head.</b></p>"}
-        loaded = self.cache.get(ask.choice)
-        result = mechanisms_view.set_ablation(
-            loaded.model,
-            a.x.to(loaded.device),
-            heads=mechanisms_view.head_pairs(ask.mx_heads, loaded.cfg.num_heads),
-            target=_target(a, ask.mx_class, loaded.cfg.num_classes),
-            labels=loaded.labels,
-            reference=causal_view.ablation_reference(loaded, ask.mx_mode),
-        )
-        return {p.mx_ablation: mechanisms_view.ablation_html(result, ask.mx_mode)}
-
-    def followed(self) -> list:
-        return self.parts.opened
-
-    def follow_up(self, choice, a, request, progress) -> dict:
-        return torch_thread.handler(self.opened)(choice, a, None)
-
-    def drop(self, request: gr.Request | None = None) -> None:
-        """The page closed: its Stops go with it."""
-        self.patch_stops.drop(request)
-        self.token_stops.drop(request)
-
-    def wire(self, demo: gr.Blocks, page: Any) -> None:
-        p, shared, on_torch = self.parts, self.shared, torch_thread.handler
-        demo.unload(self.drop)
-        said = lambda line: {p.mx_msg: line}  # noqa: E731
-        p.mechanisms_tab.select(
-            on_torch(answering(self.open_asked, said=said)),
-            inputs_kwargs=named(p, OpenAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[*p.opened, shared.json_file],
-            **MODEL_EVENTS,
-        )
-        p.mx_class.input(
-            on_torch(answering(self.choose_class, said=said)),
-            [shared.choice, shared.analysis, p.mx_class],
-            [p.mx_lens, p.mx_cost, shared.json_file, p.mx_msg],
-            **MODEL_EVENTS,
-        )
-        # off the model queue and the torch thread: the line is arithmetic on the loaded model's config
-        p.mx_region.change(
-            answering(self.token_cost),
-            [shared.choice, shared.analysis, p.mx_region],
-            p.mx_token_cost,
-            queue=False,
-            api_visibility="private",
-        )
-        p.mx_source.change(
-            self.source,
-            p.mx_source,
-            [p.mx_corruption, p.mx_severity, p.mx_example, p.mx_upload],
-            queue=False,
-            api_visibility="private",
-        )
-        patch_outputs = [p.mx_msg, shared.json_file, *p.patched]
-        self.wire_long_run(
-            p.mx_patch_run, p.mx_patch_stop, self.patch_stops, answering(self.patch, said=self.patch_failed),
+    def wire(self, demo: gr.Blocks) -> None:
+        """Each run's button: armed and its Stop enabled at once (off the model queue: a Stop pressed while the
+        run still waits counts), the run on the long lane with its progress, then its Stop disabled unless
+        another run of the page has not ended, whether this one finished, failed or stopped."""
+        p, shared = self.parts, self.shared
+        self.patch_stops.wire(
+            demo, p.mx_patch_run.click, answering(self.patch, said=self.patch_failed),
             inputs_kwargs=named(p, PatchAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=patch_outputs, progress_on=p.mx_patch,
+            outputs=[p.mx_msg, shared.json_file, *p.patched], show_progress_on=[p.mx_patch],
         )  # fmt: skip
-        self.wire_long_run(
-            p.mx_token_run, p.mx_token_stop, self.token_stops, answering(self.tokens, said=self.token_failed),
+        self.token_stops.wire(
+            demo, p.mx_token_run.click, answering(self.tokens, said=self.token_failed),
             inputs_kwargs=named(p, TokenAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=[p.mx_msg, p.mx_second, p.mx_tokens, shared.json_file], progress_on=p.mx_tokens,
+            outputs=[p.mx_msg, p.mx_second, p.mx_tokens, shared.json_file], show_progress_on=[p.mx_tokens],
         )  # fmt: skip
-        p.mx_ablate.click(
-            on_torch(answering(self.ablate, said=lambda line: {p.mx_ablation: line})),
-            inputs_kwargs=named(p, AblateAsk, choice=shared.choice, analysis=shared.analysis),
-            outputs=p.mx_ablation,
-            **MODEL_EVENTS,
-        )
-
-    @staticmethod
-    def wire_long_run(
-        run: gr.Button, stop: gr.Button, stops: PageStops, fn: Callable, *, inputs_kwargs, outputs, progress_on
-    ) -> None:
-        """A long run's button: armed and its Stop enabled at once (off the model queue: a Stop pressed while the
-        run still waits counts), the run on the long lane with its progress (`torch_thread.call_long`, in the
-        handler), then its Stop disabled unless another run of the page has not ended (`stop_once_none_runs`),
-        whether this one finished, failed or stopped."""
-
-        def armed(request: gr.Request | None = None) -> gr.Button:
-            stops.arm(request)
-            return gr.Button(interactive=True)
-
-        def ended(request: gr.Request | None = None) -> dict:
-            return stop_once_none_runs(stop, stops.running(request))
-
-        started = run.click(armed, None, stop, queue=False, api_visibility="private")
-        ran = started.then(
-            fn,
-            inputs_kwargs=inputs_kwargs,
-            outputs=outputs,
-            show_progress_on=[progress_on],
-            **LONG_EVENTS,
-        )
-        ran.then(ended, None, stop, queue=False, api_visibility="private")
-        # off the queues: it must get through while the run it stops holds them
-        stop.click(stops.press, None, None, queue=False, api_visibility="private")

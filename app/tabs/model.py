@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
-from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ from app import texts, torch_thread
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import Shared, log
-from app.stops import MAX_PAGES, page_of
+from app.stops import ByPage, page_of
 from cait import hub
 
 SWAP_WAIT_S = 120  # how long a new image waits at most for its page's address swap to land
@@ -42,17 +40,7 @@ class AddressSwaps:
     before the swap, or beside it. At most MAX_PAGES kept. Thread-safe."""
 
     def __init__(self) -> None:
-        self._swaps: OrderedDict[str | None, Future] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def of(self, page: str | None) -> Future:
-        """The page's swap, made by whichever comes first: the swap or an image waiting for it."""
-        with self._lock:
-            swap = self._swaps.setdefault(page, Future())
-            self._swaps.move_to_end(page)
-            while len(self._swaps) > MAX_PAGES:
-                self._swaps.popitem(last=False)
-            return swap
+        self.of: Callable[[str | None], Future] = ByPage(Future).of  # made by the swap or an image waiting for it
 
     def landed(self, page: str | None, before: ModelChoice, after: ModelChoice) -> None:
         swap = self.of(page)
