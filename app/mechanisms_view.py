@@ -21,6 +21,8 @@ from PIL import Image
 
 from app.choices import top5_html, top_classes
 from app.figures import image_under
+from app.models import LoadedModel
+from app.texts import cost_in_passes
 from cait import explain
 from cait.corruptions import corrupt
 from cait.explain import hooks
@@ -263,17 +265,14 @@ def token_region_count(grid: int, region: int) -> int:
     return math.ceil(grid / region) ** 2
 
 
-def token_cost(model: torch.nn.Module, region: int, forward_seconds: float) -> str:
+def token_cost(loaded: LoadedModel, region: int, forward_seconds: float) -> str:
     """What token patching (both directions, regions of `region` patches) costs, said before it runs: at least
-    `token_patching_forwards` forward passes (its count by multiply-accumulates, the two runs included), in
-    seconds at this image's measured forward pass."""
-    forwards = token_patching_forwards(model, region=region)
-    regions = token_region_count(model.cfg.grid_size, region)
-    what = f"Token patching ({regions} regions, both directions) takes at least {forwards:.1f} forward passes"
-    if not math.isfinite(forward_seconds):
-        return f"{what} of the model."
-    seconds = forwards * forward_seconds
-    return f"{what}, at least {seconds:.1f} s at this image's forward pass ({forward_seconds:.2f} s)."
+    `token_patching_forwards` forward passes (its count by multiply-accumulates, the two runs included) in fp32,
+    in seconds from this image's measured forward pass (`texts.cost_in_passes`)."""
+    forwards = token_patching_forwards(loaded.model, region=region)
+    regions = token_region_count(loaded.cfg.grid_size, region)
+    what = f"Token patching ({regions} regions, both directions)"
+    return cost_in_passes(what, forwards, forward_seconds, loaded=loaded, at_least=True)
 
 
 def patching_runs(cfg) -> int:

@@ -166,14 +166,18 @@ def status_markdown(loaded: LoadedModel, top: dict, notes: list[str], *, uploade
     return "  \n".join(lines)
 
 
-def cost_in_passes(what: str, passes: float, forward_seconds: float, *, loaded: LoadedModel) -> str:
+def cost_in_passes(
+    what: str, passes: float, forward_seconds: float, *, loaded: LoadedModel, at_least: bool = False
+) -> str:
     """What `what` costs, said before it runs: `passes` fp32 forward passes of `loaded`'s model, and at least
     their time, from this image's measured forward pass. A floor, not an estimate: drawing the figures and writing
     the numbers add a fixed time that outweighs a small model's few passes (benchmarks/README.md). A forward
     measured in bf16 is turned into fp32's time by the ratio the start-up precision probe timed on this CPU
     (`PrecisionChoice.bf16_speedup`): bf16 is the faster one on some CPUs and the slower on others (AVX512-BF16
-    without AMX); without a timing, the line says that it assumes fp32 as fast."""
-    head = f"{what} takes {passes:.0f} forward passes of the model"
+    without AMX); without a timing, the line says that it assumes fp32 as fast. `at_least`: `passes` is a floor
+    counted by multiply-accumulates (fractional), not a count of whole passes."""
+    count = f"at least {passes:.1f}" if at_least else f"{passes:.0f}"
+    head = f"{what} takes {count} forward passes of the model"
     if not math.isfinite(forward_seconds):  # not measured
         return f"{head}, and the figures on top."
     took = f"this image's forward pass took {forward_seconds:.2f} s"

@@ -439,7 +439,7 @@ def launch(
         share=False,
         theme=gr.themes.Default(**THEME),
         css=style.CSS,
-        js=STAND_IN_JS,  # a file over what the server takes is refused like any other (app.images)
+        js=STAND_IN_JS,  # an over-size or non-image file is refused like a corrupt one (app.images)
         max_file_size=MAX_RECEIVED_MB * 2**20,  # larger than we analyse: see images.MAX_RECEIVED_MB
         ssr_mode=False,
         show_error=True,

@@ -4,6 +4,7 @@ top-5 is that of a twin model with those heads' outputs zeroed by hooks, and bad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from cait import explain
 from cait.corruptions import corrupt
 from cait.data import read_examples
 from cait.preprocess import normalise, view_pixels
+from cait.runtime import PrecisionChoice
 
 CPU = torch.device("cpu")
 
@@ -398,6 +400,11 @@ def test_the_stated_token_cost_counts_token_patching_as_a_flop_counter_does(setu
     line = handlers.tabs.mechanisms.token_cost(a.choice, a, 2)[handlers.p.mx_token_cost]
     forwards = patching / whole
     assert f"at least {forwards:.1f} forward passes" in line and f"{regions} regions" in line
+    # it runs in fp32: a bf16 session's forward is turned into fp32's time by the start-up probe's ratio
+    probed = PrecisionChoice(torch.bfloat16, "measured now", "why", bf16_speedup=0.8)
+    bf16 = dataclasses.replace(loaded, dtype=torch.bfloat16, precision=probed)
+    said = mechanisms_view.token_cost(bf16, 2, 0.5)
+    assert f"at least {forwards * 0.5 * 0.8:.1f} s" in said and "fp32 ran 1.25x faster than bf16" in said
 
 
 def test_the_long_runs_progress_ends_at_its_total_and_a_stop_ends_them_clearing_old_results(setup):

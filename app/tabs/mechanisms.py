@@ -301,7 +301,7 @@ class MechanismsTab(PageTab):
         if without_class_stage(loaded.cfg):
             return {self.parts.mx_token_cost: ""}
         region = min(int(region), loaded.cfg.grid_size)
-        return {self.parts.mx_token_cost: mechanisms_view.token_cost(loaded.model, region, a.forward_seconds)}
+        return {self.parts.mx_token_cost: mechanisms_view.token_cost(loaded, region, a.forward_seconds)}
 
     def open_asked(self, **asked: Any) -> dict:
         """The tab selected: `opened` with the page's values. asked: `OpenAsk`'s fields, by name."""
