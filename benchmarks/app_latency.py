@@ -422,8 +422,8 @@ def _long_views(loaded, a, *, lane, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def _browsing(view, stop: threading.Event, views: list[float]) -> threading.Thread:
-    """A thread standing for another page that opens a new image every `VIEW_EVERY_S` (start to start; at once
+def _browsing(view, stop: threading.Event, views: list[float], every: float) -> threading.Thread:
+    """A thread standing for another page that opens a new image every `every` seconds (start to start; at once
     when a view took longer), each view's seconds appended to `views`, until `stop`."""
 
     def run() -> None:
@@ -431,14 +431,14 @@ def _browsing(view, stop: threading.Event, views: list[float]) -> threading.Thre
             start = time.perf_counter()
             view()
             views.append(time.perf_counter() - start)
-            stop.wait(max(0.0, VIEW_EVERY_S - views[-1]))
+            stop.wait(max(0.0, every - views[-1]))
 
     thread = threading.Thread(target=run)
     thread.start()
     return thread
 
 
-def _long_beside_browsing(loaded, a, view, rounds: int) -> dict:
+def _long_beside_browsing(loaded, a, view, rounds: int, every: float) -> dict:
     """Issue 59.16: the Causal view on the long lane (giving way at each block, as the tab runs it) alone and
     while another page browses (`_browsing`), in alternating rounds: the medians, and the views' own seconds."""
 
@@ -453,7 +453,7 @@ def _long_beside_browsing(loaded, a, view, rounds: int) -> dict:
                 alone.append(causal())
                 continue
             stop = threading.Event()
-            browser = _browsing(view, stop, views)
+            browser = _browsing(view, stop, views, every)
             beside.append(causal())
             stop.set()
             browser.join()
@@ -464,14 +464,16 @@ def _long_beside_browsing(loaded, a, view, rounds: int) -> dict:
         "long_beside_views_rounds": [b / a for a, b in zip(alone, beside)],
         "views_meanwhile": len(views),
         "view_while_long_s": statistics.median(views),
+        "view_every_s": every,
     }
 
 
-def beside_long_work(name: str, repeats: int) -> dict:
+def beside_long_work(name: str, repeats: int, view_every: float = VIEW_EVERY_S) -> dict:
     """Issue 49's N36: a new image's first view (the page's handler on the quick lane, as a click runs it) idle,
     beside a Causal view computed on the long lane (now), and beside the same computation on the quick lane
     (before: one torch thread ran everything); and issue 59.16: the Causal view's own seconds alone and while
-    another page opens a new image every `VIEW_EVERY_S` (what the long job loses to the quick lane's priority)."""
+    another page opens a new image every `view_every` seconds (what the long job loses to the quick lane's
+    priority)."""
     choice = ModelChoice(name, random_init=True)
     cache = ModelCache(load_page_model, max_bytes=2**34, device=CPU)
     loaded = torch_thread.call(cache.get, choice)
@@ -505,7 +507,7 @@ def beside_long_work(name: str, repeats: int) -> dict:
         "view_beside_long_before_s": statistics.median(seconds["before"]),
         "view_beside_long_over_idle": statistics.median(seconds["now"]) / idle,
         "view_beside_long_before_over_idle": statistics.median(seconds["before"]) / idle,
-        **_long_beside_browsing(loaded, a, view, repeats),
+        **_long_beside_browsing(loaded, a, view, repeats, view_every),
     }
 
 
@@ -518,8 +520,9 @@ def report_beside(rows: list[dict]) -> None:
         rounds = ", ".join(f"{x:.2f}" for x in r["long_beside_views_rounds"])
         print(
             f"  the Causal view {r['long_alone_s']:.1f} s alone, {r['long_beside_views_s']:.1f} s while another page "
-            f"opens an image every {VIEW_EVERY_S:g} s ({r['views_meanwhile']} views, {r['view_while_long_s']:.2f} s "
-            f"each, {r['view_while_long_s'] / r['view_idle_s']:.2f}x idle); rounds {rounds}"
+            f"opens an image every {r['view_every_s']:g} s ({r['views_meanwhile']} views, "
+            f"{r['view_while_long_s']:.2f} s each, {r['view_while_long_s'] / r['view_idle_s']:.2f}x idle); "
+            f"rounds {rounds}"
         )
         before = r["view_beside_long_before_over_idle"]
         now = _verdict(r["view_beside_long_over_idle"], BESIDE_GOAL, "x")
@@ -609,12 +612,18 @@ def main() -> None:
         default=["cait_xxs24_224"],
         help="a new image's view beside a long Causal view, now and before the long lane (none: skip)",
     )
+    parser.add_argument(
+        "--view-every",
+        type=float,
+        default=VIEW_EVERY_S,
+        help="seconds between another page's new images while the Causal view runs (issue 59.16; 0: no pause)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     startup = startup_seconds(args.startup_repeats) if args.startup_repeats else None  # before this process loads
     rows = [bench_model(name, args) for name in args.models]
     big = [big_model_goals(name, forward_repeats=3) for name in args.big_models]
-    beside = [beside_long_work(name, args.repeats) for name in args.beside_long]
+    beside = [beside_long_work(name, args.repeats, args.view_every) for name in args.beside_long]
     report(rows, startup)
     report_big(big)
     report_beside(beside)
