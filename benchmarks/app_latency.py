@@ -17,7 +17,7 @@ For each of --beside-long (default cait_xxs24_224), issue 49's N36 in process: a
 page's handler on the quick lane) idle, beside a Causal view computed on the long lane (`torch_thread.call_long`),
 and beside the same computation on the quick lane, as the app ran it before the long lane (interleaved rounds,
 medians); goal <= 2x idle. And issue 59.16: the Causal view's seconds alone and while another page opens a new
-image every 1.6 s, in alternating rounds; goal <= 3x alone.
+image every 1.6 s (--view-every), in alternating rounds; goal <= 3x alone.
 
 For each of --big-models (default cait_m48_448), the page's handlers are called in process on the torch thread, as
 the app calls them (a big model's seconds dwarf Gradio's), against the same plain forward (issue 40):
@@ -457,11 +457,12 @@ def _long_beside_browsing(loaded, a, view, rounds: int, every: float) -> dict:
             beside.append(causal())
             stop.set()
             browser.join()
+    ratios = [browsed / quiet for quiet, browsed in zip(alone, beside)]
     return {
         "long_alone_s": statistics.median(alone),
         "long_beside_views_s": statistics.median(beside),
-        "long_beside_views_over_alone": statistics.median(b / a for a, b in zip(alone, beside)),
-        "long_beside_views_rounds": [b / a for a, b in zip(alone, beside)],
+        "long_beside_views_over_alone": statistics.median(ratios),
+        "long_beside_views_rounds": ratios,
         "views_meanwhile": len(views),
         "view_while_long_s": statistics.median(views),
         "view_every_s": every,
