@@ -22,9 +22,10 @@ turns on it: a long saliency method delays another page's view by up to one meth
 is left to the browser, and a pass takes the time of the forward the page measured: what the stated costs are
 counted in) at a lower OS priority (nice `LONG_NICE`), and it gives way: before each block of its model it
 waits while quick work runs, so a view asked during a long job competes with at most one block of it, and a
-long job loses the time of the quick work it let through, up to an allowance (`GIVE_WAY_RATIO` times what it
-ran): past it, it runs beside quick work, so that pages that browse without a pause slow it at most threefold
-rather than stall it. The two lanes share the models (no second copy):
+long job loses the time of the quick work it let through, up to an allowance (its time so far within
+`LONG_SLOWDOWN` times the CPU time it had): past it, it runs beside quick work, so that pages that browse without a
+pause do not stall it (what its lower priority costs its blocks beside them is the OS's: measured in
+benchmarks/README.md). The two lanes share the models (no second copy):
 the explanation hooks act only on the thread that opened them (`cait.explain.hooks`). A long job of a page's
 image is cancelled by the page's next image (`cancel_long`), whether it waits or runs, and its page's Stop
 (`call_long(stop=...)`, `app.stops`) is heard at the same points; a part of it that runs no block of the model
@@ -55,9 +56,10 @@ T = TypeVar("T")
 _ALL_THREADS = torch.get_num_threads()  # torch's default (the physical cores), or OMP_NUM_THREADS
 LONG_NICE = 10  # the long lane's OS priority below the quick lane's (and the browser's): the kernel favours them
 PAUSE_CHECK_S = 0.1  # how often a paused long job looks whether it was cancelled
-# a long job gives way to quick work for at most this many times the time it ran, after a first grace: at most
-# (1 + ratio) times its time alone however busy the quick lane is, and a view asked as it starts served alone
-GIVE_WAY_RATIO, GIVE_WAY_GRACE_S = 2.0, 1.0
+# a long job gives way to quick work only while its time since it started is under this many times the CPU time
+# its thread has had (its work, with the one intra-op thread of two cores; with more, its own thread's share, and
+# it gives way less), after a first grace: a view asked as it starts is served alone
+LONG_SLOWDOWN, GIVE_WAY_GRACE_S = 3.0, 1.0
 
 _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cait-torch")
 _THREAD: list[threading.Thread] = []  # the executor's thread, once it has run something
@@ -131,10 +133,9 @@ class _Job:
         self, page: str | None, stop: Callable[[], None] | None, on_wait: Callable[[int], None] | None = None
     ) -> None:
         self.page, self.cancelled, self.stop, self.on_wait = page, threading.Event(), stop, on_wait
-        self.started = self.abandoned = False
+        self.started = self.abandoned = self.told = False
         self.turn = threading.Lock()  # started or abandoned: one of the two, never both
-        self.ran = self.gave_way = 0.0  # seconds it ran, and waited for quick work, since it started
-        self.since: float | None = None  # when its last checkpoint ended
+        self.began: tuple[float, float] | None = None  # its first checkpoint: (wall clock, the lane's CPU time)
 
     def start(self) -> bool:
         """The lane's turn came: False when its caller gave up meanwhile."""
@@ -170,19 +171,22 @@ class _Job:
             self.stop()
 
     def _give_way(self) -> None:
-        """Wait while quick work runs, within the job's allowance (`GIVE_WAY_GRACE_S` and `GIVE_WAY_RATIO` times
-        what it ran): pages browsing without a pause would otherwise hold it back for ever (a 7 s view took
-        two minutes beside another page opening an example every 1.6 s). Its page is told when it gives way."""
-        now = time.monotonic()
-        if self.since is not None:
-            self.ran += now - self.since
-        allowance = GIVE_WAY_GRACE_S + GIVE_WAY_RATIO * self.ran - self.gave_way
+        """Wait while quick work runs, within the job's allowance: while its time since it started is under
+        `GIVE_WAY_GRACE_S` and `LONG_SLOWDOWN` times the CPU time its thread had meanwhile. Pages browsing without a
+        pause would otherwise hold it back for ever (a 7 s view took two minutes beside another page opening an
+        example every 1.6 s). The CPU time, not the seconds it ran: beside quick work, at its lower priority, a
+        block takes several times its time alone, and an allowance counted in those seconds let the job give way
+        twice as long again (10x its time alone beside views asked without a pause). Its page is told when it
+        gives way."""
+        if self.began is None:
+            self.began = (time.monotonic(), time.thread_time())
+        wall, cpu = self.began
+        allowance = GIVE_WAY_GRACE_S + LONG_SLOWDOWN * (time.thread_time() - cpu) - (time.monotonic() - wall)
         if allowance > 0:
-            if _QUICK.running and self.on_wait is not None and self.gave_way == 0:
-                self.on_wait(0)  # the first time only: the next block's progress replaces the line
+            if _QUICK.running and self.on_wait is not None and not self.told:
+                self.told = True  # the first time only: the next block's progress replaces the line
+                self.on_wait(0)
             _QUICK.wait_until_none(self.cancelled, at_most=allowance)
-        self.since = time.monotonic()
-        self.gave_way += self.since - now
 
 
 def _long_lane_setup() -> None:

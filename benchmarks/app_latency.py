@@ -16,7 +16,8 @@ and measured against one plain fp32 forward pass of one image, `model(x)`:
 For each of --beside-long (default cait_xxs24_224), issue 49's N36 in process: a new image's first view (the
 page's handler on the quick lane) idle, beside a Causal view computed on the long lane (`torch_thread.call_long`),
 and beside the same computation on the quick lane, as the app ran it before the long lane (interleaved rounds,
-medians); and the Causal view's seconds alone and with a view asked every second. Goal: <= 2x idle.
+medians); goal <= 2x idle. And issue 59.16: the Causal view's seconds alone and while another page opens a new
+image every 1.6 s (--view-every), in alternating rounds; goal <= 3x alone.
 
 For each of --big-models (default cait_m48_448), the page's handlers are called in process on the torch thread, as
 the app calls them (a big model's seconds dwarf Gradio's), against the same plain forward (issue 40):
@@ -81,6 +82,8 @@ from cait.timing import time_interleaved  # noqa: E402
 CPU = torch.device("cpu")
 GOALS = {"view_s": 0.35, "saliency_app_s": 15.0, "startup_s": 6.0}  # issue 32 (view, saliency: cait_xxs24_224)
 BESIDE_GOAL = 2.0  # issue 49's N36: a view beside long work within 2x its idle time
+LONG_GOAL = 3.0  # issue 59.16: long work while another page browses within 3x its time alone
+VIEW_EVERY_S = 1.6  # issue 59.16: the other page opened an example every ~1.6 s
 BIG_GOALS = {"follow_up_over_forward": 3.0, "causal_over_estimate": 1.5, "stop_over_block": 1.0}  # issue 40
 CHROMIUM = "/usr/bin/chromium"
 # Click example `i`, then wait (one animation frame at a time) until the tiles differ from before and are
@@ -419,11 +422,59 @@ def _long_views(loaded, a, *, lane, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def beside_long_work(name: str, repeats: int) -> dict:
+def _browsing(view, stop: threading.Event, views: list[float], every: float) -> threading.Thread:
+    """A thread standing for another page that opens a new image every `every` seconds (start to start; at once
+    when a view took longer), each view's seconds appended to `views`, until `stop`."""
+
+    def run() -> None:
+        while not stop.is_set():
+            start = time.perf_counter()
+            view()
+            views.append(time.perf_counter() - start)
+            stop.wait(max(0.0, every - views[-1]))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _long_beside_browsing(loaded, a, view, rounds: int, every: float) -> dict:
+    """Issue 59.16: the Causal view on the long lane (giving way at each block, as the tab runs it) alone and
+    while another page browses (`_browsing`), in alternating rounds: the medians, and the views' own seconds."""
+
+    def causal() -> float:
+        work = functools.partial(causal_view.compute, loaded.model, a.x, a.top_class)
+        return _clocks(lambda: torch_thread.call_long(work, model=loaded.model), on_torch=False)[0]
+
+    alone, beside, views = [], [], []
+    for r in range(rounds):
+        for mode in ("alone", "beside")[:: 1 if r % 2 == 0 else -1]:  # no mode always first
+            if mode == "alone":
+                alone.append(causal())
+                continue
+            stop = threading.Event()
+            browser = _browsing(view, stop, views, every)
+            beside.append(causal())
+            stop.set()
+            browser.join()
+    ratios = [browsed / quiet for quiet, browsed in zip(alone, beside)]
+    return {
+        "long_alone_s": statistics.median(alone),
+        "long_beside_views_s": statistics.median(beside),
+        "long_beside_views_over_alone": statistics.median(ratios),
+        "long_beside_views_rounds": ratios,
+        "views_meanwhile": len(views),
+        "view_while_long_s": statistics.median(views),
+        "view_every_s": every,
+    }
+
+
+def beside_long_work(name: str, repeats: int, view_every: float = VIEW_EVERY_S) -> dict:
     """Issue 49's N36: a new image's first view (the page's handler on the quick lane, as a click runs it) idle,
     beside a Causal view computed on the long lane (now), and beside the same computation on the quick lane
-    (before: one torch thread ran everything); and the Causal view's own seconds alone and with a new image's
-    view asked every second meanwhile (what the long job loses to the quick lane's priority)."""
+    (before: one torch thread ran everything); and issue 59.16: the Causal view's own seconds alone and while
+    another page opens a new image every `view_every` seconds (what the long job loses to the quick lane's
+    priority)."""
     choice = ModelChoice(name, random_init=True)
     cache = ModelCache(load_page_model, max_bytes=2**34, device=CPU)
     loaded = torch_thread.call(cache.get, choice)
@@ -435,7 +486,8 @@ def beside_long_work(name: str, repeats: int) -> dict:
         lambda: tabs.image.analyse_path(choice, image, look, 1, shown, uploaded=False)
     )  # fmt: skip
     view()  # warm-up
-    lanes = {"idle": None, "now": torch_thread.call_long, "before": torch_thread.handler(lambda fn: fn())}
+    now = functools.partial(torch_thread.call_long, model=loaded.model)  # giving way at each block, as the tabs
+    lanes = {"idle": None, "now": now, "before": torch_thread.handler(lambda fn: fn())}
     seconds: dict[str, list[float]] = {mode: [] for mode in lanes}
     for r in range(repeats):
         for mode in list(lanes)[r % 3 :] + list(lanes)[: r % 3]:  # rotated: no mode always first
@@ -448,26 +500,6 @@ def beside_long_work(name: str, repeats: int) -> dict:
             stop.set()
             if runner:
                 runner.join()
-    long_alone = _clocks(
-        lambda: torch_thread.call_long(lambda: causal_view.compute(loaded.model, a.x, a.top_class)), on_torch=False
-    )[0]
-    clicking, views = threading.Event(), []
-
-    def click_every_second() -> None:
-        while not clicking.is_set():
-            start = time.perf_counter()
-            view()
-            views.append(time.perf_counter() - start)
-            clicking.wait(1.0)
-
-    clicker = threading.Thread(target=click_every_second)
-    clicker.start()
-    long_beside = _clocks(
-        lambda: torch_thread.call_long(lambda: causal_view.compute(loaded.model, a.x, a.top_class), model=loaded.model),
-        on_torch=False,
-    )[0]
-    clicking.set()
-    clicker.join()
     idle = statistics.median(seconds["idle"])
     return {
         "model": name,
@@ -476,10 +508,7 @@ def beside_long_work(name: str, repeats: int) -> dict:
         "view_beside_long_before_s": statistics.median(seconds["before"]),
         "view_beside_long_over_idle": statistics.median(seconds["now"]) / idle,
         "view_beside_long_before_over_idle": statistics.median(seconds["before"]) / idle,
-        "long_alone_s": long_alone,
-        "long_beside_views_s": long_beside,
-        "long_beside_views_over_alone": long_beside / long_alone,
-        "views_meanwhile": len(views),
+        **_long_beside_browsing(loaded, a, view, repeats, view_every),
     }
 
 
@@ -489,13 +518,18 @@ def report_beside(rows: list[dict]) -> None:
             f"{r['model']}: a new image's view {r['view_idle_s']:.2f} s idle, {r['view_beside_long_s']:.2f} s beside "
             f"a Causal view on the long lane, {r['view_beside_long_before_s']:.2f} s beside it on one thread (before)"
         )
+        rounds = ", ".join(f"{x:.2f}" for x in r["long_beside_views_rounds"])
         print(
-            f"  the Causal view {r['long_alone_s']:.1f} s alone, {r['long_beside_views_s']:.1f} s with a view asked "
-            f"every second ({r['views_meanwhile']} views): {r['long_beside_views_over_alone']:.2f}x"
+            f"  the Causal view {r['long_alone_s']:.1f} s alone, {r['long_beside_views_s']:.1f} s while another page "
+            f"opens an image every {r['view_every_s']:g} s ({r['views_meanwhile']} views, "
+            f"{r['view_while_long_s']:.2f} s each, {r['view_while_long_s'] / r['view_idle_s']:.2f}x idle); "
+            f"rounds {rounds}"
         )
         before = r["view_beside_long_before_over_idle"]
         now = _verdict(r["view_beside_long_over_idle"], BESIDE_GOAL, "x")
         print(f"goal, view beside long work over idle (before: {before:.2f}x): {now}")
+        long = _verdict(r["long_beside_views_over_alone"], LONG_GOAL, "x")
+        print(f"goal, the Causal view while another page browses over its time alone: {long}")
 
 
 def report_big(rows: list[dict]) -> None:
@@ -579,12 +613,18 @@ def main() -> None:
         default=["cait_xxs24_224"],
         help="a new image's view beside a long Causal view, now and before the long lane (none: skip)",
     )
+    parser.add_argument(
+        "--view-every",
+        type=float,
+        default=VIEW_EVERY_S,
+        help="seconds between another page's new images while the Causal view runs (issue 59.16; 0: no pause)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     startup = startup_seconds(args.startup_repeats) if args.startup_repeats else None  # before this process loads
     rows = [bench_model(name, args) for name in args.models]
     big = [big_model_goals(name, forward_repeats=3) for name in args.big_models]
-    beside = [beside_long_work(name, args.repeats) for name in args.beside_long]
+    beside = [beside_long_work(name, args.repeats, args.view_every) for name in args.beside_long]
     report(rows, startup)
     report_big(big)
     report_beside(beside)

@@ -37,11 +37,15 @@ TIMEOUT = 180_000  # ms; generous: on a shared machine at load 20, one analysis 
 expect.set_options(timeout=TIMEOUT)
 
 
-def start_server(args: list[str], log: Path, *, gate: Path | None = None) -> tuple[subprocess.Popen, str]:
+def start_server(
+    args: list[str], log: Path, *, gate: Path | None = None, holds: tuple[str, ...] = ("causal", "mechanisms")
+) -> tuple[subprocess.Popen, str]:
     """`python app/main.py ARGS` on a free port; returns (process, url) once it answers. With `gate`, the app of
-    tests/gated_app.py, whose long runs wait while the file `gate` exists (`gated_app.install`)."""
+    tests/gated_app.py, whose work named in `holds` waits while the file `gate` exists (`gated_app.HOLDS`)."""
     port = free_port()
-    script = [str(ROOT / "app" / "main.py")] if gate is None else [str(ROOT / "tests" / "gated_app.py"), str(gate)]
+    script = [str(ROOT / "app" / "main.py")]
+    if gate is not None:
+        script = [str(ROOT / "tests" / "gated_app.py"), str(gate), ",".join(holds)]
     # PYTHONPATH: the checkout under test (cait and app), whatever version is installed in the environment
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(

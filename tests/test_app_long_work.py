@@ -426,7 +426,7 @@ def test_a_view_asked_during_the_start_up_precision_probe_is_served_at_once(monk
 
 def test_a_long_job_beside_quick_work_that_never_pauses_still_ends_and_says_it_gives_way(model):
     """Item 59.16: quick work that never leaves the quick lane idle (here one quick call held by a gate the test
-    opens) holds a long job back only within its allowance (`GIVE_WAY_RATIO` times what it ran, after
+    opens) holds a long job back only within its allowance (`LONG_SLOWDOWN` times its CPU time, after
     `GIVE_WAY_GRACE_S`): the job ends while the quick call still holds, and its page is told once that it gives
     way. Without the allowance it waited for the quick lane to be idle."""
     x, told = _image(model, 4), []
@@ -453,3 +453,37 @@ def test_a_long_job_beside_quick_work_that_never_pauses_still_ends_and_says_it_g
     finally:
         quick_may_end.set()
         holder.join(60)
+
+
+class _Busy:
+    """Quick work that never ends, on a clock the test moves: waiting for it takes all the time allowed."""
+
+    def __init__(self) -> None:
+        self.running, self.wall, self.cpu = 1, 0.0, 0.0
+
+    def wait_until_none(self, cancelled, *, at_most: float) -> bool:
+        self.wall += at_most
+        return True
+
+
+@pytest.mark.parametrize("slowdown", [1.0, 2.0])
+def test_quick_work_slows_a_long_job_at_most_threefold_however_much_slower_its_blocks_run_beside_it(
+    monkeypatch, slowdown
+):
+    """Item 59.16's rule, on a clock the test moves: beside quick work that never ends, a long job whose blocks
+    take `slowdown` times their CPU time (the OS favours the quick lane) ends within `LONG_SLOWDOWN` times its work
+    (and the grace, and one block), and, when its blocks run at full speed, still gives way that long. An allowance
+    counted in the seconds its blocks took, not in their CPU time, let it wait twice as long again: 6x at a
+    slowdown of 2."""
+    busy, block, blocks = _Busy(), 0.05, 100
+    monkeypatch.setattr(torch_thread, "_QUICK", busy)
+    monkeypatch.setattr(
+        torch_thread, "time", SimpleNamespace(monotonic=lambda: busy.wall, thread_time=lambda: busy.cpu)
+    )
+    job = torch_thread._Job(None, None)
+    for _ in range(blocks):
+        job._give_way()  # the checkpoint before each block
+        busy.wall, busy.cpu = busy.wall + slowdown * block, busy.cpu + block
+    work = blocks * block
+    assert busy.wall <= torch_thread.LONG_SLOWDOWN * work + torch_thread.GIVE_WAY_GRACE_S + slowdown * block
+    assert busy.wall >= torch_thread.LONG_SLOWDOWN * work - slowdown * block  # it gave way all it may

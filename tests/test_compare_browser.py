@@ -2,22 +2,26 @@
 against the 136-px one: both models side by side on the page's image, a compare run built in the tab whose Stop
 ends it (the build held on the server partway, at a gate the test opens: never raced) keeping the shard it wrote,
 built again to the end, its figures shown and a disagreement image opened as the page's image. One server for the
-module (`compare_gate_app.py`: the app with the gate)."""
+module (`gated_app.py`: the app with the gate)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_until_served
+from gated_app import reached
 from playwright.sync_api import expect
-from test_app import ROOT, free_port
-from test_app_browser import NEW_JSON, chromium, json_href, open_page, pick_example, stop_server  # noqa: F401
+from test_app_browser import (  # noqa: F401 (chromium: the fixture)
+    NEW_JSON,
+    chromium,
+    json_href,
+    open_page,
+    pick_example,
+    start_server,
+    stop_server,
+)
 
 A, B = "cait_nano_28", "cait_micro_136"
 SCENES = 40
@@ -25,21 +29,15 @@ SCENES = 40
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
-    """The app as a user starts it, on the 28-px model, with the compare build's gate: (url, the file the build
-    writes when it waits at the gate, the file that opens it)."""
+    """The app as a user starts it, on the 28-px model, with the compare build held at the gate while the file
+    `gate` exists (tests/gated_app.py): (url, gate)."""
     folder = tmp_path_factory.mktemp("compare")
-    reached, opened = folder / "reached", folder / "open"
-    port = free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    env |= {"CAIT_GATE_REACHED": str(reached), "CAIT_GATE_OPEN": str(opened)}
-    log = folder / "server.log"
-    command = [sys.executable, str(ROOT / "tests" / "compare_gate_app.py"), "--port", str(port), "--device", "cpu"]
-    proc = subprocess.Popen([*command, "--model", A], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}/"
+    gate = folder / "gate"
+    proc, url = start_server(["--model", A], folder / "server.log", gate=gate, holds=("compare",))
     try:
-        wait_until_served(proc, url, log)
-        yield url, reached, opened
+        yield url, gate
     finally:
+        gate.unlink(missing_ok=True)
         stop_server(proc)
 
 
@@ -51,7 +49,7 @@ def wait_for(path: Path, seconds: float = 120) -> None:
 
 
 def test_two_models_side_by_side_a_stopped_run_and_its_disagreements(chromium, gated):  # noqa: F811
-    url, reached, opened = gated
+    url, gate = gated
     page = open_page(chromium, url)
     try:
         pick_example(page)
@@ -67,13 +65,14 @@ def test_two_models_side_by_side_a_stopped_run_and_its_disagreements(chromium, g
         # a run built and held partway at the server's gate (two batches done, one shard of 32 scenes written):
         # the Stop pressed meanwhile is answered at once, and the build stops there, keeping that shard
         page.locator("#cmp_scenes input").fill(str(SCENES))
+        gate.touch()
         page.locator("#cmp_build").click()
         expect(page.locator("#cmp_stop")).to_be_enabled()
-        wait_for(reached)
+        wait_for(reached(gate))
         with page.expect_response(lambda r: r.url.endswith("/run/predict")) as answer:  # the Stop, off the queue
             page.locator("#cmp_stop").click()
         assert answer.value.ok
-        opened.touch()
+        gate.unlink()
         expect(page.locator("#cmp_run_msg")).to_contain_text(f"Stopped with 32 of {SCENES} scenes done")
         expect(page.locator("#cmp_stop")).to_be_disabled()
         # built again: it continues to the end and opens
