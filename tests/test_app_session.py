@@ -400,6 +400,7 @@ def test_without_random_init_a_variant_without_weights_is_the_loaders_one_line(h
         statuses=t.statuses,
         ca_layers=t.ca_layers,
         page_for=t.page_for,
+        image_cleared=t.image_cleared,
     )
     out = strict.load(choice=handlers.default, ca_props=SHOWN, variant="cait_nano_64", checkpoint="", download=False)
     said = hub.missing_weights(hub.weights_status("cait_nano_64"))
@@ -810,11 +811,17 @@ def test_an_example_clicked_before_the_address_swap_landed_is_analysed_by_the_sw
     answer = {}
     clicked = threading.Thread(target=lambda: answer.update(out=click(handlers.default, request)))
     clicked.start()  # the click reaches the server before the swap
-    clicked.join(1.0)
+    for _ in range(1200):  # and waits for it
+        if tabs.model.swaps.pages.of("swapping").awaited:
+            break
+        time.sleep(0.1)
     swapped = tabs.model.from_address(handlers.default, shown, request)
     clicked.join(120)
     assert swapped[page.shared.choice].name == "cait_nano_28"
     assert answer["out"][page.shared.analysis].choice == swapped[page.shared.choice]
+    # the swap's answer may reach the page after the click's: it leaves the image and its results to the click's
+    image = {page.shared.image_in, *tabs.image.results()}
+    assert not image & set(swapped) and {page.shared.header, page.shared.examples} <= set(swapped)
     # the page's next click, with its state caught up, and another page's, go through as sent
     other = SimpleNamespace(query_params={}, session_hash="plain")
     for choice, req in ((swapped[page.shared.choice], request), (handlers.default, other)):
@@ -832,7 +839,7 @@ def test_a_known_model_in_the_address_without_weights_here_is_said_as_an_unknown
     t, p = handlers.tabs.model, handlers.p
     strict = ModelTab(
         t.parts, t.shared, t.cache, default=replace(handlers.default, random_init=False), statuses=t.statuses,
-        ca_layers=t.ca_layers, page_for=t.page_for,
+        ca_layers=t.ca_layers, page_for=t.page_for, image_cleared=t.image_cleared,
     )  # fmt: skip
     request = SimpleNamespace(query_params={"model": "cait_nano_64"}, session_hash="no-weights")
     with pytest.warns(UserWarning, match="cait_nano_64"):

@@ -8,7 +8,7 @@ import functools
 import inspect
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import gradio as gr
@@ -33,19 +33,31 @@ KEEP_MODEL_IN_ADDRESS = """(name) => {
 }"""
 
 
+@dataclass
+class _Swap:
+    """A page's ?model= swap: (the model it replaced, the one it loaded) once landed, and whether an image of the
+    page waited for it (then that image's answer, not the swap's, fills the page's results)."""
+
+    landed: Future = field(default_factory=Future)
+    awaited: bool = False
+
+
 class AddressSwaps:
-    """Each page's ?model= swap (`ModelTab.from_address`) as a future of (the model it replaced, the one it
-    loaded), so that a new image asked before the swap landed is analysed by the model the page is getting, not
-    the one its state still names: the browser sends the image's event with the old model, and Gradio may run it
-    before the swap, or beside it. At most MAX_PAGES kept. Thread-safe."""
+    """Each page's ?model= swap (`ModelTab.from_address`), so that a new image asked before the swap landed is
+    analysed by the model the page is getting, not the one its state still names: the browser sends the image's
+    event with the old model, and Gradio may run it before the swap, or beside it. At most MAX_PAGES kept.
+    Thread-safe."""
 
     def __init__(self) -> None:
-        self.of: Callable[[str | None], Future] = ByPage(Future).of  # made by the swap or an image waiting for it
+        self.pages: ByPage[_Swap] = ByPage(_Swap)  # made by the swap or an image waiting for it
 
-    def landed(self, page: str | None, before: ModelChoice, after: ModelChoice) -> None:
-        swap = self.of(page)
-        if not swap.done():
-            swap.set_result((before, after))
+    def landed(self, page: str | None, before: ModelChoice, after: ModelChoice) -> bool:
+        """The page's swap landed; whether an image of the page waits for it."""
+        with self.pages.lock:
+            swap = self.pages.of(page)
+            if not swap.landed.done():
+                swap.landed.set_result((before, after))
+            return swap.awaited
 
     def settled(self, choice: ModelChoice, request: gr.Request | None) -> ModelChoice:
         """The model an image event of the page must use: `choice` (what the page's state sent), unless the
@@ -54,11 +66,13 @@ class AddressSwaps:
         asked = (getattr(request, "query_params", None) or {}).get("model") or ""
         if not asked.strip() or asked.strip() == choice.name or asked.strip() not in cait.list_models():
             return choice
-        swap = self.of(page_of(request))
-        if not swap.done():
-            log.info("an image asked before its page's swap to %s landed waits for it", asked.strip())
+        with self.pages.lock:
+            swap = self.pages.of(page_of(request))
+            if not swap.landed.done():
+                swap.awaited = True
+                log.info("an image asked before its page's swap to %s landed waits for it", asked.strip())
         try:
-            before, after = swap.result(timeout=SWAP_WAIT_S)
+            before, after = swap.landed.result(timeout=SWAP_WAIT_S)
         except FutureTimeout:
             log.warning("the address swap of a page did not land in %d s: its image uses %s", SWAP_WAIT_S, choice)
             return choice
@@ -129,7 +143,8 @@ def build(first: LoadedModel, tab: gr.Tab) -> ModelParts:
 
 class ModelTab(PageTab):
     """The tab's events. page_for(loaded, shown): everything on the page that a new model changes (the tabs
-    emptied and redrawn for it; `app.ui` composes it); ca_layers: the class-attention layers the page can show."""
+    emptied and redrawn for it; `app.ui` composes it); image_cleared(shown): the last image's results emptied, its
+    part of that; ca_layers: the class-attention layers the page can show."""
 
     def __init__(
         self,
@@ -141,16 +156,17 @@ class ModelTab(PageTab):
         statuses: list[hub.WeightsStatus],
         ca_layers: int,
         page_for: Callable[[LoadedModel, tuple], dict],
+        image_cleared: Callable[[tuple], dict],
     ):
         self.parts, self.shared, self.cache, self.default = parts, shared, cache, default
-        self.statuses, self.ca_layers, self.page_for = statuses, ca_layers, page_for
+        self.statuses, self.ca_layers, self.page_for, self.image_cleared = statuses, ca_layers, page_for, image_cleared
         self.swaps = AddressSwaps()
 
     @classmethod
     def on_page(cls, parts: ModelParts, page: Any) -> ModelTab:
-        statuses, ca_layers, page_for = hub.list_weights(), page.ca_layers, page.image.page_for
+        statuses, ca_layers, image = hub.list_weights(), page.ca_layers, page.image
         return cls(parts, page.shared, page.cache, default=page.default, statuses=statuses, ca_layers=ca_layers,
-                   page_for=page_for)  # fmt: skip
+                   page_for=image.page_for, image_cleared=image.cleared)  # fmt: skip
 
     def weights_status(self, name: str | None, checkpoint: str | None = None) -> str:
         """Where the chosen variant's weights would come from, without any request (cait.hub): from the
@@ -228,7 +244,10 @@ class ModelTab(PageTab):
         try:
             out = self._swapped(choice, shown, name)
         finally:  # landed, loaded or not: the page's state names its model from this answer on
-            self.swaps.landed(page_of(request), choice, out.get(self.shared.choice, choice))
+            awaited = self.swaps.landed(page_of(request), choice, out.get(self.shared.choice, choice))
+        if awaited:  # an image waits for this swap: its answer may reach the page first, and must not be emptied
+            image = {*self.image_cleared(shown), self.shared.image_in}
+            out = {part: value for part, value in out.items() if part not in image}
         return out
 
     def after_swap(self, handler: Callable) -> Callable:
