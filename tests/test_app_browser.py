@@ -80,6 +80,8 @@ def open_page(browser, url: str, width: int = 1400):
     """A page in a fresh browser context (its own cookies and session), on the app's URL."""
     page = browser.new_context(viewport={"width": width, "height": 1600}).new_page()
     page.set_default_timeout(TIMEOUT)
+    # the page's own errors (e.g. Gradio's "Connection errored out"), shown with a failed test's output
+    page.on("console", lambda m: print(f"browser {m.type}: {m.text}") if m.type in ("error", "warning") else None)
     page.goto(url)
     return page
 
