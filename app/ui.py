@@ -192,16 +192,20 @@ class ImageEvents:
             out |= tab.cleared(shown)
         return out
 
+    def emptied(self, shown: tuple) -> dict:
+        """What a new model empties of the page's image: the image box and its results (`page_for`'s part that an
+        image asked before a ?model= swap answers itself)."""
+        return self.cleared(shown) | {self.page.shared.image_in: None}
+
     def page_for(self, loaded: LoadedModel, shown: tuple) -> dict:
         """Everything on the page that a new model changes: the last image's results emptied, every control
         that depends on the model set for `loaded`."""
         s = self.page.shared
-        out = self.cleared(shown)
+        out = self.emptied(shown)
         out |= {
             s.choice: loaded.choice,
             s.header: texts.header_markdown(loaded, hub.cached_variants()),
             s.examples: gr.Gallery(value=loaded.examples),
-            s.image_in: None,
         }
         for tab in self.tabs.all:
             out |= tab.for_model(loaded)

@@ -400,7 +400,7 @@ def test_without_random_init_a_variant_without_weights_is_the_loaders_one_line(h
         statuses=t.statuses,
         ca_layers=t.ca_layers,
         page_for=t.page_for,
-        image_cleared=t.image_cleared,
+        image_emptied=t.image_emptied,
     )
     out = strict.load(choice=handlers.default, ca_props=SHOWN, variant="cait_nano_64", checkpoint="", download=False)
     said = hub.missing_weights(hub.weights_status("cait_nano_64"))
@@ -839,7 +839,7 @@ def test_a_known_model_in_the_address_without_weights_here_is_said_as_an_unknown
     t, p = handlers.tabs.model, handlers.p
     strict = ModelTab(
         t.parts, t.shared, t.cache, default=replace(handlers.default, random_init=False), statuses=t.statuses,
-        ca_layers=t.ca_layers, page_for=t.page_for, image_cleared=t.image_cleared,
+        ca_layers=t.ca_layers, page_for=t.page_for, image_emptied=t.image_emptied,
     )  # fmt: skip
     request = SimpleNamespace(query_params={"model": "cait_nano_64"}, session_hash="no-weights")
     with pytest.warns(UserWarning, match="cait_nano_64"):

@@ -143,8 +143,8 @@ def build(first: LoadedModel, tab: gr.Tab) -> ModelParts:
 
 class ModelTab(PageTab):
     """The tab's events. page_for(loaded, shown): everything on the page that a new model changes (the tabs
-    emptied and redrawn for it; `app.ui` composes it); image_cleared(shown): the last image's results emptied, its
-    part of that; ca_layers: the class-attention layers the page can show."""
+    emptied and redrawn for it; `app.ui` composes it); image_emptied(shown): its part that empties the image box and
+    the image's results; ca_layers: the class-attention layers the page can show."""
 
     def __init__(
         self,
@@ -156,17 +156,17 @@ class ModelTab(PageTab):
         statuses: list[hub.WeightsStatus],
         ca_layers: int,
         page_for: Callable[[LoadedModel, tuple], dict],
-        image_cleared: Callable[[tuple], dict],
+        image_emptied: Callable[[tuple], dict],
     ):
         self.parts, self.shared, self.cache, self.default = parts, shared, cache, default
-        self.statuses, self.ca_layers, self.page_for, self.image_cleared = statuses, ca_layers, page_for, image_cleared
+        self.statuses, self.ca_layers, self.page_for, self.image_emptied = statuses, ca_layers, page_for, image_emptied
         self.swaps = AddressSwaps()
 
     @classmethod
     def on_page(cls, parts: ModelParts, page: Any) -> ModelTab:
         statuses, ca_layers, image = hub.list_weights(), page.ca_layers, page.image
         return cls(parts, page.shared, page.cache, default=page.default, statuses=statuses, ca_layers=ca_layers,
-                   page_for=image.page_for, image_cleared=image.cleared)  # fmt: skip
+                   page_for=image.page_for, image_emptied=image.emptied)  # fmt: skip
 
     def weights_status(self, name: str | None, checkpoint: str | None = None) -> str:
         """Where the chosen variant's weights would come from, without any request (cait.hub): from the
@@ -246,7 +246,7 @@ class ModelTab(PageTab):
         finally:  # landed, loaded or not: the page's state names its model from this answer on
             awaited = self.swaps.landed(page_of(request), choice, out.get(self.shared.choice, choice))
         if awaited:  # an image waits for this swap: its answer may reach the page first, and must not be emptied
-            image = {*self.image_cleared(shown), self.shared.image_in}
+            image = self.image_emptied(shown)
             out = {part: value for part, value in out.items() if part not in image}
         return out
 
