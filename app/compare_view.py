@@ -59,9 +59,10 @@ def top5_html(seen: ImageComparison, labels: tuple[str, ...], names: tuple[str, 
     return f"<div style='display:flex;gap:2em'>{''.join(sides)}</div>"
 
 
-def head_tiles(seen: ImageComparison, view_a, view_b, *, cmap: str, alpha: float) -> list[tuple]:
+def head_tiles(seen: ImageComparison, view_a, view_b, folder: Path, *, cmap: str, alpha: float) -> list[tuple]:
     """Per pair of heads: A's map, B's map (each over what its model sees, its own min .. max) and B - A in the
-    signed scale where the grids match; (image, caption) each, three to a row."""
+    signed scale where the grids match; (file in `folder`, caption) each, three to a row. Files, not images:
+    Gradio saves an image under its content's hash, rewriting in place a tile that a page is fetching."""
     tiles = []
     for ((la, ha), (lb, hb)), diff in zip(seen.pairs, seen.differences):
         map_a, map_b = seen.maps_a[la - 1, ha - 1], seen.maps_b[lb - 1, hb - 1]
@@ -76,7 +77,8 @@ def head_tiles(seen: ImageComparison, view_a, view_b, *, cmap: str, alpha: float
         else:
             signed = figures.saliency_tile(view_a, torch.from_numpy(diff), cmap=cmap, alpha=alpha, signed=True)
             tiles.append((signed, f"B − A (red: B attends more, {np.abs(diff).max():.2f} at most)"))
-    return tiles  # fmt: skip
+    files = figures.save_tiles([image for image, _ in tiles], folder, "heads")
+    return [(file, caption) for file, (_, caption) in zip(files, tiles)]  # fmt: skip
 
 
 def dla_figure(seen: ImageComparison, target: str) -> go.Figure:

@@ -335,11 +335,19 @@ def handlers():
     return page_under_test(cache, ModelChoice("cait_pico_32", random_init=True))  # components only: no server
 
 
-def saliency_steps(handlers, a: session.Analysis, methods: list[str], **named) -> list[dict]:
+def saliency_steps(handlers, a: session.Analysis, methods: list[str], *, files=None, **named) -> list[dict]:
     """Every step of a saliency run of `methods` on `a`, the other inputs by name, as the page passes them;
-    unless named: class 2 and the look these tests draw with."""
+    unless named: class 2 and the look these tests draw with. files: a list given gets, per step that shows the
+    gallery, each tile's (file, inode) as the step was taken."""
     named = dict(choice=a.choice, analysis=a, sal_methods=methods, sal_class=2, cmap="inferno", alpha=0.5) | named
-    return list(handlers.tabs.saliency.run(**{"view": "smooth", **named}))
+    steps = []
+    for step in handlers.tabs.saliency.run(**{"view": "smooth", **named}):
+        gallery = step.get(handlers.p.sal_gallery)
+        if files is not None and gallery is not None:
+            paths = [t["image"]["path"] for t in gallery.value or []]
+            files.append([(path, Path(path).stat().st_ino) for path in paths])
+        steps.append(step)
+    return steps
 
 
 def load(handlers, choice, shown, variant, checkpoint, download=False, **more) -> dict:
@@ -500,7 +508,8 @@ def test_saliency_shows_the_maps_first_then_scores_each(handlers):
     p = handlers.p
     loaded = handlers.cache.get(handlers.default)
     a = session.analyse(loaded, str(SCENE))
-    steps = saliency_steps(handlers, a, ["saliency", "ca1_mean"])
+    files = []
+    steps = saliency_steps(handlers, a, ["saliency", "ca1_mean"], files=files)
     shown = [s for s in steps if p.sal_gallery in s]
     name = loaded.labels[2]
     assert [s[p.sal_gallery].label for s in shown] == [
@@ -513,6 +522,11 @@ def test_saliency_shows_the_maps_first_then_scores_each(handlers):
     assert [sum(row[1] is None for row in s[p.sal_table] or []) for s in shown] == [0, 2, 1, 0]  # AUCs to come
     assert ["AUC" in tile["caption"] for tile in shown[1][p.sal_gallery].value] == [False, False]
     assert ["AUC" in tile["caption"] for tile in shown[-1][p.sal_gallery].value] == [True, True]
+    # every update sends the same copies of the app's own tile files: Gradio writes a file's copy once (by a
+    # rename), where it re-encodes an image into the same file on every update, truncating it under a page that
+    # is still fetching the last update's tiles
+    assert files[1] == files[2] == files[3], files
+    assert [Path(path).name for path, _ in files[1]] == ["map_0_0.jpg", "map_1_0.jpg"]
     assert [row[0] for row in shown[-1][p.sal_table]] == ["ca1_mean", "saliency"]  # the menu's order
     rows = list(
         session.saliency_rows(loaded, a, target=2, methods=["ca1_mean", "saliency"], options=explain.MethodOptions())

@@ -164,7 +164,7 @@ class CompareTab(PageTab):
         paired = "by the open run's matching" if sides.run else "by layer and head"
         return {
             p.cmp_top5: cv.top5_html(seen, loaded.labels, (f"A: {loaded.name}", f"B: {other.name}")),
-            p.cmp_heads: cv.head_tiles(seen, a.view, view_b, cmap=CMAP, alpha=ALPHA),
+            p.cmp_heads: cv.head_tiles(seen, a.view, view_b, WORK.request_dir(), cmap=CMAP, alpha=ALPHA),
             p.cmp_dla: cv.dla_figure(seen, target),
             p.cmp_depth: cv.depth_figure(seen),
             p.cmp_msg: f"**{loaded.name}** (A) against **{other.name}** (B), heads paired {paired}.",

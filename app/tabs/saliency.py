@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
 import numpy as np
 import torch
+from PIL import Image
 
 import cait
 from app import figures, session, texts, torch_thread
@@ -18,6 +20,7 @@ from app.choices import class_choices, colour_scale_image, map_names, ranked_cla
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, VIEWS, Shared, answering, named
+from app.workdir import WORK
 from cait import explain
 from cait.explain.attribution import CAPTUM_METHODS, Option, checked_options
 from cait.explain.maps import DEFAULT_SHARE
@@ -112,12 +115,19 @@ class SaliencyRun:
     scoring: bool  # the AUCs are computed after the maps
     options: explain.MethodOptions = _OPTIONS
     seed: int = session.DEFAULT_SEED
+    folder: Path | None = None  # where the tiles are saved (a request folder of `app.workdir.WORK`)
+    exact: bool = False  # tiles saved lossless (the patch-grid view), else JPEG: `figures.save_tiles`
     rows: list = field(default_factory=list)  # (class name, session.SaliencyRow), in the order shown
-    tiles: list = field(default_factory=list)  # (tile image, signed) of each row
+    tiles: list = field(default_factory=list)  # (tile file, signed) of each row
 
-    def add(self, name: str, row: session.SaliencyRow, tile, signed: bool) -> None:
+    def add(self, name: str, row: session.SaliencyRow, tile: Image.Image, signed: bool) -> None:
+        """A computed map and its tile, saved once as a file: every progress update re-sends the gallery, and
+        a file is served as it is, where Gradio re-encodes a PIL image into the same cache file on every update,
+        truncating it under a browser still fetching the last update's copy (a broken tile)."""
+        self.folder = self.folder or WORK.request_dir()
+        file = figures.save_tiles([tile], self.folder, f"map_{len(self.rows)}", exact=self.exact)[0]
         self.rows.append((name, row))
-        self.tiles.append((tile, signed))
+        self.tiles.append((file, signed))
 
     def score(self, name: str, row: session.SaliencyRow) -> None:
         i = next(i for i, (n, r) in enumerate(self.rows) if n == name and r.method == row.method)
@@ -295,7 +305,9 @@ class SaliencyTab(PageTab):
             targets = ranked_classes(a.probs, int(ask.sal_topk))
         look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
         options, seed = ask.options(), int(ask.sg_seed)
-        run = SaliencyRun([loaded.labels[t] for t in targets], methods, bool(ask.sal_score), options, seed)
+        run = SaliencyRun(
+            [loaded.labels[t] for t in targets], methods, bool(ask.sal_score), options, seed, exact=not look["smooth"]
+        )
         yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(ask.cmap, signed=options.signed), **self.progress(run)}
         saved = []
         for t in targets:
