@@ -49,6 +49,15 @@ def save_tiles(images: list[Image.Image], folder: Path, stem: str, *, exact: boo
     return paths
 
 
+def image_file(image: Image.Image, stem: str) -> str:
+    """`image` as a lossless file in a fresh request folder, for an output to serve. Gradio copies a file into its
+    cache once (by a rename), where it re-encodes an image into the cache file named by its content on every
+    answer, truncating that file under any page still fetching the same image from an earlier answer."""
+    from app.workdir import WORK
+
+    return save_tiles([image], WORK.request_dir(), stem, exact=True)[0]
+
+
 def draw_box(
     image: Image.Image, box: tuple[float, float, float, float], scale: float, colour: str = "#00e0ff"
 ) -> Image.Image:
@@ -350,6 +359,7 @@ __all__ = [
     "image_under",
     "head_stats_figure",
     "mixing_figure",
+    "image_file",
     "query_picker",
     "query_tiles",
     "region_image",

@@ -720,7 +720,7 @@ def test_signed_attributions_are_drawn_diverging_around_zero(handlers):
     (shown,) = steps[-2][p.sal_gallery].value
     image = np.asarray(Image.open(shown["image"]["path"]).convert("RGB"), dtype=float)
     assert np.abs(image - drawn).mean() < 2  # the signed map, in the diverging colours
-    assert steps[0][p.sal_bar].height > figures.saliency_bars("gray", signed=False).height  # both scales
+    assert Image.open(steps[0][p.sal_bar]).height > figures.saliency_bars("gray", signed=False).height  # both scales
     # a click on the map: enlarged beside its patch grid, whose hover reads the map's values
     asked = dict(analysis=a, sal_maps=steps[-1][p.sal_maps], cmap="gray", alpha=1.0, view="patch grid")
     big = handlers.tabs.saliency.enlarge(SimpleNamespace(index=0), **asked)
@@ -791,7 +791,9 @@ def test_the_talking_heads_query_sent_for_the_last_model_is_clamped_to_the_pages
         assert (out[slider].value, out[slider].maximum, out[slider].minimum) == (value, high, 1)
     assert p.th_col not in out  # sent within the bounds: left as it is
     drawn = handlers.tabs.talking.outputs(nano, a, g, 3)
-    assert np.array_equal(np.asarray(out[p.th_pick]), np.asarray(drawn[p.th_pick]))  # the patch drawn: (7, 3)
+    assert np.array_equal(
+        np.asarray(Image.open(out[p.th_pick])), np.asarray(Image.open(drawn[p.th_pick]))
+    )  # the patch drawn: (7, 3)
     assert set(drawn) == {p.th_gallery, p.th_plot, p.th_pick}  # nothing clamped: no slider set
     stale_map = look | dict(region_of=f"CA1 head {nano.cfg.num_heads + 1}")  # a map the last model had
     assert handlers.tabs.image.details(choice=choice, analysis=a, **stale_map, **stale)[p.sal_region] is None

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import randomise_
+from PIL import Image
 from test_app_long_work import Blocks  # which thread ran each block
 from test_causal_view import signed_by_the_convention
 
@@ -87,7 +88,7 @@ def test_patching_a_corruption_and_an_example_is_explains(setup):
     gap = float(want.gap[0])
     share = f"{float(want.branches[0, 0, 0]) / gap:.0%} of the gap" if abs(gap) >= 1 else "gap too small for a share"
     assert share in bars[0].hovertext[0]
-    assert out[p.mx_second].size == a.view.size
+    assert Image.open(out[p.mx_second]).size == a.view.size
     # another image as the corrupted run: an example
     out = patch(handlers, a, mx_source=SOURCES[1], mx_example=examples[1])
     other = causal_view.reference_batch([examples[1]], model.cfg)
@@ -310,7 +311,9 @@ def test_the_token_map_drawn_is_an_independent_hooked_run_beside_the_class_atten
     np.testing.assert_allclose(attention_z, attention.ravel()[rows], atol=1e-5)
     if abs(gap) >= 1:  # the correlations are withheld with the shares (test_correlations_are_withheld_...)
         assert f"{spearman(attention, restored):+.2f} (restored)" in figure.layout.title.text
-    assert out[p.mx_second].size == a.view.size and out[p.mx_msg] == handlers.tabs.mechanisms.runs.small_gap_note(gap)
+    assert Image.open(out[p.mx_second]).size == a.view.size and out[
+        p.mx_msg
+    ] == handlers.tabs.mechanisms.runs.small_gap_note(gap)
     # both signed panels by the one colour convention, on one scale
     bound = max(np.abs(restored_z).max(), np.abs(np.array(figure.data[2].z)).max())
     assert all(signed_by_the_convention(trace, bound) for trace in figure.data[1:])

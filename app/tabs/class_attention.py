@@ -163,7 +163,12 @@ class ClassAttentionTab(PageTab):
                 )
             )
         out = self.galleries(galleries, shown)
-        out.update({p.colour_bar: _colour_bar(look.cmap, look.scale), p.ca_big: self.big(a, look, selected)})
+        out.update(
+            {
+                p.colour_bar: figures.image_file(_colour_bar(look.cmap, look.scale), "colour_bar"),
+                p.ca_big: self.big(a, look, selected),
+            }
+        )
         if sheet:
             out[self.shared.grid_file] = self.sheet(layers, look)
         return out

@@ -14,7 +14,7 @@ import gradio as gr
 import numpy as np
 
 import cait
-from app import causal_view, mechanisms_view, session, torch_thread
+from app import causal_view, figures, mechanisms_view, session, torch_thread
 from app.choices import causal_heads, class_choices
 from app.long_work import Ended, LongWork, did_not_finish
 from app.mechanisms_view import DEFAULT_REGION
@@ -477,7 +477,7 @@ class PatchingRuns:
         return {
             p.mx_msg: self.small_gap_note(n["gap"]),
             self.shared.json_file: session.numbers_file(loaded, a),
-            p.mx_second: shown,
+            p.mx_second: figures.image_file(shown, "corrupted"),
             **self.patching_figures(loaded, n),
         }
 
@@ -529,7 +529,7 @@ class PatchingRuns:
         figure = mechanisms_view.token_map_figure(n, a.view, label=loaded.labels[target])
         return {
             p.mx_msg: self.small_gap_note(n["gap"]),
-            p.mx_second: shown,
+            p.mx_second: figures.image_file(shown, "corrupted"),
             p.mx_tokens: figure,
             self.shared.json_file: session.numbers_file(loaded, a),
         }

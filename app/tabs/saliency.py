@@ -308,7 +308,11 @@ class SaliencyTab(PageTab):
         run = SaliencyRun(
             [loaded.labels[t] for t in targets], methods, bool(ask.sal_score), options, seed, exact=not look["smooth"]
         )
-        yield {p.sal_msg: "", p.sal_bar: figures.saliency_bars(ask.cmap, signed=options.signed), **self.progress(run)}
+        yield {
+            p.sal_msg: "",
+            p.sal_bar: figures.image_file(figures.saliency_bars(ask.cmap, signed=options.signed), "colour_bar"),
+            **self.progress(run),
+        }
         saved = []
         for t in targets:
             name = loaded.labels[t]
@@ -368,7 +372,7 @@ class SaliencyTab(PageTab):
         img_size = a.x.shape[-1]
         mask, box = session.regions_of_focus(a, layer=layer, head=head, share=float(share), img_size=img_size)
         label = f"Regions of focus: {source}, {float(share):.0%} of its attention mass"
-        image = figures.region_image(a.view, mask, box, img_size)
+        image = figures.image_file(figures.region_image(a.view, mask, box, img_size), "region")
         return {self.parts.sal_region: gr.Image(value=image, label=label)}
 
     def detailed(self) -> list:

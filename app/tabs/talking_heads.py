@@ -132,7 +132,7 @@ class TalkingHeadsTab(PageTab):
         return {
             p.th_gallery: [(f, caption) for f, (_, caption) in zip(files, tiles)],
             p.th_plot: figures.mixing_figure(proj_l, proj_w, st.layer),
-            p.th_pick: figures.query_picker(a.view, g, patch),
+            p.th_pick: figures.image_file(figures.query_picker(a.view, g, patch), "query"),
             **clamped(drawn),
         }
 
