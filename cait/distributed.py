@@ -60,12 +60,13 @@ def process_group(device_arg: str) -> Iterator[tuple[int, int, torch.device]]:
 
 
 def _let_workers_finish() -> None:
-    """A barrier (its GIL released while it waits) when every rank leaves together. A gloo worker thread
-    drops the last collective's tensors after the caller has its result, and needs the GIL to do so; the
-    group outlives destroy_process_group while anything (DDP, an exception's frames) holds it, so its threads
-    live on, and a worker that asks for the GIL once the interpreter is finalizing aborts the process
-    ("terminate called without an active exception", SIGABRT) after its last line was printed. Never when
-    one rank leaves alone: its peer is in another collective, which a barrier would not match."""
+    """A barrier when every rank leaves together. A gloo worker thread drops the last collective's tensors
+    after the caller has its result, and needs the GIL to do so; the group outlives destroy_process_group
+    while anything (DDP, an exception's frames) holds it, so its threads live on, and a worker that asks for
+    the GIL once the interpreter is finalizing aborts the process ("terminate called without an active
+    exception", SIGABRT) after its last line was printed. The barrier waits for the peer with the GIL
+    released, which lets the worker finish first. Never when one rank leaves alone: its peer is in another
+    collective, which a barrier would not match."""
     with suppress(dist.DistError):  # a peer already gone: nothing left to wait for
         dist.barrier()
 
