@@ -5,7 +5,7 @@ ranks: which rank this process is, how many there are, on which device it runs, 
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, TypeVar
 
 import torch
@@ -36,16 +36,39 @@ def setup_distributed(device_arg: str) -> tuple[int, int, torch.device]:
     return dist.get_rank(), world, device
 
 
+# set on an exception every rank raises at the same point (`rank_zero_does`'s): the ranks leave together
+_EVERY_RANK = "_cait_raised_on_every_rank"
+
+
 @contextmanager
 def process_group(device_arg: str) -> Iterator[tuple[int, int, torch.device]]:
     """`setup_distributed`'s (rank, world size, device) while open; the process group, if any, is destroyed on
     exit, however the work inside ends. Raises DeviceError (one line) for a device that cannot be used."""
     rank, world, device = setup_distributed(device_arg)
+    together = False
     try:
         yield rank, world, device
+        together = True
+    except BaseException as e:
+        together = getattr(e, _EVERY_RANK, False)
+        raise
     finally:
         if dist.is_initialized():
+            if together:
+                _let_workers_finish()
             dist.destroy_process_group()
+
+
+def _let_workers_finish() -> None:
+    """A barrier when every rank leaves together. A gloo worker thread drops the last collective's tensors
+    after the caller has its result, and needs the GIL to do so; the group outlives destroy_process_group
+    while anything (DDP, an exception's frames) holds it, so its threads live on, and a worker that asks for
+    the GIL once the interpreter is finalizing aborts the process ("terminate called without an active
+    exception", SIGABRT) after its last line was printed. The barrier waits for the peer with the GIL
+    released, which lets the worker finish first. Never when one rank leaves alone: its peer is in another
+    collective, which a barrier would not match."""
+    with suppress(dist.DistError):  # a peer already gone: nothing left to wait for
+        dist.barrier()
 
 
 def rank_zero_does(work: Callable[[], T]) -> T | None:
@@ -72,12 +95,17 @@ def rank_zero_does(work: Callable[[], T]) -> T | None:
     said = failure if failure is None or isinstance(failure, InputError) else f"{type(failure).__name__}: {failure}"
     said = gather_all(said)[0]
     if failure is not None:
-        raise failure
+        raise _on_every_rank(failure)
     if isinstance(said, InputError):
-        raise said
+        raise _on_every_rank(said)
     if said is not None:
-        raise RankFailed(f"rank 0 failed ({said}); its traceback says where")
+        raise _on_every_rank(RankFailed(f"rank 0 failed ({said}); its traceback says where"))
     return value
+
+
+def _on_every_rank(error: BaseException) -> BaseException:
+    setattr(error, _EVERY_RANK, True)
+    return error
 
 
 def shard_ranges(images: int, size: int) -> list[range]:
