@@ -125,8 +125,10 @@ class LongWork(PageStops):
             return Ended(f"**{refused}:** {first_line(e)}")
 
     def wire_stop(self, demo: gr.Blocks) -> None:
-        """The Stop button stops the page's work asked before it; a closed page's Stop goes with it."""
-        self.button.click(self.press, None, None, **OFF_QUEUE)
+        """The Stop button stops the page's work asked before it; a closed page's Stop goes with it. Every press is
+        sent: Gradio's default for a click ("once") drops a press while the page's last press is unanswered, and
+        work asked in between would then run on."""
+        self.button.click(self.press, None, None, trigger_mode="multiple", **OFF_QUEUE)
         demo.unload(self.drop)
 
     def wire(self, demo: gr.Blocks, ask: Callable, fn: Callable, *, hidden: bool = False, **event: Any) -> None:

@@ -152,3 +152,14 @@ def test_an_answer_disables_the_stop_only_when_it_was_the_pages_last_work(runner
     assert inner["out"] == {"inner": 1}  # the outer one still runs: the Stop left as it is
     assert out["outer"] == 2 and out[runner.button].interactive is False
     assert isinstance(runner.answered(request, lambda held: None), dict)  # nothing to show: only the Stop
+
+
+def test_every_press_of_a_stop_is_sent_even_while_the_last_one_is_unanswered():
+    """Gradio's frontend skips a "once" event (a click's default) while its last submission is pending: a Stop
+    pressed again before its last press was answered (a busy server) was dropped, and work asked in between ran
+    on."""
+    with gr.Blocks() as demo:
+        stops = LongWork(gr.Button("Stop", interactive=False))
+        stops.wire_stop(demo)
+    pressed = [d for d in demo.config["dependencies"] if [stops.button._id, "click"] in map(list, d["targets"])]
+    assert [d["trigger_mode"] for d in pressed] == ["multiple"]
