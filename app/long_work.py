@@ -98,15 +98,15 @@ class LongWork(PageStops):
         torch_thread.cancel_long(page_of(request))
 
     def run(self, work: Callable[[], T], *, held: Held, what: str, stopped: Callable[[], str],
-            model: torch.nn.Module | None = None, progress: Any = None, of_image: bool = True,
+            model: torch.nn.Module | None = None, progress: texts.ProgressLine | None = None, of_image: bool = True,
             refused: str | None = None, stopped_by: tuple[type[Exception], ...] = ()) -> T | Ended:  # fmt: skip
         """work() on the long lane, the page's Stop (`held`) heard while it waits for the lane, when it starts and
         before each block of `model` (`torch_thread.call_long`): its answer, or `Ended` with the line said instead.
         what: the work, for the log; stopped(): the line once the Stop ended it (or one of `stopped_by`, raised by
-        the work itself); progress: the page's bar, which says while the work waits (None: nothing said);
+        the work itself); progress: the work's progress line, which says while the work waits (None: nothing said);
         of_image: the page's next image cancels it; refused: the line's start for a user's error (`InputError`)
         or a file's (`OSError`), then its first line (None: those are raised)."""
-        on_wait = texts.waiting_line(progress) if progress is not None else None
+        on_wait = progress.waiting if progress is not None else None
         page = held.page if of_image else None
         try:
             return torch_thread.call_long(
@@ -125,8 +125,10 @@ class LongWork(PageStops):
             return Ended(f"**{refused}:** {first_line(e)}")
 
     def wire_stop(self, demo: gr.Blocks) -> None:
-        """The Stop button stops the page's work asked before it; a closed page's Stop goes with it."""
-        self.button.click(self.press, None, None, **OFF_QUEUE)
+        """The Stop button stops the page's work asked before it; a closed page's Stop goes with it. Every press is
+        sent: Gradio's default for a click ("once") drops a press while the page's last press is unanswered, and
+        work asked in between would then run on."""
+        self.button.click(self.press, None, None, trigger_mode="multiple", **OFF_QUEUE)
         demo.unload(self.drop)
 
     def wire(self, demo: gr.Blocks, ask: Callable, fn: Callable, *, hidden: bool = False, **event: Any) -> None:

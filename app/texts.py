@@ -199,16 +199,33 @@ def cost_in_passes(
     )
 
 
-def waiting_line(progress: Callable[..., Any]) -> Callable[[int], None]:
-    """What a long computation's progress line says while it waits for the long lane (`torch_thread.call_long`'s
-    on_wait): how many long computations of other pages, or of this one, run or wait before it; or, told 0, that it
-    gives way to views."""
+def waiting_words(ahead: int) -> str:
+    """What a long computation's progress line says while it waits (`torch_thread.call_long`'s on_wait): how many
+    long computations of other pages, or of this one, run or wait before it; or, told 0, that it gives way to
+    views."""
+    if ahead == 0:
+        return "gives way to the views pages ask for meanwhile (at most twice its own time)"
+    others = "1 long computation" if ahead == 1 else f"{ahead} long computations"
+    return f"waits: {others} (of this or other pages) first; Stop ends it now"
 
-    def tell(ahead: int) -> None:
-        if ahead == 0:
-            progress(None, desc="gives way to the views pages ask for meanwhile (at most twice its own time)")
-            return
-        others = "1 long computation" if ahead == 1 else f"{ahead} long computations"
-        progress(None, desc=f"waits: {others} (of this or other pages) first; Stop ends it now")
 
-    return tell
+class ProgressLine:
+    """A long computation's progress line (its event's gr.Progress, called as it is), which says a wait beside the
+    step said last rather than instead of it. Gradio's status shows a description only beside a step's bar: a wait
+    said alone blanked the line (the step and its words gone) until the next step, which never came while the work
+    was held where no step follows (reading an atlas's scenes, a page's view served meanwhile)."""
+
+    def __init__(self, progress: Callable[..., Any]) -> None:
+        self._progress = progress
+        self._said: tuple[Any, str | None, str] = (0.0, None, "steps")  # nothing done yet: a bar at 0
+
+    def __call__(self, step: Any, desc: str | None = None, *, unit: str = "steps") -> None:
+        """Say `step` (a fraction, or (done, total)) with `desc` in `unit`, as gr.Progress does."""
+        self._said = (step, desc, unit)
+        self._progress(step, desc=desc, unit=unit)
+
+    def waiting(self, ahead: int) -> None:
+        """`torch_thread.call_long`'s on_wait: `waiting_words(ahead)` after the step said last."""
+        step, desc, unit = self._said
+        words = waiting_words(ahead)
+        self._progress(step, desc=f"{desc}; {words}" if desc else words, unit=unit)

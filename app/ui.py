@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import gradio as gr
 
@@ -433,10 +434,46 @@ def build_app(cache: ModelCache, default: ModelChoice, places: dataset.AtlasPlac
     return demo
 
 
+LOCALHOST_PATIENCE_S = 120.0  # how long launching waits for its own server to answer on this machine
+
+
+@contextmanager
+def _patient_localhost_check(seconds: float = LOCALHOST_PATIENCE_S) -> Iterator[None]:
+    """Inside, Gradio's check that the server it started answers on localhost is asked again until `seconds` have
+    passed. Its own gives up at the first request that takes 3 s and stops the app ("When localhost is not
+    accessible..."), which a loaded machine's first requests can take: the app exited at start, or while a page
+    loaded."""
+    from gradio import networking
+
+    answers = networking.url_ok
+
+    def patient(url: str) -> bool:
+        deadline = time.monotonic() + seconds
+        while not answers(url):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)  # it refuses at once while the server is not listening yet
+        return True
+
+    networking.url_ok = patient
+    try:
+        yield
+    finally:
+        networking.url_ok = answers
+
+
 def launch(
     demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, block: bool = True, served: tuple[str, ...] = ()
 ) -> None:
     """Serve `demo`; `served`: folders beyond `served_paths` whose files the page links to (atlas pages)."""
+    with _patient_localhost_check():
+        _launch(demo, host=host, port=port, served=served)
+    print(f"cait-lens app on {demo.local_url} (Ctrl+C to stop)", flush=True)
+    if block:
+        demo.block_thread()
+
+
+def _launch(demo: gr.Blocks, *, host: str, port: int, served: tuple[str, ...]) -> None:
     demo.launch(
         server_name=host,
         server_port=port,
@@ -451,6 +488,3 @@ def launch(
         allowed_paths=[*served_paths(WORK.path), *served],
         quiet=True,  # Gradio's own banner names a share link we never make; ours is one line
     )
-    print(f"cait-lens app on {demo.local_url} (Ctrl+C to stop)", flush=True)
-    if block:
-        demo.block_thread()

@@ -14,6 +14,7 @@ import torch
 
 from app import torch_thread
 from app.long_work import Ended, LongWork, did_not_finish
+from app.texts import ProgressLine
 from cait.errors import InputError
 
 
@@ -108,7 +109,7 @@ def test_its_progress_says_it_waits_and_a_stop_ends_it_while_it_waits(runner):
     try:
         runner.asked(request)
         answer = {}
-        progress = lambda value, desc=None, **_: told.append(desc)  # noqa: E731
+        progress = ProgressLine(lambda value, desc=None, **_: told.append(desc))
         waiting = threading.Thread(target=lambda: answer.update(got=run_blocks(runner, request, progress=progress)))
         waiting.start()
         deadline = time.monotonic() + 30
@@ -124,6 +125,21 @@ def test_its_progress_says_it_waits_and_a_stop_ends_it_while_it_waits(runner):
     assert answer["got"] == (Ended("stopped after 0"), [])  # it never started
 
 
+def test_a_wait_is_said_beside_the_step_said_last_never_without_a_step():
+    """Gradio's status shows a description only beside a step's bar (a fraction or done/total): a wait said
+    alone (no step) blanked the progress line until the next step, which a view held where no step follows (a
+    page's view served meanwhile, an atlas reading its scenes) never sent."""
+    said = []
+    line = ProgressLine(lambda step, desc=None, unit="steps": said.append((step, desc, unit)))
+    line.waiting(2)  # before any step: a bar at 0
+    line((3, 38), desc="knocking out block by block", unit="blocks")
+    line.waiting(0)  # it gives way to a view: the step and its words stay
+    assert said[0] == (0.0, "waits: 2 long computations (of this or other pages) first; Stop ends it now", "steps")
+    assert said[1] == ((3, 38), "knocking out block by block", "blocks")
+    step, desc, unit = said[2]
+    assert (step, unit) == ((3, 38), "blocks") and desc.startswith("knocking out block by block; gives way to")
+
+
 def test_an_answer_disables_the_stop_only_when_it_was_the_pages_last_work(runner):
     request = page("answers")
     inner = {}
@@ -136,3 +152,14 @@ def test_an_answer_disables_the_stop_only_when_it_was_the_pages_last_work(runner
     assert inner["out"] == {"inner": 1}  # the outer one still runs: the Stop left as it is
     assert out["outer"] == 2 and out[runner.button].interactive is False
     assert isinstance(runner.answered(request, lambda held: None), dict)  # nothing to show: only the Stop
+
+
+def test_every_press_of_a_stop_is_sent_even_while_the_last_one_is_unanswered():
+    """Gradio's frontend skips a "once" event (a click's default) while its last submission is pending: a Stop
+    pressed again before its last press was answered (a busy server) was dropped, and work asked in between ran
+    on."""
+    with gr.Blocks() as demo:
+        stops = LongWork(gr.Button("Stop", interactive=False))
+        stops.wire_stop(demo)
+    pressed = [d for d in demo.config["dependencies"] if [stops.button._id, "click"] in map(list, d["targets"])]
+    assert [d["trigger_mode"] for d in pressed] == ["multiple"]

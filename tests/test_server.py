@@ -246,3 +246,29 @@ def test_the_main_thread_sleeps_once_a_signal_is_heard():
         threading.Thread(target=shutdown.wait, daemon=True).start()
         time.sleep(0.5)
     assert len(waits) <= 3, f"{len(waits)} waits in 0.5 s: the main thread spins"
+
+
+def test_the_app_starts_when_its_first_answer_on_localhost_takes_longer_than_gradios_check(monkeypatch):
+    """Gradio's launch stops the app when its first request to the server it started times out (3 s), which a
+    loaded machine's can: the browser tests' servers exited at start, or while a page loaded. Launched here with
+    that first request timing out, the app is served."""
+    import gradio as gr
+
+    from app.ui import launch
+
+    head, timed_out = httpx.head, []
+
+    def first_times_out(url, **kwargs):
+        if not timed_out:
+            timed_out.append(url)
+            raise httpx.ReadTimeout("a loaded machine", request=httpx.Request("HEAD", url))
+        return head(url, **kwargs)
+
+    monkeypatch.setattr(httpx, "head", first_times_out)
+    with gr.Blocks() as demo:
+        gr.Markdown("served")
+    try:
+        launch(demo, port=free_port(), block=False)
+        assert timed_out and httpx.get(demo.local_url, timeout=30).status_code == 200
+    finally:
+        demo.close()

@@ -238,6 +238,8 @@ class CausalTab(PageTab):
         numbers kept on the analysis and the download rewritten; only the Stop when the page's next image
         cancelled it (that image's first view emptied the tab)."""
 
+        line = texts.ProgressLine(progress)
+
         def view(held: Held) -> dict | None:
             if target is None:
                 return {}
@@ -247,10 +249,10 @@ class CausalTab(PageTab):
 
             def on_block(done: int, total: int) -> None:
                 knocked[:] = done, total
-                progress((done, total), desc="knocking out block by block", unit="blocks")
+                line((done, total), desc="knocking out block by block", unit="blocks")
 
             def on_first_phase(done: int, total: int) -> None:
-                progress((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
+                line((done, total), desc="attributing the logit and ablating each head", unit="SA blocks")
 
             def work() -> dict:
                 x = a.x.to(loaded.device)
@@ -265,7 +267,7 @@ class CausalTab(PageTab):
 
             done = lambda: f"**Stopped** after {knocked[0]} of {knocked[1]} knockouts; {again}"  # noqa: E731
             what = "causal view" if keep else f"causal view of class {target}"
-            got = self.stops.run(work, held=held, what=what, stopped=done, model=loaded.model, progress=progress)
+            got = self.stops.run(work, held=held, what=what, stopped=done, model=loaded.model, progress=line)
             return self.stops.shown(got)
 
         return self.stops.answered(request, view)
@@ -284,9 +286,10 @@ class CausalTab(PageTab):
         the long lane with its progress and the page's Stop. asked: `KnockoutAsk`'s fields."""
         ask = KnockoutAsk(**asked)
         a, view, what = ask.analysis, ask.cz_state, ask.cz_knockout_of
+        line = texts.ProgressLine(progress)
 
         def on_block(done: int, total: int) -> None:
-            progress((done, total), desc=f"knocking out the {what} block by block", unit="blocks")
+            line((done, total), desc=f"knocking out the {what} block by block", unit="blocks")
 
         def profile(held: Held) -> dict | None:
             if a is None or a.choice != ask.choice or view is None or what is None:
@@ -297,10 +300,10 @@ class CausalTab(PageTab):
                 done = causal_view.branch_knockout(loaded.model, a.x.to(loaded.device), view, what, on_block=on_block)
                 return {self.parts.cz_knockout: causal_view.knockout_figure(view, loaded.cfg, done, what)}
 
-            line = did_not_finish(f"the knockout profile of the {what}", "choose it again to compute it.")
+            said = did_not_finish(f"the knockout profile of the {what}", "choose it again to compute it.")
             got = self.stops.run(
-                work, held=held, what=f"knockout profile ({what})", stopped=lambda: line, model=loaded.model,
-                progress=progress,
+                work, held=held, what=f"knockout profile ({what})", stopped=lambda: said, model=loaded.model,
+                progress=line,
             )  # fmt: skip
             return self.stops.shown(got)
 

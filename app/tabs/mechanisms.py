@@ -21,7 +21,7 @@ from app.mechanisms_view import DEFAULT_REGION
 from app.models import LoadedModel, ModelCache, ModelChoice
 from app.page_tab import PageTab
 from app.shared import MODEL_EVENTS, Shared, answering, named
-from app.texts import NO_IMAGE, cost_in_passes
+from app.texts import NO_IMAGE, ProgressLine, cost_in_passes
 from cait.errors import InputError
 from cait.explain.token_patching import checked_region, region_bounds
 from cait.figures.mechanisms import gap_too_small, heads_plotly, lens_plotly, patching_plotly
@@ -427,14 +427,15 @@ class PatchingRuns:
             loaded, a, target, shown, corrupted, origin = got
             total, compute = plan(loaded, a.x.to(loaded.device), corrupted, target, origin)
             check = lambda: held.stop_if_pressed(what)  # noqa: E731
-            report = lambda done, all_: progress((done, all_), desc=what, unit="runs")  # noqa: E731
+            line = ProgressLine(progress)
+            report = lambda done, all_: line((done, all_), desc=what, unit="runs")  # noqa: E731
 
             def work() -> dict:
                 with mechanisms_view.counted_runs(loaded.model, total, report=report, check=check):
                     return compute()
 
             stopped = did_not_finish(what, "press its button again to compute it.")
-            n = stops.run(work, held=held, what=what, stopped=lambda: stopped, model=loaded.model, progress=progress)
+            n = stops.run(work, held=held, what=what, stopped=lambda: stopped, model=loaded.model, progress=line)
         return failed(n.line) if isinstance(n, Ended) else (loaded, a, target, shown, n)
 
     def _asked(self, ask: PatchAsk, failed: Callable[[str], dict]):
