@@ -25,7 +25,7 @@ from app.models import LoadedModel, ModelCache, ModelChoice
 from app.shared import log
 from app.tabs.dataset import BUILT, AtlasPlaces
 from app.ui import build_app, launch
-from app.workdir import WORK, kept
+from app.workdir import WORK, kept, own_gradio_cache
 from cait import hub
 from cait.factory import requested_variant
 from cait.runtime import DeviceError, PrecisionChoice, choose_precision, known_precision, resolve_device
@@ -74,6 +74,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"warning: {first.notice}", file=sys.stderr)
     try:
         places = AtlasPlaces.of(args.atlas, args.atlas_dir)
+        own_gradio_cache()  # before the page is built: its examples are cached there
         demo = build_app(cache, default, places)
         served = (*places.served(), str(kept(BUILT)))  # the atlases built in the Dataset tab link their pages too
         launch(demo, host=args.host, port=args.port, served=served, block=False)

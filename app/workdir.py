@@ -5,6 +5,7 @@ for the user to keep (atlases built in the Dataset tab) goes to the user cache i
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 import threading
@@ -52,6 +53,14 @@ class WorkDir:
             except FileNotFoundError:  # swept by a concurrent request
                 pass
         return Path(tempfile.mkdtemp(dir=root))
+
+
+def own_gradio_cache() -> Path:
+    """Makes this process's Gradio cache (uploads, the files outputs are served from) a folder of WORK, unless
+    $GRADIO_TEMP_DIR names one; returns the cache folder. Gradio's default is one folder for every app on the
+    machine, named by file content, and an app deletes the files it made when it stops: another app's page
+    showing the same image (an example) was then refused it."""
+    return Path(os.environ.setdefault("GRADIO_TEMP_DIR", str(WORK.folder("gradio"))))
 
 
 def kept(name: str) -> Path:

@@ -133,6 +133,14 @@ def test_every_refused_call_is_one_line_in_the_log_and_one_to_the_client(server)
     assert event == "complete" and payload[0]["predictions"][0]["label"] in cait.config.FASHION_MNIST_CLASSES
 
 
+def test_the_app_keeps_its_own_gradio_cache(server):
+    """Uploads and served files go to the app's own work folder, not the one Gradio folder every app on the
+    machine shares (an app deletes its files there when it stops, the same files another app serves)."""
+    url, _ = server
+    folder = Path(uploaded(url, SCENE)["path"]).parent.parent
+    assert folder.name == "gradio" and folder.parent.name.startswith("cait-app-"), folder
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_ends_the_server_promptly_while_it_computes(tmp_path, signum):
     """Ctrl+C (or a service manager's SIGTERM) while a long /analyze runs on the torch thread: the process ends
