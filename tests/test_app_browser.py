@@ -680,10 +680,11 @@ def test_sixteen_heads_fit_1280_px_with_readable_captions(chromium, wide_server)
         page.locator("#sal_run").click()
         expect(page.locator("#sal_gallery img")).to_have_count(len(cait.explain.METHODS))
         expect(page.locator("#sal_table")).to_contain_text("occlusion")
-        # each method's own seconds: integrated gradients' 20 gradient passes are not charged to the first row
+        # each method's own seconds in its row (which row is charged what: tests/test_app_session.py, in process;
+        # two rows' seconds compared here, on the page's two decimals under load, tied)
         seconds = dict(page.evaluate(TABLE_SECONDS))
         assert set(seconds) == set(cait.explain.METHODS)
-        assert seconds["integrated_gradients"] > seconds["ca1_mean"] and seconds["occlusion"] > 0
+        assert seconds["occlusion"] > 0 and all(v >= 0 for v in seconds.values())
         page.wait_for_function(
             "() => [...document.querySelectorAll('#sal_gallery img, #sal_region img')].every("
             "i => i.complete && i.naturalWidth > 0)"
