@@ -14,6 +14,7 @@ import torch
 from PIL import Image, ImageDraw
 from plotly.subplots import make_subplots
 
+from app.workdir import WORK
 from cait.explain.maps import overlay, overlays
 from cait.figures.attention import TILE, display_base
 from cait.figures.colours import SIGNED, legend_below, signed_heatmap
@@ -49,13 +50,12 @@ def save_tiles(images: list[Image.Image], folder: Path, stem: str, *, exact: boo
     return paths
 
 
-def image_file(image: Image.Image, stem: str) -> str:
-    """`image` as a lossless file in a fresh request folder, for an output to serve. Gradio copies a file into its
-    cache once (by a rename), where it re-encodes an image into the cache file named by its content on every
-    answer, truncating that file under any page still fetching the same image from an earlier answer."""
-    from app.workdir import WORK
-
-    return save_tiles([image], WORK.request_dir(), stem, exact=True)[0]
+def image_file(image: Image.Image, stem: str, *, folder: Path | None = None) -> str:
+    """`image` as a lossless file in `folder` (default: a fresh request folder), for an output to serve. Gradio
+    copies a file into its cache once (by a rename), where it re-encodes an image into the cache file named by its
+    content on every answer, truncating that file under any page still fetching the same image from an earlier
+    answer."""
+    return save_tiles([image], folder or WORK.request_dir(), stem, exact=True)[0]
 
 
 def draw_box(

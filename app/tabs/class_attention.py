@@ -165,7 +165,7 @@ class ClassAttentionTab(PageTab):
         out = self.galleries(galleries, shown)
         out.update(
             {
-                p.colour_bar: figures.image_file(_colour_bar(look.cmap, look.scale), "colour_bar"),
+                p.colour_bar: figures.image_file(_colour_bar(look.cmap, look.scale), "colour_bar", folder=folder),
                 p.ca_big: self.big(a, look, selected),
             }
         )

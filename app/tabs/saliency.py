@@ -113,9 +113,9 @@ class SaliencyRun:
     classes: list[str]  # class names, in the order they are run
     methods: list[str]
     scoring: bool  # the AUCs are computed after the maps
+    folder: Path  # where the tiles are saved (a request folder of `app.workdir.WORK`)
     options: explain.MethodOptions = _OPTIONS
     seed: int = session.DEFAULT_SEED
-    folder: Path | None = None  # where the tiles are saved (a request folder of `app.workdir.WORK`)
     exact: bool = False  # tiles saved lossless (the patch-grid view), else JPEG: `figures.save_tiles`
     rows: list = field(default_factory=list)  # (class name, session.SaliencyRow), in the order shown
     tiles: list = field(default_factory=list)  # (tile file, signed) of each row
@@ -124,7 +124,6 @@ class SaliencyRun:
         """A computed map and its tile, saved once as a file: every progress update re-sends the gallery, and
         a file is served as it is, where Gradio re-encodes a PIL image into the same cache file on every update,
         truncating it under a browser still fetching the last update's copy (a broken tile)."""
-        self.folder = self.folder or WORK.request_dir()
         file = figures.save_tiles([tile], self.folder, f"map_{len(self.rows)}", exact=self.exact)[0]
         self.rows.append((name, row))
         self.tiles.append((file, signed))
@@ -305,12 +304,13 @@ class SaliencyTab(PageTab):
             targets = ranked_classes(a.probs, int(ask.sal_topk))
         look = dict(cmap=ask.cmap, alpha=float(ask.alpha), smooth=ask.view == VIEWS[0])
         options, seed = ask.options(), int(ask.sg_seed)
-        run = SaliencyRun(
-            [loaded.labels[t] for t in targets], methods, bool(ask.sal_score), options, seed, exact=not look["smooth"]
-        )
+        folder = WORK.request_dir()  # the run's tiles and its colour scale
+        labels = [loaded.labels[t] for t in targets]
+        run = SaliencyRun(labels, methods, bool(ask.sal_score), folder, options, seed, exact=not look["smooth"])
+        bars = figures.saliency_bars(ask.cmap, signed=options.signed)
         yield {
             p.sal_msg: "",
-            p.sal_bar: figures.image_file(figures.saliency_bars(ask.cmap, signed=options.signed), "colour_bar"),
+            p.sal_bar: figures.image_file(bars, "colour_bar", folder=folder),
             **self.progress(run),
         }
         saved = []
