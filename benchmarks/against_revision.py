@@ -2,11 +2,11 @@
 
 Issue 58's goals: a whole token-patching map (both directions) at region 1 in at most 2.5 forward passes of
 the model, and `CaiT.forward_insights` within 1.05x of a plain forward at batch 1 and 16 on cait_xxs24_224.
-The revision's `cait/explain/token_patching.py` and `cait/insights.py` (default: main) are read with `git show`
-and loaded beside this tree's under other module names, so that both run on the same model, weights and
-input, in the same process. Every round times the plain forward, this tree's function and the revision's,
-in rotating order (`cait.timing.time_interleaved`, one round per call); each function's figure is the median
-over rounds of its time over the same round's forward (the median of pair ratios).
+The revision's `cait/explain/token_patching.py` (with its `_stage.py`) and `cait/insights.py` (default: main)
+are read with `git show` and loaded beside this tree's under other module names, so that both run on the same
+model, weights and input, in the same process. Every round times the plain forward, this tree's function and
+the revision's, in rotating order (`cait.timing.time_interleaved`, one round per call); each function's figure
+is the median over rounds of its time over the same round's forward (the median of pair ratios).
 
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/against_revision.py --threads 1
     python benchmarks/against_revision.py --only insights --insights-models cait_xxs24_224:1 --rounds 15
@@ -40,12 +40,16 @@ REPO = Path(__file__).resolve().parents[1]
 PATCHING_GOAL, INSIGHTS_GOAL = 2.5, 1.05
 
 
-def load_revision(rev: str, path: str, name: str, where: Path) -> ModuleType:
+def load_revision(rev: str, path: str, name: str, where: Path, *, siblings: dict[str, str] | None = None) -> ModuleType:
     """The module at `path` ("cait/insights.py") as of git revision `rev`, imported as `name` (a sibling
-    of the file's own module, so that its relative imports resolve to this tree's package)."""
-    text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True, check=True)
+    of the file's own module, so that its relative imports resolve to this tree's package), except that a
+    relative import of a module in `siblings` (its name -> the revision's copy loaded under another name)
+    reads the revision's copy: the revision's code path whole, not half of it this tree's."""
+    text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    for own, copy in (siblings or {}).items():
+        text = text.replace(f"from .{own} import", f"from .{copy} import")
     file = where / f"{name.rpartition('.')[2]}.py"
-    file.write_text(text.stdout)
+    file.write_text(text)
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -59,8 +63,10 @@ def pair_ratios(fns: dict[str, Callable[[], object]], rounds: int, desc: str) ->
     calls = {name: max(1, math.ceil(0.2 / sec)) for name, sec in first.items()}
     per_call = max(calls.values())  # the same calls for all: every round is one time_interleaved call
     ratios: dict[str, list[float]] = {name: [] for name in fns if name != "forward"}
-    for _ in tqdm(range(rounds), desc=desc, leave=False):
-        sec = time_interleaved(fns, repeats=1, warmup=0, calls=min(per_call, 8))
+    names = list(fns)
+    for r in tqdm(range(rounds), desc=desc, leave=False):
+        order = names[r % len(names) :] + names[: r % len(names)]  # each function first in turn
+        sec = time_interleaved({name: fns[name] for name in order}, repeats=1, warmup=0, calls=min(per_call, 8))
         for name in ratios:
             ratios[name].append(sec[name] / sec["forward"])
     return {name: statistics.median(r) for name, r in ratios.items()}
@@ -138,7 +144,11 @@ def main() -> None:
     lines = []
     with tempfile.TemporaryDirectory() as where:
         if args.only in (None, "patching"):
-            revision = load_revision(args.rev, "cait/explain/token_patching.py", "cait.explain._rev_tp", Path(where))
+            load_revision(args.rev, "cait/explain/_stage.py", "cait.explain._rev_stage", Path(where))
+            siblings = {"_stage": "_rev_stage"}
+            revision = load_revision(
+                args.rev, "cait/explain/token_patching.py", "cait.explain._rev_tp", Path(where), siblings=siblings
+            )
             for name in args.patching_models:
                 lines += patching_rows(name, revision, args.rounds)
                 tqdm.write("\n".join(lines[-3:]))

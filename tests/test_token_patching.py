@@ -189,3 +189,28 @@ def test_every_residual_scale_equals_the_models_own_class_stage_on_mixed_tokens(
     expected = logits.gather(2, target.view(-1, 1, 1).expand(-1, len(masks), 1))[..., 0] - corrupted_logit
     assert expected.abs().max() > 1e-2  # the regions matter: the check can tell a wrong path apart
     torch.testing.assert_close(got.restored.flatten(1), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sharpen", [100, 200])  # the top score above the next by 7-58 and 27-232
+def test_a_patch_holding_nearly_all_of_the_first_blocks_attention_is_taken_out_exactly(sharpen):
+    """The first CA block's rows are the shared class token's sum over the base run with each region's entries
+    taken out and the other run's put in (`_stage._shared_class_attention`). With the block's query and key
+    scaled up, one patch holds nearly all of the attention, by margins past float32's range of exp (88) at the
+    larger scale; taking it out must leave the rest exact, against the model's
+    own `forward_class_attention` on the mixed tokens (the direct way)."""
+    torch.manual_seed(3)
+    model = cait.CaiT(cait.get_config("cait_pico_32", init_values=0.5, depth=1)).eval()
+    attn = model.blocks_token_only[0].attn
+    with torch.no_grad():
+        for linear in (attn.q, attn.k):
+            linear.weight.mul_(sharpen), linear.bias.mul_(sharpen)
+        tokens, source = torch.randn(2, 2, model.cfg.num_patches, model.cfg.embed_dim)
+        k = attn.k(model.blocks_token_only[0].norm1(tokens)).view(*tokens.shape[:2], attn.num_heads, -1)
+        q = attn.q(model.blocks_token_only[0].norm1(model.cls_token)).view(1, attn.num_heads, -1)
+        peak = (torch.einsum("bnhe,he->bhn", k, q[0]) * attn.scale).softmax(-1).amax(-1)
+        masks = region_masks(model.cfg.grid_size, 1)
+        got = class_stage_patched(model, tokens, source, masks)
+        mixed = torch.where(masks[None, :, :, None], source[:, None], tokens[:, None]).flatten(0, 1)
+        expected = model.forward_head(model.forward_class_attention(mixed)).view(got.shape)
+    assert peak.min() > 0.998  # every image's every head: one patch holds nearly all of it
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

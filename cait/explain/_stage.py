@@ -115,17 +115,24 @@ class _Swap:
     row: torch.Tensor  # [nnz] long
     patch: torch.Tensor  # [nnz] long
     rows: int  # mixed runs per image
+    disjoint: bool  # no patch of an image swapped in two of its rows
 
 
 def _class_attention(blk: nn.Module, cls: torch.Tensor, base: tuple, source: tuple | None, swap: _Swap | None):
-    """Block `blk`'s attention output for class tokens cls [B, M, d] (M = 1: one shared by every row of
-    `swap`), reading the base run's keys and values (`base`: (keys, values)) except at `swap`'s entries, read
-    from `source`. The softmax is written out so that the source entries are gathered, not the whole rows."""
+    """Block `blk`'s attention output for class tokens cls [B, M, d], reading the base run's keys and values
+    (`base`: (keys, values)) except at `swap`'s entries, read from `source`. With one class token shared by
+    every row of `swap` (M = 1) and no patch in two rows, only the swapped entries are computed per row
+    (`_shared_class_attention`); otherwise the softmax is written out so that the source entries are gathered,
+    not the whole rows."""
     attn = blk.attn
     u = blk.norm1(cls)
     q = _heads(attn.q(u), attn.num_heads) * attn.scale  # [B, h, M, e]
     k_own, v_own = _heads(attn.k(u), attn.num_heads), _heads(attn.v(u), attn.num_heads)
     own = (q * k_own).sum(-1, keepdim=True)  # [B, h, M, 1]: the class token's attention to itself
+    if swap is not None and q.shape[2] == 1 and swap.rows > 1 and swap.disjoint:
+        out = _shared_class_attention(q, own, v_own, base, source, swap)
+        if out is not None:
+            return attn.proj(out.flatten(2))
     scores = q @ base[0].transpose(-2, -1)  # [B, h, M, N]
     if swap is not None:
         if q.shape[2] != swap.rows:  # one class token for every row: its scores once, spread to the rows
@@ -134,7 +141,7 @@ def _class_attention(blk: nn.Module, cls: torch.Tensor, base: tuple, source: tup
         k_src = _by_token(source[0])[swap.image, swap.patch]  # [nnz, h, e]
         _by_entry(scores)[swap.image, swap.row, swap.patch] = (_by_token(q)[swap.image, q_rows] * k_src).sum(-1)
     top = torch.maximum(scores.amax(-1, keepdim=True), own)
-    weights, own = (scores - top).exp(), (own - top).exp()
+    weights, own = scores.sub_(top).exp_(), (own - top).exp()  # in place: a fresh [B, h, M, N] costs page faults
     total = weights.sum(-1, keepdim=True) + own
     out = own * v_own
     if swap is not None:
@@ -147,6 +154,53 @@ def _class_attention(blk: nn.Module, cls: torch.Tensor, base: tuple, source: tup
         out = out + weights @ base[1]
     out = (out / total).transpose(1, 2)
     return attn.proj(out.reshape(*out.shape[:2], -1))
+
+
+def _shared_class_attention(q, own, v_own, base: tuple, source: tuple, swap: _Swap) -> torch.Tensor | None:
+    """The attention rows [B, rows, h, e] of one class token (q [B, h, 1, e] scaled, `own` its score against
+    its own key, `v_own` its value) over the base run's keys and values with `swap`'s entries read from
+    `source`, where no patch is swapped in two rows: the sums over the patches no row swaps once, then per row
+    the other rows' swapped patches (sums before and after it) and its own entries from the source. Every sum
+    adds weights, none takes one out, so a patch holding nearly all of the attention leaves the rest exact.
+    In float64, each row scaled to its own top score; None if a row's weights still all underflow (its
+    swapped-out patch 700 logits above the rest), for the caller's row-by-row softmax."""
+    B, rows = q.shape[0], swap.rows
+    scores = (q @ base[0].transpose(-2, -1))[:, :, 0]  # [B, h, N]
+    own = own[:, :, 0, 0]  # [B, h]
+    from_source = (_by_token(q)[swap.image, 0] * _by_token(source[0])[swap.image, swap.patch]).sum(-1)  # [nnz, h]
+    at = (swap.image, swap.row)
+
+    def per_row(entries: torch.Tensor) -> torch.Tensor:  # [nnz, ...] -> [B, rows, ...]: each row's sum
+        return entries.new_zeros(B, rows, *entries.shape[1:]).index_put_(at, entries, accumulate=True)
+
+    top = torch.maximum(scores.amax(-1), own)  # [B, h]: the base run's top score
+    row_at = (swap.image * rows + swap.row)[:, None].expand_as(from_source)
+    row_top = top.repeat_interleave(rows, 0).scatter_reduce_(0, row_at, from_source, "amax").view(B, rows, -1)
+    weights, own = (scores - top[..., None]).double().exp(), (own - top).double().exp()
+    swapped = torch.zeros(B, 1, scores.shape[-1], dtype=torch.bool, device=q.device)
+    swapped[swap.image, 0, swap.patch] = True
+    kept = weights.masked_fill(swapped, 0)  # the patches every row reads from the base run
+    total = kept.sum(-1) + own  # [B, h]
+    summed = (kept[:, :, None] @ base[1].double())[:, :, 0] + own[..., None] * v_own[:, :, 0].double()  # [B, h, e]
+    taken = weights.transpose(1, 2)[swap.image, swap.patch]  # [nnz, h]: the base entries the swaps replace
+    put = (from_source - row_top[at]).double().exp()  # [nnz, h], scaled to the row's top
+    v_base, v_src = _by_token(base[1])[swap.image, swap.patch], _by_token(source[1])[swap.image, swap.patch]
+    scale = (top[:, None] - row_top).double().exp()  # [B, rows, h]: the base run's part rescaled to each row's top
+    total = scale * (total[:, None] + _other_rows(per_row(taken))) + per_row(put)  # [B, rows, h]
+    if not bool((total > 0).all()):
+        return None
+    shared = summed[:, None] + _other_rows(per_row(taken[..., None] * v_base.double()))
+    summed = scale[..., None] * shared + per_row(put[..., None] * v_src.double())
+    return (summed / total[..., None]).to(q.dtype)
+
+
+def _other_rows(t: torch.Tensor) -> torch.Tensor:
+    """For each row of t [B, rows, ...] the sum of all the other rows, as the rows before plus the rows after
+    (no row subtracted from the whole)."""
+    zero = torch.zeros_like(t[:, :1])
+    before = torch.cat((zero, t.cumsum(1)[:, :-1]), dim=1)
+    after = torch.cat((t.flip(1).cumsum(1).flip(1)[:, 1:], zero), dim=1)
+    return before + after
 
 
 def class_token_logits(
@@ -178,7 +232,7 @@ def class_token_logits(
     swap = None
     if swapped is not None:
         image, row, patch = swapped.expand(B, -1, -1).nonzero(as_tuple=True)
-        swap = _Swap(image, row, patch, swapped.shape[-2])
+        swap = _Swap(image, row, patch, swapped.shape[-2], bool((swapped.sum(-2) <= 1).all()))
     for c in range(start, len(model.blocks_token_only)):
         blk = model.blocks_token_only[c]
         src = None if source is None else (source.keys[c], source.values[c])

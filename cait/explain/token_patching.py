@@ -253,8 +253,9 @@ def token_patching_forwards(model: nn.Module, *, region: int = 1, direction: Dir
 def class_token_flops(cfg: CaiTConfig, runs: int) -> int:
     """Multiply-accumulates of `runs` patched runs of the class stage and head on two runs' cached keys and
     values (`_stage.class_token_logits`), the swapped patches partitioning the grid (each patch swapped in one
-    run). The first CA block's class token is the model's own in every run, so its query, key, value and
-    scores against the base run are computed once; from then on each run's class token has its own.
+    run). The first CA block's class token is the model's own in every run, so its query, key, value, scores
+    against the base run and weighted sum of the base values are computed once, each run only taking out and
+    putting in its swapped patches; from then on each run's class token has its own.
 
     Args:
         cfg: the model's config.
@@ -265,8 +266,8 @@ def class_token_flops(cfg: CaiTConfig, runs: int) -> int:
     """
     d, n, depth = cfg.embed_dim, cfg.num_patches, cfg.depth_token_only
     mlp = 2 * d * int(d * cfg.mlp_ratio_token_only)
-    shared = 3 * d * d + n * d + d  # block 1: q, k, v of the class token, its scores against the base keys
-    first = n * d + d * d + mlp  # per run: the weighted base values, the projection, the MLP
+    shared = 3 * d * d + 2 * n * d + d  # block 1: q, k, v of the class token, its attention over the base run
+    first = d * d + mlp  # per run: the projection, the MLP
     later = 4 * d * d + 2 * n * d + d + mlp  # per run and later block: the class token's whole path
     swapped = 2 * n * d * depth  # every block: each swapped patch's score and weighted value, once in all
     return shared + runs * (first + (depth - 1) * later + d * cfg.num_classes) + swapped
