@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import math
 import threading
 import uuid
 from collections import OrderedDict
@@ -52,6 +53,7 @@ class LoadedModel:
     sourced: SourcedModel  # the library's record of the model (`cait.load_model`): what a head atlas is made of
     precision: PrecisionChoice | None = None  # how and why `dtype` was chosen, in words (None: not said)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    fastest_forward: float = math.inf  # seconds: the fastest analysis forward pass so far (`timed_forward`)
 
     @property
     def cfg(self) -> cait.CaiTConfig:
@@ -62,6 +64,12 @@ class LoadedModel:
         """Memory held by the weights and buffers (what the cache counts)."""
         tensors = list(self.model.parameters()) + list(self.model.buffers())
         return sum(t.numel() * t.element_size() for t in tensors)
+
+    def timed_forward(self, seconds: float) -> float:
+        """Keep `seconds`, an analysis forward pass just timed, and return the fastest so far: stated costs are
+        floors that multiply it, and one pass slowed by a busy moment would overstate them."""
+        self.fastest_forward = min(self.fastest_forward, seconds)
+        return self.fastest_forward
 
     @contextmanager
     def forward_only(self) -> Iterator[None]:

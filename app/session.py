@@ -53,7 +53,7 @@ class Analysis:
     stages: StageMaps  # the SA layer shown in the talking-heads tab
     notes: list[str]  # what was done to the upload (EXIF rotation, transparency, ...)
     original_size: tuple[int, int]
-    forward_seconds: float = float("nan")  # the analysis' forward pass: what the cost of more passes is told in
+    forward_seconds: float = float("nan")  # the model's fastest analysis forward so far: what costs are told in
     # SA stage (explain.head_stats.DISTANCE_STAGES) -> [SA layers, heads] mean attention distance (px), once computed
     sa_distance: dict[str, np.ndarray] | None = None
     causal: dict[str, Any] | None = None  # the Causal tab's numbers for the top class (the download), once computed
@@ -108,7 +108,7 @@ def analyse(loaded: LoadedModel, path: str, *, sa_layer: int = 0) -> Analysis:
     start = time.perf_counter()
     with loaded.forward_only():
         ins = loaded.model.forward_insights(x.to(loaded.device), sa_layers=(sa_layer,), raw_attention=True)
-    forward_seconds = time.perf_counter() - start
+    forward_seconds = loaded.timed_forward(time.perf_counter() - start)
     ca = ClassAttention.from_insights(ins)
     return Analysis(
         choice=loaded.choice,

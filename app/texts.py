@@ -170,8 +170,9 @@ def cost_in_passes(
     what: str, passes: float, forward_seconds: float, *, loaded: LoadedModel, at_least: bool = False
 ) -> str:
     """What `what` costs, said before it runs: `passes` fp32 forward passes of `loaded`'s model, and at least
-    their time, from this image's measured forward pass. A floor, not an estimate: drawing the figures and writing
-    the numbers add a fixed time that outweighs a small model's few passes (benchmarks/README.md). A forward
+    their time, from the model's fastest measured forward pass (`LoadedModel.timed_forward`). A floor, not an
+    estimate: drawing the figures and writing the numbers add a fixed time that outweighs a small model's few
+    passes (benchmarks/README.md). A forward
     measured in bf16 is turned into fp32's time by the ratio the start-up precision probe timed on this CPU
     (`PrecisionChoice.bf16_speedup`): bf16 is the faster one on some CPUs and the slower on others (AVX512-BF16
     without AMX); without a timing, the line says that it assumes fp32 as fast. `at_least`: `passes` is a floor
@@ -180,11 +181,11 @@ def cost_in_passes(
     head = f"{what} takes {count} forward passes of the model"
     if not math.isfinite(forward_seconds):  # not measured
         return f"{head}, and the figures on top."
-    took = f"this image's forward pass took {forward_seconds:.2f} s"
+    took = f"this model's fastest forward pass so far took {forward_seconds:.2f} s"
     if loaded.dtype is None:
         return (
-            f"{head}: at least {passes * forward_seconds:.1f} s at this image's forward pass of "
-            f"{forward_seconds:.2f} s in fp32; the figures come on top."
+            f"{head}: at least {passes * forward_seconds:.1f} s at a forward pass of {forward_seconds:.2f} s in fp32, "
+            "this model's fastest so far; the figures come on top."
         )
     speedup = loaded.precision.bf16_speedup if loaded.precision is not None else None
     if speedup is None:

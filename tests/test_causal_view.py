@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -269,6 +270,24 @@ def test_one_predicted_class_everywhere_also_under_ties(handlers):
     )
     assert [c["target"] for c in a.saliency] == [5, 6]
     assert json.loads(open(run[-1][p.json_file]).read())["saliency"][0]["target"] == first
+
+
+def test_a_stated_cost_is_from_the_models_fastest_forward_so_far(handlers, monkeypatch):
+    """The forward the tabs' stated costs multiply is the fastest analysis pass of the model so far: one pass
+    slowed by a busy moment would overstate a floor."""
+    from app import session
+
+    loaded = handlers.cache.get(handlers.default)
+    path = str(read_examples()[0].path)
+    first = session.analyse(loaded, path).forward_seconds
+    plain = loaded.model.forward_insights
+
+    def slowed(*args, **kwargs):
+        time.sleep(0.2 + 2 * first)
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(loaded.model, "forward_insights", slowed)
+    assert session.analyse(loaded, path).forward_seconds <= first == loaded.fastest_forward
 
 
 def test_the_tab_says_its_cost_before_it_is_computed(handlers):
