@@ -5,7 +5,7 @@ the model, and `CaiT.forward_insights` within 1.05x of a plain forward at batch 
 The revision's `cait/explain/token_patching.py` (with its `_stage.py`) and `cait/insights.py` (default: main)
 are read with `git show` and loaded beside this tree's under other module names, so that both run on the same
 model, weights and input, in the same process. Every round times the plain forward, this tree's function and
-the revision's, in rotating order (`cait.timing.time_interleaved`, one round per call); each function's figure
+the revision's, each first in turn (`cait.timing.time_interleaved`, one round per call); each function's figure
 is the median over rounds of its time over the same round's forward (the median of pair ratios).
 
     OMP_NUM_THREADS=1 nice -n 19 python benchmarks/against_revision.py --threads 1
@@ -63,10 +63,8 @@ def pair_ratios(fns: dict[str, Callable[[], object]], rounds: int, desc: str) ->
     calls = {name: max(1, math.ceil(0.2 / sec)) for name, sec in first.items()}
     per_call = max(calls.values())  # the same calls for all: every round is one time_interleaved call
     ratios: dict[str, list[float]] = {name: [] for name in fns if name != "forward"}
-    names = list(fns)
     for r in tqdm(range(rounds), desc=desc, leave=False):
-        order = names[r % len(names) :] + names[: r % len(names)]  # each function first in turn
-        sec = time_interleaved({name: fns[name] for name in order}, repeats=1, warmup=0, calls=min(per_call, 8))
+        sec = time_interleaved(fns, repeats=1, warmup=0, calls=min(per_call, 8), first_round=r)  # first in turn
         for name in ratios:
             ratios[name].append(sec[name] / sec["forward"])
     return {name: statistics.median(r) for name, r in ratios.items()}

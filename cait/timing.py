@@ -35,9 +35,12 @@ def time_interleaved(
     calls: int | None = None,
     min_seconds: float = 0.2,
     desc: str | None = None,
+    first_round: int = 0,
 ) -> dict[str, float]:
     """Median seconds per call of each function over `repeats` interleaved rounds (see module doc).
-    calls: calls per round; None calibrates each function's from one timed call and `min_seconds`."""
+    calls: calls per round; None calibrates each function's from one timed call and `min_seconds`.
+    first_round: the number of the first round, which sets whose turn it is to go first: a caller that times
+    one round per call (for its own per-round ratios) passes its round's number, so the order still rotates."""
     if repeats < 1 or warmup < 0 or (calls is not None and calls < 1):
         raise ValueError(f"need repeats >= 1, warmup >= 0, calls >= 1; got {repeats}, {warmup}, {calls}")
     for fn in fns.values():
@@ -46,7 +49,7 @@ def time_interleaved(
     per_round = {name: calls or max(1, math.ceil(min_seconds / max(_seconds(fn, 1), 1e-6))) for name, fn in fns.items()}
     rounds: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
-    for r in tqdm(range(repeats), desc=desc, leave=False, disable=desc is None):
+    for r in tqdm(range(first_round, first_round + repeats), desc=desc, leave=False, disable=desc is None):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             rounds[name].append(_seconds(fns[name], per_round[name]) / per_round[name])
     return {name: statistics.median(times) for name, times in rounds.items()}

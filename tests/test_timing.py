@@ -49,3 +49,11 @@ def test_a_slow_call_runs_once_per_round_a_fast_one_many_times():
 
     time_interleaved({"fast": fast, "slow": slow}, repeats=2, warmup=0, min_seconds=1e-4)
     assert counts["slow"] == 1 + 2 and counts["fast"] > 1 + 2 * 2
+
+
+def test_rounds_timed_one_call_at_a_time_still_rotate_who_goes_first():
+    order = []
+    fns = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}
+    for r in range(3):
+        time_interleaved(fns, repeats=1, warmup=0, calls=1, first_round=r)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]

@@ -194,10 +194,10 @@ def test_every_residual_scale_equals_the_models_own_class_stage_on_mixed_tokens(
 @pytest.mark.parametrize("sharpen", [100, 200])  # the top score above the next by 7-58 and 27-232
 def test_a_patch_holding_nearly_all_of_the_first_blocks_attention_is_taken_out_exactly(sharpen):
     """The first CA block's rows are the shared class token's sum over the base run with each region's entries
-    taken out and the other run's put in (`_stage._shared_class_attention`). With the block's query and key
-    scaled up, one patch holds nearly all of the attention, by margins past float32's range of exp (88) at the
-    larger scale; taking it out must leave the rest exact, against the model's
-    own `forward_class_attention` on the mixed tokens (the direct way)."""
+    read from the other run instead (`_stage._shared_class_attention`). With the block's query and key scaled
+    up, one patch holds nearly all of the attention, by margins past float32's range of exp (88) at the larger
+    scale; swapping it out must leave the rest exact, against the model's own `forward_class_attention` on the
+    mixed tokens (the direct way)."""
     torch.manual_seed(3)
     model = cait.CaiT(cait.get_config("cait_pico_32", init_values=0.5, depth=1)).eval()
     attn = model.blocks_token_only[0].attn

@@ -141,7 +141,7 @@ def _class_attention(blk: nn.Module, cls: torch.Tensor, base: tuple, source: tup
         k_src = _by_token(source[0])[swap.image, swap.patch]  # [nnz, h, e]
         _by_entry(scores)[swap.image, swap.row, swap.patch] = (_by_token(q)[swap.image, q_rows] * k_src).sum(-1)
     top = torch.maximum(scores.amax(-1, keepdim=True), own)
-    weights, own = scores.sub_(top).exp_(), (own - top).exp()  # in place: a fresh [B, h, M, N] costs page faults
+    weights, own = scores.sub_(top).exp_(), (own - top).exp()  # in place: no second [B, h, M, N] buffer
     total = weights.sum(-1, keepdim=True) + own
     out = own * v_own
     if swap is not None:
@@ -180,17 +180,17 @@ def _shared_class_attention(q, own, v_own, base: tuple, source: tuple, swap: _Sw
     swapped = torch.zeros(B, 1, scores.shape[-1], dtype=torch.bool, device=q.device)
     swapped[swap.image, 0, swap.patch] = True
     kept = weights.masked_fill(swapped, 0)  # the patches every row reads from the base run
-    total = kept.sum(-1) + own  # [B, h]
-    summed = (kept[:, :, None] @ base[1].double())[:, :, 0] + own[..., None] * v_own[:, :, 0].double()  # [B, h, e]
+    kept_total = kept.sum(-1) + own  # [B, h]
+    kept_summed = (kept[:, :, None] @ base[1].double())[:, :, 0] + own[..., None] * v_own[:, :, 0].double()  # [B,h,e]
     taken = weights.transpose(1, 2)[swap.image, swap.patch]  # [nnz, h]: the base entries the swaps replace
     put = (from_source - row_top[at]).double().exp()  # [nnz, h], scaled to the row's top
     v_base, v_src = _by_token(base[1])[swap.image, swap.patch], _by_token(source[1])[swap.image, swap.patch]
     scale = (top[:, None] - row_top).double().exp()  # [B, rows, h]: the base run's part rescaled to each row's top
-    total = scale * (total[:, None] + _other_rows(per_row(taken))) + per_row(put)  # [B, rows, h]
+    total = scale * (kept_total[:, None] + _other_rows(per_row(taken))) + per_row(put)  # [B, rows, h]
     if not bool((total > 0).all()):
         return None
-    shared = summed[:, None] + _other_rows(per_row(taken[..., None] * v_base.double()))
-    summed = scale[..., None] * shared + per_row(put[..., None] * v_src.double())
+    from_base = kept_summed[:, None] + _other_rows(per_row(taken[..., None] * v_base.double()))
+    summed = scale[..., None] * from_base + per_row(put[..., None] * v_src.double())
     return (summed / total[..., None]).to(q.dtype)
 
 

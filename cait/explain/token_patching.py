@@ -254,8 +254,9 @@ def class_token_flops(cfg: CaiTConfig, runs: int) -> int:
     """Multiply-accumulates of `runs` patched runs of the class stage and head on two runs' cached keys and
     values (`_stage.class_token_logits`), the swapped patches partitioning the grid (each patch swapped in one
     run). The first CA block's class token is the model's own in every run, so its query, key, value, scores
-    against the base run and weighted sum of the base values are computed once, each run only taking out and
-    putting in its swapped patches; from then on each run's class token has its own.
+    against the base run and weighted sum of the base values are computed once, each run adding only the swapped
+    patches (the others' from the base run, its own from the other run); from then on each run's class token has
+    its own.
 
     Args:
         cfg: the model's config.
